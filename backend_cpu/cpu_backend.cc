@@ -1,0 +1,118 @@
+// The CPU backend class: a zero-filled, 256-byte-aligned host arena, the op dispatch tables
+// (filled from the X-macro op lists, so every op must have a run_* function), and the executor
+// that runs the step's graphs in order.
+#include "backend_cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "renaissance/error.h"
+#include "renaissance/plan.h"
+
+namespace renaissance {
+namespace cpu {
+
+namespace {
+
+using OpFn = void (*)(const CpuContext&, const GraphNode&);
+
+constexpr OpFn kRangeOps[kNumRangeOps] = {
+#define RN_TABLE_ENTRY(name) &run_##name,
+    RN_RANGE_OPS(RN_TABLE_ENTRY)
+#undef RN_TABLE_ENTRY
+};
+constexpr OpFn kComputeOps[kNumComputeOps] = {
+#define RN_TABLE_ENTRY(name) &run_##name,
+    RN_COMPUTE_OPS(RN_TABLE_ENTRY)
+#undef RN_TABLE_ENTRY
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options) {
+    threads_ = options.threads > 0 ? options.threads : omp_get_num_procs();
+  }
+  ~CpuBackend() override { std::free(arena_); }
+
+  BackendKind kind() const override { return BackendKind::kCpu; }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread)" : " threads)");
+    return os.str();
+  }
+
+  bool supports(RangeOp) const override { return true; }
+  bool supports(ComputeOp) const override { return true; }
+
+  void allocate_arena(uint64_t bytes) override {
+    std::free(arena_);
+    arena_ = nullptr;
+    bytes_ = bytes;
+    const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + kRegionAlignBytes - 1) / kRegionAlignBytes * kRegionAlignBytes;
+    arena_ = static_cast<char*>(std::aligned_alloc(kRegionAlignBytes, rounded));
+    if (arena_ == nullptr) {
+      throw Error(ErrorKind::kBackend, "cpu backend: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
+    }
+    std::memset(arena_, 0, rounded);
+  }
+
+  void* arena() override { return arena_; }
+
+  void upload(uint64_t offset, const void* src, uint64_t bytes) override {
+    check_range(offset, bytes);
+    std::memcpy(arena_ + offset, src, bytes);
+  }
+  void download(uint64_t offset, void* dst, uint64_t bytes) override {
+    check_range(offset, bytes);
+    std::memcpy(dst, arena_ + offset, bytes);
+  }
+
+  void prepare(const CompiledStep&) override {}
+
+  void execute(const CompiledStep& step) override {
+    CpuContext ctx;
+    ctx.arena = arena_;
+    ctx.threads = threads_;
+    ctx.step = &step;
+    ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
+    ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
+    ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.kind == NodeKind::kRange) {
+          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
+        } else {
+          kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
+        }
+      }
+    }
+  }
+
+  void synchronize() override {}
+
+ private:
+  void check_range(uint64_t offset, uint64_t bytes) const {
+    if (offset > bytes_ || bytes > bytes_ - offset) {
+      throw Error(ErrorKind::kBackend, "cpu backend: copy of " + std::to_string(bytes) + " bytes at offset " +
+                                           std::to_string(offset) + " is outside the arena");
+    }
+  }
+
+  char* arena_ = nullptr;
+  uint64_t bytes_ = 0;
+  int threads_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  if (options.threads < 0) throw_invalid("threads must be >= 0 (0: all cores), got " + std::to_string(options.threads));
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace cpu
+}  // namespace renaissance

@@ -1,0 +1,88 @@
+// Per-target SIMD support for the CPU op files: the Highway arithmetic policy, a per-target copy
+// of the shared update rules, and the loop that applies a rule to every element of a chunk.
+// Included once per Highway target from inside HWY_BEFORE_NAMESPACE (Highway's -inl.h
+// convention), so everything here is compiled with that target's instruction set.
+
+#if defined(RENAISSANCE_SIMD_POLICY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef RENAISSANCE_SIMD_POLICY_INL_H_
+#undef RENAISSANCE_SIMD_POLICY_INL_H_
+#else
+#define RENAISSANCE_SIMD_POLICY_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include <hwy/highway.h>
+
+#include "renaissance/math/host_device.h"
+#include "renaissance/scalars.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace renaissance {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The shared rules, compiled for this target (see update_rules.inc).
+namespace rules {
+#include "renaissance/math/update_rules.inc"
+}  // namespace rules
+
+using FloatTag = hn::ScalableTag<float>;
+using FloatVec = hn::Vec<FloatTag>;
+
+// IEEE-exact vector operations; with -ffp-contract=off the compiler keeps mul and add apart.
+struct VectorPolicy {
+  using V = FloatVec;
+  static HWY_INLINE V add(V a, V b) { return hn::Add(a, b); }
+  static HWY_INLINE V sub(V a, V b) { return hn::Sub(a, b); }
+  static HWY_INLINE V mul(V a, V b) { return hn::Mul(a, b); }
+  static HWY_INLINE V div(V a, V b) { return hn::Div(a, b); }
+  static HWY_INLINE V sqrt(V a) { return hn::Sqrt(a); }
+};
+
+HWY_INLINE rules::Coeffs<FloatVec> vector_coeffs(const float* s, bool weight_group) {
+  const FloatTag d;
+  return rules::make_coeffs<FloatVec>(s, weight_group, [&](float x) { return hn::Set(d, x); });
+}
+
+HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, bool weight_group) {
+  return rules::make_coeffs<float>(s, weight_group, [](float x) { return x; });
+}
+
+// Applies `rule(w, g, m, v)` to elements [0, n) of the four arrays, full vectors first and
+// the remainder with the scalar policy; both compute the same IEEE operations, so the split
+// point never changes a bit. m (v) is read and written only when kHasM (kHasV).
+template <bool kHasM, bool kHasV, class VectorRule, class ScalarRule>
+HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRICT g,
+                                 float* HWY_RESTRICT m, float* HWY_RESTRICT v, size_t n,
+                                 VectorRule vector_rule, ScalarRule scalar_rule) {
+  const FloatTag d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    FloatVec vw = hn::LoadU(d, w + i);
+    const FloatVec vg = hn::LoadU(d, g + i);
+    FloatVec vm = kHasM ? hn::LoadU(d, m + i) : hn::Zero(d);
+    FloatVec vv = kHasV ? hn::LoadU(d, v + i) : hn::Zero(d);
+    vector_rule(vw, vg, vm, vv);
+    hn::StoreU(vw, d, w + i);
+    if (kHasM) hn::StoreU(vm, d, m + i);
+    if (kHasV) hn::StoreU(vv, d, v + i);
+  }
+  for (; i < n; ++i) {
+    float sm = kHasM ? m[i] : 0.0f;
+    float sv = kHasV ? v[i] : 0.0f;
+    scalar_rule(w[i], g[i], sm, sv);
+    if (kHasM) m[i] = sm;
+    if (kHasV) v[i] = sv;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace renaissance
+HWY_AFTER_NAMESPACE();
+
+#endif  // RENAISSANCE_SIMD_POLICY_INL_H_

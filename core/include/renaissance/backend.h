@@ -1,0 +1,53 @@
+// The interface every backend implements: one arena, copies in and out of it, and the execution
+// of a compiled step. Backends keep their own dispatch tables (indexed by RangeOp/ComputeOp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "renaissance/graph.h"
+
+namespace renaissance {
+
+enum class BackendKind { kCpu, kCuda, kAuto };
+const char* backend_kind_name(BackendKind kind);
+bool parse_backend_kind(const std::string& text, BackendKind* out);
+
+struct BackendOptions {
+  int threads = 0;  // CPU: OpenMP threads (0: all cores)
+  // CUDA: launch shape overrides (0: the backend's choice). Results never depend on them.
+  int cuda_block = 0;
+  int cuda_grid = 0;
+  bool cuda_graph = true;  // capture the step into one CUDA graph
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  // e.g. "cpu (AVX2, 2 threads)" or "cuda (NVIDIA H200, sm_90)".
+  virtual std::string describe() const = 0;
+  virtual bool supports(RangeOp op) const = 0;
+  virtual bool supports(ComputeOp op) const = 0;
+
+  // Allocates the zero-filled arena; any earlier arena is freed.
+  virtual void allocate_arena(uint64_t bytes) = 0;
+  // Base address of the arena in the backend's memory (host pointer on CPU, device on CUDA).
+  virtual void* arena() = 0;
+  virtual void upload(uint64_t offset, const void* src, uint64_t bytes) = 0;
+  virtual void download(uint64_t offset, void* dst, uint64_t bytes) = 0;
+
+  // Called once after compile() with the step it will run (CUDA captures its graph here).
+  virtual void prepare(const CompiledStep& step) = 0;
+  // Runs one whole step. Asynchronous on CUDA; download() synchronizes.
+  virtual void execute(const CompiledStep& step) = 0;
+  virtual void synchronize() = 0;
+};
+
+bool backend_available(BackendKind kind);
+// Resolves kAuto to CUDA when a device is present, else the CPU.
+BackendKind resolve_backend(BackendKind kind);
+std::unique_ptr<Backend> create_backend(BackendKind kind, const BackendOptions& options);
+
+}  // namespace renaissance

@@ -1,0 +1,105 @@
+// Optimizer configurations: the seven kinds, their hyperparameters and the fluent builders
+// SGD(), Adam(), AdamW(), LARS(). Hyperparameters are held as double (DESIGN.md §3: derived
+// scalars such as 1-β2 are formed in double from the configured values). Every setter
+// validates its value and throws Error(kInvalidArgument) naming the parameter and the value.
+#pragma once
+
+#include <string>
+
+namespace renaissance {
+
+enum class OptimizerKind {
+  kSgd,
+  kSgdMomentum,
+  kSgdNesterov,
+  kAdam,
+  kAdamW,
+  kLars,
+  kLarsNesterov,
+};
+constexpr int kNumOptimizerKinds = 7;
+
+const char* optimizer_kind_name(OptimizerKind kind);  // "sgd", "adamw", ...
+bool parse_optimizer_kind(const std::string& text, OptimizerKind* out);
+
+// How the SGD kinds apply weight decay: decoupled (default, w *= 1 - lr*wd) or L2 folded into
+// the gradient (torch.optim.SGD semantics).
+enum class WeightDecayMode { kDecoupled, kL2 };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 0.01;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double trust_coefficient = 0.001;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
+
+  // Rechecks every field against its kind (used by compile() and by file loaders).
+  void validate() const;
+};
+
+// Validators shared by the builders, Task::set_lr and Task::set_loss_scale.
+void check_lr(double lr);
+void check_loss_scale(double scale);
+
+// Fluent builders. The kind follows from the settings: SGD().momentum(0.9) is sgd_momentum,
+// .nesterov(true) makes it sgd_nesterov (an error without momentum at compile()).
+class SGD {
+ public:
+  SGD();
+  SGD& lr(double v);
+  SGD& momentum(double v);
+  SGD& nesterov(bool v);
+  SGD& weight_decay(double v);
+  SGD& weight_decay_mode(WeightDecayMode v);
+  OptimizerConfig config() const;
+
+ private:
+  OptimizerConfig c_;
+  bool nesterov_ = false;
+};
+
+class Adam {
+ public:
+  Adam();
+  Adam& lr(double v);
+  Adam& beta1(double v);
+  Adam& beta2(double v);
+  Adam& eps(double v);
+  Adam& weight_decay(double v);
+  OptimizerConfig config() const { return c_; }
+
+ protected:
+  OptimizerConfig c_;
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW();
+  AdamW& lr(double v) { Adam::lr(v); return *this; }
+  AdamW& beta1(double v) { Adam::beta1(v); return *this; }
+  AdamW& beta2(double v) { Adam::beta2(v); return *this; }
+  AdamW& eps(double v) { Adam::eps(v); return *this; }
+  AdamW& weight_decay(double v) { Adam::weight_decay(v); return *this; }
+};
+
+class LARS {
+ public:
+  LARS();
+  LARS& lr(double v);
+  LARS& momentum(double v);
+  LARS& nesterov(bool v);
+  LARS& weight_decay(double v);
+  LARS& trust_coefficient(double v);
+  LARS& eps(double v);
+  OptimizerConfig config() const;
+
+ private:
+  OptimizerConfig c_;
+  bool nesterov_ = false;
+};
+
+}  // namespace renaissance

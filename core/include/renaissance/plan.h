@@ -1,0 +1,98 @@
+// MemoryPlan: where every tensor, scalar and scratch buffer lives in the one arena.
+//
+// Families (W, G, M, V, N) are allocated only when the optimizer needs them. Within a family the
+// six role regions follow the Region order, and tensors follow declaration order within a role,
+// so tensor i sits at the same relative position in W, G, M and V. Every region is padded to a
+// multiple of 64 elements (256 bytes), hence every region and family starts on a 256-byte
+// boundary and vector loads need no scalar prologue. Padding is zero and every update keeps it
+// zero (all rules map w = g = m = v = 0 to 0).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+#include "renaissance/region.h"
+#include "renaissance/scalars.h"
+
+namespace renaissance {
+
+constexpr uint64_t kRegionAlignBytes = 256;
+
+// Which families and scratch buffers an optimizer kind needs.
+struct PlanConfig {
+  bool has_m = false;
+  bool has_v = false;
+  bool has_n = false;  // LARS trust ratios, tile table and reduction scratch
+};
+PlanConfig plan_config_from_optimizer(OptimizerKind kind);
+
+// A byte range of the arena holding `count` elements.
+struct Span {
+  uint64_t offset = 0;  // bytes from the arena's start
+  uint64_t count = 0;   // elements (padding included for family regions)
+};
+
+struct RegionInfo {
+  uint64_t offset = 0;      // bytes from the arena's start (0 when not allocated)
+  uint64_t count = 0;       // elements, padding included
+  uint64_t used = 0;        // elements that belong to tensors (or slots)
+  uint32_t elem_size = 0;   // bytes per element
+  bool allocated = false;
+};
+
+struct TensorInfo {
+  ParamSpec spec;
+  int64_t numel = 0;
+  uint64_t offset_in_family = 0;  // elements from the family's first element
+  uint64_t offset_in_group = 0;   // elements from the group's first element
+  int index_in_group = 0;         // position among the tensors of its group
+};
+
+class MemoryPlan {
+ public:
+  MemoryPlan() = default;
+  MemoryPlan(std::vector<ParamSpec> params, PlanConfig config);
+
+  const PlanConfig& config() const { return config_; }
+  uint64_t arena_bytes() const { return arena_bytes_; }
+  size_t num_params() const { return tensors_.size(); }
+  const TensorInfo& tensor(size_t id) const { return tensors_.at(id); }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+  const RegionInfo& region(Region r) const { return regions_[r]; }
+  bool has_family(Family f) const;
+  // The contiguous span of regions first..last (inclusive) of one family.
+  Span region_range(Region first, Region last) const;
+  // The whole group (bias-like or weight) of a family as one span.
+  Span group_span(Family family, Group group) const;
+  // The region of `family` that pairs with `region` (same role).
+  static Region paired(Region region, Family family) { return family_region(family, role_of(region)); }
+  // Parameter ids whose tensors live in `region` (any family: the role decides), in order.
+  std::vector<size_t> get_ids_by_region(Region region) const;
+  // Byte offset of tensor `id` in `family`.
+  uint64_t tensor_offset(Family family, size_t id) const;
+  int num_tensors_in_group(Group group) const { return group_tensor_count_[static_cast<int>(group)]; }
+
+  // LARS canonical tiles over the weight group (empty unless config().has_n).
+  const std::vector<LarsTile>& lars_tiles() const { return lars_tiles_; }
+  const std::vector<LarsTensor>& lars_tensors() const { return lars_tensors_; }
+
+  // A one-line summary per region, for logs and `renaissance run --verbose`.
+  std::string describe() const;
+
+ private:
+  PlanConfig config_;
+  std::vector<TensorInfo> tensors_;
+  std::array<RegionInfo, kNumRegions> regions_{};
+  std::array<int, 2> group_tensor_count_{};
+  std::vector<LarsTile> lars_tiles_;
+  std::vector<LarsTensor> lars_tensors_;
+  uint64_t arena_bytes_ = 0;
+};
+
+}  // namespace renaissance

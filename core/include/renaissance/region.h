@@ -1,0 +1,81 @@
+// Parameter roles, buffer families and the Region enum that names every span of the arena.
+// The order of the enumerators is part of the design: within every family the three bias-like
+// roles come first and the three weight roles after them, so each group is one contiguous span.
+#pragma once
+
+#include <cstdint>
+
+namespace renaissance {
+
+// The six parameter roles. Bias-like roles are never weight-decayed nor LARS-adapted.
+enum class Role : int {
+  kBnBias = 0,
+  kBnWeight = 1,
+  kFcBias = 2,
+  kFcWeight = 3,
+  kFirstConv = 4,
+  kDeepConv = 5,
+};
+constexpr int kNumRoles = 6;
+
+// The two behaviours a role maps to. Each is updated by one kernel over one contiguous span.
+enum class Group : int { kBiasLike = 0, kWeight = 1 };
+
+constexpr Group group_of(Role role) {
+  return static_cast<int>(role) < static_cast<int>(Role::kFcWeight) ? Group::kBiasLike
+                                                                      : Group::kWeight;
+}
+
+// Buffer families: one per kind of per-element buffer.
+enum class Family : int {
+  kW = 0,  // fp32 master weights
+  kG = 1,  // gradients (as the backward pass wrote them, i.e. multiplied by the loss scale)
+  kM = 2,  // first moment / momentum
+  kV = 3,  // second moment (Adam kinds)
+  kN = 4,  // LARS per-tensor trust ratios: one float per tensor, not per element
+};
+constexpr int kNumFamilies = 5;
+
+#define RN_FAMILY_REGIONS(F) \
+  F##_BN_BIAS, F##_BN_WEIGHT, F##_FC_BIAS, F##_FC_WEIGHT, F##_FIRST_CONV, F##_DEEP_CONV
+
+enum Region : int {
+  RN_FAMILY_REGIONS(W),
+  RN_FAMILY_REGIONS(G),
+  RN_FAMILY_REGIONS(M),
+  RN_FAMILY_REGIONS(V),
+  RN_FAMILY_REGIONS(N),
+  S_SCALAR_FP32,   // hyperparameters and per-step float scalars (ScalarF32 slots)
+  S_SCALAR_INT32,  // step count and the non-finite flag (ScalarI32 slots)
+  S_SCALAR_FP64,   // hyperparameters the device needs in double (ScalarF64 slots)
+  T_TEMP_FP64,     // LARS reduction scratch: two doubles (sum w^2, sum g^2) per tile
+  T_LARS_TILES,    // LARS tile table (LarsTile per tile), written once at compile()
+  T_LARS_TENSORS,  // LARS per-tensor tile ranges (LarsTensor per weight tensor)
+  kNumRegions
+};
+#undef RN_FAMILY_REGIONS
+
+constexpr Region family_region(Family family, Role role) {
+  return static_cast<Region>(static_cast<int>(family) * kNumRoles + static_cast<int>(role));
+}
+constexpr Family family_of(Region region) { return static_cast<Family>(region / kNumRoles); }
+constexpr Role role_of(Region region) { return static_cast<Role>(region % kNumRoles); }
+constexpr bool is_family_region(Region region) { return region < S_SCALAR_FP32; }
+
+// The layout promises that make `region_range` spans contiguous.
+static_assert(W_BN_WEIGHT == W_BN_BIAS + 1 && W_FC_BIAS == W_BN_WEIGHT + 1,
+              "bias-like roles must be consecutive");
+static_assert(W_FIRST_CONV == W_FC_WEIGHT + 1 && W_DEEP_CONV == W_FIRST_CONV + 1,
+              "weight roles must be consecutive");
+static_assert(G_BN_BIAS == W_DEEP_CONV + 1 && N_DEEP_CONV + 1 == S_SCALAR_FP32,
+              "families are laid out one after another with the roles in the same order");
+static_assert(family_region(Family::kM, Role::kFcWeight) == M_FC_WEIGHT, "family arithmetic");
+static_assert(group_of(Role::kFcBias) == Group::kBiasLike && group_of(Role::kFcWeight) == Group::kWeight,
+              "bias-like roles precede weight roles");
+
+const char* role_name(Role role);       // "bn_bias", ...
+bool parse_role(const char* text, Role* out);
+const char* family_name(Family family);  // "W", "G", ...
+const char* region_name(Region region);  // "W_BN_BIAS", ...
+
+}  // namespace renaissance

@@ -1,0 +1,99 @@
+// Task: the user API. Declare parameters, choose an optimizer, compile, then per step write
+// gradients and call step(). Weights and state live in the backend's arena.
+//
+//   renaissance::Task task(params, {renaissance::BackendKind::kAuto});
+//   task.optimizer(renaissance::AdamW().lr(1e-3).weight_decay(0.01));
+//   task.compile();
+//   float* w = task.weight(0);  // backend memory: host on CPU, device on CUDA
+//   task.set_grad(0, host_grad); task.step();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "renaissance/backend.h"
+#include "renaissance/graph.h"
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+#include "renaissance/plan.h"
+
+namespace renaissance {
+
+struct TaskOptions {
+  BackendKind backend = BackendKind::kAuto;
+  BackendOptions backend_options;
+  // Skip the whole step when any gradient is NaN or ±Inf (reads G once more: 4 bytes/param).
+  bool check_finite = true;
+};
+
+class Task {
+ public:
+  explicit Task(std::vector<ParamSpec> params, TaskOptions options = {});
+  ~Task();
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+
+  Task& optimizer(const OptimizerConfig& config);
+  Task& optimizer(const SGD& b) { return optimizer(b.config()); }
+  Task& optimizer(const Adam& b) { return optimizer(b.config()); }
+  Task& optimizer(const LARS& b) { return optimizer(b.config()); }
+
+  // Plans the arena, builds the step graphs and hands them to the backend. Weights, gradients
+  // and state start at zero.
+  void compile();
+  bool compiled() const { return backend_ != nullptr; }
+
+  size_t num_params() const { return params_.size(); }
+  const ParamSpec& param(size_t id) const { return params_.at(id); }
+  // The id of the parameter called `name`; throws when there is none.
+  size_t find(const std::string& name) const;
+
+  // Pointers into the backend's memory (host for CPU, device for CUDA).
+  float* weight(size_t id);
+  float* grad(size_t id);
+  // Host copies of one tensor (numel floats) in or out of any allocated family.
+  void write(Family family, size_t id, const float* src);
+  void read(Family family, size_t id, float* dst);
+  void set_weight(size_t id, const float* src) { write(Family::kW, id, src); }
+  void set_grad(size_t id, const float* src) { write(Family::kG, id, src); }
+  void get_weight(size_t id, float* dst) { read(Family::kW, id, dst); }
+
+  void set_lr(double lr);
+  void set_loss_scale(double scale);
+  double lr() const { return lr_; }
+  double loss_scale() const { return loss_scale_; }
+
+  void step();
+  int64_t step_count();          // applied steps
+  int64_t skipped_steps();       // steps skipped for a non-finite gradient
+  bool last_step_skipped();
+
+  // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on
+  // every machine and backend for the same run. 16 hex digits.
+  std::string fingerprint();
+
+  const MemoryPlan& plan() const { return plan_; }
+  const CompiledStep& compiled_step() const { return step_; }
+  const OptimizerConfig& config() const { return config_; }
+  Backend& backend();
+
+ private:
+  void require_compiled(const char* what) const;
+  void write_hyperparameters();
+  void write_f32_slot(int slot, float value);
+  int32_t read_i32_slot(int slot);
+
+  std::vector<ParamSpec> params_;
+  TaskOptions options_;
+  OptimizerConfig config_;
+  bool have_optimizer_ = false;
+  double lr_ = 0.0;
+  double loss_scale_ = 1.0;
+  MemoryPlan plan_;
+  CompiledStep step_;
+  std::unique_ptr<Backend> backend_;
+};
+
+}  // namespace renaissance

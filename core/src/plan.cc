@@ -1,0 +1,219 @@
+// MemoryPlan: assigns every tensor, scalar slot and scratch buffer an offset in one arena.
+#include "renaissance/plan.h"
+
+#include <limits>
+#include <sstream>
+#include <unordered_set>
+
+#include "renaissance/error.h"
+#include "renaissance/math/lars_reduction.h"
+
+namespace renaissance {
+
+namespace {
+
+constexpr uint64_t kPadElements = kRegionAlignBytes / sizeof(float);
+
+uint64_t round_up(uint64_t value, uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+void validate_param_specs(const std::vector<ParamSpec>& params) {
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    if (p.name.empty()) throw_invalid("parameter #" + std::to_string(i) + " has an empty name");
+    if (!names.insert(p.name).second) throw_invalid("parameter name '" + p.name + "' is used twice");
+    if (static_cast<int>(p.role) < 0 || static_cast<int>(p.role) >= kNumRoles) {
+      throw_invalid("parameter '" + p.name + "' has an unknown role");
+    }
+    int64_t n = 1;
+    for (int64_t d : p.shape) {
+      if (d < 0) throw_invalid("parameter '" + p.name + "' has a negative extent " + std::to_string(d));
+      if (d != 0 && n > std::numeric_limits<int64_t>::max() / 4 / d) {
+        throw_invalid("parameter '" + p.name + "' is too large");
+      }
+      n *= d;
+    }
+  }
+}
+
+PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
+  PlanConfig c;
+  switch (kind) {
+    case OptimizerKind::kSgd: break;
+    case OptimizerKind::kSgdMomentum:
+    case OptimizerKind::kSgdNesterov: c.has_m = true; break;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: c.has_m = c.has_v = true; break;
+    case OptimizerKind::kLars:
+    case OptimizerKind::kLarsNesterov: c.has_m = c.has_n = true; break;
+  }
+  return c;
+}
+
+MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : config_(config) {
+  validate_param_specs(params);
+
+  // Tensor order inside a family: by role (Region order), then declaration order.
+  std::array<uint64_t, kNumRoles> role_elems{};
+  std::array<uint64_t, kNumRoles> role_tensors{};
+  tensors_.resize(params.size());
+  std::array<std::vector<size_t>, kNumRoles> by_role;
+  for (size_t i = 0; i < params.size(); ++i) by_role[static_cast<int>(params[i].role)].push_back(i);
+
+  uint64_t family_cursor = 0;  // elements from the family start
+  std::array<uint64_t, kNumRoles> role_padded{};
+  std::array<uint64_t, 2> group_start{};
+  std::array<int, 2> group_index{};
+  for (int r = 0; r < kNumRoles; ++r) {
+    const Group group = group_of(static_cast<Role>(r));
+    if (r == static_cast<int>(Role::kFcWeight)) group_start[1] = family_cursor;
+    uint64_t cursor = family_cursor;
+    for (size_t id : by_role[r]) {
+      TensorInfo& t = tensors_[id];
+      t.spec = params[id];
+      t.numel = params[id].numel();
+      t.offset_in_family = cursor;
+      t.offset_in_group = cursor - group_start[static_cast<int>(group)];
+      t.index_in_group = group_index[static_cast<int>(group)]++;
+      cursor += static_cast<uint64_t>(t.numel);
+    }
+    role_elems[r] = cursor - family_cursor;
+    role_tensors[r] = by_role[r].size();
+    role_padded[r] = round_up(role_elems[r], kPadElements);
+    family_cursor += role_padded[r];
+  }
+  group_tensor_count_ = group_index;
+
+  uint64_t offset = 0;
+  auto place = [&](Region region, uint64_t count, uint64_t used, uint32_t elem_size) {
+    RegionInfo& info = regions_[region];
+    info.offset = offset;
+    info.count = count;
+    info.used = used;
+    info.elem_size = elem_size;
+    info.allocated = true;
+    offset += round_up(count * elem_size, kRegionAlignBytes);
+  };
+  auto place_family = [&](Family family) {
+    for (int r = 0; r < kNumRoles; ++r) {
+      place(family_region(family, static_cast<Role>(r)), role_padded[r], role_elems[r], sizeof(float));
+    }
+  };
+  place_family(Family::kW);
+  place_family(Family::kG);
+  if (config_.has_m) place_family(Family::kM);
+  if (config_.has_v) place_family(Family::kV);
+  if (config_.has_n) {
+    // One trust ratio per tensor, packed without per-role padding so that the weight group's
+    // ratios form one array indexed by TensorInfo::index_in_group (LarsTile::tensor).
+    uint64_t cursor = offset;
+    for (int r = 0; r < kNumRoles; ++r) {
+      RegionInfo& info = regions_[family_region(Family::kN, static_cast<Role>(r))];
+      info.offset = cursor;
+      info.count = info.used = role_tensors[r];
+      info.elem_size = sizeof(float);
+      info.allocated = true;
+      cursor += role_tensors[r] * sizeof(float);
+    }
+    offset = round_up(cursor, kRegionAlignBytes);
+  }
+  place(S_SCALAR_FP32, kNumScalarF32, kNumScalarF32, sizeof(float));
+  place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
+  place(S_SCALAR_FP64, kNumScalarF64, kNumScalarF64, sizeof(double));
+
+  if (config_.has_n) {
+    // The canonical LARS tiles (math/lars_reduction.h) over the weight group's tensors.
+    std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
+    for (const TensorInfo& t : tensors_) {
+      if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
+    }
+    for (size_t k = 0; k < weight_tensors.size(); ++k) {
+      const TensorInfo& t = *weight_tensors[k];
+      LarsTensor lt;
+      lt.first_tile = static_cast<int64_t>(lars_tiles_.size());
+      for (int64_t start = 0; start < t.numel; start += math::kLarsTile) {
+        LarsTile tile;
+        tile.start = static_cast<int64_t>(t.offset_in_group) + start;
+        tile.length = static_cast<int32_t>(std::min<int64_t>(math::kLarsTile, t.numel - start));
+        tile.tensor = static_cast<int32_t>(k);
+        lars_tiles_.push_back(tile);
+      }
+      lt.tile_count = static_cast<int64_t>(lars_tiles_.size()) - lt.first_tile;
+      lars_tensors_.push_back(lt);
+    }
+    const uint64_t tiles = lars_tiles_.size();
+    place(T_TEMP_FP64, 2 * tiles, 2 * tiles, sizeof(double));
+    place(T_LARS_TILES, tiles, tiles, sizeof(LarsTile));
+    place(T_LARS_TENSORS, lars_tensors_.size(), lars_tensors_.size(), sizeof(LarsTensor));
+  }
+  arena_bytes_ = offset;
+}
+
+bool MemoryPlan::has_family(Family f) const {
+  return regions_[family_region(f, Role::kBnBias)].allocated;
+}
+
+Span MemoryPlan::region_range(Region first, Region last) const {
+  if (!is_family_region(first) || !is_family_region(last) || family_of(first) != family_of(last) ||
+      last < first) {
+    throw_invalid(std::string("region_range: ") + region_name(first) + ".." + region_name(last) +
+                  " is not a span of one family");
+  }
+  if (!regions_[first].allocated) {
+    throw_invalid(std::string("region_range: family of ") + region_name(first) + " is not allocated");
+  }
+  Span s;
+  s.offset = regions_[first].offset;
+  const RegionInfo& end = regions_[last];
+  s.count = (end.offset - s.offset) / sizeof(float) + end.count;
+  return s;
+}
+
+Span MemoryPlan::group_span(Family family, Group group) const {
+  return group == Group::kBiasLike
+             ? region_range(family_region(family, Role::kBnBias), family_region(family, Role::kFcBias))
+             : region_range(family_region(family, Role::kFcWeight),
+                            family_region(family, Role::kDeepConv));
+}
+
+std::vector<size_t> MemoryPlan::get_ids_by_region(Region region) const {
+  std::vector<size_t> ids;
+  if (!is_family_region(region)) return ids;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].spec.role == role_of(region)) ids.push_back(i);
+  }
+  return ids;
+}
+
+uint64_t MemoryPlan::tensor_offset(Family family, size_t id) const {
+  if (!has_family(family)) {
+    throw_invalid(std::string("family ") + family_name(family) + " is not allocated for this optimizer");
+  }
+  const TensorInfo& t = tensors_.at(id);
+  if (family == Family::kN) {
+    // Per-tensor ratio, not per-element: the N regions are packed (see the constructor).
+    const RegionInfo& first = regions_[family_region(Family::kN, group_of(t.spec.role) == Group::kWeight
+                                                                     ? Role::kFcWeight
+                                                                     : Role::kBnBias)];
+    return first.offset + static_cast<uint64_t>(t.index_in_group) * sizeof(float);
+  }
+  return regions_[family_region(family, Role::kBnBias)].offset + t.offset_in_family * sizeof(float);
+}
+
+std::string MemoryPlan::describe() const {
+  std::ostringstream os;
+  for (int r = 0; r < kNumRegions; ++r) {
+    const RegionInfo& info = regions_[r];
+    if (!info.allocated) continue;
+    os << region_name(static_cast<Region>(r)) << " offset " << info.offset << " count " << info.count
+       << " used " << info.used << "\n";
+  }
+  os << "arena " << arena_bytes_ << " bytes\n";
+  return os.str();
+}
+
+}  // namespace renaissance

@@ -1,0 +1,185 @@
+// Task: the user-facing executor. Owns the plan, the compiled step and the backend, and keeps
+// the scalar regions in sync with the configured hyperparameters.
+#include "renaissance/task.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "renaissance/error.h"
+#include "renaissance/scalars.h"
+
+namespace renaissance {
+
+Task::Task(std::vector<ParamSpec> params, TaskOptions options)
+    : params_(std::move(params)), options_(options) {
+  validate_param_specs(params_);
+}
+
+Task::~Task() = default;
+
+Task& Task::optimizer(const OptimizerConfig& config) {
+  config.validate();
+  if (compiled() && (config.kind != config_.kind || config.weight_decay_mode != config_.weight_decay_mode)) {
+    throw_invalid(std::string("cannot change the optimizer from ") + optimizer_kind_name(config_.kind) +
+                  " to " + optimizer_kind_name(config.kind) + " after compile()");
+  }
+  config_ = config;
+  have_optimizer_ = true;
+  lr_ = config.lr;
+  if (compiled()) write_hyperparameters();
+  return *this;
+}
+
+void Task::compile() {
+  if (!have_optimizer_) throw_invalid("compile(): no optimizer configured; call optimizer() first");
+  plan_ = MemoryPlan(params_, plan_config_from_optimizer(config_.kind));
+  step_ = compile_step(plan_, config_, options_.check_finite);
+  backend_.reset();
+  std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
+  backend->allocate_arena(plan_.arena_bytes());
+  if (plan_.config().has_n) {
+    const auto& tiles = plan_.lars_tiles();
+    const auto& tensors = plan_.lars_tensors();
+    if (!tiles.empty()) {
+      backend->upload(plan_.region(T_LARS_TILES).offset, tiles.data(), tiles.size() * sizeof(LarsTile));
+    }
+    if (!tensors.empty()) {
+      backend->upload(plan_.region(T_LARS_TENSORS).offset, tensors.data(),
+                      tensors.size() * sizeof(LarsTensor));
+    }
+  }
+  backend_ = std::move(backend);
+  write_hyperparameters();
+  backend_->prepare(step_);
+}
+
+void Task::require_compiled(const char* what) const {
+  if (!compiled()) throw_invalid(std::string(what) + ": the task is not compiled; call compile() first");
+}
+
+void Task::write_hyperparameters() {
+  // Derived scalars are formed in double from the configured values and rounded once.
+  float f32[kNumScalarF32] = {};
+  f32[kLr] = static_cast<float>(lr_);
+  f32[kWeightDecay] = static_cast<float>(config_.weight_decay);
+  f32[kDecayFactor] = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+  f32[kMomentum] = static_cast<float>(config_.momentum);
+  f32[kBeta1] = static_cast<float>(config_.beta1);
+  f32[kBeta2] = static_cast<float>(config_.beta2);
+  f32[kOneMinusBeta1] = static_cast<float>(1.0 - config_.beta1);
+  f32[kOneMinusBeta2] = static_cast<float>(1.0 - config_.beta2);
+  f32[kEps] = static_cast<float>(config_.eps);
+  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
+  // Bias corrections are owned by the device (ADVANCE_STEP); leave them alone.
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset, f32, kBiasCorrection1 * sizeof(float));
+  double f64[kNumScalarF64] = {};
+  f64[kBeta1D] = config_.beta1;
+  f64[kBeta2D] = config_.beta2;
+  f64[kWeightDecayD] = config_.weight_decay;
+  f64[kEpsD] = config_.eps;
+  f64[kTrustCoefficientD] = config_.trust_coefficient;
+  backend_->upload(plan_.region(S_SCALAR_FP64).offset, f64, sizeof(f64));
+}
+
+void Task::write_f32_slot(int slot, float value) {
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset + slot * sizeof(float), &value, sizeof(float));
+}
+
+int32_t Task::read_i32_slot(int slot) {
+  require_compiled("reading the step state");
+  int32_t value = 0;
+  backend_->download(plan_.region(S_SCALAR_INT32).offset + slot * sizeof(int32_t), &value, sizeof(value));
+  return value;
+}
+
+void Task::set_lr(double lr) {
+  check_lr(lr);
+  lr_ = lr;
+  if (!compiled()) return;
+  // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
+  static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_lr writes slots 0..2 at once");
+  const float f32[3] = {static_cast<float>(lr_), static_cast<float>(config_.weight_decay),
+                        static_cast<float>(1.0 - lr_ * config_.weight_decay)};
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset, f32, sizeof(f32));
+}
+
+void Task::set_loss_scale(double scale) {
+  check_loss_scale(scale);
+  loss_scale_ = scale;
+  if (compiled()) write_f32_slot(kInvLossScale, static_cast<float>(1.0 / scale));
+}
+
+size_t Task::find(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return i;
+  }
+  throw_invalid("no parameter named '" + name + "'");
+}
+
+float* Task::weight(size_t id) {
+  require_compiled("weight()");
+  return reinterpret_cast<float*>(static_cast<char*>(backend_->arena()) + plan_.tensor_offset(Family::kW, id));
+}
+
+float* Task::grad(size_t id) {
+  require_compiled("grad()");
+  return reinterpret_cast<float*>(static_cast<char*>(backend_->arena()) + plan_.tensor_offset(Family::kG, id));
+}
+
+void Task::write(Family family, size_t id, const float* src) {
+  require_compiled("write()");
+  if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
+  const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
+  if (count == 0) return;
+  backend_->upload(plan_.tensor_offset(family, id), src, count * sizeof(float));
+}
+
+void Task::read(Family family, size_t id, float* dst) {
+  require_compiled("read()");
+  if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
+  const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
+  if (count == 0) return;
+  backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
+}
+
+void Task::step() {
+  require_compiled("step()");
+  backend_->execute(step_);
+}
+
+int64_t Task::step_count() { return read_i32_slot(kStep); }
+int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
+bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }
+
+Backend& Task::backend() {
+  require_compiled("backend()");
+  return *backend_;
+}
+
+std::string Task::fingerprint() {
+  require_compiled("fingerprint()");
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<float> buffer;
+  for (Family family : {Family::kW, Family::kM, Family::kV}) {
+    if (!plan_.has_family(family)) continue;
+    for (size_t id = 0; id < params_.size(); ++id) {
+      buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
+      read(family, id, buffer.data());
+      XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
+    }
+  }
+  const int64_t t = step_count();
+  XXH3_64bits_update(state, &t, sizeof(t));
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016" PRIx64, hash);
+  return text;
+}
+
+}  // namespace renaissance
