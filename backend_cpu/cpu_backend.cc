@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "renaissance/error.h"
+#include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/plan.h"
 
 namespace renaissance {
@@ -93,6 +94,19 @@ class CpuBackend final : public Backend {
   }
 
   void synchronize() override {}
+
+  void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
+                                float amplitude) override {
+    for (const GradientTarget& t : targets) {
+      check_range(t.offset, t.count * sizeof(float));
+      float* g = reinterpret_cast<float*>(arena_ + t.offset);
+      const int64_t n = static_cast<int64_t>(t.count);
+#pragma omp parallel for schedule(static) num_threads(threads_) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        g[i] = math::synthetic_gradient(seed, step, t.tensor, static_cast<uint64_t>(i), amplitude);
+      }
+    }
+  }
 
  private:
   void check_range(uint64_t offset, uint64_t bytes) const {

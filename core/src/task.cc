@@ -146,6 +146,17 @@ void Task::read(Family family, size_t id, float* dst) {
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
 }
 
+void Task::synthesize_gradients(uint64_t seed, uint64_t step, float amplitude) {
+  require_compiled("synthesize_gradients()");
+  std::vector<GradientTarget> targets;
+  targets.reserve(params_.size());
+  for (size_t id = 0; id < params_.size(); ++id) {
+    const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
+    if (count > 0) targets.push_back({plan_.tensor_offset(Family::kG, id), count, id});
+  }
+  backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
+}
+
 void Task::step() {
   require_compiled("step()");
   backend_->execute(step_);

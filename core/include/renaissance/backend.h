@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "renaissance/graph.h"
 
@@ -20,6 +21,13 @@ struct BackendOptions {
   int cuda_block = 0;
   int cuda_grid = 0;
   bool cuda_graph = true;  // capture the step into one CUDA graph
+};
+
+// One G tensor to fill: `count` floats at byte `offset` of the arena, tensor number `tensor`.
+struct GradientTarget {
+  uint64_t offset = 0;
+  uint64_t count = 0;
+  uint64_t tensor = 0;
 };
 
 class Backend {
@@ -43,6 +51,11 @@ class Backend {
   // Runs one whole step. Asynchronous on CUDA; download() synchronizes.
   virtual void execute(const CompiledStep& step) = 0;
   virtual void synchronize() = 0;
+
+  // Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into each listed G tensor,
+  // on the backend's own memory (no host copy). Used by `renaissance run` and the benchmarks.
+  virtual void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed,
+                                        uint64_t step, float amplitude) = 0;
 };
 
 bool backend_available(BackendKind kind);

@@ -60,6 +60,10 @@ class Task {
   void set_grad(size_t id, const float* src) { write(Family::kG, id, src); }
   void get_weight(size_t id, float* dst) { read(Family::kW, id, dst); }
 
+  // Fills every G tensor with math::synthetic_gradient(seed, step, id, i, amplitude), on the
+  // backend (no host copy). Padding stays zero.
+  void synthesize_gradients(uint64_t seed, uint64_t step, float amplitude);
+
   void set_lr(double lr);
   void set_loss_scale(double scale);
   double lr() const { return lr_; }

@@ -1,0 +1,63 @@
+// Helpers shared by the unit tests: which backends to run, bit-pattern comparison, shared data.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "renaissance/backend.h"
+
+namespace renaissance {
+namespace testing_util {
+
+// Every backend this build has; tests instantiate over these and skip CUDA without a device.
+inline std::vector<BackendKind> backends_under_test() {
+#if RENAISSANCE_WITH_CUDA
+  return {BackendKind::kCpu, BackendKind::kCuda};
+#else
+  return {BackendKind::kCpu};
+#endif
+}
+
+inline std::string backend_param_name(const ::testing::TestParamInfo<BackendKind>& info) {
+  return backend_kind_name(info.param);
+}
+
+// Skips the current test (with the reason) when `kind` cannot run on this machine.
+#define RN_SKIP_IF_UNAVAILABLE(kind)                                                        \
+  do {                                                                                      \
+    if (!::renaissance::backend_available(kind)) {                                          \
+      GTEST_SKIP() << "backend " << ::renaissance::backend_kind_name(kind)                  \
+                   << " is not available on this machine (no CUDA device or no CUDA build)"; \
+    }                                                                                       \
+  } while (0)
+
+inline uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+// Compares bit patterns (NaN payloads and signed zeros included); reports the first mismatch.
+inline ::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  }
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (float_bits(a[i]) != float_bits(b[i])) {
+      if (mismatches++ == 0) first = i;
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatches << " of " << a.size() << " elements differ; first at " << first
+                                       << ": " << a[first] << " vs " << b[first];
+}
+
+inline std::string shared_dir() { return RENAISSANCE_SHARED_DIR; }
+
+}  // namespace testing_util
+}  // namespace renaissance
