@@ -5,9 +5,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "renaissance/error.h"
 #include "renaissance/math/synthetic_gradient.h"
@@ -94,6 +97,27 @@ class CpuBackend final : public Backend {
   }
 
   void synchronize() override {}
+
+  double copy_bandwidth_gbps(uint64_t bytes) override {
+    // A parallel memcpy over two buffers the size of a step's traffic; median of 5 runs.
+    // (It pays for write-allocate, which an in-place update does not: see bench/ for the
+    // same-traffic kernel that is the fair CPU floor.)
+    const uint64_t n = std::max<uint64_t>(bytes / sizeof(float), 1 << 20);
+    std::vector<float> src(n, 1.0f), dst(n, 0.0f);
+    std::vector<double> seconds;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      const int64_t chunks = static_cast<int64_t>((n + kChunkElements - 1) / kChunkElements);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const uint64_t b = static_cast<uint64_t>(c) * kChunkElements;
+        std::memcpy(dst.data() + b, src.data() + b, (std::min(n, b + kChunkElements) - b) * sizeof(float));
+      }
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    return 2.0 * static_cast<double>(n * sizeof(float)) / seconds[seconds.size() / 2] / 1e9;
+  }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {

@@ -56,6 +56,10 @@ class Backend {
   // on the backend's own memory (no host copy). Used by `renaissance run` and the benchmarks.
   virtual void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed,
                                         uint64_t step, float amplitude) = 0;
+
+  // Measures this backend's memory copy bandwidth in GB/s (bytes read + bytes written, per
+  // second) over a buffer of `bytes`: the floor that a memory-bound step is compared with.
+  virtual double copy_bandwidth_gbps(uint64_t bytes) = 0;
 };
 
 bool backend_available(BackendKind kind);

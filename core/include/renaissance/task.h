@@ -78,6 +78,12 @@ class Task {
   // every machine and backend for the same run. 16 hex digits.
   std::string fingerprint();
 
+  // Checkpoints (core/src/checkpoint.cc): save writes a temporary file in the same folder,
+  // fsyncs it and renames it over `path`; load validates everything before touching state, so a
+  // failed load leaves the task bit-for-bit as it was. Both throw Error on failure.
+  void save(const std::string& path);
+  void load(const std::string& path);
+
   const MemoryPlan& plan() const { return plan_; }
   const CompiledStep& compiled_step() const { return step_; }
   const OptimizerConfig& config() const { return config_; }
