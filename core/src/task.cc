@@ -162,6 +162,12 @@ void Task::step() {
   backend_->execute(step_);
 }
 
+std::vector<double> Task::timed_steps(int count) {
+  require_compiled("timed_steps()");
+  if (count < 0) throw_invalid("timed_steps: count must be >= 0, got " + std::to_string(count));
+  return backend_->timed_steps(step_, count);
+}
+
 int64_t Task::step_count() { return read_i32_slot(kStep); }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }

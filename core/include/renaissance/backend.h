@@ -2,6 +2,7 @@
 // of a compiled step. Backends keep their own dispatch tables (indexed by RangeOp/ComputeOp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,6 +61,26 @@ class Backend {
   // Measures this backend's memory copy bandwidth in GB/s (bytes read + bytes written, per
   // second) over a buffer of `bytes`: the floor that a memory-bound step is compared with.
   virtual double copy_bandwidth_gbps(uint64_t bytes) = 0;
+
+  // Runs `count` steps and returns each one's time in milliseconds, measured where the work
+  // runs. The default brackets each step with a host clock and synchronize(); the CUDA backend
+  // overrides it with CUDA events around each graph launch.
+  virtual std::vector<double> timed_steps(const CompiledStep& step, int count) {
+    std::vector<double> ms;
+    ms.reserve(static_cast<size_t>(count));
+    synchronize();
+    for (int i = 0; i < count; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      execute(step);
+      synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    return ms;
+  }
+
+  // Kernel launches (graph nodes) one step costs on this backend, or -1 where that is not a
+  // meaningful figure (the CPU backend runs ops, not launches).
+  virtual int launches_per_step() const { return -1; }
 };
 
 bool backend_available(BackendKind kind);
