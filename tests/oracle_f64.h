@@ -1,0 +1,171 @@
+// An independent float64 reference of every optimizer kind, written with Eigen straight from
+// DESIGN.md §3 (and deliberately not from core/.../math/update_rules.inc, so that a misreading
+// of the design in the library is not copied here). The tests compare the library's float32
+// results with it by relative L2 per tensor.
+//
+// Inputs are what the library sees: float32 initial weights and float32 gradients as the
+// backward pass stored them (multiplied by the loss scale). Everything after that is double:
+// the unscale ĝ = g / scale, the hyperparameters exactly as configured (0.999 is the double
+// 0.999, not 0.99900001f), the norms and every update.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+#include "renaissance/region.h"
+
+namespace renaissance {
+namespace oracle {
+
+// The state of one tensor. `trust` is the LARS trust ratio η of the last applied step
+// (weight-group tensors of the LARS kinds only; 0 before the first step).
+struct TensorState {
+  Eigen::ArrayXd w, m, v;
+  double trust = 0.0;
+};
+
+class OracleF64 {
+ public:
+  OracleF64(const OptimizerConfig& config, const std::vector<ParamSpec>& params,
+            const std::vector<std::vector<float>>& initial_weights)
+      : c_(config) {
+    if (initial_weights.size() != params.size()) throw std::invalid_argument("oracle: one weight vector per param");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Eigen::Index n = static_cast<Eigen::Index>(params[i].numel());
+      if (static_cast<Eigen::Index>(initial_weights[i].size()) != n) {
+        throw std::invalid_argument("oracle: weight vector of " + params[i].name + " has the wrong size");
+      }
+      TensorState s;
+      s.w = Eigen::Map<const Eigen::ArrayXf>(initial_weights[i].data(), n).cast<double>();
+      s.m = Eigen::ArrayXd::Zero(n);
+      s.v = Eigen::ArrayXd::Zero(n);
+      tensors_.push_back(std::move(s));
+      weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+    }
+  }
+
+  // One optimizer step with the given learning rate and loss scale. Returns false, and changes
+  // nothing (not even t), when any gradient element of any tensor is NaN or ±Inf.
+  bool step(const std::vector<std::vector<float>>& grads, double lr, double loss_scale) {
+    if (grads.size() != tensors_.size()) throw std::invalid_argument("oracle: one gradient vector per param");
+    for (const auto& g : grads) {
+      for (float x : g) {
+        if (!std::isfinite(x)) return false;
+      }
+    }
+    ++t_;  // t counts applied steps only
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const Eigen::Index n = tensors_[i].w.size();
+      if (static_cast<Eigen::Index>(grads[i].size()) != n) throw std::invalid_argument("oracle: gradient size");
+      const Eigen::ArrayXd g_hat = Eigen::Map<const Eigen::ArrayXf>(grads[i].data(), n).cast<double>() / loss_scale;
+      update(tensors_[i], g_hat, lr, weight_group_[i]);
+    }
+    return true;
+  }
+
+  int64_t t() const { return t_; }
+  size_t size() const { return tensors_.size(); }
+  const TensorState& tensor(size_t id) const { return tensors_.at(id); }
+  bool is_weight_group(size_t id) const { return weight_group_.at(id); }
+
+ private:
+  void update(TensorState& s, const Eigen::ArrayXd& g_hat, double lr, bool weight_group) {
+    // The bias-like group is never weight-decayed (and never LARS-adapted).
+    const double wd = weight_group ? c_.weight_decay : 0.0;
+    const bool l2 = c_.weight_decay_mode == WeightDecayMode::kL2;
+    switch (c_.kind) {
+      case OptimizerKind::kSgd:
+        if (l2) {
+          s.w = s.w - lr * (g_hat + wd * s.w);
+        } else {
+          s.w = s.w * (1.0 - lr * wd) - lr * g_hat;
+        }
+        break;
+      case OptimizerKind::kSgdMomentum:
+        sgd_momentum(s, g_hat, lr, wd, l2, /*nesterov=*/false);
+        break;
+      case OptimizerKind::kSgdNesterov:
+        sgd_momentum(s, g_hat, lr, wd, l2, /*nesterov=*/true);
+        break;
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW: {
+        const bool decoupled = c_.kind == OptimizerKind::kAdamW;
+        Eigen::ArrayXd g = g_hat;
+        if (decoupled) {
+          s.w = s.w * (1.0 - lr * wd);
+        } else {
+          g = g_hat + wd * s.w;  // Adam: L2 folded into the gradient
+        }
+        s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g;
+        s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g.square();
+        const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_)));
+        const double bc2 = 1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_)));
+        s.w = s.w - lr * (s.m * bc1) / ((s.v * bc2).sqrt() + c_.eps);
+        break;
+      }
+      case OptimizerKind::kLars:
+      case OptimizerKind::kLarsNesterov: {
+        const bool nesterov = c_.kind == OptimizerKind::kLarsNesterov;
+        if (!weight_group) {
+          // Bias-like group of LARS: plain momentum SGD (Nesterov for lars_nesterov), wd = 0.
+          sgd_momentum(s, g_hat, lr, 0.0, /*l2=*/false, nesterov);
+          break;
+        }
+        const double w_norm = std::sqrt(s.w.square().sum());
+        const double g_norm = std::sqrt(g_hat.square().sum());
+        double eta = 1.0;
+        if (w_norm >= 1e-12 && g_norm >= 1e-12) {
+          eta = c_.trust_coefficient * w_norm / (g_norm + wd * w_norm + c_.eps);
+        }
+        eta = std::min(eta, 100.0);
+        s.trust = eta;
+        const Eigen::ArrayXd p = g_hat + wd * s.w;
+        s.m = c_.momentum * s.m + lr * eta * p;
+        if (nesterov) {
+          s.w = s.w - (c_.momentum * s.m + lr * eta * p);
+        } else {
+          s.w = s.w - s.m;
+        }
+        break;
+      }
+    }
+  }
+
+  // sgd_momentum / sgd_nesterov in either weight-decay mode (also LARS's bias-like group).
+  void sgd_momentum(TensorState& s, const Eigen::ArrayXd& g_hat, double lr, double wd, bool l2, bool nesterov) {
+    const double beta = c_.momentum;
+    const Eigen::ArrayXd g = l2 ? Eigen::ArrayXd(g_hat + wd * s.w) : g_hat;
+    s.m = beta * s.m + g;
+    const Eigen::ArrayXd direction = nesterov ? Eigen::ArrayXd(beta * s.m + g) : s.m;
+    if (l2) {
+      s.w = s.w - lr * direction;
+    } else {
+      s.w = s.w * (1.0 - lr * wd) - lr * direction;
+    }
+  }
+
+  OptimizerConfig c_;
+  std::vector<TensorState> tensors_;
+  std::vector<bool> weight_group_;
+  int64_t t_ = 0;
+};
+
+// ‖a - ref‖ / ‖ref‖ over one tensor, in double; the absolute ‖a - ref‖ when ref is all zero
+// (an empty tensor gives 0). NaN in `a` gives NaN, which fails any `<=` bound.
+inline double relative_l2(const std::vector<float>& a, const Eigen::ArrayXd& ref) {
+  if (static_cast<Eigen::Index>(a.size()) != ref.size()) return INFINITY;
+  const Eigen::ArrayXd x = Eigen::Map<const Eigen::ArrayXf>(a.data(), ref.size()).cast<double>();
+  const double diff = std::sqrt((x - ref).square().sum());
+  const double norm = std::sqrt(ref.square().sum());
+  return norm > 0.0 ? diff / norm : diff;
+}
+
+}  // namespace oracle
+}  // namespace renaissance
