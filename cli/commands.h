@@ -1,0 +1,108 @@
+// The subcommands of the `renaissance` tool and what they share: option structs filled by CLI11
+// in main.cc, the exit codes, and the synthetic run that `run` and `audit` both use.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "renaissance/backend.h"
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+
+namespace renaissance {
+namespace cli {
+
+// Exit codes: the contract scripts rely on.
+constexpr int kExitOk = 0;
+constexpr int kExitComparisonFailed = 1;  // replay above tolerance, audit disagreement
+constexpr int kExitBadInput = 2;          // bad option, file or case
+constexpr int kExitRuntime = 3;           // a backend or system failure while running
+
+// Options of `renaissance run`; "given" flags say which hyperparameters the user set.
+struct RunOptions {
+  std::string model = "resnet50";
+  std::string optimizer = "adamw";
+  double lr = 0, weight_decay = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, trust_coefficient = 0;
+  bool lr_given = false, weight_decay_given = false, momentum_given = false, beta1_given = false,
+       beta2_given = false, eps_given = false, trust_coefficient_given = false;
+  std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
+  int steps = 20;
+  std::string backend = "auto";
+  int threads = 0;
+  std::string schedule = "constant";
+  int warmup = 0;
+  double loss_scale = 1.0;
+  std::vector<int64_t> nan_at;
+  uint64_t seed = 0;
+  bool no_check_finite = false;
+  bool json = false;
+};
+
+struct ReplayOptions {
+  std::string case_dir;
+  std::string backend = "cpu";
+  std::string out;
+  double tolerance = 1e-6;
+  int threads = 0;
+};
+
+struct AuditOptions {
+  int steps = 8;
+  bool json = false;
+};
+
+int cmd_run(const RunOptions& options);
+int cmd_replay(const ReplayOptions& options);
+int cmd_audit(const AuditOptions& options);
+int cmd_layouts(bool json);
+
+// ---- shared by run and audit ----
+
+enum class Schedule { kConstant, kCosine, kStep };
+
+// A run on synthetic, counter-based gradients: every input is a pure function of the spec, so
+// the fingerprint is the same on every machine and backend.
+struct SyntheticRun {
+  std::vector<ParamSpec> params;
+  OptimizerConfig config;
+  int steps = 20;
+  BackendKind backend = BackendKind::kAuto;
+  int threads = 0;
+  Schedule schedule = Schedule::kConstant;
+  int warmup = 0;
+  double loss_scale = 1.0;
+  std::vector<int64_t> nan_at;  // 0-based steps whose gradients get one NaN
+  uint64_t seed = 0;
+  bool check_finite = true;
+  bool measure_copy_bandwidth = true;
+  // Called after each step with (steps done, that step's ms); may be empty.
+  std::function<void(int, double)> on_step;
+};
+
+struct SyntheticResult {
+  BackendKind backend = BackendKind::kCpu;
+  std::string backend_description;
+  int threads = 0;
+  std::vector<double> step_ms;
+  int64_t steps_applied = 0;
+  int64_t steps_skipped = 0;
+  double copy_gb_per_s = 0.0;
+  std::string fingerprint;
+};
+
+// The learning rate of step t (0-based) under a schedule with linear warm-up.
+double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
+// Ideal bytes moved per parameter per step (DESIGN.md §5).
+int bytes_per_param(OptimizerKind kind);
+// The kind's default hyperparameters as the CLI offers them (momentum kinds get momentum 0.9).
+OptimizerConfig cli_default_config(OptimizerKind kind);
+SyntheticResult run_synthetic(const SyntheticRun& run);
+
+// Parses a --backend value; throws Error(kInvalidArgument) naming the option, and says so when
+// CUDA was asked for but cannot run here.
+BackendKind backend_from_option(const std::string& text);
+
+}  // namespace cli
+}  // namespace renaissance

@@ -1,0 +1,139 @@
+// The `renaissance` command line tool: argument parsing (CLI11) and the mapping of every failure
+// to one line on stderr and an exit code (0 ok, 1 comparison failed, 2 bad input or usage,
+// 3 backend or system failure). The subcommands live in cmd_*.cc.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cli/commands.h"
+#include "renaissance/error.h"
+
+namespace {
+
+using namespace renaissance;
+using namespace renaissance::cli;
+
+// One line, whatever the message holds.
+std::string one_line(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "renaissance: error: %s\n", one_line(message).c_str());
+  return code;
+}
+
+// A double option that records whether it was given (defaults belong to the optimizer kind).
+void add_hyper(CLI::App* app, const std::string& flag, double* value, bool* given, const std::string& help) {
+  app->add_option_function<double>(flag, [value, given](const double& v) { *value = v; *given = true; }, help)
+      ->type_name("X");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "renaissance: fused deep-learning optimizers with bit-identical CPU and CUDA backends.\n"
+      "Runs an optimizer over a model layout, replays recorded cases against a float64 reference,\n"
+      "and audits that every backend produces the same bits.",
+      "renaissance"};
+  app.require_subcommand(1);
+  // Like most Unix tools, a repeated option takes its last value (scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.footer(
+      "Examples:\n"
+      "  renaissance run                                   resnet50, AdamW, best backend\n"
+      "  renaissance run --model bert_base --optimizer lars --steps 50 --json\n"
+      "  renaissance replay ../shared/replay-cases/adamw_small_cnn --out result.safetensors\n"
+      "  renaissance audit\n"
+      "Exit codes: 0 ok, 1 comparison failed, 2 bad input or usage, 3 backend or system failure.");
+
+  // ---- run ----
+  RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "Run an optimizer over a model layout on synthetic gradients; report speed and a fingerprint");
+  run_cmd->add_option("--model", run.model, "Built-in layout name (see `renaissance layouts`) or a layout JSON file")
+      ->capture_default_str()->type_name("NAME|FILE");
+  run_cmd->add_option("--optimizer", run.optimizer,
+                      "sgd, sgd_momentum, sgd_nesterov, adam, adamw, lars or lars_nesterov")
+      ->capture_default_str()->type_name("KIND");
+  add_hyper(run_cmd, "--lr", &run.lr, &run.lr_given, "Base learning rate (default: the kind's)");
+  add_hyper(run_cmd, "--weight-decay", &run.weight_decay, &run.weight_decay_given, "Weight decay of the weight group");
+  add_hyper(run_cmd, "--momentum", &run.momentum, &run.momentum_given, "Momentum (SGD momentum kinds, LARS)");
+  add_hyper(run_cmd, "--beta1", &run.beta1, &run.beta1_given, "Adam beta1");
+  add_hyper(run_cmd, "--beta2", &run.beta2, &run.beta2_given, "Adam beta2");
+  add_hyper(run_cmd, "--eps", &run.eps, &run.eps_given, "Adam / LARS epsilon");
+  add_hyper(run_cmd, "--trust-coefficient", &run.trust_coefficient, &run.trust_coefficient_given, "LARS trust coefficient");
+  run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
+      ->type_name("MODE");
+  run_cmd->add_option("--steps", run.steps, "Optimizer steps to run")->capture_default_str()->type_name("N");
+  run_cmd->add_option("--backend", run.backend, "cpu, cuda or auto (CUDA when a device is present)")
+      ->capture_default_str()->type_name("NAME");
+  run_cmd->add_option("--threads", run.threads, "CPU threads (0: all cores)")->capture_default_str()->type_name("N");
+  run_cmd->add_option("--schedule", run.schedule, "Learning-rate schedule: constant, cosine or step (x0.1 per third)")
+      ->capture_default_str()->type_name("NAME");
+  run_cmd->add_option("--warmup", run.warmup, "Linear warm-up steps before the schedule")->capture_default_str()->type_name("N");
+  run_cmd->add_option("--loss-scale", run.loss_scale, "AMP loss scale the synthetic gradients carry")
+      ->capture_default_str()->type_name("S");
+  run_cmd->add_option("--nan-at", run.nan_at, "Steps (0-based, comma-separated) whose gradients get a NaN")
+      ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("T1,T2,...");
+  run_cmd->add_option("--seed", run.seed, "Seed of the synthetic weights and gradients")->capture_default_str()->type_name("S");
+  run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
+  run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
+
+  // ---- replay ----
+  ReplayOptions replay;
+  CLI::App* replay_cmd = app.add_subcommand(
+      "replay", "Re-run a recorded case (../shared/replay-format.md) and compare with its float64 reference");
+  replay_cmd->add_option("case_dir", replay.case_dir, "Case folder: case.json, init/grads[/expected].safetensors")
+      ->required()->type_name("CASE_DIR");
+  replay_cmd->add_option("--backend", replay.backend, "cpu, cuda or auto")->capture_default_str()->type_name("NAME");
+  replay_cmd->add_option("--threads", replay.threads, "CPU threads (0: all cores)")->capture_default_str()->type_name("N");
+  replay_cmd->add_option("--out", replay.out, "Write final weights, m/NAME and v/NAME here (F32 safetensors, atomically)")
+      ->type_name("FILE");
+  replay_cmd->add_option("--tolerance", replay.tolerance, "Largest relative L2 error per tensor that passes")
+      ->capture_default_str()->type_name("X");
+
+  // ---- audit ----
+  AuditOptions audit;
+  CLI::App* audit_cmd = app.add_subcommand(
+      "audit", "Run every optimizer kind on every available backend; print fingerprints and whether they agree");
+  audit_cmd->add_option("--steps", audit.steps, "Steps per run")->capture_default_str()->type_name("N");
+  audit_cmd->add_flag("--json", audit.json, "Print the table as one JSON object");
+
+  // ---- layouts ----
+  bool layouts_json = false;
+  CLI::App* layouts_cmd = app.add_subcommand("layouts", "List the built-in model layouts");
+  layouts_cmd->add_flag("--json", layouts_json, "Print the list as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return fail(std::string(e.what()) + " (see renaissance --help)", kExitBadInput);
+  }
+
+  try {
+    if (run_cmd->parsed()) return cmd_run(run);
+    if (replay_cmd->parsed()) return cmd_replay(replay);
+    if (audit_cmd->parsed()) return cmd_audit(audit);
+    if (layouts_cmd->parsed()) return cmd_layouts(layouts_json);
+  } catch (const Error& e) {
+    return fail(e.what(), e.kind() == ErrorKind::kBackend ? kExitRuntime : kExitBadInput);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory", kExitRuntime);
+  } catch (const std::exception& e) {
+    return fail(e.what(), kExitRuntime);
+  }
+  return fail("no subcommand (see renaissance --help)", kExitBadInput);
+}

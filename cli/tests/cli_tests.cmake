@@ -1,0 +1,106 @@
+# End-to-end ctest entries for the `renaissance` tool: every subcommand, the exit-code and
+# one-line-error contract, the fingerprint contract, and the shared replay checkers.
+# The top-level file enables testing only after adding cli/, so enable it here too.
+enable_testing()
+set(RN_CLI $<TARGET_FILE:renaissance_cli>)
+set(RN_EXPECT ${CMAKE_COMMAND} -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --)
+set(RN_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared)
+set(RN_TINY ${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json)
+set(RN_CASE ${RN_SHARED_DIR}/replay-cases/adamw_small_cnn)
+set(RN_TEST_OUT ${CMAKE_CURRENT_BINARY_DIR}/test-out)
+file(MAKE_DIRECTORY ${RN_TEST_OUT})
+
+macro(rn_cli_test name rc)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DRC=${rc} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 120)
+endmacro()
+
+# Help of the tool and of each subcommand.
+foreach(sub "" run replay audit layouts)
+  string(REPLACE ";" "" tag "cli_help_${sub}")
+  rn_cli_test(${tag} 0 "-DMATCH=Usage:" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} ${sub} --help)
+endforeach()
+
+# layouts: the five embedded layouts with their counts (DESIGN.md §5).
+rn_cli_test(cli_layouts 0 "-DMATCH=resnet50 +161 +25557032" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} layouts)
+
+# run: the default model and optimizer (short), a layout file, --json, every kind.
+rn_cli_test(cli_run_resnet50 0 "-DMATCH=fingerprint +[0-9a-f]+"
+            -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --steps 2)
+rn_cli_test(cli_run_json 0 "-DMATCH=\"fingerprint\":\"[0-9a-f]+\""
+            -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --model ${RN_TINY} --steps 5 --nan-at 2 --json)
+foreach(kind sgd sgd_momentum sgd_nesterov adam adamw lars lars_nesterov)
+  rn_cli_test(cli_run_${kind} 0 "-DMATCH=applied"
+              -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --model ${RN_TINY} --optimizer ${kind}
+              --steps 6 --schedule cosine --warmup 2 --loss-scale 256 --nan-at 1)
+endforeach()
+add_test(NAME cli_run_fingerprints
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
+set_tests_properties(cli_run_fingerprints PROPERTIES LABELS cli TIMEOUT 120)
+
+# audit: every kind, every available backend, all agree.
+rn_cli_test(cli_audit 0 "-DMATCH=all backends agree" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} audit --steps 4)
+
+# replay: a passing case with --out, and a tolerance no float32 run meets (exit 1, still writes).
+rn_cli_test(cli_replay 0 "-DMATCH=PASS" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+            ${RN_CLI} replay ${RN_CASE} --backend cpu --out ${RN_TEST_OUT}/replay.safetensors)
+rn_cli_test(cli_replay_above_tolerance 1 "-DMATCH=ABOVE TOLERANCE" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+            ${RN_CLI} replay ${RN_CASE} --tolerance 1e-12)
+
+# Usage and input errors: exit 2, one line on stderr naming the option or file, no output file.
+set(rn_bad_usage
+    "no_subcommand|subcommand"
+    "run_unknown_option|--bogus|run^--bogus"
+    "run_bad_steps|--steps|run^--steps^abc"
+    "run_zero_steps|--steps 0|run^--steps^0"
+    "run_unknown_kind|adamax|run^--optimizer^adamax"
+    "run_negative_lr|lr|run^--lr=-1"
+    "run_beta1_one|beta1|run^--beta1^1"
+    "run_unknown_model|nosuch|run^--model^nosuch"
+    "run_missing_layout_file|nosuch.json|run^--model^/nonexistent/nosuch.json"
+    "run_nan_at_out_of_range|--nan-at 99|run^--steps^3^--nan-at^99"
+    "run_bad_schedule|--schedule|run^--schedule^linear"
+    "run_zero_loss_scale|loss scale|run^--loss-scale^0"
+    "replay_missing_dir|case.json|replay^/nonexistent/case"
+    "replay_bad_out_folder|--out|replay^${RN_CASE}^--out^/nonexistent/dir/out.safetensors")
+foreach(entry IN LISTS rn_bad_usage)
+  # Fields are separated by |, arguments by ^ (a ; would split the list itself).
+  string(REPLACE "^" "|" entry "${entry}")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 tag)
+  list(GET parts 1 words)
+  list(LENGTH parts n)
+  set(args "")
+  if(n GREATER 2)
+    list(SUBLIST parts 2 -1 args)
+  endif()
+  rn_cli_test(cli_usage_${tag} 2 "-DMATCH=${words}" -DONE_LINE_ERROR=1 -DNO_FILE=${RN_TEST_OUT}/never.safetensors
+              -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} ${args})
+endforeach()
+if(NOT RENAISSANCE_WITH_CUDA)
+  rn_cli_test(cli_usage_cuda_unavailable 2 "-DMATCH=--backend cuda" -DONE_LINE_ERROR=1
+              -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --backend cuda --steps 1)
+endif()
+
+# The shared checkers (../shared/tools) need python3 with numpy; a pyenv shim may shadow the
+# system interpreter that has it, so try both.
+set(RN_PYTHON_NUMPY "")
+find_package(Python3 COMPONENTS Interpreter QUIET)
+foreach(py IN ITEMS ${Python3_EXECUTABLE} /usr/bin/python3)
+  if(NOT RN_PYTHON_NUMPY AND EXISTS "${py}")
+    execute_process(COMMAND ${py} -c "import numpy" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+    if(rc EQUAL 0)
+      set(RN_PYTHON_NUMPY ${py})
+    endif()
+  endif()
+endforeach()
+if(RN_PYTHON_NUMPY AND EXISTS ${RN_SHARED_DIR}/tools/check_replay.py)
+  add_test(NAME cli_check_replay
+           COMMAND ${RN_PYTHON_NUMPY} ${RN_SHARED_DIR}/tools/check_replay.py ${RN_CLI} ${RN_SHARED_DIR}/replay-cases)
+  add_test(NAME cli_check_bad_inputs
+           COMMAND ${RN_PYTHON_NUMPY} ${RN_SHARED_DIR}/tools/check_bad_inputs.py ${RN_CLI} ${RN_CASE})
+  set_tests_properties(cli_check_replay cli_check_bad_inputs PROPERTIES LABELS cli TIMEOUT 300)
+else()
+  message(STATUS "renaissance CLI: python3 with numpy or ${RN_SHARED_DIR}/tools not found; "
+                 "check_replay.py and check_bad_inputs.py are not registered with ctest")
+endif()
