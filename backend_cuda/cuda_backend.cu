@@ -1,0 +1,361 @@
+// The CUDA backend class: a zero-filled device arena, host<->device copies ordered on the step
+// stream, the op dispatch tables (filled from the X-macro op lists, so every op needs a launch_*
+// function), one stream per StreamKind joined by events, and the capture of the whole step into
+// one CUDA graph at prepare(). execute() is then a single cudaGraphLaunch: nothing in a step
+// waits for the host, and lr / loss scale changes are plain copies into the scalar region that
+// the graph's kernels read through pointers, so the graph is never re-captured.
+#include "backend_cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_ops.h"
+#include "renaissance/error.h"
+#include "renaissance/plan.h"
+
+namespace renaissance {
+namespace cuda {
+
+namespace {
+
+using LaunchFn = void (*)(const CudaContext&, const GraphNode&);
+
+constexpr LaunchFn kRangeOps[kNumRangeOps] = {
+#define RN_TABLE_ENTRY(name) &launch_##name,
+    RN_RANGE_OPS(RN_TABLE_ENTRY)
+#undef RN_TABLE_ENTRY
+};
+constexpr LaunchFn kComputeOps[kNumComputeOps] = {
+#define RN_TABLE_ENTRY(name) &launch_##name,
+    RN_COMPUTE_OPS(RN_TABLE_ENTRY)
+#undef RN_TABLE_ENTRY
+};
+
+struct DeviceProbe {
+  bool available = false;
+  std::string reason;
+};
+
+// Probed once: the answer cannot change while the process runs, and a failed probe must not
+// leave a sticky error behind for later calls.
+const DeviceProbe& probe() {
+  static const DeviceProbe result = [] {
+    DeviceProbe p;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      p.reason = std::string("the CUDA runtime found no usable device: ") + cudaGetErrorName(status) + " (" +
+                 cudaGetErrorString(status) + ")";
+      return p;
+    }
+    if (count == 0) {
+      p.reason = "the CUDA runtime reports 0 devices";
+      return p;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      p.reason = "cannot read the properties of CUDA device 0";
+      return p;
+    }
+    // The build embeds sm_90 code and compute_75 PTX: older devices cannot load either.
+    if (prop.major * 10 + prop.minor < 75) {
+      p.reason = std::string("CUDA device 0 (") + prop.name + ") has compute capability " +
+                 std::to_string(prop.major) + "." + std::to_string(prop.minor) + "; 7.5 or newer is needed";
+      return p;
+    }
+    p.available = true;
+    return p;
+  }();
+  return result;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options) : options_(options) {
+    launch_.block = options.cuda_block > 0 ? options.cuda_block : kDefaultBlock;
+    launch_.grid = options.cuda_grid;
+    RN_CUDA_CHECK(cudaGetDevice(&device_));
+    cudaDeviceProp prop{};
+    RN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    std::ostringstream os;
+    os << "cuda (" << prop.name << ", sm_" << prop.major << prop.minor << ")";
+    description_ = os.str();
+    // Blocking streams (not cudaStreamNonBlocking): work a user puts on the legacy default
+    // stream, e.g. a cudaMemcpy into task.grad(i), stays ordered with the step.
+    for (auto& stream : streams_) RN_CUDA_CHECK(cudaStreamCreate(&stream));
+    RN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    for (auto& event : join_) RN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+
+  ~CudaBackend() override {
+    // No throwing here: release what exists and ignore failures (the context may be gone).
+    release_graph();
+    if (arena_ != nullptr) (void)cudaFree(arena_);
+    if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+    for (auto event : join_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+    }
+    for (auto stream : streams_) {
+      if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    }
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::string describe() const override { return description_; }
+  bool supports(RangeOp) const override { return true; }
+  bool supports(ComputeOp) const override { return true; }
+
+  void allocate_arena(uint64_t bytes) override {
+    release_graph();  // a captured graph points into the old arena
+    if (arena_ != nullptr) {
+      RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
+      RN_CUDA_CHECK(cudaFree(arena_));
+      arena_ = nullptr;
+    }
+    bytes_ = bytes;
+    const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + kRegionAlignBytes - 1) / kRegionAlignBytes * kRegionAlignBytes;
+    const cudaError_t status = cudaMalloc(reinterpret_cast<void**>(&arena_), rounded);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      arena_ = nullptr;
+      throw Error(ErrorKind::kBackend, "cuda backend: cannot allocate an arena of " + std::to_string(bytes) +
+                                           " bytes on " + description_ + ": " + cudaGetErrorString(status));
+    }
+    RN_CUDA_CHECK(cudaMemsetAsync(arena_, 0, rounded, origin()));
+    RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
+  }
+
+  void* arena() override { return arena_; }
+
+  // Ordered on the step stream after every step already launched. From pageable memory the
+  // runtime stages the source before returning, so the caller may reuse it at once and the
+  // host does not wait for the GPU (set_lr between graph replays costs no synchronization).
+  void upload(uint64_t offset, const void* src, uint64_t bytes) override {
+    check_range(offset, bytes);
+    if (bytes == 0) return;
+    RN_CUDA_CHECK(cudaMemcpyAsync(arena_ + offset, src, bytes, cudaMemcpyHostToDevice, origin()));
+  }
+
+  void download(uint64_t offset, void* dst, uint64_t bytes) override {
+    check_range(offset, bytes);
+    if (bytes == 0) return;
+    RN_CUDA_CHECK(cudaMemcpyAsync(dst, arena_ + offset, bytes, cudaMemcpyDeviceToHost, origin()));
+    RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
+  }
+
+  void prepare(const CompiledStep& step) override {
+    release_graph();
+    prepared_ = &step;
+    prepared_nodes_ = step.node_count();
+    if (!options_.cuda_graph) return;
+    RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(step);
+    } catch (...) {
+      // End the broken capture so the stream is usable again, then report the first error.
+      cudaGraph_t broken = nullptr;
+      if (cudaStreamEndCapture(origin(), &broken) == cudaSuccess && broken != nullptr) (void)cudaGraphDestroy(broken);
+      (void)cudaGetLastError();
+      prepared_ = nullptr;
+      throw;
+    }
+    RN_CUDA_CHECK(cudaStreamEndCapture(origin(), &graph_));
+    RN_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+    RN_CUDA_CHECK(cudaGraphUpload(graph_exec_, origin()));
+    size_t nodes = 0;
+    RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
+    graph_nodes_ = static_cast<int>(nodes);
+  }
+
+  void execute(const CompiledStep& step) override {
+    if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
+      RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
+    } else {
+      enqueue(step);
+    }
+  }
+
+  void synchronize() override { RN_CUDA_CHECK(cudaStreamSynchronize(origin())); }
+
+  // CUDA events around each step on the step stream (Backend's default uses a host clock).
+  // Not marked override so that this file also builds against a backend.h without the hook.
+  std::vector<double> timed_steps(const CompiledStep& step, int count) {
+    std::vector<cudaEvent_t> events(2 * static_cast<size_t>(std::max(count, 0)), nullptr);
+    std::vector<double> ms;
+    try {
+      for (auto& e : events) RN_CUDA_CHECK(cudaEventCreate(&e));
+      for (int i = 0; i < count; ++i) {
+        RN_CUDA_CHECK(cudaEventRecord(events[2 * i], origin()));
+        execute(step);
+        RN_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], origin()));
+      }
+      RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
+      for (int i = 0; i < count; ++i) {
+        float t = 0.0f;
+        RN_CUDA_CHECK(cudaEventElapsedTime(&t, events[2 * i], events[2 * i + 1]));
+        ms.push_back(t);
+      }
+    } catch (...) {
+      for (auto e : events) {
+        if (e != nullptr) (void)cudaEventDestroy(e);
+      }
+      throw;
+    }
+    for (auto e : events) RN_CUDA_CHECK(cudaEventDestroy(e));
+    return ms;
+  }
+
+  // Nodes of the captured graph (kernels and the flag memset), or -1 without a graph.
+  int launches_per_step() const { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
+
+  void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
+                                float amplitude) override {
+    for (const GradientTarget& t : targets) {
+      check_range(t.offset, t.count * sizeof(float));
+      launch_synthetic_gradient(reinterpret_cast<float*>(arena_ + t.offset), t.count, seed, step, t.tensor,
+                                amplitude, launch_, origin());
+    }
+  }
+
+  double copy_bandwidth_gbps(uint64_t bytes) override {
+    const uint64_t n = std::max<uint64_t>(bytes, uint64_t{1} << 24) / 256 * 256;
+    char* src = nullptr;
+    char* dst = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    auto release = [&] {
+      if (src != nullptr) (void)cudaFree(src);
+      if (dst != nullptr) (void)cudaFree(dst);
+      if (start != nullptr) (void)cudaEventDestroy(start);
+      if (stop != nullptr) (void)cudaEventDestroy(stop);
+    };
+    std::vector<float> ms;
+    try {
+      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&src), n));
+      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dst), n));
+      RN_CUDA_CHECK(cudaEventCreate(&start));
+      RN_CUDA_CHECK(cudaEventCreate(&stop));
+      RN_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, n, origin()));  // not zeros: see METHOD.md
+      for (int rep = 0; rep < 23; ++rep) {
+        RN_CUDA_CHECK(cudaEventRecord(start, origin()));
+        RN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, origin()));
+        RN_CUDA_CHECK(cudaEventRecord(stop, origin()));
+        RN_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0.0f;
+        RN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        if (rep >= 3) ms.push_back(t);  // the first copies warm up clocks and the TLB
+      }
+    } catch (...) {
+      release();
+      throw;
+    }
+    release();
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * static_cast<double>(n) / (static_cast<double>(ms[ms.size() / 2]) * 1e-3) / 1e9;
+  }
+
+  cudaStream_t origin() const { return streams_[static_cast<int>(StreamKind::kUpdate)]; }
+
+ private:
+  void check_range(uint64_t offset, uint64_t bytes) const {
+    if (offset > bytes_ || bytes > bytes_ - offset) {
+      throw Error(ErrorKind::kBackend, "cuda backend: copy of " + std::to_string(bytes) + " bytes at offset " +
+                                           std::to_string(offset) + " is outside the arena");
+    }
+  }
+
+  void release_graph() {
+    if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
+    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
+    graph_exec_ = nullptr;
+    graph_ = nullptr;
+    graph_nodes_ = 0;
+    prepared_ = nullptr;
+  }
+
+  // Enqueues every node of the step. The named graphs run one after another; inside one, nodes
+  // on the same StreamKind run in order and nodes on different kinds (the two update groups,
+  // which touch disjoint memory) run concurrently: each graph forks the streams it uses from
+  // the origin stream and joins them back, which capture turns into graph dependencies.
+  void enqueue(const CompiledStep& step) {
+    if (arena_ == nullptr) throw Error(ErrorKind::kBackend, "cuda backend: execute() before allocate_arena()");
+    CudaContext ctx;
+    ctx.arena = arena_;
+    ctx.step = &step;
+    ctx.launch = launch_;
+    ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
+    ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
+    ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
+    for (const auto& graph : step.graphs) {
+      bool used[kNumStreamKinds] = {};
+      for (const GraphNode& node : graph) used[static_cast<int>(node.stream)] = true;
+      bool forked = false;
+      for (int s = 1; s < kNumStreamKinds; ++s) {
+        if (!used[s]) continue;
+        if (!forked) RN_CUDA_CHECK(cudaEventRecord(fork_, origin()));
+        forked = true;
+        RN_CUDA_CHECK(cudaStreamWaitEvent(streams_[s], fork_, 0));
+      }
+      for (const GraphNode& node : graph) {
+        ctx.stream = streams_[static_cast<int>(node.stream)];
+        if (node.kind == NodeKind::kRange) {
+          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
+        } else {
+          kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
+        }
+      }
+      for (int s = 1; s < kNumStreamKinds; ++s) {
+        if (!used[s]) continue;
+        RN_CUDA_CHECK(cudaEventRecord(join_[s], streams_[s]));
+        RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), join_[s], 0));
+      }
+    }
+  }
+
+  BackendOptions options_;
+  LaunchConfig launch_;
+  int device_ = 0;
+  std::string description_;
+  char* arena_ = nullptr;
+  uint64_t bytes_ = 0;
+  cudaStream_t streams_[kNumStreamKinds] = {};
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_[kNumStreamKinds] = {};
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  int graph_nodes_ = 0;
+  const CompiledStep* prepared_ = nullptr;
+  size_t prepared_nodes_ = 0;
+};
+
+}  // namespace
+
+bool device_available() { return probe().available; }
+
+std::string unavailable_reason() { return probe().reason; }
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  if (options.cuda_block != 0 && (options.cuda_block < 32 || options.cuda_block > 1024 || options.cuda_block % 32 != 0)) {
+    throw_invalid("cuda_block must be 0 (the backend's choice) or a multiple of 32 in [32, 1024], got " +
+                  std::to_string(options.cuda_block));
+  }
+  if (options.cuda_grid < 0) {
+    throw_invalid("cuda_grid must be >= 0 (0: the backend's choice), got " + std::to_string(options.cuda_grid));
+  }
+  if (!device_available()) throw Error(ErrorKind::kBackend, "backend cuda is not available: " + unavailable_reason());
+  return std::make_unique<CudaBackend>(options);
+}
+
+void* step_stream(Backend& backend) {
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) throw_invalid("step_stream(): the backend is not the CUDA backend");
+  return cuda_backend->origin();
+}
+
+}  // namespace cuda
+}  // namespace renaissance

@@ -1,0 +1,60 @@
+// What the CUDA op files share with the backend class: the launch context of one node and one
+// launch function per op of RN_RANGE_OPS / RN_COMPUTE_OPS (a missing one is a link error).
+// Each launch_* enqueues its kernel(s) on ctx.stream; during prepare() that stream is being
+// captured, so the same code builds the CUDA graph and runs nodes directly (cuda_graph=false).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "renaissance/graph.h"
+#include "renaissance/scalars.h"
+
+namespace renaissance {
+namespace cuda {
+
+// Threads per block of the element-wise kernels when BackendOptions::cuda_block is 0. With one
+// 16-byte vector per thread this keeps 8 blocks (2048 threads) resident per multiprocessor.
+constexpr int kDefaultBlock = 256;
+// The LARS tile kernels use one block of math::kLarsLanes threads per tile whatever cuda_block
+// says: the lane of a thread is part of the canonical reduction order.
+
+struct LaunchConfig {
+  int block = kDefaultBlock;  // threads per block (a multiple of 32)
+  int grid = 0;               // 0: one thread per work item; > 0: this many blocks, grid-stride
+};
+
+struct CudaContext {
+  char* arena = nullptr;
+  ScalarPtrs scalars{};
+  const CompiledStep* step = nullptr;
+  LaunchConfig launch;
+  cudaStream_t stream = nullptr;
+
+  template <class T>
+  T* at(const Span& span) const {
+    return reinterpret_cast<T*>(arena + span.offset);
+  }
+};
+
+// Blocks for `items` work items of one thread each (or the fixed grid the options ask for).
+// Grid-stride loops in every kernel make any grid correct; the cap keeps within gridDim.x.
+inline unsigned grid_for(uint64_t items, int block, const LaunchConfig& launch) {
+  if (launch.grid > 0) return static_cast<unsigned>(launch.grid);
+  const uint64_t blocks = (items + static_cast<uint64_t>(block) - 1) / static_cast<uint64_t>(block);
+  return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(blocks, 0x7fffffffu)));
+}
+
+#define RN_DECLARE_CUDA_OP(name) void launch_##name(const CudaContext& ctx, const GraphNode& node);
+RN_RANGE_OPS(RN_DECLARE_CUDA_OP)
+RN_COMPUTE_OPS(RN_DECLARE_CUDA_OP)
+#undef RN_DECLARE_CUDA_OP
+
+// Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into g[0, count).
+void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                               float amplitude, const LaunchConfig& launch, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace renaissance

@@ -1,0 +1,71 @@
+// The element-wise update kernel shared by the SGD and Adam op files: one grid-stride loop over
+// a group span in 16-byte float4 vectors, applying a rule of renaissance/math/update_rules.h to
+// each of the four lanes. Group spans start on 256-byte boundaries and hold a multiple of 64
+// elements (plan.h), so there is no scalar prologue or tail. Indices are 64-bit: a span may
+// exceed 2^31 elements.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_ops.h"
+#include "renaissance/math/update_rules.h"
+
+namespace renaissance {
+namespace cuda {
+
+using math::Coeffs;
+using math::ScalarPolicy;
+
+struct Identity {
+  __device__ float operator()(float x) const { return x; }
+};
+
+__device__ __forceinline__ Coeffs<float> load_coeffs(const float* s, bool weight_group) {
+  return math::make_coeffs<float>(s, weight_group, Identity{});
+}
+
+// Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
+template <class Rule, bool kHasM, bool kHasV>
+__global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* __restrict__ g,
+                                          float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
+                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
+                                          bool weight_group) {
+  // A step with a non-finite gradient changes nothing (DESIGN.md §3); CHECK_FINITE ran before.
+  if (flags[kHasNonFinite] != 0) return;
+  const Coeffs<float> c = load_coeffs(s, weight_group);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
+    // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
+    float4 wv = w[q];
+    const float4 gv = g[q];
+    float4 mv = kHasM ? m[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 vv = kHasV ? v[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+    Rule::apply(wv.x, gv.x, mv.x, vv.x, c);
+    Rule::apply(wv.y, gv.y, mv.y, vv.y, c);
+    Rule::apply(wv.z, gv.z, mv.z, vv.z, c);
+    Rule::apply(wv.w, gv.w, mv.w, vv.w, c);
+    w[q] = wv;
+    if (kHasM) m[q] = mv;
+    if (kHasV) v[q] = vv;
+  }
+}
+
+// Launches Rule over the node's group span (w, g and, when the rule has them, m and v).
+template <class Rule, bool kHasM, bool kHasV>
+void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const char* name) {
+  const uint64_t n4 = node.w.count / 4;
+  if (n4 == 0) return;
+  const int block = ctx.launch.block;
+  const unsigned grid = grid_for(n4, block, ctx.launch);
+  elementwise_update_kernel<Rule, kHasM, kHasV><<<grid, block, 0, ctx.stream>>>(
+      ctx.at<float4>(node.w), ctx.at<const float4>(node.g), kHasM ? ctx.at<float4>(node.m) : nullptr,
+      kHasV ? ctx.at<float4>(node.v) : nullptr, n4, ctx.scalars.f32, ctx.scalars.i32,
+      node.group == Group::kWeight);
+  ::renaissance::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+
+}  // namespace cuda
+}  // namespace renaissance

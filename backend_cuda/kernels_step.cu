@@ -1,0 +1,55 @@
+// CUDA op ADVANCE_STEP (the step counter and the Adam bias corrections, advanced on the device
+// only when the step is applied) and the synthetic gradient fill of Backend::fill_synthetic_gradients.
+#include <cuda_runtime.h>
+
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_ops.h"
+#include "renaissance/math/synthetic_gradient.h"
+#include "renaissance/math/update_rules.h"
+
+namespace renaissance {
+namespace cuda {
+namespace {
+
+// One thread: the same control flow as the CPU's run_ADVANCE_STEP, the same math functions.
+__global__ void advance_step_kernel(int32_t* __restrict__ i32, float* __restrict__ f32,
+                                    const double* __restrict__ f64, bool bias_correction) {
+  if (i32[kHasNonFinite] != 0) {
+    i32[kSkippedSteps] += 1;
+    return;
+  }
+  const int32_t t = i32[kStep] + 1;
+  i32[kStep] = t;
+  if (bias_correction) {
+    f32[kBiasCorrection1] = math::bias_correction(f64[kBeta1D], t);
+    f32[kBiasCorrection2] = math::bias_correction(f64[kBeta2D], t);
+  }
+}
+
+__global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count, uint64_t seed, uint64_t step,
+                                          uint64_t tensor, float amplitude) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    g[i] = math::synthetic_gradient(seed, step, tensor, i, amplitude);
+  }
+}
+
+}  // namespace
+
+void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
+  advance_step_kernel<<<1, 1, 0, ctx.stream>>>(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64,
+                                               node.bias_correction);
+  RN_CUDA_CHECK_LAUNCH("advance_step_kernel");
+}
+
+void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                               float amplitude, const LaunchConfig& launch, cudaStream_t stream) {
+  if (count == 0) return;
+  const int block = launch.block;
+  synthetic_gradient_kernel<<<grid_for(count, block, launch), block, 0, stream>>>(g, count, seed, step, tensor,
+                                                                                  amplitude);
+  RN_CUDA_CHECK_LAUNCH("synthetic_gradient_kernel");
+}
+
+}  // namespace cuda
+}  // namespace renaissance
