@@ -35,6 +35,20 @@ bool is_sgd_family(OptimizerKind k) {
 
 }  // namespace
 
+double bytes_per_param(OptimizerKind kind, bool check_finite) {
+  double bytes = 0.0;
+  switch (kind) {
+    case OptimizerKind::kSgd: bytes = 12.0; break;  // read w, g; write w
+    case OptimizerKind::kSgdMomentum:
+    case OptimizerKind::kSgdNesterov: bytes = 20.0; break;  // + read and write m
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: bytes = 28.0; break;  // + read and write v
+    case OptimizerKind::kLars:
+    case OptimizerKind::kLarsNesterov: bytes = 28.0; break;  // momentum update + norm pass over w, g
+  }
+  return bytes + (check_finite ? 4.0 : 0.0);
+}
+
 void check_lr(double lr) { check_non_negative("lr", lr); }
 void check_loss_scale(double scale) { check_positive("loss scale", scale); }
 

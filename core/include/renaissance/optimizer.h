@@ -41,6 +41,11 @@ struct OptimizerConfig {
   void validate() const;
 };
 
+// Ideal device-memory traffic of one step per fp32 parameter (DESIGN.md §5): sgd 12 B,
+// momentum and nesterov 20 B, adam/adamw 28 B, lars 28 B (20 B update + 8 B norm pass), plus
+// 4 B when the non-finite check reads G once more. The floor is this over the copy bandwidth.
+double bytes_per_param(OptimizerKind kind, bool check_finite);
+
 // Validators shared by the builders, Task::set_lr and Task::set_loss_scale.
 void check_lr(double lr);
 void check_loss_scale(double scale);
