@@ -91,12 +91,16 @@ class CudaBackend final : public Backend {
     for (auto& stream : streams_) RN_CUDA_CHECK(cudaStreamCreate(&stream));
     RN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     for (auto& event : join_) RN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_scratch_), 2 * sizeof(unsigned)));
+    RN_CUDA_CHECK(cudaMemset(check_scratch_, 0, 2 * sizeof(unsigned)));
+    RN_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   ~CudaBackend() override {
     // No throwing here: release what exists and ignore failures (the context may be gone).
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
+    if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
     for (auto event : join_) {
       if (event != nullptr) (void)cudaEventDestroy(event);
@@ -184,8 +188,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { RN_CUDA_CHECK(cudaStreamSynchronize(origin())); }
 
   // CUDA events around each step on the step stream (Backend's default uses a host clock).
-  // Not marked override so that this file also builds against a backend.h without the hook.
-  std::vector<double> timed_steps(const CompiledStep& step, int count) {
+  std::vector<double> timed_steps(const CompiledStep& step, int count) override {
     std::vector<cudaEvent_t> events(2 * static_cast<size_t>(std::max(count, 0)), nullptr);
     std::vector<double> ms;
     try {
@@ -212,7 +215,7 @@ class CudaBackend final : public Backend {
   }
 
   // Nodes of the captured graph (kernels and the flag memset), or -1 without a graph.
-  int launches_per_step() const { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
+  int launches_per_step() const override { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {
@@ -288,6 +291,7 @@ class CudaBackend final : public Backend {
     ctx.arena = arena_;
     ctx.step = &step;
     ctx.launch = launch_;
+    ctx.check_scratch = check_scratch_;
     ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
@@ -323,6 +327,7 @@ class CudaBackend final : public Backend {
   std::string description_;
   char* arena_ = nullptr;
   uint64_t bytes_ = 0;
+  unsigned* check_scratch_ = nullptr;
   cudaStream_t streams_[kNumStreamKinds] = {};
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_[kNumStreamKinds] = {};

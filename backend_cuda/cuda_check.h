@@ -19,7 +19,12 @@ namespace cuda {
 }
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
-  if (status != cudaSuccess) throw_cuda_error(status, call, file, line);
+  if (status != cudaSuccess) {
+    // Consume the runtime's record of this (non-sticky) error, so that the next launch check,
+    // which reads cudaGetLastError, does not report it a second time.
+    (void)cudaGetLastError();
+    throw_cuda_error(status, call, file, line);
+  }
 }
 
 }  // namespace cuda

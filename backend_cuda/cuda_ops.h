@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend_cuda/cuda_check.h"
 #include "renaissance/graph.h"
 #include "renaissance/scalars.h"
 
@@ -32,6 +33,9 @@ struct CudaContext {
   const CompiledStep* step = nullptr;
   LaunchConfig launch;
   cudaStream_t stream = nullptr;
+  // Two counters owned by the backend (outside the arena), zero between steps: CHECK_FINITE's
+  // blocks-with-a-bad-value and blocks-done counts (see kernels_check.cu).
+  unsigned* check_scratch = nullptr;
 
   template <class T>
   T* at(const Span& span) const {
@@ -45,6 +49,19 @@ inline unsigned grid_for(uint64_t items, int block, const LaunchConfig& launch) 
   if (launch.grid > 0) return static_cast<unsigned>(launch.grid);
   const uint64_t blocks = (items + static_cast<uint64_t>(block) - 1) / static_cast<uint64_t>(block);
   return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(blocks, 0x7fffffffu)));
+}
+
+// The largest block <= `requested` that kKernel can be launched with: register use can cap a
+// kernel below 1024 threads, and a user's cuda_block must not make a launch fail. Results never
+// depend on the block size, so clamping changes no bit. Queried once per kernel.
+template <auto kKernel>
+int fit_block(int requested) {
+  static const int limit = [] {
+    cudaFuncAttributes attributes{};
+    RN_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kKernel)));
+    return attributes.maxThreadsPerBlock / 32 * 32;
+  }();
+  return std::min(requested, limit);
 }
 
 #define RN_DECLARE_CUDA_OP(name) void launch_##name(const CudaContext& ctx, const GraphNode& node);

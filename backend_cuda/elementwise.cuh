@@ -58,9 +58,10 @@ template <class Rule, bool kHasM, bool kHasV>
 void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const uint64_t n4 = node.w.count / 4;
   if (n4 == 0) return;
-  const int block = ctx.launch.block;
+  constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV>;
+  const int block = fit_block<kernel>(ctx.launch.block);
   const unsigned grid = grid_for(n4, block, ctx.launch);
-  elementwise_update_kernel<Rule, kHasM, kHasV><<<grid, block, 0, ctx.stream>>>(
+  kernel<<<grid, block, 0, ctx.stream>>>(
       ctx.at<float4>(node.w), ctx.at<const float4>(node.g), kHasM ? ctx.at<float4>(node.m) : nullptr,
       kHasV ? ctx.at<float4>(node.v) : nullptr, n4, ctx.scalars.f32, ctx.scalars.i32,
       node.group == Group::kWeight);

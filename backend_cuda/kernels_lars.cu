@@ -175,7 +175,8 @@ void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const cha
   const CompiledStep& step = *ctx.step;
   const int64_t num_tiles = static_cast<int64_t>(step.lars_tiles.count);
   if (num_tiles == 0) return;
-  lars_update_kernel<kNesterov><<<tile_grid(num_tiles, ctx.launch), ctx.launch.block, 0, ctx.stream>>>(
+  const int block = fit_block<&lars_update_kernel<kNesterov>>(ctx.launch.block);
+  lars_update_kernel<kNesterov><<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
       ctx.at<float>(node.w), ctx.at<const float>(node.g), ctx.at<float>(node.m), ctx.at<const LarsTile>(step.lars_tiles),
       num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32);
   check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);

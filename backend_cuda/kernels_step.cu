@@ -45,7 +45,7 @@ void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
 void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
                                float amplitude, const LaunchConfig& launch, cudaStream_t stream) {
   if (count == 0) return;
-  const int block = launch.block;
+  const int block = fit_block<&synthetic_gradient_kernel>(launch.block);
   synthetic_gradient_kernel<<<grid_for(count, block, launch), block, 0, stream>>>(g, count, seed, step, tensor,
                                                                                   amplitude);
   RN_CUDA_CHECK_LAUNCH("synthetic_gradient_kernel");

@@ -439,6 +439,27 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
   expect_same(result[0], result[1]);
 }
 
+// The captured step has the same number of nodes for 13, 400 and resnet50's 161 tensors.
+TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  for (const NamedConfig& nc : all_configs()) {
+    SCOPED_TRACE(nc.name);
+    std::vector<int> launches;
+    for (const auto& params : {odd_params(), tiny_params(400), load_layout("resnet50")}) {
+      TaskOptions options;
+      options.backend = BackendKind::kCuda;
+      Task task(params, options);
+      task.optimizer(nc.config);
+      task.compile();
+      launches.push_back(task.backend().launches_per_step());
+    }
+    EXPECT_GT(launches[0], 0);
+    EXPECT_LE(launches[0], 6);
+    EXPECT_EQ(launches[0], launches[1]);
+    EXPECT_EQ(launches[0], launches[2]);
+  }
+}
+
 // One tensor of more than 2^31 elements: every index of every kernel must be 64-bit.
 TEST(CudaBackend, TensorOfMoreThan2To31Elements) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
