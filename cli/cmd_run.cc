@@ -125,7 +125,8 @@ int cmd_run(const RunOptions& o) {
   run.check_finite = !o.no_check_finite;
 
   const int64_t numel = layout.total_numel();
-  const double bytes_per_step = static_cast<double>(numel) * bytes_per_param(kind);
+  const double step_bytes_per_param = bytes_per_param(kind, !o.no_check_finite);
+  const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
   run.on_step = [&](int done, double ms) { progress.update(done, ms); };
   if (!o.json) {
@@ -161,7 +162,7 @@ int cmd_run(const RunOptions& o) {
         {"steps_skipped", r.steps_skipped},
         {"ms_per_step", ms},
         {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
-        {"bytes_per_param", bytes_per_param(kind)},
+        {"bytes_per_param", step_bytes_per_param},
         {"gb_per_s", gbps},
         {"copy_gb_per_s", r.copy_gb_per_s},
         {"copy_share", share},
@@ -171,8 +172,8 @@ int cmd_run(const RunOptions& o) {
   } else {
     std::printf("backend        %s\n", r.backend_description.c_str());
     std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
-    std::printf("bandwidth      %.1f GB/s effective (%d B/param), copy %.1f GB/s measured now: %.0f%% of copy\n", gbps,
-                bytes_per_param(kind), r.copy_gb_per_s, 100.0 * share);
+    std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), copy %.1f GB/s measured now: %.0f%% of copy\n", gbps,
+                step_bytes_per_param, r.copy_gb_per_s, 100.0 * share);
     std::printf("steps          %lld applied, %lld skipped\n", static_cast<long long>(r.steps_applied),
                 static_cast<long long>(r.steps_skipped));
     std::printf("fingerprint    %s\n", r.fingerprint.c_str());

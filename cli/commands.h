@@ -94,8 +94,6 @@ struct SyntheticResult {
 
 // The learning rate of step t (0-based) under a schedule with linear warm-up.
 double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
-// Ideal bytes moved per parameter per step (DESIGN.md §5).
-int bytes_per_param(OptimizerKind kind);
 // The kind's default hyperparameters as the CLI offers them (momentum kinds get momentum 0.9).
 OptimizerConfig cli_default_config(OptimizerKind kind);
 SyntheticResult run_synthetic(const SyntheticRun& run);

@@ -39,19 +39,6 @@ double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t
   return base;
 }
 
-int bytes_per_param(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return 12;
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: return 20;
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW:
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: return 28;
-  }
-  return 0;
-}
-
 OptimizerConfig cli_default_config(OptimizerKind kind) {
   OptimizerConfig c;
   switch (kind) {
@@ -130,7 +117,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   if (run.measure_copy_bandwidth) {
     // The step's own traffic, capped so the two copy buffers stay modest on small machines.
     uint64_t bytes = 0;
-    for (const ParamSpec& p : run.params) bytes += static_cast<uint64_t>(p.numel()) * bytes_per_param(run.config.kind);
+    for (const ParamSpec& p : run.params) bytes += static_cast<uint64_t>(p.numel()) * static_cast<uint64_t>(bytes_per_param(run.config.kind, false));
     result.copy_gb_per_s = task.backend().copy_bandwidth_gbps(std::min<uint64_t>(bytes, 256ull << 20));
   }
   return result;

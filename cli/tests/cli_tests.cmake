@@ -1,7 +1,5 @@
 # End-to-end ctest entries for the `renaissance` tool: every subcommand, the exit-code and
 # one-line-error contract, the fingerprint contract, and the shared replay checkers.
-# The top-level file enables testing only after adding cli/, so enable it here too.
-enable_testing()
 set(RN_CLI $<TARGET_FILE:renaissance_cli>)
 set(RN_EXPECT ${CMAKE_COMMAND} -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --)
 set(RN_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared)
