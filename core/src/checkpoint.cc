@@ -447,9 +447,8 @@ class Parser {
     if (left < kFrameBytes) fail(name, "truncated (the file ends inside the section's frame)");
     const uint8_t* frame = file_.data() + pos_;
     if (std::memcmp(frame, section_tag(s), 4) != 0) {
-      char seen[5] = {};
-      std::memcpy(seen, frame, 4);
-      for (char& c : seen) c = (c >= 32 && c < 127) ? c : '?';
+      char seen[5] = {};  // printable copy of the 4 tag bytes; seen[4] stays the terminator
+      for (int i = 0; i < 4; ++i) seen[i] = (frame[i] >= 32 && frame[i] < 127) ? static_cast<char>(frame[i]) : '?';
       fail(name, std::string("bad tag '") + seen + "' where '" + section_tag(s) + "' belongs (corrupt file)");
     }
     uint64_t length;
