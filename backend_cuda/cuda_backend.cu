@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
     RN_CUDA_CHECK(cudaGetDevice(&device_));
     cudaDeviceProp prop{};
     RN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    launch_.sm_count = prop.multiProcessorCount;
     std::ostringstream os;
     os << "cuda (" << prop.name << ", sm_" << prop.major << prop.minor << ")";
     description_ = os.str();

@@ -25,6 +25,7 @@ constexpr int kDefaultBlock = 256;
 struct LaunchConfig {
   int block = kDefaultBlock;  // threads per block (a multiple of 32)
   int grid = 0;               // 0: one thread per work item; > 0: this many blocks, grid-stride
+  int sm_count = 1;           // multiprocessors of the device
 };
 
 struct CudaContext {

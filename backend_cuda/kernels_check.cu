@@ -19,13 +19,26 @@ __device__ __forceinline__ bool not_finite(float x) {
   return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
 }
 
+// Elements per thread per loop trip, in float4: independent loads in flight, since the grid is
+// bounded (see launch_CHECK_FINITE) and each thread makes several trips.
+constexpr int kCheckUnroll = 4;
+
 __global__ void check_finite_kernel(const float4* __restrict__ g, uint64_t n4, int32_t* __restrict__ flags,
                                     unsigned* __restrict__ scratch) {
   bool bad = false;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-    const float4 v = g[q];
-    bad = bad || not_finite(v.x) || not_finite(v.y) || not_finite(v.z) || not_finite(v.w);
+  for (uint64_t q0 = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q0 < n4;
+       q0 += kCheckUnroll * stride) {
+    float4 v[kCheckUnroll];
+#pragma unroll
+    for (int k = 0; k < kCheckUnroll; ++k) {
+      const uint64_t q = q0 + k * stride;
+      v[k] = q < n4 ? g[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int k = 0; k < kCheckUnroll; ++k) {
+      bad = bad || not_finite(v[k].x) || not_finite(v[k].y) || not_finite(v[k].z) || not_finite(v[k].w);
+    }
   }
   bad = __syncthreads_or(bad);
   if (threadIdx.x != 0) return;
@@ -44,9 +57,13 @@ __global__ void check_finite_kernel(const float4* __restrict__ g, uint64_t n4, i
 
 void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   const uint64_t n4 = node.g.count / 4;  // G spans are multiples of 64 elements
-  // Launched even for an empty G (one block): the flag is written every step.
+  // Launched even for an empty G (one block): the flag is written every step. The default grid
+  // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
+  // tickets number about a thousand, not one per 4 KB of gradients.
   const int block = fit_block<&check_finite_kernel>(ctx.launch.block);
-  check_finite_kernel<<<grid_for(n4, block, ctx.launch), block, 0, ctx.stream>>>(
+  unsigned grid = grid_for((n4 + kCheckUnroll - 1) / kCheckUnroll, block, ctx.launch);
+  if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / block));
+  check_finite_kernel<<<grid, block, 0, ctx.stream>>>(
       ctx.at<const float4>(node.g), n4, ctx.scalars.i32, ctx.check_scratch);
   RN_CUDA_CHECK_LAUNCH("check_finite_kernel");
 }
