@@ -68,7 +68,7 @@ if want test; then
   line=$(grep -E "tests passed|tests failed" "$OUT/ctest.log" | tail -1)
   note ctest "$(status_of $rc) in $((SECONDS - t0)) s: ${line:-no summary}"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|Subprocess)" "$OUT/ctest.log" | head -20
-  skipped=$(grep -c "Skipped\|\*\*\*Skipped" "$OUT/ctest.log")
+  skipped=$(grep -cE "Test +#[0-9]+: .* +(\*\*\*)?Skipped" "$OUT/ctest.log")
   note skipped "$skipped ctest entries skipped (see ctest.log)"
 fi
 
