@@ -136,20 +136,20 @@ void check_tensor(const SafetensorsReader& file, const std::string& name, const 
 
 }  // namespace
 
-ReplayCase load_replay_case(const std::string& dir_in) {
-  ReplayCase rc;
-  std::string dir = dir_in;
+namespace {
+std::string strip_trailing_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+}  // namespace
+
+ReplayCase parse_replay_case_json(const std::string& json_text, const std::string& dir_in) {
+  ReplayCase rc;
+  const std::string dir = strip_trailing_slashes(dir_in);
   rc.dir = dir;
   const std::string case_path = dir + "/case.json";
-  std::ifstream in(case_path, std::ios::binary);
-  if (!in) {
-    throw_io(case_path + ": cannot open (is " + sq(dir_in) + " a replay case directory?)");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().empty()) throw_format(case_path + ": empty file");
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json_text.empty()) throw_format(case_path + ": empty file");
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_format(case_path + ": not valid JSON");
   if (!j.is_object()) throw_format(case_path + ": must be a JSON object");
 
@@ -189,6 +189,19 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   if (!j.contains("params")) throw_format(case_path + ": missing key 'params'");
   // The parameter list has the layout format; reuse its parser and its messages.
   rc.params = parse_layout(nlohmann::json{{"params", j["params"]}}.dump(), case_path).params;
+  return rc;
+}
+
+ReplayCase load_replay_case(const std::string& dir_in) {
+  const std::string dir = strip_trailing_slashes(dir_in);
+  const std::string case_path = dir + "/case.json";
+  std::ifstream in(case_path, std::ios::binary);
+  if (!in) {
+    throw_io(case_path + ": cannot open (is " + sq(dir_in) + " a replay case directory?)");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  ReplayCase rc = parse_replay_case_json(text.str(), dir);
 
   // init.safetensors: exactly the parameters, F32, declared shapes.
   const SafetensorsReader init(dir + "/init.safetensors");

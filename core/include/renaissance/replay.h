@@ -46,6 +46,13 @@ struct ReplayCase {
 // message naming the file, the tensor or the key and what is wrong.
 ReplayCase load_replay_case(const std::string& dir);
 
+// The case.json half of load_replay_case: parses and validates `json_text` (format, name,
+// optimizer, steps, per-step lists, params) without touching the disk. `dir` only names the
+// case (rc.dir, the default name, and "DIR/case.json" in messages); init, grads and expected
+// stay empty. load_replay_case calls this first; the fuzzer (fuzz/fuzz_replay_case.cc) calls it
+// directly.
+ReplayCase parse_replay_case_json(const std::string& json_text, const std::string& dir);
+
 struct ReplayResult {
   std::string backend;  // Backend::describe()
   int64_t steps_applied = 0;
