@@ -1,0 +1,34 @@
+// libFuzzer target: the replay case.json parser (parse_replay_case_json, core/src/replay.cc),
+// the part of load_replay_case that reads untrusted text; the safetensors files it goes on to
+// open have their own target (fuzz_safetensors). A malformed case must be an Error; an accepted
+// one must be self-consistent (per-step lists as long as `steps`, a valid optimizer config).
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "renaissance/error.h"
+#include "renaissance/replay.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  renaissance::ReplayCase rc;
+  try {
+    rc = renaissance::parse_replay_case_json(text, "fuzz-case");
+  } catch (const renaissance::Error&) {
+    return 0;  // refused with an Error: the documented outcome for a malformed case
+  }
+  if (rc.steps < 0 || rc.lr_per_step.size() != static_cast<size_t>(rc.steps) ||
+      rc.loss_scale_per_step.size() != static_cast<size_t>(rc.steps)) {
+    renaissance_fuzz::property_failed("per-step lists disagree with steps");
+  }
+  try {
+    // run_replay hands these to Task, which would throw mid-run on anything invalid.
+    rc.config.validate();
+    for (double lr : rc.lr_per_step) renaissance::check_lr(lr);
+    for (double s : rc.loss_scale_per_step) renaissance::check_loss_scale(s);
+    renaissance::validate_param_specs(rc.params);
+  } catch (const renaissance::Error& e) {
+    renaissance_fuzz::property_failed(e.what());
+  }
+  return 0;
+}
