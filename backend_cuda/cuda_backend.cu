@@ -357,11 +357,5 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
 }
 
-void* step_stream(Backend& backend) {
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) throw_invalid("step_stream(): the backend is not the CUDA backend");
-  return cuda_backend->origin();
-}
-
 }  // namespace cuda
 }  // namespace renaissance

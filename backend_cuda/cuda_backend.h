@@ -17,9 +17,5 @@ std::string unavailable_reason();
 // Throws Error(kBackend) when no device is available, Error(kInvalidArgument) for bad options.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 
-// The stream a CUDA backend launches its step on (a cudaStream_t), for timing tools that record
-// their own events around step(). Throws Error(kInvalidArgument) for a non-CUDA backend.
-void* step_stream(Backend& backend);
-
 }  // namespace cuda
 }  // namespace renaissance

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine (issue 4): configure and build (Release, CUDA on, deps from
-# the carried .deps/), run the whole ctest suite, compute-sanitizer memcheck and racecheck on the
-# CUDA tests, the CUDA step timing and (when torch is there) torch's fused optimizers on the same
-# layouts. Logs go to $OUT (or gpu-check-out/), a short table is printed last.
+# The one command for the GPU machine: configure and build (Release, CUDA on, deps from the
+# carried .deps/), run the whole ctest suite, compute-sanitizer memcheck and racecheck on the
+# CUDA tests, the CUDA step timing, the CLI on the CUDA backend, the side-by-side comparison with
+# torch (bench/compare_torch.py) and the golden-fingerprint recording of the conformance suite.
+# Logs go to $OUT (or gpu-check-out/), a short table is printed last. The device tool brings back
+# at most 8 files from $OUT, so choose phases accordingly.
 #
-#   scripts/gpu_check.sh [all|build|test|sanitize|time]...      (default: all)
+#   scripts/gpu_check.sh [all|build|test|sanitize|time|cli|compare|golden]...   (default: all but
+#   compare and golden, which write files meant to be committed)
 #
 # Each phase has its own time limit so that one call finishes well inside the device tool's
 # 10 minutes; a phase that runs out is reported as TIMEOUT in the table.
@@ -13,12 +16,19 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/gpu-check-out}
 BUILD=${BUILD:-$ROOT/build-gpu}
+# BUILD_TARGETS (optional): ninja targets to build instead of everything.
 DEPS=$ROOT/.deps
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$DEPS/lib:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 PHASES=("$@")
 [ ${#PHASES[@]} -eq 0 ] && PHASES=(all)
-want() { local p; for p in "${PHASES[@]}"; do [ "$p" = all ] || [ "$p" = "$1" ] && return 0; done; return 1; }
+want() {
+  local p
+  for p in "${PHASES[@]}"; do
+    { [ "$p" = "$1" ] || { [ "$p" = all ] && [ "$1" != compare ] && [ "$1" != golden ]; }; } && return 0
+  done
+  return 1
+}
 
 declare -a SUMMARY
 note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
@@ -45,8 +55,8 @@ if want build; then
   t0=$SECONDS
   {
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON \
-      -DRENAISSANCE_DEPS_DIR="$DEPS" -DCMAKE_PREFIX_PATH="$DEPS" -DRENAISSANCE_BUILD_BENCH=OFF &&
-      timeout 240 ninja -C "$BUILD" -j"$(nproc)"
+      -DRENAISSANCE_DEPS_DIR="$DEPS" -DCMAKE_PREFIX_PATH="$DEPS" &&
+      timeout 240 ninja -C "$BUILD" -j"$(nproc)" ${BUILD_TARGETS:-}
   } > "$OUT/build.log" 2>&1
   rc=$?
   note build "$(status_of $rc) in $((SECONDS - t0)) s"
@@ -74,15 +84,41 @@ fi
 
 if want time; then
   t0=$SECONDS
-  timeout 90 "$BUILD/backend_cuda/cuda_step_timing" "$ROOT/../shared/layouts" 200 > "$OUT/timing.log" 2>&1
-  rc=$?
-  note timing "$([ $rc -eq 2 ] && echo 'ran (a target MISSED)' || status_of $rc) in $((SECONDS - t0)) s"
-  if command -v python3 > /dev/null && python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
-    t0=$SECONDS
-    PYTHONUNBUFFERED=1 timeout 60 python3 backend_cuda/tools/torch_step_timing.py "$ROOT/../shared/layouts" \
-      > "$OUT/torch.log" 2>&1
-    note torch "$(status_of $?) in $((SECONDS - t0)) s"
-  fi
+  timeout 120 "$BUILD/bench/bench_step" --backend cuda --layouts resnet50,gpt2_small \
+    --kinds adamw,sgd_momentum,lars --replays 200 > "$OUT/timing.log" 2>&1
+  note timing "$(status_of $?) in $((SECONDS - t0)) s"
+fi
+
+if want cli; then
+  t0=$SECONDS
+  CLI="$BUILD/cli/renaissance"
+  {
+    echo "== check_replay.py --backend cuda"
+    python3 "$ROOT/../shared/tools/check_replay.py" "$CLI" "$ROOT/../shared/replay-cases" --backend cuda
+    echo "== renaissance audit"
+    "$CLI" audit
+    echo "== renaissance run --backend cuda --json"
+    "$CLI" run --backend cuda --steps 50 --json
+    echo "== renaissance run --backend cuda --model gpt2_small --nan-at 3,7 --json"
+    "$CLI" run --backend cuda --model gpt2_small --steps 50 --nan-at 3,7 --json
+    echo "== renaissance run --backend cpu --threads 16 --nan-at 3,7 --model gpt2_small --steps 50 --json"
+    "$CLI" run --backend cpu --threads 16 --model gpt2_small --steps 50 --nan-at 3,7 --json
+  } > "$OUT/cli.log" 2>&1
+  note cli "$(status_of $?) in $((SECONDS - t0)) s: $(grep -E 'passed, .* failed' "$OUT/cli.log" | tr '\n' ' ')"
+fi
+
+if want compare; then
+  t0=$SECONDS
+  PYTHONUNBUFFERED=1 timeout 420 python3 bench/compare_torch.py --build "$BUILD" --out "$OUT/RESULTS.md" \
+    --plot "$OUT/results.png" --json-out "$OUT/compare.json" > "$OUT/compare.log" 2>&1
+  note compare "$(status_of $?) in $((SECONDS - t0)) s"
+fi
+
+if want golden; then
+  t0=$SECONDS
+  timeout 300 scripts/record_golden.sh "$BUILD" > "$OUT/golden.log" 2>&1
+  note golden "$(status_of $?) in $((SECONDS - t0)) s"
+  cp conformance/golden/fingerprints.json conformance/REPORT.md "$OUT/" 2>/dev/null
 fi
 
 if want sanitize; then
@@ -105,6 +141,13 @@ fi
 
 echo
 echo "== gpu_check on ${GPU:-unknown GPU}, logs in $OUT =="
-[ -f "$OUT/timing.log" ] && sed -n '/device copy bandwidth/,$p' "$OUT/timing.log"
-[ -f "$OUT/torch.log" ] && tail -n 12 "$OUT/torch.log"
+[ -f "$OUT/timing.log" ] && python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(f"{r[\"layout\"]:>11} {r[\"optimizer\"]:>13} check={str(r[\"check_finite\"]):5} {r[\"ms_per_step\"]:.4f} ms  floor {r[\"floor_ms\"]:.4f} ms  {100 * r[\"floor_ms\"] / r[\"ms_per_step\"]:.0f}% of floor  launches {r[\"launches_per_step\"]}")
+' "$OUT/timing.log"
+[ -f "$OUT/cli.log" ] && grep -E "^(ok|FAIL)|passed|MATCH|DIFFERS|agree" "$OUT/cli.log" | head -30
+[ -f "$OUT/compare.log" ] && tail -n 5 "$OUT/compare.log"
 printf '%s\n' "${SUMMARY[@]}"
