@@ -1,0 +1,381 @@
+// One conformance cell, step by step (see runner.h). Per step and backend:
+//   write lr, loss scale and all gradients; poison one G element when the cell injects there;
+//   snapshot the whole arena; step(); snapshot again; then check
+//   - the out-of-bounds guard: every byte outside the step's writable set is unchanged;
+//   - the skip contract: a poisoned step is skipped, the others are not, t and the skip count;
+//   - W, M, V and the LARS trust ratios against the float64 oracle (relative L2 per tensor);
+//   - with CUDA: its whole arena equals the CPU's bit for bit (scratch excepted).
+#include "conformance/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "renaissance/task.h"
+#include "tests/oracle_f64.h"
+
+namespace renaissance {
+namespace conformance {
+
+namespace {
+
+struct ByteRange {
+  uint64_t begin, end;
+};
+
+bool has_m(OptimizerKind k) { return k != OptimizerKind::kSgd; }
+bool has_v(OptimizerKind k) { return k == OptimizerKind::kAdam || k == OptimizerKind::kAdamW; }
+bool is_lars(OptimizerKind k) { return k == OptimizerKind::kLars || k == OptimizerKind::kLarsNesterov; }
+
+uint64_t region_end(const RegionInfo& r) { return r.offset + r.count * r.elem_size; }
+
+// Names byte `x` of the arena for failure messages: region, element and whether it is padding,
+// or the inter-region gap it falls into.
+std::string where(const MemoryPlan& plan, uint64_t x) {
+  int before = -1;
+  uint64_t before_end = 0;
+  for (int r = 0; r < kNumRegions; ++r) {
+    const RegionInfo& info = plan.region(static_cast<Region>(r));
+    if (!info.allocated) continue;
+    if (x >= info.offset && x < region_end(info)) {
+      const uint64_t idx = (x - info.offset) / info.elem_size;
+      return std::string(region_name(static_cast<Region>(r))) + "[" + std::to_string(idx) + "]" +
+             (idx >= info.used ? " (region padding)" : "");
+    }
+    if (region_end(info) <= x && region_end(info) >= before_end) {
+      before = r;
+      before_end = region_end(info);
+    }
+  }
+  return "canary gap after " + std::string(before < 0 ? "arena start" : region_name(static_cast<Region>(before))) +
+         " (+" + std::to_string(x - before_end) + " bytes)";
+}
+
+// The bytes one step may write (DESIGN.md §2-3). An applied step writes the tensor elements of
+// W, M, V, the weight group's trust ratios N, the step counter and (Adam kinds) the bias
+// corrections; a skipped step only the skip counter. Both write the non-finite flag and may
+// use the LARS reduction scratch. Region padding is deliberately NOT writable: kernels run over
+// whole padded regions, but padding must stay +0.0 bit for bit (all rules map 0 to +0).
+std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped) {
+  std::vector<ByteRange> w;
+  auto slot = [&](Region r, int index, uint64_t size) {
+    const uint64_t off = plan.region(r).offset + static_cast<uint64_t>(index) * size;
+    w.push_back({off, off + size});
+  };
+  if (!skipped) {
+    for (Family f : {Family::kW, Family::kM, Family::kV}) {
+      if (!plan.has_family(f)) continue;
+      for (int role = 0; role < kNumRoles; ++role) {
+        const RegionInfo& info = plan.region(family_region(f, static_cast<Role>(role)));
+        w.push_back({info.offset, info.offset + info.used * info.elem_size});
+      }
+    }
+    if (plan.has_family(Family::kN)) {
+      // Only the weight group is LARS-adapted: the bias-like ratios must stay as they were.
+      for (Role role : {Role::kFcWeight, Role::kFirstConv, Role::kDeepConv}) {
+        const RegionInfo& info = plan.region(family_region(Family::kN, role));
+        w.push_back({info.offset, info.offset + info.used * info.elem_size});
+      }
+    }
+    slot(S_SCALAR_INT32, kStep, sizeof(int32_t));
+    if (has_v(kind)) {
+      slot(S_SCALAR_FP32, kBiasCorrection1, sizeof(float));
+      slot(S_SCALAR_FP32, kBiasCorrection2, sizeof(float));
+    }
+  } else {
+    slot(S_SCALAR_INT32, kSkippedSteps, sizeof(int32_t));
+  }
+  slot(S_SCALAR_INT32, kHasNonFinite, sizeof(int32_t));
+  if (plan.region(T_TEMP_FP64).allocated) {
+    const RegionInfo& t = plan.region(T_TEMP_FP64);
+    w.push_back({t.offset, region_end(t)});
+  }
+  std::sort(w.begin(), w.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
+  return w;
+}
+
+// [0, total) minus the sorted ranges.
+std::vector<ByteRange> complement(const std::vector<ByteRange>& sorted, uint64_t total) {
+  std::vector<ByteRange> out;
+  uint64_t cursor = 0;
+  for (const ByteRange& r : sorted) {
+    if (r.begin > cursor) out.push_back({cursor, r.begin});
+    cursor = std::max(cursor, r.end);
+  }
+  if (cursor < total) out.push_back({cursor, total});
+  return out;
+}
+
+// Bytes that belong to no region: the gaps left by rounding each region up to 256 bytes after
+// the scalar slots, the packed N family and the LARS tables (the W/G/M/V regions are padded
+// inside their own element count, so they leave none). Canary words go there.
+std::vector<ByteRange> gaps(const MemoryPlan& plan) {
+  std::vector<ByteRange> used;
+  for (int r = 0; r < kNumRegions; ++r) {
+    const RegionInfo& info = plan.region(static_cast<Region>(r));
+    if (info.allocated && info.count > 0) used.push_back({info.offset, region_end(info)});
+  }
+  std::sort(used.begin(), used.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
+  return complement(used, plan.arena_bytes());
+}
+
+uint32_t canary_word(uint64_t offset) { return 0xCA11AB1Eu ^ static_cast<uint32_t>(offset * 0x9E3779B1u); }
+
+struct Lane {
+  BackendKind kind;
+  std::unique_ptr<Task> task;
+  std::vector<uint8_t> before, after;
+  BackendResult* result;
+};
+
+std::vector<float> read_floats(const std::vector<uint8_t>& arena, uint64_t offset, size_t n) {
+  std::vector<float> v(n);
+  if (n) std::memcpy(v.data(), arena.data() + offset, n * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
+double CellResult::max_err() const { return std::max({cpu.err_w, cpu.err_m, cpu.err_v, cpu.err_n}); }
+
+CellResult run_cell(const Cell& cell, bool with_cuda) {
+  CellResult res;
+  res.name = cell.name;
+  res.spec = cell.spec();
+  const OptimizerKind kind = cell.config.kind;
+  const std::vector<ParamSpec> params = conformance_layout(cell.layout);
+  res.tensors = params.size();
+
+  std::map<std::string, int> failures_per_check;
+  auto fail = [&](const std::string& check, const std::string& message) {
+    if (failures_per_check[check]++ < 5) res.failures.push_back(check + ": " + message);
+  };
+
+  std::vector<Lane> lanes;
+  lanes.push_back({BackendKind::kCpu, nullptr, {}, {}, &res.cpu});
+  res.cuda.not_run_reason = "no CUDA device or no CUDA build";
+  if (with_cuda) lanes.push_back({BackendKind::kCuda, nullptr, {}, {}, &res.cuda});
+
+  std::vector<std::vector<float>> w0;
+  make_weights(params, &w0);
+  for (Lane& lane : lanes) {
+    TaskOptions options;
+    options.backend = lane.kind;
+    lane.task = std::make_unique<Task>(params, options);
+    lane.task->optimizer(cell.config);
+    lane.task->compile();
+    for (size_t id = 0; id < params.size(); ++id) lane.task->set_weight(id, w0[id].data());
+    lane.result->ran = true;
+    lane.result->description = lane.task->backend().describe();
+  }
+  const MemoryPlan& plan = lanes[0].task->plan();
+  const uint64_t arena_bytes = plan.arena_bytes();
+
+  // Canary words in every inter-region gap, distinct per position so a shifted copy shows.
+  for (Lane& lane : lanes) {
+    for (const ByteRange& g : gaps(plan)) {
+      std::vector<uint32_t> words((g.end - g.begin) / 4);
+      for (size_t i = 0; i < words.size(); ++i) words[i] = canary_word(g.begin + 4 * i);
+      if (!words.empty()) lane.task->backend().upload(g.begin, words.data(), words.size() * 4);
+    }
+  }
+
+  // Injection sites: non-empty G tensors in arena order.
+  std::vector<size_t> by_offset;
+  for (size_t id = 0; id < params.size(); ++id) {
+    if (params[id].numel() > 0) by_offset.push_back(id);
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [&](size_t a, size_t b) {
+    return plan.tensor_offset(Family::kG, a) < plan.tensor_offset(Family::kG, b);
+  });
+  auto site_id = [&](Site s) {
+    switch (s) {
+      case Site::kFirst: return by_offset.front();
+      case Site::kMiddle: return by_offset[by_offset.size() / 2];
+      case Site::kLast: return by_offset.back();
+    }
+    return by_offset.front();
+  };
+  auto site_index = [&](Site s, size_t id) -> uint64_t {
+    const uint64_t n = static_cast<uint64_t>(params[id].numel());
+    return s == Site::kFirst ? 0 : (s == Site::kMiddle ? n / 2 : n - 1);
+  };
+
+  // The oracle follows all tensors, or a sample that always includes the injection sites.
+  std::vector<size_t> sample;
+  {
+    std::set<size_t> ids;
+    for (size_t id = 0; id < params.size(); ++id) {
+      if (cell.oracle_stride == 0 || id % static_cast<size_t>(cell.oracle_stride) == 0) ids.insert(id);
+    }
+    for (const Injection& inj : cell.injections) ids.insert(site_id(inj.site));
+    sample.assign(ids.begin(), ids.end());
+  }
+  res.oracle_tensors = sample.size();
+  std::vector<ParamSpec> sample_params;
+  std::vector<std::vector<float>> sample_w0;
+  for (size_t id : sample) {
+    sample_params.push_back(params[id]);
+    sample_w0.push_back(w0[id]);
+  }
+  w0.clear();
+  w0.shrink_to_fit();
+  oracle::OracleF64 ref(cell.config, sample_params, sample_w0);
+  sample_w0.clear();
+
+  std::vector<std::vector<float>> g;
+  std::vector<std::vector<float>> sample_g(sample.size());
+  bool cuda_bitwise = with_cuda;
+  for (int s = 0; s < cell.steps; ++s) {
+    const std::string at = "step " + std::to_string(s);
+    const double lr = cell.lr_at(s);
+    make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
+    const Injection* inj = nullptr;
+    for (const Injection& i : cell.injections) {
+      if (i.step == s) inj = &i;
+    }
+    uint64_t poison_offset = 0;
+    if (inj) {
+      const size_t id = site_id(inj->site);
+      const uint64_t idx = site_index(inj->site, id);
+      g[id][idx] = inj->value;  // for the oracle, which must skip the step as well
+      poison_offset = plan.tensor_offset(Family::kG, id) + idx * sizeof(float);
+    }
+    for (size_t k = 0; k < sample.size(); ++k) sample_g[k] = g[sample[k]];
+
+    for (Lane& lane : lanes) {
+      Task& task = *lane.task;
+      task.set_lr(lr);
+      task.set_loss_scale(cell.loss_scale);
+      for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, g[id].data());
+      // The poisoned element also goes in through the raw arena upload at its G offset.
+      if (inj) task.backend().upload(poison_offset, &inj->value, sizeof(float));
+      lane.before.resize(arena_bytes);
+      lane.after.resize(arena_bytes);
+      task.backend().download(0, lane.before.data(), arena_bytes);
+      const auto t0 = std::chrono::steady_clock::now();
+      task.step();
+      task.backend().synchronize();
+      lane.result->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      task.backend().download(0, lane.after.data(), arena_bytes);
+
+      const bool skip_expected = inj != nullptr;
+      const char* name = backend_kind_name(lane.kind);
+      if (task.last_step_skipped() != skip_expected) {
+        lane.result->skips_ok = false;
+        fail(std::string(name) + " skip", at + (skip_expected ? ": poisoned step was applied" : ": clean step was skipped"));
+      }
+      // Out-of-bounds guard. This is what catches a kernel that writes past its tensor or region
+      // (into the next family, the padding, a canary, the LARS tables or a scalar slot), an
+      // update that runs on a skipped step, and a non-finite check or norm pass that writes G.
+      // The oracle cannot see any of that: it only reads the tensors' own elements.
+      const std::vector<ByteRange> frozen = complement(writable(plan, kind, skip_expected), arena_bytes);
+      for (const ByteRange& r : frozen) {
+        if (std::memcmp(lane.before.data() + r.begin, lane.after.data() + r.begin, r.end - r.begin) == 0) continue;
+        uint64_t first = r.begin, changed = 0;
+        for (uint64_t x = r.end; x-- > r.begin;) {
+          if (lane.before[x] != lane.after[x]) {
+            first = x;
+            ++changed;
+          }
+        }
+        lane.result->guards_ok = false;
+        fail(std::string(name) + " guard", at + (skip_expected ? " (skipped)" : "") + ": " + std::to_string(changed) +
+                                               " byte(s) changed that the step must not write, first at byte " +
+                                               std::to_string(first) + " = " + where(plan, first));
+      }
+    }
+
+    const bool applied = ref.step(sample_g, lr, cell.loss_scale);
+    if (applied == (inj != nullptr)) fail("oracle", at + ": the oracle's skip decision disagrees with the injection");
+    if (applied) {
+      ++res.applied;
+    } else {
+      ++res.skipped;
+    }
+    for (Lane& lane : lanes) {
+      Task& task = *lane.task;
+      if (task.step_count() != res.applied || task.skipped_steps() != res.skipped) {
+        lane.result->skips_ok = false;
+        fail(std::string(backend_kind_name(lane.kind)) + " skip",
+             at + ": t = " + std::to_string(task.step_count()) + ", skipped = " + std::to_string(task.skipped_steps()) +
+                 ", expected " + std::to_string(res.applied) + " and " + std::to_string(res.skipped));
+      }
+    }
+
+    // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch
+    // (whose contents are an implementation detail, not state).
+    if (with_cuda) {
+      const std::vector<uint8_t>& a = lanes[0].after;
+      const std::vector<uint8_t>& b = lanes[1].after;
+      std::vector<ByteRange> compare = {{0, arena_bytes}};
+      if (plan.region(T_TEMP_FP64).allocated) {
+        const RegionInfo& t = plan.region(T_TEMP_FP64);
+        compare = complement({{t.offset, region_end(t)}}, arena_bytes);
+      }
+      for (const ByteRange& r : compare) {
+        if (std::memcmp(a.data() + r.begin, b.data() + r.begin, r.end - r.begin) == 0) continue;
+        uint64_t first = r.begin;
+        while (a[first] == b[first]) ++first;
+        cuda_bitwise = false;
+        fail("cuda vs cpu", at + ": arenas differ, first at byte " + std::to_string(first) + " = " + where(plan, first));
+        break;
+      }
+    }
+
+    // Oracle comparison: every step of a short run; every 100 steps and the last in a drift run.
+    const bool check_now = cell.tier != Tier::kDrift || (s + 1) % 100 == 0 || s == cell.steps - 1;
+    if (!check_now) continue;
+    for (Lane& lane : lanes) {
+      BackendResult& br = *lane.result;
+      const char* name = backend_kind_name(lane.kind);
+      for (size_t k = 0; k < sample.size(); ++k) {
+        const size_t id = sample[k];
+        const size_t n = static_cast<size_t>(params[id].numel());
+        const oracle::TensorState& want = ref.tensor(k);
+        const std::string here = at + ", " + params[id].name + " (" + role_name(params[id].role) + ", " +
+                                 std::to_string(n) + " elements)";
+        auto check = [&](const char* fam, double err, double* worst) {
+          *worst = std::max(*worst, std::isnan(err) ? INFINITY : err);
+          if (!(err <= cell.bound)) {
+            br.oracle_ok = false;
+            std::ostringstream os;
+            os.precision(3);
+            os << fam << " rel L2 " << err << " > " << cell.bound << " at " << here;
+            fail(std::string(name) + " oracle", os.str());
+          }
+        };
+        check("W", oracle::relative_l2(read_floats(lane.after, plan.tensor_offset(Family::kW, id), n), want.w), &br.err_w);
+        if (has_m(kind)) {
+          check("M", oracle::relative_l2(read_floats(lane.after, plan.tensor_offset(Family::kM, id), n), want.m), &br.err_m);
+        }
+        if (has_v(kind)) {
+          check("V", oracle::relative_l2(read_floats(lane.after, plan.tensor_offset(Family::kV, id), n), want.v), &br.err_v);
+        }
+        if (is_lars(kind) && ref.is_weight_group(k) && ref.t() > 0) {
+          const float eta = read_floats(lane.after, plan.tensor_offset(Family::kN, id), 1)[0];
+          check("N", std::abs(static_cast<double>(eta) - want.trust) / want.trust, &br.err_n);
+        }
+      }
+    }
+  }
+
+  for (Lane& lane : lanes) {
+    lane.result->fingerprint = lane.task->fingerprint();
+  }
+  if (with_cuda) {
+    res.cuda_bitwise = cuda_bitwise && res.cuda.fingerprint == res.cpu.fingerprint;
+    if (res.cuda.fingerprint != res.cpu.fingerprint) {
+      fail("cuda vs cpu", "fingerprints differ: cpu " + res.cpu.fingerprint + ", cuda " + res.cuda.fingerprint);
+    }
+  }
+  return res;
+}
+
+}  // namespace conformance
+}  // namespace renaissance
