@@ -30,7 +30,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "core/src/checkpoint_testing.h"
@@ -420,7 +419,20 @@ std::string expect_error(Fn fn, const std::string& needle, ErrorKind kind) {
 // 1. N steps, save, load in a new process, M more steps == N+M steps, bit for bit.
 
 enum class NanAt { kNowhere, kBeforeSave, kAfterSave };
-using ResumeParam = std::tuple<BackendKind, OptimizerKind, NanAt>;
+const char* nan_at_name(NanAt at) {
+  const char* names[] = {"clean", "nan_before_save", "nan_after_save"};
+  return names[static_cast<int>(at)];
+}
+
+// Parameters are structs with operator<<, so ctest lists them by name rather than as bytes.
+struct ResumeParam {
+  BackendKind backend;
+  OptimizerKind kind;
+  NanAt nan_at;
+};
+std::ostream& operator<<(std::ostream& os, const ResumeParam& p) {
+  return os << backend_kind_name(p.backend) << "_" << optimizer_kind_name(p.kind) << "_" << nan_at_name(p.nan_at);
+}
 
 class CheckpointResume : public ::testing::TestWithParam<ResumeParam> {};
 
@@ -468,16 +480,16 @@ std::vector<ResumeParam> resume_params() {
   std::vector<ResumeParam> out;
   for (BackendKind b : testing_util::backends_under_test()) {
     for (OptimizerKind k : kAllKinds) {
-      for (NanAt at : {NanAt::kNowhere, NanAt::kBeforeSave, NanAt::kAfterSave}) out.emplace_back(b, k, at);
+      for (NanAt at : {NanAt::kNowhere, NanAt::kBeforeSave, NanAt::kAfterSave}) out.push_back({b, k, at});
     }
   }
   return out;
 }
 
 std::string resume_name(const ::testing::TestParamInfo<ResumeParam>& info) {
-  const char* nan_names[] = {"clean", "nan_before_save", "nan_after_save"};
-  return std::string(backend_kind_name(std::get<0>(info.param))) + "_" + optimizer_kind_name(std::get<1>(info.param)) +
-         "_" + nan_names[static_cast<int>(std::get<2>(info.param))];
+  std::ostringstream os;
+  os << info.param;
+  return os.str();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, CheckpointResume, ::testing::ValuesIn(resume_params()), resume_name);
@@ -504,7 +516,12 @@ TEST(CheckpointFormat, LoadRestoresHyperparametersAndHostScalars) {
 // ===================================================================================
 // 2. A checkpoint written by one backend loads on another and continues bit for bit.
 
-using CrossParam = std::tuple<BackendKind, BackendKind>;
+struct CrossParam {
+  BackendKind from, to;
+};
+std::ostream& operator<<(std::ostream& os, const CrossParam& p) {
+  return os << backend_kind_name(p.from) << "_to_" << backend_kind_name(p.to);
+}
 class CheckpointAcrossBackends : public ::testing::TestWithParam<CrossParam> {};
 
 TEST_P(CheckpointAcrossBackends, ContinuesBitForBit) {
@@ -536,7 +553,9 @@ std::vector<CrossParam> cross_params() {
 }
 
 std::string cross_name(const ::testing::TestParamInfo<CrossParam>& info) {
-  return std::string(backend_kind_name(std::get<0>(info.param))) + "_to_" + backend_kind_name(std::get<1>(info.param));
+  std::ostringstream os;
+  os << info.param;
+  return os.str();
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, CheckpointAcrossBackends, ::testing::ValuesIn(cross_params()), cross_name);
@@ -700,7 +719,12 @@ TEST(CheckpointWriteError, FullTmpfsLeavesTheOldCheckpoint) {
 // ===================================================================================
 // 5. Truncated and corrupt files are refused naming the section, leaving the task as it was.
 
-class CheckpointCorruption : public ::testing::TestWithParam<OptimizerKind> {};
+struct KindParam {
+  OptimizerKind kind;
+};
+std::ostream& operator<<(std::ostream& os, const KindParam& p) { return os << optimizer_kind_name(p.kind); }
+
+class CheckpointCorruption : public ::testing::TestWithParam<KindParam> {};
 
 // Loads `bytes` (written to `path`) into `task`: it must fail naming `section`, and leave every
 // byte of the arena and the host-side scalars unchanged.
@@ -724,14 +748,14 @@ void expect_refused(Task& task, const std::string& path, const std::vector<uint8
 
 TEST_P(CheckpointCorruption, TruncatedAtEveryLengthIsRefused) {
   TempDir dir(/*in_memory=*/true);
-  auto source = start_task(tiny_params(), GetParam(), BackendKind::kCpu);
+  auto source = start_task(tiny_params(), GetParam().kind, BackendKind::kCpu);
   run_steps(*source, 0, 4, {});
   source->save(dir.file("good.ckpt"));
   const std::vector<uint8_t> good = read_file(dir.file("good.ckpt"));
   const std::vector<SectionRange> ranges = section_ranges(good);
 
   // The victim has its own, different state, which must survive every failed load.
-  auto victim = start_task(tiny_params(), GetParam(), BackendKind::kCpu);
+  auto victim = start_task(tiny_params(), GetParam().kind, BackendKind::kCpu);
   run_steps(*victim, 100, 2, {});
   const std::vector<uint8_t> before = arena_bytes(*victim);
   for (size_t len = 0; len < good.size(); ++len) {
@@ -751,14 +775,14 @@ TEST_P(CheckpointCorruption, TruncatedAtEveryLengthIsRefused) {
 
 TEST_P(CheckpointCorruption, EverySingleBitFlipIsRefusedNamingTheSection) {
   TempDir dir(/*in_memory=*/true);
-  auto source = start_task(tiny_params(), GetParam(), BackendKind::kCpu);
+  auto source = start_task(tiny_params(), GetParam().kind, BackendKind::kCpu);
   run_steps(*source, 0, 4, {2});
   source->save(dir.file("good.ckpt"));
   const std::vector<uint8_t> good = read_file(dir.file("good.ckpt"));
   const std::vector<SectionRange> ranges = section_ranges(good);
   std::set<std::string> covered;
 
-  auto victim = start_task(tiny_params(), GetParam(), BackendKind::kCpu);
+  auto victim = start_task(tiny_params(), GetParam().kind, BackendKind::kCpu);
   const std::vector<uint8_t> before = arena_bytes(*victim);
   for (size_t offset = 0; offset < good.size(); ++offset) {
     // Every byte; all eight bits in the small header and frames, one (rotating) bit elsewhere.
@@ -775,7 +799,7 @@ TEST_P(CheckpointCorruption, EverySingleBitFlipIsRefusedNamingTheSection) {
     covered.insert(section);
   }
   std::set<std::string> want = {"header", "META", "LAYOUT", "W", "SCALARS"};
-  const PlanConfig need = plan_config_from_optimizer(GetParam());
+  const PlanConfig need = plan_config_from_optimizer(GetParam().kind);
   if (need.has_m) want.insert("M");
   if (need.has_v) want.insert("V");
   if (need.has_n) want.insert("N");
@@ -783,9 +807,10 @@ TEST_P(CheckpointCorruption, EverySingleBitFlipIsRefusedNamingTheSection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CheckpointCorruption,
-                         ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kLars),
-                         [](const ::testing::TestParamInfo<OptimizerKind>& i) {
-                           return std::string(optimizer_kind_name(i.param));
+                         ::testing::Values(KindParam{OptimizerKind::kSgd}, KindParam{OptimizerKind::kAdam},
+                                           KindParam{OptimizerKind::kLars}),
+                         [](const ::testing::TestParamInfo<KindParam>& i) {
+                           return std::string(optimizer_kind_name(i.param.kind));
                          });
 
 // ===================================================================================

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -132,10 +133,16 @@ double relative_l2(Task& task, Family f, const std::vector<std::vector<double>>&
   return std::sqrt(diff) / std::sqrt(norm);
 }
 
-class Soak : public ::testing::TestWithParam<OptimizerKind> {};
+// A struct with operator<< so that ctest lists the parameter by name.
+struct KindParam {
+  OptimizerKind kind;
+};
+std::ostream& operator<<(std::ostream& os, const KindParam& p) { return os << optimizer_kind_name(p.kind); }
+
+class Soak : public ::testing::TestWithParam<KindParam> {};
 
 TEST_P(Soak, CheckpointedRunMatchesStraightRunAndFloat64Reference) {
-  const OptimizerKind kind = GetParam();
+  const OptimizerKind kind = GetParam().kind;
   const OptimizerConfig config = soak_config(kind);
   const auto w0 = initial_weights();
 
@@ -228,9 +235,10 @@ TEST_P(Soak, CheckpointedRunMatchesStraightRunAndFloat64Reference) {
   EXPECT_GT(std::sqrt(moved / norm0), 1e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, Soak, ::testing::Values(OptimizerKind::kAdamW, OptimizerKind::kSgdMomentum),
-                         [](const ::testing::TestParamInfo<OptimizerKind>& i) {
-                           return std::string(optimizer_kind_name(i.param));
+INSTANTIATE_TEST_SUITE_P(Kinds, Soak,
+                         ::testing::Values(KindParam{OptimizerKind::kAdamW}, KindParam{OptimizerKind::kSgdMomentum}),
+                         [](const ::testing::TestParamInfo<KindParam>& i) {
+                           return std::string(optimizer_kind_name(i.param.kind));
                          });
 
 }  // namespace
