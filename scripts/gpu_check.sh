@@ -141,13 +141,15 @@ fi
 
 echo
 echo "== gpu_check on ${GPU:-unknown GPU}, logs in $OUT =="
-[ -f "$OUT/timing.log" ] && python3 -c '
+[ -f "$OUT/timing.log" ] && python3 - "$OUT/timing.log" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        print(f"{r[\"layout\"]:>11} {r[\"optimizer\"]:>13} check={str(r[\"check_finite\"]):5} {r[\"ms_per_step\"]:.4f} ms  floor {r[\"floor_ms\"]:.4f} ms  {100 * r[\"floor_ms\"] / r[\"ms_per_step\"]:.0f}% of floor  launches {r[\"launches_per_step\"]}")
-' "$OUT/timing.log"
+        print(f"{r['layout']:>11} {r['optimizer']:>13} check={str(r['check_finite']):5} {r['ms_per_step']:.4f} ms "
+              f"floor {r['floor_ms']:.4f} ms  {100 * r['floor_ms'] / r['ms_per_step']:.0f}% of floor  "
+              f"launches {r['launches_per_step']}")
+PY
 [ -f "$OUT/cli.log" ] && grep -E "^(ok|FAIL)|passed|MATCH|DIFFERS|agree" "$OUT/cli.log" | head -30
 [ -f "$OUT/compare.log" ] && tail -n 5 "$OUT/compare.log"
 printf '%s\n' "${SUMMARY[@]}"
