@@ -1,7 +1,10 @@
 // `renaissance audit` and `renaissance layouts`. The audit runs every optimizer kind on a fixed
 // small layout, with a fixed seed and a NaN step, on every backend this machine has (the CPU
-// twice: one thread and all cores), and prints kind x backend -> fingerprint and whether they
-// agree. The run is fully determined by the code, so a colleague can pin golden fingerprints.
+// twice: one thread and all cores), prints kind x backend -> fingerprint and whether they agree,
+// and compares each fingerprint with the golden file the conformance suite recorded on a GPU
+// (conformance/golden/fingerprints.json, or $RENAISSANCE_GOLDEN): MATCH, DIFFERS or NO GOLDEN.
+// The runs themselves are defined in conformance/audit_cells.h, shared with the suite, so the
+// audit's cells are golden cells by construction.
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +13,8 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "conformance/audit_cells.h"
+#include "conformance/golden.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 
@@ -18,29 +23,22 @@ namespace cli {
 
 namespace {
 
-// Small, but covering every role, a zero-size tensor and weight tensors longer than one LARS
-// reduction tile (4096 elements), so multi-tile reductions are part of the fingerprint.
-std::vector<ParamSpec> audit_layout() {
-  return {
-      {"conv1.weight", {16, 3, 3, 3}, Role::kFirstConv},
-      {"bn1.weight", {16}, Role::kBnWeight},
-      {"bn1.bias", {16}, Role::kBnBias},
-      {"layer1.conv.weight", {32, 16, 3, 3}, Role::kDeepConv},
-      {"layer1.bn.weight", {32}, Role::kBnWeight},
-      {"layer1.bn.bias", {32}, Role::kBnBias},
-      {"layer2.conv.weight", {64, 32, 3, 3}, Role::kDeepConv},
-      {"empty.weight", {0, 8}, Role::kDeepConv},
-      {"fc.weight", {10, 64}, Role::kFcWeight},
-      {"fc.bias", {10}, Role::kFcBias},
-  };
-}
-
 struct Column {
   std::string label;
   BackendKind backend;
   int threads;
   bool available;
 };
+
+// MATCH / DIFFERS against the recorded GPU fingerprint, or NO GOLDEN when there is nothing
+// comparable: no recorded file, no cell for this --steps, or a cell recorded for another run.
+std::string golden_status(const conformance::Golden& golden, const std::string& cell, const std::string& spec,
+                          const std::string& fingerprint) {
+  if (!golden.usable) return "NO GOLDEN";
+  const auto it = golden.cells.find(cell);
+  if (it == golden.cells.end() || it->second.spec != spec) return "NO GOLDEN";
+  return it->second.fingerprint == fingerprint ? "MATCH" : "DIFFERS";
+}
 
 }  // namespace
 
@@ -55,30 +53,35 @@ int cmd_audit(const AuditOptions& o) {
   nlohmann::json report = {{"layout", "audit"}, {"steps", o.steps}, {"seed", 1}, {"nan_at", {o.steps / 2}}};
   nlohmann::json rows = nlohmann::json::array();
   bool all_agree = true;
+  bool any_differs = false;
+  const conformance::Golden golden = conformance::load_golden(conformance::default_golden_path());
+  report["golden"] = {{"path", golden.path}, {"usable", golden.usable}, {"why_not", golden.why_not},
+                      {"recorded_on", golden.usable ? golden.machine_line() : ""}};
   if (!o.json) {
     std::printf("audit: %d steps on a fixed layout (%zu tensors), seed 1, NaN injected at step %d\n", o.steps,
-                audit_layout().size(), o.steps / 2);
+                conformance::audit_layout().size(), o.steps / 2);
+    if (golden.usable) {
+      std::printf("golden: %s (%s)\n", golden.path.c_str(), golden.machine_line().c_str());
+    } else {
+      std::printf("golden: NO GOLDEN: %s\n", golden.why_not.c_str());
+    }
     std::printf("%-14s", "kind");
-    for (const Column& c : columns) std::printf("  %-18s", c.label.c_str());
+    for (const Column& c : columns) std::printf("  %-29s", c.label.c_str());
     std::printf("  agree\n");
   }
   for (int k = 0; k < kNumOptimizerKinds; ++k) {
     const OptimizerKind kind = static_cast<OptimizerKind>(k);
-    SyntheticRun run;
-    run.params = audit_layout();
-    run.config = cli_default_config(kind);
-    run.config.weight_decay = 0.01;  // exercise the weight group's decay on every kind
-    run.steps = o.steps;
-    run.nan_at = {o.steps / 2};
-    run.seed = 1;
-    run.loss_scale = 1024.0;
-    run.measure_copy_bandwidth = false;
-    nlohmann::json row = {{"kind", optimizer_kind_name(kind)}};
+    SyntheticRun run = conformance::audit_run(kind, o.steps);
+    const std::string cell = conformance::audit_cell_name(kind, o.steps);
+    const std::string spec = conformance::audit_cell_spec(run);
+    nlohmann::json row = {{"kind", optimizer_kind_name(kind)}, {"golden_cell", cell}};
+    nlohmann::json row_golden = nlohmann::json::object();
     std::string first;
     bool agree = true;
     if (!o.json) std::printf("%-14s", optimizer_kind_name(kind));
     for (const Column& c : columns) {
       std::string fp = "n/a";
+      std::string status = "NOT RUN";
       if (c.available) {
         run.backend = c.backend;
         run.threads = c.threads;
@@ -86,11 +89,15 @@ int cmd_audit(const AuditOptions& o) {
         if (first.empty()) first = fp;
         agree = agree && fp == first;
         row[c.label] = fp;
+        status = golden_status(golden, cell, spec, fp);
+        any_differs = any_differs || status == "DIFFERS";
       } else {
         row[c.label] = nullptr;
       }
-      if (!o.json) std::printf("  %-18s", fp.c_str());
+      row_golden[c.label] = status;
+      if (!o.json) std::printf("  %-16s %-12s", fp.c_str(), status.c_str());
     }
+    row["golden"] = row_golden;
     row["agree"] = agree;
     all_agree = all_agree && agree;
     rows.push_back(row);
@@ -98,13 +105,15 @@ int cmd_audit(const AuditOptions& o) {
   }
   report["rows"] = rows;
   report["agree"] = all_agree;
+  report["golden_differs"] = any_differs;
   if (o.json) {
     std::printf("%s\n", report.dump().c_str());
   } else {
     if (!columns[2].available) std::printf("(cuda: n/a, no CUDA backend in this build or no device)\n");
     std::printf("%s\n", all_agree ? "all backends agree bit for bit" : "BACKENDS DISAGREE");
+    if (any_differs) std::printf("GOLDEN MISMATCH: a fingerprint DIFFERS from the one recorded on the GPU\n");
   }
-  return all_agree ? kExitOk : kExitComparisonFailed;
+  return all_agree && !any_differs ? kExitOk : kExitComparisonFailed;
 }
 
 int cmd_layouts(bool json) {

@@ -425,6 +425,29 @@ int record_golden(const std::string& path, int failed_tests) {
   return 0;
 }
 
+// For the ctest self-test of the golden comparison only: a file that claims to be recorded and
+// holds every current cell with its current spec but a deliberately wrong fingerprint, so the
+// suite and `renaissance audit` can be shown to report the mismatch. Never a real recording.
+int write_mismatch_golden(const std::string& path) {
+  nlohmann::json cells = nlohmann::json::object();
+  const std::string wrong = "0000000000000000";
+  for (const Cell& c : g_all_cells) cells[c.name] = {{"spec", c.spec()}, {"fingerprint", wrong}};
+  for (int k = 0; k < kNumOptimizerKinds; ++k) {
+    for (int steps : kAuditGoldenSteps) {
+      const OptimizerKind kind = static_cast<OptimizerKind>(k);
+      cells[audit_cell_name(kind, steps)] = {{"spec", audit_cell_spec(audit_run(kind, steps))}, {"fingerprint", wrong}};
+    }
+  }
+  nlohmann::json j = {{"format", kGoldenFormat},
+                      {"recorded", true},
+                      {"note", "SELF-TEST ONLY: deliberately wrong fingerprints, not a GPU recording"},
+                      {"machine", {{"gpu", "none (self-test)"}, {"date", utc_now()}}},
+                      {"cells", cells}};
+  std::ofstream out(path);
+  out << j.dump(1) << "\n";
+  return out ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace conformance
 }  // namespace renaissance
@@ -448,6 +471,8 @@ int main(int argc, char** argv) {
       g_options.record_path = value("--record-golden");
     } else if (a == "--report-json") {
       g_options.report_path = value("--report-json");
+    } else if (a == "--write-mismatch-golden") {
+      return write_mismatch_golden(value("--write-mismatch-golden"));
     } else {
       std::cerr << "conformance_suite: unknown option " << a
                 << " (expected --golden FILE, --record-golden FILE, --report-json FILE or gtest flags)\n";
@@ -467,7 +492,13 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int failed = ::testing::UnitTest::GetInstance()->failed_test_count();
   std::cout << "[conformance] " << g_rows.size() << " cells in " << seconds << " s" << std::endl;
+  int record_rc = 0;
+  if (!g_options.record_path.empty()) {
+    record_rc = record_golden(g_options.record_path, failed);
+    // The report of a recording run describes the file it has just written.
+    g_golden = load_golden(g_options.record_path);
+    for (auto& kv : g_rows) kv.second.golden = record_rc == 0 ? "recorded" : "recording refused";
+  }
   if (!g_options.report_path.empty()) write_report(g_options.report_path, seconds, failed);
-  if (!g_options.record_path.empty()) return record_golden(g_options.record_path, failed) != 0 ? 1 : rc;
-  return rc;
+  return record_rc != 0 ? 1 : rc;
 }

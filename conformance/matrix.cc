@@ -158,7 +158,10 @@ std::string Cell::spec() const {
   char buf[128];
   std::snprintf(buf, sizeof(buf), " lr_schedule=%s scale=%.17g steps=%d inject=", scheduled_lr ? "table1" : "constant",
                 loss_scale, steps);
-  return "conformance/1 inputs=signed-hash/1 layout=" + layout + ":" + layout_digest(conformance_layout(layout)) + " " +
+  return std::string("conformance/1 inputs=") +
+         (backend_gradients ? "w:signed-hash/1,g:backend-synthetic/1:seed=" + std::to_string(kSyntheticSeed)
+                            : std::string("signed-hash/1")) +
+         " layout=" + layout + ":" + layout_digest(conformance_layout(layout)) + " " +
          config_spec(config) + buf + inj;
 }
 
@@ -234,10 +237,12 @@ std::vector<Cell> cells(Tier tier) {
     } else if (tier == Tier::kBig) {
       Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);
       r.oracle_stride = 4;
+      r.backend_gradients = true;
       out.push_back(r);
       Cell b = make_cell(tier, kind, "bert_base", true,
                          is_sgd_family(kind) ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled, false, 16777216.0, 1);
       b.oracle_stride = 8;
+      b.backend_gradients = true;
       out.push_back(b);
     } else {
       Cell d = make_cell(tier, kind, "small_cnn", true, WeightDecayMode::kDecoupled, false, 65536.0, 3);

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Records conformance/golden/fingerprints.json and conformance/REPORT.md on a machine with a
+# CUDA GPU: builds with the CUDA backend, runs the whole conformance suite once (CPU and CUDA in
+# lockstep; it refuses to record unless CUDA is available, every check passes and every cell's
+# CUDA fingerprint equals the CPU's), then renders the report from the same run.
+# Usage: scripts/record_golden.sh [BUILD_DIR]   (then review and commit the two files)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build-golden}"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_BUILD_BENCH=OFF
+cmake --build "$build" --target conformance_suite renaissance_cli --parallel "$(nproc)"
+"$build/conformance/conformance_suite" --record-golden conformance/golden/fingerprints.json \
+  --report-json "$build/conformance-results.json"
+python3 conformance/render_report.py "$build/conformance-results.json" > conformance/REPORT.md
+# The audit must now say MATCH for every kind and backend.
+"$build/cli/renaissance" audit
+echo "recorded: conformance/golden/fingerprints.json and conformance/REPORT.md (review, then commit both)"
