@@ -174,9 +174,15 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
   }
   if (!j.contains("optimizer")) throw_format(case_path + ": missing key 'optimizer'");
   rc.config = parse_optimizer(j["optimizer"], case_path);
-  if (!j.contains("steps") || !j["steps"].is_number_unsigned() || j["steps"].get<uint64_t>() > (1u << 30)) {
-    throw_format(case_path + ": steps must be a non-negative integer, got " +
-                 (j.contains("steps") ? j["steps"].dump() : std::string("nothing")));
+  // Each step needs its gradients in grads.safetensors, and each tensor costs that file's header
+  // (at most kMaxSafetensorsHeaderBytes) over 50 bytes ("step0/a":{"dtype":"F32","shape":[],
+  // "data_offsets":[0,4]}), so no loadable case has more steps than this. The bound is checked
+  // here because the per-step lists below are sized from `steps` before grads.safetensors is
+  // opened: 2^30 steps used to allocate 16 GB for a 100-byte case.json (fuzz/regressions/).
+  constexpr uint64_t kMaxSteps = kMaxSafetensorsHeaderBytes / 32;
+  if (!j.contains("steps") || !j["steps"].is_number_unsigned() || j["steps"].get<uint64_t>() > kMaxSteps) {
+    throw_format(case_path + ": steps must be a non-negative integer of at most " + std::to_string(kMaxSteps) +
+                 ", got " + (j.contains("steps") ? j["steps"].dump() : std::string("nothing")));
   }
   rc.steps = j["steps"].get<int64_t>();
   rc.lr_per_step = j.contains("lr_per_step")
