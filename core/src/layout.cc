@@ -51,6 +51,10 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
   const nlohmann::json& params = j["params"];
   if (!params.is_array()) throw_format(source + ": \"params\" must be an array");
   std::set<std::string> seen;
+  // The whole layout's element count, bounded like one tensor's (validate_param_specs: its fp32
+  // bytes fit int64), so that total_numel() and the arena size computed from it cannot overflow.
+  int64_t total = 0;
+  constexpr int64_t kMaxTotal = INT64_MAX / 4;
   for (size_t i = 0; i < params.size(); ++i) {
     const nlohmann::json& p = params[i];
     std::string where = source + ": params[" + std::to_string(i) + "]";
@@ -77,6 +81,11 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
       numel *= extent;
       spec.shape.push_back(extent);
     }
+    if (numel > kMaxTotal - total) {
+      throw_format(where + ": shape " + p["shape"].dump() + " makes the layout's total size exceed " +
+                   std::to_string(kMaxTotal) + " elements");
+    }
+    total += numel;
     if (!p.contains("role") || !p["role"].is_string()) throw_format(where + ": missing or non-string \"role\"");
     const std::string role = p["role"].get<std::string>();
     if (!parse_role(role.c_str(), &spec.role)) {
