@@ -195,7 +195,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path, const std::string&
     for (const nlohmann::json& d : shape) {
       uint64_t extent = 0;
       if (!json_u64(d, &extent)) throw_format(where + ": shape " + shape.dump() + " has an entry that is not a non-negative integer");
-      if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+      // Extents are int64 in StTensorInfo: refuse larger ones outright, even next to a zero
+      // extent (which makes the size 0 and used to let [0, 2^64-1] through as shape [0, -1]).
+      if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw_format(where + ": shape " + shape.dump() + " has an extent beyond 2^63-1");
+      }
       if (extent != 0 && bytes > std::numeric_limits<uint64_t>::max() / extent) overflow = true;
       bytes = overflow ? 0 : bytes * extent;
       t.shape.push_back(static_cast<int64_t>(extent));
