@@ -29,6 +29,7 @@
 #include "conformance/matrix.h"
 #include "conformance/runner.h"
 #include "renaissance/backend.h"
+#include "renaissance/task.h"
 
 #if RENAISSANCE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -120,6 +121,10 @@ void print_summary(const CellResult& r) {
      << r.cpu.fingerprint << ", applied " << r.applied << ", skipped " << r.skipped;
   if (r.cuda.ran) os << "; cuda " << (r.cuda_bitwise ? "bitwise" : "DIFFERS") << " fp " << r.cuda.fingerprint;
   std::cout << os.str() << std::endl;
+}
+
+uint64_t region_end_bytes(const MemoryPlan& plan, Region r) {
+  return plan.region(r).offset + plan.region(r).count * plan.region(r).elem_size;
 }
 
 class CellTest : public ::testing::TestWithParam<const Cell*> {};
@@ -248,6 +253,77 @@ TEST(Cuda, BitwiseAgainstCpuInEveryCell) {
                     "every cell still checks the CPU backend against the oracle and the golden file";
   }
   SUCCEED() << "each cell compares CUDA with the CPU bit for bit";
+}
+
+// ---- self-tests: the guard and skip checks can fail ----
+// Each one runs a small cell with one deliberate bad write after a step and expects run_cell to
+// report it, naming the place. Without these, a guard that compared the wrong bytes (or none)
+// would pass forever.
+const Cell& selftest_cell() {
+  for (const Cell& c : g_all_cells) {
+    if (c.tier == Tier::kSmall && c.layout == "small_cnn" && c.config.kind == OptimizerKind::kLars &&
+        c.injections.size() == 1 && c.injections[0].step == 1) {
+      return c;  // LARS: every family but V, the N family and the LARS tables are allocated
+    }
+  }
+  throw std::logic_error("no self-test cell");
+}
+
+::testing::AssertionResult reports(const CellResult& r, const std::string& needle) {
+  for (const std::string& f : r.failures) {
+    if (f.find(needle) != std::string::npos) return ::testing::AssertionSuccess() << f;
+  }
+  ::testing::AssertionResult fail = ::testing::AssertionFailure();
+  fail << "no failure mentions '" << needle << "'; failures:";
+  for (const std::string& f : r.failures) fail << "\n  " << f;
+  return fail;
+}
+
+void poke(Task& task, uint64_t offset, float value) { task.backend().upload(offset, &value, sizeof(value)); }
+
+TEST(GuardSelfTest, CatchesAWriteIntoRegionPadding) {
+  const Cell& cell = selftest_cell();
+  const CellResult r = run_cell(cell, false, [](Task& task, int step) {
+    if (step != 3) return;
+    const MemoryPlan& plan = task.plan();
+    for (int role = kNumRoles - 1; role >= 0; --role) {
+      const RegionInfo& info = plan.region(family_region(Family::kM, static_cast<Role>(role)));
+      if (info.count > info.used) return poke(task, info.offset + info.used * 4, 1.0f);
+    }
+  });
+  EXPECT_FALSE(r.cpu.guards_ok);
+  EXPECT_TRUE(reports(r, "(region padding)"));
+}
+
+TEST(GuardSelfTest, CatchesAWriteIntoACanaryGap) {
+  const CellResult r = run_cell(selftest_cell(), false, [](Task& task, int step) {
+    if (step == 2) poke(task, region_end_bytes(task.plan(), S_SCALAR_FP32), 0.0f);
+  });
+  EXPECT_FALSE(r.cpu.guards_ok);
+  EXPECT_TRUE(reports(r, "canary gap after S_SCALAR_FP32"));
+}
+
+// (Not the LARS tile table: a corrupted table would make the next step read far outside the
+// arena, which is a crash, not a check.)
+TEST(GuardSelfTest, CatchesAWriteIntoGradientsAndScalarSlots) {
+  const CellResult r = run_cell(selftest_cell(), false, [](Task& task, int step) {
+    if (step == 4) poke(task, task.plan().tensor_offset(Family::kG, 0), 123.0f);
+    if (step == 5) poke(task, task.plan().region(S_SCALAR_FP32).offset + kWeightDecay * sizeof(float), 0.5f);
+  });
+  EXPECT_FALSE(r.cpu.guards_ok);
+  EXPECT_TRUE(reports(r, "step 4: "));
+  EXPECT_TRUE(reports(r, "= G_FIRST_CONV["));
+  EXPECT_TRUE(reports(r, "= S_SCALAR_FP32[1]"));
+}
+
+TEST(GuardSelfTest, CatchesStateChangedOnASkippedStep) {
+  const Cell& cell = selftest_cell();  // poisons step 1
+  const CellResult r = run_cell(cell, false, [](Task& task, int step) {
+    if (step == 1) poke(task, task.plan().tensor_offset(Family::kW, 0), 0.25f);
+  });
+  EXPECT_FALSE(r.cpu.guards_ok);
+  EXPECT_TRUE(reports(r, "step 1 (skipped)"));
+  EXPECT_FALSE(r.cpu.oracle_ok);  // the changed weight also leaves the oracle's trajectory
 }
 
 // ---- outputs ----

@@ -151,7 +151,7 @@ std::vector<float> read_floats(const uint8_t* arena, uint64_t offset, size_t n) 
 
 double CellResult::max_err() const { return std::max({cpu.err_w, cpu.err_m, cpu.err_v, cpu.err_n}); }
 
-CellResult run_cell(const Cell& cell, bool with_cuda) {
+CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) {
   CellResult res;
   res.name = cell.name;
   res.spec = cell.spec();
@@ -298,6 +298,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda) {
       task.step();
       task.backend().synchronize();
       lane.result->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (sabotage) sabotage(task, s);
       if (with_cuda) {
         task.backend().download(0, lane.after.get(), arena_bytes);
       } else {

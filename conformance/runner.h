@@ -3,12 +3,14 @@
 // may and may not have written. Returns everything the suite asserts on and the report shows.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "conformance/matrix.h"
 
 namespace renaissance {
+class Task;
 namespace conformance {
 
 struct BackendResult {
@@ -37,7 +39,10 @@ struct CellResult {
 };
 
 // with_cuda: also run the CUDA backend (the caller checks that it is available).
-CellResult run_cell(const Cell& cell, bool with_cuda);
+// sabotage (self-tests only): called on every lane right after each step(), before the
+// post-step snapshot, to show that the checks catch a write the step must not make.
+using Sabotage = std::function<void(Task& task, int step)>;
+CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage = {});
 
 }  // namespace conformance
 }  // namespace renaissance
