@@ -7,7 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-golden}"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_BUILD_BENCH=OFF
+# The GPU machine keeps Highway, xxHash, GTest and Eigen under .deps (as scripts/gpu_check.sh does).
+deps=()
+if [ -d .deps ]; then
+  deps=(-DRENAISSANCE_DEPS_DIR="$PWD/.deps" -DCMAKE_PREFIX_PATH="$PWD/.deps")
+  export LD_LIBRARY_PATH="$PWD/.deps/lib:$PWD/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_BUILD_BENCH=OFF "${deps[@]}"
 cmake --build "$build" --target conformance_suite renaissance_cli --parallel "$(nproc)"
 "$build/conformance/conformance_suite" --record-golden conformance/golden/fingerprints.json \
   --report-json "$build/conformance-results.json"
