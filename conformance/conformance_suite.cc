@@ -9,6 +9,7 @@
 //   conformance_suite --record-golden conformance/golden/fingerprints.json
 //                                                       GPU only: run all, then record CUDA fingerprints
 //   conformance_suite --golden FILE                     check against another golden file
+#include <cctype>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -354,12 +355,18 @@ nlohmann::json machine_json() {
     if (cudaDriverGetVersion(&v) == cudaSuccess) m["cuda_driver_api"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
     // The kernel module's version (what nvidia-smi calls the driver version).
     const std::string nv = first_line_of("/proc/driver/nvidia/version", "");
+    // The line reads "... Kernel Module  580.159.04 ..." or, for the open modules,
+    // "... Open Kernel Module for x86_64  580.159.04 ...": take the first token after
+    // "Kernel Module" that looks like a version number.
     const size_t k = nv.find("Kernel Module");
     if (k != std::string::npos) {
       std::istringstream is(nv.substr(k + 13));
-      std::string ver;
-      is >> ver;
-      m["driver"] = ver;
+      for (std::string token; is >> token;) {
+        if (std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != std::string::npos) {
+          m["driver"] = token;
+          break;
+        }
+      }
     }
   }
 #endif
