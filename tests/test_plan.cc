@@ -66,7 +66,9 @@ TEST(MemoryPlan, FamiliesAreAlignedAndTensorsPaired) {
 class PaddingTest : public ::testing::TestWithParam<OptimizerKind> {};
 
 TEST_P(PaddingTest, PaddingStaysZeroUnderUpdates) {
-  Task task(odd_params(), TaskOptions{BackendKind::kCpu});
+  TaskOptions options;
+  options.backend = BackendKind::kCpu;
+  Task task(odd_params(), options);
   OptimizerConfig c;
   c.kind = GetParam();
   c.momentum = 0.9;
@@ -95,7 +97,9 @@ TEST_P(PaddingTest, PaddingStaysZeroUnderUpdates) {
     if (!plan.has_family(f)) continue;
     const Span span = plan.region_range(family_region(f, Role::kBnBias), family_region(f, Role::kDeepConv));
     for (uint64_t i = span.offset / sizeof(float); i < span.offset / sizeof(float) + span.count; ++i) {
-      if (!covered[i]) ASSERT_EQ(testing_util::float_bits(arena[i]), 0u) << family_name(f) << " padding at " << i;
+      if (!covered[i]) {
+        ASSERT_EQ(testing_util::float_bits(arena[i]), 0u) << family_name(f) << " padding at " << i;
+      }
     }
   }
 }
