@@ -123,6 +123,10 @@ int cmd_run(const RunOptions& o) {
   run.nan_at = o.nan_at;
   run.seed = o.seed;
   run.check_finite = !o.no_check_finite;
+  if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
+  run.checkpoint = o.checkpoint;
+  run.checkpoint_every = o.checkpoint_every;
+  run.resume = o.resume;
 
   const int64_t numel = layout.total_numel();
   const double step_bytes_per_param = bytes_per_param(kind, !o.no_check_finite);
@@ -161,7 +165,8 @@ int cmd_run(const RunOptions& o) {
         {"steps_applied", r.steps_applied},
         {"steps_skipped", r.steps_skipped},
         {"ms_per_step", ms},
-        {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
+        {"ms_per_step_min", r.step_ms.empty() ? 0.0 : *std::min_element(r.step_ms.begin(), r.step_ms.end())},
+        {"first_step", r.first_step},
         {"bytes_per_param", step_bytes_per_param},
         {"gb_per_s", gbps},
         {"copy_gb_per_s", r.copy_gb_per_s},

@@ -38,6 +38,9 @@ struct RunOptions {
   uint64_t seed = 0;
   bool no_check_finite = false;
   bool json = false;
+  std::string checkpoint;     // save the state here (at the end, and every checkpoint_every steps)
+  int checkpoint_every = 0;   // 0: only at the end
+  std::string resume;         // load this checkpoint and continue from its step
 };
 
 struct ReplayOptions {
@@ -77,6 +80,11 @@ struct SyntheticRun {
   uint64_t seed = 0;
   bool check_finite = true;
   bool measure_copy_bandwidth = true;
+  // Checkpoints (Task::save / Task::load): `--steps` counts batches of the whole run, so a
+  // resumed run starts at the checkpoint's batch (applied + skipped steps) and ends at `steps`.
+  std::string checkpoint;
+  int checkpoint_every = 0;
+  std::string resume;
   // Called after each step with (steps done, that step's ms); may be empty.
   std::function<void(int, double)> on_step;
 };
@@ -90,6 +98,7 @@ struct SyntheticResult {
   int64_t steps_skipped = 0;
   double copy_gb_per_s = 0.0;
   std::string fingerprint;
+  int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
 };
 
 // The learning rate of step t (0-based) under a schedule with linear warm-up.

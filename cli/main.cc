@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--nan-at", run.nan_at, "Steps (0-based, comma-separated) whose gradients get a NaN")
       ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("T1,T2,...");
   run_cmd->add_option("--seed", run.seed, "Seed of the synthetic weights and gradients")->capture_default_str()->type_name("S");
+  run_cmd->add_option("--checkpoint", run.checkpoint, "Save the state to this file at the end (atomically: temp file, fsync, rename)");
+  run_cmd->add_option("--checkpoint-every", run.checkpoint_every, "Also save every K steps (needs --checkpoint)")
+      ->check(CLI::NonNegativeNumber);
+  run_cmd->add_option("--resume", run.resume, "Load this checkpoint and continue the run from its step");
   run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
 

@@ -90,7 +90,17 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   task.set_loss_scale(run.loss_scale);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   SyntheticResult result;
-  for (int t = 0; t < run.steps; ++t) {
+  if (!run.resume.empty()) {
+    // Every batch is one step() call, applied or skipped: the next batch is their sum.
+    task.load(run.resume);
+    result.first_step = task.step_count() + task.skipped_steps();
+    if (result.first_step > run.steps) {
+      throw_invalid("--resume " + run.resume + ": the checkpoint is at step " + std::to_string(result.first_step) +
+                    ", past --steps " + std::to_string(run.steps));
+    }
+    task.set_loss_scale(run.loss_scale);
+  }
+  for (int t = static_cast<int>(result.first_step); t < run.steps; ++t) {
     task.set_lr(scheduled_lr(run.config.lr, run.schedule, run.warmup, run.steps, t));
     task.synthesize_gradients(run.seed, static_cast<uint64_t>(t), amplitude);
     if (std::find(run.nan_at.begin(), run.nan_at.end(), t) != run.nan_at.end()) {
@@ -107,7 +117,11 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
     const double ms = task.timed_steps(1).at(0);
     result.step_ms.push_back(ms);
     if (run.on_step) run.on_step(t + 1, ms);
+    if (!run.checkpoint.empty() && run.checkpoint_every > 0 && (t + 1) % run.checkpoint_every == 0) {
+      task.save(run.checkpoint);
+    }
   }
+  if (!run.checkpoint.empty()) task.save(run.checkpoint);
   result.backend = task.backend().kind();
   result.backend_description = task.backend().describe();
   result.threads = run.threads;
