@@ -1,8 +1,12 @@
-// CPU step benchmark: the AdamW step on the resnet50 layout at 1 and 2 threads, side by side
-// with a same-traffic streaming kernel over the very same arena spans (reads w, g, m, v and
-// writes w, m, v with trivial arithmetic). That kernel is the memory-system limit for this
-// access pattern; a memcpy is not, since it pays for write-allocate and an in-place update
-// does not. bench/report_cpu.py turns the JSON output into the RESULTS.md table.
+// CPU benchmarks (Google Benchmark): every optimizer kind on the resnet50, bert_base and
+// gpt2_small layouts at 1, 2 and all threads, with bytes moved and GB/s at the ideal traffic of
+// DESIGN.md §5; the AdamW step with the non-finite check; a same-traffic streaming kernel over
+// the very same arena spans (reads w, g, m, v and writes w, m, v with trivial arithmetic: the
+// memory-system limit of the Adam access pattern); and a large memcpy. A memcpy is a poor
+// floor for an in-place update, since it pays for write-allocate: it is here for reference.
+// bench/compare_torch.py runs the resnet50 AdamW and same-traffic rows.
+//
+//   bench_cpu_step --benchmark_filter='Step/adamw/resnet50'   (see --benchmark_list_tests)
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/bench_cpu_step.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -35,7 +39,9 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,18 +57,38 @@ HWY_EXPORT(SameTraffic);
 
 namespace {
 
-constexpr double kAdamBytesPerParam = 28.0;  // reads w, g, m, v; writes w, m, v (DESIGN.md §5)
+const char* const kLayouts[] = {"resnet50", "bert_base", "gpt2_small"};
+constexpr double kAdamBytesPerParam = 28.0;  // reads w, g, m, v; writes w, m, v
 
-std::unique_ptr<Task> make_task(const std::string& layout, OptimizerConfig config, int threads, bool check) {
-  TaskOptions options;
-  options.backend = BackendKind::kCpu;
-  options.backend_options.threads = threads;
-  options.check_finite = check;
-  auto task = std::make_unique<Task>(builtin_layout(layout).params, options);
-  task->optimizer(config);
-  task->compile();
-  task->synthesize_gradients(1, 0, 1e-3f);
-  return task;
+OptimizerConfig config_for(OptimizerKind kind) {
+  OptimizerConfig c;
+  c.kind = kind;
+  c.momentum = 0.9;
+  c.weight_decay = 1e-4;
+  c.lr = kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW ? 1e-3 : 0.1;
+  return c;
+}
+
+// Building a Task for gpt2_small takes a second and 2 GB; Google Benchmark calls a benchmark
+// function several times, so the last task is kept and reused while the key does not change.
+Task& cached_task(const std::string& layout, OptimizerKind kind, int threads, bool check) {
+  static std::unique_ptr<Task> task;
+  static std::string key;
+  const std::string want = layout + "/" + optimizer_kind_name(kind) + "/" + std::to_string(threads) + "/" +
+                           std::to_string(check);
+  if (!task || key != want) {
+    task.reset();
+    TaskOptions options;
+    options.backend = BackendKind::kCpu;
+    options.backend_options.threads = threads;
+    options.check_finite = check;
+    task = std::make_unique<Task>(builtin_layout(layout).params, options);
+    task->optimizer(config_for(kind));
+    task->compile();
+    task->synthesize_gradients(1, 0, 1e-3f);
+    key = want;
+  }
+  return *task;
 }
 
 uint64_t param_count(const Task& task) {
@@ -71,25 +97,25 @@ uint64_t param_count(const Task& task) {
   return n;
 }
 
-void set_counters(benchmark::State& state, uint64_t params, double bytes_per_param) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * params * bytes_per_param));
+void finish(benchmark::State& state, uint64_t params, double bytes_per_param, int threads) {
+  state.SetBytesProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) * params * bytes_per_param));
   state.counters["params"] = static_cast<double>(params);
-  state.counters["threads"] = static_cast<double>(state.range(0));
+  state.counters["bytes_per_param"] = bytes_per_param;
+  state.counters["threads"] = threads;
 }
 
-void BM_AdamWStep(benchmark::State& state, bool check) {
-  auto task = make_task("resnet50", AdamW().lr(1e-3).weight_decay(0.01).config(), static_cast<int>(state.range(0)), check);
-  for (auto _ : state) task->step();
-  set_counters(state, param_count(*task), kAdamBytesPerParam);
+void step(benchmark::State& state, std::string layout, OptimizerKind kind, int threads, bool check) {
+  Task& task = cached_task(layout, kind, threads, check);
+  for (auto _ : state) task.step();
+  finish(state, param_count(task), bytes_per_param(kind, check), threads);
 }
 
-void BM_SameTraffic(benchmark::State& state) {
-  auto task = make_task("resnet50", AdamW().config(), static_cast<int>(state.range(0)), false);
-  const MemoryPlan& plan = task->plan();
-  char* arena = static_cast<char*>(task->backend().arena());
+void same_traffic(benchmark::State& state, std::string layout, int threads) {
+  Task& task = cached_task(layout, OptimizerKind::kAdamW, threads, false);
+  const MemoryPlan& plan = task.plan();
   cpu::CpuContext ctx;
-  ctx.arena = arena;
-  ctx.threads = static_cast<int>(state.range(0));
+  ctx.arena = static_cast<char*>(task.backend().arena());
+  ctx.threads = threads;
   auto* fn = &HWY_DYNAMIC_DISPATCH(SameTraffic);
   for (auto _ : state) {
     for (Group group : {Group::kWeight, Group::kBiasLike}) {
@@ -103,16 +129,61 @@ void BM_SameTraffic(benchmark::State& state) {
     }
     benchmark::ClobberMemory();
   }
-  set_counters(state, param_count(*task), kAdamBytesPerParam);
+  finish(state, param_count(task), kAdamBytesPerParam, threads);
 }
 
-BENCHMARK_CAPTURE(BM_AdamWStep, resnet50, false)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_AdamWStep, resnet50_checked, true)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_SameTraffic)->Name("BM_SameTraffic/resnet50")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+void large_memcpy(benchmark::State& state, uint64_t bytes, int threads) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const int64_t chunk = 1 << 20;
+  const int64_t chunks = static_cast<int64_t>((bytes + chunk - 1) / chunk);
+  for (auto _ : state) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint64_t b = static_cast<uint64_t>(c * chunk);
+      std::memcpy(dst.data() + b, src.data() + b, std::min<uint64_t>(bytes, b + chunk) - b);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * bytes));  // read + write
+  state.counters["threads"] = threads;
+}
+
+void register_all() {
+  std::vector<int> thread_counts = {1, 2};
+  if (omp_get_num_procs() > 2) thread_counts.push_back(omp_get_num_procs());
+  for (const char* layout : kLayouts) {
+    for (int threads : thread_counts) {
+      for (int k = 0; k < kNumOptimizerKinds; ++k) {
+        const auto kind = static_cast<OptimizerKind>(k);
+        const std::string name = std::string("Step/") + optimizer_kind_name(kind) + "/" + layout + "/" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), step, std::string(layout), kind, threads, false)
+            ->Unit(benchmark::kMillisecond)->UseRealTime();
+      }
+      const std::string checked = std::string("StepChecked/adamw/") + layout + "/" + std::to_string(threads);
+      benchmark::RegisterBenchmark(checked.c_str(), step, std::string(layout), OptimizerKind::kAdamW, threads, true)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+      const std::string same = std::string("SameTraffic/") + layout + "/" + std::to_string(threads);
+      benchmark::RegisterBenchmark(same.c_str(), same_traffic, std::string(layout), threads)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+  }
+  for (int threads : thread_counts) {
+    const std::string name = "Memcpy/1GiB/" + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), large_memcpy, uint64_t{1} << 30, threads)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+}
 
 }  // namespace
 }  // namespace bench
 }  // namespace renaissance
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  renaissance::bench::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
 #endif  // HWY_ONCE
