@@ -41,6 +41,7 @@ HWY_AFTER_NAMESPACE();
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -179,6 +180,10 @@ void register_all() {
 }  // namespace renaissance
 
 int main(int argc, char** argv) {
+  // RENAISSANCE_BENCH_NO_AVX512=1 keeps Highway off its AVX-512 targets, to tell the cost of
+  // the arithmetic at 512 bits from the memory traffic on machines that have it.
+  const char* no_avx512 = std::getenv("RENAISSANCE_BENCH_NO_AVX512");
+  if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   renaissance::bench::register_all();
