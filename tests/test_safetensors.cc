@@ -5,14 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/src/checkpoint_testing.h"
 #include "renaissance/error.h"
 #include "renaissance/safetensors.h"
 #include "tests/test_util.h"
@@ -110,6 +113,25 @@ TEST_F(SafetensorsTest, WriteIsAtomicAndLeavesNoTemporary) {
   for (const char* name : {"out.safetensors"}) files += ::access(path(name).c_str(), F_OK) == 0;
   EXPECT_EQ(files, 1);
   EXPECT_NE(std::system(("ls '" + dir_ + "' | grep -q tmp").c_str()), 0) << "a temporary file was left behind";
+}
+
+// A failure of any file-system operation of the write (create, write, fsync, close, rename):
+// an I/O error, the previous file intact under the final name, no temporary file left.
+TEST_F(SafetensorsTest, FailedWriteAtEveryOperationKeepsThePreviousFile) {
+  const float old_value = 2.0f, new_value[4] = {5.0f, 6.0f, 7.0f, 8.0f};
+  write_safetensors(path("out.safetensors"), {{"x", StDtype::kF32, {1}, &old_value}});
+  const int operations = checkpoint_testing::last_save_operations();
+  ASSERT_GE(operations, 5);  // create, at least one write, fsync, close, rename, ...
+  const int rename_op = checkpoint_testing::last_save_rename_operation();
+  for (int op = 1; op <= rename_op; ++op) {
+    SCOPED_TRACE("failing operation " + std::to_string(op));
+    checkpoint_testing::inject_fault(op, ENOSPC);
+    expect_error([&] { write_safetensors(path("out.safetensors"), {{"y", StDtype::kF32, {4}, new_value}}); },
+                 ErrorKind::kIo, {"out.safetensors", std::strerror(ENOSPC)});
+    checkpoint_testing::inject_fault(0, 0);
+    EXPECT_EQ(SafetensorsReader(path("out.safetensors")).read_f32("x"), std::vector<float>{2.0f});
+    EXPECT_NE(std::system(("ls -a '" + dir_ + "' | grep -q tmp").c_str()), 0) << "a temporary file was left behind";
+  }
 }
 
 TEST_F(SafetensorsTest, WriterRejectsUnsupportedDtype) {

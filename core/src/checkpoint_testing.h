@@ -1,6 +1,7 @@
-// Test hooks of the checkpoint writer (core/src/checkpoint.cc). Not part of the public API: the
-// unit tests include this file to make one file-system operation of Task::save fail, so that the
-// write-error guarantee is testable without a full disk or root.
+// Test hooks of the atomic file writer (core/src/atomic_file.cc) behind Task::save and the
+// safetensors writer. Not part of the public API: the unit tests include this file to make one
+// file-system operation of a save fail, so that the write-error guarantee is testable without a
+// full disk or root.
 #pragma once
 
 namespace renaissance {

@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/src/atomic_file.h"
 #include "renaissance/error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -75,21 +76,6 @@ bool pread_all(int fd, void* dst, uint64_t bytes, uint64_t offset) {
     p += got;
     bytes -= static_cast<uint64_t>(got);
     offset += static_cast<uint64_t>(got);
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* src, uint64_t bytes) {
-  const char* p = static_cast<const char*>(src);
-  while (bytes > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30));
-    const ssize_t put = ::write(fd, p, chunk);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += put;
-    bytes -= static_cast<uint64_t>(put);
   }
   return true;
 }
@@ -341,44 +327,14 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
   uint64_t len = text.size();
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(len >> (8 * i));
 
-  std::string tmp = path + ".tmp-XXXXXX";
-  Fd f;
-  f.fd = ::mkstemp(&tmp[0]);
-  if (f.fd < 0) throw_io(path + ": cannot create a temporary file next to it: " + std::strerror(errno));
-  auto fail = [&](const std::string& what) {
-    const std::string reason = errno_text();
-    ::close(f.fd);
-    f.fd = -1;
-    ::unlink(tmp.c_str());
-    throw_io(path + ": " + what + ": " + reason);
-  };
-  if (!write_all(f.fd, len_bytes, 8) || !write_all(f.fd, text.data(), text.size())) fail("cannot write");
+  // A failed write never leaves a partial file under the final name (atomic_file.h).
+  AtomicFile file(path, "safetensors file");
+  file.append(len_bytes, 8);
+  file.append(text.data(), text.size());
   for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sizes[i] > 0 && !write_all(f.fd, sorted[i]->data, sizes[i])) fail("cannot write");
+    if (sizes[i] > 0) file.append(sorted[i]->data, sizes[i]);
   }
-  // mkstemp creates 0600; give the file the permissions a plain create would have.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (::fchmod(f.fd, 0666 & ~mask) != 0) fail("cannot set permissions");
-  if (::fsync(f.fd) != 0) fail("cannot sync");
-  if (::close(f.fd) != 0) {
-    f.fd = -1;
-    const std::string reason = errno_text();
-    ::unlink(tmp.c_str());
-    throw_io(path + ": cannot close: " + reason);
-  }
-  f.fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(tmp.c_str());
-    throw_io(path + ": cannot rename the temporary file into place: " + reason);
-  }
-  // Make the rename itself durable.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  Fd d;
-  d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d.fd >= 0) ::fsync(d.fd);
+  file.commit();
 }
 
 }  // namespace renaissance
