@@ -87,18 +87,25 @@ class CudaBackend final : public Backend {
     std::ostringstream os;
     os << "cuda (" << prop.name << ", sm_" << prop.major << prop.minor << ")";
     description_ = os.str();
-    // Blocking streams (not cudaStreamNonBlocking): work a user puts on the legacy default
-    // stream, e.g. a cudaMemcpy into task.grad(i), stays ordered with the step.
-    for (auto& stream : streams_) RN_CUDA_CHECK(cudaStreamCreate(&stream));
-    RN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    for (auto& event : join_) RN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_scratch_), 2 * sizeof(unsigned)));
-    RN_CUDA_CHECK(cudaMemset(check_scratch_, 0, 2 * sizeof(unsigned)));
-    RN_CUDA_CHECK(cudaDeviceSynchronize());
+    try {
+      // Blocking streams (not cudaStreamNonBlocking): work a user puts on the legacy default
+      // stream, e.g. a cudaMemcpy into task.grad(i), stays ordered with the step.
+      for (auto& stream : streams_) RN_CUDA_CHECK(cudaStreamCreate(&stream));
+      RN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+      for (auto& event : join_) RN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_scratch_), 2 * sizeof(unsigned)));
+      RN_CUDA_CHECK(cudaMemset(check_scratch_, 0, 2 * sizeof(unsigned)));
+      RN_CUDA_CHECK(cudaDeviceSynchronize());
+    } catch (...) {
+      release_all();  // a destructor does not run for a constructor that throws
+      throw;
+    }
   }
 
-  ~CudaBackend() override {
-    // No throwing here: release what exists and ignore failures (the context may be gone).
+  ~CudaBackend() override { release_all(); }
+
+  // No throwing here: release what exists and ignore failures (the context may be gone).
+  void release_all() noexcept {
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
