@@ -104,20 +104,6 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override { release_all(); }
 
-  // No throwing here: release what exists and ignore failures (the context may be gone).
-  void release_all() noexcept {
-    release_graph();
-    if (arena_ != nullptr) (void)cudaFree(arena_);
-    if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
-    if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
-    for (auto event : join_) {
-      if (event != nullptr) (void)cudaEventDestroy(event);
-    }
-    for (auto stream : streams_) {
-      if (stream != nullptr) (void)cudaStreamDestroy(stream);
-    }
-  }
-
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return description_; }
   bool supports(RangeOp) const override { return true; }
@@ -277,6 +263,20 @@ class CudaBackend final : public Backend {
     if (offset > bytes_ || bytes > bytes_ - offset) {
       throw Error(ErrorKind::kBackend, "cuda backend: copy of " + std::to_string(bytes) + " bytes at offset " +
                                            std::to_string(offset) + " is outside the arena");
+    }
+  }
+
+  // No throwing here: release what exists and ignore failures (the context may be gone).
+  void release_all() noexcept {
+    release_graph();
+    if (arena_ != nullptr) (void)cudaFree(arena_);
+    if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
+    if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+    for (auto event : join_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+    }
+    for (auto stream : streams_) {
+      if (stream != nullptr) (void)cudaStreamDestroy(stream);
     }
   }
 
