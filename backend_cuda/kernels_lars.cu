@@ -165,9 +165,9 @@ __global__ void lars_update_kernel(float* __restrict__ w, const float* __restric
   }
 }
 
+// One block per tile (or tensor): grid_for with one item per block.
 unsigned tile_grid(int64_t items, const LaunchConfig& launch) {
-  if (launch.grid > 0) return static_cast<unsigned>(launch.grid);
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(items, 0x7fffffff)));
+  return grid_for(static_cast<uint64_t>(items), 1, launch);
 }
 
 template <bool kNesterov>

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "renaissance/task.h"
+#include "tests/optimizer_cases.h"
 #include "tests/oracle_f64.h"
 
 namespace renaissance {
@@ -28,9 +29,9 @@ struct ByteRange {
   uint64_t begin, end;
 };
 
-bool has_m(OptimizerKind k) { return k != OptimizerKind::kSgd; }
-bool has_v(OptimizerKind k) { return k == OptimizerKind::kAdam || k == OptimizerKind::kAdamW; }
-bool is_lars(OptimizerKind k) { return k == OptimizerKind::kLars || k == OptimizerKind::kLarsNesterov; }
+using testing_util::has_m;
+using testing_util::has_v;
+using testing_util::is_lars;
 
 uint64_t region_end(const RegionInfo& r) { return r.offset + r.count * r.elem_size; }
 
