@@ -48,6 +48,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "backend_cpu/cpu_backend.h"
+#include "bench/bench_configs.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
 
@@ -60,15 +61,6 @@ namespace {
 
 const char* const kLayouts[] = {"resnet50", "bert_base", "gpt2_small"};
 constexpr double kAdamBytesPerParam = 28.0;  // reads w, g, m, v; writes w, m, v
-
-OptimizerConfig config_for(OptimizerKind kind) {
-  OptimizerConfig c;
-  c.kind = kind;
-  c.momentum = 0.9;
-  c.weight_decay = 1e-4;
-  c.lr = kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW ? 1e-3 : 0.1;
-  return c;
-}
 
 // Building a Task for gpt2_small takes a second and 2 GB; Google Benchmark calls a benchmark
 // function several times, so the last task is kept and reused while the key does not change.
@@ -84,7 +76,7 @@ Task& cached_task(const std::string& layout, OptimizerKind kind, int threads, bo
     options.backend_options.threads = threads;
     options.check_finite = check;
     task = std::make_unique<Task>(builtin_layout(layout).params, options);
-    task->optimizer(config_for(kind));
+    task->optimizer(benchmark_config(kind));
     task->compile();
     task->synthesize_gradients(1, 0, 1e-3f);
     key = want;

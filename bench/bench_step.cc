@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_configs.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
@@ -30,21 +31,6 @@ std::vector<std::string> split(const std::string& text) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
-}
-
-OptimizerConfig config_for(OptimizerKind kind) {
-  OptimizerConfig c;
-  c.kind = kind;
-  switch (kind) {
-    case OptimizerKind::kSgd: c.lr = 0.1; c.weight_decay = 1e-4; break;
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: c.lr = 0.1; c.momentum = 0.9; c.weight_decay = 1e-4; break;
-    case OptimizerKind::kAdam: c.lr = 1e-3; break;
-    case OptimizerKind::kAdamW: c.lr = 1e-3; c.weight_decay = 0.01; break;
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: c.lr = 0.5; c.momentum = 0.9; c.weight_decay = 5e-5; break;
-  }
-  return c;
 }
 
 double median(std::vector<double> v) {
@@ -88,7 +74,7 @@ int main(int argc, char** argv) {
           options.backend_options.threads = threads;
           options.check_finite = with_check;
           Task task(params, options);
-          task.optimizer(config_for(kind));
+          task.optimizer(bench::benchmark_config(kind));
           task.compile();
           task.synthesize_gradients(1, 0, 1e-3f);
           if (copy_gbps == 0.0) copy_gbps = task.backend().copy_bandwidth_gbps(param_count * 28);

@@ -26,7 +26,7 @@ torch = None  # imported in main(): re-rendering from --from-json needs no torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KINDS = ["sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw", "lars", "lars_nesterov"]
-# The same hyperparameters bench_step uses (bench/bench_step.cc, config_for).
+# The same hyperparameters the C++ benchmarks use (bench/bench_configs.h, benchmark_config).
 HYPER = {
     "sgd": dict(lr=0.1, weight_decay=1e-4),
     "sgd_momentum": dict(lr=0.1, momentum=0.9, weight_decay=1e-4),
