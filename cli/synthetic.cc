@@ -40,17 +40,9 @@ double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t
 }
 
 OptimizerConfig cli_default_config(OptimizerKind kind) {
-  OptimizerConfig c;
-  switch (kind) {
-    case OptimizerKind::kSgd: c = SGD().config(); break;
-    case OptimizerKind::kSgdMomentum: c = SGD().momentum(0.9).config(); break;
-    case OptimizerKind::kSgdNesterov: c = SGD().momentum(0.9).nesterov(true).config(); break;
-    case OptimizerKind::kAdam: c = Adam().config(); break;
-    case OptimizerKind::kAdamW: c = AdamW().config(); break;
-    case OptimizerKind::kLars: c = LARS().config(); break;
-    case OptimizerKind::kLarsNesterov: c = LARS().nesterov(true).config(); break;
-  }
-  c.kind = kind;
+  OptimizerConfig c = default_config(kind);
+  // The library's SGD starts without momentum; the CLI's momentum kinds need one to run.
+  if (kind == OptimizerKind::kSgdMomentum || kind == OptimizerKind::kSgdNesterov) c.momentum = 0.9;
   return c;
 }
 

@@ -35,6 +35,21 @@ bool is_sgd_family(OptimizerKind k) {
 
 }  // namespace
 
+OptimizerConfig default_config(OptimizerKind kind) {
+  OptimizerConfig c;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kSgdMomentum:
+    case OptimizerKind::kSgdNesterov: c = SGD().config(); break;
+    case OptimizerKind::kAdam: c = Adam().config(); break;
+    case OptimizerKind::kAdamW: c = AdamW().config(); break;
+    case OptimizerKind::kLars:
+    case OptimizerKind::kLarsNesterov: c = LARS().config(); break;
+  }
+  c.kind = kind;
+  return c;
+}
+
 double bytes_per_param(OptimizerKind kind, bool check_finite) {
   double bytes = 0.0;
   switch (kind) {

@@ -30,22 +30,6 @@ bool file_exists(const std::string& path) {
   return static_cast<bool>(in);
 }
 
-// The library's defaults for a kind: what the fluent builder of that kind starts from.
-OptimizerConfig default_config(OptimizerKind kind) {
-  OptimizerConfig c;
-  switch (kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: c = SGD().config(); break;
-    case OptimizerKind::kAdam: c = Adam().config(); break;
-    case OptimizerKind::kAdamW: c = AdamW().config(); break;
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: c = LARS().config(); break;
-  }
-  c.kind = kind;
-  return c;
-}
-
 std::string kind_list() {
   std::string s;
   for (int k = 0; k < kNumOptimizerKinds; ++k) s += std::string(k ? ", " : "") + optimizer_kind_name(static_cast<OptimizerKind>(k));

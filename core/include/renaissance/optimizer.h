@@ -41,6 +41,10 @@ struct OptimizerConfig {
   void validate() const;
 };
 
+// The library's defaults for a kind: what the fluent builder of that family starts from, with
+// the kind set (so sgd_momentum still needs a momentum > 0 before it validates).
+OptimizerConfig default_config(OptimizerKind kind);
+
 // Ideal device-memory traffic of one step per fp32 parameter (DESIGN.md §5): sgd 12 B,
 // momentum and nesterov 20 B, adam/adamw 28 B, lars 28 B (20 B update + 8 B norm pass), plus
 // 4 B when the non-finite check reads G once more. The floor is this over the copy bandwidth.
