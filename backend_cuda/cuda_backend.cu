@@ -208,7 +208,7 @@ class CudaBackend final : public Backend {
     return ms;
   }
 
-  // Nodes of the captured graph (kernels and the flag memset), or -1 without a graph.
+  // Nodes of the captured graph (one kernel per node), or -1 without a graph.
   int launches_per_step() const override { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
