@@ -1,4 +1,4 @@
-// libFuzzer target: the layout JSON parser (parse_layout, core/src/layout.cc) on arbitrary text.
+// libFuzzer target: the layout JSON parser (parse_layout, core/src/io/layout.cc) on arbitrary text.
 // A malformed layout must be an Error; an accepted one must satisfy what the rest of the
 // library assumes of it (valid names and shapes, a total size that callers such as
 // `renaissance run` can compute without overflow).

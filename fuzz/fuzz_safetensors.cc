@@ -1,4 +1,4 @@
-// libFuzzer target: the safetensors reader (core/src/safetensors.cc) on arbitrary file bytes.
+// libFuzzer target: the safetensors reader (core/src/io/safetensors.cc) on arbitrary file bytes.
 // Opening validates the header; every tensor is then read in each conversion the callers use
 // (read_f32, read_f64, read_i64). Contract under test: a malformed file is an Error, never a
 // crash, a sanitizer report, another exception type or an allocation beyond the file's size.

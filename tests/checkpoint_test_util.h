@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/src/checkpoint_testing.h"
+#include "core/src/io/checkpoint_testing.h"
 #include "renaissance/error.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"

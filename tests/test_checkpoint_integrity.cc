@@ -1,4 +1,4 @@
-// Checkpoints (core/src/checkpoint.cc), the file-level guarantees of issue 7: a write error
+// Checkpoints (core/src/io/checkpoint.cc), the file-level guarantees of issue 7: a write error
 // leaves the old checkpoint and no temporary file behind, truncated or corrupt files are refused
 // naming the section (the task untouched), and checkpoints of another layout or optimizer kind
 // are refused saying which.

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/src/checkpoint_testing.h"
+#include "core/src/io/checkpoint_testing.h"
 #include "renaissance/error.h"
 #include "renaissance/safetensors.h"
 #include "tests/test_util.h"

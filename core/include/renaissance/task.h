@@ -80,7 +80,7 @@ class Task {
   // every machine and backend for the same run. 16 hex digits.
   std::string fingerprint();
 
-  // Checkpoints (core/src/checkpoint.cc): save writes a temporary file in the same folder,
+  // Checkpoints (core/src/io/checkpoint.cc): save writes a temporary file in the same folder,
   // fsyncs it and renames it over `path`; load validates everything before touching state, so a
   // failed load leaves the task bit-for-bit as it was. Both throw Error on failure.
   void save(const std::string& path);

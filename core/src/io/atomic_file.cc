@@ -1,6 +1,6 @@
 // AtomicFile (atomic_file.h) and the test hooks of checkpoint_testing.h, which count and fail
 // its file-system operations.
-#include "core/src/atomic_file.h"
+#include "core/src/io/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/src/checkpoint_testing.h"
+#include "core/src/io/checkpoint_testing.h"
 #include "renaissance/error.h"
 
 namespace renaissance {

@@ -37,7 +37,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "core/src/atomic_file.h"
+#include "core/src/io/atomic_file.h"
 #include "renaissance/error.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"

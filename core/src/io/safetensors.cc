@@ -15,7 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "core/src/atomic_file.h"
+#include "core/src/io/atomic_file.h"
 #include "renaissance/error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/src/embedded_layouts.h"
+#include "core/src/io/embedded_layouts.h"
 #include "renaissance/error.h"
 
 namespace renaissance {
