@@ -47,53 +47,90 @@ struct Golden {
   }
 };
 
-// The file in the source tree, found next to this header (CMake compiles with absolute paths),
-// unless RENAISSANCE_GOLDEN names another one. An installed binary far from the source tree
-// finds nothing there and reports NO GOLDEN rather than guessing.
+// The golden file is compiled into the binaries (conformance/embed_golden.cmake writes it into
+// a generated source of the renaissance_golden_data library), like the built-in layouts: an
+// installed binary carries the file it was built with, and nothing is looked up next to the
+// source at run time. RENAISSANCE_GOLDEN=FILE makes the reader use FILE instead; it exists for
+// the self-tests that tamper with a copy (and for a recording being reviewed), not for users.
+// Declared weak so that a CLI built without the conformance directory (tests off) still links;
+// it then has no golden file, which the audit reports as a failure, never as a pass.
+extern "C" const char renaissance_embedded_golden[] __attribute__((weak));
+extern "C" const unsigned long renaissance_embedded_golden_size __attribute__((weak));
+
+constexpr const char* kEmbeddedGoldenName = "embedded conformance/golden/fingerprints.json";
+
+// The one opt-out from "an unusable golden file is a failure": scripts/record_golden.sh sets it
+// while it re-records the file (the old one may legitimately not cover the matrix any more).
+inline bool golden_recording_opt_out() {
+  const char* env = std::getenv("RENAISSANCE_GOLDEN_RECORDING");
+  return env != nullptr && std::string(env) == "1";
+}
+
+// "" = the embedded file; otherwise the path RENAISSANCE_GOLDEN names.
 inline std::string default_golden_path() {
   if (const char* env = std::getenv("RENAISSANCE_GOLDEN")) {
     if (*env) return env;
   }
-  std::string here = __FILE__;
-  const size_t slash = here.find_last_of('/');
-  return (slash == std::string::npos ? std::string(".") : here.substr(0, slash)) + "/golden/fingerprints.json";
+  return "";
 }
 
-// Never throws: every problem becomes why_not, so callers can skip or print NO GOLDEN.
+// Never throws: every problem becomes why_not, which callers report as a failure. `path` empty:
+// the embedded file.
 inline Golden load_golden(const std::string& path) {
   Golden g;
-  g.path = path;
-  std::ifstream in(path);
-  if (!in) {
-    g.why_not = "no golden file at " + path;
-    return g;
+  std::string text;
+  if (path.empty()) {
+    g.path = kEmbeddedGoldenName;
+    if (&renaissance_embedded_golden_size == nullptr || renaissance_embedded_golden == nullptr) {
+      g.why_not = "this binary carries no golden file (built without the conformance directory)";
+      return g;
+    }
+    text.assign(renaissance_embedded_golden, renaissance_embedded_golden_size);
+  } else {
+    g.path = path;
+    std::ifstream in(path);
+    if (!in) {
+      g.why_not = "no golden file at " + path;
+      return g;
+    }
+    std::stringstream buf;
+    buf << in.rdbuf();
+    text = buf.str();
   }
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string& path_or_name = g.path;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    g.why_not = path + " is not valid JSON: " + e.what();
+    g.why_not = path_or_name + " is not valid JSON: " + e.what();
     return g;
   }
   if (!j.is_object() || j.value("format", "") != kGoldenFormat) {
-    g.why_not = path + " is not a " + std::string(kGoldenFormat) + " file";
+    g.why_not = path_or_name + " is not a " + std::string(kGoldenFormat) + " file";
     return g;
   }
   if (!j.value("recorded", false)) {
-    g.why_not = path + " has not been recorded on a GPU yet (run scripts/record_golden.sh on a machine with a CUDA device)";
+    g.why_not = path_or_name + " has not been recorded on a GPU yet (run scripts/record_golden.sh on a machine with a CUDA device)";
     return g;
   }
   if (!j.contains("cells") || !j["cells"].is_object() || j["cells"].empty()) {
-    g.why_not = path + " holds no cells";
+    g.why_not = path_or_name + " holds no cells";
     return g;
   }
   g.machine = j.value("machine", nlohmann::json::object());
   for (auto it = j["cells"].begin(); it != j["cells"].end(); ++it) {
     GoldenCell c;
-    c.spec = it.value().value("spec", "");
-    c.fingerprint = it.value().value("fingerprint", "");
+    if (it.value().is_object()) {
+      c.spec = it.value().value("spec", "");
+      c.fingerprint = it.value().value("fingerprint", "");
+    }
+    // An entry without a 16-hex-digit fingerprint would compare unequal forever; it is a broken
+    // file, not a cell to report one mismatch for.
+    if (c.fingerprint.size() != 16 || c.fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      g.why_not = path_or_name + ": cell " + it.key() + " has no valid fingerprint";
+      g.cells.clear();
+      return g;
+    }
     g.cells[it.key()] = c;
   }
   g.usable = true;

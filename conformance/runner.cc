@@ -92,8 +92,8 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
     slot(S_SCALAR_INT32, kSkippedSteps, sizeof(int32_t));
   }
   slot(S_SCALAR_INT32, kHasNonFinite, sizeof(int32_t));
-  if (plan.region(T_TEMP_FP64).allocated) {
-    const RegionInfo& t = plan.region(T_TEMP_FP64);
+  if (plan.region(T_NORM_PARTIALS).allocated) {
+    const RegionInfo& t = plan.region(T_NORM_PARTIALS);
     w.push_back({t.offset, region_end(t)});
   }
   std::sort(w.begin(), w.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
@@ -363,8 +363,8 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
       std::vector<ByteRange> compare = {{0, arena_bytes}};
-      if (plan.region(T_TEMP_FP64).allocated) {
-        const RegionInfo& t = plan.region(T_TEMP_FP64);
+      if (plan.region(T_NORM_PARTIALS).allocated) {
+        const RegionInfo& t = plan.region(T_NORM_PARTIALS);
         compare = complement({{t.offset, region_end(t)}}, arena_bytes);
       }
       for (const ByteRange& r : compare) {
@@ -418,6 +418,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   for (Lane& lane : lanes) {
     lane.result->fingerprint = lane.task->fingerprint();
   }
+
   if (with_cuda) {
     res.cuda_bitwise = cuda_bitwise && res.cuda.fingerprint == res.cpu.fingerprint;
     if (res.cuda.fingerprint != res.cpu.fingerprint) {
@@ -425,6 +426,52 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     }
   }
   return res;
+}
+
+std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string* description) {
+  const std::vector<ParamSpec> params = conformance_layout(cell.layout);
+  TaskOptions options;
+  options.backend = backend;
+  Task task(params, options);
+  task.optimizer(cell.config);
+  task.compile();
+  if (description) *description = task.backend().describe();
+  {
+    std::vector<std::vector<float>> w0;
+    make_weights(params, &w0);
+    for (size_t id = 0; id < params.size(); ++id) task.set_weight(id, w0[id].data());
+  }
+  // Injection sites as run_cell picks them: non-empty G tensors in arena order.
+  const MemoryPlan& plan = task.plan();
+  std::vector<size_t> by_offset;
+  for (size_t id = 0; id < params.size(); ++id) {
+    if (params[id].numel() > 0) by_offset.push_back(id);
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [&](size_t a, size_t b) {
+    return plan.tensor_offset(Family::kG, a) < plan.tensor_offset(Family::kG, b);
+  });
+  std::vector<std::vector<float>> g;
+  for (int s = 0; s < cell.steps; ++s) {
+    task.set_lr(cell.lr_at(s));
+    task.set_loss_scale(cell.loss_scale);
+    if (cell.backend_gradients) {
+      task.synthesize_gradients(kSyntheticSeed, static_cast<uint64_t>(s), static_cast<float>(cell.loss_scale));
+    } else {
+      make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
+      for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, g[id].data());
+    }
+    for (const Injection& inj : cell.injections) {
+      if (inj.step != s) continue;
+      const size_t id = inj.site == Site::kFirst ? by_offset.front()
+                        : inj.site == Site::kMiddle ? by_offset[by_offset.size() / 2]
+                                                    : by_offset.back();
+      const uint64_t n = static_cast<uint64_t>(params[id].numel());
+      const uint64_t idx = inj.site == Site::kFirst ? 0 : (inj.site == Site::kMiddle ? n / 2 : n - 1);
+      task.backend().upload(plan.tensor_offset(Family::kG, id) + idx * sizeof(float), &inj.value, sizeof(float));
+    }
+    task.step();
+  }
+  return task.fingerprint();
 }
 
 }  // namespace conformance

@@ -1,0 +1,202 @@
+// The golden file and backend checks that recompute fingerprints cheaply instead of running
+// the full cell checks: the golden file as a whole (Golden.*), CUDA against the CPU in every
+// small and audit cell (Cuda.*), every small cell on every Highway target (HighwayTargets.*),
+// and the damaged golden copies the strictness self-tests feed to the suite and the audit.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <hwy/targets.h>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "conformance/audit_cells.h"
+#include "conformance/runner.h"
+#include "conformance/suite_state.h"
+#include "renaissance/backend.h"
+
+namespace renaissance {
+namespace conformance {
+namespace {
+
+// The cells whose fingerprint is cheap to recompute (cell_fingerprint / run_synthetic): every
+// small-tier cell and every audit cell. Big and drift cells compare their fingerprints in their
+// own tests (each costs minutes on two cores).
+struct CheapCell {
+  std::string name, spec;
+  const Cell* cell;  // null: an audit run
+  OptimizerKind kind;
+  int steps;
+};
+std::vector<CheapCell> cheap_cells() {
+  std::vector<CheapCell> out;
+  for (const Cell& c : g_all_cells) {
+    if (c.tier == Tier::kSmall) out.push_back({c.name, c.spec(), &c, c.config.kind, c.steps});
+  }
+  for (int k = 0; k < kNumOptimizerKinds; ++k) {
+    for (int steps : kAuditGoldenSteps) {
+      const OptimizerKind kind = static_cast<OptimizerKind>(k);
+      out.push_back({audit_cell_name(kind, steps), audit_cell_spec(audit_run(kind, steps)), nullptr, kind, steps});
+    }
+  }
+  return out;
+}
+std::string cheap_fingerprint(const CheapCell& c, BackendKind backend, std::string* description = nullptr) {
+  if (c.cell) return cell_fingerprint(*c.cell, backend, description);
+  cli::SyntheticRun run = audit_run(c.kind, c.steps);
+  run.backend = backend;
+  const cli::SyntheticResult r = cli::run_synthetic(run);
+  if (description) *description = r.backend_description;
+  return r.fingerprint;
+}
+
+// The golden file as a whole: usable (a failure otherwise, except while recording), holding
+// exactly the current matrix with unchanged specs, and its fingerprints equal to what the CPU
+// computes now for every cheap cell (the others compare in their own tests).
+TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
+  if (!g_options.record_path.empty()) GTEST_SKIP() << "recording mode: the golden file is being rewritten";
+  if (!g_golden.usable && golden_recording_opt_out()) {
+    GTEST_SKIP() << "RENAISSANCE_GOLDEN_RECORDING=1 (the recorder's opt-out): " << g_golden.why_not;
+  }
+  ASSERT_TRUE(g_golden.usable) << "NO GOLDEN: " << g_golden.why_not
+                               << ". Every CI run must check the CPU against the fingerprints recorded on a GPU.";
+  EXPECT_FALSE(g_golden.machine.value("gpu", "").empty()) << "the golden file does not name its GPU";
+  std::map<std::string, std::string> want;  // name -> spec, the whole current matrix
+  for (const Cell& c : g_all_cells) want[c.name] = c.spec();
+  for (const CheapCell& c : cheap_cells()) want[c.name] = c.spec;
+  for (const auto& kv : want) {
+    const auto it = g_golden.cells.find(kv.first);
+    if (it == g_golden.cells.end()) {
+      ADD_FAILURE() << "NO GOLDEN for cell " << kv.first << ": the matrix has it, " << g_golden.path
+                    << " does not (re-record with scripts/record_golden.sh on a GPU)";
+    } else if (it->second.spec != kv.second) {
+      ADD_FAILURE() << "cell " << kv.first << " changed since recording\n  recorded: " << it->second.spec
+                    << "\n  now:      " << kv.second;
+    }
+  }
+  for (const auto& kv : g_golden.cells) {
+    EXPECT_TRUE(want.count(kv.first)) << g_golden.path << " holds cell " << kv.first << ", which the matrix no longer has";
+  }
+  int compared = 0, differ = 0;
+  for (const CheapCell& c : cheap_cells()) {
+    const auto it = g_golden.cells.find(c.name);
+    if (it == g_golden.cells.end() || it->second.spec != c.spec) continue;  // reported above
+    const std::string fp = cheap_fingerprint(c, BackendKind::kCpu);
+    ++compared;
+    if (fp != it->second.fingerprint) {
+      ++differ;
+      ADD_FAILURE() << "GOLDEN MISMATCH in cell " << c.name << ": CPU fingerprint " << fp << " != golden "
+                    << it->second.fingerprint << " recorded on " << g_golden.machine_line();
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(cheap_cells().size())) << "cheap cells compared with the golden file";
+  std::cout << "[conformance] golden file " << g_golden.path << ": " << g_golden.cells.size()
+            << " cells, recorded on " << g_golden.machine_line() << "; " << compared
+            << " small-tier and audit fingerprints recomputed on the CPU, " << differ << " differ" << std::endl;
+}
+
+// CUDA against the CPU in every small-tier and audit cell, counted: fails unless every one of
+// them was run on both and compared (the big and drift cells compare CUDA with the CPU after
+// every step in their own tests). Skips only when there is no GPU.
+TEST(Cuda, BitwiseAgainstCpuInEverySmallAndAuditCell) {
+  if (!backend_available(BackendKind::kCuda)) {
+    GTEST_SKIP() << "no CUDA device (or no CUDA build): CPU vs CUDA bitwise comparisons are not run here";
+  }
+  const std::vector<CheapCell> all = cheap_cells();
+  int compared = 0;
+  for (const CheapCell& c : all) {
+    const std::string cpu = cheap_fingerprint(c, BackendKind::kCpu);
+    const std::string cuda = cheap_fingerprint(c, BackendKind::kCuda);
+    EXPECT_EQ(cuda, cpu) << "cell " << c.name << ": CUDA differs from the CPU";
+    compared += cpu.size() == 16 && cuda.size() == 16 ? 1 : 0;
+  }
+  EXPECT_EQ(compared, static_cast<int>(all.size())) << "cells compared CPU vs CUDA";
+  std::cout << "[conformance] CUDA vs CPU: " << compared << " of " << all.size() << " cells compared" << std::endl;
+}
+
+// Every small-tier cell on every Highway target this build compiled and this CPU runs (AVX2,
+// SSE4, SSSE3, EMU128, ... as hwy::SupportedAndGeneratedTargets() lists them), each against
+// the golden fingerprint: a last-bit difference in one SIMD path alone fails here, naming
+// target and cell. The cell tests above run the default (best) target only.
+struct ResetSupportedTargets {
+  ~ResetSupportedTargets() { hwy::SetSupportedTargetsForTest(0); }
+};
+
+TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
+  const bool have_golden = g_golden.usable;
+  if (!have_golden && !golden_optional()) ADD_FAILURE() << "NO GOLDEN: " << g_golden.why_not;
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  std::map<std::string, std::string> first;  // cell -> fingerprint on the first target (no golden)
+  std::string ran;
+  int compared = 0;
+  for (int64_t target : targets) {
+    ResetSupportedTargets reset;
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string tname = hwy::TargetName(target);
+    for (const Cell& c : g_all_cells) {
+      if (c.tier != Tier::kSmall) continue;
+      std::string described;
+      const std::string fp = cell_fingerprint(c, BackendKind::kCpu, &described);
+      // The backend names the target its dispatcher picked: proof the restriction took effect.
+      if (described.find(tname) == std::string::npos) {
+        ADD_FAILURE() << tname << " requested, backend says: " << described;
+        return;
+      }
+      std::string want;
+      if (have_golden) {
+        const auto it = g_golden.cells.find(c.name);
+        if (it == g_golden.cells.end()) continue;  // Golden.* reports the missing cell
+        want = it->second.fingerprint;
+      } else {
+        want = first.emplace(c.name, fp).first->second;
+      }
+      ++compared;
+      EXPECT_EQ(fp, want) << "cell " << c.name << " on Highway target " << tname
+                          << (have_golden ? " vs the golden fingerprint" : " vs the first target");
+    }
+    ran += (ran.empty() ? "" : " ") + tname;
+  }
+  RecordProperty("highway_targets", ran);
+  std::cout << "[conformance] Highway targets run: " << ran << "; " << compared << " cell fingerprints compared"
+            << std::endl;
+}
+
+}  // namespace
+
+// For the ctest self-tests of golden strictness only: the embedded golden file with one kind of
+// damage, to show that the suite and `renaissance audit` fail on it (and do not skip).
+//   unrecorded    "recorded": false
+//   emptied       a zero-byte file
+//   cell_removed  audit.sgd.steps4 deleted
+//   flipped       the last hex digit of audit.adam.steps4 changed
+int write_tampered_golden(const std::string& mode, const std::string& path) {
+  if (&renaissance_embedded_golden_size == nullptr || renaissance_embedded_golden_size == 0) {
+    std::cerr << "conformance_suite: no embedded golden file to tamper with\n";
+    return 1;
+  }
+  nlohmann::json j = nlohmann::json::parse(
+      std::string(renaissance_embedded_golden, renaissance_embedded_golden_size));
+  std::string text;
+  if (mode == "unrecorded") {
+    j["recorded"] = false;
+  } else if (mode == "cell_removed") {
+    if (j["cells"].erase("audit.sgd.steps4") != 1) return 1;
+  } else if (mode == "flipped") {
+    std::string& fp = j["cells"]["audit.adam.steps4"]["fingerprint"].get_ref<std::string&>();
+    fp.back() = fp.back() == '0' ? '1' : '0';
+  } else if (mode != "emptied") {
+    std::cerr << "conformance_suite: unknown tamper mode " << mode << "\n";
+    return 2;
+  }
+  if (mode != "emptied") text = j.dump(1) + "\n";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return out ? 0 : 1;
+}
+
+}  // namespace conformance
+}  // namespace renaissance
