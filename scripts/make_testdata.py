@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""Generates the replay cases under testdata/replay/ (format renaissance-replay/1, docs/replay-format.md).
+
+Every case runs a small CNN-like layout (all six roles, one zero-size tensor) for six steps with a
+learning-rate and loss-scale schedule: step 2 applies lr = 0, step 4 carries a non-finite gradient
+and is skipped. Gradient regimes make every term of the rules matter: fc.* gradients sit near
+Adam's eps, fc.weight's LARS trust ratio hits the clamp at 100, and layer2.downsample.weight is so
+small that LARS's eps dominates its ratio.
+
+The expected values are computed here in float64 from docs/math.md, never by the project's code.
+Where torch is importable, the reference is cross-checked against torch.optim in float64 (the SGD
+kinds in l2 mode or without weight decay, adam, adamw) and LARS against a second, independently
+written float64 implementation; the agreement goes to testdata/replay/calibration.json.
+
+Usage (numpy required, torch optional):
+    /usr/bin/python3 scripts/make_testdata.py                 # (re)write testdata/replay
+    /usr/bin/python3 scripts/make_testdata.py --check         # regenerate into a temp dir and
+                                                              # compare with the committed files
+"""
+import argparse
+import datetime
+import filecmp
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(ROOT, "testdata", "replay")
+FORMAT = "renaissance-replay/1"
+WEIGHT_ROLES = ("fc_weight", "first_conv", "deep_conv")  # the rest are bias-like (docs/design.md)
+STEPS = 6
+NONFINITE_STEP = 4
+
+# name, shape, role, weight init (kind, scale), gradient magnitude range (log10 lo, hi)
+LAYOUT = [
+    ("conv1.weight", [8, 3, 3, 3], "first_conv", ("uniform", 0.3), (-3.0, -0.5)),
+    ("bn1.weight", [8], "bn_weight", ("around_one", 0.1), (-3.0, -0.5)),
+    ("bn1.bias", [8], "bn_bias", ("uniform", 0.1), (-3.0, -0.5)),
+    ("layer1.conv.weight", [16, 8, 3, 3], "deep_conv", ("uniform", 0.3), (-3.0, -0.5)),
+    ("layer1.bn.weight", [16], "bn_weight", ("around_one", 0.1), (-3.0, -0.5)),
+    ("layer1.bn.bias", [16], "bn_bias", ("uniform", 0.1), (-3.0, -0.5)),
+    ("layer2.conv.weight", [16, 16, 3, 3], "deep_conv", ("uniform", 0.3), (-3.0, -0.5)),
+    ("layer2.bn.weight", [16], "bn_weight", ("around_one", 0.1), (-3.0, -0.5)),
+    ("layer2.bn.bias", [16], "bn_bias", ("uniform", 0.1), (-3.0, -0.5)),
+    ("layer2.downsample.weight", [16, 8, 1, 1], "deep_conv", ("uniform", 1e-6), (-11.0, -9.0)),
+    ("layer3.conv.weight", [0, 16, 3, 3], "deep_conv", ("uniform", 0.3), (-3.0, -0.5)),
+    ("fc.weight", [10, 16], "fc_weight", ("uniform", 0.2), (-8.0, -6.0)),
+    ("fc.bias", [10], "fc_bias", ("uniform", 0.1), (-8.0, -6.0)),
+]
+
+
+def sgd_case(kind, lr, momentum, wd, mode):
+    o = {"kind": kind, "lr": lr, "weight_decay": wd, "weight_decay_mode": mode}
+    if kind != "sgd":
+        o["momentum"] = momentum
+    return o
+
+
+ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+LARS = {"lr": 0.5, "momentum": 0.9, "weight_decay": 5e-5, "trust_coefficient": 0.02, "eps": 1e-8}
+CASES = [
+    ("sgd_decoupled", sgd_case("sgd", 0.1, 0.0, 0.01, "decoupled")),
+    ("sgd_l2", sgd_case("sgd", 0.1, 0.0, 0.01, "l2")),
+    ("sgd_nowd", sgd_case("sgd", 0.1, 0.0, 0.0, "decoupled")),
+    ("sgd_momentum_decoupled", sgd_case("sgd_momentum", 0.05, 0.9, 5e-3, "decoupled")),
+    ("sgd_momentum_l2", sgd_case("sgd_momentum", 0.05, 0.9, 5e-3, "l2")),
+    ("sgd_momentum_nowd", sgd_case("sgd_momentum", 0.05, 0.9, 0.0, "decoupled")),
+    ("sgd_nesterov_decoupled", sgd_case("sgd_nesterov", 0.05, 0.9, 5e-3, "decoupled")),
+    ("sgd_nesterov_l2", sgd_case("sgd_nesterov", 0.05, 0.9, 5e-3, "l2")),
+    ("sgd_nesterov_nowd", sgd_case("sgd_nesterov", 0.05, 0.9, 0.0, "decoupled")),
+    ("adam", dict(kind="adam", weight_decay=0.01, **ADAM)),
+    ("adamw", dict(kind="adamw", weight_decay=0.05, **ADAM)),
+    ("lars", dict(kind="lars", **LARS)),
+    ("lars_nesterov", dict(kind="lars_nesterov", **LARS)),
+]
+
+
+# ---- deterministic inputs: splitmix64, so the bits do not depend on numpy's generators ----
+
+def uniform01(seed, n):
+    """n doubles in [0, 1) from splitmix64 keyed by seed (53 random bits each)."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def make_inputs(case_index):
+    """init (float32 per parameter) and grads[step][param] (float32, already times the loss scale)."""
+    base = 1000003 * (case_index + 1)
+    init = []
+    for p, (_, shape, _, (how, scale), _) in enumerate(LAYOUT):
+        n = int(np.prod(shape))
+        u = uniform01(base + 7919 * p, n) * 2.0 - 1.0
+        w = (1.0 + scale * u) if how == "around_one" else scale * u
+        init.append(w.astype(np.float32).reshape(shape))
+    grads = []
+    for t in range(STEPS):
+        row = []
+        for p, (_, shape, _, _, (lo, hi)) in enumerate(LAYOUT):
+            n = int(np.prod(shape))
+            u = uniform01(base + 104729 * (t + 1) + 7919 * p + 17, 2 * n)
+            sign = np.where(u[:n] < 0.5, -1.0, 1.0)
+            g_hat = sign * 10.0 ** (lo + (hi - lo) * u[n:])
+            row.append((g_hat * LOSS_SCALES[t]).astype(np.float32).reshape(shape))
+        grads.append(row)
+    bad = [float("nan"), float("inf"), float("-inf")][case_index % 3]
+    target = [name for name, *_ in LAYOUT].index("layer2.conv.weight")
+    flat = grads[NONFINITE_STEP][target].reshape(-1)
+    flat[(37 * case_index) % flat.size] = bad
+    return init, grads
+
+
+LR_FACTORS = [1.0, 1.0, 0.0, 0.9, 0.8, 0.7]  # step 2 applies lr = 0; step 4 is skipped
+LOSS_SCALES = [1024.0, 1024.0, 512.0, 512.0, 65536.0, 256.0]
+
+
+# ---- float64 reference, written from docs/math.md ----
+
+def bias_correction(beta, t):
+    """1/(1 - beta^t) in double; beta^t by repeated multiplication (the exact product is not the
+    point here, a deterministic one is)."""
+    power = 1.0
+    for _ in range(t):
+        power *= beta
+    return 1.0 / (1.0 - power)
+
+
+def norm(x):
+    """L2 norm in double, correctly rounded sum (math.fsum), so it is the same on every machine."""
+    return math.sqrt(math.fsum((x.reshape(-1) * x.reshape(-1)).tolist()))
+
+
+def reference(opt, init, grads, lrs, scales):
+    """Runs the case in float64. Returns (w, m, v, applied_steps) with lists per parameter."""
+    kind = opt["kind"]
+    wd_cfg = opt.get("weight_decay", 0.0)
+    l2 = opt.get("weight_decay_mode", "decoupled") == "l2"
+    mom = opt.get("momentum", 0.0)
+    w = [x.astype(np.float64) for x in init]
+    m = [np.zeros_like(x) for x in w]
+    v = [np.zeros_like(x) for x in w]
+    t = 0
+    for step in range(len(grads)):
+        if not all(np.all(np.isfinite(g)) for g in grads[step]):
+            continue  # skipped as a whole: nothing changes, t does not advance
+        t += 1
+        lr, scale = lrs[step], scales[step]
+        for i, (_, _, role, _, _) in enumerate(LAYOUT):
+            weight_group = role in WEIGHT_ROLES
+            wd = wd_cfg if weight_group else 0.0
+            gh = grads[step][i].astype(np.float64) / scale
+            if kind == "sgd":
+                w[i] = w[i] - lr * (gh + wd * w[i]) if l2 else w[i] * (1.0 - lr * wd) - lr * gh
+            elif kind in ("sgd_momentum", "sgd_nesterov") or (kind.startswith("lars") and not weight_group):
+                nesterov = kind.endswith("nesterov")
+                gp = gh + wd * w[i] if l2 else gh
+                m[i] = mom * m[i] + gp
+                step_dir = mom * m[i] + gp if nesterov else m[i]
+                w[i] = w[i] - lr * step_dir if l2 else w[i] * (1.0 - lr * wd) - lr * step_dir
+            elif kind in ("adam", "adamw"):
+                b1, b2, eps = opt["beta1"], opt["beta2"], opt["eps"]
+                if kind == "adam":
+                    gp = gh + wd * w[i]
+                else:
+                    w[i] = w[i] * (1.0 - lr * wd)
+                    gp = gh
+                m[i] = b1 * m[i] + (1.0 - b1) * gp
+                v[i] = b2 * v[i] + (1.0 - b2) * gp * gp
+                w[i] = w[i] - lr * (m[i] * bias_correction(b1, t)) / (np.sqrt(v[i] * bias_correction(b2, t)) + eps)
+            elif kind in ("lars", "lars_nesterov"):
+                tc, eps = opt["trust_coefficient"], opt["eps"]
+                w_norm, g_norm = norm(w[i]), norm(gh)
+                eta = 1.0
+                if w_norm >= 1e-12 and g_norm >= 1e-12:
+                    eta = tc * w_norm / (g_norm + wd * w_norm + eps)
+                eta = min(eta, 100.0)
+                p = gh + wd * w[i]
+                m[i] = mom * m[i] + lr * eta * p
+                w[i] = w[i] - (mom * m[i] + lr * eta * p) if kind == "lars_nesterov" else w[i] - m[i]
+            else:
+                raise ValueError(kind)
+    return w, m, v, t
+
+
+# ---- independent checks ----
+
+def lars_second_opinion(opt, init, grads, lrs, scales):
+    """LARS once more, element by element in plain Python floats, organised the way timm's Lars
+    is (scale the decayed gradient by the local lr, then momentum), with this project's
+    semantics: lr inside the momentum, bias-like tensors not adapted and not decayed, ratio
+    clamped at 100. Shares no code with reference()."""
+    nesterov = opt["kind"] == "lars_nesterov"
+    params = [[float(x) for x in a.reshape(-1)] for a in init]
+    bufs = [[0.0] * len(p) for p in params]
+    for step, row in enumerate(grads):
+        flat = [[float(x) for x in g.reshape(-1)] for g in row]
+        if any(not math.isfinite(x) for g in flat for x in g):
+            continue
+        lr = lrs[step]
+        for i, (_, _, role, _, _) in enumerate(LAYOUT):
+            p, buf = params[i], bufs[i]
+            d = [x / scales[step] for x in flat[i]]
+            if role in WEIGHT_ROLES:
+                wd = opt["weight_decay"]
+                pn = math.sqrt(sum(x * x for x in p)) if p else 0.0
+                gn = math.sqrt(sum(x * x for x in d)) if d else 0.0
+                trust = opt["trust_coefficient"] * pn / (gn + wd * pn + opt["eps"]) if pn >= 1e-12 and gn >= 1e-12 else 1.0
+                local = lr * (trust if trust < 100.0 else 100.0)
+                for j in range(len(p)):
+                    dp = (d[j] + wd * p[j]) * local
+                    buf[j] = opt["momentum"] * buf[j] + dp
+                    p[j] -= dp + opt["momentum"] * buf[j] if nesterov else buf[j]
+            else:
+                for j in range(len(p)):
+                    buf[j] = opt["momentum"] * buf[j] + d[j]
+                    p[j] -= lr * (d[j] + opt["momentum"] * buf[j] if nesterov else buf[j])
+    return params, bufs
+
+
+def torch_opinion(torch, opt, init, grads, lrs, scales):
+    """The same run through torch.optim in float64 (skipped steps left out). Returns (w, m, v)
+    lists of numpy arrays, m/v None where the optimizer keeps no such state."""
+    kind = opt["kind"]
+    ps = [torch.tensor(x.astype(np.float64), requires_grad=True) for x in init]
+    weights = [p for p, spec in zip(ps, LAYOUT) if spec[2] in WEIGHT_ROLES]
+    biases = [p for p, spec in zip(ps, LAYOUT) if spec[2] not in WEIGHT_ROLES]
+    groups = [{"params": weights, "weight_decay": opt.get("weight_decay", 0.0)}, {"params": biases, "weight_decay": 0.0}]
+    if kind.startswith("sgd"):
+        o = torch.optim.SGD(groups, lr=opt["lr"], momentum=opt.get("momentum", 0.0), nesterov=kind == "sgd_nesterov")
+    elif kind == "adam":
+        o = torch.optim.Adam(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    else:
+        o = torch.optim.AdamW(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    for step, row in enumerate(grads):
+        if not all(np.all(np.isfinite(g)) for g in row):
+            continue
+        for group in o.param_groups:
+            group["lr"] = lrs[step]
+        for p, g in zip(ps, row):
+            p.grad = torch.tensor(g.astype(np.float64) / scales[step])
+        o.step()
+    w = [p.detach().numpy().copy() for p in ps]
+    key_m = "momentum_buffer" if kind.startswith("sgd") else "exp_avg"
+    m = None if kind == "sgd" else [o.state[p][key_m].numpy().copy() for p in ps]
+    v = [o.state[p]["exp_avg_sq"].numpy().copy() for p in ps] if kind.startswith("adam") else None
+    return w, m, v
+
+
+def max_rel_diff(ours, theirs):
+    """Largest per-tensor max|a - b| / max|b| (max|a - b| where b is all zero)."""
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        a, b = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+        if a.size == 0:
+            continue
+        scale = np.max(np.abs(b))
+        d = np.max(np.abs(a - b))
+        worst = max(worst, float(d / scale if scale > 0 else d))
+    return worst
+
+
+# ---- files ----
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: list of (name, numpy array); F32 or F64, little-endian, data in list order."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, a in tensors:
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}[a.dtype]
+        data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def write_case(out_dir, index, name, opt):
+    init, grads = make_inputs(index)
+    lrs = [opt["lr"] * f for f in LR_FACTORS]
+    w, m, v, applied = reference(opt, init, grads, lrs, LOSS_SCALES)
+    assert applied == STEPS - 1
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    case = {
+        "format": FORMAT,
+        "name": name,
+        "optimizer": opt,
+        "steps": STEPS,
+        "lr_per_step": lrs,
+        "loss_scale_per_step": LOSS_SCALES,
+        "params": [{"name": n, "shape": s, "role": r} for n, s, r, _, _ in LAYOUT],
+    }
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "init.safetensors"), [(n, a) for (n, *_), a in zip(LAYOUT, init)])
+    write_safetensors(os.path.join(d, "grads.safetensors"),
+                      [(f"step{t}/{n}", grads[t][i]) for t in range(STEPS) for i, (n, *_) in enumerate(LAYOUT)])
+    expected = [(n, w[i]) for i, (n, *_) in enumerate(LAYOUT)]
+    if opt["kind"] != "sgd":
+        expected += [(f"m/{n}", m[i]) for i, (n, *_) in enumerate(LAYOUT)]
+    if opt["kind"] in ("adam", "adamw"):
+        expected += [(f"v/{n}", v[i]) for i, (n, *_) in enumerate(LAYOUT)]
+    write_safetensors(os.path.join(d, "expected.safetensors"), expected,
+                      {"generator": "scripts/make_testdata.py", "precision": "float64"})
+    return init, grads, lrs, (w, m, v)
+
+
+def calibrate(torch, index, name, opt, init, grads, lrs, ours):
+    """One calibration.json entry, or None where no outside reference applies."""
+    w, m, v = ours
+    kind = opt["kind"]
+    if kind.startswith("lars"):
+        pw, pm = lars_second_opinion(opt, init, grads, lrs, LOSS_SCALES)
+        return {"against": "second float64 LARS implementation in scripts/make_testdata.py",
+                "max_rel_diff_w": max_rel_diff(w, pw), "max_rel_diff_m": max_rel_diff(m, pm)}
+    if torch is None:
+        return None
+    if opt.get("weight_decay_mode") == "decoupled" and opt.get("weight_decay", 0.0) > 0.0:
+        return None  # torch.optim.SGD has no decoupled weight decay
+    tw, tm, tv = torch_opinion(torch, opt, init, grads, lrs, LOSS_SCALES)
+    entry = {"against": f"torch.optim.{ {'adam': 'Adam', 'adamw': 'AdamW'}.get(kind, 'SGD') } float64",
+             "max_rel_diff_w": max_rel_diff(w, tw)}
+    if tm is not None:
+        entry["max_rel_diff_m"] = max_rel_diff(m, tm)
+    if tv is not None:
+        entry["max_rel_diff_v"] = max_rel_diff(v, tv)
+    return entry
+
+
+def generate(out_dir, use_torch):
+    torch = None
+    if use_torch:
+        try:
+            import torch as torch_module
+            torch_module.set_default_dtype(torch_module.float64)
+            torch = torch_module
+        except ImportError:
+            print("torch not importable: the torch.optim cross-check is left out", file=sys.stderr)
+    calibration = {}
+    for index, (name, opt) in enumerate(CASES):
+        init, grads, lrs, ours = write_case(out_dir, index, name, opt)
+        if use_torch:
+            entry = calibrate(torch, index, name, opt, init, grads, lrs, ours)
+            if entry is not None:
+                calibration[name] = entry
+    if not use_torch:
+        return 0
+    worst = max(x for e in calibration.values() for k, x in e.items() if k.startswith("max_rel"))
+    doc = {
+        "generated": datetime.date.today().isoformat(),
+        "numpy": np.__version__,
+        "torch": torch.__version__ if torch is not None else None,
+        "note": "max over tensors of max|ours - theirs| / max|theirs|, float64 both sides; "
+                "decoupled-weight-decay SGD cases have no torch.optim counterpart",
+        "cases": calibration,
+    }
+    with open(os.path.join(out_dir, "calibration.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    for name, e in calibration.items():
+        print(f"{name:24s} {e['against']:60s} " + " ".join(f"{k}={x:.3g}" for k, x in e.items() if k != "against"))
+    # float64 against float64 with the same formula: anything above a few ulps of accumulated
+    # rounding means the reference and the outside implementation disagree on the math.
+    if worst > 1e-12:
+        print(f"error: a cross-check differs by {worst:.3g} (> 1e-12)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def check(out_dir):
+    """Regenerates without torch into a temporary folder and compares every case file byte for byte."""
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(tmp, use_torch=False)
+        bad = []
+        for name, _ in CASES:
+            for f in ("case.json", "init.safetensors", "grads.safetensors", "expected.safetensors"):
+                a, b = os.path.join(tmp, name, f), os.path.join(out_dir, name, f)
+                if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+                    bad.append(os.path.join(name, f))
+        for b in bad:
+            print(f"differs from a fresh generation: {b}", file=sys.stderr)
+        print(f"{len(CASES)} cases regenerated, {len(bad)} files differ")
+        return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder (default testdata/replay)")
+    ap.add_argument("--check", action="store_true", help="compare a fresh generation with --out, write nothing")
+    ap.add_argument("--no-torch", action="store_true", help="skip the cross-checks and calibration.json")
+    args = ap.parse_args()
+    if args.check:
+        return check(args.out)
+    os.makedirs(args.out, exist_ok=True)
+    return generate(args.out, use_torch=not args.no_torch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
