@@ -1,4 +1,4 @@
-// The CUDA backend against the CPU backend, bit for bit (DESIGN.md §4): every optimizer kind on
+// The CUDA backend against the CPU backend, bit for bit (docs/reproducibility.md): every optimizer kind on
 // odd sizes (zero-size tensors included), hundreds of tiny tensors, the resnet50 layout and one
 // tensor of more than 2^31 elements; launch shapes that must not change a bit; graph replay with
 // lr / loss-scale changes and injected NaN/Inf against direct execution; synthetic gradients.
@@ -103,7 +103,7 @@ std::vector<ParamSpec> tiny_params(int count) {
 }
 
 std::vector<ParamSpec> load_layout(const std::string& name) {
-  const std::string path = testing_util::shared_dir() + "/layouts/" + name + ".json";
+  const std::string path = testing_util::source_dir() + "/data/layouts/" + name + ".json";
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::kIo, "cannot open " + path);
   const nlohmann::json doc = nlohmann::json::parse(in);

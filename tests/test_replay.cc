@@ -1,7 +1,9 @@
-// Tests of replay cases (../shared/replay-format.md): the shared cases match their float64
-// reference within 1e-6 per tensor on every backend, agree bit for bit across backends, a NaN step
-// is skipped as if it never happened, and every broken input of the list is rejected at
-// load time (before anything runs) with a message naming the file, tensor or key.
+// Tests of replay cases (docs/replay-format.md): the repository's own cases (testdata/replay,
+// written by scripts/make_testdata.py from docs/math.md, one or more per kind and weight-decay
+// mode) match their float64 reference within 1e-6 per tensor (W, and M, V where the kind keeps
+// them) on every backend, agree bit for bit across backends, a NaN step is skipped as if it never
+// happened, and every broken input of the list is rejected at load time (before anything
+// runs) with a message naming the file, tensor or key. A missing case is a failure, not a skip.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -24,11 +27,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kCases[] = {"adamw_small_cnn", "lars_small_cnn", "momentum_decoupled_small_cnn"};
+const char* const kCases[] = {"sgd_decoupled",          "sgd_l2",          "sgd_nowd",
+                              "sgd_momentum_decoupled", "sgd_momentum_l2", "sgd_momentum_nowd",
+                              "sgd_nesterov_decoupled", "sgd_nesterov_l2", "sgd_nesterov_nowd",
+                              "adam",                   "adamw",           "lars",
+                              "lars_nesterov"};
 
-std::string case_dir(const std::string& name) { return testing_util::shared_dir() + "/replay-cases/" + name; }
-
-bool shared_cases_present() { return fs::exists(case_dir(kCases[0]) + "/case.json"); }
+std::string case_dir(const std::string& name) { return testing_util::testdata_dir() + "/replay/" + name; }
 
 TaskOptions on(BackendKind kind) {
   TaskOptions o;
@@ -38,18 +43,39 @@ TaskOptions on(BackendKind kind) {
 
 // ---- the shared cases on every backend ----
 
+// The folder holds exactly the cases above, each with its reference, and every kind is covered:
+// a case added to testdata/ but not here, or a kind without a case, fails.
+TEST(ReplayTestdata, EveryCaseIsListedAndEveryKindCovered) {
+  std::set<std::string> listed(std::begin(kCases), std::end(kCases));
+  std::set<std::string> on_disk;
+  ASSERT_TRUE(fs::is_directory(case_dir(""))) << case_dir("") << " is missing from the repository";
+  for (const auto& e : fs::directory_iterator(case_dir(""))) {
+    if (e.is_directory()) on_disk.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(on_disk, listed);
+  std::set<OptimizerKind> kinds;
+  for (const char* name : kCases) {
+    ASSERT_TRUE(fs::exists(case_dir(name) + "/expected.safetensors")) << name;
+    kinds.insert(load_replay_case(case_dir(name)).config.kind);
+  }
+  EXPECT_EQ(kinds.size(), static_cast<size_t>(kNumOptimizerKinds));
+}
+
 class ReplayCases : public ::testing::TestWithParam<BackendKind> {};
 
 TEST_P(ReplayCases, MatchFloat64ReferenceWithin1e6) {
   RN_SKIP_IF_UNAVAILABLE(GetParam());
-  if (!shared_cases_present()) GTEST_SKIP() << "no shared replay cases at " << case_dir("");
   for (const char* name : kCases) {
     const ReplayCase rc = load_replay_case(case_dir(name));
     ASSERT_TRUE(rc.has_expected) << name;
     const ReplayResult r = run_replay(rc, on(GetParam()));
+    // Every case has one step with a non-finite gradient (docs/replay-format.md).
+    EXPECT_EQ(r.steps_skipped, 1) << name;
     EXPECT_EQ(r.steps_applied + r.steps_skipped, rc.steps) << name;
     const std::vector<TensorComparison> cmp = compare_replay(rc, r);
-    EXPECT_EQ(cmp.size(), rc.params.size()) << name;
+    // W always, M and V wherever the kind keeps them: the references hold all three.
+    const size_t families = 1 + (r.has_m ? 1 : 0) + (r.has_v ? 1 : 0);
+    EXPECT_EQ(cmp.size(), rc.params.size() * families) << name;
     for (const TensorComparison& c : cmp) {
       EXPECT_TRUE(c.finite) << name << " " << c.name;
       EXPECT_LE(c.rel_l2, 1e-6) << name << " " << c.name;
@@ -59,7 +85,6 @@ TEST_P(ReplayCases, MatchFloat64ReferenceWithin1e6) {
 
 TEST_P(ReplayCases, BitIdenticalToCpu) {
   RN_SKIP_IF_UNAVAILABLE(GetParam());
-  if (!shared_cases_present()) GTEST_SKIP() << "no shared replay cases";
   for (const char* name : kCases) {
     const ReplayCase rc = load_replay_case(case_dir(name));
     const ReplayResult cpu = run_replay(rc, on(BackendKind::kCpu));
@@ -77,11 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, ReplayCases, ::testing::ValuesIn(testing_util
 class ReplayBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!shared_cases_present()) GTEST_SKIP() << "no shared replay cases";
     char tmpl[] = "/tmp/rn-replay-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    for (const auto& e : fs::directory_iterator(case_dir("adamw_small_cnn"))) {
+    for (const auto& e : fs::directory_iterator(case_dir("adamw"))) {
       fs::copy_file(e.path(), dir_ + "/" + e.path().filename().string());
       fs::permissions(dir_ + "/" + e.path().filename().string(), fs::perms::owner_read | fs::perms::owner_write);
     }
@@ -234,7 +258,7 @@ TEST_F(ReplayBadInput, BetaOneIsRejected) {
 
 TEST_F(ReplayBadInput, NegativeLrInSchedule) {
   nlohmann::json j = case_json();
-  j["lr_per_step"] = {0.001, 0.001, -1.0, 0.001, 0.001};
+  j["lr_per_step"] = {0.001, 0.001, -1.0, 0.001, 0.001, 0.001};
   set_case_json(j);
   expect_rejected({"case.json", "lr_per_step[2]"});
 }
@@ -243,20 +267,20 @@ TEST_F(ReplayBadInput, LrPerStepWrongLength) {
   nlohmann::json j = case_json();
   j["lr_per_step"] = {0.1};
   set_case_json(j);
-  expect_rejected({"case.json", "lr_per_step", "1 entries", "steps is 5"});
+  expect_rejected({"case.json", "lr_per_step", "1 entries", "steps is 6"});
 }
 
 TEST_F(ReplayBadInput, LossScalePerStepWrongLength) {
   nlohmann::json j = case_json();
-  j["loss_scale_per_step"] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+  j["loss_scale_per_step"] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
   set_case_json(j);
-  expect_rejected({"case.json", "loss_scale_per_step", "6 entries"});
+  expect_rejected({"case.json", "loss_scale_per_step", "7 entries"});
 }
 
 TEST_F(ReplayBadInput, NonPositiveLossScale) {
   for (double s : {0.0, -2.0}) {
     nlohmann::json j = case_json();
-    j["loss_scale_per_step"] = {1.0, 1.0, s, 1.0, 1.0};
+    j["loss_scale_per_step"] = {1.0, 1.0, s, 1.0, 1.0, 1.0};
     set_case_json(j);
     expect_rejected({"case.json", "loss_scale_per_step[2]", "loss scale"});
   }
@@ -264,11 +288,11 @@ TEST_F(ReplayBadInput, NonPositiveLossScale) {
 
 TEST_F(ReplayBadInput, MoreStepsThanGradients) {
   nlohmann::json j = case_json();
-  j["steps"] = 6;
+  j["steps"] = 7;
   j.erase("lr_per_step");
   j.erase("loss_scale_per_step");
   set_case_json(j);
-  expect_rejected({"grads.safetensors", "missing", "step5/"});
+  expect_rejected({"grads.safetensors", "missing", "step6/"});
 }
 
 TEST_F(ReplayBadInput, WrongFormatTag) {
@@ -292,6 +316,7 @@ TEST_F(ReplayBadInput, MissingCaseDirectory) {
 // that step (and its learning rate) removed, bit for bit.
 TEST_F(ReplayBadInput, NanStepIsSkippedAsIfItNeverHappened) {
   const ReplayCase rc = load_replay_case(dir_);
+  const ReplayResult base = run_replay(rc, on(BackendKind::kCpu));  // before the files change
   const SafetensorsReader grads(file("grads.safetensors"));
   std::vector<std::vector<float>> keep;  // owns the data the views point to
   std::vector<StTensorView> with_nan, without;
@@ -304,24 +329,34 @@ TEST_F(ReplayBadInput, NanStepIsSkippedAsIfItNeverHappened) {
       if (t != 2) without.push_back({ReplayCase::grad_name(t < 2 ? t : t - 1, p.name), StDtype::kF32, p.shape, keep.back().data()});
     }
   }
+  // Step 2 gets its own learning rate and scale, so that applying it by mistake shows.
   nlohmann::json j = case_json();
-  const nlohmann::json lrs = {0.001, 0.001, 0.0009, 0.0008, 0.0007};
-  const nlohmann::json scales = {4.0, 4.0, 2.0, 2.0, 2.0};
+  nlohmann::json lrs = nlohmann::json::array(), scales = nlohmann::json::array();
+  nlohmann::json lrs_without = nlohmann::json::array(), scales_without = nlohmann::json::array();
+  for (int64_t t = 0; t < rc.steps; ++t) {
+    lrs.push_back(t == 2 ? 0.0042 : 0.001 - 0.0001 * static_cast<double>(t));
+    scales.push_back(t == 2 ? 8.0 : 4.0);
+    if (t != 2) {
+      lrs_without.push_back(lrs.back());
+      scales_without.push_back(scales.back());
+    }
+  }
   j["lr_per_step"] = lrs;
   j["loss_scale_per_step"] = scales;
   set_case_json(j);
   write_safetensors(file("grads.safetensors"), with_nan);
   const ReplayResult skipped = run_replay(load_replay_case(dir_), on(BackendKind::kCpu));
-  EXPECT_EQ(skipped.steps_applied, 4);
-  EXPECT_EQ(skipped.steps_skipped, 1);
+  EXPECT_EQ(skipped.steps_applied, base.steps_applied - 1);
+  EXPECT_EQ(skipped.steps_skipped, base.steps_skipped + 1);
 
-  j["steps"] = 4;
-  j["lr_per_step"] = {0.001, 0.001, 0.0008, 0.0007};
-  j["loss_scale_per_step"] = {4.0, 4.0, 2.0, 2.0};
+  j["steps"] = rc.steps - 1;
+  j["lr_per_step"] = lrs_without;
+  j["loss_scale_per_step"] = scales_without;
   set_case_json(j);
   write_safetensors(file("grads.safetensors"), without);
   const ReplayResult clean = run_replay(load_replay_case(dir_), on(BackendKind::kCpu));
-  EXPECT_EQ(clean.steps_applied, 4);
+  EXPECT_EQ(clean.steps_applied, skipped.steps_applied);
+  EXPECT_EQ(clean.steps_skipped, base.steps_skipped);
   EXPECT_EQ(clean.fingerprint, skipped.fingerprint);
   for (size_t i = 0; i < rc.params.size(); ++i) EXPECT_TRUE(testing_util::same_bits(clean.w[i], skipped.w[i]));
 }

@@ -1,4 +1,5 @@
-// Helpers shared by the unit tests: which backends to run, bit-pattern comparison, shared data.
+// Helpers shared by the unit tests: which backends to run, bit-pattern comparison, where the
+// repository's own test data lives (testdata/, data/layouts/).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -57,7 +58,10 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a, const s
                                        << ": " << a[first] << " vs " << b[first];
 }
 
-inline std::string shared_dir() { return RENAISSANCE_SHARED_DIR; }
+// The repository root and its testdata/ folder (set by tests/CMakeLists.txt): tests read only
+// files that a clone of the repository has.
+inline std::string source_dir() { return RENAISSANCE_SOURCE_DIR; }
+inline std::string testdata_dir() { return RENAISSANCE_TESTDATA_DIR; }
 
 }  // namespace testing_util
 }  // namespace renaissance

@@ -1,10 +1,10 @@
 # End-to-end ctest entries for the `renaissance` tool: every subcommand, the exit-code and
-# one-line-error contract, the fingerprint contract, and the shared replay checkers.
+# one-line-error contract, the fingerprint contract, and the repository's replay cases.
 set(RN_CLI $<TARGET_FILE:renaissance_cli>)
 set(RN_EXPECT ${CMAKE_COMMAND} -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --)
-set(RN_SHARED_DIR ${CMAKE_SOURCE_DIR}/../shared)
+set(RN_TESTDATA_DIR ${CMAKE_SOURCE_DIR}/testdata)
 set(RN_TINY ${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json)
-set(RN_CASE ${RN_SHARED_DIR}/replay-cases/adamw_small_cnn)
+set(RN_CASE ${RN_TESTDATA_DIR}/replay/adamw)
 set(RN_TEST_OUT ${CMAKE_CURRENT_BINARY_DIR}/test-out)
 file(MAKE_DIRECTORY ${RN_TEST_OUT})
 
@@ -19,7 +19,7 @@ foreach(sub "" run replay audit layouts)
   rn_cli_test(${tag} 0 "-DMATCH=Usage:" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} ${sub} --help)
 endforeach()
 
-# layouts: the five embedded layouts with their counts (DESIGN.md §5).
+# layouts: the five embedded layouts with their counts (docs/design.md).
 rn_cli_test(cli_layouts 0 "-DMATCH=resnet50 +161 +25557032" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} layouts)
 
 # run: the default model and optimizer (short), a layout file, --json, every kind.
@@ -48,6 +48,15 @@ rn_cli_test(cli_replay 0 "-DMATCH=PASS" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmak
             ${RN_CLI} replay ${RN_CASE} --backend cpu --out ${RN_TEST_OUT}/replay.safetensors)
 rn_cli_test(cli_replay_above_tolerance 1 "-DMATCH=ABOVE TOLERANCE" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
             ${RN_CLI} replay ${RN_CASE} --tolerance 1e-12)
+# Every case of testdata/replay (each kind and weight-decay mode, references not computed by the
+# library) passes on the CPU; a case with a wrong expected file fails with exit 1.
+add_test(NAME cli_replay_testdata
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=all
+                 -P ${CMAKE_CURRENT_LIST_DIR}/replay_testdata.cmake)
+add_test(NAME cli_replay_testdata_perturbed
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=perturbed
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/replay_perturbed -P ${CMAKE_CURRENT_LIST_DIR}/replay_testdata.cmake)
+set_tests_properties(cli_replay_testdata cli_replay_testdata_perturbed PROPERTIES LABELS cli TIMEOUT 300)
 
 # Usage and input errors: exit 2, one line on stderr naming the option or file, no output file.
 set(rn_bad_usage
@@ -84,8 +93,10 @@ if(NOT RENAISSANCE_WITH_CUDA)
               -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --backend cuda --steps 1)
 endif()
 
-# The shared checkers (../shared/tools) need python3 with numpy; a pyenv shim may shadow the
-# system interpreter that has it, so try both.
+# The committed cases are what scripts/make_testdata.py writes: regenerate them (numpy only, no
+# torch) and compare byte for byte. numpy is a declared dependency (scripts/install-deps.sh): a
+# missing one makes this test fail rather than disappear. A pyenv shim may shadow the system
+# interpreter that has it, so try both.
 set(RN_PYTHON_NUMPY "")
 find_package(Python3 COMPONENTS Interpreter QUIET)
 foreach(py IN ITEMS ${Python3_EXECUTABLE} /usr/bin/python3)
@@ -96,13 +107,11 @@ foreach(py IN ITEMS ${Python3_EXECUTABLE} /usr/bin/python3)
     endif()
   endif()
 endforeach()
-if(RN_PYTHON_NUMPY AND EXISTS ${RN_SHARED_DIR}/tools/check_replay.py)
-  add_test(NAME cli_check_replay
-           COMMAND ${RN_PYTHON_NUMPY} ${RN_SHARED_DIR}/tools/check_replay.py ${RN_CLI} ${RN_SHARED_DIR}/replay-cases)
-  add_test(NAME cli_check_bad_inputs
-           COMMAND ${RN_PYTHON_NUMPY} ${RN_SHARED_DIR}/tools/check_bad_inputs.py ${RN_CLI} ${RN_CASE})
-  set_tests_properties(cli_check_replay cli_check_bad_inputs PROPERTIES LABELS cli TIMEOUT 300)
+if(RN_PYTHON_NUMPY)
+  add_test(NAME replay_testdata_regenerates
+           COMMAND ${RN_PYTHON_NUMPY} ${CMAKE_SOURCE_DIR}/scripts/make_testdata.py --check --out ${RN_TESTDATA_DIR}/replay)
 else()
-  message(STATUS "renaissance CLI: python3 with numpy or ${RN_SHARED_DIR}/tools not found; "
-                 "check_replay.py and check_bad_inputs.py are not registered with ctest")
+  message(WARNING "no python3 with numpy found (scripts/install-deps.sh installs it): replay_testdata_regenerates will fail")
+  add_test(NAME replay_testdata_regenerates COMMAND ${CMAKE_COMMAND} -E false)
 endif()
+set_tests_properties(replay_testdata_regenerates PROPERTIES LABELS cli TIMEOUT 120)

@@ -1,0 +1,49 @@
+# ctest helper (cmake -P): the repository's replay cases through `renaissance replay` on the CPU.
+#   cmake -DCLI=<renaissance> -DCASES=<testdata/replay> -DMODE=all -P replay_testdata.cmake
+#     replays every case folder under CASES; each must PASS with exit 0, and there must be at
+#     least one per optimizer kind (a folder that lost its cases must not pass by replaying none).
+#   cmake -DCLI=... -DCASES=... -DMODE=perturbed -DWORK=<scratch dir> -P replay_testdata.cmake
+#     copies sgd_momentum_decoupled and puts sgd_momentum_l2's expected file in it (same tensors,
+#     weight decay applied the other way): the replay must fail with exit 1, so the comparison
+#     really tells a wrong reference from a right one.
+if(MODE STREQUAL "all")
+  file(GLOB entries LIST_DIRECTORIES true "${CASES}/*")
+  set(count 0)
+  set(kinds "")
+  foreach(dir IN LISTS entries)
+    if(NOT IS_DIRECTORY "${dir}")
+      continue()
+    endif()
+    execute_process(COMMAND "${CLI}" replay "${dir}" --backend cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                    ERROR_VARIABLE err)
+    message("${out}${err}")
+    if(NOT rc EQUAL 0 OR NOT out MATCHES "PASS")
+      message(FATAL_ERROR "${dir}: expected exit 0 and PASS, got exit ${rc}")
+    endif()
+    file(READ "${dir}/case.json" text)
+    string(JSON kind GET "${text}" optimizer kind)
+    list(APPEND kinds ${kind})
+    math(EXPR count "${count} + 1")
+  endforeach()
+  list(REMOVE_DUPLICATES kinds)
+  list(LENGTH kinds nkinds)
+  if(nkinds LESS 7)
+    message(FATAL_ERROR "only ${count} cases covering ${nkinds} kinds (${kinds}) under ${CASES}; expected all 7 kinds")
+  endif()
+  message("${count} cases, kinds: ${kinds}: all PASS")
+elseif(MODE STREQUAL "perturbed")
+  file(REMOVE_RECURSE "${WORK}")
+  file(MAKE_DIRECTORY "${WORK}")
+  foreach(f case.json init.safetensors grads.safetensors)
+    file(COPY "${CASES}/sgd_momentum_decoupled/${f}" DESTINATION "${WORK}")
+  endforeach()
+  file(COPY "${CASES}/sgd_momentum_l2/expected.safetensors" DESTINATION "${WORK}")
+  execute_process(COMMAND "${CLI}" replay "${WORK}" --backend cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL 1 OR NOT out MATCHES "ABOVE TOLERANCE")
+    message(FATAL_ERROR "a case with the wrong expected file: expected exit 1 and ABOVE TOLERANCE, got exit ${rc}")
+  endif()
+else()
+  message(FATAL_ERROR "MODE must be all or perturbed")
+endif()
