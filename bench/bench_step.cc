@@ -1,7 +1,7 @@
 // Step timing for any backend, through the public Task API: for each layout x kind x (with,
 // without the non-finite check) it times >= 50 steps (CUDA: events around each graph replay;
 // CPU: a steady clock) and prints one JSON object per line with the median, GB/s at the ideal
-// traffic of DESIGN.md §5, the backend's copy bandwidth measured in the same run and the share.
+// traffic of docs/design.md, the backend's copy bandwidth measured in the same run and the share.
 // bench/compare_torch.py drives it; it is also the "CUDA benchmark binary" of the bench issue.
 //
 //   bench_step --backend cuda --layouts resnet50,gpt2_small --kinds adamw,lars --replays 100

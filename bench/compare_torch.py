@@ -39,11 +39,10 @@ HYPER = {
 
 
 def load_layout(name):
-    for folder in (os.path.join(ROOT, "data", "layouts"), os.path.join(ROOT, "..", "shared", "layouts")):
-        path = os.path.join(folder, name + ".json")
-        if os.path.exists(path):
-            with open(path) as f:
-                return [tuple(p["shape"]) for p in json.load(f)["params"]]
+    path = os.path.join(ROOT, "data", "layouts", name + ".json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return [tuple(p["shape"]) for p in json.load(f)["params"]]
     raise SystemExit(f"compare_torch: layout {name} not found")
 
 
@@ -249,7 +248,7 @@ def write_markdown(results, path):
                          f"{fmt(t.get('for-loop'))} | {fmt(t.get('foreach'))} | {fmt(t.get('fused'))} | "
                          f"{fmt(t.get('fused+graph'))} | {ratio(best, r['ours'])} | {fmt(r['floor'])} | "
                          f"{100 * r['floor'] / r['ours']:.0f}% |")
-        lines += ["", f"Floor = ideal bytes per parameter (DESIGN.md §5) / device copy bandwidth measured in the same run "
+        lines += ["", f"Floor = ideal bytes per parameter (docs/design.md) / device copy bandwidth measured in the same run "
                       f"({results['gpu'][0]['copy_gbps']:.0f} GB/s).", ""]
     if results["cpu"]:
         lines += ["### CPU (steady clock; equal thread counts)", "",

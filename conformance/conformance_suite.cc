@@ -371,7 +371,7 @@ nlohmann::json backend_json(const BackendResult& b, bool oracle_checked) {
   return j;
 }
 
-// bitwise / within tolerance / failed, per backend (DESIGN.md §4: bitwise is the promise).
+// bitwise / within tolerance / failed, per backend (docs/reproducibility.md: bitwise is the promise).
 std::string cpu_status(const Row& row) {
   const CellResult& r = row.result;
   const bool checks = r.cpu.oracle_ok && r.cpu.guards_ok && r.cpu.skips_ok && r.failures.empty();

@@ -2,9 +2,11 @@
 """Regenerates the seed corpora of fuzz/corpus/ (except fuzz_checkpoint's valid seeds, which the
 fuzz_checkpoint binary writes itself: RENAISSANCE_FUZZ_WRITE_SEEDS=DIR). Seeds are real inputs
 cut down to a few hundred bytes (small seeds keep libFuzzer's max_len and exec time low) plus a
-few broken ones, so mutation starts both inside and just outside the accepted language.
+few broken ones, so mutation starts both inside and just outside the accepted language. The real
+inputs are the repository's own: the replay cases of testdata/replay (scripts/make_testdata.py)
+and the layouts of data/layouts.
 
-    fuzz/make_corpus.py [SHARED_DIR]     (default: ../shared next to the repository)
+    fuzz/make_corpus.py
 """
 import json
 import os
@@ -12,9 +14,9 @@ import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(ROOT), "shared")
+REPLAY = os.path.join(ROOT, "testdata", "replay")
 CORPUS = os.path.join(ROOT, "fuzz", "corpus")
-CASES = ["adamw_small_cnn", "lars_small_cnn", "momentum_decoupled_small_cnn"]
+CASES = ["adamw", "lars", "sgd_momentum_decoupled"]
 DTYPE_SIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8}
 
@@ -60,7 +62,7 @@ def safetensors_seeds():
     t = "fuzz_safetensors"
     for case in CASES:
         for kind in ["init", "grads", "expected"]:
-            tensors, meta = read_st(os.path.join(SHARED, "replay-cases", case, kind + ".safetensors"))
+            tensors, meta = read_st(os.path.join(REPLAY, case, kind + ".safetensors"))
             put(t, f"{case}_{kind}.safetensors", write_st(small(tensors), meta))
     # Every dtype, a scalar, an empty tensor and metadata: the whole accepted language.
     every = {f"t_{d.lower()}": (d, [2], bytes(range(2 * s))) for d, s in DTYPE_SIZE.items()}
@@ -81,9 +83,9 @@ def safetensors_seeds():
 def replay_seeds():
     t = "fuzz_replay_case"
     for case in CASES:
-        text = open(os.path.join(SHARED, "replay-cases", case, "case.json")).read()
+        text = open(os.path.join(REPLAY, case, "case.json")).read()
         put(t, case + ".json", json.dumps(json.loads(text), separators=(",", ":")))
-    base = json.loads(open(os.path.join(SHARED, "replay-cases", CASES[0], "case.json")).read())
+    base = json.loads(open(os.path.join(REPLAY, CASES[0], "case.json")).read())
     base["params"] = base["params"][:3]
     with_lists = dict(base, lr_per_step=[1e-3, 2e-3, 0, 1e-4, 5e-4], loss_scale_per_step=[1, 2, 4, 0.5, 1024])
     put(t, "per_step_lists.json", json.dumps(with_lists))

@@ -35,15 +35,6 @@ declare -a SUMMARY
 note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
 status_of() { case $1 in 0) echo ok ;; 124|137) echo TIMEOUT ;; *) echo "FAILED (rc $1)" ;; esac; }
 
-# The tests read ../shared (layouts, replay cases); it does not travel, .shared_copy does.
-if [ ! -d "$ROOT/../shared/layouts" ]; then
-  if [ -d "$ROOT/.shared_copy/layouts" ]; then
-    ln -sfn "$ROOT/.shared_copy" "$ROOT/../shared" 2>/dev/null || cp -r "$ROOT/.shared_copy" "$ROOT/../shared"
-  else
-    echo "warning: no ../shared and no .shared_copy: layout tests will fail" >&2
-  fi
-fi
-
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
@@ -94,8 +85,12 @@ if want cli; then
   t0=$SECONDS
   CLI="$BUILD/cli/renaissance"
   {
-    echo "== check_replay.py --backend cuda"
-    python3 "$ROOT/../shared/tools/check_replay.py" "$CLI" "$ROOT/../shared/replay-cases" --backend cuda
+    echo "== renaissance replay --backend cuda, every case of testdata/replay"
+    passed=0 failed=0
+    for case in "$ROOT"/testdata/replay/*/; do
+      if "$CLI" replay "$case" --backend cuda; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    done
+    echo "replay on cuda: $passed passed, $failed failed"
     echo "== renaissance audit"
     "$CLI" audit
     echo "== renaissance run --backend cuda --json"

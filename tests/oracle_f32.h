@@ -8,7 +8,7 @@
 // "Honest" means: element math in float, one IEEE operation at a time (the build forbids FMA
 // contraction), and the derived scalars (lr, 1 - lr*wd, 1 - β, 1/scale, the bias corrections,
 // the LARS trust ratio from norms accumulated in double) formed in double and rounded to float
-// once, as DESIGN.md §3 prescribes. Written from the formulas in oracle_f64.h, not from
+// once, as docs/math.md prescribes. Written from the formulas in oracle_f64.h, not from
 // core/.../math/update_rules.inc: a breakage there must not move this reference with it.
 #pragma once
 

@@ -1,5 +1,5 @@
 // An independent float64 reference of every optimizer kind, written with Eigen straight from
-// DESIGN.md §3 (and deliberately not from core/.../math/update_rules.inc, so that a misreading
+// docs/math.md (and deliberately not from core/.../math/update_rules.inc, so that a misreading
 // of the design in the library is not copied here). The tests compare the library's float32
 // results with it by relative L2 per tensor.
 //

@@ -1,4 +1,4 @@
-// The reproducibility contract on the CPU (DESIGN.md §4): W, M, V, N and t are bit-identical
+// The reproducibility contract on the CPU (docs/reproducibility.md): W, M, V, N and t are bit-identical
 // for 1, 2 and 7 OpenMP threads and for every Highway target that is both compiled in and
 // supported by this machine, for every optimizer kind. The layout spans several 16384-element
 // chunks (the OpenMP work item) and several 4096-element LARS tiles, with odd sizes so that
@@ -95,7 +95,7 @@ TEST_P(DeterminismTest, HighwayTargetsAreBitIdentical) {
   std::cout << "[determinism] " << GetParam().name << ": Highway targets exercised: " << exercised.str() << std::endl;
 }
 
-// DESIGN.md §4: any other backend (CUDA) reproduces the CPU's bits. Skips when none is here.
+// docs/reproducibility.md: any other backend (CUDA) reproduces the CPU's bits. Skips when none is here.
 TEST_P(DeterminismTest, OtherBackendsMatchTheCpuBitForBit) {
   const TaskState reference = run(GetParam(), BackendKind::kCpu, 2);
   int compared = 0;

@@ -1,4 +1,4 @@
-// Non-finite gradients (DESIGN.md §3): NaN, +Inf or -Inf anywhere in G skips the whole step.
+// Non-finite gradients (docs/math.md): NaN, +Inf or -Inf anywhere in G skips the whole step.
 // W, M, V, N and the step count stay bit-for-bit unchanged, skipped_steps()/last_step_skipped()
 // report it, and the next clean step is bit-identical to a run that never saw the bad batch
 // (so the device-side t and bias corrections were not advanced either). All kinds, all backends.

@@ -4,7 +4,7 @@
 // 1e-4 relative L2 of a float64 reference. Run under scripts/sanitize.sh it also shows that
 // 2000 steps and 40 save/load cycles leak nothing (LeakSanitizer).
 //
-// The float64 reference below is written from DESIGN.md §3 for the two kinds the soak runs
+// The float64 reference below is written from docs/math.md for the two kinds the soak runs
 // (AdamW and SGD with momentum, decoupled decay), independently of math/update_rules.inc.
 #include <gtest/gtest.h>
 
@@ -73,7 +73,7 @@ std::vector<std::vector<float>> initial_weights() {
   return w;
 }
 
-// ---- float64 reference (DESIGN.md §3) ----
+// ---- float64 reference (docs/math.md) ----
 struct Reference {
   OptimizerConfig c;
   std::vector<bool> weight_group;

@@ -1,4 +1,4 @@
-// Replay cases (format `renaissance-replay/1`, ../shared/replay-format.md): a recorded optimizer
+// Replay cases (format `renaissance-replay/1`, docs/replay-format.md): a recorded optimizer
 // run (initial weights, per-step gradients, learning rates and loss scales) that any backend can
 // re-run and compare with a float64 reference. The same code serves `renaissance replay` and the
 // tests. Loading validates the whole case (case.json, and every header and tensor of the
