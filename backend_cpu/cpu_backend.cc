@@ -2,6 +2,7 @@
 // (filled from the X-macro op lists, so every op must have a run_* function), and the executor
 // that runs the step's graphs in order.
 #include "backend_cpu/cpu_backend.h"
+#include "backend_cpu/cpu_ops.h"
 
 #include <omp.h>
 
@@ -49,9 +50,6 @@ class CpuBackend final : public Backend {
     return os.str();
   }
 
-  bool supports(RangeOp) const override { return true; }
-  bool supports(ComputeOp) const override { return true; }
-
   void allocate_arena(uint64_t bytes) override {
     std::free(arena_);
     arena_ = nullptr;
@@ -81,7 +79,6 @@ class CpuBackend final : public Backend {
     CpuContext ctx;
     ctx.arena = arena_;
     ctx.threads = threads_;
-    ctx.step = &step;
     ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
@@ -107,12 +104,9 @@ class CpuBackend final : public Backend {
     std::vector<double> seconds;
     for (int rep = 0; rep < 5; ++rep) {
       const auto start = std::chrono::steady_clock::now();
-      const int64_t chunks = static_cast<int64_t>((n + kChunkElements - 1) / kChunkElements);
-#pragma omp parallel for schedule(static) num_threads(threads_)
-      for (int64_t c = 0; c < chunks; ++c) {
-        const uint64_t b = static_cast<uint64_t>(c) * kChunkElements;
-        std::memcpy(dst.data() + b, src.data() + b, (std::min(n, b + kChunkElements) - b) * sizeof(float));
-      }
+      parallel_blocks(threads_, n, kChunkElements, [&](uint64_t b, uint64_t e) {
+        std::memcpy(dst.data() + b, src.data() + b, (e - b) * sizeof(float));
+      });
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(seconds.begin(), seconds.end());
@@ -124,11 +118,9 @@ class CpuBackend final : public Backend {
     for (const GradientTarget& t : targets) {
       check_range(t.offset, t.count * sizeof(float));
       float* g = reinterpret_cast<float*>(arena_ + t.offset);
-      const int64_t n = static_cast<int64_t>(t.count);
-#pragma omp parallel for schedule(static) num_threads(threads_) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        g[i] = math::synthetic_gradient(seed, step, t.tensor, static_cast<uint64_t>(i), amplitude);
-      }
+      parallel_blocks(threads_, t.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
+        for (uint64_t i = begin; i < end; ++i) g[i] = math::synthetic_gradient(seed, step, t.tensor, i, amplitude);
+      });
     }
   }
 

@@ -44,7 +44,7 @@ void AdamW(float* w, const float* g, float* m, float* v, size_t n, const float* 
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "backend_cpu/cpu_backend.h"
+#include "backend_cpu/cpu_ops.h"
 
 namespace renaissance {
 namespace cpu {
@@ -64,7 +64,7 @@ void run_adam_kind(const CpuContext& ctx, const GraphNode& node, AdamFn fn) {
   float* v = ctx.at<float>(node.v);
   const float* s = ctx.scalars.f32;
   const bool weight_group = node.group == Group::kWeight;
-  parallel_chunks(ctx, node.w.count, [&](uint64_t begin, uint64_t end) {
+  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
     fn(w + begin, g + begin, m + begin, v + begin, end - begin, s, weight_group);
   });
 }

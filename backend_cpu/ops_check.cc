@@ -1,5 +1,5 @@
 // CPU op CHECK_FINITE: does any gradient element anywhere hold NaN or ±Inf? Sets the
-// has-non-finite flag that every later op of the step reads (DESIGN.md §3: the whole step is
+// has-non-finite flag that every later op of the step reads (docs/math.md: the whole step is
 // skipped, decided without the host looking at the data).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_check.cc"
@@ -50,7 +50,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <atomic>
 
-#include "backend_cpu/cpu_backend.h"
+#include "backend_cpu/cpu_ops.h"
 
 namespace renaissance {
 namespace cpu {
@@ -62,7 +62,7 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   const float* g = ctx.at<float>(node.g);
   std::atomic<bool> found{false};
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
-  parallel_chunks(ctx, node.g.count, [&](uint64_t begin, uint64_t end) {
+  parallel_blocks(ctx.threads, node.g.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
     if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
   });
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;

@@ -50,7 +50,7 @@ void SgdNesterov(float* w, const float* g, float* m, size_t n, const float* s, b
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "backend_cpu/cpu_backend.h"
+#include "backend_cpu/cpu_ops.h"
 
 namespace renaissance {
 namespace cpu {
@@ -71,7 +71,7 @@ void run_sgd_kind(const CpuContext& ctx, const GraphNode& node, SgdFn fn) {
   const float* s = ctx.scalars.f32;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
-  parallel_chunks(ctx, node.w.count, [&](uint64_t begin, uint64_t end) {
+  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
     fn(w + begin, g + begin, m ? m + begin : nullptr, end - begin, s, weight_group, l2);
   });
 }

@@ -1,23 +1,14 @@
 // CPU op ADVANCE_STEP: the step counter and the Adam bias corrections, advanced only when the
-// step is applied. Scalar code: it runs once per step.
-#include "backend_cpu/cpu_backend.h"
-#include "renaissance/math/update_rules.h"
+// step is applied (math::advance_step, the same function the CUDA kernel runs). Scalar code: it
+// runs once per step.
+#include "backend_cpu/cpu_ops.h"
+#include "renaissance/math/step_state.h"
 
 namespace renaissance {
 namespace cpu {
 
 void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
-  int32_t* i32 = ctx.scalars.i32;
-  if (i32[kHasNonFinite] != 0) {
-    i32[kSkippedSteps] += 1;
-    return;
-  }
-  const int32_t t = i32[kStep] + 1;
-  i32[kStep] = t;
-  if (node.bias_correction) {
-    ctx.scalars.f32[kBiasCorrection1] = math::bias_correction(ctx.scalars.f64[kBeta1D], t);
-    ctx.scalars.f32[kBiasCorrection2] = math::bias_correction(ctx.scalars.f64[kBeta2D], t);
-  }
+  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
 }
 
 }  // namespace cpu

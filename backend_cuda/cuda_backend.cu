@@ -106,9 +106,6 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return description_; }
-  bool supports(RangeOp) const override { return true; }
-  bool supports(ComputeOp) const override { return true; }
-
   void allocate_arena(uint64_t bytes) override {
     release_graph();  // a captured graph points into the old arena
     if (arena_ != nullptr) {
@@ -237,7 +234,7 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dst), n));
       RN_CUDA_CHECK(cudaEventCreate(&start));
       RN_CUDA_CHECK(cudaEventCreate(&stop));
-      RN_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, n, origin()));  // not zeros: see METHOD.md
+      RN_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, n, origin()));  // non-zero bytes: copy ordinary data, as a step does
       for (int rep = 0; rep < 23; ++rep) {
         RN_CUDA_CHECK(cudaEventRecord(start, origin()));
         RN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, origin()));
@@ -297,7 +294,6 @@ class CudaBackend final : public Backend {
     if (arena_ == nullptr) throw Error(ErrorKind::kBackend, "cuda backend: execute() before allocate_arena()");
     CudaContext ctx;
     ctx.arena = arena_;
-    ctx.step = &step;
     ctx.launch = launch_;
     ctx.check_scratch = check_scratch_;
     ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);

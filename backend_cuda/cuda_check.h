@@ -27,12 +27,18 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
   }
 }
 
+// Checks the kernel launch just made (bad configuration, too many resources). Launch errors are
+// reported by cudaGetLastError, not by the <<<>>> expression, so every launch is followed by this.
+inline void check_launch(const char* what, const char* file, int line) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw_cuda_error(status, (std::string("launch of ") + what).c_str(), file, line);
+}
+
 }  // namespace cuda
 }  // namespace renaissance
 
 // Wraps a runtime call: RN_CUDA_CHECK(cudaMalloc(&p, n));
 #define RN_CUDA_CHECK(call) ::renaissance::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 
-// Checks the launch just made (bad configuration, too many resources). Launch errors are
-// reported by cudaGetLastError, not by the <<<>>> expression, so every launch is followed by this.
-#define RN_CUDA_CHECK_LAUNCH(what) ::renaissance::cuda::check_cuda(cudaGetLastError(), "launch of " what, __FILE__, __LINE__)
+// Checks the launch just made: RN_CUDA_CHECK_LAUNCH("adam kernel");
+#define RN_CUDA_CHECK_LAUNCH(what) ::renaissance::cuda::check_launch((what), __FILE__, __LINE__)

@@ -19,7 +19,7 @@ namespace cuda {
 // Threads per block of the element-wise kernels when BackendOptions::cuda_block is 0. With one
 // 16-byte vector per thread this keeps 8 blocks (2048 threads) resident per multiprocessor.
 constexpr int kDefaultBlock = 256;
-// The LARS tile kernels use one block of math::kLarsLanes threads per tile whatever cuda_block
+// The norm tile kernels use one block of math::kNormLanes threads per tile whatever cuda_block
 // says: the lane of a thread is part of the canonical reduction order.
 
 struct LaunchConfig {
@@ -31,7 +31,6 @@ struct LaunchConfig {
 struct CudaContext {
   char* arena = nullptr;
   ScalarPtrs scalars{};
-  const CompiledStep* step = nullptr;
   LaunchConfig launch;
   cudaStream_t stream = nullptr;
   // Two counters owned by the backend (outside the arena), zero between steps: CHECK_FINITE's
@@ -50,6 +49,11 @@ inline unsigned grid_for(uint64_t items, int block, const LaunchConfig& launch) 
   if (launch.grid > 0) return static_cast<unsigned>(launch.grid);
   const uint64_t blocks = (items + static_cast<uint64_t>(block) - 1) / static_cast<uint64_t>(block);
   return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(blocks, 0x7fffffffu)));
+}
+
+// One block per work item (a norm tile, or a tensor): grid_for with one item per block.
+inline unsigned tile_grid(int64_t items, const LaunchConfig& launch) {
+  return grid_for(static_cast<uint64_t>(items), 1, launch);
 }
 
 // The largest block <= `requested` that kKernel can be launched with: register use can cap a

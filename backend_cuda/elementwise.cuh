@@ -33,7 +33,7 @@ __global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* 
                                           float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
                                           const float* __restrict__ s, const int32_t* __restrict__ flags,
                                           bool weight_group) {
-  // A step with a non-finite gradient changes nothing (DESIGN.md §3); CHECK_FINITE ran before.
+  // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -65,7 +65,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
       ctx.at<float4>(node.w), ctx.at<const float4>(node.g), kHasM ? ctx.at<float4>(node.m) : nullptr,
       kHasV ? ctx.at<float4>(node.v) : nullptr, n4, ctx.scalars.f32, ctx.scalars.i32,
       node.group == Group::kWeight);
-  ::renaissance::cuda::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
+  RN_CUDA_CHECK_LAUNCH(name);
 }
 
 }  // namespace cuda

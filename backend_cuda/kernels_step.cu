@@ -5,25 +5,16 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
 #include "renaissance/math/synthetic_gradient.h"
-#include "renaissance/math/update_rules.h"
+#include "renaissance/math/step_state.h"
 
 namespace renaissance {
 namespace cuda {
 namespace {
 
-// One thread: the same control flow as the CPU's run_ADVANCE_STEP, the same math functions.
+// One thread runs math::advance_step, the function the CPU's run_ADVANCE_STEP calls.
 __global__ void advance_step_kernel(int32_t* __restrict__ i32, float* __restrict__ f32,
                                     const double* __restrict__ f64, bool bias_correction) {
-  if (i32[kHasNonFinite] != 0) {
-    i32[kSkippedSteps] += 1;
-    return;
-  }
-  const int32_t t = i32[kStep] + 1;
-  i32[kStep] = t;
-  if (bias_correction) {
-    f32[kBiasCorrection1] = math::bias_correction(f64[kBeta1D], t);
-    f32[kBiasCorrection2] = math::bias_correction(f64[kBeta2D], t);
-  }
+  math::advance_step(i32, f32, f64, bias_correction);
 }
 
 __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count, uint64_t seed, uint64_t step,

@@ -1,6 +1,6 @@
 // CPU benchmarks (Google Benchmark): every optimizer kind on the resnet50, bert_base and
 // gpt2_small layouts at 1, 2 and all threads, with bytes moved and GB/s at the ideal traffic of
-// DESIGN.md §5; the AdamW step with the non-finite check; a same-traffic streaming kernel over
+// docs/design.md; the AdamW step with the non-finite check; a same-traffic streaming kernel over
 // the very same arena spans (reads w, g, m, v and writes w, m, v with trivial arithmetic: the
 // memory-system limit of the Adam access pattern); and a large memcpy. A memcpy is a poor
 // floor for an in-place update, since it pays for write-allocate: it is here for reference.
@@ -47,7 +47,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
-#include "backend_cpu/cpu_backend.h"
+#include "backend_cpu/cpu_ops.h"
 #include "bench/bench_configs.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
@@ -116,7 +116,7 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
       float* g = ctx.at<float>(plan.group_span(Family::kG, group));
       float* m = ctx.at<float>(plan.group_span(Family::kM, group));
       float* v = ctx.at<float>(plan.group_span(Family::kV, group));
-      cpu::parallel_chunks(ctx, plan.group_span(Family::kW, group).count, [&](uint64_t b, uint64_t e) {
+      cpu::parallel_blocks(ctx.threads, kChunkElements, plan.group_span(Family::kW, group).count, [&](uint64_t b, uint64_t e) {
         fn(w + b, g + b, m + b, v + b, e - b);
       });
     }

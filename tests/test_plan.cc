@@ -34,7 +34,7 @@ TEST(MemoryPlan, AllocatesOnlyTheFamiliesTheKindNeeds) {
     EXPECT_EQ(plan.has_family(Family::kM), w.m);
     EXPECT_EQ(plan.has_family(Family::kV), w.v);
     EXPECT_EQ(plan.has_family(Family::kN), w.n);
-    EXPECT_EQ(plan.region(T_LARS_TILES).allocated, w.n);
+    EXPECT_EQ(plan.region(T_NORM_TILES).allocated, w.n);
   }
 }
 

@@ -1,29 +1,13 @@
-// The compiler: turns (MemoryPlan, optimizer config) into the step graphs of DESIGN.md §2.
+// The compiler: turns (MemoryPlan, optimizer config) into the step graphs (docs/design.md).
 // A step is: the non-finite check over the whole G family, the step counter (and Adam bias
-// corrections), the LARS norms and trust ratios when the kind needs them, then one update node
-// per non-empty group. The node count depends on the kind, never on the number of tensors.
+// corrections), the kind's norm pass when kKindTable asks for one, then one update node per
+// non-empty group. The node count depends on the kind, never on the number of tensors.
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
 
 namespace renaissance {
 
 namespace {
-
-RangeOp update_op(OptimizerKind kind, Group group) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return RangeOp::UPDATE_SGD;
-    case OptimizerKind::kSgdMomentum: return RangeOp::UPDATE_SGD_MOMENTUM;
-    case OptimizerKind::kSgdNesterov: return RangeOp::UPDATE_SGD_NESTEROV;
-    case OptimizerKind::kAdam: return RangeOp::UPDATE_ADAM;
-    case OptimizerKind::kAdamW: return RangeOp::UPDATE_ADAMW;
-    // LARS adapts only the weight group; bias-like parameters get plain momentum with wd = 0.
-    case OptimizerKind::kLars:
-      return group == Group::kWeight ? RangeOp::UPDATE_LARS : RangeOp::UPDATE_SGD_MOMENTUM;
-    case OptimizerKind::kLarsNesterov:
-      return group == Group::kWeight ? RangeOp::UPDATE_LARS_NESTEROV : RangeOp::UPDATE_SGD_NESTEROV;
-  }
-  throw_invalid("unknown optimizer kind");
-}
 
 Span region_span(const MemoryPlan& plan, Region r) {
   const RegionInfo& info = plan.region(r);
@@ -45,13 +29,14 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   step.scalars_f32 = region_span(plan, S_SCALAR_FP32);
   step.scalars_i32 = region_span(plan, S_SCALAR_INT32);
   step.scalars_f64 = region_span(plan, S_SCALAR_FP64);
-  const bool lars = need.has_n;
-  if (lars) {
-    step.lars_partials = region_span(plan, T_TEMP_FP64);
-    step.lars_tiles = region_span(plan, T_LARS_TILES);
-    step.lars_tensors = region_span(plan, T_LARS_TENSORS);
+  const KindInfo& kind = kind_info(config.kind);
+  // The norm pass covers the weight group; its tables travel in every node that reads them.
+  NormTables norm_tables;
+  if (kind.norm != NormPass::kNone) {
+    norm_tables.tiles = region_span(plan, T_NORM_TILES);
+    norm_tables.tensors = region_span(plan, T_NORM_TENSORS);
+    norm_tables.partials = region_span(plan, T_NORM_PARTIALS);
   }
-  step.weight_group_count = plan.group_span(Family::kW, Group::kWeight).count;
 
   auto& pre = step.graphs[static_cast<int>(GraphId::kPreStep)];
   if (check_finite) {
@@ -64,7 +49,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   GraphNode advance;
   advance.kind = NodeKind::kCompute;
   advance.compute_op = ComputeOp::ADVANCE_STEP;
-  advance.bias_correction = config.kind == OptimizerKind::kAdam || config.kind == OptimizerKind::kAdamW;
+  advance.bias_correction = kind.bias_correction;
   pre.push_back(advance);
 
   auto group_node = [&](Group group) {
@@ -79,15 +64,19 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     return node;
   };
 
-  const bool has_weight_tiles = lars && !plan.lars_tiles().empty();
+  const bool normed = kind.norm != NormPass::kNone;
+  const bool has_weight_tiles = normed && !plan.norm_tiles().empty();
   if (has_weight_tiles) {
-    auto& norms = step.graphs[static_cast<int>(GraphId::kLarsNorms)];
-    GraphNode tile_norms = group_node(Group::kWeight);
-    tile_norms.range_op = RangeOp::LARS_TILE_NORMS;
-    norms.push_back(tile_norms);
+    auto& norms = step.graphs[static_cast<int>(GraphId::kNorms)];
+    GraphNode partials = group_node(Group::kWeight);
+    partials.range_op = RangeOp::NORM_TILE_PARTIALS;
+    partials.norm = norm_tables;
+    partials.norm_inputs = NormInputs::kWeightAndGradient;
+    norms.push_back(partials);
     GraphNode ratio = group_node(Group::kWeight);
     ratio.kind = NodeKind::kCompute;
-    ratio.compute_op = ComputeOp::LARS_TRUST_RATIO;
+    ratio.compute_op = ComputeOp::NORM_TRUST_RATIO;
+    ratio.norm = norm_tables;
     norms.push_back(ratio);
   }
 
@@ -95,11 +84,13 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   for (Group group : {Group::kWeight, Group::kBiasLike}) {
     GraphNode node = group_node(group);
     if (node.w.count == 0) continue;
-    // A LARS weight group with only zero-size tensors has no tiles and nothing to update.
-    if (lars && group == Group::kWeight && !has_weight_tiles) continue;
-    node.range_op = update_op(config.kind, group);
+    // A normed weight group with only zero-size tensors has no tiles and nothing to update.
+    if (normed && group == Group::kWeight && !has_weight_tiles) continue;
+    node.range_op = group == Group::kWeight ? kind.weight_update : kind.bias_update;
+    // The weight group's update walks the norm tiles to find each tensor's ratio.
+    if (normed && group == Group::kWeight) node.norm = norm_tables;
     // The two groups touch disjoint memory: the CUDA backend may run them concurrently.
-    node.stream = group == Group::kWeight ? StreamKind::kUpdate : StreamKind::kComp1;
+    node.stream = group == Group::kWeight ? StreamKind::kUpdate : StreamKind::kSecond;
     opt.push_back(node);
   }
   return step;

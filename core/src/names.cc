@@ -12,8 +12,6 @@ namespace renaissance {
 namespace {
 const char* const kRoleNames[kNumRoles] = {"bn_bias",   "bn_weight",  "fc_bias",
                                            "fc_weight", "first_conv", "deep_conv"};
-const char* const kKindNames[kNumOptimizerKinds] = {
-    "sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw", "lars", "lars_nesterov"};
 }  // namespace
 
 const char* role_name(Role role) { return kRoleNames[static_cast<int>(role)]; }
@@ -40,21 +38,30 @@ const char* region_name(Region region) {
       RN_FAMILY_NAMES(W), RN_FAMILY_NAMES(G), RN_FAMILY_NAMES(M), RN_FAMILY_NAMES(V),
       RN_FAMILY_NAMES(N),
 #undef RN_FAMILY_NAMES
-      "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_TEMP_FP64", "T_LARS_TILES",
-      "T_LARS_TENSORS"};
+      "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
+      "T_NORM_TENSORS"};
   return names[region];
 }
 
-const char* optimizer_kind_name(OptimizerKind kind) { return kKindNames[static_cast<int>(kind)]; }
+const char* optimizer_kind_name(OptimizerKind kind) { return kind_info(kind).name; }
 
 bool parse_optimizer_kind(const std::string& text, OptimizerKind* out) {
-  for (int i = 0; i < kNumOptimizerKinds; ++i) {
-    if (text == kKindNames[i]) {
-      *out = static_cast<OptimizerKind>(i);
+  for (const KindInfo& info : kKindTable) {
+    if (text == info.name) {
+      *out = info.kind;
       return true;
     }
   }
   return false;
+}
+
+std::string optimizer_kind_names(const char* separator) {
+  std::string names;
+  for (const KindInfo& info : kKindTable) {
+    if (!names.empty()) names += separator;
+    names += info.name;
+  }
+  return names;
 }
 
 const char* range_op_name(RangeOp op) {

@@ -1,7 +1,9 @@
-// Validation and fluent builders of the optimizer configurations (DESIGN.md §3: every bad
-// hyperparameter is rejected with an error naming the parameter and the value).
+// Validation and fluent builders of the optimizer configurations (every bad hyperparameter is
+// rejected with an error naming the parameter and the value); the per-kind columns come from
+// kKindTable (renaissance/kinds.h).
 #include "renaissance/optimizer.h"
 
+#include <cfloat>
 #include <cmath>
 #include <sstream>
 
@@ -28,46 +30,60 @@ void check_positive(const char* name, double v) {
   if (!std::isfinite(v) || v <= 0.0) reject(name, v, "must be finite and > 0");
 }
 
-bool is_sgd_family(OptimizerKind k) {
-  return k == OptimizerKind::kSgd || k == OptimizerKind::kSgdMomentum ||
-         k == OptimizerKind::kSgdNesterov;
-}
-
 }  // namespace
 
-OptimizerConfig default_config(OptimizerKind kind) {
+OptimizerConfig make_config(OptimizerKind kind, const Hyperparameters& h) {
   OptimizerConfig c;
-  switch (kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: c = SGD().config(); break;
-    case OptimizerKind::kAdam: c = Adam().config(); break;
-    case OptimizerKind::kAdamW: c = AdamW().config(); break;
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: c = LARS().config(); break;
-  }
   c.kind = kind;
+  c.lr = h.lr;
+  c.weight_decay = h.weight_decay;
+  c.momentum = h.momentum;
+  c.beta1 = h.beta1;
+  c.beta2 = h.beta2;
+  c.eps = h.eps;
+  c.trust_coefficient = h.trust_coefficient;
   return c;
 }
 
+OptimizerConfig default_config(OptimizerKind kind) { return make_config(kind, kind_info(kind).defaults); }
+OptimizerConfig reference_config(OptimizerKind kind) { return make_config(kind, kind_info(kind).reference); }
+OptimizerConfig bench_config(OptimizerKind kind) { return make_config(kind, kind_info(kind).bench); }
+
 double bytes_per_param(OptimizerKind kind, bool check_finite) {
-  double bytes = 0.0;
-  switch (kind) {
-    case OptimizerKind::kSgd: bytes = 12.0; break;  // read w, g; write w
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: bytes = 20.0; break;  // + read and write m
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW: bytes = 28.0; break;  // + read and write v
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: bytes = 28.0; break;  // momentum update + norm pass over w, g
-  }
-  return bytes + (check_finite ? 4.0 : 0.0);
+  return kind_info(kind).bytes_per_param + (check_finite ? 4.0 : 0.0);
 }
 
-void check_lr(double lr) { check_non_negative("lr", lr); }
-void check_loss_scale(double scale) { check_positive("loss scale", scale); }
+namespace {
+// The step computes in float32: a value finite as a double can still round to inf (1e39) or to
+// 0 (eps 1e-50), and a derived scalar can overflow even when its inputs do not (issue 12).
+bool f32_finite(double v) { return std::isfinite(v) && std::fabs(v) <= static_cast<double>(FLT_MAX); }
+void check_f32(const char* name, double v, bool nonzero) {
+  if (!f32_finite(v)) reject(name, v, "is not finite as a float32 (|x| <= 3.4028235e38)");
+  if (nonzero && v != 0.0 && static_cast<float>(v) == 0.0f) reject(name, v, "rounds to 0 as a float32");
+}
+// Every hyperparameter and every scalar the step derives from them, as write_hyperparameters
+// forms them (lr is the base lr: schedules only scale it down).
+void check_float32_domain(const OptimizerConfig& c) {
+  check_f32("lr", c.lr, false);
+  check_f32("weight_decay", c.weight_decay, false);
+  check_f32("eps", c.eps, true);
+  check_f32("trust_coefficient", c.trust_coefficient, true);
+  check_f32("1 - lr * weight_decay", 1.0 - c.lr * c.weight_decay, false);
+  check_f32("lr * weight_decay", c.lr * c.weight_decay, false);
+}
+}  // namespace
+
+void check_lr(double lr) { check_non_negative("lr", lr); check_f32("lr", lr, false); }
+void check_loss_scale(double scale) {
+  check_positive("loss scale", scale);
+  check_f32("loss scale", scale, true);
+  check_f32("1 / loss scale", 1.0 / scale, true);
+}
 
 void OptimizerConfig::validate() const {
+  if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= kNumOptimizerKinds) {
+    throw_invalid("unknown optimizer kind #" + std::to_string(static_cast<int>(kind)));
+  }
   check_lr(lr);
   check_non_negative("weight_decay", weight_decay);
   check_unit_interval("momentum", momentum);
@@ -75,22 +91,19 @@ void OptimizerConfig::validate() const {
   check_unit_interval("beta2", beta2);
   check_positive("eps", eps);
   check_positive("trust_coefficient", trust_coefficient);
-  if ((kind == OptimizerKind::kSgdMomentum || kind == OptimizerKind::kSgdNesterov) && momentum <= 0.0) {
-    reject("momentum", momentum,
-           kind == OptimizerKind::kSgdNesterov ? "nesterov requires momentum > 0"
-                                               : "sgd_momentum requires momentum > 0");
+  const KindInfo& info = kind_info(kind);
+  if (info.needs_momentum && momentum <= 0.0) {
+    reject("momentum", momentum, (std::string(info.name) + " requires momentum > 0").c_str());
   }
-  if (kind == OptimizerKind::kLarsNesterov && momentum <= 0.0) {
-    reject("momentum", momentum, "nesterov requires momentum > 0");
-  }
-  if (weight_decay_mode == WeightDecayMode::kL2 && !is_sgd_family(kind)) {
+  if (weight_decay_mode == WeightDecayMode::kL2 && !info.allows_l2) {
     throw_invalid(std::string("weight_decay_mode l2 applies to the SGD kinds only, not ") +
                   optimizer_kind_name(kind));
   }
+  check_float32_domain(*this);
 }
 
 // ---- SGD ----
-SGD::SGD() { c_.kind = OptimizerKind::kSgd; c_.lr = 0.01; }
+SGD::SGD() : c_(default_config(OptimizerKind::kSgd)) {}
 SGD& SGD::lr(double v) { check_lr(v); c_.lr = v; return *this; }
 SGD& SGD::momentum(double v) { check_unit_interval("momentum", v); c_.momentum = v; return *this; }
 SGD& SGD::nesterov(bool v) { nesterov_ = v; return *this; }
@@ -108,16 +121,16 @@ OptimizerConfig SGD::config() const {
 }
 
 // ---- Adam / AdamW ----
-Adam::Adam() { c_.kind = OptimizerKind::kAdam; c_.lr = 1e-3; }
+Adam::Adam() : c_(default_config(OptimizerKind::kAdam)) {}
 Adam& Adam::lr(double v) { check_lr(v); c_.lr = v; return *this; }
 Adam& Adam::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
 Adam& Adam::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
 Adam& Adam::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
 Adam& Adam::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-AdamW::AdamW() { c_.kind = OptimizerKind::kAdamW; c_.weight_decay = 0.01; }
+AdamW::AdamW() { c_ = default_config(OptimizerKind::kAdamW); }
 
 // ---- LARS ----
-LARS::LARS() { c_.kind = OptimizerKind::kLars; c_.lr = 0.1; c_.momentum = 0.9; }
+LARS::LARS() : c_(default_config(OptimizerKind::kLars)) {}
 LARS& LARS::lr(double v) { check_lr(v); c_.lr = v; return *this; }
 LARS& LARS::momentum(double v) { check_unit_interval("momentum", v); c_.momentum = v; return *this; }
 LARS& LARS::nesterov(bool v) { nesterov_ = v; return *this; }

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "renaissance/error.h"
-#include "renaissance/math/lars_reduction.h"
+#include "renaissance/math/norm_reduction.h"
 
 namespace renaissance {
 
@@ -41,16 +41,11 @@ void validate_param_specs(const std::vector<ParamSpec>& params) {
 }
 
 PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
+  const KindInfo& info = kind_info(kind);
   PlanConfig c;
-  switch (kind) {
-    case OptimizerKind::kSgd: break;
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: c.has_m = true; break;
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW: c.has_m = c.has_v = true; break;
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: c.has_m = c.has_n = true; break;
-  }
+  c.has_m = info.has_m;
+  c.has_v = info.has_v;
+  c.has_n = info.norm != NormPass::kNone;
   return c;
 }
 
@@ -109,7 +104,7 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.has_v) place_family(Family::kV);
   if (config_.has_n) {
     // One trust ratio per tensor, packed without per-role padding so that the weight group's
-    // ratios form one array indexed by TensorInfo::index_in_group (LarsTile::tensor).
+    // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
     uint64_t cursor = offset;
     for (int r = 0; r < kNumRoles; ++r) {
       RegionInfo& info = regions_[family_region(Family::kN, static_cast<Role>(r))];
@@ -126,29 +121,30 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   place(S_SCALAR_FP64, kNumScalarF64, kNumScalarF64, sizeof(double));
 
   if (config_.has_n) {
-    // The canonical LARS tiles (math/lars_reduction.h) over the weight group's tensors.
+    // The canonical norm tiles (math/norm_reduction.h) over the weight group's tensors.
     std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
     for (const TensorInfo& t : tensors_) {
       if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
     }
     for (size_t k = 0; k < weight_tensors.size(); ++k) {
       const TensorInfo& t = *weight_tensors[k];
-      LarsTensor lt;
-      lt.first_tile = static_cast<int64_t>(lars_tiles_.size());
-      for (int64_t start = 0; start < t.numel; start += math::kLarsTile) {
-        LarsTile tile;
+      NormTensor lt;
+      lt.first_tile = static_cast<int64_t>(norm_tiles_.size());
+      for (int64_t start = 0; start < t.numel; start += math::kNormTile) {
+        NormTile tile;
         tile.start = static_cast<int64_t>(t.offset_in_group) + start;
-        tile.length = static_cast<int32_t>(std::min<int64_t>(math::kLarsTile, t.numel - start));
+        tile.length = static_cast<int32_t>(std::min<int64_t>(math::kNormTile, t.numel - start));
         tile.tensor = static_cast<int32_t>(k);
-        lars_tiles_.push_back(tile);
+        norm_tiles_.push_back(tile);
       }
-      lt.tile_count = static_cast<int64_t>(lars_tiles_.size()) - lt.first_tile;
-      lars_tensors_.push_back(lt);
+      lt.tile_count = static_cast<int64_t>(norm_tiles_.size()) - lt.first_tile;
+      norm_tensors_.push_back(lt);
     }
-    const uint64_t tiles = lars_tiles_.size();
-    place(T_TEMP_FP64, 2 * tiles, 2 * tiles, sizeof(double));
-    place(T_LARS_TILES, tiles, tiles, sizeof(LarsTile));
-    place(T_LARS_TENSORS, lars_tensors_.size(), lars_tensors_.size(), sizeof(LarsTensor));
+    const uint64_t tiles = norm_tiles_.size();
+    const uint64_t partials = math::kNormComponents * tiles;
+    place(T_NORM_PARTIALS, partials, partials, sizeof(double));
+    place(T_NORM_TILES, tiles, tiles, sizeof(NormTile));
+    place(T_NORM_TENSORS, norm_tensors_.size(), norm_tensors_.size(), sizeof(NormTensor));
   }
   arena_bytes_ = offset;
 }

@@ -42,14 +42,14 @@ void Task::compile() {
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
   backend->allocate_arena(plan_.arena_bytes());
   if (plan_.config().has_n) {
-    const auto& tiles = plan_.lars_tiles();
-    const auto& tensors = plan_.lars_tensors();
+    const auto& tiles = plan_.norm_tiles();
+    const auto& tensors = plan_.norm_tensors();
     if (!tiles.empty()) {
-      backend->upload(plan_.region(T_LARS_TILES).offset, tiles.data(), tiles.size() * sizeof(LarsTile));
+      backend->upload(plan_.region(T_NORM_TILES).offset, tiles.data(), tiles.size() * sizeof(NormTile));
     }
     if (!tensors.empty()) {
-      backend->upload(plan_.region(T_LARS_TENSORS).offset, tensors.data(),
-                      tensors.size() * sizeof(LarsTensor));
+      backend->upload(plan_.region(T_NORM_TENSORS).offset, tensors.data(),
+                      tensors.size() * sizeof(NormTensor));
     }
   }
   backend_ = std::move(backend);

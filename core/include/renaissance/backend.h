@@ -37,8 +37,6 @@ class Backend {
   virtual BackendKind kind() const = 0;
   // e.g. "cpu (AVX2, 2 threads)" or "cuda (NVIDIA H200, sm_90)".
   virtual std::string describe() const = 0;
-  virtual bool supports(RangeOp op) const = 0;
-  virtual bool supports(ComputeOp op) const = 0;
 
   // Allocates the zero-filled arena; any earlier arena is freed.
   virtual void allocate_arena(uint64_t bytes) = 0;

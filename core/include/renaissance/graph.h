@@ -8,62 +8,41 @@
 #include <cstdint>
 #include <vector>
 
+#include "renaissance/ops.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/plan.h"
 #include "renaissance/region.h"
 
 namespace renaissance {
 
-// Ops over element ranges. The X-macro list feeds each backend's dispatch table, so a backend
-// that lacks a kernel for an op fails to compile.
-#define RN_RANGE_OPS(X)        \
-  X(CHECK_FINITE)              \
-  X(UPDATE_SGD)                \
-  X(UPDATE_SGD_MOMENTUM)       \
-  X(UPDATE_SGD_NESTEROV)       \
-  X(UPDATE_ADAM)               \
-  X(UPDATE_ADAMW)              \
-  X(LARS_TILE_NORMS)           \
-  X(UPDATE_LARS)               \
-  X(UPDATE_LARS_NESTEROV)
-
-// Ops over scalars and per-tensor values.
-#define RN_COMPUTE_OPS(X) \
-  X(ADVANCE_STEP)         \
-  X(LARS_TRUST_RATIO)
-
-enum class RangeOp : int {
-#define RN_ENUM_ENTRY(name) name,
-  RN_RANGE_OPS(RN_ENUM_ENTRY)
-#undef RN_ENUM_ENTRY
-};
-enum class ComputeOp : int {
-#define RN_ENUM_ENTRY(name) name,
-  RN_COMPUTE_OPS(RN_ENUM_ENTRY)
-#undef RN_ENUM_ENTRY
-};
-#define RN_COUNT_ENTRY(name) +1
-constexpr int kNumRangeOps = 0 RN_RANGE_OPS(RN_COUNT_ENTRY);
-constexpr int kNumComputeOps = 0 RN_COMPUTE_OPS(RN_COUNT_ENTRY);
-#undef RN_COUNT_ENTRY
-
-const char* range_op_name(RangeOp op);
-const char* compute_op_name(ComputeOp op);
-
 enum class NodeKind { kRange, kCompute };
 
 // Where a node runs. The CPU backend runs every node in order on its thread team; the CUDA
-// backend maps each kind to a stream and orders them with events.
-enum class StreamKind : int { kUpdate = 0, kComp1 = 1, kComp2 = 2, kComp3 = 3 };
-constexpr int kNumStreamKinds = 4;
+// backend maps each kind to a stream and orders them with events. The two groups touch disjoint
+// memory, so the bias-like group's update runs on a second stream beside the weight group's.
+enum class StreamKind : int { kUpdate = 0, kSecond = 1 };
+constexpr int kNumStreamKinds = 2;
 
 // The named graphs of one step, run in this order.
 enum class GraphId : int {
   kPreStep = 0,    // non-finite check over G, step counter and bias corrections
-  kLarsNorms = 1,  // LARS tile norms and trust ratios
+  kNorms = 1,      // norm passes: tile partials and per-tensor ratios
   kOptimizer = 2,  // the updates
 };
 constexpr int kNumGraphs = 3;
+
+// The tables a norm pass reads, carried by every node that reads them (no op looks them up
+// elsewhere). Tile starts are relative to the first element of the node's group.
+struct NormTables {
+  Span tiles;     // NormTile per tile
+  Span tensors;   // NormTensor per tensor of the group
+  Span partials;  // math::kNormComponents doubles per tile
+};
+
+// What a NORM_TILE_PARTIALS node squares and sums, component by component.
+enum class NormInputs : int {
+  kWeightAndGradient = 0,  // component 0: ‖w‖², component 1: ‖ĝ‖² with ĝ = g*(1/scale)
+};
 
 struct GraphNode {
   NodeKind kind = NodeKind::kRange;
@@ -74,17 +53,17 @@ struct GraphNode {
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
   // Ranges of one group in each family (same element count); G alone for CHECK_FINITE.
   Span w, g, m, v;
-  Span n;                  // LARS trust ratios of the weight group
+  Span n;                  // per-tensor trust ratios of the group (norm kinds)
+  NormTables norm;         // NORM_* nodes and the tile-wise updates that read the ratios
+  NormInputs norm_inputs = NormInputs::kWeightAndGradient;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
 };
 
 struct CompiledStep {
   std::array<std::vector<GraphNode>, kNumGraphs> graphs;
   bool check_finite = true;
-  // Arena offsets every backend needs to reach the scalars and the LARS tables.
+  // Arena offsets every backend needs to reach the scalars.
   Span scalars_f32, scalars_i32, scalars_f64;
-  Span lars_partials, lars_tiles, lars_tensors;
-  uint64_t weight_group_count = 0;  // elements of the W weight group (tile starts are relative to it)
 
   size_t node_count() const {
     size_t n = 0;

@@ -1,26 +1,20 @@
-// Optimizer configurations: the seven kinds, their hyperparameters and the fluent builders
-// SGD(), Adam(), AdamW(), LARS(). Hyperparameters are held as double (DESIGN.md §3: derived
-// scalars such as 1-β2 are formed in double from the configured values). Every setter
-// validates its value and throws Error(kInvalidArgument) naming the parameter and the value.
+// Optimizer configurations and the fluent builders SGD(), Adam(), AdamW(), LARS(). The kinds
+// themselves are described in renaissance/kinds.h. Hyperparameters are held as double
+// (docs/math.md: derived scalars such as 1-β2 are formed in double from the configured values).
+// Every setter validates its value and throws Error(kInvalidArgument) naming the parameter and
+// the value.
 #pragma once
 
 #include <string>
 
-namespace renaissance {
+#include "renaissance/kinds.h"
 
-enum class OptimizerKind {
-  kSgd,
-  kSgdMomentum,
-  kSgdNesterov,
-  kAdam,
-  kAdamW,
-  kLars,
-  kLarsNesterov,
-};
-constexpr int kNumOptimizerKinds = 7;
+namespace renaissance {
 
 const char* optimizer_kind_name(OptimizerKind kind);  // "sgd", "adamw", ...
 bool parse_optimizer_kind(const std::string& text, OptimizerKind* out);
+// Every kind's name, in table order, joined by `separator` (for help texts and messages).
+std::string optimizer_kind_names(const char* separator = ", ");
 
 // How the SGD kinds apply weight decay: decoupled (default, w *= 1 - lr*wd) or L2 folded into
 // the gradient (torch.optim.SGD semantics).
@@ -41,13 +35,17 @@ struct OptimizerConfig {
   void validate() const;
 };
 
-// The library's defaults for a kind: what the fluent builder of that family starts from, with
-// the kind set (so sgd_momentum still needs a momentum > 0 before it validates).
+// A configuration of `kind` with the given hyperparameters (decoupled weight decay).
+OptimizerConfig make_config(OptimizerKind kind, const Hyperparameters& h);
+// The library's defaults for a kind (kKindTable's `defaults` column).
 OptimizerConfig default_config(OptimizerKind kind);
+// The reference hyperparameters shared by tests, conformance and fuzzers (`reference` column).
+OptimizerConfig reference_config(OptimizerKind kind);
+// The benchmark hyperparameters (`bench` column), the same on the torch side of comparisons.
+OptimizerConfig bench_config(OptimizerKind kind);
 
-// Ideal device-memory traffic of one step per fp32 parameter (DESIGN.md §5): sgd 12 B,
-// momentum and nesterov 20 B, adam/adamw 28 B, lars 28 B (20 B update + 8 B norm pass), plus
-// 4 B when the non-finite check reads G once more. The floor is this over the copy bandwidth.
+// Ideal device-memory traffic of one step per fp32 parameter (kKindTable), plus 4 B when the
+// non-finite check reads G once more. The floor is this over the copy bandwidth.
 double bytes_per_param(OptimizerKind kind, bool check_finite);
 
 // Validators shared by the builders, Task::set_lr and Task::set_loss_scale.

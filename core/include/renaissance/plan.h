@@ -27,7 +27,7 @@ constexpr uint64_t kRegionAlignBytes = 256;
 struct PlanConfig {
   bool has_m = false;
   bool has_v = false;
-  bool has_n = false;  // LARS trust ratios, tile table and reduction scratch
+  bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 
@@ -76,11 +76,10 @@ class MemoryPlan {
   std::vector<size_t> get_ids_by_region(Region region) const;
   // Byte offset of tensor `id` in `family`.
   uint64_t tensor_offset(Family family, size_t id) const;
-  int num_tensors_in_group(Group group) const { return group_tensor_count_[static_cast<int>(group)]; }
 
-  // LARS canonical tiles over the weight group (empty unless config().has_n).
-  const std::vector<LarsTile>& lars_tiles() const { return lars_tiles_; }
-  const std::vector<LarsTensor>& lars_tensors() const { return lars_tensors_; }
+  // The canonical norm tiles over the weight group (empty unless config().has_n).
+  const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }
+  const std::vector<NormTensor>& norm_tensors() const { return norm_tensors_; }
 
   // A one-line summary per region, for logs and `renaissance run --verbose`.
   std::string describe() const;
@@ -90,8 +89,8 @@ class MemoryPlan {
   std::vector<TensorInfo> tensors_;
   std::array<RegionInfo, kNumRegions> regions_{};
   std::array<int, 2> group_tensor_count_{};
-  std::vector<LarsTile> lars_tiles_;
-  std::vector<LarsTensor> lars_tensors_;
+  std::vector<NormTile> norm_tiles_;
+  std::vector<NormTensor> norm_tensors_;
   uint64_t arena_bytes_ = 0;
 };
 

@@ -7,7 +7,7 @@
 
 namespace renaissance {
 
-// The six parameter roles. Bias-like roles are never weight-decayed nor LARS-adapted.
+// The six parameter roles. Bias-like roles are never weight-decayed nor trust-ratio-adapted.
 enum class Role : int {
   kBnBias = 0,
   kBnWeight = 1,
@@ -32,7 +32,7 @@ enum class Family : int {
   kG = 1,  // gradients (as the backward pass wrote them, i.e. multiplied by the loss scale)
   kM = 2,  // first moment / momentum
   kV = 3,  // second moment (Adam kinds)
-  kN = 4,  // LARS per-tensor trust ratios: one float per tensor, not per element
+  kN = 4,  // per-tensor trust ratios of the norm kinds: one float per tensor, not per element
 };
 constexpr int kNumFamilies = 5;
 
@@ -48,9 +48,9 @@ enum Region : int {
   S_SCALAR_FP32,   // hyperparameters and per-step float scalars (ScalarF32 slots)
   S_SCALAR_INT32,  // step count and the non-finite flag (ScalarI32 slots)
   S_SCALAR_FP64,   // hyperparameters the device needs in double (ScalarF64 slots)
-  T_TEMP_FP64,     // LARS reduction scratch: two doubles (sum w^2, sum g^2) per tile
-  T_LARS_TILES,    // LARS tile table (LarsTile per tile), written once at compile()
-  T_LARS_TENSORS,  // LARS per-tensor tile ranges (LarsTensor per weight tensor)
+  T_NORM_PARTIALS,  // norm pass scratch: math::kNormComponents doubles per tile
+  T_NORM_TILES,     // norm tile table (NormTile per tile), written once at compile()
+  T_NORM_TENSORS,   // per-tensor tile ranges (NormTensor per tensor of the normed group)
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

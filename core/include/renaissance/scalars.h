@@ -33,7 +33,7 @@ enum ScalarI32 : int {
 enum ScalarF64 : int {
   kBeta1D = 0,  // beta1, beta2 as configured, for beta^t in double
   kBeta2D,
-  kWeightDecayD,  // LARS trust ratio is computed in double from the configured values
+  kWeightDecayD,  // the trust ratio is computed in double from the configured values
   kEpsD,
   kTrustCoefficientD,
   kNumScalarF64
@@ -46,20 +46,21 @@ struct ScalarPtrs {
   double* f64;
 };
 
-// One tile of the canonical LARS reduction (DESIGN.md §4): a run of at most kLarsTile elements
-// of one weight-group tensor. `start` is relative to the first element of the weight group.
-struct LarsTile {
+// One tile of the canonical norm reduction (math/norm_reduction.h): a run of at most kNormTile
+// elements of one tensor of the group a norm pass covers. `start` is relative to the first
+// element of that group.
+struct NormTile {
   int64_t start;
   int32_t length;
-  int32_t tensor;  // index of the tensor within the weight group
+  int32_t tensor;  // index of the tensor within its group
 };
-static_assert(sizeof(LarsTile) == 16, "LarsTile is shared with device code");
+static_assert(sizeof(NormTile) == 16, "NormTile is shared with device code");
 
-// The tiles of one weight-group tensor: tiles [first_tile, first_tile + tile_count).
-struct LarsTensor {
+// The tiles of one tensor: tiles [first_tile, first_tile + tile_count).
+struct NormTensor {
   int64_t first_tile;
   int64_t tile_count;
 };
-static_assert(sizeof(LarsTensor) == 16, "LarsTensor is shared with device code");
+static_assert(sizeof(NormTensor) == 16, "NormTensor is shared with device code");
 
 }  // namespace renaissance

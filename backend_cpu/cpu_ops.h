@@ -1,0 +1,58 @@
+// What the CPU op files share with the backend class: OpenMP threads over blocks of a range,
+// Highway SIMD inside a block, the context of one node and one run_* function per op.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "renaissance/backend.h"
+#include "renaissance/graph.h"
+#include "renaissance/scalars.h"
+
+namespace renaissance {
+namespace cpu {
+
+// Elements per OpenMP work item. A multiple of the 64-element region padding, so chunks start
+// on 256-byte boundaries. Element-wise results do not depend on it (nor on the thread count).
+constexpr uint64_t kChunkElements = 16384;
+// Norm tiles per OpenMP work item: 4 tiles are 16K elements, like kChunkElements.
+constexpr uint64_t kTilesPerBlock = 4;
+
+// What an op needs to run: the arena and the thread count.
+struct CpuContext {
+  char* arena = nullptr;
+  int threads = 1;
+  ScalarPtrs scalars{};
+
+  template <class T>
+  T* at(const Span& span) const {
+    return reinterpret_cast<T*>(arena + span.offset);
+  }
+  bool step_skipped() const { return scalars.i32[kHasNonFinite] != 0; }
+};
+
+// The one OpenMP loop of the backend: runs fn(begin, end) over [0, count) in blocks of `block`
+// items (elements, or norm tiles), statically scheduled on at most `threads` threads. Results
+// never depend on the split: every item is computed the same way wherever it lands.
+template <class Fn>
+void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn) {
+  const int64_t blocks = static_cast<int64_t>((count + block - 1) / block);
+  const int team = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t c = 0; c < blocks; ++c) {
+    const uint64_t begin = static_cast<uint64_t>(c) * block;
+    fn(begin, std::min(count, begin + block));
+  }
+}
+
+// One function per op of RN_RANGE_OPS / RN_COMPUTE_OPS, implemented in the ops_*.cc files.
+#define RN_DECLARE_CPU_RANGE_OP(name) void run_##name(const CpuContext& ctx, const GraphNode& node);
+RN_RANGE_OPS(RN_DECLARE_CPU_RANGE_OP)
+RN_COMPUTE_OPS(RN_DECLARE_CPU_RANGE_OP)
+#undef RN_DECLARE_CPU_RANGE_OP
+
+// Name of the Highway target the dispatcher currently picks (for describe() and tests).
+const char* current_simd_target();
+
+}  // namespace cpu
+}  // namespace renaissance

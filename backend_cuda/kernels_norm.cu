@@ -1,0 +1,129 @@
+// CUDA ops of the norm passes: NORM_TILE_PARTIALS (the per-tile squared norms in the canonical
+// order of renaissance/math/norm_reduction.h) and NORM_TRUST_RATIO (each tensor's partials
+// combined by math::add_tile_partials, then the ratio formula of the math file). Each op is one
+// launch whatever the number of tensors: tiles and tensors come from tables the node carries.
+#include <cuda_runtime.h>
+
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_ops.h"
+#include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/update_rules.h"
+
+namespace renaissance {
+namespace cuda {
+namespace {
+
+using math::kNormLanes;
+using math::kNormPerLane;
+using math::kNormTile;
+
+// One block of kNormLanes threads per tile (grid-stride over tiles): thread j is lane j. It
+// accumulates in double, in order, the squares of elements j, j + 256, ... of the tile, then the
+// block runs the fixed halving tree in shared memory: exactly math::norm_lane_tree's additions.
+__global__ void __launch_bounds__(kNormLanes)
+    weight_and_gradient_partials_kernel(const float* __restrict__ w, const float* __restrict__ g,
+                           const NormTile* __restrict__ tiles, int64_t num_tiles, const float* __restrict__ s,
+                           const int32_t* __restrict__ flags, double* __restrict__ partials) {
+  if (flags[kHasNonFinite] != 0) return;
+  __shared__ double w_lanes[kNormLanes];
+  __shared__ double g_lanes[kNormLanes];
+  const float inv_scale = s[kInvLossScale];
+  const int j = threadIdx.x;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const NormTile tile = tiles[t];
+    const float* tw = w + tile.start;
+    const float* tg = g + tile.start;
+    double aw = 0.0, ag = 0.0;
+    if (tile.length == kNormTile) {
+      // Full tile: all 2*16 loads issued before the first use, then the in-order sums.
+      float wr[kNormPerLane], gr[kNormPerLane];
+#pragma unroll
+      for (int k = 0; k < kNormPerLane; ++k) {
+        wr[k] = tw[j + k * kNormLanes];
+        gr[k] = tg[j + k * kNormLanes];
+      }
+#pragma unroll
+      for (int k = 0; k < kNormPerLane; ++k) {
+        aw = aw + math::square_in_double(wr[k]);
+        ag = ag + math::square_in_double(math::ScalarPolicy::mul(gr[k], inv_scale));
+      }
+    } else {
+      for (int idx = j; idx < tile.length; idx += kNormLanes) {
+        aw = aw + math::square_in_double(tw[idx]);
+        ag = ag + math::square_in_double(math::ScalarPolicy::mul(tg[idx], inv_scale));
+      }
+    }
+    w_lanes[j] = aw;
+    g_lanes[j] = ag;
+    __syncthreads();
+    for (int stride = kNormLanes / 2; stride > 0; stride >>= 1) {
+      if (j < stride) {
+        w_lanes[j] = w_lanes[j] + w_lanes[j + stride];
+        g_lanes[j] = g_lanes[j] + g_lanes[j + stride];
+      }
+      __syncthreads();
+    }
+    if (j == 0) {
+      partials[math::kNormComponents * t] = w_lanes[0];
+      partials[math::kNormComponents * t + 1] = g_lanes[0];
+    }
+    __syncthreads();  // lane 0 has read the tree's root before the next tile overwrites it
+  }
+}
+
+// One block per tensor (grid-stride over tensors). Thread 0 combines the tile partials with
+// math::add_tile_partials (the canonical combination, the same call as the CPU's); the block's
+// other threads only stage the partials into shared memory chunk by chunk so that the serial
+// sum reads fast memory. Summing chunk after chunk performs the same additions in the same order.
+constexpr int kRatioBlock = 128;
+
+__global__ void __launch_bounds__(kRatioBlock)
+    trust_ratio_kernel(const NormTensor* __restrict__ tensors, int64_t num_tensors,
+                       const double* __restrict__ partials, const double* __restrict__ f64,
+                       const int32_t* __restrict__ flags, float* __restrict__ eta) {
+  if (flags[kHasNonFinite] != 0) return;
+  constexpr int kC = math::kNormComponents;
+  __shared__ double staged[kRatioBlock * kC];
+  for (int64_t k = blockIdx.x; k < num_tensors; k += gridDim.x) {
+    const NormTensor tensor = tensors[k];
+    double sums[kC] = {0.0, 0.0};
+    for (int64_t base = 0; base < tensor.tile_count; base += kRatioBlock) {
+      const int64_t left = tensor.tile_count - base;
+      const int count = left < kRatioBlock ? static_cast<int>(left) : kRatioBlock;
+      for (int i = threadIdx.x; i < count * kC; i += blockDim.x) {
+        staged[i] = partials[(tensor.first_tile + base) * kC + i];
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) math::add_tile_partials(sums, staged, count);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      eta[k] = math::lars_trust_ratio(sums[0], sums[1], f64[kTrustCoefficientD], f64[kWeightDecayD], f64[kEpsD]);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
+  const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
+  if (num_tiles == 0) return;
+  // NormInputs has one member today; a new one gets its own partials kernel here.
+  static_assert(static_cast<int>(NormInputs::kWeightAndGradient) == 0, "one NormInputs so far");
+  weight_and_gradient_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
+      ctx.at<const float>(node.w), ctx.at<const float>(node.g), ctx.at<const NormTile>(node.norm.tiles), num_tiles,
+      ctx.scalars.f32, ctx.scalars.i32, ctx.at<double>(node.norm.partials));
+  RN_CUDA_CHECK_LAUNCH("weight_and_gradient_partials_kernel");
+}
+
+void launch_NORM_TRUST_RATIO(const CudaContext& ctx, const GraphNode& node) {
+  const int64_t num_tensors = static_cast<int64_t>(node.norm.tensors.count);
+  if (num_tensors == 0) return;
+  trust_ratio_kernel<<<tile_grid(num_tensors, ctx.launch), kRatioBlock, 0, ctx.stream>>>(
+      ctx.at<const NormTensor>(node.norm.tensors), num_tensors, ctx.at<const double>(node.norm.partials),
+      ctx.scalars.f64, ctx.scalars.i32, ctx.at<float>(node.n));
+  RN_CUDA_CHECK_LAUNCH("trust_ratio_kernel");
+}
+
+}  // namespace cuda
+}  // namespace renaissance

@@ -1,0 +1,131 @@
+// The table of optimizer kinds: everything that tells one kind from another, in one place.
+//
+// Every other part of the project derives what it needs from kKindTable: the names and the
+// parser, the state families of the memory plan, the compiler's update op per group and its
+// norm pass, the ideal traffic per parameter, validation rules, the library defaults, and the
+// reference hyperparameters that the tests, the conformance suite, the fuzzers and the
+// benchmarks share. `renaissance kinds --json` prints the table for scripts (bench/,
+// conformance/render_report.py). docs/adding-a-kind.md lists the files a new kind touches.
+#pragma once
+
+#include <cstddef>
+
+#include "renaissance/ops.h"
+
+namespace renaissance {
+
+enum class OptimizerKind {
+  kSgd,
+  kSgdMomentum,
+  kSgdNesterov,
+  kAdam,
+  kAdamW,
+  kLars,
+  kLarsNesterov,
+};
+constexpr int kNumOptimizerKinds = 7;
+
+// The hyperparameters a configuration holds (each kind reads the ones it needs).
+struct Hyperparameters {
+  double lr;
+  double weight_decay;
+  double momentum;
+  double beta1;
+  double beta2;
+  double eps;
+  double trust_coefficient;
+};
+
+// Which per-tensor norm pass a kind runs before its update (docs/design.md, "Norm passes").
+enum class NormPass {
+  kNone,
+  kLarsTrustRatio,  // ‖w‖², ‖ĝ‖² per weight-group tensor -> the LARS trust ratio in N
+};
+
+// Which builder family a kind belongs to: it decides which hyperparameters the kind reads.
+enum class KindFamily { kSgd, kAdam, kLars };
+
+struct KindInfo {
+  OptimizerKind kind;
+  const char* name;     // the spelling in files, on the command line and in the fingerprint specs
+  const char* summary;  // one line for --help and `renaissance kinds`
+  KindFamily family;
+  bool has_m;            // first moment / momentum buffer M
+  bool has_v;            // second moment V
+  NormPass norm;
+  bool bias_correction;  // ADVANCE_STEP also advances 1/(1-β1^t), 1/(1-β2^t)
+  bool needs_momentum;   // momentum must be > 0
+  bool allows_l2;        // weight_decay_mode l2 is accepted (torch.optim.SGD semantics)
+  RangeOp weight_update;  // the update op of the weight group
+  RangeOp bias_update;    // ... and of the bias-like group (wd = 0 there for every kind)
+  // Ideal memory traffic of one step per fp32 parameter without the non-finite check
+  // (docs/design.md, "Performance model"); the check reads G once more (+4 B).
+  double bytes_per_param;
+  Hyperparameters defaults;   // the library's defaults (builders, CLI, replay's missing keys)
+  Hyperparameters reference;  // tests, conformance cells and fuzzers: every term matters
+  Hyperparameters bench;      // benchmarks on both sides of the torch comparison
+  double drift_lr;            // the conformance drift runs (1000 steps; see conformance/matrix.cc)
+};
+
+// Columns:              lr     wd     mom  beta1 beta2  eps   tc
+inline constexpr KindInfo kKindTable[] = {
+    {OptimizerKind::kSgd, "sgd", "SGD without momentum", KindFamily::kSgd,
+     false, false, NormPass::kNone, false, false, true,
+     RangeOp::UPDATE_SGD, RangeOp::UPDATE_SGD, 12.0,
+     {0.01, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {0.01, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {0.1, 1e-4, 0.0, 0.9, 0.999, 1e-8, 0.001}, 5e-4},
+    {OptimizerKind::kSgdMomentum, "sgd_momentum", "SGD with heavy-ball momentum", KindFamily::kSgd,
+     true, false, NormPass::kNone, false, true, true,
+     RangeOp::UPDATE_SGD_MOMENTUM, RangeOp::UPDATE_SGD_MOMENTUM, 20.0,
+     {0.01, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.01, 0.05, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.1, 1e-4, 0.9, 0.9, 0.999, 1e-8, 0.001}, 5e-5},
+    {OptimizerKind::kSgdNesterov, "sgd_nesterov", "SGD with Nesterov momentum", KindFamily::kSgd,
+     true, false, NormPass::kNone, false, true, true,
+     RangeOp::UPDATE_SGD_NESTEROV, RangeOp::UPDATE_SGD_NESTEROV, 20.0,
+     {0.01, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.01, 0.05, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.1, 1e-4, 0.9, 0.9, 0.999, 1e-8, 0.001}, 5e-5},
+    {OptimizerKind::kAdam, "adam", "Adam with L2 weight decay (torch.optim.Adam)", KindFamily::kAdam,
+     true, true, NormPass::kNone, true, false, false,
+     RangeOp::UPDATE_ADAM, RangeOp::UPDATE_ADAM, 28.0,
+     {1e-3, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {1e-3, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001}, 2e-4},
+    {OptimizerKind::kAdamW, "adamw", "Adam with decoupled weight decay (torch.optim.AdamW)", KindFamily::kAdam,
+     true, true, NormPass::kNone, true, false, false,
+     RangeOp::UPDATE_ADAMW, RangeOp::UPDATE_ADAMW, 28.0,
+     {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
+     {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-8, 0.001}, 2e-4},
+    // LARS adapts only the weight group; bias-like parameters get plain momentum with wd = 0.
+    // Traffic: the momentum update (20 B) plus the norm pass over w and g (8 B).
+    {OptimizerKind::kLars, "lars", "LARS: layer-wise trust ratio on momentum SGD", KindFamily::kLars,
+     true, false, NormPass::kLarsTrustRatio, false, false, false,
+     RangeOp::UPDATE_LARS, RangeOp::UPDATE_SGD_MOMENTUM, 28.0,
+     {0.1, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.02, 1e-3, 0.9, 0.9, 0.999, 1e-8, 0.2},
+     {0.5, 5e-5, 0.9, 0.9, 0.999, 1e-8, 0.001}, 1e-4},
+    {OptimizerKind::kLarsNesterov, "lars_nesterov", "LARS with Nesterov momentum", KindFamily::kLars,
+     true, false, NormPass::kLarsTrustRatio, false, true, false,
+     RangeOp::UPDATE_LARS_NESTEROV, RangeOp::UPDATE_SGD_NESTEROV, 28.0,
+     {0.1, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
+     {0.02, 1e-3, 0.9, 0.9, 0.999, 1e-8, 0.2},
+     {0.5, 5e-5, 0.9, 0.9, 0.999, 1e-8, 0.001}, 1e-4},
+};
+
+// A forgotten row, or rows out of enum order, is a compile error.
+static_assert(sizeof(kKindTable) / sizeof(kKindTable[0]) == kNumOptimizerKinds,
+              "kKindTable needs one row per OptimizerKind");
+constexpr bool kind_table_in_enum_order() {
+  for (int i = 0; i < kNumOptimizerKinds; ++i) {
+    if (static_cast<int>(kKindTable[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(kind_table_in_enum_order(), "kKindTable rows must follow the OptimizerKind order");
+
+constexpr const KindInfo& kind_info(OptimizerKind kind) { return kKindTable[static_cast<int>(kind)]; }
+
+}  // namespace renaissance
