@@ -157,6 +157,28 @@ void Task::synthesize_gradients(uint64_t seed, uint64_t step, float amplitude) {
   backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
 }
 
+void Task::synthesize_weights(uint64_t seed, uint64_t step, float amplitude) {
+  require_compiled("synthesize_weights()");
+  // The gradient generator aimed at W: the same counter-based values, produced on the backend.
+  std::vector<GradientTarget> targets;
+  targets.reserve(params_.size());
+  for (size_t id = 0; id < params_.size(); ++id) {
+    const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
+    if (count > 0) targets.push_back({plan_.tensor_offset(Family::kW, id), count, id});
+  }
+  backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
+}
+
+void Task::poison_gradient(size_t id, uint64_t index, float value) {
+  require_compiled("poison_gradient()");
+  const uint64_t numel = static_cast<uint64_t>(param(id).numel());
+  if (index >= numel) {
+    throw_invalid("poison_gradient(): index " + std::to_string(index) + " is outside parameter '" + param(id).name +
+                  "' (" + std::to_string(numel) + " elements)");
+  }
+  backend_->upload(plan_.tensor_offset(Family::kG, id) + index * sizeof(float), &value, sizeof(value));
+}
+
 void Task::step() {
   require_compiled("step()");
   backend_->execute(step_);

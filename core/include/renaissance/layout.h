@@ -11,6 +11,15 @@
 
 namespace renaissance {
 
+// Limits of a layout, the same wherever a layout is read (parse_layout) and on both sides of a
+// checkpoint (Task::save, Task::load), so that no accepted layout writes an unloadable file.
+constexpr size_t kMaxParamRank = 64;
+constexpr size_t kMaxParamNameBytes = 4096;
+constexpr size_t kMaxParams = size_t{1} << 20;
+
+// Throws Error(kInvalidArgument) naming the parameter when `params` exceeds a limit above.
+void check_layout_limits(const std::vector<ParamSpec>& params);
+
 struct Layout {
   std::string name;
   std::vector<ParamSpec> params;

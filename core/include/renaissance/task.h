@@ -28,6 +28,31 @@ struct TaskOptions {
   bool check_finite = true;
 };
 
+// What a caller's run stores with a checkpoint besides the optimizer state, so that a resume can
+// reproduce the run exactly (issue 12): the library keeps the values, the caller gives them
+// meaning (the CLI: its lr schedule, the schedule's horizon and warm-up, the synthetic seed).
+struct RunSettings {
+  std::string schedule = "constant";
+  int64_t schedule_steps = 0;
+  int64_t warmup = 0;
+  uint64_t seed = 0;
+};
+
+// The configuration a checkpoint holds (its header and META section), decoded and validated
+// without a task, so that a resume can build its task from it.
+struct CheckpointInfo {
+  uint32_t version = 0;
+  OptimizerConfig config;
+  double lr = 0.0;  // the lr of the last step taken
+  double loss_scale = 1.0;
+  bool check_finite = true;
+  int64_t step = 0;     // applied steps
+  int64_t skipped = 0;  // skipped steps
+  RunSettings run;
+};
+// Throws Error (kIo, kFormat) naming the path and what is wrong.
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
 class Task {
  public:
   explicit Task(std::vector<ParamSpec> params, TaskOptions options = {});
@@ -63,6 +88,11 @@ class Task {
   // Fills every G tensor with math::synthetic_gradient(seed, step, id, i, amplitude), on the
   // backend (no host copy). Padding stays zero.
   void synthesize_gradients(uint64_t seed, uint64_t step, float amplitude);
+  // The same generator into every W tensor (synthetic initial weights), on the backend.
+  void synthesize_weights(uint64_t seed, uint64_t step, float amplitude);
+  // Sets element `index` of parameter id's gradient (a NaN there makes the non-finite check skip
+  // the step); throws when the index is outside the tensor.
+  void poison_gradient(size_t id, uint64_t index, float value);
 
   void set_lr(double lr);
   void set_loss_scale(double scale);
@@ -83,8 +113,13 @@ class Task {
   // Checkpoints (core/src/io/checkpoint.cc): save writes a temporary file in the same folder,
   // fsyncs it and renames it over `path`; load validates everything before touching state, so a
   // failed load leaves the task bit-for-bit as it was. Both throw Error on failure.
+  // Both refuse a layout beyond the limits of layout.h (rank, name length, count), the same
+  // limits on both sides. load also restores run_settings() and refuses a checkpoint whose
+  // check-finite flag differs from the task's (the compiled step differs).
   void save(const std::string& path);
   void load(const std::string& path);
+  void set_run_settings(const RunSettings& settings) { run_settings_ = settings; }
+  const RunSettings& run_settings() const { return run_settings_; }
 
   const MemoryPlan& plan() const { return plan_; }
   const CompiledStep& compiled_step() const { return step_; }
@@ -103,6 +138,7 @@ class Task {
   bool have_optimizer_ = false;
   double lr_ = 0.0;
   double loss_scale_ = 1.0;
+  RunSettings run_settings_;
   MemoryPlan plan_;
   CompiledStep step_;
   std::unique_ptr<Backend> backend_;

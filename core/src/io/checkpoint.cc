@@ -1,6 +1,6 @@
 // Checkpoints: Task::save and Task::load.
 //
-// File format (version 1, little-endian, no padding between fields):
+// File format (version 2, little-endian, no padding between fields; docs/checkpoint-format.md):
 //
 //   header   magic "\x89RNCKPT\n" (8 bytes), u32 format version, u32 section count,
 //            u64 XXH3-64 of the 16 bytes before it
@@ -9,7 +9,10 @@
 //
 //   META     str kind ("adamw", ...), u32 weight-decay mode, f64 lr, weight_decay, momentum,
 //            beta1, beta2, eps, trust_coefficient (the configured values), f64 the task's current
-//            lr and loss scale, i64 applied steps, i64 skipped steps
+//            lr and loss scale, i64 applied steps, i64 skipped steps; since version 2: u32
+//            check-finite flag, the run settings (str schedule, i64 schedule steps, i64 warm-up,
+//            u64 seed). Version 1 files (without these) are refused naming both versions: a resume
+//            must not guess the configuration it continues.
 //   LAYOUT   u64 parameter count; per parameter: str name, u32 role, u32 rank, i64 extents
 //   W/M/V/N  u64 element count, then the elements of every tensor in parameter order (N: one
 //            trust ratio per tensor). Padding is not stored: the format does not depend on the
@@ -26,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -38,7 +42,9 @@
 #include <xxhash.h>
 
 #include "core/src/io/atomic_file.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/layout.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"
 
@@ -52,11 +58,12 @@ namespace renaissance {
 namespace {
 
 constexpr char kMagic[8] = {'\x89', 'R', 'N', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr size_t kHeaderBytes = 24;
 constexpr size_t kFrameBytes = 4 + 8;  // tag + length, before the payload
 constexpr size_t kChecksumBytes = 8;
-constexpr uint32_t kMaxRank = 64;
+constexpr uint64_t kMaxMetaBytes = 64 * 1024;  // kind, decay mode, numbers, schedule name
+constexpr size_t kMaxScheduleName = 64;
 
 enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars };
 
@@ -209,19 +216,8 @@ void write_bytes_section(AtomicFile& file, Section s, const Bytes& b) {
 
 // ---- reading ----
 std::vector<uint8_t> read_whole_file(const std::string& path, uint64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_io("cannot open checkpoint " + path + ": " + errno_text(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw_io("cannot stat checkpoint " + path + ": " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw_io("checkpoint " + path + " is not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  const int fd = io::open_regular_file(path, "checkpoint", &size);
   if (size > max_bytes) {
     ::close(fd);
     throw_format("checkpoint " + path + ": the file has " + std::to_string(size) +
@@ -248,11 +244,7 @@ std::vector<uint8_t> read_whole_file(const std::string& path, uint64_t max_bytes
 
 // Everything a checkpoint holds, decoded and validated, not yet applied.
 struct Decoded {
-  OptimizerConfig config;
-  double lr = 0.0;
-  double loss_scale = 1.0;
-  int64_t step = 0;
-  int64_t skipped = 0;
+  CheckpointInfo info;
   std::vector<float> family[kNumFamilies];  // per-tensor data in parameter order
   std::vector<float> f32;
   std::vector<int32_t> i32;
@@ -337,6 +329,52 @@ class Parser {
   uint64_t pos_ = 0;
 };
 
+// META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
+void decode_meta(Cursor& c, CheckpointInfo* info) {
+  const std::string kind_name = c.str();
+  const uint32_t mode = c.u32();
+  OptimizerConfig& cfg = info->config;
+  cfg.lr = c.f64();
+  cfg.weight_decay = c.f64();
+  cfg.momentum = c.f64();
+  cfg.beta1 = c.f64();
+  cfg.beta2 = c.f64();
+  cfg.eps = c.f64();
+  cfg.trust_coefficient = c.f64();
+  info->lr = c.f64();
+  info->loss_scale = c.f64();
+  info->step = c.i64();
+  info->skipped = c.i64();
+  const uint32_t check_finite = c.u32();
+  info->run.schedule = c.str();
+  info->run.schedule_steps = c.i64();
+  info->run.warmup = c.i64();
+  info->run.seed = c.u64();
+  c.expect_end();
+  if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
+  if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
+  cfg.weight_decay_mode = static_cast<WeightDecayMode>(mode);
+  if (check_finite > 1) c.fail("check-finite flag " + std::to_string(check_finite) + " is neither 0 nor 1");
+  info->check_finite = check_finite == 1;
+  try {
+    cfg.validate();
+    check_lr(info->lr);
+    check_loss_scale(info->loss_scale);
+  } catch (const Error& e) {
+    c.fail(std::string("invalid hyperparameters: ") + e.what());
+  }
+  if (info->step < 0 || info->step > std::numeric_limits<int32_t>::max() || info->skipped < 0 ||
+      info->skipped > std::numeric_limits<int32_t>::max()) {
+    c.fail("step counts out of range (" + std::to_string(info->step) + " applied, " + std::to_string(info->skipped) +
+           " skipped)");
+  }
+  if (info->run.schedule.size() > kMaxScheduleName || info->run.schedule_steps < 0 || info->run.warmup < 0 ||
+      info->run.schedule_steps > std::numeric_limits<int32_t>::max() ||
+      info->run.warmup > std::numeric_limits<int32_t>::max()) {
+    c.fail("run settings out of range");
+  }
+}
+
 uint64_t family_elements(const MemoryPlan& plan, Family f) {
   if (f == Family::kN) return plan.num_params();
   uint64_t n = 0;
@@ -363,6 +401,8 @@ uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
 void Task::save(const std::string& path) {
   require_compiled("save()");
   if (path.empty()) throw_invalid("save(): the checkpoint path is empty");
+  check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
+  if (run_settings_.schedule.size() > kMaxScheduleName) throw_invalid("save(): the run's schedule name is too long");
 
   // Everything is copied to the host before the temporary file exists, so a backend error
   // leaves nothing behind on disk.
@@ -392,6 +432,11 @@ void Task::save(const std::string& path) {
   }
   meta.i64(i32[kStep]);
   meta.i64(i32[kSkippedSteps]);
+  meta.u32(options_.check_finite ? 1 : 0);
+  meta.str(run_settings_.schedule);
+  meta.i64(run_settings_.schedule_steps);
+  meta.i64(run_settings_.warmup);
+  meta.u64(run_settings_.seed);
 
   Bytes layout;
   layout.u64(params_.size());
@@ -451,7 +496,7 @@ void Task::load(const std::string& path) {
   // A bound on the size of any checkpoint of this task, so a wrong path to a huge file is
   // refused before it is read into memory.
   uint64_t max_bytes = kHeaderBytes + 7 * (kFrameBytes + kChecksumBytes) + 4096;
-  max_bytes += 8 + params_.size() * (4 + 4 + 4 + kMaxRank * 8);
+  max_bytes += kMaxMetaBytes + 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8);
   for (const ParamSpec& p : params_) max_bytes += p.name.size();
   for (Family f : {Family::kW, Family::kM, Family::kV, Family::kN}) {
     if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
@@ -471,25 +516,10 @@ void Task::load(const std::string& path) {
   {
     const SectionView v = parser.section(Section::kMeta);
     Cursor c(v.payload, v.length, parser.where(Section::kMeta));
-    const std::string kind_name = c.str();
-    const uint32_t mode = c.u32();
-    OptimizerConfig& cfg = d.config;
-    cfg.lr = c.f64();
-    cfg.weight_decay = c.f64();
-    cfg.momentum = c.f64();
-    cfg.beta1 = c.f64();
-    cfg.beta2 = c.f64();
-    cfg.eps = c.f64();
-    cfg.trust_coefficient = c.f64();
-    d.lr = c.f64();
-    d.loss_scale = c.f64();
-    d.step = c.i64();
-    d.skipped = c.i64();
-    c.expect_end();
-    if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + kind_name + "'");
-    if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
-    cfg.weight_decay_mode = static_cast<WeightDecayMode>(mode);
-    // The compiled step depends on the kind and the decay mode; everything else is adopted.
+    decode_meta(c, &d.info);
+    const OptimizerConfig& cfg = d.info.config;
+    // The compiled step depends on the kind, the decay mode and the check-finite flag; everything
+    // else is adopted.
     if (cfg.kind != config_.kind) {
       throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
                     ", task uses " + optimizer_kind_name(config_.kind));
@@ -499,24 +529,17 @@ void Task::load(const std::string& path) {
       throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
                     ", task uses " + mode_name(config_.weight_decay_mode));
     }
-    try {
-      cfg.validate();
-      check_lr(d.lr);
-      check_loss_scale(d.loss_scale);
-    } catch (const Error& e) {
-      c.fail(std::string("invalid hyperparameters: ") + e.what());
-    }
-    if (d.step < 0 || d.step > std::numeric_limits<int32_t>::max() || d.skipped < 0 ||
-        d.skipped > std::numeric_limits<int32_t>::max()) {
-      c.fail("step counts out of range (" + std::to_string(d.step) + " applied, " + std::to_string(d.skipped) +
-             " skipped)");
+    if (d.info.check_finite != options_.check_finite) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " +
+                    (d.info.check_finite ? "with" : "without") + " the non-finite check, task runs " +
+                    (options_.check_finite ? "with" : "without") + " it");
     }
   }
 
-  const std::vector<Section> sections = sections_for(d.config.kind);
+  const std::vector<Section> sections = sections_for(d.info.config.kind);
   if (declared_sections != sections.size()) {
     parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
-                              optimizer_kind_name(d.config.kind) + " has " + std::to_string(sections.size()));
+                              optimizer_kind_name(d.info.config.kind) + " has " + std::to_string(sections.size()));
   }
 
   {
@@ -533,7 +556,7 @@ void Task::load(const std::string& path) {
       const std::string name = c.str();
       const uint32_t role = c.u32();
       const uint32_t rank = c.u32();
-      if (rank > kMaxRank || rank * uint64_t{8} > c.remaining()) c.fail("malformed payload (rank " + std::to_string(rank) + ")");
+      if (rank > kMaxParamRank || rank * uint64_t{8} > c.remaining()) c.fail("malformed payload (rank " + std::to_string(rank) + ")");
       std::vector<int64_t> shape(rank);
       for (auto& e : shape) e = c.i64();
       const std::string at = differs + " at parameter " + std::to_string(i);
@@ -586,9 +609,9 @@ void Task::load(const std::string& path) {
     d.f64.resize(kNumScalarF64);
     c.raw(d.f64.data(), d.f64.size() * sizeof(double));
     c.expect_end();
-    if (d.i32[kStep] != d.step || d.i32[kSkippedSteps] != d.skipped) {
+    if (d.i32[kStep] != d.info.step || d.i32[kSkippedSteps] != d.info.skipped) {
       c.fail("step counts (" + std::to_string(d.i32[kStep]) + ", " + std::to_string(d.i32[kSkippedSteps]) +
-             ") disagree with section META (" + std::to_string(d.step) + ", " + std::to_string(d.skipped) + ")");
+             ") disagree with section META (" + std::to_string(d.info.step) + ", " + std::to_string(d.info.skipped) + ")");
     }
     if (d.i32[kHasNonFinite] != 0 && d.i32[kHasNonFinite] != 1) {
       c.fail("non-finite flag " + std::to_string(d.i32[kHasNonFinite]) + " is neither 0 nor 1");
@@ -641,9 +664,10 @@ void Task::load(const std::string& path) {
     // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
     // them before the save, so they come out with the same bits; the bias corrections, the step
     // counters and the non-finite flag are device-owned state and keep the file's values.
-    config_ = d.config;
-    lr_ = d.lr;
-    loss_scale_ = d.loss_scale;
+    config_ = d.info.config;
+    lr_ = d.info.lr;
+    loss_scale_ = d.info.loss_scale;
+    run_settings_ = d.info.run;
     write_hyperparameters();
   } catch (...) {
     config_ = old_config;
@@ -658,6 +682,37 @@ void Task::load(const std::string& path) {
     }
     throw;
   }
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  if (path.empty()) throw_invalid("checkpoint path is empty");
+  // Only the header and META are read: a resume learns its configuration without reading the
+  // state (a bigger META than kMaxMetaBytes is not one this build wrote).
+  uint64_t size = 0;
+  const int fd = io::open_regular_file(path, "checkpoint", &size);
+  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, kHeaderBytes + kFrameBytes + kMaxMetaBytes + kChecksumBytes)));
+  size_t got = 0;
+  while (got < head.size()) {
+    const ssize_t r = ::pread(fd, head.data() + got, head.size() - got, static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw_io("cannot read checkpoint " + path + ": " + errno_text(err));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  head.resize(got);
+  Parser parser(path, head);
+  CheckpointInfo info;
+  parser.header();
+  info.version = kFormatVersion;
+  const SectionView v = parser.section(Section::kMeta);
+  Cursor c(v.payload, v.length, parser.where(Section::kMeta));
+  decode_meta(c, &info);
+  return info;
 }
 
 }  // namespace renaissance

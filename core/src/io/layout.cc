@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/src/io/embedded_layouts.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 
 namespace renaissance {
@@ -25,6 +26,24 @@ std::string role_list() {
 }
 
 }  // namespace
+
+void check_layout_limits(const std::vector<ParamSpec>& params) {
+  if (params.size() > kMaxParams) {
+    throw_invalid(std::to_string(params.size()) + " parameters, more than the " + std::to_string(kMaxParams) + " allowed");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const std::string at = "parameter " + std::to_string(i);
+    if (p.name.size() > kMaxParamNameBytes) {
+      throw_invalid(at + ": name of " + std::to_string(p.name.size()) + " bytes, more than the " +
+                    std::to_string(kMaxParamNameBytes) + " allowed");
+    }
+    if (p.shape.size() > kMaxParamRank) {
+      throw_invalid(at + " " + sq(io::printable(p.name)) + ": rank " + std::to_string(p.shape.size()) +
+                    ", more than the " + std::to_string(kMaxParamRank) + " allowed");
+    }
+  }
+}
 
 int64_t Layout::total_numel() const {
   int64_t n = 0;
@@ -62,7 +81,7 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
     if (!p.contains("name") || !p["name"].is_string()) throw_format(where + ": missing or non-string \"name\"");
     ParamSpec spec;
     spec.name = p["name"].get<std::string>();
-    where += " " + sq(spec.name);
+    where += " " + sq(io::printable(spec.name));
     if (spec.name.empty()) throw_format(where + ": empty name");
     if (!seen.insert(spec.name).second) throw_format(where + ": duplicate parameter name");
     for (auto it = p.begin(); it != p.end(); ++it) {
@@ -94,6 +113,7 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
     layout.params.push_back(std::move(spec));
   }
   try {
+    check_layout_limits(layout.params);
     validate_param_specs(layout.params);
   } catch (const Error& e) {
     throw_format(source + ": " + e.what());
@@ -102,12 +122,7 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
 }
 
 Layout load_layout_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_io(path + ": cannot open the layout file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw_io(path + ": cannot read the layout file");
-  return parse_layout(text.str(), path);
+  return parse_layout(io::read_regular_file(path, "layout file", io::kMaxJsonBytes), io::printable(path));
 }
 
 std::vector<std::string> builtin_layout_names() {

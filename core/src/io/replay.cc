@@ -3,13 +3,18 @@
 // files written by other tools, so each names the file, the tensor or the key.
 #include "renaissance/replay.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 
@@ -25,9 +30,19 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool file_exists(const std::string& path) {
-  std::ifstream in(path);
-  return static_cast<bool>(in);
+// Whether the optional file is there. Only a name that is absent counts as absent: a dangling or
+// looping symlink, or a name that cannot be looked up, is an error (a reference that silently
+// vanished would make the replay "pass" with nothing compared).
+bool optional_file_present(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    throw_io(io::printable(path) + ": cannot look it up: " + std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode) && ::stat(path.c_str(), &st) != 0) {
+    throw_io(io::printable(path) + ": a symbolic link that leads nowhere (" + std::strerror(errno) + ")");
+  }
+  return true;
 }
 
 std::string kind_list() {
@@ -185,13 +200,11 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
 ReplayCase load_replay_case(const std::string& dir_in) {
   const std::string dir = strip_trailing_slashes(dir_in);
   const std::string case_path = dir + "/case.json";
-  std::ifstream in(case_path, std::ios::binary);
-  if (!in) {
-    throw_io(case_path + ": cannot open (is " + sq(dir_in) + " a replay case directory?)");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw_io(case_path + ": cannot open (is " + sq(io::printable(dir_in)) + " a replay case directory?)");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  ReplayCase rc = parse_replay_case_json(text.str(), dir);
+  ReplayCase rc = parse_replay_case_json(io::read_regular_file(case_path, "case file", io::kMaxJsonBytes), dir);
 
   // init.safetensors: exactly the parameters, F32, declared shapes.
   const SafetensorsReader init(dir + "/init.safetensors");
@@ -227,7 +240,7 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   // expected.safetensors (optional): every parameter, F32 or F64; m/NAME and v/NAME allowed
   // where the optimizer keeps that state.
   const std::string expected_path = dir + "/expected.safetensors";
-  if (file_exists(expected_path)) {
+  if (optional_file_present(expected_path)) {
     const SafetensorsReader expected(expected_path);
     const PlanConfig families = plan_config_from_optimizer(rc.config.kind);
     for (const ParamSpec& p : rc.params) check_tensor(expected, p.name, p.shape, /*allow_f64=*/true);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/src/io/atomic_file.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -115,12 +116,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path, const std::string&
     : path_(path), display_(display_name.empty() ? path : display_name) {
   const std::string& file = display_;
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw_io(file + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw_io(file + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw_io(file + ": not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t file_size = 0;
+  f.fd = io::open_regular_file(path, "safetensors file", &file_size);
   if (file_size < 8) {
     throw_format(file + ": truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   }
@@ -237,8 +234,7 @@ std::vector<char> SafetensorsReader::read_bytes(const StTensorInfo& t) const {
   std::vector<char> bytes(static_cast<size_t>(t.end - t.begin));
   if (bytes.empty()) return bytes;
   Fd f;
-  f.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw_io(display_ + ": cannot open: " + std::strerror(errno));
+  f.fd = io::open_regular_file(path_, "safetensors file", nullptr);
   // The file may have shrunk since the header was validated.
   if (!pread_all(f.fd, bytes.data(), bytes.size(), data_start_ + t.begin)) {
     throw_io(display_ + ": tensor " + sq(t.name) + ": cannot read its data: " + errno_text());
