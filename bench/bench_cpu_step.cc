@@ -48,7 +48,6 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "backend_cpu/cpu_ops.h"
-#include "bench/bench_configs.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
 
@@ -76,7 +75,7 @@ Task& cached_task(const std::string& layout, OptimizerKind kind, int threads, bo
     options.backend_options.threads = threads;
     options.check_finite = check;
     task = std::make_unique<Task>(builtin_layout(layout).params, options);
-    task->optimizer(benchmark_config(kind));
+    task->optimizer(bench_config(kind));
     task->compile();
     task->synthesize_gradients(1, 0, 1e-3f);
     key = want;
@@ -116,7 +115,8 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
       float* g = ctx.at<float>(plan.group_span(Family::kG, group));
       float* m = ctx.at<float>(plan.group_span(Family::kM, group));
       float* v = ctx.at<float>(plan.group_span(Family::kV, group));
-      cpu::parallel_blocks(ctx.threads, kChunkElements, plan.group_span(Family::kW, group).count, [&](uint64_t b, uint64_t e) {
+      cpu::parallel_blocks(ctx.threads, plan.group_span(Family::kW, group).count, cpu::kChunkElements,
+                          [&](uint64_t b, uint64_t e) {
         fn(w + b, g + b, m + b, v + b, e - b);
       });
     }

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_configs.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
@@ -43,7 +42,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{"Times optimizer steps on one backend; prints one JSON object per configuration."};
   std::string backend_name = "auto", layouts = "resnet50,bert_base,gpt2_small";
-  std::string kinds = "sgd,sgd_momentum,sgd_nesterov,adam,adamw,lars,lars_nesterov", check = "both";
+  std::string kinds = optimizer_kind_names(","), check = "both";
   int replays = 100, warmup = 5, threads = 0;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
@@ -74,7 +73,7 @@ int main(int argc, char** argv) {
           options.backend_options.threads = threads;
           options.check_finite = with_check;
           Task task(params, options);
-          task.optimizer(bench::benchmark_config(kind));
+          task.optimizer(bench_config(kind));
           task.compile();
           task.synthesize_gradients(1, 0, 1e-3f);
           if (copy_gbps == 0.0) copy_gbps = task.backend().copy_bandwidth_gbps(param_count * 28);

@@ -25,17 +25,33 @@ torch = None  # imported in main(): re-rendering from --from-json needs no torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-KINDS = ["sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw", "lars", "lars_nesterov"]
-# The same hyperparameters the C++ benchmarks use (bench/bench_configs.h, benchmark_config).
-HYPER = {
-    "sgd": dict(lr=0.1, weight_decay=1e-4),
-    "sgd_momentum": dict(lr=0.1, momentum=0.9, weight_decay=1e-4),
-    "sgd_nesterov": dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4),
-    "adam": dict(lr=1e-3),
-    "adamw": dict(lr=1e-3, weight_decay=0.01),
-    "lars": dict(lr=0.5, momentum=0.9, weight_decay=5e-5),
-    "lars_nesterov": dict(lr=0.5, momentum=0.9, weight_decay=5e-5, nesterov=True),
-}
+# The kinds and the benchmark hyperparameters come from the library's kind table
+# (`renaissance kinds --json`, its "bench" column), the same values the C++ benchmarks use.
+KIND_TABLE = {}
+
+
+def load_kind_table(build):
+    out = subprocess.run([os.path.join(build, "cli", "renaissance"), "kinds", "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    for row in json.loads(out):
+        KIND_TABLE[row["name"]] = row
+
+
+def torch_hyperparameters(kind):
+    """torch.optim / timm keyword arguments equal to the kind's "bench" row."""
+    row, b = KIND_TABLE[kind], KIND_TABLE[kind]["bench"]
+    h = dict(lr=b["lr"], weight_decay=b["weight_decay"])
+    if row["family"] in ("sgd", "lars"):
+        h["momentum"] = b["momentum"]
+        if kind.endswith("nesterov"):
+            h["nesterov"] = True
+    if row["family"] == "adam":
+        h.update(betas=(b["beta1"], b["beta2"]), eps=b["eps"])
+    if row["family"] == "lars":
+        h.update(trust_coeff=b["trust_coefficient"], eps=b["eps"])
+    if h.get("momentum") == 0.0:
+        del h["momentum"]
+    return h
 
 
 def load_layout(name):
@@ -47,7 +63,7 @@ def load_layout(name):
 
 
 def make_optimizer(kind, params, impl):
-    h = dict(HYPER[kind])
+    h = torch_hyperparameters(kind)
     if kind.startswith("lars"):
         import timm.optim  # timm's Lars: a per-tensor Python loop, its only implementation
         return timm.optim.Lars(params, **h)
@@ -138,7 +154,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=None)
     ap.add_argument("--layouts", default="resnet50,bert_base,gpt2_small")
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--kinds", default=None, help="comma-separated kinds (default: every kind of the table)")
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--cpu-replays", type=int, default=10)
     ap.add_argument("--cpu-kinds", default="adamw,sgd_momentum")
@@ -159,7 +175,9 @@ def main():
     torch = torch_module
     if not args.build:
         ap.error("--build is required unless --from-json is given")
-    layouts, kinds = args.layouts.split(","), args.kinds.split(",")
+    load_kind_table(args.build)
+    layouts = args.layouts.split(",")
+    kinds = args.kinds.split(",") if args.kinds else list(KIND_TABLE)
     results = {"gpu": [], "cpu": [], "meta": {}}
     meta = results["meta"]
     meta["date"] = datetime.date.today().isoformat()

@@ -79,10 +79,9 @@ int cmd_run(const RunOptions& o) {
   // Everything the user typed is checked before any memory is allocated or work is done.
   OptimizerKind kind;
   if (!parse_optimizer_kind(o.optimizer, &kind)) {
-    throw_invalid("--optimizer " + o.optimizer +
-                  ": unknown kind (expected sgd, sgd_momentum, sgd_nesterov, adam, adamw, lars, lars_nesterov)");
+    throw_invalid("--optimizer " + o.optimizer + ": unknown kind (expected " + optimizer_kind_names() + ")");
   }
-  OptimizerConfig config = cli_default_config(kind);
+  OptimizerConfig config = default_config(kind);
   if (o.lr_given) config.lr = o.lr;
   if (o.weight_decay_given) config.weight_decay = o.weight_decay;
   if (o.momentum_given) config.momentum = o.momentum;
@@ -93,8 +92,7 @@ int cmd_run(const RunOptions& o) {
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
   else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + o.weight_decay_mode + ": expected decoupled or l2");
-  if (o.momentum_given && o.momentum == 0.0 && (kind == OptimizerKind::kSgdMomentum || kind == OptimizerKind::kSgdNesterov ||
-                                                kind == OptimizerKind::kLarsNesterov)) {
+  if (o.momentum_given && o.momentum == 0.0 && kind_info(kind).needs_momentum) {
     throw_invalid("--momentum 0: " + o.optimizer + " needs momentum > 0");
   }
   config.validate();  // names the hyperparameter and the value

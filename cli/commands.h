@@ -60,6 +60,7 @@ int cmd_run(const RunOptions& options);
 int cmd_replay(const ReplayOptions& options);
 int cmd_audit(const AuditOptions& options);
 int cmd_layouts(bool json);
+int cmd_kinds(bool json);
 
 // ---- shared by run and audit ----
 
@@ -103,8 +104,6 @@ struct SyntheticResult {
 
 // The learning rate of step t (0-based) under a schedule with linear warm-up.
 double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
-// The kind's default hyperparameters as the CLI offers them (momentum kinds get momentum 0.9).
-OptimizerConfig cli_default_config(OptimizerKind kind);
 SyntheticResult run_synthetic(const SyntheticRun& run);
 
 // Parses a --backend value; throws Error(kInvalidArgument) naming the option, and says so when

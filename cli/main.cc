@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--model", run.model, "Built-in layout name (see `renaissance layouts`) or a layout JSON file")
       ->capture_default_str()->type_name("NAME|FILE");
   run_cmd->add_option("--optimizer", run.optimizer,
-                      "sgd, sgd_momentum, sgd_nesterov, adam, adamw, lars or lars_nesterov")
+                      "Optimizer kind: " + optimizer_kind_names(", ") + " (see `renaissance kinds`)")
       ->capture_default_str()->type_name("KIND");
   add_hyper(run_cmd, "--lr", &run.lr, &run.lr_given, "Base learning rate (default: the kind's)");
   add_hyper(run_cmd, "--weight-decay", &run.weight_decay, &run.weight_decay_given, "Weight decay of the weight group");
@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
   CLI::App* layouts_cmd = app.add_subcommand("layouts", "List the built-in model layouts");
   layouts_cmd->add_flag("--json", layouts_json, "Print the list as JSON");
 
+  // ---- kinds ----
+  bool kinds_json = false;
+  CLI::App* kinds_cmd = app.add_subcommand("kinds", "List the optimizer kinds with their defaults (the kind table)");
+  kinds_cmd->add_flag("--json", kinds_json, "Print the kind table as JSON (for scripts)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -132,6 +137,7 @@ int main(int argc, char** argv) {
     if (replay_cmd->parsed()) return cmd_replay(replay);
     if (audit_cmd->parsed()) return cmd_audit(audit);
     if (layouts_cmd->parsed()) return cmd_layouts(layouts_json);
+    if (kinds_cmd->parsed()) return cmd_kinds(kinds_json);
   } catch (const Error& e) {
     return fail(e.what(), e.kind() == ErrorKind::kBackend ? kExitRuntime : kExitBadInput);
   } catch (const std::bad_alloc&) {

@@ -39,13 +39,6 @@ double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t
   return base;
 }
 
-OptimizerConfig cli_default_config(OptimizerKind kind) {
-  OptimizerConfig c = default_config(kind);
-  // The library's SGD starts without momentum; the CLI's momentum kinds need one to run.
-  if (kind == OptimizerKind::kSgdMomentum || kind == OptimizerKind::kSgdNesterov) c.momentum = 0.9;
-  return c;
-}
-
 BackendKind backend_from_option(const std::string& text) {
   BackendKind kind;
   if (!parse_backend_kind(text, &kind)) throw_invalid("--backend " + text + ": expected cpu, cuda or auto");

@@ -41,7 +41,7 @@ inline std::vector<ParamSpec> audit_layout() {
 inline cli::SyntheticRun audit_run(OptimizerKind kind, int steps) {
   cli::SyntheticRun run;
   run.params = audit_layout();
-  run.config = cli::cli_default_config(kind);
+  run.config = default_config(kind);
   run.config.weight_decay = 0.01;  // exercise the weight group's decay on every kind
   run.steps = steps;
   run.nan_at = {steps / 2};

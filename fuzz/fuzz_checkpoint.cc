@@ -51,18 +51,8 @@ std::vector<ParamSpec> fixture_params() {
           {"fc.weight", {2, 5}, Role::kFcWeight},           {"fc.bias", {2}, Role::kFcBias}};
 }
 
-OptimizerConfig fixture_config(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return SGD().lr(0.1).weight_decay(0.01).config();
-    case OptimizerKind::kSgdMomentum: return SGD().lr(0.1).momentum(0.9).config();
-    case OptimizerKind::kSgdNesterov: return SGD().lr(0.1).momentum(0.9).nesterov(true).config();
-    case OptimizerKind::kAdam: return Adam().lr(1e-3).config();
-    case OptimizerKind::kAdamW: return AdamW().lr(1e-3).weight_decay(0.01).config();
-    case OptimizerKind::kLars: return LARS().lr(0.1).momentum(0.9).config();
-    case OptimizerKind::kLarsNesterov: return LARS().lr(0.1).momentum(0.9).nesterov(true).config();
-  }
-  std::abort();
-}
+// The reference hyperparameters of the kind table, shared with the tests and conformance.
+OptimizerConfig fixture_config(OptimizerKind kind) { return reference_config(kind); }
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

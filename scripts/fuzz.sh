@@ -76,8 +76,14 @@ for t in "${targets[@]}"; do
   fi
   corpus="$(mktemp -d)"
   cp -R "fuzz/corpus/$t/." "$corpus/"
-  dict=()
-  [[ -f "fuzz/dict/$t.dict" ]] && dict=(-dict="fuzz/dict/$t.dict")
+  # The target's dictionary plus every kind name of the kind table (bare and JSON-quoted), so a
+  # new kind is fuzzed without anyone editing a dictionary.
+  dict_file="$artifacts/$t/generated.dict"
+  { [[ -f "fuzz/dict/$t.dict" ]] && cat "fuzz/dict/$t.dict"
+    for k in $(sed -n 's/^ *{OptimizerKind::k[A-Za-z]*, "\([a-z0-9_]*\)".*/\1/p' core/include/renaissance/kinds.h); do
+      printf '"%s"\n"\\"%s\\""\n' "$k" "$k"
+    done; } > "$dict_file"
+  dict=(-dict="$dict_file")
   echo "==== $t: ${seconds}s from $(ls "$corpus" | wc -l) seed(s)"
   # -timeout: an input that takes 10 s is a hang. -rss_limit_mb / -malloc_limit_mb: a parser that
   # tries to allocate gigabytes for a small file is a finding.

@@ -26,47 +26,31 @@ struct KindCase {
 // gtest prints parameters with this (found by ADL) instead of a hex dump.
 inline void PrintTo(const KindCase& c, std::ostream* os) { *os << c.name; }
 
-// Every kind, built with the fluent builders (so the tests also exercise them). Weight decay is
-// large enough (lr*wd = 5e-4 per step for SGD) that applying it to the wrong group, in the wrong
-// mode, or not at all moves the weights by far more than the oracle tolerance. LARS uses
-// tc/wd = 200 > 100 so that a tensor with tiny gradients (η ≈ tc/wd) reaches the clamp at 100.
-// Learning rates are small enough that no weight crosses zero during a test run (LARS's
-// bias-like group is plain momentum SGD with the LARS lr: lr = 0.5 drove a one-element bias
-// through zero, where float32's absolute error of u*|w0| becomes a 1e-5 relative error);
-// see element_sign below.
+// Every kind with the kind table's reference hyperparameters (renaissance/kinds.h, shared with
+// conformance and the fuzzers), the kinds that accept L2 weight decay in both modes. Why those
+// values: weight decay is large enough (lr*wd = 5e-4 per step for SGD) that applying it to the
+// wrong group, in the wrong mode, or not at all moves the weights by far more than the oracle
+// tolerance; LARS uses tc/wd = 200 > 100 so that a tensor with tiny gradients (η ≈ tc/wd)
+// reaches the clamp at 100; learning rates are small enough that no weight crosses zero during
+// a test run (see element_sign below).
 inline std::vector<KindCase> all_kind_cases() {
-  using M = WeightDecayMode;
   std::vector<KindCase> cases;
-  cases.push_back({"sgd_decoupled", SGD().lr(0.01).weight_decay(0.05).config()});
-  cases.push_back({"sgd_l2", SGD().lr(0.01).weight_decay(0.05).weight_decay_mode(M::kL2).config()});
-  cases.push_back({"sgd_momentum_decoupled", SGD().lr(0.01).momentum(0.9).weight_decay(0.05).config()});
-  cases.push_back({"sgd_momentum_l2",
-                   SGD().lr(0.01).momentum(0.9).weight_decay(0.05).weight_decay_mode(M::kL2).config()});
-  cases.push_back({"sgd_nesterov_decoupled", SGD().lr(0.01).momentum(0.9).nesterov(true).weight_decay(0.05).config()});
-  cases.push_back({"sgd_nesterov_l2", SGD()
-                                          .lr(0.01)
-                                          .momentum(0.9)
-                                          .nesterov(true)
-                                          .weight_decay(0.05)
-                                          .weight_decay_mode(M::kL2)
-                                          .config()});
-  cases.push_back({"adam", Adam().lr(2e-3).beta1(0.9).beta2(0.999).eps(1e-8).weight_decay(0.05).config()});
-  cases.push_back({"adamw", AdamW().lr(2e-3).beta1(0.9).beta2(0.999).eps(1e-8).weight_decay(0.05).config()});
-  cases.push_back({"lars", LARS().lr(0.02).momentum(0.9).weight_decay(1e-3).trust_coefficient(0.2).eps(1e-8).config()});
-  cases.push_back({"lars_nesterov", LARS()
-                                        .lr(0.02)
-                                        .momentum(0.9)
-                                        .nesterov(true)
-                                        .weight_decay(1e-3)
-                                        .trust_coefficient(0.2)
-                                        .eps(1e-8)
-                                        .config()});
+  for (const KindInfo& info : kKindTable) {
+    OptimizerConfig c = reference_config(info.kind);
+    if (!info.allows_l2) {
+      cases.push_back({info.name, c});
+      continue;
+    }
+    cases.push_back({std::string(info.name) + "_decoupled", c});
+    c.weight_decay_mode = WeightDecayMode::kL2;
+    cases.push_back({std::string(info.name) + "_l2", c});
+  }
   return cases;
 }
 
-inline bool is_lars(OptimizerKind k) { return k == OptimizerKind::kLars || k == OptimizerKind::kLarsNesterov; }
-inline bool has_m(OptimizerKind k) { return k != OptimizerKind::kSgd; }
-inline bool has_v(OptimizerKind k) { return k == OptimizerKind::kAdam || k == OptimizerKind::kAdamW; }
+inline bool is_lars(OptimizerKind k) { return kind_info(k).norm == NormPass::kLarsTrustRatio; }
+inline bool has_m(OptimizerKind k) { return kind_info(k).has_m; }
+inline bool has_v(OptimizerKind k) { return kind_info(k).has_v; }
 
 // Tensors of the given sizes, roles assigned round robin over all six roles.
 inline std::vector<ParamSpec> layout_of_sizes(const std::vector<int64_t>& sizes, int role_offset = 0) {

@@ -27,7 +27,7 @@ rn_cli_test(cli_run_resnet50 0 "-DMATCH=fingerprint +[0-9a-f]+"
             -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --steps 2)
 rn_cli_test(cli_run_json 0 "-DMATCH=\"fingerprint\":\"[0-9a-f]+\""
             -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --model ${RN_TINY} --steps 5 --nan-at 2 --json)
-foreach(kind sgd sgd_momentum sgd_nesterov adam adamw lars lars_nesterov)
+foreach(kind ${RN_KIND_NAMES})
   rn_cli_test(cli_run_${kind} 0 "-DMATCH=applied"
               -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} run --model ${RN_TINY} --optimizer ${kind}
               --steps 6 --schedule cosine --warmup 2 --loss-scale 256 --nan-at 1)

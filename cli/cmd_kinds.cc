@@ -1,0 +1,79 @@
+// `renaissance kinds [--json]`: the kind table (renaissance/kinds.h) as a user or a script sees
+// it. Scripts (bench/compare_torch.py, conformance/render_report.py) read `--json` instead of
+// keeping their own list of kinds and hyperparameters.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "renaissance/kinds.h"
+#include "renaissance/optimizer.h"
+
+namespace renaissance {
+namespace cli {
+
+namespace {
+
+nlohmann::json hyperparameters_json(const Hyperparameters& h) {
+  return {{"lr", h.lr},
+          {"weight_decay", h.weight_decay},
+          {"momentum", h.momentum},
+          {"beta1", h.beta1},
+          {"beta2", h.beta2},
+          {"eps", h.eps},
+          {"trust_coefficient", h.trust_coefficient}};
+}
+
+const char* family_name(KindFamily family) {
+  switch (family) {
+    case KindFamily::kSgd: return "sgd";
+    case KindFamily::kAdam: return "adam";
+    case KindFamily::kLars: return "lars";
+  }
+  return "?";
+}
+
+const char* norm_name(NormPass norm) {
+  switch (norm) {
+    case NormPass::kNone: return "none";
+    case NormPass::kLarsTrustRatio: return "lars_trust_ratio";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int cmd_kinds(bool json) {
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const KindInfo& k : kKindTable) {
+      list.push_back({{"name", k.name},
+                      {"summary", k.summary},
+                      {"family", family_name(k.family)},
+                      {"state", {{"m", k.has_m}, {"v", k.has_v}}},
+                      {"norm_pass", norm_name(k.norm)},
+                      {"bias_correction", k.bias_correction},
+                      {"needs_momentum", k.needs_momentum},
+                      {"allows_l2", k.allows_l2},
+                      {"weight_update", range_op_name(k.weight_update)},
+                      {"bias_update", range_op_name(k.bias_update)},
+                      {"bytes_per_param", k.bytes_per_param},
+                      {"defaults", hyperparameters_json(k.defaults)},
+                      {"reference", hyperparameters_json(k.reference)},
+                      {"bench", hyperparameters_json(k.bench)}});
+    }
+    std::printf("%s\n", list.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("%-15s %-6s %-5s %-17s %9s  %s\n", "kind", "family", "state", "norm pass", "B/param", "summary");
+  for (const KindInfo& k : kKindTable) {
+    const char* state = k.has_v ? "m, v" : (k.has_m ? "m" : "-");
+    std::printf("%-15s %-6s %-5s %-17s %9.0f  %s\n", k.name, family_name(k.family), state, norm_name(k.norm),
+                k.bytes_per_param, k.summary);
+  }
+  std::printf("(B/param: ideal traffic of one fp32 step without the non-finite check, which adds 4)\n");
+  return kExitOk;
+}
+
+}  // namespace cli
+}  // namespace renaissance
