@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/replay.h"
 
@@ -16,31 +17,35 @@ namespace cli {
 
 namespace {
 
-// Fails early (before the run) when --out cannot be created, so a typo costs nothing.
-void check_out_path(const std::string& out) {
-  const size_t slash = out.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw_invalid("--out " + out + ": folder '" + dir + "' does not exist");
+// Never write over an input of this replay (compared by device and inode after symlinks): the
+// case's own files, above all expected.safetensors, whose loss would make the next replay "pass".
+void check_out_is_not_an_input(const std::string& out, const std::string& case_dir) {
+  io::FileId out_id;
+  if (!io::file_id(out, &out_id)) return;  // a new file
+  for (const char* name : {"case.json", "init.safetensors", "grads.safetensors", "expected.safetensors"}) {
+    io::FileId in_id;
+    if (io::file_id(case_dir + "/" + name, &in_id) && in_id == out_id) {
+      throw_invalid("--out " + io::printable(out) + ": is the case's " + name + "; it would be overwritten");
+    }
   }
-  if (::access(dir.c_str(), W_OK) != 0) throw_invalid("--out " + out + ": folder '" + dir + "' is not writable");
-  if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw_invalid("--out " + out + ": is a folder");
 }
 
 }  // namespace
 
 int cmd_replay(const ReplayOptions& o) {
   if (!(o.tolerance >= 0.0)) throw_invalid("--tolerance " + std::to_string(o.tolerance) + ": must be >= 0");
-  if (o.threads < 0) throw_invalid("--threads " + std::to_string(o.threads) + ": must be >= 0 (0: all cores)");
+  check_threads_option(o.threads);
   TaskOptions options;
   options.backend = backend_from_option(o.backend);
   options.backend_options.threads = o.threads;
-  if (!o.out.empty()) check_out_path(o.out);
+  if (!o.out.empty()) {
+    io::check_output_path(o.out, "--out");  // before any work: a typo costs nothing
+    check_out_is_not_an_input(o.out, o.case_dir);
+  }
   const ReplayCase rc = load_replay_case(o.case_dir);
 
   const ReplayResult r = run_replay(rc, options);
-  std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", rc.name.c_str(),
+  std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", io::printable(rc.name).c_str(),
               optimizer_kind_name(rc.config.kind), static_cast<long long>(rc.steps),
               static_cast<long long>(r.steps_applied), static_cast<long long>(r.steps_skipped), r.backend.c_str());
   int status = kExitOk;
@@ -52,13 +57,13 @@ int cmd_replay(const ReplayOptions& o) {
     const TensorComparison* worst = nullptr;
     for (const TensorComparison& c : cmp) {
       const bool ok = c.rel_l2 <= o.tolerance;
-      std::printf("  %-*s %10lld %12.3e %12.3e%s\n", static_cast<int>(width), c.name.c_str(),
+      std::printf("  %-*s %10lld %12.3e %12.3e%s\n", static_cast<int>(width), io::printable(c.name).c_str(),
                   static_cast<long long>(c.numel), c.rel_l2, c.max_abs, ok ? "" : "  ABOVE TOLERANCE");
       if (!ok) status = kExitComparisonFailed;
       if (worst == nullptr || !(c.rel_l2 <= worst->rel_l2)) worst = &c;
     }
     if (worst != nullptr) {
-      std::printf("worst %.3e (%s), tolerance %.1e: %s\n", worst->rel_l2, worst->name.c_str(), o.tolerance,
+      std::printf("worst %.3e (%s), tolerance %.1e: %s\n", worst->rel_l2, io::printable(worst->name).c_str(), o.tolerance,
                   status == kExitOk ? "PASS" : "FAIL");
     }
   } else {
@@ -67,11 +72,11 @@ int cmd_replay(const ReplayOptions& o) {
   std::printf("fingerprint %s\n", r.fingerprint.c_str());
   if (!o.out.empty()) {
     // Written even when the comparison failed: the result is what one inspects then.
-    write_replay_result(o.out, rc, r);
-    std::printf("wrote %s\n", o.out.c_str());
+    as_system_failure([&] { write_replay_result(o.out, rc, r); });
+    std::printf("wrote %s\n", io::printable(o.out).c_str());
   }
   if (status != kExitOk) {
-    std::fprintf(stderr, "renaissance replay: %s: error above tolerance %.1e\n", rc.name.c_str(), o.tolerance);
+    std::fprintf(stderr, "renaissance replay: %s: error above tolerance %.1e\n", io::printable(rc.name).c_str(), o.tolerance);
   }
   return status;
 }

@@ -7,12 +7,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/commands.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
+#include "renaissance/task.h"
 
 namespace renaissance {
 namespace cli {
@@ -70,16 +74,119 @@ Schedule parse_schedule(const std::string& s) {
   if (s == "constant") return Schedule::kConstant;
   if (s == "cosine") return Schedule::kCosine;
   if (s == "step") return Schedule::kStep;
-  throw_invalid("--schedule " + s + ": expected constant, cosine or step");
+  throw_invalid("--schedule " + io::printable(s) + ": expected constant, cosine or step");
+}
+
+bool given(const RunOptions& o, const std::string& flag) {
+  return std::find(o.given.begin(), o.given.end(), flag) != o.given.end();
+}
+
+// The shortest text that reads back as the same double (what a user would type).
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  for (int p = 1; p <= 17; ++p) {
+    char b[40];
+    std::snprintf(b, sizeof(b), "%.*g", p, v);
+    if (std::strtod(b, nullptr) == v) return b;
+  }
+  return buf;
+}
+
+// The run's configuration as resume compares it: one entry per option, the value as text.
+struct Setting {
+  const char* flag;       // "--lr"
+  std::string stored;     // the checkpoint's value
+  std::string requested;  // the command's value (meaningful when given)
+  bool overridable;       // kind, decay mode and the check-finite flag change the compiled step
+};
+
+// On --resume: options left out take the checkpoint's values; an option given with another value
+// is refused (exit 2, naming every difference) unless --override names it.
+void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, OptimizerConfig* config,
+                             Schedule* schedule, int* schedule_steps, int* warmup, uint64_t* seed, double* loss_scale) {
+  for (const std::string& name : o.overrides) {
+    static const char* kNames[] = {"lr", "weight-decay", "momentum", "beta1", "beta2", "eps", "trust-coefficient",
+                                   "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
+    const std::string bare = name.rfind("--", 0) == 0 ? name.substr(2) : name;
+    if (std::find(std::begin(kNames), std::end(kNames), bare) == std::end(kNames)) {
+      throw_invalid("--override " + io::printable(name) +
+                    ": not an option a resume may change (lr, weight-decay, momentum, beta1, beta2, eps, "
+                    "trust-coefficient, schedule, schedule-steps, warmup, seed, loss-scale)");
+    }
+  }
+  auto overridden = [&](const char* flag) {
+    for (const std::string& name : o.overrides) {
+      if (name == flag || "--" + name == flag) return true;
+    }
+    return false;
+  };
+  const OptimizerConfig& c = ck.config;
+  const std::string mode = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
+  const std::vector<Setting> settings = {
+      {"--optimizer", optimizer_kind_name(c.kind), o.optimizer, false},
+      {"--weight-decay-mode", mode, o.weight_decay_mode, false},
+      {"--no-check-finite", ck.check_finite ? "off" : "on", o.no_check_finite ? "on" : "off", false},
+      {"--lr", num(c.lr), num(o.lr), true},
+      {"--weight-decay", num(c.weight_decay), num(o.weight_decay), true},
+      {"--momentum", num(c.momentum), num(o.momentum), true},
+      {"--beta1", num(c.beta1), num(o.beta1), true},
+      {"--beta2", num(c.beta2), num(o.beta2), true},
+      {"--eps", num(c.eps), num(o.eps), true},
+      {"--trust-coefficient", num(c.trust_coefficient), num(o.trust_coefficient), true},
+      {"--schedule", ck.run.schedule, o.schedule, true},
+      {"--schedule-steps", std::to_string(ck.run.schedule_steps), std::to_string(o.schedule_steps), true},
+      {"--warmup", std::to_string(ck.run.warmup), std::to_string(o.warmup), true},
+      {"--seed", std::to_string(ck.run.seed), std::to_string(o.seed), true},
+      {"--loss-scale", num(ck.loss_scale), num(o.loss_scale), true},
+  };
+  std::string differences;
+  for (const Setting& st : settings) {
+    if (!given(o, st.flag) || st.requested == st.stored) continue;
+    if (st.overridable && overridden(st.flag)) continue;
+    differences += std::string(differences.empty() ? "" : "; ") + st.flag + " " + io::printable(st.requested) +
+                   " (checkpoint: " + io::printable(st.stored) + ")";
+  }
+  if (!differences.empty()) {
+    throw_invalid("--resume " + io::printable(o.resume) + ": the command differs from the checkpoint's configuration: " +
+                  differences + ". Leave the option out to continue as saved, or add --override NAME to change it"
+                  " (kind, decay mode and the non-finite check cannot change)");
+  }
+  // Start from the checkpoint, then apply what was given (only overridden values differ).
+  *config = c;
+  if (given(o, "--lr")) config->lr = o.lr;
+  if (given(o, "--weight-decay")) config->weight_decay = o.weight_decay;
+  if (given(o, "--momentum")) config->momentum = o.momentum;
+  if (given(o, "--beta1")) config->beta1 = o.beta1;
+  if (given(o, "--beta2")) config->beta2 = o.beta2;
+  if (given(o, "--eps")) config->eps = o.eps;
+  if (given(o, "--trust-coefficient")) config->trust_coefficient = o.trust_coefficient;
+  *schedule = parse_schedule(given(o, "--schedule") ? o.schedule : ck.run.schedule);
+  *schedule_steps = given(o, "--schedule-steps") ? o.schedule_steps : static_cast<int>(ck.run.schedule_steps);
+  *warmup = given(o, "--warmup") ? o.warmup : static_cast<int>(ck.run.warmup);
+  *seed = given(o, "--seed") ? o.seed : ck.run.seed;
+  *loss_scale = given(o, "--loss-scale") ? o.loss_scale : ck.loss_scale;
 }
 
 }  // namespace
 
+void check_threads_option(int threads) {
+  // The parser already bounds it by 1024; OpenMP may allow fewer (OMP_THREAD_LIMIT).
+  const int limit = omp_get_thread_limit();
+  if (threads > limit) {
+    throw_invalid("--threads " + std::to_string(threads) + ": more than OpenMP may start here (" + std::to_string(limit) +
+                  ", OMP_THREAD_LIMIT)");
+  }
+}
+
 int cmd_run(const RunOptions& o) {
   // Everything the user typed is checked before any memory is allocated or work is done.
+  check_threads_option(o.threads);
+  // Output safety first (issue 12): a bad --checkpoint must not cost a whole run.
+  if (!o.checkpoint.empty()) io::check_output_path(o.checkpoint, "--checkpoint");
   OptimizerKind kind;
   if (!parse_optimizer_kind(o.optimizer, &kind)) {
-    throw_invalid("--optimizer " + o.optimizer + ": unknown kind (expected " + optimizer_kind_names() + ")");
+    throw_invalid("--optimizer " + io::printable(o.optimizer) + ": unknown kind (expected " + optimizer_kind_names() + ")");
   }
   OptimizerConfig config = default_config(kind);
   if (o.lr_given) config.lr = o.lr;
@@ -91,48 +198,67 @@ int cmd_run(const RunOptions& o) {
   if (o.trust_coefficient_given) config.trust_coefficient = o.trust_coefficient;
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
-  else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + o.weight_decay_mode + ": expected decoupled or l2");
+  else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + io::printable(o.weight_decay_mode) + ": expected decoupled or l2");
   if (o.momentum_given && o.momentum == 0.0 && kind_info(kind).needs_momentum) {
     throw_invalid("--momentum 0: " + o.optimizer + " needs momentum > 0");
   }
+  Schedule schedule = parse_schedule(o.schedule);
+  int schedule_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;
+  int warmup = o.warmup;
+  uint64_t seed = o.seed;
+  double loss_scale = o.loss_scale;
+  bool check_finite = !o.no_check_finite;
+  if (!o.resume.empty()) {
+    const CheckpointInfo ck = read_checkpoint_info(o.resume);
+    inherit_from_checkpoint(o, ck, &config, &schedule, &schedule_steps, &warmup, &seed, &loss_scale);
+    kind = config.kind;
+    check_finite = ck.check_finite;
+  }
   config.validate();  // names the hyperparameter and the value
-  check_loss_scale(o.loss_scale);
-  if (o.steps < 1) throw_invalid("--steps " + std::to_string(o.steps) + ": must be >= 1");
-  if (o.warmup < 0 || o.warmup > o.steps) {
-    throw_invalid("--warmup " + std::to_string(o.warmup) + ": must be between 0 and --steps (" + std::to_string(o.steps) + ")");
+  check_loss_scale(loss_scale);
+  if (warmup > schedule_steps) {
+    throw_invalid("--warmup " + std::to_string(warmup) + ": must be at most the schedule's horizon (" +
+                  std::to_string(schedule_steps) + ", --schedule-steps)");
   }
   for (int64_t t : o.nan_at) {
     if (t < 0 || t >= o.steps) {
       throw_invalid("--nan-at " + std::to_string(t) + ": steps are numbered 0.." + std::to_string(o.steps - 1));
     }
   }
-  if (o.threads < 0) throw_invalid("--threads " + std::to_string(o.threads) + ": must be >= 0 (0: all cores)");
 
   SyntheticRun run;
   const Layout layout = resolve_layout(o.model);
+  // Never write to a file this invocation reads (by device and inode, after symlinks), except
+  // the checkpoint it resumed from: the atomic rename keeps that one until the new one is whole.
+  io::FileId out_id, in_id;
+  if (!o.checkpoint.empty() && io::file_id(o.checkpoint, &out_id) && !has_builtin_layout(o.model) &&
+      io::file_id(o.model, &in_id) && in_id == out_id) {
+    throw_invalid("--checkpoint " + io::printable(o.checkpoint) + ": is the layout file given as --model; it would be overwritten");
+  }
   run.params = layout.params;
   run.config = config;
   run.steps = o.steps;
   run.backend = backend_from_option(o.backend);
   run.threads = o.threads;
-  run.schedule = parse_schedule(o.schedule);
-  run.warmup = o.warmup;
-  run.loss_scale = o.loss_scale;
+  run.schedule = schedule;
+  run.schedule_steps = schedule_steps;
+  run.warmup = warmup;
+  run.loss_scale = loss_scale;
   run.nan_at = o.nan_at;
-  run.seed = o.seed;
-  run.check_finite = !o.no_check_finite;
+  run.seed = seed;
+  run.check_finite = check_finite;
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = o.resume;
 
   const int64_t numel = layout.total_numel();
-  const double step_bytes_per_param = bytes_per_param(kind, !o.no_check_finite);
+  const double step_bytes_per_param = bytes_per_param(kind, check_finite);
   const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
   run.on_step = [&](int done, double ms) { progress.update(done, ms); };
   if (!o.json) {
-    std::printf("renaissance run: %s (%zu tensors, %.2f M params), %s, %d steps on %s\n", layout.name.c_str(),
+    std::printf("renaissance run: %s (%zu tensors, %.2f M params), %s, %d steps on %s\n", io::printable(layout.name).c_str(),
                 layout.params.size(), static_cast<double>(numel) / 1e6, optimizer_kind_name(kind), o.steps,
                 backend_kind_name(run.backend));
     std::fflush(stdout);
@@ -146,16 +272,25 @@ int cmd_run(const RunOptions& o) {
 
   if (o.json) {
     nlohmann::json j = {
-        {"model", layout.name},
+        {"model", io::printable(layout.name)},
         {"tensors", layout.params.size()},
         {"params", numel},
         {"optimizer", optimizer_kind_name(kind)},
+        // What ran (after a resume: the checkpoint's configuration with any --override).
         {"lr", config.lr},
         {"weight_decay", config.weight_decay},
-        {"schedule", o.schedule},
-        {"warmup", o.warmup},
-        {"loss_scale", o.loss_scale},
-        {"seed", o.seed},
+        {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
+        {"momentum", config.momentum},
+        {"beta1", config.beta1},
+        {"beta2", config.beta2},
+        {"eps", config.eps},
+        {"trust_coefficient", config.trust_coefficient},
+        {"schedule", schedule_name(schedule)},
+        {"schedule_steps", schedule_steps},
+        {"warmup", warmup},
+        {"loss_scale", loss_scale},
+        {"seed", seed},
+        {"check_finite", check_finite},
         {"backend", backend_kind_name(r.backend)},
         {"backend_description", r.backend_description},
         {"threads", threads},

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <stdexcept>
+
 #include "renaissance/backend.h"
+#include "renaissance/error.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
 
@@ -20,6 +23,30 @@ constexpr int kExitComparisonFailed = 1;  // replay above tolerance, audit disag
 constexpr int kExitBadInput = 2;          // bad option, file or case
 constexpr int kExitRuntime = 3;           // a backend or system failure while running
 
+// Bounds of the count options (parsed strictly in main.cc).
+constexpr uint64_t kMaxSteps = 1000000000;   // the checkpoint's step counters are int32
+constexpr uint64_t kMaxThreadsOption = 1024;  // and at most what OpenMP can start (cmd_run.cc)
+
+// A failure of the system during the work (disk full, I/O error, a write refused mid-way):
+// exit 3, unlike a bad input (exit 2). Raised around writes whose path was checked up front.
+class SystemFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Runs a write; any library error it raises becomes a SystemFailure (the command was fine).
+template <typename F>
+void as_system_failure(F&& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInvalidArgument) throw;
+    throw SystemFailure(e.what());
+  }
+}
+
+// --threads: within what OpenMP can start here; throws Error(kInvalidArgument) otherwise.
+void check_threads_option(int threads);
+
 // Options of `renaissance run`; "given" flags say which hyperparameters the user set.
 struct RunOptions {
   std::string model = "resnet50";
@@ -29,6 +56,7 @@ struct RunOptions {
        beta2_given = false, eps_given = false, trust_coefficient_given = false;
   std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
   int steps = 20;
+  int schedule_steps = 0;  // 0: not given (a fresh run uses --steps, a resume the checkpoint's)
   std::string backend = "auto";
   int threads = 0;
   std::string schedule = "constant";
@@ -41,6 +69,8 @@ struct RunOptions {
   std::string checkpoint;     // save the state here (at the end, and every checkpoint_every steps)
   int checkpoint_every = 0;   // 0: only at the end
   std::string resume;         // load this checkpoint and continue from its step
+  std::vector<std::string> overrides;  // --override NAME: on resume, NAME may differ from the checkpoint
+  std::vector<std::string> given;      // the long names of every option typed ("--lr", ...)
 };
 
 struct ReplayOptions {
@@ -75,6 +105,7 @@ struct SyntheticRun {
   BackendKind backend = BackendKind::kAuto;
   int threads = 0;
   Schedule schedule = Schedule::kConstant;
+  int schedule_steps = 20;  // the schedule's horizon (--schedule-steps)
   int warmup = 0;
   double loss_scale = 1.0;
   std::vector<int64_t> nan_at;  // 0-based steps whose gradients get one NaN
@@ -102,8 +133,10 @@ struct SyntheticResult {
   int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
 };
 
-// The learning rate of step t (0-based) under a schedule with linear warm-up.
+// The learning rate of step t (0-based) under a schedule of horizon `steps` with linear warm-up
+// (past the horizon the schedule stays at its end value).
 double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
+const char* schedule_name(Schedule s);
 SyntheticResult run_synthetic(const SyntheticRun& run);
 
 // Parses a --backend value; throws Error(kInvalidArgument) naming the option, and says so when

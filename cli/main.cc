@@ -2,12 +2,14 @@
 // to one line on stderr and an exit code (0 ok, 1 comparison failed, 2 bad input or usage,
 // 3 backend or system failure). The subcommands live in cmd_*.cc.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <new>
 #include <string>
 
 #include "cli/commands.h"
+#include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 
 namespace {
@@ -15,13 +17,14 @@ namespace {
 using namespace renaissance;
 using namespace renaissance::cli;
 
-// One line, whatever the message holds.
+// One line, whatever the message holds; other control characters (from a file or layout name)
+// are escaped so that they cannot drive the terminal.
 std::string one_line(std::string s) {
   for (char& c : s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
+  return io::printable(s);
 }
 
 int fail(const std::string& message, int code) {
@@ -33,6 +36,49 @@ int fail(const std::string& message, int code) {
 void add_hyper(CLI::App* app, const std::string& flag, double* value, bool* given, const std::string& help) {
   app->add_option_function<double>(flag, [value, given](const double& v) { *value = v; *given = true; }, help)
       ->type_name("X");
+}
+
+// Decimal digits only, within [lo, hi]; throws CLI::ValidationError (exit 2) naming the option.
+uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t lo, uint64_t hi) {
+  const std::string range = " (expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ")";
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw CLI::ValidationError(flag + " " + io::printable(text) + ": not a whole number" + range);
+  }
+  uint64_t v = 0;
+  for (char c : text) {
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) throw CLI::ValidationError(flag + " " + text + ": too large" + range);
+    v = v * 10 + d;
+  }
+  if (v < lo || v > hi) throw CLI::ValidationError(flag + " " + text + ": out of range" + range);
+  return v;
+}
+
+// A count option parsed strictly: decimal digits only (no sign, no wrap, no saturation), within
+// [lo, hi]; CLI11's own conversion accepts "-1" for an unsigned and wraps it.
+template <typename T>
+CLI::Option* add_count(CLI::App* app, const std::string& flag, T* value, uint64_t lo, uint64_t hi,
+                       const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          flag,
+          [flag, value, lo, hi](const std::string& text) {
+            *value = static_cast<T>(parse_count(flag, text, lo, hi));
+          },
+          help)
+      ->type_name("N");
+}
+
+// Fills the "given" list with every option the user typed (resume compares those only).
+void record_given(CLI::App* app, std::vector<std::string>* given) {
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->count() > 0 && !opt->get_lnames().empty()) given->push_back("--" + opt->get_lnames().front());
+  }
+}
+
+// A path option given as "" is a mistake, not "no path".
+void refuse_empty(CLI::App* app, const std::string& flag, const std::string& value) {
+  if (app->count(flag) > 0 && value.empty()) throw_invalid(flag + " \"\": the path is empty");
 }
 
 }  // namespace
@@ -52,7 +98,8 @@ int main(int argc, char** argv) {
       "  renaissance run --model bert_base --optimizer lars --steps 50 --json\n"
       "  renaissance replay ../shared/replay-cases/adamw_small_cnn --out result.safetensors\n"
       "  renaissance audit\n"
-      "Exit codes: 0 ok, 1 comparison failed, 2 bad input or usage, 3 backend or system failure.");
+      "Exit codes: 0 ok; 1 a comparison or audit failed; 2 bad command, option or input file (fix the\n"
+      "command); 3 a system failure during the work (disk full, I/O error, backend). See README.md.");
 
   // ---- run ----
   RunOptions run;
@@ -72,22 +119,27 @@ int main(int argc, char** argv) {
   add_hyper(run_cmd, "--trust-coefficient", &run.trust_coefficient, &run.trust_coefficient_given, "LARS trust coefficient");
   run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
       ->type_name("MODE");
-  run_cmd->add_option("--steps", run.steps, "Optimizer steps to run")->capture_default_str()->type_name("N");
+  add_count(run_cmd, "--steps", &run.steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");
+  add_count(run_cmd, "--schedule-steps", &run.schedule_steps, 1, kMaxSteps,
+            "Horizon of the lr schedule (default: --steps of a fresh run; stored in the checkpoint)");
   run_cmd->add_option("--backend", run.backend, "cpu, cuda or auto (CUDA when a device is present)")
       ->capture_default_str()->type_name("NAME");
-  run_cmd->add_option("--threads", run.threads, "CPU threads (0: all cores)")->capture_default_str()->type_name("N");
+  add_count(run_cmd, "--threads", &run.threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
   run_cmd->add_option("--schedule", run.schedule, "Learning-rate schedule: constant, cosine or step (x0.1 per third)")
       ->capture_default_str()->type_name("NAME");
-  run_cmd->add_option("--warmup", run.warmup, "Linear warm-up steps before the schedule")->capture_default_str()->type_name("N");
+  add_count(run_cmd, "--warmup", &run.warmup, 0, kMaxSteps, "Linear warm-up steps before the schedule (default 0)");
   run_cmd->add_option("--loss-scale", run.loss_scale, "AMP loss scale the synthetic gradients carry")
       ->capture_default_str()->type_name("S");
   run_cmd->add_option("--nan-at", run.nan_at, "Steps (0-based, comma-separated) whose gradients get a NaN")
       ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("T1,T2,...");
-  run_cmd->add_option("--seed", run.seed, "Seed of the synthetic weights and gradients")->capture_default_str()->type_name("S");
+  add_count(run_cmd, "--seed", &run.seed, 0, UINT64_MAX, "Seed of the synthetic weights and gradients (0 .. 2^64-1)");
   run_cmd->add_option("--checkpoint", run.checkpoint, "Save the state to this file at the end (atomically: temp file, fsync, rename)");
-  run_cmd->add_option("--checkpoint-every", run.checkpoint_every, "Also save every K steps (needs --checkpoint)")
-      ->check(CLI::NonNegativeNumber);
-  run_cmd->add_option("--resume", run.resume, "Load this checkpoint and continue the run from its step");
+  add_count(run_cmd, "--checkpoint-every", &run.checkpoint_every, 0, kMaxSteps, "Also save every K steps (needs --checkpoint)");
+  run_cmd->add_option("--resume", run.resume,
+                      "Load this checkpoint and continue from its step; its configuration is inherited");
+  run_cmd->add_option("--override", run.overrides,
+                      "On --resume: allow this option (lr, seed, schedule, ...) to differ from the checkpoint")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
   run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
 
@@ -98,7 +150,7 @@ int main(int argc, char** argv) {
   replay_cmd->add_option("case_dir", replay.case_dir, "Case folder: case.json, init/grads[/expected].safetensors")
       ->required()->type_name("CASE_DIR");
   replay_cmd->add_option("--backend", replay.backend, "cpu, cuda or auto")->capture_default_str()->type_name("NAME");
-  replay_cmd->add_option("--threads", replay.threads, "CPU threads (0: all cores)")->capture_default_str()->type_name("N");
+  add_count(replay_cmd, "--threads", &replay.threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
   replay_cmd->add_option("--out", replay.out, "Write final weights, m/NAME and v/NAME here (F32 safetensors, atomically)")
       ->type_name("FILE");
   replay_cmd->add_option("--tolerance", replay.tolerance, "Largest relative L2 error per tensor that passes")
@@ -108,7 +160,7 @@ int main(int argc, char** argv) {
   AuditOptions audit;
   CLI::App* audit_cmd = app.add_subcommand(
       "audit", "Run every optimizer kind on every available backend; print fingerprints and whether they agree");
-  audit_cmd->add_option("--steps", audit.steps, "Steps per run")->capture_default_str()->type_name("N");
+  add_count(audit_cmd, "--steps", &audit.steps, 1, kMaxSteps, "Steps per run (default 8)");
   audit_cmd->add_flag("--json", audit.json, "Print the table as one JSON object");
 
   // ---- layouts ----
@@ -133,11 +185,24 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (run_cmd->parsed()) return cmd_run(run);
-    if (replay_cmd->parsed()) return cmd_replay(replay);
+    if (run_cmd->parsed()) {
+      for (const char* flag : {"--model", "--checkpoint", "--resume"}) {
+        const std::string& v = flag[2] == 'm' ? run.model : flag[2] == 'c' ? run.checkpoint : run.resume;
+        refuse_empty(run_cmd, flag, v);
+      }
+      record_given(run_cmd, &run.given);
+      return cmd_run(run);
+    }
+    if (replay_cmd->parsed()) {
+      refuse_empty(replay_cmd, "--out", replay.out);
+      if (replay.case_dir.empty()) throw_invalid("replay \"\": the case folder is empty");
+      return cmd_replay(replay);
+    }
     if (audit_cmd->parsed()) return cmd_audit(audit);
     if (layouts_cmd->parsed()) return cmd_layouts(layouts_json);
     if (kinds_cmd->parsed()) return cmd_kinds(kinds_json);
+  } catch (const SystemFailure& e) {
+    return fail(e.what(), kExitRuntime);
   } catch (const Error& e) {
     return fail(e.what(), e.kind() == ErrorKind::kBackend ? kExitRuntime : kExitBadInput);
   } catch (const std::bad_alloc&) {

@@ -28,7 +28,8 @@ constexpr double kGradientAmplitude = 0.01;
 double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t) {
   if (t < warmup) return base * static_cast<double>(t + 1) / static_cast<double>(warmup);
   const int span = std::max(1, steps - warmup);
-  const double p = static_cast<double>(t - warmup) / static_cast<double>(span);  // in [0, 1)
+  // In [0, 1) within the horizon; a run longer than its horizon stays at the schedule's end.
+  const double p = std::min(1.0, static_cast<double>(t - warmup) / static_cast<double>(span));
   switch (schedule) {
     case Schedule::kConstant: return base;
     // lr is computed on the host in double and rounded to float once, so a libm that differs
@@ -37,6 +38,15 @@ double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t
     case Schedule::kStep: return base * std::pow(0.1, std::floor(3.0 * p));  // x0.1 per third
   }
   return base;
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kConstant: return "constant";
+    case Schedule::kCosine: return "cosine";
+    case Schedule::kStep: return "step";
+  }
+  return "constant";
 }
 
 BackendKind backend_from_option(const std::string& text) {
@@ -57,18 +67,13 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   task.optimizer(run.config);
   task.compile();
 
-  // Initial weights, generated on the host (the same bits wherever they are uploaded).
-  std::vector<float> w;
-  for (size_t id = 0; id < task.num_params(); ++id) {
-    const int64_t n = task.param(id).numel();
-    w.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      w[static_cast<size_t>(i)] = math::synthetic_gradient(run.seed ^ kWeightSeedSalt, kWeightStep, id,
-                                                           static_cast<uint64_t>(i), kWeightAmplitude);
-    }
-    task.set_weight(id, w.data());
-  }
+  // Initial weights: the generator under a seed of their own, filled by the backend.
+  task.synthesize_weights(run.seed ^ kWeightSeedSalt, kWeightStep, kWeightAmplitude);
+  RunSettings settings;
+  settings.schedule = schedule_name(run.schedule);
+  settings.schedule_steps = run.schedule_steps;
+  settings.warmup = run.warmup;
+  settings.seed = run.seed;
 
   // Gradients are "as the backward pass wrote them": multiplied by the loss scale.
   const float amplitude = static_cast<float>(kGradientAmplitude * run.loss_scale);
@@ -84,9 +89,15 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
                     ", past --steps " + std::to_string(run.steps));
     }
     task.set_loss_scale(run.loss_scale);
+    // The configuration was taken from the checkpoint (cmd_run.cc); the task's config is the
+    // file's, the overrides apply from here on.
+    task.optimizer(run.config);
   }
+  task.set_run_settings(settings);
+  // Every save's path was checked before the run: a failure now is the system's (exit 3).
+  auto save = [&] { as_system_failure([&] { task.save(run.checkpoint); }); };
   for (int t = static_cast<int>(result.first_step); t < run.steps; ++t) {
-    task.set_lr(scheduled_lr(run.config.lr, run.schedule, run.warmup, run.steps, t));
+    task.set_lr(scheduled_lr(run.config.lr, run.schedule, run.warmup, run.schedule_steps, t));
     task.synthesize_gradients(run.seed, static_cast<uint64_t>(t), amplitude);
     if (std::find(run.nan_at.begin(), run.nan_at.end(), t) != run.nan_at.end()) {
       // One NaN in one G tensor (which one and where depends only on t) poisons the whole step.
@@ -94,8 +105,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
         const size_t id = (static_cast<size_t>(t) + k) % task.num_params();
         const int64_t n = task.param(id).numel();
         if (n == 0) continue;
-        const uint64_t index = static_cast<uint64_t>(t) % static_cast<uint64_t>(n);
-        task.backend().upload(task.plan().tensor_offset(Family::kG, id) + index * sizeof(float), &nan, sizeof(nan));
+        task.poison_gradient(id, static_cast<uint64_t>(t) % static_cast<uint64_t>(n), nan);
         break;
       }
     }
@@ -103,10 +113,10 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
     result.step_ms.push_back(ms);
     if (run.on_step) run.on_step(t + 1, ms);
     if (!run.checkpoint.empty() && run.checkpoint_every > 0 && (t + 1) % run.checkpoint_every == 0) {
-      task.save(run.checkpoint);
+      save();
     }
   }
-  if (!run.checkpoint.empty()) task.save(run.checkpoint);
+  if (!run.checkpoint.empty()) save();
   result.backend = task.backend().kind();
   result.backend_description = task.backend().describe();
   result.threads = run.threads;
