@@ -1,9 +1,14 @@
 // CPU op CHECK_FINITE: does any gradient element anywhere hold NaN or ±Inf? Sets the
 // has-non-finite flag that every later op of the step reads (docs/math.md: the whole step is
-// skipped, decided without the host looking at the data).
+// skipped, decided without the host looking at the data). With gradient-norm clipping the check
+// is fused into GRAD_NORM_PARTIALS (tile partials of ‖g*(1/scale)‖² in the canonical order of
+// math/norm_reduction.h, each tile checked and squared while it is in cache), and
+// CLIP_COEFFICIENT turns the partials into the total norm and the coefficient.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_check.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
 
 #include <hwy/highway.h>
 
@@ -39,6 +44,32 @@ bool ChunkHasNonFinite(const float* HWY_RESTRICT g, size_t n) {
   return bad;
 }
 
+// Grad-norm tiles [tile_begin, tile_end) of the G span (count elements): each tile's partial of
+// Σ (g*(1/scale))² in the canonical lane order, fed to the lanes one norm tile at a time; returns
+// whether any element of these tiles is NaN or ±Inf (when `check`).
+bool GradNormPartials(const float* HWY_RESTRICT g, uint64_t count, size_t tile_begin, size_t tile_end,
+                      const float* s, bool check, double* HWY_RESTRICT partials) {
+  const auto cv = vector_coeffs(s, true);
+  const auto cs = scalar_coeffs(s, true);
+  HWY_ALIGN float gh[math::kNormTile];
+  HWY_ALIGN double lanes_acc[math::kNormLanes];
+  bool bad = false;
+  for (size_t t = tile_begin; t < tile_end; ++t) {
+    const uint64_t begin = static_cast<uint64_t>(t) * math::kGradNormTile;
+    const uint64_t end = std::min<uint64_t>(count, begin + math::kGradNormTile);
+    for (int j = 0; j < math::kNormLanes; ++j) lanes_acc[j] = 0.0;
+    for (uint64_t piece = begin; piece < end; piece += math::kNormTile) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(end - piece, math::kNormTile));
+      if (check && ChunkHasNonFinite(g + piece, n)) bad = true;
+      UnscaleInto<false>(g + piece, n, cv, cs, gh);
+      AddSquaresByLane(gh, n, lanes_acc);
+    }
+    math::norm_lane_tree(lanes_acc);
+    partials[t] = lanes_acc[0];
+  }
+  return bad;
+}
+
 // The Highway target this copy was compiled for, to report which one the dispatcher picked.
 int64_t CompiledTarget() { return HWY_TARGET; }
 
@@ -51,11 +82,14 @@ HWY_AFTER_NAMESPACE();
 #include <atomic>
 
 #include "backend_cpu/cpu_ops.h"
+#include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/update_rules.h"
 
 namespace renaissance {
 namespace cpu {
 
 HWY_EXPORT(ChunkHasNonFinite);
+HWY_EXPORT(GradNormPartials);
 HWY_EXPORT(CompiledTarget);
 
 void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
@@ -66,6 +100,30 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
     if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
   });
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
+}
+
+void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
+  const float* g = ctx.at<float>(node.g);
+  double* partials = ctx.at<double>(node.norm.partials);
+  const float* s = ctx.scalars.f32;
+  const bool check = node.check_finite;
+  std::atomic<bool> found{false};
+  auto* fn = &HWY_DYNAMIC_DISPATCH(GradNormPartials);
+  parallel_blocks(ctx.threads, node.norm.partials.count, 1, [&](uint64_t b, uint64_t e) {
+    if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
+  });
+  if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
+}
+
+// The total norm is written every step (not finite on a step the check skips: a log shows why);
+// the coefficient only matters on an applied step.
+void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
+  const double* partials = ctx.at<double>(node.norm.partials);
+  double sum = 0.0;
+  math::add_grad_norm_partials(&sum, partials, static_cast<int64_t>(node.norm.partials.count));
+  const double total = math::grad_norm_total(sum);
+  ctx.scalars.f64[kGradNormD] = total;
+  ctx.scalars.f32[kClipCoefficient] = math::clip_coefficient(total, ctx.scalars.f64[kMaxGradNormD]);
 }
 
 const char* current_simd_target() {

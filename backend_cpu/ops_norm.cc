@@ -1,9 +1,12 @@
 // CPU ops of the norm passes: NORM_TILE_PARTIALS (the per-tile squared norms in the canonical
-// order of renaissance/math/norm_reduction.h) and NORM_TRUST_RATIO (each tensor's partials
-// combined by math::add_tile_partials, then the kind's ratio formula from the math file).
+// order of renaissance/math/norm_reduction.h; what is squared follows node.norm_inputs: w and ĝ
+// for LARS, w and LAMB's u after the moment update) and NORM_TRUST_RATIO (each tensor's partials
+// combined by math::add_tile_partials, then the formula node.ratio names, from the math file).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_norm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
 
 #include <hwy/highway.h>
 
@@ -15,54 +18,69 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-// Squared norms of w and ĝ over tiles [tile_begin, tile_end), lane by lane then the fixed
-// tree. Full tiles use double vectors over consecutive lanes; a short tile takes the scalar
-// path, which performs the same additions in the same order (missing elements would add +0.0,
-// a no-op).
+// Squared norms of w and ĝ (LARS) over tiles [tile_begin, tile_end): ĝ = (g*(1/scale))*clip is
+// formed in float into a tile buffer, then both arrays are reduced lane by lane and by the fixed
+// tree (AddSquaresByLane, math::norm_lane_tree).
 void WeightAndGradientPartials(const float* HWY_RESTRICT w, const float* HWY_RESTRICT g, const NormTile* tiles,
-                               size_t tile_begin, size_t tile_end, float inv_scale, double* HWY_RESTRICT partials) {
-  using math::kNormLanes;
-  using math::kNormPerLane;
-  using math::kNormTile;
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const size_t lanes = hn::Lanes(dd);
-  const auto inv = hn::Set(df, inv_scale);
-  HWY_ALIGN double w_lanes[kNormLanes];
-  HWY_ALIGN double g_lanes[kNormLanes];
+                               size_t tile_begin, size_t tile_end, const float* s, double* HWY_RESTRICT partials) {
+  const auto cv = vector_coeffs(s, true);
+  const auto cs = scalar_coeffs(s, true);
+  HWY_ALIGN float gh[math::kNormTile];
+  HWY_ALIGN double w_lanes[math::kNormLanes];
+  HWY_ALIGN double g_lanes[math::kNormLanes];
   for (size_t t = tile_begin; t < tile_end; ++t) {
     const NormTile& tile = tiles[t];
-    const float* tw = w + tile.start;
-    const float* tg = g + tile.start;
-    if (tile.length == kNormTile && kNormLanes % lanes == 0) {
-      for (size_t j = 0; j < static_cast<size_t>(kNormLanes); j += lanes) {
-        auto aw = hn::Zero(dd);
-        auto ag = hn::Zero(dd);
-        for (int k = 0; k < kNormPerLane; ++k) {
-          const size_t idx = j + static_cast<size_t>(k) * kNormLanes;
-          const auto wv = hn::PromoteTo(dd, hn::LoadU(df, tw + idx));
-          const auto gv = hn::PromoteTo(dd, hn::Mul(hn::LoadU(df, tg + idx), inv));
-          aw = hn::Add(aw, hn::Mul(wv, wv));
-          ag = hn::Add(ag, hn::Mul(gv, gv));
-        }
-        hn::Store(aw, dd, w_lanes + j);
-        hn::Store(ag, dd, g_lanes + j);
-      }
-    } else {
-      for (int j = 0; j < kNormLanes; ++j) {
-        double aw = 0.0, ag = 0.0;
-        for (int idx = j; idx < tile.length; idx += kNormLanes) {
-          aw = aw + math::square_in_double(tw[idx]);
-          ag = ag + math::square_in_double(rules::ScalarPolicy::mul(tg[idx], inv_scale));
-        }
-        w_lanes[j] = aw;
-        g_lanes[j] = ag;
-      }
-    }
+    const size_t n = static_cast<size_t>(tile.length);
+    UnscaleInto(g + tile.start, n, cv, cs, gh);
+    std::fill(w_lanes, w_lanes + math::kNormLanes, 0.0);
+    std::fill(g_lanes, g_lanes + math::kNormLanes, 0.0);
+    AddSquaresByLane(w + tile.start, n, w_lanes);
+    AddSquaresByLane(gh, n, g_lanes);
     math::norm_lane_tree(w_lanes);
     math::norm_lane_tree(g_lanes);
     partials[math::kNormComponents * t] = w_lanes[0];
     partials[math::kNormComponents * t + 1] = g_lanes[0];
+  }
+}
+
+// LAMB phase 1 over tiles [tile_begin, tile_end): m and v updated from ĝ, the direction u formed
+// (rules::lamb_moments) into a tile buffer, then the squared norms of w (unchanged in phase 1)
+// and u. Phase 2 recomputes u from the new m and v with the same function (ops_lamb.cc).
+void LambMomentPartials(const float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m,
+                        float* HWY_RESTRICT v, const NormTile* tiles, size_t tile_begin, size_t tile_end,
+                        const float* s, double* HWY_RESTRICT partials) {
+  const FloatTag d;
+  const size_t lanes = hn::Lanes(d);
+  const auto cv = vector_coeffs(s, true);
+  const auto cs = scalar_coeffs(s, true);
+  HWY_ALIGN float u[math::kNormTile];
+  HWY_ALIGN double w_lanes[math::kNormLanes];
+  HWY_ALIGN double u_lanes[math::kNormLanes];
+  for (size_t t = tile_begin; t < tile_end; ++t) {
+    const NormTile& tile = tiles[t];
+    const size_t n = static_cast<size_t>(tile.length);
+    const float* tw = w + tile.start;
+    const float* tg = g + tile.start;
+    float* tm = m + tile.start;
+    float* tv = v + tile.start;
+    size_t i = 0;
+    for (; i + lanes <= n; i += lanes) {
+      FloatVec mv = hn::LoadU(d, tm + i);
+      FloatVec vv = hn::LoadU(d, tv + i);
+      const FloatVec uv = rules::lamb_moments<VectorPolicy>(hn::LoadU(d, tw + i), hn::LoadU(d, tg + i), mv, vv, cv);
+      hn::StoreU(mv, d, tm + i);
+      hn::StoreU(vv, d, tv + i);
+      hn::StoreU(uv, d, u + i);
+    }
+    for (; i < n; ++i) u[i] = rules::lamb_moments<rules::ScalarPolicy>(tw[i], tg[i], tm[i], tv[i], cs);
+    std::fill(w_lanes, w_lanes + math::kNormLanes, 0.0);
+    std::fill(u_lanes, u_lanes + math::kNormLanes, 0.0);
+    AddSquaresByLane(tw, n, w_lanes);
+    AddSquaresByLane(u, n, u_lanes);
+    math::norm_lane_tree(w_lanes);
+    math::norm_lane_tree(u_lanes);
+    partials[math::kNormComponents * t] = w_lanes[0];
+    partials[math::kNormComponents * t + 1] = u_lanes[0];
   }
 }
 
@@ -79,6 +97,7 @@ namespace renaissance {
 namespace cpu {
 
 HWY_EXPORT(WeightAndGradientPartials);
+HWY_EXPORT(LambMomentPartials);
 
 void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
@@ -86,25 +105,39 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   const float* g = ctx.at<float>(node.g);
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   double* partials = ctx.at<double>(node.norm.partials);
-  const float inv_scale = ctx.scalars.f32[kInvLossScale];
-  // NormInputs has one member today; a new one gets its own partials function here.
-  static_assert(static_cast<int>(NormInputs::kWeightAndGradient) == 0, "one NormInputs so far");
-  auto* fn = &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials);
-  parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    fn(w, g, tiles, b, e, inv_scale, partials);
-  });
+  const float* s = ctx.scalars.f32;
+  switch (node.norm_inputs) {
+    case NormInputs::kWeightAndGradient: {
+      auto* fn = &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials);
+      parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
+        fn(w, g, tiles, b, e, s, partials);
+      });
+      return;
+    }
+    case NormInputs::kLambMoments: {
+      float* m = ctx.at<float>(node.m);
+      float* v = ctx.at<float>(node.v);
+      auto* fn = &HWY_DYNAMIC_DISPATCH(LambMomentPartials);
+      parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
+        fn(w, g, m, v, tiles, b, e, s, partials);
+      });
+      return;
+    }
+  }
 }
 
 void run_NORM_TRUST_RATIO(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
   const NormTensor* tensors = ctx.at<NormTensor>(node.norm.tensors);
   const double* partials = ctx.at<double>(node.norm.partials);
-  float* eta = ctx.at<float>(node.n);
+  float* ratio = ctx.at<float>(node.n);
   const double* f64 = ctx.scalars.f64;
   for (uint64_t k = 0; k < node.norm.tensors.count; ++k) {
     double sums[math::kNormComponents] = {0.0, 0.0};
     math::add_tile_partials(sums, partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count);
-    eta[k] = math::lars_trust_ratio(sums[0], sums[1], f64[kTrustCoefficientD], f64[kWeightDecayD], f64[kEpsD]);
+    ratio[k] = node.ratio == NormRatio::kLamb
+                   ? math::lamb_trust_ratio(sums[0], sums[1])
+                   : math::lars_trust_ratio(sums[0], sums[1], f64[kTrustCoefficientD], f64[kWeightDecayD], f64[kEpsD]);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <hwy/highway.h>
 
 #include "renaissance/math/host_device.h"
+#include "renaissance/math/norm_reduction.h"
 #include "renaissance/scalars.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,6 +41,14 @@ struct VectorPolicy {
   static HWY_INLINE V mul(V a, V b) { return hn::Mul(a, b); }
   static HWY_INLINE V div(V a, V b) { return hn::Div(a, b); }
   static HWY_INLINE V sqrt(V a) { return hn::Sqrt(a); }
+  // Exact comparisons, as ScalarPolicy::sign: +1, -1, +0 for ±0, NaN stays NaN.
+  static HWY_INLINE V sign(V a) {
+    const FloatTag d;
+    const V zero = hn::Zero(d);
+    V r = hn::IfThenElse(hn::Gt(a, zero), hn::Set(d, 1.0f), zero);
+    r = hn::IfThenElse(hn::Lt(a, zero), hn::Set(d, -1.0f), r);
+    return hn::IfThenElse(hn::Eq(a, a), r, a);
+  }
 };
 
 HWY_INLINE rules::Coeffs<FloatVec> vector_coeffs(const float* s, bool weight_group) {
@@ -77,6 +86,53 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
     scalar_rule(w[i], g[i], sm, sv);
     if (kHasM) m[i] = sm;
     if (kHasV) v[i] = sv;
+  }
+}
+
+// out[i] = ĝ = (g[i]*(1/scale))*clip for i < n (rules::unscale, vector and scalar paths), or
+// g[i]*(1/scale) alone (rules::loss_unscale) when kClip is false.
+template <bool kClip = true>
+HWY_INLINE void UnscaleInto(const float* HWY_RESTRICT g, size_t n, const rules::Coeffs<FloatVec>& cv,
+                            const rules::Coeffs<float>& cs, float* HWY_RESTRICT out) {
+  const FloatTag d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const FloatVec gv = hn::LoadU(d, g + i);
+    hn::StoreU(kClip ? rules::unscale<VectorPolicy>(gv, cv) : rules::loss_unscale<VectorPolicy>(gv, cv), d, out + i);
+  }
+  for (; i < n; ++i) {
+    out[i] = kClip ? rules::unscale<rules::ScalarPolicy>(g[i], cs) : rules::loss_unscale<rules::ScalarPolicy>(g[i], cs);
+  }
+}
+
+// The lane accumulation of the canonical norm order (math/norm_reduction.h): x[0] is a lane-0
+// element of its tile (its offset in the tile is a multiple of kNormLanes); lane j adds, in order,
+// the squares in double of x[j], x[j + kNormLanes], ... for indices < n. Whole rows of kNormLanes
+// use double vectors over consecutive lanes, a last short row the scalar path: the same
+// additions in the same order. Callers may feed a tile in consecutive pieces of whole rows.
+HWY_INLINE void AddSquaresByLane(const float* HWY_RESTRICT x, size_t n, double* HWY_RESTRICT lanes_acc) {
+  using math::kNormLanes;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const size_t lanes = hn::Lanes(dd);
+  const size_t rows = n / kNormLanes;
+  size_t done = 0;
+  if (rows > 0 && kNormLanes % lanes == 0) {
+    for (size_t j = 0; j < static_cast<size_t>(kNormLanes); j += lanes) {
+      auto acc = hn::Load(dd, lanes_acc + j);
+      for (size_t r = 0; r < rows; ++r) {
+        const auto xv = hn::PromoteTo(dd, hn::LoadU(df, x + r * kNormLanes + j));
+        acc = hn::Add(acc, hn::Mul(xv, xv));
+      }
+      hn::Store(acc, dd, lanes_acc + j);
+    }
+    done = rows * kNormLanes;
+  }
+  for (int j = 0; j < kNormLanes; ++j) {
+    double a = lanes_acc[j];
+    for (size_t idx = done + static_cast<size_t>(j); idx < n; idx += kNormLanes) a = a + math::square_in_double(x[idx]);
+    lanes_acc[j] = a;
   }
 }
 

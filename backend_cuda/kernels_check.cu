@@ -5,10 +5,17 @@
 // One launch, no separate reset node: each block votes, counts itself in a backend-owned
 // scratch pair (blocks that saw a bad value, blocks done), and the last block to finish writes
 // the flag and zeroes the scratch for the next step (the threadfence-reduction pattern).
+//
+// With gradient-norm clipping, GRAD_NORM_PARTIALS replaces it: the same vote while each block
+// squares its grad-norm tiles in the canonical order (math/norm_reduction.h), so G is read once
+// for both; CLIP_COEFFICIENT then sums the partials in order into the total norm and the
+// coefficient, on the device.
 #include <cuda_runtime.h>
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
+#include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/update_rules.h"
 
 namespace renaissance {
 namespace cuda {
@@ -53,7 +60,114 @@ __global__ void check_finite_kernel(const float4* __restrict__ g, uint64_t n4, i
   }
 }
 
+// The vote's tail shared by both kernels: thread 0 of each block counts the block, the last one
+// writes the flag and zeroes the scratch.
+__device__ __forceinline__ void finish_vote(bool block_bad, int32_t* flags, unsigned* scratch) {
+  if (block_bad) atomicAdd(&scratch[0], 1u);
+  __threadfence();
+  const unsigned ticket = atomicAdd(&scratch[1], 1u);
+  if (ticket == gridDim.x - 1) {
+    const unsigned bad_blocks = atomicExch(&scratch[0], 0u);
+    scratch[1] = 0u;
+    flags[kHasNonFinite] = bad_blocks != 0u ? 1 : 0;
+  }
+}
+
+using math::kNormLanes;
+
+// Loads in flight per thread in the grad-norm kernel, consumed in order.
+constexpr int kGradNormBatch = 8;
+
+// One block of kNormLanes threads per grad-norm tile (grid-stride over tiles): thread j is lane j
+// and adds, in order, the squares in double of g*(1/scale) at j, j + 256, ... of the tile; then
+// the fixed halving tree (math::norm_lane_tree's additions). With `check`, every element is also
+// tested and the block votes as in check_finite_kernel.
+__global__ void __launch_bounds__(kNormLanes)
+    grad_norm_partials_kernel(const float* __restrict__ g, uint64_t count, int64_t num_tiles,
+                              const float* __restrict__ s, bool check, int32_t* __restrict__ flags,
+                              unsigned* __restrict__ scratch, double* __restrict__ partials) {
+  __shared__ double lanes[kNormLanes];
+  const math::Coeffs<float> c = math::make_coeffs<float>(s, true, [](float x) { return x; });
+  const int j = threadIdx.x;
+  bool bad = false;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const uint64_t begin = static_cast<uint64_t>(t) * math::kGradNormTile;
+    const uint64_t left = count - begin;
+    const int64_t length = left < static_cast<uint64_t>(math::kGradNormTile) ? static_cast<int64_t>(left)
+                                                                             : math::kGradNormTile;
+    const float* tg = g + begin;
+    double acc = 0.0;
+    for (int64_t base = j; base < length; base += static_cast<int64_t>(kGradNormBatch) * kNormLanes) {
+      float x[kGradNormBatch];
+#pragma unroll
+      for (int k = 0; k < kGradNormBatch; ++k) {
+        const int64_t idx = base + static_cast<int64_t>(k) * kNormLanes;
+        x[k] = idx < length ? tg[idx] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kGradNormBatch; ++k) {
+        // Past the tile's end x is +0.0: its square adds +0.0, which changes no sum.
+        bad = bad || not_finite(x[k]);
+        acc = acc + math::square_in_double(math::loss_unscale<math::ScalarPolicy>(x[k], c));
+      }
+    }
+    lanes[j] = acc;
+    __syncthreads();
+    for (int stride = kNormLanes / 2; stride > 0; stride >>= 1) {
+      if (j < stride) lanes[j] = lanes[j] + lanes[j + stride];
+      __syncthreads();
+    }
+    if (j == 0) partials[t] = lanes[0];
+    __syncthreads();
+  }
+  if (!check) return;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) finish_vote(bad, flags, scratch);
+}
+
+// One block: the partials staged into shared memory chunk by chunk, thread 0 adds them in tile
+// order (math::add_grad_norm_partials), then the total and the coefficient from the math file.
+constexpr int kCoefficientBlock = 256;
+
+__global__ void __launch_bounds__(kCoefficientBlock)
+    clip_coefficient_kernel(const double* __restrict__ partials, int64_t num_tiles, float* __restrict__ f32,
+                            double* __restrict__ f64) {
+  __shared__ double staged[kCoefficientBlock];
+  double sum = 0.0;
+  for (int64_t base = 0; base < num_tiles; base += kCoefficientBlock) {
+    const int64_t left = num_tiles - base;
+    const int chunk = left < kCoefficientBlock ? static_cast<int>(left) : kCoefficientBlock;
+    if (threadIdx.x < chunk) staged[threadIdx.x] = partials[base + threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) math::add_grad_norm_partials(&sum, staged, chunk);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double total = math::grad_norm_total(sum);
+    f64[kGradNormD] = total;
+    f32[kClipCoefficient] = math::clip_coefficient(total, f64[kMaxGradNormD]);
+  }
+}
+
 }  // namespace
+
+void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
+  const int64_t num_tiles = static_cast<int64_t>(node.norm.partials.count);
+  // Launched even without tiles (one block) when it must write the flag every step.
+  unsigned grid = tile_grid(num_tiles, ctx.launch);
+  if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / kNormLanes));
+  grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
+      ctx.at<const float>(node.g), node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32,
+      ctx.check_scratch, ctx.at<double>(node.norm.partials));
+  RN_CUDA_CHECK_LAUNCH("grad_norm_partials_kernel");
+}
+
+void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
+  clip_coefficient_kernel<<<1, kCoefficientBlock, 0, ctx.stream>>>(
+      ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.f32,
+      ctx.scalars.f64);
+  RN_CUDA_CHECK_LAUNCH("clip_coefficient_kernel");
+}
 
 void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   const uint64_t n4 = node.g.count / 4;  // G spans are multiples of 64 elements

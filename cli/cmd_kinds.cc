@@ -29,6 +29,8 @@ const char* family_name(KindFamily family) {
     case KindFamily::kSgd: return "sgd";
     case KindFamily::kAdam: return "adam";
     case KindFamily::kLars: return "lars";
+    case KindFamily::kLion: return "lion";
+    case KindFamily::kLamb: return "lamb";
   }
   return "?";
 }
@@ -37,6 +39,7 @@ const char* norm_name(NormPass norm) {
   switch (norm) {
     case NormPass::kNone: return "none";
     case NormPass::kLarsTrustRatio: return "lars_trust_ratio";
+    case NormPass::kLambTrustRatio: return "lamb_trust_ratio";
   }
   return "?";
 }

@@ -107,12 +107,12 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
                              Schedule* schedule, int* schedule_steps, int* warmup, uint64_t* seed, double* loss_scale) {
   for (const std::string& name : o.overrides) {
     static const char* kNames[] = {"lr", "weight-decay", "momentum", "beta1", "beta2", "eps", "trust-coefficient",
-                                   "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
+                                   "max-grad-norm", "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
     const std::string bare = name.rfind("--", 0) == 0 ? name.substr(2) : name;
     if (std::find(std::begin(kNames), std::end(kNames), bare) == std::end(kNames)) {
       throw_invalid("--override " + io::printable(name) +
                     ": not an option a resume may change (lr, weight-decay, momentum, beta1, beta2, eps, "
-                    "trust-coefficient, schedule, schedule-steps, warmup, seed, loss-scale)");
+                    "trust-coefficient, max-grad-norm, schedule, schedule-steps, warmup, seed, loss-scale)");
     }
   }
   auto overridden = [&](const char* flag) {
@@ -134,6 +134,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
       {"--beta2", num(c.beta2), num(o.beta2), true},
       {"--eps", num(c.eps), num(o.eps), true},
       {"--trust-coefficient", num(c.trust_coefficient), num(o.trust_coefficient), true},
+      {"--max-grad-norm", num(c.max_grad_norm), num(o.max_grad_norm), true},
       {"--schedule", ck.run.schedule, o.schedule, true},
       {"--schedule-steps", std::to_string(ck.run.schedule_steps), std::to_string(o.schedule_steps), true},
       {"--warmup", std::to_string(ck.run.warmup), std::to_string(o.warmup), true},
@@ -161,6 +162,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   if (given(o, "--beta2")) config->beta2 = o.beta2;
   if (given(o, "--eps")) config->eps = o.eps;
   if (given(o, "--trust-coefficient")) config->trust_coefficient = o.trust_coefficient;
+  if (given(o, "--max-grad-norm")) config->max_grad_norm = o.max_grad_norm;
   *schedule = parse_schedule(given(o, "--schedule") ? o.schedule : ck.run.schedule);
   *schedule_steps = given(o, "--schedule-steps") ? o.schedule_steps : static_cast<int>(ck.run.schedule_steps);
   *warmup = given(o, "--warmup") ? o.warmup : static_cast<int>(ck.run.warmup);
@@ -196,6 +198,7 @@ int cmd_run(const RunOptions& o) {
   if (o.beta2_given) config.beta2 = o.beta2;
   if (o.eps_given) config.eps = o.eps;
   if (o.trust_coefficient_given) config.trust_coefficient = o.trust_coefficient;
+  if (o.max_grad_norm_given) config.max_grad_norm = o.max_grad_norm;
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
   else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + io::printable(o.weight_decay_mode) + ": expected decoupled or l2");
@@ -285,6 +288,9 @@ int cmd_run(const RunOptions& o) {
         {"beta2", config.beta2},
         {"eps", config.eps},
         {"trust_coefficient", config.trust_coefficient},
+        {"max_grad_norm", config.max_grad_norm},
+        // The total gradient norm of the last step (0 without clipping: it is not computed).
+        {"last_grad_norm", r.last_grad_norm},
         {"schedule", schedule_name(schedule)},
         {"schedule_steps", schedule_steps},
         {"warmup", warmup},
@@ -314,6 +320,7 @@ int cmd_run(const RunOptions& o) {
                 step_bytes_per_param, r.copy_gb_per_s, 100.0 * share);
     std::printf("steps          %lld applied, %lld skipped\n", static_cast<long long>(r.steps_applied),
                 static_cast<long long>(r.steps_skipped));
+    if (config.max_grad_norm > 0.0) std::printf("grad norm      %.9g (last step; clipped to %.9g)\n", r.last_grad_norm, config.max_grad_norm);
     std::printf("fingerprint    %s\n", r.fingerprint.c_str());
   }
   return kExitOk;

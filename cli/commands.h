@@ -54,6 +54,8 @@ struct RunOptions {
   double lr = 0, weight_decay = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, trust_coefficient = 0;
   bool lr_given = false, weight_decay_given = false, momentum_given = false, beta1_given = false,
        beta2_given = false, eps_given = false, trust_coefficient_given = false;
+  double max_grad_norm = 0;  // --max-grad-norm: global gradient-norm clipping (0: off)
+  bool max_grad_norm_given = false;
   std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
   int steps = 20;
   int schedule_steps = 0;  // 0: not given (a fresh run uses --steps, a resume the checkpoint's)
@@ -131,6 +133,7 @@ struct SyntheticResult {
   double copy_gb_per_s = 0.0;
   std::string fingerprint;
   int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
+  double last_grad_norm = 0.0;  // Task::last_grad_norm() after the run (clipping on)
 };
 
 // The learning rate of step t (0-based) under a schedule of horizon `steps` with linear warm-up

@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   add_hyper(run_cmd, "--beta2", &run.beta2, &run.beta2_given, "Adam beta2");
   add_hyper(run_cmd, "--eps", &run.eps, &run.eps_given, "Adam / LARS epsilon");
   add_hyper(run_cmd, "--trust-coefficient", &run.trust_coefficient, &run.trust_coefficient_given, "LARS trust coefficient");
+  add_hyper(run_cmd, "--max-grad-norm", &run.max_grad_norm, &run.max_grad_norm_given,
+            "Clip the global gradient norm to X, every kind (default 0: off)");
   run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
       ->type_name("MODE");
   add_count(run_cmd, "--steps", &run.steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");

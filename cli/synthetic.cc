@@ -123,6 +123,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   result.steps_applied = task.step_count();
   result.steps_skipped = task.skipped_steps();
   result.fingerprint = task.fingerprint();
+  result.last_grad_norm = task.last_grad_norm();
   if (run.measure_copy_bandwidth) {
     // The step's own traffic, capped so the two copy buffers stay modest on small machines.
     uint64_t bytes = 0;

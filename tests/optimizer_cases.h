@@ -48,7 +48,8 @@ inline std::vector<KindCase> all_kind_cases() {
   return cases;
 }
 
-inline bool is_lars(OptimizerKind k) { return kind_info(k).norm == NormPass::kLarsTrustRatio; }
+// A kind with a norm pass (LARS, LAMB): N holds the weight group's per-tensor ratios.
+inline bool is_lars(OptimizerKind k) { return kind_info(k).norm != NormPass::kNone; }
 inline bool has_m(OptimizerKind k) { return kind_info(k).has_m; }
 inline bool has_v(OptimizerKind k) { return kind_info(k).has_v; }
 

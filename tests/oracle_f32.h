@@ -55,13 +55,28 @@ class OracleF32 {
     }
     ++t_;
     const float inv_scale = static_cast<float>(1.0 / loss_scale);
+    std::vector<std::vector<float>> gh(tensors_.size());
+    double sum_sq = 0.0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      std::vector<float> gh(grads[i].size());
-      for (size_t k = 0; k < gh.size(); ++k) gh[k] = grads[i][k] * inv_scale;
-      update(tensors_[i], gh, lr, weight_group_[i]);
+      gh[i].resize(grads[i].size());
+      for (size_t k = 0; k < gh[i].size(); ++k) {
+        gh[i][k] = grads[i][k] * inv_scale;
+        sum_sq += static_cast<double>(gh[i][k]) * gh[i][k];
+      }
     }
+    if (c_.max_grad_norm > 0.0) {
+      // Clipping: the total in double, the coefficient rounded to float once, ĝ*coef in float.
+      last_total_norm_ = std::sqrt(sum_sq);
+      const float coefficient = static_cast<float>(std::min(1.0, c_.max_grad_norm / (last_total_norm_ + 1e-6)));
+      for (auto& g : gh) {
+        for (float& x : g) x = x * coefficient;
+      }
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i) update(tensors_[i], gh[i], lr, weight_group_[i]);
     return true;
   }
+
+  double last_total_norm() const { return last_total_norm_; }
 
   const TensorStateF32& tensor(size_t id) const { return tensors_.at(id); }
 
@@ -130,6 +145,42 @@ class OracleF32 {
         }
         break;
       }
+      case OptimizerKind::kLion: {
+        const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
+        const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
+        for (size_t k = 0; k < n; ++k) {
+          const float c = b1 * s.m[k] + omb1 * gh[k];
+          const float sgn = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+          s.w[k] = s.w[k] * decay - lr * sgn;
+          s.m[k] = b2 * s.m[k] + omb2 * gh[k];
+        }
+        break;
+      }
+      case OptimizerKind::kLamb: {
+        const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
+        const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
+        const float eps = static_cast<float>(c_.eps);
+        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_))));
+        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_))));
+        std::vector<float> u(n);
+        double w_sq = 0, u_sq = 0;
+        for (size_t k = 0; k < n; ++k) {
+          s.m[k] = b1 * s.m[k] + omb1 * gh[k];
+          s.v[k] = b2 * s.v[k] + omb2 * (gh[k] * gh[k]);
+          u[k] = (s.m[k] * bc1) / (std::sqrt(s.v[k] * bc2) + eps) + wd * s.w[k];
+          w_sq += static_cast<double>(s.w[k]) * s.w[k];
+          u_sq += static_cast<double>(u[k]) * u[k];
+        }
+        float r = 1.0f;
+        if (weight_group) {
+          const double w_norm = std::sqrt(w_sq), u_norm = std::sqrt(u_sq);
+          r = (w_norm > 0.0 && u_norm > 0.0) ? static_cast<float>(w_norm / u_norm) : 1.0f;
+          s.trust = r;
+        }
+        const float lr_r = lr * r;
+        for (size_t k = 0; k < n; ++k) s.w[k] = s.w[k] - lr_r * u[k];
+        break;
+      }
     }
   }
 
@@ -147,6 +198,7 @@ class OracleF32 {
   std::vector<TensorStateF32> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;
+  double last_total_norm_ = 0.0;
 };
 
 // The bound for one checked quantity: at most kBoundFactor times the honest float32 error on

@@ -24,8 +24,8 @@
 namespace renaissance {
 namespace oracle {
 
-// The state of one tensor. `trust` is the LARS trust ratio η of the last applied step
-// (weight-group tensors of the LARS kinds only; 0 before the first step).
+// The state of one tensor. `trust` is the LARS trust ratio η (LAMB: r) of the last applied step
+// (weight-group tensors of the norm kinds only; 0 before the first step).
 struct TensorState {
   Eigen::ArrayXd w, m, v;
   double trust = 0.0;
@@ -61,14 +61,26 @@ class OracleF64 {
       }
     }
     ++t_;  // t counts applied steps only
+    std::vector<Eigen::ArrayXd> g_hat(tensors_.size());
+    double sum_sq = 0.0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const Eigen::Index n = tensors_[i].w.size();
       if (static_cast<Eigen::Index>(grads[i].size()) != n) throw std::invalid_argument("oracle: gradient size");
-      const Eigen::ArrayXd g_hat = Eigen::Map<const Eigen::ArrayXf>(grads[i].data(), n).cast<double>() / loss_scale;
-      update(tensors_[i], g_hat, lr, weight_group_[i]);
+      g_hat[i] = Eigen::Map<const Eigen::ArrayXf>(grads[i].data(), n).cast<double>() / loss_scale;
+      sum_sq += g_hat[i].square().sum();
     }
+    if (c_.max_grad_norm > 0.0) {
+      // torch.nn.utils.clip_grad_norm_: total over every parameter, coefficient clamped at 1.
+      last_total_norm_ = std::sqrt(sum_sq);
+      const double coefficient = std::min(1.0, c_.max_grad_norm / (last_total_norm_ + 1e-6));
+      for (auto& g : g_hat) g = g * coefficient;
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i) update(tensors_[i], g_hat[i], lr, weight_group_[i]);
     return true;
   }
+
+  // ‖ĝ‖ over all parameters before clipping, of the last applied step (clipping on).
+  double last_total_norm() const { return last_total_norm_; }
 
   int64_t t() const { return t_; }
   size_t size() const { return tensors_.size(); }
@@ -135,6 +147,28 @@ class OracleF64 {
         }
         break;
       }
+      case OptimizerKind::kLion: {
+        const Eigen::ArrayXd c = c_.beta1 * s.m + (1.0 - c_.beta1) * g_hat;
+        s.w = s.w * (1.0 - lr * wd) - lr * c.sign();  // Eigen's sign(0) is 0
+        s.m = c_.beta2 * s.m + (1.0 - c_.beta2) * g_hat;
+        break;
+      }
+      case OptimizerKind::kLamb: {
+        s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g_hat;
+        s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g_hat.square();
+        const double bc1 = 1.0 - std::pow(c_.beta1, static_cast<double>(t_));
+        const double bc2 = 1.0 - std::pow(c_.beta2, static_cast<double>(t_));
+        const Eigen::ArrayXd u = (s.m / bc1) / ((s.v / bc2).sqrt() + c_.eps) + wd * s.w;
+        double r = 1.0;  // the bias-like group is never adapted
+        if (weight_group) {
+          const double w_norm = std::sqrt(s.w.square().sum());
+          const double u_norm = std::sqrt(u.square().sum());
+          if (w_norm > 0.0 && u_norm > 0.0) r = w_norm / u_norm;
+          s.trust = r;
+        }
+        s.w = s.w - lr * r * u;
+        break;
+      }
     }
   }
 
@@ -155,6 +189,7 @@ class OracleF64 {
   std::vector<TensorState> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;
+  double last_total_norm_ = 0.0;
 };
 
 // ‖a - ref‖ / ‖ref‖ over one tensor, in double; the absolute ‖a - ref‖ when ref is all zero

@@ -2,7 +2,9 @@
 // the LARS trust ratios N, compared by relative L2 per tensor after every step of a run with an
 // lr schedule (lr = 0 on an applied step), loss scales != 1, a skipped (non-finite) step,
 // tensors of awkward sizes in all six roles, and regimes where every term matters (gradients
-// near eps, tiny and huge weights, the LARS clamp, β close to 1). Bounds come from an honest
+// near eps, tiny and huge weights, the LARS clamp, β close to 1), and global gradient-norm
+// clipping on every kind (steps where it is active and steps where it is not, the total norm
+// read back with last_grad_norm()). Bounds come from an honest
 // float32 implementation's error on the same inputs (tests/oracle_f32.h). Runs on every backend
 // under test, so the CUDA backend meets the same oracle.
 #include <gtest/gtest.h>
@@ -47,7 +49,12 @@ static_assert(kLrFactor[kZeroLrStep] == 0.0 && kZeroLrStep != kNonFiniteStep, "l
 struct MaxErrors {
   double w = 0, m = 0, v = 0, n = 0;
   double ratio = 0;  // worst (library error) / (honest float32 error), where the latter is > 0
+  int clipped_steps = 0, unclipped_steps = 0;  // applied steps with clipping on, by coefficient
 };
+
+// Per-step gradient multipliers of the clipping test: with max_grad_norm set to 3x the norm of a
+// factor-1 step, the steps with factor 10 are clipped and the others are not.
+constexpr double kClipStepFactor[kSteps] = {1.0, 10.0, 1.0, 10.0, 1.0, 10.0, 1.0, 1.0, 10.0};
 
 // Per tensor: the initial weights and the unscaled gradients are multiplied by these (in double,
 // then rounded to float once), to put tensors into regimes where every term of a rule matters.
@@ -60,7 +67,8 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<BackendKind, KindC
   // Runs the schedule on `params` from weights `w0` (regimes already applied) and checks every
   // tensor after every step. ASSERTs return early, so the result goes through `out`.
   void run(const std::vector<ParamSpec>& params, const std::vector<std::vector<float>>& w0,
-           const std::vector<double>& grad_factor, const OptimizerConfig& config, MaxErrors* out) {
+           const std::vector<double>& grad_factor, const OptimizerConfig& config, MaxErrors* out,
+           const double* step_factor = nullptr) {
     const BackendKind backend = std::get<0>(GetParam());
     const OptimizerKind kind = config.kind;
     TaskOptions options;
@@ -81,6 +89,11 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<BackendKind, KindC
         if (grad_factor[id] == 1.0) continue;
         for (float& x : g[id]) x = static_cast<float>(static_cast<double>(x) * grad_factor[id]);
       }
+      if (step_factor != nullptr && step_factor[s] != 1.0) {
+        for (auto& tensor : g) {
+          for (float& x : tensor) x = static_cast<float>(static_cast<double>(x) * step_factor[s]);
+        }
+      }
       if (s == kNonFiniteStep) {
         const size_t middle = params.size() / 2;
         ASSERT_GT(g[middle].size(), 0u);
@@ -94,6 +107,14 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<BackendKind, KindC
       ASSERT_EQ(honest.step(g, lr, scale), applied);
       ASSERT_EQ(task.last_step_skipped(), !applied) << "step " << s;
       ASSERT_EQ(task.step_count(), ref.t()) << "step " << s;
+      if (config.max_grad_norm > 0.0 && applied) {
+        // The total norm the device computed, against the oracle's (bound as for every check).
+        const double want = ref.last_total_norm();
+        const double err = std::abs(task.last_grad_norm() - want) / want;
+        EXPECT_LE(err, oracle::bound_from_f32(std::abs(honest.last_total_norm() - want) / want))
+            << "total gradient norm at step " << s << ": " << task.last_grad_norm() << " vs " << want;
+        (config.max_grad_norm < want ? max.clipped_steps : max.unclipped_steps) += 1;
+      }
 
       const testing_util::TaskState got = testing_util::read_state(task);
       for (size_t id = 0; id < params.size(); ++id) {
@@ -116,8 +137,8 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<BackendKind, KindC
         if (testing_util::has_v(kind)) {
           check("V", oracle::relative_l2(got.v[id], want.v), oracle::relative_l2(f32.v, want.v), &max.v);
         }
-        if (testing_util::is_lars(kind) && ref.is_weight_group(id) && ref.t() > 0) {
-          // N holds the trust ratio η of the last applied step (one float per tensor).
+        if (kind_info(kind).norm != NormPass::kNone && ref.is_weight_group(id) && ref.t() > 0) {
+          // N holds the trust ratio (LARS η, LAMB r) of the last applied step (one float per tensor).
           check("N (trust ratio)", std::abs(static_cast<double>(got.n[id]) - want.trust) / want.trust,
                 std::abs(static_cast<double>(f32.trust) - want.trust) / want.trust, &max.n);
         }
@@ -234,6 +255,28 @@ TEST_P(OracleTest, NearEpsTinyHugeWeightsAndTheClampWithBetaNearOne) {
   MaxErrors e;
   run(params, regimes, 8, beta_near_one(std::get<1>(GetParam()).config), &e);
   report("extremes_beta_near_one", e);
+}
+
+// Global gradient-norm clipping on every kind: max_grad_norm between the norms of the plain and
+// the scaled-up steps, so that the run has clipped and unclipped steps (both counted), and the
+// skipped step. The oracle clips in float64 (torch's clip_grad_norm_ semantics).
+TEST_P(OracleTest, GradientNormClipping) {
+  RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
+  const std::vector<int64_t> sizes = {1, 7, 17, 1023, 4097, 70001};
+  const std::vector<ParamSpec> params = testing_util::layout_of_sizes(sizes);
+  // The norm of a factor-1 step (scale 1) sets the threshold.
+  double sum_sq = 0.0;
+  for (const auto& tensor : testing_util::make_grads(params, 17, 0, 1.0)) {
+    for (float x : tensor) sum_sq += static_cast<double>(x) * x;
+  }
+  OptimizerConfig config = std::get<1>(GetParam()).config;
+  config.max_grad_norm = 3.0 * std::sqrt(sum_sq);
+  const std::vector<double> unit(params.size(), 1.0);
+  MaxErrors e;
+  run(params, testing_util::make_weights(params, 9), unit, config, &e, kClipStepFactor);
+  report("clipping", e);
+  EXPECT_GE(e.clipped_steps, 3);
+  EXPECT_GE(e.unclipped_steps, 3);
 }
 
 // The regimes really are reached: computed with the float64 oracle alone, before any library

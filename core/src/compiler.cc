@@ -1,6 +1,7 @@
 // The compiler: turns (MemoryPlan, optimizer config) into the step graphs (docs/design.md).
-// A step is: the non-finite check over the whole G family, the step counter (and Adam bias
-// corrections), the kind's norm pass when kKindTable asks for one, then one update node per
+// A step is: the non-finite check over the whole G family (fused with the tile partials of the
+// global gradient norm and followed by the clip coefficient when max_grad_norm > 0), the step
+// counter (and Adam bias corrections), the kind's norm pass when kKindTable asks for one, then one update node per
 // non-empty group. The node count depends on the kind, never on the number of tensors.
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
@@ -39,7 +40,21 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   }
 
   auto& pre = step.graphs[static_cast<int>(GraphId::kPreStep)];
-  if (check_finite) {
+  step.clip = config.max_grad_norm > 0.0;
+  if (step.clip) {
+    // One read of G for both the check and the norm (docs/math.md, "Gradient-norm clipping").
+    GraphNode partials;
+    partials.kind = NodeKind::kRange;
+    partials.range_op = RangeOp::GRAD_NORM_PARTIALS;
+    partials.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+    partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
+    partials.check_finite = check_finite;
+    pre.push_back(partials);
+    GraphNode coefficient = partials;
+    coefficient.kind = NodeKind::kCompute;
+    coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
+    pre.push_back(coefficient);
+  } else if (check_finite) {
     GraphNode check;
     check.kind = NodeKind::kRange;
     check.range_op = RangeOp::CHECK_FINITE;
@@ -71,12 +86,14 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     GraphNode partials = group_node(Group::kWeight);
     partials.range_op = RangeOp::NORM_TILE_PARTIALS;
     partials.norm = norm_tables;
-    partials.norm_inputs = NormInputs::kWeightAndGradient;
+    partials.norm_inputs = kind.norm == NormPass::kLambTrustRatio ? NormInputs::kLambMoments
+                                                                  : NormInputs::kWeightAndGradient;
     norms.push_back(partials);
     GraphNode ratio = group_node(Group::kWeight);
     ratio.kind = NodeKind::kCompute;
     ratio.compute_op = ComputeOp::NORM_TRUST_RATIO;
     ratio.norm = norm_tables;
+    ratio.ratio = kind.norm == NormPass::kLambTrustRatio ? NormRatio::kLamb : NormRatio::kLars;
     norms.push_back(ratio);
   }
 

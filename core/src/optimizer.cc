@@ -73,6 +73,11 @@ void check_float32_domain(const OptimizerConfig& c) {
 }
 }  // namespace
 
+void check_max_grad_norm(double max_norm) {
+  check_non_negative("max_grad_norm", max_norm);
+  check_f32("max_grad_norm", max_norm, true);
+}
+
 void check_lr(double lr) { check_non_negative("lr", lr); check_f32("lr", lr, false); }
 void check_loss_scale(double scale) {
   check_positive("loss scale", scale);
@@ -100,6 +105,7 @@ void OptimizerConfig::validate() const {
                   optimizer_kind_name(kind));
   }
   check_float32_domain(*this);
+  check_max_grad_norm(max_grad_norm);
 }
 
 // ---- SGD ----
@@ -109,6 +115,7 @@ SGD& SGD::momentum(double v) { check_unit_interval("momentum", v); c_.momentum =
 SGD& SGD::nesterov(bool v) { nesterov_ = v; return *this; }
 SGD& SGD::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
 SGD& SGD::weight_decay_mode(WeightDecayMode v) { c_.weight_decay_mode = v; return *this; }
+SGD& SGD::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 OptimizerConfig SGD::config() const {
   OptimizerConfig c = c_;
   if (nesterov_) {
@@ -127,6 +134,7 @@ Adam& Adam::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; ret
 Adam& Adam::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
 Adam& Adam::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
 Adam& Adam::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
+Adam& Adam::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 AdamW::AdamW() { c_ = default_config(OptimizerKind::kAdamW); }
 
 // ---- LARS ----
@@ -137,11 +145,28 @@ LARS& LARS::nesterov(bool v) { nesterov_ = v; return *this; }
 LARS& LARS::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
 LARS& LARS::trust_coefficient(double v) { check_positive("trust_coefficient", v); c_.trust_coefficient = v; return *this; }
 LARS& LARS::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
+LARS& LARS::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 OptimizerConfig LARS::config() const {
   OptimizerConfig c = c_;
   c.kind = nesterov_ ? OptimizerKind::kLarsNesterov : OptimizerKind::kLars;
   if (nesterov_ && c.momentum <= 0.0) reject("momentum", c.momentum, "nesterov requires momentum > 0");
   return c;
 }
+
+// ---- Lion / LAMB ----
+Lion::Lion() : c_(default_config(OptimizerKind::kLion)) {}
+Lion& Lion::lr(double v) { check_lr(v); c_.lr = v; return *this; }
+Lion& Lion::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
+Lion& Lion::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
+Lion& Lion::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
+Lion& Lion::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
+
+LAMB::LAMB() : c_(default_config(OptimizerKind::kLamb)) {}
+LAMB& LAMB::lr(double v) { check_lr(v); c_.lr = v; return *this; }
+LAMB& LAMB::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
+LAMB& LAMB::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
+LAMB& LAMB::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
+LAMB& LAMB::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
+LAMB& LAMB::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 
 }  // namespace renaissance

@@ -146,6 +146,11 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     place(T_NORM_TILES, tiles, tiles, sizeof(NormTile));
     place(T_NORM_TENSORS, norm_tensors_.size(), norm_tensors_.size(), sizeof(NormTensor));
   }
+  // Gradient-norm clipping's tile partials over the whole G family, for every kind: clipping
+  // is an option of the config, not of the plan (a few bytes per 64K parameters).
+  const uint64_t g_count = region_range(G_BN_BIAS, G_DEEP_CONV).count;
+  const uint64_t grad_tiles = math::grad_norm_tile_count(g_count);
+  place(T_GRAD_NORM_PARTIALS, grad_tiles, grad_tiles, sizeof(double));
   arena_bytes_ = offset;
 }
 

@@ -27,6 +27,10 @@ Task& Task::optimizer(const OptimizerConfig& config) {
     throw_invalid(std::string("cannot change the optimizer from ") + optimizer_kind_name(config_.kind) +
                   " to " + optimizer_kind_name(config.kind) + " after compile()");
   }
+  // The value of max_grad_norm is a scalar slot; turning clipping on or off changes the graph.
+  if (compiled() && (config.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
+    throw_invalid("cannot turn gradient-norm clipping on or off after compile(); compile again");
+  }
   config_ = config;
   have_optimizer_ = true;
   lr_ = config.lr;
@@ -54,6 +58,8 @@ void Task::compile() {
   }
   backend_ = std::move(backend);
   write_hyperparameters();
+  // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
+  write_f32_slot(kClipCoefficient, 1.0f);
   backend_->prepare(step_);
 }
 
@@ -82,7 +88,10 @@ void Task::write_hyperparameters() {
   f64[kWeightDecayD] = config_.weight_decay;
   f64[kEpsD] = config_.eps;
   f64[kTrustCoefficientD] = config_.trust_coefficient;
-  backend_->upload(plan_.region(S_SCALAR_FP64).offset, f64, sizeof(f64));
+  f64[kMaxGradNormD] = config_.max_grad_norm;
+  // The last total norm (kGradNormD) is the device's: leave it alone.
+  static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
+  backend_->upload(plan_.region(S_SCALAR_FP64).offset, f64, kGradNormD * sizeof(double));
 }
 
 void Task::write_f32_slot(int slot, float value) {
@@ -193,6 +202,13 @@ std::vector<double> Task::timed_steps(int count) {
 int64_t Task::step_count() { return read_i32_slot(kStep); }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }
+
+double Task::last_grad_norm() {
+  require_compiled("last_grad_norm()");
+  double value = 0.0;
+  backend_->download(plan_.region(S_SCALAR_FP64).offset + kGradNormD * sizeof(double), &value, sizeof(value));
+  return value;
+}
 
 Backend& Task::backend() {
   require_compiled("backend()");

@@ -25,7 +25,7 @@ constexpr int kNumStreamKinds = 2;
 
 // The named graphs of one step, run in this order.
 enum class GraphId : int {
-  kPreStep = 0,    // non-finite check over G, step counter and bias corrections
+  kPreStep = 0,    // non-finite check (fused with the clip norm) over G, step counter, bias corrections
   kNorms = 1,      // norm passes: tile partials and per-tensor ratios
   kOptimizer = 2,  // the updates
 };
@@ -41,7 +41,15 @@ struct NormTables {
 
 // What a NORM_TILE_PARTIALS node squares and sums, component by component.
 enum class NormInputs : int {
-  kWeightAndGradient = 0,  // component 0: ‖w‖², component 1: ‖ĝ‖² with ĝ = g*(1/scale)
+  kWeightAndGradient = 0,  // component 0: ‖w‖², component 1: ‖ĝ‖² with ĝ = (g*(1/scale))*clip
+  kLambMoments = 1,        // LAMB phase 1: updates m, v from ĝ; component 0: ‖w‖², 1: ‖u‖²
+};
+
+// Which formula NORM_TRUST_RATIO applies to a tensor's two sums (chosen by the compiler from
+// kKindTable's NormPass).
+enum class NormRatio : int {
+  kLars = 0,  // math::lars_trust_ratio(‖w‖², ‖ĝ‖², tc, wd, eps)
+  kLamb = 1,  // math::lamb_trust_ratio(‖w‖², ‖u‖²)
 };
 
 struct GraphNode {
@@ -56,12 +64,16 @@ struct GraphNode {
   Span n;                  // per-tensor trust ratios of the group (norm kinds)
   NormTables norm;         // NORM_* nodes and the tile-wise updates that read the ratios
   NormInputs norm_inputs = NormInputs::kWeightAndGradient;
+  NormRatio ratio = NormRatio::kLars;
+  // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
+  bool check_finite = false;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
 };
 
 struct CompiledStep {
   std::array<std::vector<GraphNode>, kNumGraphs> graphs;
   bool check_finite = true;
+  bool clip = false;  // gradient-norm clipping on (GRAD_NORM_PARTIALS + CLIP_COEFFICIENT)
   // Arena offsets every backend needs to reach the scalars.
   Span scalars_f32, scalars_i32, scalars_f64;
 

@@ -22,8 +22,10 @@ enum class OptimizerKind {
   kAdamW,
   kLars,
   kLarsNesterov,
+  kLion,
+  kLamb,
 };
-constexpr int kNumOptimizerKinds = 7;
+constexpr int kNumOptimizerKinds = 9;
 
 // The hyperparameters a configuration holds (each kind reads the ones it needs).
 struct Hyperparameters {
@@ -40,10 +42,11 @@ struct Hyperparameters {
 enum class NormPass {
   kNone,
   kLarsTrustRatio,  // ‖w‖², ‖ĝ‖² per weight-group tensor -> the LARS trust ratio in N
+  kLambTrustRatio,  // phase 1 updates m, v; ‖w‖², ‖u‖² per weight-group tensor -> LAMB's r in N
 };
 
 // Which builder family a kind belongs to: it decides which hyperparameters the kind reads.
-enum class KindFamily { kSgd, kAdam, kLars };
+enum class KindFamily { kSgd, kAdam, kLars, kLion, kLamb };
 
 struct KindInfo {
   OptimizerKind kind;
@@ -113,6 +116,23 @@ inline constexpr KindInfo kKindTable[] = {
      {0.1, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.02, 1e-3, 0.9, 0.9, 0.999, 1e-8, 0.2},
      {0.5, 5e-5, 0.9, 0.9, 0.999, 1e-8, 0.001}, 1e-4},
+    // Lion reads lr, wd, beta1, beta2 (no eps); one state buffer: reads g, w, m, writes w, m.
+    // The drift lr is small: a sign flips where c is within rounding of 0, moving w by 2*lr.
+    {OptimizerKind::kLion, "lion", "Lion: sign of the interpolated momentum (timm Lion)", KindFamily::kLion,
+     true, false, NormPass::kNone, false, false, false,
+     RangeOp::UPDATE_LION, RangeOp::UPDATE_LION, 20.0,
+     {1e-4, 0.0, 0.0, 0.9, 0.99, 1e-8, 0.001},
+     {1e-3, 0.1, 0.0, 0.9, 0.99, 1e-8, 0.001},
+     {1e-4, 0.01, 0.0, 0.9, 0.99, 1e-8, 0.001}, 1e-6},
+    // LAMB adapts only the weight group (two phases: moments + norms, then the update); the
+    // bias-like group is one pass with r = 1 and wd = 0. Traffic: phase 1 reads g, w, m, v and
+    // writes m, v (24 B), phase 2 reads w, m, v and writes w (16 B).
+    {OptimizerKind::kLamb, "lamb", "LAMB: layer-wise trust ratio on bias-corrected Adam (timm Lamb)",
+     KindFamily::kLamb, true, true, NormPass::kLambTrustRatio, true, false, false,
+     RangeOp::UPDATE_LAMB, RangeOp::UPDATE_LAMB_BIAS, 40.0,
+     {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001},
+     {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-6, 0.001},
+     {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001}, 2e-4},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.

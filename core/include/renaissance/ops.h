@@ -15,12 +15,17 @@ namespace renaissance {
   X(UPDATE_ADAMW)              \
   X(NORM_TILE_PARTIALS)        \
   X(UPDATE_LARS)               \
-  X(UPDATE_LARS_NESTEROV)
+  X(UPDATE_LARS_NESTEROV)      \
+  X(GRAD_NORM_PARTIALS)        \
+  X(UPDATE_LION)               \
+  X(UPDATE_LAMB)               \
+  X(UPDATE_LAMB_BIAS)
 
 // Ops over scalars and per-tensor values.
 #define RN_COMPUTE_OPS(X) \
   X(ADVANCE_STEP)         \
-  X(NORM_TRUST_RATIO)
+  X(NORM_TRUST_RATIO)     \
+  X(CLIP_COEFFICIENT)
 
 enum class RangeOp : int {
 #define RN_ENUM_ENTRY(name) name,

@@ -1,4 +1,4 @@
-// Optimizer configurations and the fluent builders SGD(), Adam(), AdamW(), LARS(). The kinds
+// Optimizer configurations and the fluent builders SGD(), Adam(), AdamW(), LARS(), Lion(), LAMB(). The kinds
 // themselves are described in renaissance/kinds.h. Hyperparameters are held as double
 // (docs/math.md: derived scalars such as 1-β2 are formed in double from the configured values).
 // Every setter validates its value and throws Error(kInvalidArgument) naming the parameter and
@@ -30,6 +30,8 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double trust_coefficient = 0.001;
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
+  // Global gradient-norm clipping for every kind (docs/math.md): 0 = off, else the max ‖ĝ‖.
+  double max_grad_norm = 0.0;
 
   // Rechecks every field against its kind (used by compile() and by file loaders).
   void validate() const;
@@ -51,6 +53,7 @@ double bytes_per_param(OptimizerKind kind, bool check_finite);
 // Validators shared by the builders, Task::set_lr and Task::set_loss_scale.
 void check_lr(double lr);
 void check_loss_scale(double scale);
+void check_max_grad_norm(double max_norm);  // finite, >= 0, a float32 that is not rounded to 0
 
 // Fluent builders. The kind follows from the settings: SGD().momentum(0.9) is sgd_momentum,
 // .nesterov(true) makes it sgd_nesterov (an error without momentum at compile()).
@@ -62,6 +65,7 @@ class SGD {
   SGD& nesterov(bool v);
   SGD& weight_decay(double v);
   SGD& weight_decay_mode(WeightDecayMode v);
+  SGD& max_grad_norm(double v);
   OptimizerConfig config() const;
 
  private:
@@ -77,6 +81,7 @@ class Adam {
   Adam& beta2(double v);
   Adam& eps(double v);
   Adam& weight_decay(double v);
+  Adam& max_grad_norm(double v);
   OptimizerConfig config() const { return c_; }
 
  protected:
@@ -91,6 +96,7 @@ class AdamW : public Adam {
   AdamW& beta2(double v) { Adam::beta2(v); return *this; }
   AdamW& eps(double v) { Adam::eps(v); return *this; }
   AdamW& weight_decay(double v) { Adam::weight_decay(v); return *this; }
+  AdamW& max_grad_norm(double v) { Adam::max_grad_norm(v); return *this; }
 };
 
 class LARS {
@@ -102,11 +108,43 @@ class LARS {
   LARS& weight_decay(double v);
   LARS& trust_coefficient(double v);
   LARS& eps(double v);
+  LARS& max_grad_norm(double v);
   OptimizerConfig config() const;
 
  private:
   OptimizerConfig c_;
   bool nesterov_ = false;
+};
+
+// Lion (kind lion): lr, beta1, beta2, weight_decay (decoupled).
+class Lion {
+ public:
+  Lion();
+  Lion& lr(double v);
+  Lion& beta1(double v);
+  Lion& beta2(double v);
+  Lion& weight_decay(double v);
+  Lion& max_grad_norm(double v);
+  OptimizerConfig config() const { return c_; }
+
+ private:
+  OptimizerConfig c_;
+};
+
+// LAMB (kind lamb): lr, beta1, beta2, eps, weight_decay (added to the direction u).
+class LAMB {
+ public:
+  LAMB();
+  LAMB& lr(double v);
+  LAMB& beta1(double v);
+  LAMB& beta2(double v);
+  LAMB& eps(double v);
+  LAMB& weight_decay(double v);
+  LAMB& max_grad_norm(double v);
+  OptimizerConfig config() const { return c_; }
+
+ private:
+  OptimizerConfig c_;
 };
 
 }  // namespace renaissance

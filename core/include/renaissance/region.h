@@ -51,6 +51,7 @@ enum Region : int {
   T_NORM_PARTIALS,  // norm pass scratch: math::kNormComponents doubles per tile
   T_NORM_TILES,     // norm tile table (NormTile per tile), written once at compile()
   T_NORM_TENSORS,   // per-tensor tile ranges (NormTensor per tensor of the normed group)
+  T_GRAD_NORM_PARTIALS,  // clipping scratch: one double per grad-norm tile of G (norm_reduction.h)
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

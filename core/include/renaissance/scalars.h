@@ -20,6 +20,9 @@ enum ScalarF32 : int {
   kInvLossScale,  // 1/scale, formed in double
   kBiasCorrection1,  // 1/(1 - beta1^t), advanced on the device each applied step
   kBiasCorrection2,
+  // Global gradient-norm clipping (docs/math.md): min(1, max_norm/(total + 1e-6)) rounded to
+  // float once, written on the device each step; 1.0f when clipping is off (x*1.0f == x).
+  kClipCoefficient,
   kNumScalarF32
 };
 
@@ -36,6 +39,8 @@ enum ScalarF64 : int {
   kWeightDecayD,  // the trust ratio is computed in double from the configured values
   kEpsD,
   kTrustCoefficientD,
+  kMaxGradNormD,  // clipping's max_norm as configured (0: off)
+  kGradNormD,     // the total ‖ĝ‖ of the last step (clipping on), for Task::last_grad_norm()
   kNumScalarF64
 };
 

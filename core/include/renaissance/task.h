@@ -64,6 +64,8 @@ class Task {
   Task& optimizer(const SGD& b) { return optimizer(b.config()); }
   Task& optimizer(const Adam& b) { return optimizer(b.config()); }
   Task& optimizer(const LARS& b) { return optimizer(b.config()); }
+  Task& optimizer(const Lion& b) { return optimizer(b.config()); }
+  Task& optimizer(const LAMB& b) { return optimizer(b.config()); }
 
   // Plans the arena, builds the step graphs and hands them to the backend. Weights, gradients
   // and state start at zero.
@@ -105,6 +107,10 @@ class Task {
   int64_t step_count();          // applied steps
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
   bool last_step_skipped();
+  // The total gradient norm ‖ĝ‖ (ĝ = g*(1/scale), before clipping) that the last step computed
+  // on the device, copied to the host on request. Only a step with max_grad_norm > 0 computes
+  // it: 0 before the first such step. A skipped step's norm is not finite.
+  double last_grad_norm();
 
   // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on
   // every machine and backend for the same run. 16 hex digits.

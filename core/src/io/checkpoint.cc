@@ -11,7 +11,7 @@
 //            beta1, beta2, eps, trust_coefficient (the configured values), f64 the task's current
 //            lr and loss scale, i64 applied steps, i64 skipped steps; since version 2: u32
 //            check-finite flag, the run settings (str schedule, i64 schedule steps, i64 warm-up,
-//            u64 seed). Version 1 files (without these) are refused naming both versions: a resume
+//            u64 seed), f64 max_grad_norm (0: no clipping). Version 1 files (without these) are refused naming both versions: a resume
 //            must not guess the configuration it continues.
 //   LAYOUT   u64 parameter count; per parameter: str name, u32 role, u32 rank, i64 extents
 //   W/M/V/N  u64 element count, then the elements of every tensor in parameter order (N: one
@@ -350,6 +350,7 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
   info->run.schedule_steps = c.i64();
   info->run.warmup = c.i64();
   info->run.seed = c.u64();
+  cfg.max_grad_norm = c.f64();
   c.expect_end();
   if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
   if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
@@ -437,6 +438,7 @@ void Task::save(const std::string& path) {
   meta.i64(run_settings_.schedule_steps);
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
+  meta.f64(config_.max_grad_norm);
 
   Bytes layout;
   layout.u64(params_.size());
@@ -528,6 +530,10 @@ void Task::load(const std::string& path) {
       auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
       throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
                     ", task uses " + mode_name(config_.weight_decay_mode));
+    }
+    if ((cfg.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
+                    " gradient-norm clipping, task runs " + (config_.max_grad_norm > 0.0 ? "with" : "without") + " it");
     }
     if (d.info.check_finite != options_.check_finite) {
       throw_invalid("checkpoint " + path + ": checkpoint was made " +

@@ -64,7 +64,7 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& file
   const std::pair<const char*, double*> numbers[] = {
       {"lr", &c.lr},     {"weight_decay", &c.weight_decay}, {"momentum", &c.momentum},
       {"beta1", &c.beta1}, {"beta2", &c.beta2},             {"eps", &c.eps},
-      {"trust_coefficient", &c.trust_coefficient}};
+      {"trust_coefficient", &c.trust_coefficient}, {"max_grad_norm", &c.max_grad_norm}};
   for (auto it = o.begin(); it != o.end(); ++it) {
     const std::string& key = it.key();
     if (key == "kind") continue;
@@ -85,7 +85,8 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& file
     }
     if (!known) {
       throw_format(where + ": unknown key " + sq(key) +
-                   " (expected kind, lr, weight_decay, momentum, beta1, beta2, eps, trust_coefficient, weight_decay_mode)");
+                    " (expected kind, lr, weight_decay, momentum, beta1, beta2, eps, trust_coefficient, max_grad_norm, "
+                   "weight_decay_mode)");
     }
   }
   try {

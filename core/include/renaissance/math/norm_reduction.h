@@ -49,5 +49,25 @@ RN_HD void add_tile_partials(double* sums, const double* partials, int64_t count
   }
 }
 
+// ---- Global gradient norm (clipping, docs/math.md "Gradient-norm clipping") ----
+// The total ‖ĝ‖ of a step, ĝ = g*(1/scale) rounded to float, is reduced over the whole G family
+// as one contiguous span in arena order (bias-like roles first, then the weight roles, every
+// region's zero padding included: padding adds +0.0). The span is cut into grad-norm tiles of
+// kGradNormTile elements, tile t = elements [t*kGradNormTile, min((t+1)*kGradNormTile, count));
+// within a tile lane j accumulates in double, in order, the squares of elements j, j + kNormLanes,
+// j + 2*kNormLanes, ... (as for tensor norms), then norm_lane_tree; lane 0 is the tile's partial.
+// The total is sqrt of the partials added in tile order starting at 0.0 (add_grad_norm_partials).
+// A tile is 16 norm tiles so that the serial, in-order sum of the partials stays short.
+constexpr int64_t kGradNormTile = 16 * static_cast<int64_t>(kNormTile);
+
+RN_HD int64_t grad_norm_tile_count(uint64_t count) {
+  return static_cast<int64_t>((count + kGradNormTile - 1) / kGradNormTile);
+}
+
+// Adds `count` consecutive grad-norm tile partials, in order, to *sum (0.0 before the first).
+RN_HD void add_grad_norm_partials(double* sum, const double* partials, int64_t count) {
+  for (int64_t t = 0; t < count; ++t) *sum = *sum + partials[t];
+}
+
 }  // namespace math
 }  // namespace renaissance

@@ -1,0 +1,53 @@
+// CPU op UPDATE_LION (both groups; the bias-like group gets wd = 0 through the coefficients):
+// one element-wise pass, reads g, w, m and writes w, m (rules::lion).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend_cpu/ops_lion.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "backend_cpu/simd_policy-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace renaissance {
+namespace cpu {
+namespace HWY_NAMESPACE {
+
+void Lion(float* w, const float* g, float* m, size_t n, const float* s, bool weight_group) {
+  const auto cv = vector_coeffs(s, weight_group);
+  const auto cs = scalar_coeffs(s, weight_group);
+  for_each_element<true, false>(
+      w, g, m, nullptr, n,
+      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec&) { rules::lion<VectorPolicy>(wv, gv, mv, cv); },
+      [&](float& wv, float gv, float& mv, float&) { rules::lion<rules::ScalarPolicy>(wv, gv, mv, cs); });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace renaissance
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "backend_cpu/cpu_ops.h"
+
+namespace renaissance {
+namespace cpu {
+
+HWY_EXPORT(Lion);
+
+void run_UPDATE_LION(const CpuContext& ctx, const GraphNode& node) {
+  if (ctx.step_skipped()) return;
+  float* w = ctx.at<float>(node.w);
+  const float* g = ctx.at<float>(node.g);
+  float* m = ctx.at<float>(node.m);
+  const float* s = ctx.scalars.f32;
+  const bool weight_group = node.group == Group::kWeight;
+  auto* fn = &HWY_DYNAMIC_DISPATCH(Lion);
+  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
+    fn(w + begin, g + begin, m + begin, end - begin, s, weight_group);
+  });
+}
+
+}  // namespace cpu
+}  // namespace renaissance
+#endif  // HWY_ONCE
