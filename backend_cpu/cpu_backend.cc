@@ -95,22 +95,28 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
-  double copy_bandwidth_gbps(uint64_t bytes) override {
-    // A parallel memcpy over two buffers the size of a step's traffic; median of 5 runs.
-    // (It pays for write-allocate, which an in-place update does not: see bench/ for the
-    // same-traffic kernel that is the fair CPU floor.)
-    const uint64_t n = std::max<uint64_t>(bytes / sizeof(float), 1 << 20);
-    std::vector<float> src(n, 1.0f), dst(n, 0.0f);
-    std::vector<double> seconds;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto start = std::chrono::steady_clock::now();
-      parallel_blocks(threads_, n, kChunkElements, [&](uint64_t b, uint64_t e) {
-        std::memcpy(dst.data() + b, src.data() + b, (e - b) * sizeof(float));
-      });
-      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // The same-traffic reference over this arena, with the step's threads and chunking
+  // (Backend::same_traffic_gbps). The key is 0 but opaque to the compiler.
+  double same_traffic_gbps(const std::vector<TrafficPass>& passes, int runs) override {
+    static volatile uint32_t key = 0;
+    static volatile uint32_t sink = 0;
+    CpuContext ctx;
+    ctx.arena = arena_;
+    ctx.threads = threads_;
+    for (const TrafficPass& p : passes) {
+      for (uint64_t off : p.reads) check_range(off, p.count * sizeof(float));
+      for (uint64_t off : p.updates) check_range(off, p.count * sizeof(float));
     }
-    std::sort(seconds.begin(), seconds.end());
-    return 2.0 * static_cast<double>(n * sizeof(float)) / seconds[seconds.size() / 2] / 1e9;
+    std::vector<double> seconds;
+    const int warmup = runs > 1 ? 1 : 0;
+    for (int rep = 0; rep < warmup + std::max(runs, 1); ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      uint32_t fold = 0;
+      for (const TrafficPass& p : passes) fold ^= run_same_traffic_pass(ctx, p, key);
+      sink = fold;
+      if (rep >= warmup) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return traffic_bytes(passes) / *std::min_element(seconds.begin(), seconds.end()) / 1e9;
   }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,

@@ -51,6 +51,10 @@ RN_RANGE_OPS(RN_DECLARE_CPU_RANGE_OP)
 RN_COMPUTE_OPS(RN_DECLARE_CPU_RANGE_OP)
 #undef RN_DECLARE_CPU_RANGE_OP
 
+// One pass of the same-traffic reference over ctx.arena (ops_same_traffic.cc); every bit stays
+// as it was when key is 0. Returns a fold of what was read, for the caller to keep alive.
+uint32_t run_same_traffic_pass(const CpuContext& ctx, const TrafficPass& pass, uint32_t key);
+
 // Name of the Highway target the dispatcher currently picks (for describe() and tests).
 const char* current_simd_target();
 

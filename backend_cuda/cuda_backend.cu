@@ -178,8 +178,9 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { RN_CUDA_CHECK(cudaStreamSynchronize(origin())); }
 
-  // CUDA events around each step on the step stream (Backend's default uses a host clock).
-  std::vector<double> timed_steps(const CompiledStep& step, int count) override {
+  // CUDA events around each step on the step stream (Backend's default uses a host clock);
+  // synced: wait for each step before launching the next (Backend::timed_steps).
+  std::vector<double> timed_steps(const CompiledStep& step, int count, bool synced = false) override {
     std::vector<cudaEvent_t> events(2 * static_cast<size_t>(std::max(count, 0)), nullptr);
     std::vector<double> ms;
     try {
@@ -188,6 +189,7 @@ class CudaBackend final : public Backend {
         RN_CUDA_CHECK(cudaEventRecord(events[2 * i], origin()));
         execute(step);
         RN_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], origin()));
+        if (synced) RN_CUDA_CHECK(cudaEventSynchronize(events[2 * i + 1]));
       }
       RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
       for (int i = 0; i < count; ++i) {
@@ -217,40 +219,42 @@ class CudaBackend final : public Backend {
     }
   }
 
-  double copy_bandwidth_gbps(uint64_t bytes) override {
-    const uint64_t n = std::max<uint64_t>(bytes, uint64_t{1} << 24) / 256 * 256;
-    char* src = nullptr;
-    char* dst = nullptr;
+  // The same-traffic reference over this arena on the step stream, with the step's launch
+  // shape: CUDA events around each run of all passes (Backend::same_traffic_gbps).
+  double same_traffic_gbps(const std::vector<TrafficPass>& passes, int runs) override {
+    for (const TrafficPass& p : passes) {
+      for (uint64_t off : p.reads) check_range(off, p.count * sizeof(float));
+      for (uint64_t off : p.updates) check_range(off, p.count * sizeof(float));
+    }
+    static volatile uint32_t key = 0;  // 0, but the compiler cannot know: the loads stay
+    uint32_t* sink = nullptr;
     cudaEvent_t start = nullptr, stop = nullptr;
     auto release = [&] {
-      if (src != nullptr) (void)cudaFree(src);
-      if (dst != nullptr) (void)cudaFree(dst);
+      if (sink != nullptr) (void)cudaFree(sink);
       if (start != nullptr) (void)cudaEventDestroy(start);
       if (stop != nullptr) (void)cudaEventDestroy(stop);
     };
     std::vector<float> ms;
     try {
-      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&src), n));
-      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dst), n));
+      RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(uint32_t)));
       RN_CUDA_CHECK(cudaEventCreate(&start));
       RN_CUDA_CHECK(cudaEventCreate(&stop));
-      RN_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, n, origin()));  // non-zero bytes: copy ordinary data, as a step does
-      for (int rep = 0; rep < 23; ++rep) {
+      const int warmup = runs > 1 ? 1 : 0;
+      for (int rep = 0; rep < warmup + std::max(runs, 1); ++rep) {
         RN_CUDA_CHECK(cudaEventRecord(start, origin()));
-        RN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, origin()));
+        for (const TrafficPass& p : passes) launch_same_traffic(arena_, p, key, sink, launch_, origin());
         RN_CUDA_CHECK(cudaEventRecord(stop, origin()));
         RN_CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0.0f;
         RN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (rep >= 3) ms.push_back(t);  // the first copies warm up clocks and the TLB
+        if (rep >= warmup) ms.push_back(t);  // a first run warms up clocks and the TLB
       }
     } catch (...) {
       release();
       throw;
     }
     release();
-    std::sort(ms.begin(), ms.end());
-    return 2.0 * static_cast<double>(n) / (static_cast<double>(ms[ms.size() / 2]) * 1e-3) / 1e9;
+    return traffic_bytes(passes) / (static_cast<double>(*std::min_element(ms.begin(), ms.end())) * 1e-3) / 1e9;
   }
 
   cudaStream_t origin() const { return streams_[static_cast<int>(StreamKind::kUpdate)]; }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend_cuda/cuda_check.h"
+#include "renaissance/backend.h"
 #include "renaissance/graph.h"
 #include "renaissance/scalars.h"
 
@@ -73,6 +74,11 @@ int fit_block(int requested) {
 RN_RANGE_OPS(RN_DECLARE_CUDA_OP)
 RN_COMPUTE_OPS(RN_DECLARE_CUDA_OP)
 #undef RN_DECLARE_CUDA_OP
+
+// One pass of the same-traffic reference over the arena (kernels_same_traffic.cu); every bit
+// stays as it was when key is 0, and sink (4 device bytes) is written only when it is not.
+void launch_same_traffic(char* arena, const TrafficPass& pass, uint32_t key, uint32_t* sink,
+                         const LaunchConfig& launch, cudaStream_t stream);
 
 // Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into g[0, count).
 void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,

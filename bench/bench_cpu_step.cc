@@ -1,43 +1,13 @@
 // CPU benchmarks (Google Benchmark): every optimizer kind on the resnet50, bert_base and
 // gpt2_small layouts at 1, 2 and all threads, with bytes moved and GB/s at the ideal traffic of
-// docs/design.md; the AdamW step with the non-finite check; a same-traffic streaming kernel over
-// the very same arena spans (reads w, g, m, v and writes w, m, v with trivial arithmetic: the
+// docs/design.md; the AdamW step with the non-finite check; the backend's same-traffic reference
+// over the very same arena spans (cpu::run_same_traffic_pass, the one implementation behind
+// Backend::same_traffic_gbps: reads w, g, m, v and writes w, m, v with trivial arithmetic, the
 // memory-system limit of the Adam access pattern); and a large memcpy. A memcpy is a poor
 // floor for an in-place update, since it pays for write-allocate: it is here for reference.
 // bench/compare_torch.py runs the resnet50 AdamW and same-traffic rows.
 //
 //   bench_cpu_step --benchmark_filter='Step/adamw/resnet50'   (see --benchmark_list_tests)
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bench/bench_cpu_step.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-
-#include <hwy/highway.h>
-
-HWY_BEFORE_NAMESPACE();
-namespace renaissance {
-namespace bench {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-// w += g; m += g; v += g over [0, n): the same loads and stores as an Adam update.
-void SameTraffic(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m,
-                 float* HWY_RESTRICT v, size_t n) {
-  const hn::ScalableTag<float> d;
-  const size_t lanes = hn::Lanes(d);
-  for (size_t i = 0; i + lanes <= n; i += lanes) {
-    const auto vg = hn::LoadU(d, g + i);
-    hn::StoreU(hn::Add(hn::LoadU(d, w + i), vg), d, w + i);
-    hn::StoreU(hn::Add(hn::LoadU(d, m + i), vg), d, m + i);
-    hn::StoreU(hn::Add(hn::LoadU(d, v + i), vg), d, v + i);
-  }
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace bench
-}  // namespace renaissance
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -47,14 +17,15 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
+#include <hwy/highway.h>
+
 #include "backend_cpu/cpu_ops.h"
+#include "renaissance/backend.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
 
 namespace renaissance {
 namespace bench {
-
-HWY_EXPORT(SameTraffic);
 
 namespace {
 
@@ -104,24 +75,16 @@ void step(benchmark::State& state, std::string layout, OptimizerKind kind, int t
 
 void same_traffic(benchmark::State& state, std::string layout, int threads) {
   Task& task = cached_task(layout, OptimizerKind::kAdamW, threads, false);
-  const MemoryPlan& plan = task.plan();
   cpu::CpuContext ctx;
   ctx.arena = static_cast<char*>(task.backend().arena());
   ctx.threads = threads;
-  auto* fn = &HWY_DYNAMIC_DISPATCH(SameTraffic);
+  const std::vector<TrafficPass> passes = same_traffic_passes(task.plan(), OptimizerKind::kAdamW, false);
+  uint32_t fold = 0;
   for (auto _ : state) {
-    for (Group group : {Group::kWeight, Group::kBiasLike}) {
-      float* w = ctx.at<float>(plan.group_span(Family::kW, group));
-      float* g = ctx.at<float>(plan.group_span(Family::kG, group));
-      float* m = ctx.at<float>(plan.group_span(Family::kM, group));
-      float* v = ctx.at<float>(plan.group_span(Family::kV, group));
-      cpu::parallel_blocks(ctx.threads, plan.group_span(Family::kW, group).count, cpu::kChunkElements,
-                          [&](uint64_t b, uint64_t e) {
-        fn(w + b, g + b, m + b, v + b, e - b);
-      });
-    }
+    for (const TrafficPass& p : passes) fold ^= cpu::run_same_traffic_pass(ctx, p, 0);
     benchmark::ClobberMemory();
   }
+  benchmark::DoNotOptimize(fold);
   finish(state, param_count(task), kAdamBytesPerParam, threads);
 }
 
@@ -183,4 +146,3 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   return 0;
 }
-#endif  // HWY_ONCE

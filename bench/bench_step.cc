@@ -1,10 +1,14 @@
 // Step timing for any backend, through the public Task API: for each layout x kind x (with,
-// without the non-finite check) it times >= 50 steps (CUDA: events around each graph replay;
-// CPU: a steady clock) and prints one JSON object per line with the median, GB/s at the ideal
-// traffic of docs/design.md, the backend's copy bandwidth measured in the same run and the share.
+// without the non-finite check) it times steps two ways (Backend::timed_steps): enqueued (N
+// steps back to back, CUDA events around each, one synchronisation at the end: the headline)
+// and synced (a synchronisation after every step: what a loop with host work sees). It prints
+// one JSON object per line with the medians, GB/s at the ideal traffic of docs/design.md, the
+// backend's same-traffic limit measured in the same run over the task's own arena
+// (Backend::same_traffic_gbps) and the share of it. On the CPU both methods are one.
 // bench/compare_torch.py drives it; it is also the "CUDA benchmark binary" of the bench issue.
 //
 //   bench_step --backend cuda --layouts resnet50,gpt2_small --kinds adamw,lars --replays 100
+//   bench_step --backend cuda --kinds sgd_momentum --weight-decay-mode l2   (torch.optim.SGD's decay)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +20,8 @@
 #include <vector>
 
 #include "renaissance/error.h"
+#include "renaissance/backend.h"
+#include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
 
@@ -43,6 +49,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Times optimizer steps on one backend; prints one JSON object per configuration."};
   std::string backend_name = "auto", layouts = "resnet50,bert_base,gpt2_small";
   std::string kinds = optimizer_kind_names(","), check = "both";
+  std::string timing = "both", wd_mode = "decoupled";
   int replays = 100, warmup = 5, threads = 0;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
@@ -51,6 +58,10 @@ int main(int argc, char** argv) {
   app.add_option("--replays", replays, "timed steps per configuration (median reported)")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1000));
   app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--timing", timing, "enqueued (one sync at the end), synced (a sync per step) or both")
+      ->check(CLI::IsMember({"enqueued", "synced", "both"}));
+  app.add_option("--weight-decay-mode", wd_mode, "decoupled, or l2 (torch.optim.SGD) for the kinds that allow it")
+      ->check(CLI::IsMember({"decoupled", "l2"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -59,7 +70,6 @@ int main(int argc, char** argv) {
     std::vector<bool> checks;
     if (check != "off") checks.push_back(true);
     if (check != "on") checks.push_back(false);
-    double copy_gbps = 0.0;
     for (const std::string& layout_name : split(layouts)) {
       const std::vector<ParamSpec> params = resolve_layout(layout_name).params;
       uint64_t param_count = 0;
@@ -67,33 +77,43 @@ int main(int argc, char** argv) {
       for (const std::string& kind_name : split(kinds)) {
         OptimizerKind kind;
         if (!parse_optimizer_kind(kind_name, &kind)) throw_invalid("unknown optimizer kind '" + kind_name + "'");
+        OptimizerConfig config = bench_config(kind);
+        const bool l2 = wd_mode == "l2" && kind_info(kind).allows_l2;
+        if (l2) config.weight_decay_mode = WeightDecayMode::kL2;
         for (bool with_check : checks) {
           TaskOptions options;
           options.backend = backend;
           options.backend_options.threads = threads;
           options.check_finite = with_check;
           Task task(params, options);
-          task.optimizer(bench_config(kind));
+          task.optimizer(config);
           task.compile();
           task.synthesize_gradients(1, 0, 1e-3f);
-          if (copy_gbps == 0.0) copy_gbps = task.backend().copy_bandwidth_gbps(param_count * 28);
-          task.timed_steps(warmup);
-          const double ms = median(task.timed_steps(replays));
+          Backend& b = task.backend();
+          // The limit of this very step's access pattern, over this task's arena.
+          const double limit_gbps = b.same_traffic_gbps(same_traffic_passes(task.plan(), kind, with_check), 20);
           const double bytes = bytes_per_param(kind, with_check) * static_cast<double>(param_count);
-          const double gbps = bytes / (ms * 1e-3) / 1e9;
           nlohmann::json row = {{"layout", layout_name},
                                 {"optimizer", kind_name},
-                                {"backend", task.backend().describe()},
+                                {"weight_decay_mode", l2 ? "l2" : "decoupled"},
+                                {"backend", b.describe()},
                                 {"check_finite", with_check},
                                 {"params", param_count},
                                 {"replays", replays},
-                                {"ms_per_step", ms},
-                                {"gb_per_s", gbps},
-                                {"copy_gb_per_s", copy_gbps},
-                                {"copy_share", gbps / copy_gbps},
-                                {"floor_ms", bytes / (copy_gbps * 1e9) * 1e3},
-                                {"launches_per_step", task.backend().launches_per_step()},
-                                {"steps_applied", task.step_count()}};
+                                {"limit_gb_per_s", limit_gbps},
+                                {"floor_ms", bytes / (limit_gbps * 1e9) * 1e3},
+                                {"launches_per_step", b.launches_per_step()}};
+          for (bool synced : {false, true}) {
+            if (timing != "both" && (timing == "synced") != synced) continue;
+            b.timed_steps(task.compiled_step(), warmup, synced);
+            const double ms = median(b.timed_steps(task.compiled_step(), replays, synced));
+            const double gbps = bytes / (ms * 1e-3) / 1e9;
+            const std::string suffix = synced ? "_synced" : "";
+            row["ms_per_step" + suffix] = ms;
+            row["gb_per_s" + suffix] = gbps;
+            row["share_of_limit" + suffix] = gbps / limit_gbps;
+          }
+          row["steps_applied"] = task.step_count();
           std::cout << row.dump() << std::endl;
         }
       }

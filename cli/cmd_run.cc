@@ -1,5 +1,5 @@
 // `renaissance run`: the main job. Runs an optimizer over a model layout on synthetic gradients,
-// shows progress, and reports median step time, effective and copy bandwidth, applied/skipped
+// shows progress, and reports median step time, effective bandwidth and its share of the same-traffic limit, applied/skipped
 // steps and the fingerprint (as text, or as one JSON object with --json).
 #include <omp.h>
 #include <unistd.h>
@@ -271,7 +271,7 @@ int cmd_run(const RunOptions& o) {
   const int threads = r.backend == BackendKind::kCpu ? (o.threads > 0 ? o.threads : omp_get_num_procs()) : o.threads;
   const double ms = median(r.step_ms);
   const double gbps = ms > 0 ? bytes_per_step / (ms * 1e-3) / 1e9 : 0.0;
-  const double share = r.copy_gb_per_s > 0 ? gbps / r.copy_gb_per_s : 0.0;
+  const double share = r.limit_gb_per_s > 0 ? gbps / r.limit_gb_per_s : 0.0;
 
   if (o.json) {
     nlohmann::json j = {
@@ -308,16 +308,16 @@ int cmd_run(const RunOptions& o) {
         {"first_step", r.first_step},
         {"bytes_per_param", step_bytes_per_param},
         {"gb_per_s", gbps},
-        {"copy_gb_per_s", r.copy_gb_per_s},
-        {"copy_share", share},
+        {"limit_gb_per_s", r.limit_gb_per_s},
+        {"share_of_limit", share},
         {"fingerprint", r.fingerprint},
     };
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("backend        %s\n", r.backend_description.c_str());
     std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
-    std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), copy %.1f GB/s measured now: %.0f%% of copy\n", gbps,
-                step_bytes_per_param, r.copy_gb_per_s, 100.0 * share);
+    std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
+                gbps, step_bytes_per_param, r.limit_gb_per_s, 100.0 * share);
     std::printf("steps          %lld applied, %lld skipped\n", static_cast<long long>(r.steps_applied),
                 static_cast<long long>(r.steps_skipped));
     if (config.max_grad_norm > 0.0) std::printf("grad norm      %.9g (last step; clipped to %.9g)\n", r.last_grad_norm, config.max_grad_norm);

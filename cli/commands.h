@@ -113,7 +113,7 @@ struct SyntheticRun {
   std::vector<int64_t> nan_at;  // 0-based steps whose gradients get one NaN
   uint64_t seed = 0;
   bool check_finite = true;
-  bool measure_copy_bandwidth = true;
+  bool measure_copy_bandwidth = true;  // measure the same-traffic limit (limit_gb_per_s)
   // Checkpoints (Task::save / Task::load): `--steps` counts batches of the whole run, so a
   // resumed run starts at the checkpoint's batch (applied + skipped steps) and ends at `steps`.
   std::string checkpoint;
@@ -130,7 +130,7 @@ struct SyntheticResult {
   std::vector<double> step_ms;
   int64_t steps_applied = 0;
   int64_t steps_skipped = 0;
-  double copy_gb_per_s = 0.0;
+  double limit_gb_per_s = 0.0;  // Backend::same_traffic_gbps of the step run
   std::string fingerprint;
   int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
   double last_grad_norm = 0.0;  // Task::last_grad_norm() after the run (clipping on)

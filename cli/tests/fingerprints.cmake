@@ -53,10 +53,42 @@ string(JSON skipped GET "${json}" steps_skipped)
 if(NOT applied EQUAL 2 OR NOT skipped EQUAL 2)
   message(FATAL_ERROR "--nan-at 1,3 over 4 steps: expected 2 applied and 2 skipped, got ${applied} and ${skipped}")
 endif()
-foreach(key model optimizer backend threads steps_applied steps_skipped ms_per_step gb_per_s copy_gb_per_s fingerprint)
+foreach(key model optimizer backend threads steps_applied steps_skipped ms_per_step gb_per_s limit_gb_per_s share_of_limit fingerprint)
   string(JSON value ERROR_VARIABLE missing GET "${json}" ${key})
   if(missing)
     message(FATAL_ERROR "--json output lacks key ${key}: ${json}")
   endif()
 endforeach()
+# `run` measures the same-traffic limit in place over the task's arena between steps (issue #17);
+# that must not change a bit: the audit cells' runs (conformance/audit_cells.h: its layout, wd
+# 0.01, seed 1, loss scale 1024, a NaN at step 2 of 4) must still give the golden fingerprints,
+# which `renaissance audit` records without measuring anything.
+file(READ "${CMAKE_CURRENT_LIST_DIR}/../../conformance/golden/fingerprints.json" golden)
+set(audit_layout "${CMAKE_CURRENT_BINARY_DIR}/fingerprints_audit_layout.json")
+file(WRITE "${audit_layout}" "{\"name\": \"audit\", \"params\": [
+{\"name\": \"conv1.weight\", \"shape\": [16, 3, 3, 3], \"role\": \"first_conv\"},
+{\"name\": \"bn1.weight\", \"shape\": [16], \"role\": \"bn_weight\"},
+{\"name\": \"bn1.bias\", \"shape\": [16], \"role\": \"bn_bias\"},
+{\"name\": \"layer1.conv.weight\", \"shape\": [32, 16, 3, 3], \"role\": \"deep_conv\"},
+{\"name\": \"layer1.bn.weight\", \"shape\": [32], \"role\": \"bn_weight\"},
+{\"name\": \"layer1.bn.bias\", \"shape\": [32], \"role\": \"bn_bias\"},
+{\"name\": \"layer2.conv.weight\", \"shape\": [64, 32, 3, 3], \"role\": \"deep_conv\"},
+{\"name\": \"empty.weight\", \"shape\": [0, 8], \"role\": \"deep_conv\"},
+{\"name\": \"fc.weight\", \"shape\": [10, 64], \"role\": \"fc_weight\"},
+{\"name\": \"fc.bias\", \"shape\": [10], \"role\": \"fc_bias\"}]}
+")
+foreach(kind sgd sgd_momentum sgd_nesterov adam adamw lars lars_nesterov)
+  string(JSON want GET "${golden}" cells audit.${kind}.steps4 fingerprint)
+  set(LAYOUT_SAVED ${LAYOUT})
+  set(LAYOUT ${audit_layout})
+  run_json(json --optimizer ${kind} --weight-decay 0.01 --nan-at 2 --seed 1 --loss-scale 1024)
+  set(LAYOUT ${LAYOUT_SAVED})
+  string(JSON got GET "${json}" fingerprint)
+  string(JSON share GET "${json}" share_of_limit)
+  message("${kind}: audit cell with the limit measured between steps -> ${got} (golden ${want}), share_of_limit ${share}")
+  if(NOT got STREQUAL want)
+    message(FATAL_ERROR "${kind}: measuring the same-traffic limit changed the state (${got}, golden ${want})")
+  endif()
+endforeach()
+
 message("fingerprint contract holds")

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "renaissance/graph.h"
+#include "renaissance/kinds.h"
+#include "renaissance/plan.h"
 
 namespace renaissance {
 
@@ -30,6 +32,48 @@ struct GradientTarget {
   uint64_t count = 0;
   uint64_t tensor = 0;
 };
+
+// One sweep of the same-traffic reference over `count` floats: every span listed is read at
+// elements [0, count); the `updates` spans are also written back (in place, bits unchanged).
+struct TrafficPass {
+  uint64_t count = 0;
+  std::vector<uint64_t> reads;    // arena byte offsets, read only
+  std::vector<uint64_t> updates;  // arena byte offsets, read and written
+};
+
+// The passes whose traffic equals one step of `kind` on `plan`, bytes_per_param(kind, check)
+// (docs/design.md, "Performance model"): the non-finite check reads G; LARS's norm pass reads W
+// and G of the weight group; LAMB's weight group is two passes (G, W read, M, V updated; then M,
+// V read, W updated); every other update reads G and reads and writes W and the state (M, V).
+inline std::vector<TrafficPass> same_traffic_passes(const MemoryPlan& plan, OptimizerKind kind, bool check_finite) {
+  std::vector<TrafficPass> passes;
+  for (Group group : {Group::kWeight, Group::kBiasLike}) {
+    const Span g = plan.group_span(Family::kG, group);
+    if (g.count == 0) continue;
+    const uint64_t w = plan.group_span(Family::kW, group).offset;
+    if (check_finite) passes.push_back({g.count, {g.offset}, {}});
+    const NormPass norm = group == Group::kWeight ? kind_info(kind).norm : NormPass::kNone;
+    if (norm == NormPass::kLarsTrustRatio) passes.push_back({g.count, {w, g.offset}, {}});
+    if (norm == NormPass::kLambTrustRatio) {
+      const uint64_t m = plan.group_span(Family::kM, group).offset, v = plan.group_span(Family::kV, group).offset;
+      passes.push_back({g.count, {g.offset, w}, {m, v}});
+      passes.push_back({g.count, {m, v}, {w}});
+      continue;
+    }
+    TrafficPass update{g.count, {g.offset}, {w}};
+    if (plan.has_family(Family::kM)) update.updates.push_back(plan.group_span(Family::kM, group).offset);
+    if (plan.has_family(Family::kV)) update.updates.push_back(plan.group_span(Family::kV, group).offset);
+    passes.push_back(update);
+  }
+  return passes;
+}
+
+// Bytes one run of `passes` moves: 4 per element read, 4 more per element written.
+inline double traffic_bytes(const std::vector<TrafficPass>& passes) {
+  double bytes = 0.0;
+  for (const TrafficPass& p : passes) bytes += 4.0 * static_cast<double>(p.count) * static_cast<double>(p.reads.size() + 2 * p.updates.size());
+  return bytes;
+}
 
 class Backend {
  public:
@@ -56,14 +100,23 @@ class Backend {
   virtual void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed,
                                         uint64_t step, float amplitude) = 0;
 
-  // Measures this backend's memory copy bandwidth in GB/s (bytes read + bytes written, per
-  // second) over a buffer of `bytes`: the floor that a memory-bound step is compared with.
-  virtual double copy_bandwidth_gbps(uint64_t bytes) = 0;
+  // The reference a memory-bound step is compared with (issue #17): runs `passes` in place over
+  // this backend's own arena (no extra buffers), each reading and writing back exactly what the
+  // step does with trivial arithmetic that leaves every bit as it was, and returns the bytes
+  // moved per second in GB/s: traffic_bytes(passes) over the fastest of `runs` timed runs (one
+  // untimed run first when runs > 1), since a limit is what the memory system can do. With
+  // runs = 1 a caller can interleave it with steps so both see the same neighbours. A memcpy
+  // is no such reference: a regular store also reads its destination (write-allocate).
+  virtual double same_traffic_gbps(const std::vector<TrafficPass>& passes, int runs) = 0;
 
   // Runs `count` steps and returns each one's time in milliseconds, measured where the work
-  // runs. The default brackets each step with a host clock and synchronize(); the CUDA backend
-  // overrides it with CUDA events around each graph launch.
-  virtual std::vector<double> timed_steps(const CompiledStep& step, int count) {
+  // runs. The default brackets each step with a host clock and synchronize(), where both
+  // methods are one. The CUDA backend puts CUDA events around each graph launch and either
+  // enqueues all `count` steps back to back with one synchronisation at the end (synced false:
+  // the device's time per step), or synchronises after each step (synced true: what a loop that
+  // waits for every step sees, host launch latency included).
+  virtual std::vector<double> timed_steps(const CompiledStep& step, int count, bool synced = false) {
+    (void)synced;
     std::vector<double> ms;
     ms.reserve(static_cast<size_t>(count));
     synchronize();
