@@ -78,7 +78,13 @@ inline std::string config_spec(const OptimizerConfig& c) {
                 optimizer_kind_name(c.kind), c.lr, c.weight_decay,
                 c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled", c.momentum, c.beta1, c.beta2, c.eps,
                 c.trust_coefficient);
-  return buf;
+  std::string spec = buf;
+  // Only when clipping is on, so that every spec recorded before clipping existed is unchanged.
+  if (c.max_grad_norm > 0.0) {
+    std::snprintf(buf, sizeof(buf), " max_grad_norm=%.17g", c.max_grad_norm);
+    spec += buf;
+  }
+  return spec;
 }
 
 inline std::string audit_cell_spec(const cli::SyntheticRun& run) {

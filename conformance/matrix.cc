@@ -5,7 +5,12 @@
 //  - resnet50 and bert_base cost seconds per step on two cores, so every kind runs one cell on
 //    each, chosen so the two cells together still cover both weight-decay modes, both lr kinds,
 //    two loss scales and every injection site;
-//  - one 1000-step drift run per kind (small_cnn) bounds the accumulated float32 error.
+//  - one 1000-step drift run per kind (small_cnn) bounds the accumulated float32 error;
+//  - gradient-norm clipping is an axis of the small tier only (two cells per kind and layout,
+//    appended after the others so that no earlier cell's inputs change): clip_active, whose
+//    max_grad_norm of 1 is far below every step's ‖ĝ‖ (about 24 to 115 here), and clip_idle,
+//    whose 1e6 is never reached (coefficient 1: the same bits as no clipping, through the
+//    clipping graph). The big tier's oracle samples tensors, which a global norm cannot use.
 #include "conformance/matrix.h"
 
 #include <cmath>
@@ -25,6 +30,9 @@ namespace conformance {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// max_grad_norm of the clipping cells (see the top of the file).
+constexpr double kClipActive = 1.0;
+constexpr double kClipIdle = 1e6;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Scheduled lr factors: warm-up, decay, a zero (a legal lr) and a tail. Literals rather than a
@@ -224,6 +232,13 @@ std::vector<Cell> cells(Tier tier) {
               }
             }
           }
+        }
+        for (const auto& clip : {std::make_pair("clip_active", kClipActive), std::make_pair("clip_idle", kClipIdle)}) {
+          Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+          c.config.max_grad_norm = clip.second;
+          c.config.validate();
+          c.name += std::string(".") + clip.first;
+          out.push_back(c);
         }
       }
     } else if (tier == Tier::kBig) {

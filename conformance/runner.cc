@@ -63,7 +63,7 @@ std::string where(const MemoryPlan& plan, uint64_t x) {
 // corrections; a skipped step only the skip counter. Both write the non-finite flag and may
 // use the LARS reduction scratch. Region padding is deliberately NOT writable: kernels run over
 // whole padded regions, but padding must stay +0.0 bit for bit (all rules map 0 to +0).
-std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped) {
+std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped, bool clip) {
   std::vector<ByteRange> w;
   auto slot = [&](Region r, int index, uint64_t size) {
     const uint64_t off = plan.region(r).offset + static_cast<uint64_t>(index) * size;
@@ -93,6 +93,14 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
     slot(S_SCALAR_INT32, kSkippedSteps, sizeof(int32_t));
   }
   slot(S_SCALAR_INT32, kHasNonFinite, sizeof(int32_t));
+  if (clip) {
+    // Gradient-norm clipping, applied or skipped step: its tile partials, the total norm and the
+    // coefficient (docs/math.md).
+    const RegionInfo& t = plan.region(T_GRAD_NORM_PARTIALS);
+    w.push_back({t.offset, region_end(t)});
+    slot(S_SCALAR_FP64, kGradNormD, sizeof(double));
+    slot(S_SCALAR_FP32, kClipCoefficient, sizeof(float));
+  }
   if (plan.region(T_NORM_PARTIALS).allocated) {
     const RegionInfo& t = plan.region(T_NORM_PARTIALS);
     w.push_back({t.offset, region_end(t)});
@@ -293,7 +301,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
       // oracle's tensors after (the whole arena after when CUDA is compared with the CPU).
       // Copying all 1.7 GB of a bert_base Adam arena twice per step would dominate the suite.
       const bool skip_expected = inj != nullptr;
-      const std::vector<ByteRange> frozen = complement(writable(plan, kind, skip_expected), arena_bytes);
+      const std::vector<ByteRange> frozen = complement(writable(plan, kind, skip_expected, cell.config.max_grad_norm > 0.0), arena_bytes);
       if (!lane.before) {
         lane.before.reset(new uint8_t[arena_bytes]);
         lane.after.reset(new uint8_t[arena_bytes]);

@@ -9,8 +9,12 @@ small that LARS's eps dominates its ratio.
 
 The expected values are computed here in float64 from docs/math.md, never by the project's code.
 Where torch is importable, the reference is cross-checked against torch.optim in float64 (the SGD
-kinds in l2 mode or without weight decay, adam, adamw) and LARS against a second, independently
-written float64 implementation; the agreement goes to testdata/replay/calibration.json.
+kinds in l2 mode or without weight decay, adam, adamw; adamw_clip with
+torch.nn.utils.clip_grad_norm_ before each step), lion and lamb against timm's Lion and Lamb
+(max_grad_norm=None, other arguments at their defaults, bias-like parameters in a group with weight
+decay 0; timm's optim modules are loaded without the rest of timm, which needs torchvision) when
+timm is installed, and LARS against a second, independently written float64 implementation; the
+agreement goes to testdata/replay/calibration.json.
 
 Usage (numpy required, torch optional):
     /usr/bin/python3 scripts/make_testdata.py                 # (re)write testdata/replay
@@ -61,6 +65,7 @@ def sgd_case(kind, lr, momentum, wd, mode):
     return o
 
 
+CLIP_MAX_NORM = 5.66  # the applied steps' norms are 5.647, 5.665, 5.665, 5.638, 5.798
 ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 LARS = {"lr": 0.5, "momentum": 0.9, "weight_decay": 5e-5, "trust_coefficient": 0.02, "eps": 1e-8}
 CASES = [
@@ -77,6 +82,11 @@ CASES = [
     ("adamw", dict(kind="adamw", weight_decay=0.05, **ADAM)),
     ("lars", dict(kind="lars", **LARS)),
     ("lars_nesterov", dict(kind="lars_nesterov", **LARS)),
+    # New cases go last: a case's inputs depend on its index.
+    ("lion", dict(kind="lion", lr=1e-3, beta1=0.9, beta2=0.99, weight_decay=0.1)),
+    ("lamb", dict(kind="lamb", lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.01)),
+    # Global clipping, active on some applied steps and not on others (checked in write_case).
+    ("adamw_clip", dict(kind="adamw", weight_decay=0.05, max_grad_norm=CLIP_MAX_NORM, **ADAM)),
 ]
 
 
@@ -138,8 +148,15 @@ def norm(x):
     return math.sqrt(math.fsum((x.reshape(-1) * x.reshape(-1)).tolist()))
 
 
-def reference(opt, init, grads, lrs, scales):
-    """Runs the case in float64. Returns (w, m, v, applied_steps) with lists per parameter."""
+def clip_coefficient(ghs, max_norm):
+    """torch.nn.utils.clip_grad_norm_ (norm 2) over every parameter: (coefficient, total)."""
+    total = math.sqrt(math.fsum(float(x) * float(x) for g in ghs for x in g.reshape(-1)))
+    return min(1.0, max_norm / (total + 1e-6)), total
+
+
+def reference(opt, init, grads, lrs, scales, norms=None):
+    """Runs the case in float64. Returns (w, m, v, applied_steps) with lists per parameter; the
+    applied steps' total gradient norms go to `norms` when clipping is on."""
     kind = opt["kind"]
     wd_cfg = opt.get("weight_decay", 0.0)
     l2 = opt.get("weight_decay_mode", "decoupled") == "l2"
@@ -153,10 +170,16 @@ def reference(opt, init, grads, lrs, scales):
             continue  # skipped as a whole: nothing changes, t does not advance
         t += 1
         lr, scale = lrs[step], scales[step]
+        ghs = [g.astype(np.float64) / scale for g in grads[step]]
+        if opt.get("max_grad_norm", 0.0) > 0.0:
+            coefficient, total = clip_coefficient(ghs, opt["max_grad_norm"])
+            ghs = [g * coefficient for g in ghs]
+            if norms is not None:
+                norms.append(total)
         for i, (_, _, role, _, _) in enumerate(LAYOUT):
             weight_group = role in WEIGHT_ROLES
             wd = wd_cfg if weight_group else 0.0
-            gh = grads[step][i].astype(np.float64) / scale
+            gh = ghs[i]
             if kind == "sgd":
                 w[i] = w[i] - lr * (gh + wd * w[i]) if l2 else w[i] * (1.0 - lr * wd) - lr * gh
             elif kind in ("sgd_momentum", "sgd_nesterov") or (kind.startswith("lars") and not weight_group):
@@ -185,6 +208,21 @@ def reference(opt, init, grads, lrs, scales):
                 p = gh + wd * w[i]
                 m[i] = mom * m[i] + lr * eta * p
                 w[i] = w[i] - (mom * m[i] + lr * eta * p) if kind == "lars_nesterov" else w[i] - m[i]
+            elif kind == "lion":
+                b1, b2 = opt["beta1"], opt["beta2"]
+                c = b1 * m[i] + (1.0 - b1) * gh
+                w[i] = w[i] * (1.0 - lr * wd) - lr * np.sign(c)  # sign(0) = 0
+                m[i] = b2 * m[i] + (1.0 - b2) * gh
+            elif kind == "lamb":
+                b1, b2, eps = opt["beta1"], opt["beta2"], opt["eps"]
+                m[i] = b1 * m[i] + (1.0 - b1) * gh
+                v[i] = b2 * v[i] + (1.0 - b2) * gh * gh
+                u = (m[i] * bias_correction(b1, t)) / (np.sqrt(v[i] * bias_correction(b2, t)) + eps) + wd * w[i]
+                r = 1.0  # the bias-like group is not adapted
+                if weight_group:
+                    w_norm, u_norm = norm(w[i]), norm(u)
+                    r = w_norm / u_norm if w_norm > 0.0 and u_norm > 0.0 else 1.0
+                w[i] = w[i] - lr * r * u
             else:
                 raise ValueError(kind)
     return w, m, v, t
@@ -237,8 +275,13 @@ def torch_opinion(torch, opt, init, grads, lrs, scales):
         o = torch.optim.SGD(groups, lr=opt["lr"], momentum=opt.get("momentum", 0.0), nesterov=kind == "sgd_nesterov")
     elif kind == "adam":
         o = torch.optim.Adam(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
-    else:
+    elif kind == "adamw":
         o = torch.optim.AdamW(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    elif kind == "lion":
+        o = timm_optim("lion").Lion(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]))
+    else:
+        o = timm_optim("lamb").Lamb(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
+                                    max_grad_norm=None)
     for step, row in enumerate(grads):
         if not all(np.all(np.isfinite(g)) for g in row):
             continue
@@ -246,12 +289,30 @@ def torch_opinion(torch, opt, init, grads, lrs, scales):
             group["lr"] = lrs[step]
         for p, g in zip(ps, row):
             p.grad = torch.tensor(g.astype(np.float64) / scales[step])
+        if opt.get("max_grad_norm", 0.0) > 0.0:
+            torch.nn.utils.clip_grad_norm_(ps, opt["max_grad_norm"])
         o.step()
     w = [p.detach().numpy().copy() for p in ps]
     key_m = "momentum_buffer" if kind.startswith("sgd") else "exp_avg"
     m = None if kind == "sgd" else [o.state[p][key_m].numpy().copy() for p in ps]
-    v = [o.state[p]["exp_avg_sq"].numpy().copy() for p in ps] if kind.startswith("adam") else None
+    v = [o.state[p]["exp_avg_sq"].numpy().copy() for p in ps] if kind in ("adam", "adamw", "lamb") else None
     return w, m, v
+
+
+def timm_optim(module):
+    """timm.optim.<module> without importing timm itself (its __init__ needs torchvision): the
+    optim folder as a stand-alone package. Raises ImportError when timm is not installed."""
+    import importlib
+    import importlib.util
+    import types
+    spec = importlib.util.find_spec("timm")
+    if spec is None or spec.origin is None:
+        raise ImportError("timm is not installed")
+    if "timm_optim_only" not in sys.modules:
+        pkg = types.ModuleType("timm_optim_only")
+        pkg.__path__ = [os.path.join(os.path.dirname(spec.origin), "optim")]
+        sys.modules["timm_optim_only"] = pkg
+    return importlib.import_module("timm_optim_only." + module)
 
 
 def max_rel_diff(ours, theirs):
@@ -289,8 +350,12 @@ def write_safetensors(path, tensors, metadata=None):
 def write_case(out_dir, index, name, opt):
     init, grads = make_inputs(index)
     lrs = [opt["lr"] * f for f in LR_FACTORS]
-    w, m, v, applied = reference(opt, init, grads, lrs, LOSS_SCALES)
+    norms = []
+    w, m, v, applied = reference(opt, init, grads, lrs, LOSS_SCALES, norms)
     assert applied == STEPS - 1
+    if opt.get("max_grad_norm", 0.0) > 0.0:
+        clipped = sum(1 for x in norms if x > opt["max_grad_norm"])
+        assert 0 < clipped < len(norms), "%s: the clip must be active on some steps only: %s" % (name, norms)
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     case = {
@@ -311,7 +376,7 @@ def write_case(out_dir, index, name, opt):
     expected = [(n, w[i]) for i, (n, *_) in enumerate(LAYOUT)]
     if opt["kind"] != "sgd":
         expected += [(f"m/{n}", m[i]) for i, (n, *_) in enumerate(LAYOUT)]
-    if opt["kind"] in ("adam", "adamw"):
+    if opt["kind"] in ("adam", "adamw", "lamb"):
         expected += [(f"v/{n}", v[i]) for i, (n, *_) in enumerate(LAYOUT)]
     write_safetensors(os.path.join(d, "expected.safetensors"), expected,
                       {"generator": "scripts/make_testdata.py", "precision": "float64"})
@@ -330,9 +395,18 @@ def calibrate(torch, index, name, opt, init, grads, lrs, ours):
         return None
     if opt.get("weight_decay_mode") == "decoupled" and opt.get("weight_decay", 0.0) > 0.0:
         return None  # torch.optim.SGD has no decoupled weight decay
+    if kind in ("lion", "lamb"):
+        try:
+            timm_optim(kind)
+        except ImportError as e:
+            print(f"{name}: timm not importable ({e}): no cross-check", file=sys.stderr)
+            return None
     tw, tm, tv = torch_opinion(torch, opt, init, grads, lrs, LOSS_SCALES)
-    entry = {"against": f"torch.optim.{ {'adam': 'Adam', 'adamw': 'AdamW'}.get(kind, 'SGD') } float64",
-             "max_rel_diff_w": max_rel_diff(w, tw)}
+    against = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW", "lion": "timm.optim.Lion",
+               "lamb": "timm.optim.Lamb(max_grad_norm=None)"}.get(kind, "torch.optim.SGD")
+    if opt.get("max_grad_norm", 0.0) > 0.0:
+        against = "torch.nn.utils.clip_grad_norm_ + " + against
+    entry = {"against": against + " float64", "max_rel_diff_w": max_rel_diff(w, tw)}
     if tm is not None:
         entry["max_rel_diff_m"] = max_rel_diff(m, tm)
     if tv is not None:

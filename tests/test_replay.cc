@@ -31,7 +31,8 @@ const char* const kCases[] = {"sgd_decoupled",          "sgd_l2",          "sgd_
                               "sgd_momentum_decoupled", "sgd_momentum_l2", "sgd_momentum_nowd",
                               "sgd_nesterov_decoupled", "sgd_nesterov_l2", "sgd_nesterov_nowd",
                               "adam",                   "adamw",           "lars",
-                              "lars_nesterov"};
+                              "lars_nesterov",          "lion",            "lamb",
+                              "adamw_clip"};
 
 std::string case_dir(const std::string& name) { return testing_util::testdata_dir() + "/replay/" + name; }
 
