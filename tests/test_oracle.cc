@@ -277,6 +277,15 @@ TEST_P(OracleTest, GradientNormClipping) {
   report("clipping", e);
   EXPECT_GE(e.clipped_steps, 3);
   EXPECT_GE(e.unclipped_steps, 3);
+  // Again with gradients 1e-6 as large (total norms ~1e-4): the 1e-6 in max_norm/(total + 1e-6)
+  // now moves the coefficient by ~1%, far beyond the bound.
+  const std::vector<double> tiny(params.size(), 1e-6);
+  config.max_grad_norm *= 1e-6;
+  MaxErrors small;
+  run(params, testing_util::make_weights(params, 9), tiny, config, &small, kClipStepFactor);
+  report("clipping_small_norms", small);
+  EXPECT_GE(small.clipped_steps, 3);
+  EXPECT_GE(small.unclipped_steps, 3);
 }
 
 // The regimes really are reached: computed with the float64 oracle alone, before any library
