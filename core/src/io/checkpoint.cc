@@ -1,38 +1,18 @@
 // Checkpoints: Task::save and Task::load.
 //
-// File format (version 2, little-endian, no padding between fields; docs/checkpoint-format.md):
-//
-//   header   magic "\x89RNCKPT\n" (8 bytes), u32 format version, u32 section count,
-//            u64 XXH3-64 of the 16 bytes before it
-//   sections, in this order: META, LAYOUT, W, M (if used), V (if used), N (if used), SCALARS.
-//            Each is: 4-byte tag, u64 payload length, payload, u64 XXH3-64 of tag+length+payload.
-//
-//   META     str kind ("adamw", ...), u32 weight-decay mode, f64 lr, weight_decay, momentum,
-//            beta1, beta2, eps, trust_coefficient (the configured values), f64 the task's current
-//            lr and loss scale, i64 applied steps, i64 skipped steps; since version 2: u32
-//            check-finite flag, the run settings (str schedule, i64 schedule steps, i64 warm-up,
-//            u64 seed), f64 max_grad_norm (0: no clipping). Version 1 files (without these) are refused naming both versions: a resume
-//            must not guess the configuration it continues.
-//   LAYOUT   u64 parameter count; per parameter: str name, u32 role, u32 rank, i64 extents
-//   W/M/V/N  u64 element count, then the elements of every tensor in parameter order (N: one
-//            trust ratio per tensor). Padding is not stored: the format does not depend on the
-//            arena layout, so a later change of padding keeps old checkpoints loadable.
-//   SCALARS  u32 n, n f32 slots; u32 n, n i32 slots; u32 n, n f64 slots (scalars.h order)
-//
-// str is a u32 length then the bytes. G is not state and is not stored. Nothing in the file
-// depends on the backend, so a checkpoint written on CUDA loads on the CPU and vice versa.
+// The format (version 2: header, then META, LAYOUT, W, M, V, N, SCALARS, each framed and
+// checksummed) is specified in docs/checkpoint-format.md. Nothing in a file depends on the backend
+// or the arena's padding. Version 1 files (META without the check-finite flag and the run
+// settings) are refused naming both versions: a resume must not guess what it continues.
 //
 // Save writes a temporary file in the destination folder, fsyncs it, renames it over the final
 // name and fsyncs the folder, so the final name only ever carries a complete checkpoint. Load
-// reads the whole file and validates every byte before it changes anything in the task.
-#include <fcntl.h>
-#include <sys/stat.h>
+// validates every byte in a first pass over the file before it changes anything in the task, then
+// streams the state sections into the arena in a second (the file is never held whole in memory).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -54,7 +34,6 @@
 
 namespace renaissance {
 
-
 namespace {
 
 constexpr char kMagic[8] = {'\x89', 'R', 'N', 'C', 'K', 'P', 'T', '\n'};
@@ -67,32 +46,11 @@ constexpr size_t kMaxScheduleName = 64;
 
 enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars };
 
-const char* section_tag(Section s) {
-  switch (s) {
-    case Section::kMeta: return "META";
-    case Section::kLayout: return "LAYT";
-    case Section::kW: return "FAMW";
-    case Section::kM: return "FAMM";
-    case Section::kV: return "FAMV";
-    case Section::kN: return "FAMN";
-    case Section::kScalars: return "SCAL";
-  }
-  return "????";
-}
-
-// The name errors use ("section M: checksum mismatch").
-const char* section_name(Section s) {
-  switch (s) {
-    case Section::kMeta: return "META";
-    case Section::kLayout: return "LAYOUT";
-    case Section::kW: return "W";
-    case Section::kM: return "M";
-    case Section::kV: return "V";
-    case Section::kN: return "N";
-    case Section::kScalars: return "SCALARS";
-  }
-  return "?";
-}
+// File tag and the name errors use ("section M: checksum mismatch"), in Section order.
+constexpr const char* kSectionText[][2] = {{"META", "META"}, {"LAYT", "LAYOUT"}, {"FAMW", "W"},      {"FAMM", "M"},
+                                           {"FAMV", "V"},    {"FAMN", "N"},      {"SCAL", "SCALARS"}};
+const char* section_tag(Section s) { return kSectionText[static_cast<int>(s)][0]; }
+const char* section_name(Section s) { return kSectionText[static_cast<int>(s)][1]; }
 
 Family section_family(Section s) {
   switch (s) {
@@ -215,50 +173,66 @@ void write_bytes_section(AtomicFile& file, Section s, const Bytes& b) {
 }
 
 // ---- reading ----
-std::vector<uint8_t> read_whole_file(const std::string& path, uint64_t max_bytes) {
-  uint64_t size = 0;
-  const int fd = io::open_regular_file(path, "checkpoint", &size);
-  if (size > max_bytes) {
-    ::close(fd);
-    throw_format("checkpoint " + path + ": the file has " + std::to_string(size) +
-                 " bytes, more than any checkpoint of this task can have (" + std::to_string(max_bytes) +
-                 "): it is not a checkpoint of this task");
-  }
-  std::vector<uint8_t> data(static_cast<size_t>(size));
-  size_t got = 0;
-  while (got < data.size()) {
-    const ssize_t r = ::read(fd, data.data() + got, data.size() - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw_io("cannot read checkpoint " + path + ": " + errno_text(err));
+// The checkpoint file, read by position and never held whole in memory: a resume validates it
+// in a first pass and streams the state sections into the arena in a second (issue 12: the peak
+// memory of a resume stays near that of a plain run).
+class FileReader {
+ public:
+  FileReader(const std::string& path, uint64_t max_bytes) : path_(path) {
+    fd_ = io::open_regular_file(path, "checkpoint", &size_);
+    if (size_ > max_bytes) {
+      ::close(fd_);
+      throw_format("checkpoint " + path + ": the file has " + std::to_string(size_) +
+                   " bytes, more than any checkpoint of this task can have (" + std::to_string(max_bytes) +
+                   "): it is not a checkpoint of this task");
     }
-    if (r == 0) break;  // the file shrank under us: parse what is there, it will be refused
-    got += static_cast<size_t>(r);
   }
-  data.resize(got);
-  ::close(fd);
-  return data;
-}
+  ~FileReader() { ::close(fd_); }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+  uint64_t size() const { return size_; }
+  // Exactly n bytes at offset (within size(), which the parser checks first).
+  void read(uint64_t offset, void* dst, uint64_t n) const {
+    auto* p = static_cast<uint8_t*>(dst);
+    while (n > 0) {
+      const ssize_t r = ::pread(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw_io("cannot read checkpoint " + path_ + ": " + errno_text(errno));
+      if (r == 0) throw_format("checkpoint " + path_ + ": the file shrank while it was being read");
+      p += r;
+      n -= static_cast<uint64_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+constexpr uint64_t kStreamChunkBytes = uint64_t{4} << 20;
 
 // Everything a checkpoint holds, decoded and validated, not yet applied.
 struct Decoded {
   CheckpointInfo info;
-  std::vector<float> family[kNumFamilies];  // per-tensor data in parameter order
+  uint64_t family_data[kNumFamilies] = {};     // file offset of each state section's elements
+  uint64_t family_hash[kNumFamilies] = {};     // XXH3 of its payload, re-checked while applying
   std::vector<float> f32;
   std::vector<int32_t> i32;
   std::vector<double> f64;
 };
 
 struct SectionView {
-  const uint8_t* payload;
+  const uint8_t* payload;  // null for a streamed section (only its offset is known)
   uint64_t length;
+  uint64_t offset;        // of the payload in the file
+  uint64_t payload_hash;  // XXH3 of the payload alone (streamed sections)
 };
 
 class Parser {
  public:
-  Parser(const std::string& path, const std::vector<uint8_t>& file) : path_(path), file_(file) {}
+  Parser(const std::string& path, const FileReader& file) : path_(path), file_(file) {}
 
   [[noreturn]] void fail(const char* section, const std::string& what) const {
     throw_format("checkpoint " + path_ + ": section " + section + ": " + what);
@@ -267,22 +241,22 @@ class Parser {
 
   // Returns the declared section count.
   uint32_t header() {
-    if (file_.size() < kHeaderBytes) {
-      if (file_.size() >= sizeof(kMagic) && std::memcmp(file_.data(), kMagic, sizeof(kMagic)) != 0) {
+    uint8_t h[kHeaderBytes];
+    const uint64_t size = file_.size();
+    file_.read(0, h, std::min<uint64_t>(size, kHeaderBytes));
+    if (size < kHeaderBytes) {
+      if (size >= sizeof(kMagic) && std::memcmp(h, kMagic, sizeof(kMagic)) != 0) {
         fail("header", "bad magic: not a Renaissance checkpoint");
       }
-      fail("header", "truncated (" + std::to_string(file_.size()) + " of " + std::to_string(kHeaderBytes) +
-                         " bytes)");
+      fail("header", "truncated (" + std::to_string(size) + " of " + std::to_string(kHeaderBytes) + " bytes)");
     }
-    if (std::memcmp(file_.data(), kMagic, sizeof(kMagic)) != 0) {
-      fail("header", "bad magic: not a Renaissance checkpoint");
-    }
+    if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) fail("header", "bad magic: not a Renaissance checkpoint");
     uint64_t stored;
-    std::memcpy(&stored, file_.data() + 16, sizeof(stored));
-    if (XXH3_64bits(file_.data(), 16) != stored) fail("header", "checksum mismatch");
+    std::memcpy(&stored, h + 16, sizeof(stored));
+    if (XXH3_64bits(h, 16) != stored) fail("header", "checksum mismatch");
     uint32_t version, count;
-    std::memcpy(&version, file_.data() + 8, sizeof(version));
-    std::memcpy(&count, file_.data() + 12, sizeof(count));
+    std::memcpy(&version, h + 8, sizeof(version));
+    std::memcpy(&count, h + 12, sizeof(count));
     if (version != kFormatVersion) {
       fail("header", "unsupported format version " + std::to_string(version) + " (this build reads version " +
                          std::to_string(kFormatVersion) + ")");
@@ -291,12 +265,15 @@ class Parser {
     return count;
   }
 
-  SectionView section(Section s) {
+  // Validates the next section (frame, length, checksum) by streaming it. With keep_limit > 0 the
+  // payload is kept (valid until the next call) and may be at most that long; 0 streams it.
+  SectionView section(Section s, uint64_t keep_limit) {
     const char* name = section_name(s);
     const uint64_t left = file_.size() - pos_;
     if (left == 0) fail(name, "missing: the file ends before it (truncated)");
     if (left < kFrameBytes) fail(name, "truncated (the file ends inside the section's frame)");
-    const uint8_t* frame = file_.data() + pos_;
+    uint8_t frame[kFrameBytes];
+    file_.read(pos_, frame, kFrameBytes);
     if (std::memcmp(frame, section_tag(s), 4) != 0) {
       char seen[5] = {};  // printable copy of the 4 tag bytes; seen[4] stays the terminator
       for (int i = 0; i < 4; ++i) seen[i] = (frame[i] >= 32 && frame[i] < 127) ? static_cast<char>(frame[i]) : '?';
@@ -309,11 +286,34 @@ class Parser {
                      " payload bytes but the file has " + std::to_string(left - kFrameBytes) +
                      " bytes left after its frame");
     }
+    if (keep_limit > 0 && length > keep_limit) {
+      fail(name, "corrupt: the section declares " + std::to_string(length) + " payload bytes, more than it can hold (" +
+                     std::to_string(keep_limit) + ")");
+    }
+    const uint64_t offset = pos_ + kFrameBytes;
+    XXH3_state_t framed, alone;
+    XXH3_64bits_reset(&framed);
+    XXH3_64bits_reset(&alone);
+    XXH3_64bits_update(&framed, frame, kFrameBytes);
+    if (keep_limit > 0) {
+      kept_.resize(static_cast<size_t>(length));
+      if (length > 0) file_.read(offset, kept_.data(), length);
+      XXH3_64bits_update(&framed, kept_.data(), kept_.size());
+    } else {
+      chunk_.resize(static_cast<size_t>(std::min<uint64_t>(length, kStreamChunkBytes)));
+      for (uint64_t done = 0; done < length;) {
+        const uint64_t n = std::min<uint64_t>(length - done, kStreamChunkBytes);
+        file_.read(offset + done, chunk_.data(), n);
+        XXH3_64bits_update(&framed, chunk_.data(), n);
+        XXH3_64bits_update(&alone, chunk_.data(), n);
+        done += n;
+      }
+    }
     uint64_t stored;
-    std::memcpy(&stored, frame + kFrameBytes + length, sizeof(stored));
-    if (XXH3_64bits(frame, kFrameBytes + length) != stored) fail(name, "checksum mismatch");
+    file_.read(offset + length, &stored, sizeof(stored));
+    if (XXH3_64bits_digest(&framed) != stored) fail(name, "checksum mismatch");
     pos_ += kFrameBytes + length + kChecksumBytes;
-    return {frame + kFrameBytes, length};
+    return {keep_limit > 0 ? kept_.data() : nullptr, length, offset, XXH3_64bits_digest(&alone)};
   }
 
   void expect_end(Section last) const {
@@ -325,8 +325,9 @@ class Parser {
 
  private:
   const std::string& path_;
-  const std::vector<uint8_t>& file_;
+  const FileReader& file_;
   uint64_t pos_ = 0;
+  std::vector<uint8_t> kept_, chunk_;
 };
 
 // META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
@@ -383,16 +384,6 @@ uint64_t family_elements(const MemoryPlan& plan, Family f) {
   return n;
 }
 
-// The whole span of one family, from its first region's start to its last region's end.
-Span family_span(const MemoryPlan& plan, Family f) {
-  return plan.region_range(family_region(f, Role::kBnBias), family_region(f, Role::kDeepConv));
-}
-
-// Element offset of tensor `id` inside the span of family `f`.
-uint64_t index_in_span(const MemoryPlan& plan, Family f, size_t id) {
-  return (plan.tensor_offset(f, id) - family_span(plan, f).offset) / sizeof(float);
-}
-
 uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
   return f == Family::kN ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
 }
@@ -405,8 +396,8 @@ void Task::save(const std::string& path) {
   check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
   if (run_settings_.schedule.size() > kMaxScheduleName) throw_invalid("save(): the run's schedule name is too long");
 
-  // Everything is copied to the host before the temporary file exists, so a backend error
-  // leaves nothing behind on disk.
+  // The scalars are copied first; the state is streamed tensor by tensor into the file (a backend
+  // error part-way removes the temporary file: the final name keeps the previous checkpoint).
   std::vector<float> f32(kNumScalarF32);
   std::vector<int32_t> i32(kNumScalarI32);
   std::vector<double> f64(kNumScalarF64);
@@ -415,14 +406,6 @@ void Task::save(const std::string& path) {
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const std::vector<Section> sections = sections_for(config_.kind);
-  std::vector<std::vector<float>> spans(kNumFamilies);
-  for (Section s : sections) {
-    if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
-    const Family f = section_family(s);
-    const Span span = family_span(plan_, f);
-    spans[static_cast<int>(f)].resize(span.count);
-    if (span.count > 0) backend_->download(span.offset, spans[static_cast<int>(f)].data(), span.count * sizeof(float));
-  }
 
   Bytes meta;
   meta.str(optimizer_kind_name(config_.kind));
@@ -480,10 +463,16 @@ void Task::save(const std::string& path) {
       const uint64_t elements = family_elements(plan_, f);
       SectionWriter w(file, s, sizeof(uint64_t) + elements * sizeof(float));
       w.payload(&elements, sizeof(elements));
-      const std::vector<float>& span = spans[static_cast<int>(f)];
+      std::vector<uint8_t> chunk;
       for (size_t id = 0; id < params_.size(); ++id) {
-        const uint64_t n = tensor_elements(plan_, f, id);
-        if (n > 0) w.payload(span.data() + index_in_span(plan_, f, id), n * sizeof(float));
+        const uint64_t bytes = tensor_elements(plan_, f, id) * sizeof(float);
+        for (uint64_t done = 0; done < bytes;) {
+          const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
+          chunk.resize(static_cast<size_t>(n));
+          backend_->download(plan_.tensor_offset(f, id) + done, chunk.data(), n);
+          w.payload(chunk.data(), n);
+          done += n;
+        }
       }
       w.finish();
     }
@@ -508,15 +497,16 @@ void Task::load(const std::string& path) {
   // that the error says which kind it is.
   max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
 
-  const std::vector<uint8_t> file = read_whole_file(path, max_bytes);
+  const FileReader file(path, max_bytes);
   Parser parser(path, file);
+  const uint64_t layout_limit = 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8 + kMaxParamNameBytes);
   Decoded d;
 
   // ---- validate everything; nothing in the task changes until the end ----
   const uint32_t declared_sections = parser.header();
 
   {
-    const SectionView v = parser.section(Section::kMeta);
+    const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
     Cursor c(v.payload, v.length, parser.where(Section::kMeta));
     decode_meta(c, &d.info);
     const OptimizerConfig& cfg = d.info.config;
@@ -549,7 +539,7 @@ void Task::load(const std::string& path) {
   }
 
   {
-    const SectionView v = parser.section(Section::kLayout);
+    const SectionView v = parser.section(Section::kLayout, layout_limit);
     Cursor c(v.payload, v.length, parser.where(Section::kLayout));
     const uint64_t count = c.u64();
     const std::string differs = "checkpoint " + path + ": checkpoint layout differs from the task's";
@@ -582,22 +572,25 @@ void Task::load(const std::string& path) {
 
   for (Section s : sections) {
     if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
-    const SectionView v = parser.section(s);
-    Cursor c(v.payload, v.length, parser.where(s));
+    const SectionView v = parser.section(s, 0);  // streamed: checked here, applied below
     const Family f = section_family(s);
     const uint64_t want = family_elements(plan_, f);
-    const uint64_t count = c.u64();
+    uint64_t count = 0;
+    uint8_t count_bytes[8];
+    if (v.length < sizeof(count_bytes)) throw_format(parser.where(s) + "malformed payload (a field runs past the section's end)");
+    file.read(v.offset, count_bytes, sizeof(count_bytes));
+    Cursor c(count_bytes, sizeof(count_bytes), parser.where(s));
+    count = c.u64();
     if (count != want) {
       c.fail("holds " + std::to_string(count) + " elements, the task's layout needs " + std::to_string(want));
     }
-    if (c.remaining() != want * sizeof(float)) c.fail("malformed payload (its length does not match its count)");
-    std::vector<float>& data = d.family[static_cast<int>(f)];
-    data.resize(want);
-    if (want > 0) c.raw(data.data(), want * sizeof(float));
+    if (v.length - 8 != want * sizeof(float)) c.fail("malformed payload (its length does not match its count)");
+    d.family_data[static_cast<int>(f)] = v.offset;
+    d.family_hash[static_cast<int>(f)] = v.payload_hash;
   }
 
   {
-    const SectionView v = parser.section(Section::kScalars);
+    const SectionView v = parser.section(Section::kScalars, 64 * 1024);
     Cursor c(v.payload, v.length, parser.where(Section::kScalars));
     auto slots = [&](uint32_t want, const char* what) {
       const uint32_t n = c.u32();
@@ -625,97 +618,63 @@ void Task::load(const std::string& path) {
   }
   parser.expect_end(Section::kScalars);
 
-  // ---- apply. Host copies of everything this overwrites come first, so that a backend
-  // failure half-way (a CUDA error) puts the task back as it was. ----
-  struct Saved {
-    uint64_t offset;
-    std::vector<uint8_t> bytes;
-  };
-  std::vector<Saved> before;
-  auto keep = [&](uint64_t offset, uint64_t bytes) {
-    Saved s{offset, std::vector<uint8_t>(bytes)};
-    if (bytes > 0) backend_->download(offset, s.bytes.data(), bytes);
-    before.push_back(std::move(s));
-  };
+  // ---- apply: the file is valid; stream each state section into the arena, tensor by tensor
+  // (the host never holds more than one chunk). Padding is zero in every live task and is not
+  // touched. The payload is hashed again on the way: a file rewritten in place between the two
+  // passes is reported, and the task's state is then undefined (load a checkpoint again); the
+  // same holds for a backend failure part-way. An invalid file never changes anything. ----
+  std::vector<uint8_t> chunk;
   for (Section s : sections) {
     if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
-    const Span span = family_span(plan_, section_family(s));
-    keep(span.offset, span.count * sizeof(float));
-  }
-  keep(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float));
-  keep(plan_.region(S_SCALAR_INT32).offset, kNumScalarI32 * sizeof(int32_t));
-  keep(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double));
-  const OptimizerConfig old_config = config_;
-  const double old_lr = lr_, old_loss_scale = loss_scale_;
-
-  try {
-    for (Section s : sections) {
-      if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
-      const Family f = section_family(s);
-      const Span span = family_span(plan_, f);
-      // Padding is zero in every live task and stays zero: build the span with zero padding.
-      std::vector<float> image(span.count, 0.0f);
-      const std::vector<float>& data = d.family[static_cast<int>(f)];
-      uint64_t next = 0;
-      for (size_t id = 0; id < params_.size(); ++id) {
-        const uint64_t n = tensor_elements(plan_, f, id);
-        if (n > 0) std::memcpy(image.data() + index_in_span(plan_, f, id), data.data() + next, n * sizeof(float));
-        next += n;
+    const Family f = section_family(s);
+    XXH3_state_t again;
+    XXH3_64bits_reset(&again);
+    uint64_t pos = d.family_data[static_cast<int>(f)];
+    uint8_t count_bytes[8];
+    file.read(pos, count_bytes, sizeof(count_bytes));
+    XXH3_64bits_update(&again, count_bytes, sizeof(count_bytes));
+    pos += sizeof(count_bytes);
+    for (size_t id = 0; id < params_.size(); ++id) {
+      const uint64_t bytes = tensor_elements(plan_, f, id) * sizeof(float);
+      const uint64_t base = plan_.tensor_offset(f, id);
+      for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
+        chunk.resize(static_cast<size_t>(n));
+        file.read(pos, chunk.data(), n);
+        XXH3_64bits_update(&again, chunk.data(), n);
+        backend_->upload(base + done, chunk.data(), n);
+        pos += n;
+        done += n;
       }
-      if (span.count > 0) backend_->upload(span.offset, image.data(), span.count * sizeof(float));
     }
-    backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
-    backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
-    backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
-    // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
-    // them before the save, so they come out with the same bits; the bias corrections, the step
-    // counters and the non-finite flag are device-owned state and keep the file's values.
-    config_ = d.info.config;
-    lr_ = d.info.lr;
-    loss_scale_ = d.info.loss_scale;
-    run_settings_ = d.info.run;
-    write_hyperparameters();
-  } catch (...) {
-    config_ = old_config;
-    lr_ = old_lr;
-    loss_scale_ = old_loss_scale;
-    try {
-      for (const Saved& s : before) {
-        if (!s.bytes.empty()) backend_->upload(s.offset, s.bytes.data(), s.bytes.size());
-      }
-    } catch (...) {
-      // The backend is failing; the original error below is the one worth reporting.
+    if (XXH3_64bits_digest(&again) != d.family_hash[static_cast<int>(f)]) {
+      throw_format("checkpoint " + path + ": section " + section_name(s) +
+                   " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
     }
-    throw;
   }
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
+  backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
+  backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
+  // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
+  // them before the save, so they come out with the same bits; the bias corrections, the step
+  // counters and the non-finite flag are device-owned state and keep the file's values.
+  config_ = d.info.config;
+  lr_ = d.info.lr;
+  loss_scale_ = d.info.loss_scale;
+  run_settings_ = d.info.run;
+  write_hyperparameters();
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   if (path.empty()) throw_invalid("checkpoint path is empty");
   // Only the header and META are read: a resume learns its configuration without reading the
-  // state (a bigger META than kMaxMetaBytes is not one this build wrote).
-  uint64_t size = 0;
-  const int fd = io::open_regular_file(path, "checkpoint", &size);
-  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, kHeaderBytes + kFrameBytes + kMaxMetaBytes + kChecksumBytes)));
-  size_t got = 0;
-  while (got < head.size()) {
-    const ssize_t r = ::pread(fd, head.data() + got, head.size() - got, static_cast<off_t>(got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw_io("cannot read checkpoint " + path + ": " + errno_text(err));
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  head.resize(got);
-  Parser parser(path, head);
+  // state.
+  const FileReader file(path, std::numeric_limits<uint64_t>::max());
+  Parser parser(path, file);
   CheckpointInfo info;
   parser.header();
   info.version = kFormatVersion;
-  const SectionView v = parser.section(Section::kMeta);
+  const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
   Cursor c(v.payload, v.length, parser.where(Section::kMeta));
   decode_meta(c, &info);
   return info;
