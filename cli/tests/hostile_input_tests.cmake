@@ -10,3 +10,13 @@ foreach(scenario 01_threads 02_inputs 03_float32 04_counts 05_rank 06_fifo 07_em
                    -P ${CMAKE_CURRENT_LIST_DIR}/hostile_input.cmake)
   set_tests_properties(cli_hostile_${scenario} PROPERTIES LABELS "cli;hostile" TIMEOUT 240)
 endforeach()
+# Item 14, memory half: a resume peaks within 1.2x of a plain run's RSS (needs only python3).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_EXECUTABLE)
+  add_test(NAME cli_hostile_14_resume_memory
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/resume_memory.py $<TARGET_FILE:renaissance_cli>
+                   ${CMAKE_CURRENT_BINARY_DIR}/hostile/14_resume_memory)
+  set_tests_properties(cli_hostile_14_resume_memory PROPERTIES LABELS "cli;hostile" TIMEOUT 240)
+else()
+  message(WARNING "python3 not found: cli_hostile_14_resume_memory is not registered")
+endif()
