@@ -220,7 +220,8 @@ class CudaBackend final : public Backend {
   }
 
   // The same-traffic reference over this arena on the step stream, with the step's launch
-  // shape: CUDA events around each run of all passes (Backend::same_traffic_gbps).
+  // shape, its passes captured in one CUDA graph as a step is (no launch gaps between them):
+  // CUDA events around each graph launch (Backend::same_traffic_gbps).
   double same_traffic_gbps(const std::vector<TrafficPass>& passes, int runs) override {
     for (const TrafficPass& p : passes) {
       for (uint64_t off : p.reads) check_range(off, p.count * sizeof(float));
@@ -229,7 +230,11 @@ class CudaBackend final : public Backend {
     static volatile uint32_t key = 0;  // 0, but the compiler cannot know: the loads stay
     uint32_t* sink = nullptr;
     cudaEvent_t start = nullptr, stop = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
     auto release = [&] {
+      if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
       if (sink != nullptr) (void)cudaFree(sink);
       if (start != nullptr) (void)cudaEventDestroy(start);
       if (stop != nullptr) (void)cudaEventDestroy(stop);
@@ -239,10 +244,24 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(uint32_t)));
       RN_CUDA_CHECK(cudaEventCreate(&start));
       RN_CUDA_CHECK(cudaEventCreate(&stop));
+      RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
+      try {
+        for (const TrafficPass& p : passes) launch_same_traffic(arena_, p, key, sink, launch_, origin());
+      } catch (...) {
+        // End the broken capture so the stream is usable again (as prepare() does).
+        if (cudaStreamEndCapture(origin(), &graph) != cudaSuccess) graph = nullptr;
+        (void)cudaGetLastError();
+        throw;
+      }
+      RN_CUDA_CHECK(cudaStreamEndCapture(origin(), &graph));
+      RN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      // As prepare() does for the step: else the first launch also uploads the graph, and a
+      // single run (runs = 1, between the CLI's steps) would time that too.
+      RN_CUDA_CHECK(cudaGraphUpload(exec, origin()));
       const int warmup = runs > 1 ? 1 : 0;
       for (int rep = 0; rep < warmup + std::max(runs, 1); ++rep) {
         RN_CUDA_CHECK(cudaEventRecord(start, origin()));
-        for (const TrafficPass& p : passes) launch_same_traffic(arena_, p, key, sink, launch_, origin());
+        RN_CUDA_CHECK(cudaGraphLaunch(exec, origin()));
         RN_CUDA_CHECK(cudaEventRecord(stop, origin()));
         RN_CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0.0f;

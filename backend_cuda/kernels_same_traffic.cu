@@ -1,10 +1,12 @@
 // The CUDA same-traffic reference (issue #17): one pass of Backend::same_traffic_gbps reads the
-// spans a step reads and writes back the spans it writes, over the task's own arena, one 16-byte
-// vector per thread like the element-wise update kernels. The arithmetic is trivial and leaves
-// every bit as it was (x ^= t & key, key 0 at run time); a read-only pass folds what it read and
-// stores it only when (fold & key) != 0, so its loads cannot be dropped and nothing is written.
+// spans a step reads and writes back the spans it writes, over the task's own arena, shaped like
+// the step's kernels: an updating pass has one 16-byte vector per thread (elementwise.cuh), a
+// read-only pass four per trip over a resident grid (check_finite_kernel). The arithmetic is
+// trivial and leaves every bit as it was (x ^= t & key, key 0 at run time); a read-only pass
+// folds what it read and stores it only when (fold & key) != 0, so its loads cannot be dropped.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "backend_cuda/cuda_check.h"
@@ -23,30 +25,49 @@ struct Streams {
 __device__ __forceinline__ uint4 xor4(uint4 a, uint4 b) { return make_uint4(a.x ^ b.x, a.y ^ b.y, a.z ^ b.z, a.w ^ b.w); }
 __device__ __forceinline__ uint4 and1(uint4 a, uint32_t k) { return make_uint4(a.x & k, a.y & k, a.z & k, a.w & k); }
 
+constexpr int kReadUnroll = 4;  // as kCheckUnroll in kernels_check.cu
+
 template <int R, int U>
 __global__ void same_traffic_kernel(Streams s, uint64_t n4, uint32_t key, uint32_t* __restrict__ sink) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  uint4 acc = make_uint4(0, 0, 0, 0);
-  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (U == 0) {
+    uint4 acc = make_uint4(0, 0, 0, 0);
+    for (uint64_t q0 = first; q0 < n4; q0 += kReadUnroll * stride) {
+      uint4 v[kReadUnroll][R];
+#pragma unroll
+      for (int k = 0; k < kReadUnroll; ++k) {
+        const uint64_t q = q0 + k * stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r) v[k][r] = q < n4 ? s.reads[r][q] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int k = 0; k < kReadUnroll; ++k) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc = xor4(acc, v[k][r]);
+      }
+    }
+    const uint32_t fold = acc.x ^ acc.y ^ acc.z ^ acc.w;
+    if ((fold & key) != 0) *sink = fold;
+    return;
+  }
+  for (uint64_t q = first; q < n4; q += stride) {
     uint4 t = s.reads[0][q];
 #pragma unroll
     for (int r = 1; r < R; ++r) t = xor4(t, s.reads[r][q]);
-    if (U == 0) {
-      acc = xor4(acc, t);
-    } else {
-      const uint4 delta = and1(t, key);
+    const uint4 delta = and1(t, key);
 #pragma unroll
-      for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(s.updates[u][q], delta);
-    }
+    for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(s.updates[u][q], delta);
   }
-  if (U == 0 && ((acc.x ^ acc.y ^ acc.z ^ acc.w) & key) != 0) *sink = acc.x ^ acc.y ^ acc.z ^ acc.w;
 }
 
 template <int R, int U>
 void launch(const Streams& s, uint64_t n4, uint32_t key, uint32_t* sink, const LaunchConfig& launch,
             cudaStream_t stream) {
   const int block = fit_block<&same_traffic_kernel<R, U>>(launch.block);
-  same_traffic_kernel<R, U><<<grid_for(n4, block, launch), block, 0, stream>>>(s, n4, key, sink);
+  unsigned grid = grid_for(U == 0 ? (n4 + kReadUnroll - 1) / kReadUnroll : n4, block, launch);
+  if (U == 0 && launch.grid == 0) grid = std::min<unsigned>(grid, launch.sm_count * (2048 / block));
+  same_traffic_kernel<R, U><<<grid, block, 0, stream>>>(s, n4, key, sink);
   RN_CUDA_CHECK_LAUNCH("same_traffic_kernel");
 }
 

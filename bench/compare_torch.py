@@ -115,9 +115,10 @@ def gpu_step_function(kind, layout, impl):
             # GradScaler.step for an optimizer with _step_supports_amp_scaling: found_inf from the
             # non-finite check (inv_scale 1), then the fused step given grad_scale and found_inf.
             grads = [p.grad for p in params]
-            found_inf = torch.zeros(1, device="cuda")
-            inv_scale = torch.ones(1, device="cuda")
-            opt.grad_scale = torch.ones(1, device="cuda")
+            # 0-dim, as GradScaler's (fused Adam subtracts found_inf from its 0-dim step counts).
+            found_inf = torch.zeros((), device="cuda")
+            inv_scale = torch.ones((), device="cuda")
+            opt.grad_scale = torch.ones((), device="cuda")
             opt.found_inf = found_inf
 
             def step():
@@ -158,7 +159,9 @@ def gpu_impls(kind):
     """Unchecked torch paths and checked ones (the found_inf equivalents) for a kind."""
     if family(kind) == "lars":
         return ["foreach", "foreach+graph"], []
-    return ["for-loop", "foreach", "fused", "fused+graph"], ["check+fused", "check+fused+graph"]
+    if family(kind) in ("sgd", "adam"):
+        return ["for-loop", "foreach", "fused", "fused+graph"], ["check+fused", "check+fused+graph"]
+    return [], []  # no torch.optim counterpart (lion, lamb): ours only
 
 
 def time_torch_gpu(kind, layout, impl, replays, slow_replays):
