@@ -9,6 +9,7 @@
 //
 //   bench_step --backend cuda --layouts resnet50,gpt2_small --kinds adamw,lars --replays 100
 //   bench_step --backend cuda --kinds sgd_momentum --weight-decay-mode l2   (torch.optim.SGD's decay)
+//   bench_step --layouts bench/traffic_layout.json --verify-traffic   (a ctest: no timing, see below)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   std::string backend_name = "auto", layouts = "resnet50,bert_base,gpt2_small";
   std::string kinds = optimizer_kind_names(","), check = "both";
   std::string timing = "both", wd_mode = "decoupled";
+  bool verify_traffic = false;
   int replays = 100, warmup = 5, threads = 0;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
@@ -62,8 +64,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"enqueued", "synced", "both"}));
   app.add_option("--weight-decay-mode", wd_mode, "decoupled, or l2 (torch.optim.SGD) for the kinds that allow it")
       ->check(CLI::IsMember({"decoupled", "l2"}));
+  app.add_flag("--verify-traffic", verify_traffic,
+               "instead of timing: check that the same-traffic passes move bytes_per_param x params (a layout of "
+               "weight-group tensors of multiples of 64 elements) and leave the state bit for bit as it was");
   CLI11_PARSE(app, argc, argv);
 
+  bool failed = false;
   try {
     BackendKind backend;
     parse_backend_kind(backend_name, &backend);
@@ -90,6 +96,25 @@ int main(int argc, char** argv) {
           task.compile();
           task.synthesize_gradients(1, 0, 1e-3f);
           Backend& b = task.backend();
+          if (verify_traffic) {
+            // The limit is only a limit of this step if it moves what the step moves, and it may
+            // run between a user's steps only if it changes nothing.
+            const std::vector<TrafficPass> passes = same_traffic_passes(task.plan(), kind, with_check);
+            const double want = bytes_per_param(kind, with_check) * static_cast<double>(param_count);
+            const double got = traffic_bytes(passes);
+            task.synthesize_weights(2, 0, 0.05f);  // non-zero state, so any change of a bit shows
+            const std::string before = task.fingerprint();
+            b.same_traffic_gbps(passes, 2);
+            const std::string after = task.fingerprint();
+            std::printf("%s %s check=%d: same-traffic passes move %.0f bytes, the step %.0f; fingerprint %s -> %s\n",
+                        layout_name.c_str(), kind_name.c_str(), with_check ? 1 : 0, got, want, before.c_str(), after.c_str());
+            if (got != want || before != after) {
+              std::fprintf(stderr, "bench_step: %s %s check=%d: %s\n", layout_name.c_str(), kind_name.c_str(), with_check ? 1 : 0,
+                           got != want ? "the same-traffic passes do not move the step's bytes" : "the same-traffic passes changed the state");
+              failed = true;
+            }
+            continue;
+          }
           // The limit of this very step's access pattern, over this task's arena.
           const double limit_gbps = b.same_traffic_gbps(same_traffic_passes(task.plan(), kind, with_check), 20);
           const double bytes = bytes_per_param(kind, with_check) * static_cast<double>(param_count);
@@ -122,5 +147,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_step: %s\n", e.what());
     return 2;
   }
-  return 0;
+  return failed ? 1 : 0;
 }
