@@ -55,9 +55,13 @@ __global__ void same_traffic_kernel(Streams s, uint64_t n4, uint32_t key, uint32
     uint4 t = s.reads[0][q];
 #pragma unroll
     for (int r = 1; r < R; ++r) t = xor4(t, s.reads[r][q]);
+    // All loads before any store, as elementwise_update_kernel: the streams are not __restrict__.
+    uint4 old[U > 0 ? U : 1];
+#pragma unroll
+    for (int u = 0; u < U; ++u) old[u] = s.updates[u][q];
     const uint4 delta = and1(t, key);
 #pragma unroll
-    for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(s.updates[u][q], delta);
+    for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(old[u], delta);
   }
 }
 
