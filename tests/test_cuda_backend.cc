@@ -36,51 +36,25 @@ struct NamedConfig {
   OptimizerConfig config;
 };
 
-OptimizerConfig make(OptimizerKind kind, WeightDecayMode mode = WeightDecayMode::kDecoupled) {
-  OptimizerConfig c;
-  c.kind = kind;
-  c.weight_decay_mode = mode;
-  switch (kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov:
-      c.lr = 0.05;
-      c.momentum = kind == OptimizerKind::kSgd ? 0.0 : 0.9;
-      c.weight_decay = 0.01;
-      break;
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW:
-      c.lr = 1e-3;
-      c.beta1 = 0.9;
-      c.beta2 = 0.999;
-      c.eps = 1e-8;
-      c.weight_decay = 0.05;
-      break;
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov:
-      c.lr = 0.1;
-      c.momentum = 0.9;
-      c.weight_decay = 5e-4;
-      c.trust_coefficient = 0.001;
-      c.eps = 1e-9;
-      break;
-  }
-  return c;
-}
-
+// Every kind of the kind table with its reference hyperparameters, the L2 mode where the kind
+// has one, and clipping (active: the tests' gradients have norms far above 0.01) on the two kinds
+// whose norm passes read the clipped gradient.
 std::vector<NamedConfig> all_configs() {
-  using K = OptimizerKind;
-  using M = WeightDecayMode;
-  return {{"sgd", make(K::kSgd)},
-          {"sgd_l2", make(K::kSgd, M::kL2)},
-          {"sgd_momentum", make(K::kSgdMomentum)},
-          {"sgd_momentum_l2", make(K::kSgdMomentum, M::kL2)},
-          {"sgd_nesterov", make(K::kSgdNesterov)},
-          {"sgd_nesterov_l2", make(K::kSgdNesterov, M::kL2)},
-          {"adam", make(K::kAdam)},
-          {"adamw", make(K::kAdamW)},
-          {"lars", make(K::kLars)},
-          {"lars_nesterov", make(K::kLarsNesterov)}};
+  std::vector<NamedConfig> configs;
+  for (const KindInfo& info : kKindTable) {
+    OptimizerConfig c = reference_config(info.kind);
+    configs.push_back({info.name, c});
+    if (info.allows_l2) {
+      c.weight_decay_mode = WeightDecayMode::kL2;
+      configs.push_back({std::string(info.name) + "_l2", c});
+    }
+  }
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb, OptimizerKind::kAdamW}) {
+    OptimizerConfig c = reference_config(kind);
+    c.max_grad_norm = 0.01;
+    configs.push_back({std::string(optimizer_kind_name(kind)) + "_clip", c});
+  }
+  return configs;
 }
 
 // ---- parameter sets ----
@@ -282,7 +256,7 @@ TEST(CudaBackend, SyntheticGradientsMatchCpu) {
     TaskOptions options;
     options.backend = kind;
     Task task(params, options);
-    task.optimizer(make(OptimizerKind::kAdamW));
+    task.optimizer(reference_config(OptimizerKind::kAdamW));
     task.compile();
     task.synthesize_gradients(77, 5, 3.5f);
     for (size_t id = 0; id < task.num_params(); ++id) {
@@ -357,11 +331,12 @@ TEST(CudaBackend, LaunchShapesGiveTheSameBits) {
   params.push_back({"wide_bias", {70001}, Role::kBnBias});
   const std::pair<int, int> shapes[] = {{32, 1}, {64, 3}, {1024, 0}, {96, 7}, {512, 1000}};
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgdNesterov, OptimizerKind::kLars,
-                             OptimizerKind::kLarsNesterov}) {
+                             OptimizerKind::kLarsNesterov, OptimizerKind::kLion, OptimizerKind::kLamb}) {
     SCOPED_TRACE(optimizer_kind_name(kind));
     Scenario sc;
     sc.params = params;
-    sc.config = make(kind);
+    sc.config = reference_config(kind);
+    sc.config.max_grad_norm = kind == OptimizerKind::kLamb ? 0.01 : 0.0;  // the clip kernels too
     sc.steps = 3;
     sc.hook = [](Task& task, int step) {
       if (step == 1) task.set_loss_scale(4096.0);
@@ -393,7 +368,7 @@ TEST(CudaBackend, GraphReplayEqualsDirectExecution) {
       options.backend = BackendKind::kCuda;
       options.backend_options.cuda_graph = graph == 1;
       Task task(params, options);
-      task.optimizer(make(kind));
+      task.optimizer(reference_config(kind));
       task.set_loss_scale(1024.0);
       task.compile();
       init_weights(task);
@@ -425,7 +400,7 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
     TaskOptions options;
     options.backend = kind;
     Task task(odd_params(), options);
-    task.optimizer(make(OptimizerKind::kAdamW));
+    task.optimizer(reference_config(OptimizerKind::kAdamW));
     task.compile();
     init_weights(task);
     task.synthesize_gradients(5, 0, 0.1f);
@@ -473,7 +448,7 @@ TEST(CudaBackend, TensorOfMoreThan2To31Elements) {
     TaskOptions options;
     options.backend = kind;
     Task task(params, options);
-    task.optimizer(make(OptimizerKind::kSgd));
+    task.optimizer(reference_config(OptimizerKind::kSgd));
     try {
       task.compile();
     } catch (const Error& e) {

@@ -122,14 +122,12 @@ std::vector<Setter> setters() {
 // Whether the builder called `builder` produces configs of `kind` (its setters are that kind's
 // hyperparameters).
 bool builder_makes(const std::string& builder, OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kSgdMomentum:
-    case OptimizerKind::kSgdNesterov: return builder == "SGD";
-    case OptimizerKind::kAdam: return builder == "Adam";
-    case OptimizerKind::kAdamW: return builder == "AdamW";
-    case OptimizerKind::kLars:
-    case OptimizerKind::kLarsNesterov: return builder == "LARS";
+  switch (kind_info(kind).family) {
+    case KindFamily::kSgd: return builder == "SGD";
+    case KindFamily::kAdam: return builder == (kind == OptimizerKind::kAdamW ? "AdamW" : "Adam");
+    case KindFamily::kLars: return builder == "LARS";
+    case KindFamily::kLion: return builder == "Lion";
+    case KindFamily::kLamb: return builder == "LAMB";
   }
   return false;
 }
