@@ -77,7 +77,10 @@ file(WRITE "${audit_layout}" "{\"name\": \"audit\", \"params\": [
 {\"name\": \"fc.weight\", \"shape\": [10, 64], \"role\": \"fc_weight\"},
 {\"name\": \"fc.bias\", \"shape\": [10], \"role\": \"fc_bias\"}]}
 ")
-foreach(kind sgd sgd_momentum sgd_nesterov adam adamw lars lars_nesterov)
+if(NOT KINDS)
+  message(FATAL_ERROR "no kinds given (-DKINDS=...)")
+endif()
+foreach(kind IN LISTS KINDS)  # every kind of the kind table (CMake reads kinds.h)
   string(JSON want GET "${golden}" cells audit.${kind}.steps4 fingerprint)
   set(LAYOUT_SAVED ${LAYOUT})
   set(LAYOUT ${audit_layout})
