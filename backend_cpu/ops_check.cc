@@ -65,7 +65,7 @@ bool GradNormPartials(const float* HWY_RESTRICT g, uint64_t count, size_t tile_b
       AddSquaresByLane(gh, n, lanes_acc);
     }
     math::norm_lane_tree(lanes_acc);
-    partials[t] = lanes_acc[0];
+    partials[t] = math::stored_grad_norm_partial(lanes_acc[0]);
   }
   return bad;
 }
@@ -80,9 +80,11 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <vector>
 
 #include "backend_cpu/cpu_ops.h"
 #include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/step_state.h"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -115,15 +117,27 @@ void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
 
-// The total norm is written every step (not finite on a step the check skips: a log shows why);
-// the coefficient only matters on an applied step.
-void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
+namespace {
+
+// The canonical sum of the partials (math/norm_reduction.h), the total and the coefficient.
+void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
   const double* partials = ctx.at<double>(node.norm.partials);
-  double sum = 0.0;
-  math::add_grad_norm_partials(&sum, partials, static_cast<int64_t>(node.norm.partials.count));
-  const double total = math::grad_norm_total(sum);
+  const int64_t count = static_cast<int64_t>(node.norm.partials.count);
+  std::vector<double> lanes(math::kGradNormSumLanes);
+  for (int j = 0; j < math::kGradNormSumLanes; ++j) lanes[j] = math::grad_norm_sum_lane(partials, count, j);
+  math::grad_norm_sum_tree(lanes.data());
+  const double total = math::grad_norm_total(lanes[0]);
   ctx.scalars.f64[kGradNormD] = total;
   ctx.scalars.f32[kClipCoefficient] = math::clip_coefficient(total, ctx.scalars.f64[kMaxGradNormD]);
+}
+
+}  // namespace
+
+// A skipped step leaves the last total norm and the coefficient as they were. Then the step
+// counter (math::advance_step): with clipping this node replaces ADVANCE_STEP.
+void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
+  if (!ctx.step_skipped()) clip_coefficient(ctx, node);
+  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
 }
 
 const char* current_simd_target() {

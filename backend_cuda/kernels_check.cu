@@ -15,6 +15,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
 #include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/step_state.h"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -76,7 +77,7 @@ __device__ __forceinline__ void finish_vote(bool block_bad, int32_t* flags, unsi
 using math::kNormLanes;
 
 // Loads in flight per thread in the grad-norm kernel, consumed in order.
-constexpr int kGradNormBatch = 8;
+constexpr int kGradNormBatch = 16;
 
 // One block of kNormLanes threads per grad-norm tile (grid-stride over tiles): thread j is lane j
 // and adds, in order, the squares in double of g*(1/scale) at j, j + 256, ... of the tile; then
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kNormLanes)
       if (j < stride) lanes[j] = lanes[j] + lanes[j + stride];
       __syncthreads();
     }
-    if (j == 0) partials[t] = lanes[0];
+    if (j == 0) partials[t] = math::stored_grad_norm_partial(lanes[0]);
     __syncthreads();
   }
   if (!check) return;
@@ -125,27 +126,32 @@ __global__ void __launch_bounds__(kNormLanes)
   if (threadIdx.x == 0) finish_vote(bad, flags, scratch);
 }
 
-// One block: the partials staged into shared memory chunk by chunk, thread 0 adds them in tile
-// order (math::add_grad_norm_partials), then the total and the coefficient from the math file.
-constexpr int kCoefficientBlock = 256;
+// One block of kGradNormSumLanes threads: thread j is sum-lane j (math::grad_norm_sum_lane), then
+// the fixed halving tree in shared memory (math::grad_norm_sum_tree's additions), then the total
+// and the coefficient from the math file. A skipped step changes neither. Thread 0 then advances
+// the step (math::advance_step): with clipping this node replaces ADVANCE_STEP.
+constexpr int kCoefficientBlock = math::kGradNormSumLanes;
 
 __global__ void __launch_bounds__(kCoefficientBlock)
-    clip_coefficient_kernel(const double* __restrict__ partials, int64_t num_tiles, float* __restrict__ f32,
-                            double* __restrict__ f64) {
-  __shared__ double staged[kCoefficientBlock];
-  double sum = 0.0;
-  for (int64_t base = 0; base < num_tiles; base += kCoefficientBlock) {
-    const int64_t left = num_tiles - base;
-    const int chunk = left < kCoefficientBlock ? static_cast<int>(left) : kCoefficientBlock;
-    if (threadIdx.x < chunk) staged[threadIdx.x] = partials[base + threadIdx.x];
-    __syncthreads();
-    if (threadIdx.x == 0) math::add_grad_norm_partials(&sum, staged, chunk);
+    clip_coefficient_kernel(const double* __restrict__ partials, int64_t num_tiles, int32_t* __restrict__ i32,
+                            float* __restrict__ f32, double* __restrict__ f64, bool bias_correction) {
+  if (i32[kHasNonFinite] != 0) {
+    if (threadIdx.x == 0) math::advance_step(i32, f32, f64, bias_correction);
+    return;
+  }
+  __shared__ double lanes[kCoefficientBlock];
+  const int j = threadIdx.x;
+  lanes[j] = math::grad_norm_sum_lane(partials, num_tiles, j);
+  __syncthreads();
+  for (int stride = kCoefficientBlock / 2; stride > 0; stride >>= 1) {
+    if (j < stride) lanes[j] = lanes[j] + lanes[j + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    const double total = math::grad_norm_total(sum);
+  if (j == 0) {
+    const double total = math::grad_norm_total(lanes[0]);
     f64[kGradNormD] = total;
     f32[kClipCoefficient] = math::clip_coefficient(total, f64[kMaxGradNormD]);
+    math::advance_step(i32, f32, f64, bias_correction);
   }
 }
 
@@ -164,8 +170,8 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
 
 void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
   clip_coefficient_kernel<<<1, kCoefficientBlock, 0, ctx.stream>>>(
-      ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.f32,
-      ctx.scalars.f64);
+      ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.i32,
+      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
   RN_CUDA_CHECK_LAUNCH("clip_coefficient_kernel");
 }
 

@@ -73,6 +73,8 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
+constexpr int kLambBatch = 4;
+
 // LAMB phase 1, one block of kNormLanes threads per tile: thread j updates m and v of elements
 // j, j + 256, ... (math::lamb_moments) and accumulates the squares of w and of the returned u in
 // that order; then the fixed tree, as above.
@@ -93,15 +95,30 @@ __global__ void __launch_bounds__(kNormLanes)
     float* tm = m + tile.start;
     float* tv = v + tile.start;
     double aw = 0.0, au = 0.0;
-    for (int idx = j; idx < tile.length; idx += kNormLanes) {
-      const float wv = tw[idx];
-      float mv = tm[idx];
-      float vv = tv[idx];
-      const float u = math::lamb_moments<ScalarPolicy>(wv, tg[idx], mv, vv, c);
-      tm[idx] = mv;
-      tv[idx] = vv;
-      aw = aw + math::square_in_double(wv);
-      au = au + math::square_in_double(u);
+    // kLambBatch elements of the lane per trip, all loads issued first; used in element order.
+    for (int base = j; base < tile.length; base += kLambBatch * kNormLanes) {
+      float wr[kLambBatch], gr[kLambBatch], mr[kLambBatch], vr[kLambBatch];
+#pragma unroll
+      for (int k = 0; k < kLambBatch; ++k) {
+        const int idx = base + k * kNormLanes;
+        if (idx < tile.length) {
+          wr[k] = tw[idx];
+          gr[k] = tg[idx];
+          mr[k] = tm[idx];
+          vr[k] = tv[idx];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kLambBatch; ++k) {
+        const int idx = base + k * kNormLanes;
+        if (idx < tile.length) {
+          const float u = math::lamb_moments<ScalarPolicy>(wr[k], gr[k], mr[k], vr[k], c);
+          tm[idx] = mr[k];
+          tv[idx] = vr[k];
+          aw = aw + math::square_in_double(wr[k]);
+          au = au + math::square_in_double(u);
+        }
+      }
     }
     w_lanes[j] = aw;
     u_lanes[j] = au;

@@ -94,12 +94,14 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
   }
   slot(S_SCALAR_INT32, kHasNonFinite, sizeof(int32_t));
   if (clip) {
-    // Gradient-norm clipping, applied or skipped step: its tile partials, the total norm and the
-    // coefficient (docs/math.md).
+    // Gradient-norm clipping (docs/math.md): its tile partials on every step (computed with the
+    // check), the total norm and the coefficient on an applied step.
     const RegionInfo& t = plan.region(T_GRAD_NORM_PARTIALS);
     w.push_back({t.offset, region_end(t)});
-    slot(S_SCALAR_FP64, kGradNormD, sizeof(double));
-    slot(S_SCALAR_FP32, kClipCoefficient, sizeof(float));
+    if (!skipped) {
+      slot(S_SCALAR_FP64, kGradNormD, sizeof(double));
+      slot(S_SCALAR_FP32, kClipCoefficient, sizeof(float));
+    }
   }
   if (plan.region(T_NORM_PARTIALS).allocated) {
     const RegionInfo& t = plan.region(T_NORM_PARTIALS);

@@ -50,22 +50,27 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
     partials.check_finite = check_finite;
     pre.push_back(partials);
+    // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
+    // so clipping adds no launch to the step.
     GraphNode coefficient = partials;
     coefficient.kind = NodeKind::kCompute;
     coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
+    coefficient.bias_correction = kind.bias_correction;
     pre.push_back(coefficient);
-  } else if (check_finite) {
-    GraphNode check;
-    check.kind = NodeKind::kRange;
-    check.range_op = RangeOp::CHECK_FINITE;
-    check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
-    pre.push_back(check);
+  } else {
+    if (check_finite) {
+      GraphNode check;
+      check.kind = NodeKind::kRange;
+      check.range_op = RangeOp::CHECK_FINITE;
+      check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+      pre.push_back(check);
+    }
+    GraphNode advance;
+    advance.kind = NodeKind::kCompute;
+    advance.compute_op = ComputeOp::ADVANCE_STEP;
+    advance.bias_correction = kind.bias_correction;
+    pre.push_back(advance);
   }
-  GraphNode advance;
-  advance.kind = NodeKind::kCompute;
-  advance.compute_op = ComputeOp::ADVANCE_STEP;
-  advance.bias_correction = kind.bias_correction;
-  pre.push_back(advance);
 
   auto group_node = [&](Group group) {
     GraphNode node;

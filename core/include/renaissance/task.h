@@ -109,7 +109,7 @@ class Task {
   bool last_step_skipped();
   // The total gradient norm ‖ĝ‖ (ĝ = g*(1/scale), before clipping) that the last step computed
   // on the device, copied to the host on request. Only a step with max_grad_norm > 0 computes
-  // it: 0 before the first such step. A skipped step's norm is not finite.
+  // it: 0 before the first such step. A skipped step leaves it as it was.
   double last_grad_norm();
 
   // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on

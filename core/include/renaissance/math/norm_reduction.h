@@ -56,17 +56,45 @@ RN_HD void add_tile_partials(double* sums, const double* partials, int64_t count
 // kGradNormTile elements, tile t = elements [t*kGradNormTile, min((t+1)*kGradNormTile, count));
 // within a tile lane j accumulates in double, in order, the squares of elements j, j + kNormLanes,
 // j + 2*kNormLanes, ... (as for tensor norms), then norm_lane_tree; lane 0 is the tile's partial.
-// The total is sqrt of the partials added in tile order starting at 0.0 (add_grad_norm_partials).
-// A tile is 16 norm tiles so that the serial, in-order sum of the partials stays short.
-constexpr int64_t kGradNormTile = 16 * static_cast<int64_t>(kNormTile);
+// A NaN partial (a NaN gradient) is stored as one fixed NaN (stored_grad_norm_partial), so the
+// scratch holds the same bytes on every backend. The partials are then summed like a tile's
+// elements one level up (sum_grad_norm_partials): sum-lane j (0 <= j < kGradNormSumLanes) adds,
+// in order from 0.0, partials j, j + kGradNormSumLanes, ...; a fixed halving tree combines the
+// sum-lanes; the total norm is sqrt of lane 0. Both levels are short dependency chains, so one
+// block of threads computes the total on a device without a long serial loop.
+constexpr int64_t kGradNormTile = 4 * static_cast<int64_t>(kNormTile);
+constexpr int kGradNormSumLanes = 1024;
 
 RN_HD int64_t grad_norm_tile_count(uint64_t count) {
   return static_cast<int64_t>((count + kGradNormTile - 1) / kGradNormTile);
 }
 
-// Adds `count` consecutive grad-norm tile partials, in order, to *sum (0.0 before the first).
-RN_HD void add_grad_norm_partials(double* sum, const double* partials, int64_t count) {
-  for (int64_t t = 0; t < count; ++t) *sum = *sum + partials[t];
+// The one NaN a grad-norm partial is stored as (a quiet NaN with an empty payload).
+RN_HD double stored_grad_norm_partial(double x) {
+  if (x == x) return x;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(0x7ff8000000000000LL);
+#else
+  const uint64_t bits = 0x7ff8000000000000ULL;
+  double nan;
+  __builtin_memcpy(&nan, &bits, sizeof(nan));
+  return nan;
+#endif
+}
+
+// Sum-lane j's part of the canonical sum of `count` partials: partials j, j + kGradNormSumLanes,
+// ... added in order from 0.0.
+RN_HD double grad_norm_sum_lane(const double* partials, int64_t count, int j) {
+  double s = 0.0;
+  for (int64_t t = j; t < count; t += kGradNormSumLanes) s = s + partials[t];
+  return s;
+}
+
+// The fixed halving tree over kGradNormSumLanes sum-lanes; the result is left in lanes[0].
+RN_HD void grad_norm_sum_tree(double* lanes) {
+  for (int s = kGradNormSumLanes / 2; s > 0; s >>= 1) {
+    for (int j = 0; j < s; ++j) lanes[j] = lanes[j] + lanes[j + s];
+  }
 }
 
 }  // namespace math
