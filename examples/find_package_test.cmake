@@ -11,7 +11,7 @@ function(run)
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix)
 run(${CMAKE_COMMAND} -S ${SOURCE}/examples -B ${WORK}/build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+    -DCMAKE_PREFIX_PATH=${WORK}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK}/build)
 run(${WORK}/build/quickstart)
 if(NOT last_output MATCHES "fingerprint [0-9a-f]+")
