@@ -243,7 +243,10 @@ TEST(CudaBackend, UploadDownloadRoundTripAndZeroArena) {
   backend->download(1001, back.data(), back.size());
   EXPECT_EQ(data, back);
   EXPECT_THROW(backend->upload(4100, data.data(), 100), Error);
-  EXPECT_GT(backend->same_traffic_gbps({TrafficPass{256, {0}, {1024}}}, 3), 1.0);
+  // A 1 KiB pass takes about a launch's time, so its rate says nothing about the memory system:
+  // only that the measurement runs and yields a positive, finite rate.
+  const double rate = backend->same_traffic_gbps({TrafficPass{256, {0}, {1024}}}, 3);
+  EXPECT_TRUE(std::isfinite(rate) && rate > 0.0) << rate;
 }
 
 TEST(CudaBackend, SyntheticGradientsMatchCpu) {
