@@ -1,4 +1,4 @@
-// `renaissance replay CASE_DIR`: re-runs a recorded case (../shared/replay-format.md) on a
+// `renaissance replay CASE_DIR`: re-runs a recorded case (docs/replay-format.md) on a
 // backend, prints the per-tensor error against expected.safetensors and optionally writes the
 // result. The whole case is validated before anything runs; output is written atomically.
 #include <sys/stat.h>

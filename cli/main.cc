@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  renaissance run                                   resnet50, AdamW, best backend\n"
       "  renaissance run --model bert_base --optimizer lars --steps 50 --json\n"
-      "  renaissance replay ../shared/replay-cases/adamw_small_cnn --out result.safetensors\n"
+      "  renaissance replay testdata/replay/adamw --out result.safetensors\n"
       "  renaissance audit\n"
       "Exit codes: 0 ok; 1 a comparison or audit failed; 2 bad command, option or input file (fix the\n"
       "command); 3 a system failure during the work (disk full, I/O error, backend). See README.md.");
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   // ---- replay ----
   ReplayOptions replay;
   CLI::App* replay_cmd = app.add_subcommand(
-      "replay", "Re-run a recorded case (../shared/replay-format.md) and compare with its float64 reference");
+      "replay", "Re-run a recorded case (docs/replay-format.md) and compare with its float64 reference");
   replay_cmd->add_option("case_dir", replay.case_dir, "Case folder: case.json, init/grads[/expected].safetensors")
       ->required()->type_name("CASE_DIR");
   replay_cmd->add_option("--backend", replay.backend, "cpu, cuda or auto")->capture_default_str()->type_name("NAME");
