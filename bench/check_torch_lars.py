@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that bench/torch_lars.py (the torch LARS that compare_torch.py times) has this
-library's LARS semantics: it replays testdata/replay/lars and lars_nesterov in float64 on the
+library's LARS semantics: it replays every LARS case of testdata/replay (plain and Nesterov) in float64 on the
 CPU (per-step lr and loss scale, the step with a non-finite gradient skipped as a whole) and
 compares the weights and momenta with expected.safetensors, the float64 reference that
 scripts/make_testdata.py computes from docs/math.md. The norms are summed in another order than
@@ -54,7 +54,7 @@ def replay(case_name):
     weights = [tensors[p["name"]] for p in params if p["role"] in WEIGHT_ROLES]
     biases = [tensors[p["name"]] for p in params if p["role"] not in WEIGHT_ROLES]
     lars = ForeachLars(weights, biases, lr=opt["lr"], momentum=opt["momentum"], weight_decay=opt["weight_decay"],
-                       trust_coefficient=opt["trust_coefficient"], eps=opt["eps"], nesterov=opt["kind"] == "lars_nesterov")
+                       trust_coefficient=opt["trust_coefficient"], eps=opt["eps"], nesterov=opt["kind"].endswith("nesterov"))
     applied = 0
     for t in range(case["steps"]):
         g = {p["name"]: grads[f"step{t}/{p['name']}"].astype(np.float64) for p in params}
@@ -85,19 +85,28 @@ def replay(case_name):
     return worst, where
 
 
-def test_lars():
-    worst, where = replay("lars")
-    assert worst <= TOLERANCE, f"lars: {where} differs by {worst:.3g} (relative)"
+def lars_cases():
+    """The replay cases of the LARS kinds (whose names start with "lars"), in name order."""
+    cases = []
+    for name in sorted(os.listdir(REPLAY)):
+        path = os.path.join(REPLAY, name, "case.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                if json.load(f)["optimizer"]["kind"].startswith("lars"):
+                    cases.append(name)
+    assert len(cases) >= 2, f"expected the plain and the Nesterov LARS cases in {REPLAY}, found {cases}"
+    return cases
 
 
-def test_lars_nesterov():
-    worst, where = replay("lars_nesterov")
-    assert worst <= TOLERANCE, f"lars_nesterov: {where} differs by {worst:.3g} (relative)"
+def test_lars_cases():
+    for name in lars_cases():
+        worst, where = replay(name)
+        assert worst <= TOLERANCE, f"{name}: {where} differs by {worst:.3g} (relative)"
 
 
 if __name__ == "__main__":
     failed = False
-    for name in ("lars", "lars_nesterov"):
+    for name in lars_cases():
         worst, where = replay(name)
         ok = worst <= TOLERANCE
         failed |= not ok
