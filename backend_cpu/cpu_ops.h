@@ -45,6 +45,44 @@ void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn) {
   }
 }
 
+// The two shapes of a per-target update function, so that each update op's run_* is one line:
+// - element-wise over one chunk: the arrays at the chunk's start (m, v null where the kind has
+//   none), n elements, the float scalars, the node's group (bias-like: wd = 0) and L2 mode;
+using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, size_t n, const float* s,
+                               bool weight_group, bool l2);
+// - tile-wise over the norm tiles [tile_begin, tile_end) of the weight group, each tile with its
+//   tensor's ratio from N.
+using TileFn = void (*)(float* w, const float* g, float* m, float* v, const NormTile* tiles, size_t tile_begin,
+                        size_t tile_end, const float* ratio, const float* s);
+
+// Runs an element-wise update over the node's group span, in kChunkElements blocks.
+inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
+  if (ctx.step_skipped()) return;
+  float* w = ctx.at<float>(node.w);
+  const float* g = ctx.at<float>(node.g);
+  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
+  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  const bool weight_group = node.group == Group::kWeight;
+  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
+  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t b, uint64_t e) {
+    fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, ctx.scalars.f32, weight_group, l2);
+  });
+}
+
+// Runs a tile-wise update over the node's norm tiles, kTilesPerBlock tiles per work item.
+inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
+  if (ctx.step_skipped()) return;
+  float* w = ctx.at<float>(node.w);
+  const float* g = ctx.at<float>(node.g);
+  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
+  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  const float* ratio = ctx.at<float>(node.n);
+  const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
+  parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
+    fn(w, g, m, v, tiles, b, e, ratio, ctx.scalars.f32);
+  });
+}
+
 // One function per op of RN_RANGE_OPS / RN_COMPUTE_OPS, implemented in the ops_*.cc files.
 #define RN_DECLARE_CPU_RANGE_OP(name) void run_##name(const CpuContext& ctx, const GraphNode& node);
 RN_RANGE_OPS(RN_DECLARE_CPU_RANGE_OP)

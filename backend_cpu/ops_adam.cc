@@ -31,10 +31,10 @@ void AdamChunk(float* w, const float* g, float* m, float* v, size_t n, const flo
       [&](float& wv, float gv, float& mv, float& vv) { apply(wv, gv, mv, vv, cs, rules::ScalarPolicy()); });
 }
 
-void Adam(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg) {
+void Adam(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {
   AdamChunk<false>(w, g, m, v, n, s, wg);
 }
-void AdamW(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg) {
+void AdamW(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {
   AdamChunk<true>(w, g, m, v, n, s, wg);
 }
 
@@ -52,30 +52,11 @@ namespace cpu {
 HWY_EXPORT(Adam);
 HWY_EXPORT(AdamW);
 
-namespace {
-
-using AdamFn = void (*)(float*, const float*, float*, float*, size_t, const float*, bool);
-
-void run_adam_kind(const CpuContext& ctx, const GraphNode& node, AdamFn fn) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
-  float* m = ctx.at<float>(node.m);
-  float* v = ctx.at<float>(node.v);
-  const float* s = ctx.scalars.f32;
-  const bool weight_group = node.group == Group::kWeight;
-  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
-    fn(w + begin, g + begin, m + begin, v + begin, end - begin, s, weight_group);
-  });
-}
-
-}  // namespace
-
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
-  run_adam_kind(ctx, node, &HWY_DYNAMIC_DISPATCH(Adam));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(Adam));
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
-  run_adam_kind(ctx, node, &HWY_DYNAMIC_DISPATCH(AdamW));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(AdamW));
 }
 
 }  // namespace cpu

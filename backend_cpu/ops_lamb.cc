@@ -15,7 +15,7 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-void LambTilesUpdate(float* w, const float* m, const float* v, const NormTile* tiles, size_t tile_begin,
+void LambTilesUpdate(float* w, const float*, float* m, float* v, const NormTile* tiles, size_t tile_begin,
                      size_t tile_end, const float* ratio, const float* s) {
   const FloatTag d;
   const size_t lanes = hn::Lanes(d);
@@ -39,7 +39,7 @@ void LambTilesUpdate(float* w, const float* m, const float* v, const NormTile* t
   }
 }
 
-void LambBias(float* w, const float* g, float* m, float* v, size_t n, const float* s) {
+void LambBias(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool, bool) {
   const auto cv = vector_coeffs(s, false);
   const auto cs = scalar_coeffs(s, false);
   for_each_element<true, true>(
@@ -64,29 +64,12 @@ HWY_EXPORT(LambTilesUpdate);
 HWY_EXPORT(LambBias);
 
 void run_UPDATE_LAMB(const CpuContext& ctx, const GraphNode& node) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* m = ctx.at<float>(node.m);
-  const float* v = ctx.at<float>(node.v);
-  const float* ratio = ctx.at<float>(node.n);
-  const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
-  auto* fn = &HWY_DYNAMIC_DISPATCH(LambTilesUpdate);
-  parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    fn(w, m, v, tiles, b, e, ratio, ctx.scalars.f32);
-  });
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LambTilesUpdate));
 }
 
+// The bias-like group only (the compiler never gives it a weight-group node): r = 1, wd = 0.
 void run_UPDATE_LAMB_BIAS(const CpuContext& ctx, const GraphNode& node) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
-  float* m = ctx.at<float>(node.m);
-  float* v = ctx.at<float>(node.v);
-  const float* s = ctx.scalars.f32;
-  auto* fn = &HWY_DYNAMIC_DISPATCH(LambBias);
-  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
-    fn(w + begin, g + begin, m + begin, v + begin, end - begin, s);
-  });
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(LambBias));
 }
 
 }  // namespace cpu

@@ -36,11 +36,11 @@ void LarsTilesUpdate(float* w, const float* g, float* m, const NormTile* tiles, 
   }
 }
 
-void LarsUpdate(float* w, const float* g, float* m, const NormTile* tiles, size_t b, size_t e,
+void LarsUpdate(float* w, const float* g, float* m, float*, const NormTile* tiles, size_t b, size_t e,
                 const float* eta, const float* s) {
   LarsTilesUpdate<false>(w, g, m, tiles, b, e, eta, s);
 }
-void LarsNesterovUpdate(float* w, const float* g, float* m, const NormTile* tiles, size_t b, size_t e,
+void LarsNesterovUpdate(float* w, const float* g, float* m, float*, const NormTile* tiles, size_t b, size_t e,
                         const float* eta, const float* s) {
   LarsTilesUpdate<true>(w, g, m, tiles, b, e, eta, s);
 }
@@ -60,30 +60,11 @@ namespace cpu {
 HWY_EXPORT(LarsUpdate);
 HWY_EXPORT(LarsNesterovUpdate);
 
-namespace {
-
-using LarsFn = void (*)(float*, const float*, float*, const NormTile*, size_t, size_t, const float*,
-                        const float*);
-
-void run_lars_update(const CpuContext& ctx, const GraphNode& node, LarsFn fn) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
-  float* m = ctx.at<float>(node.m);
-  const float* eta = ctx.at<float>(node.n);
-  const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
-  parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    fn(w, g, m, tiles, b, e, eta, ctx.scalars.f32);
-  });
-}
-
-}  // namespace
-
 void run_UPDATE_LARS(const CpuContext& ctx, const GraphNode& node) {
-  run_lars_update(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsUpdate));
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsUpdate));
 }
 void run_UPDATE_LARS_NESTEROV(const CpuContext& ctx, const GraphNode& node) {
-  run_lars_update(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate));
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate));
 }
 
 }  // namespace cpu

@@ -13,7 +13,7 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-void Lion(float* w, const float* g, float* m, size_t n, const float* s, bool weight_group) {
+void Lion(float* w, const float* g, float* m, float*, size_t n, const float* s, bool weight_group, bool) {
   const auto cv = vector_coeffs(s, weight_group);
   const auto cs = scalar_coeffs(s, weight_group);
   for_each_element<true, false>(
@@ -36,16 +36,7 @@ namespace cpu {
 HWY_EXPORT(Lion);
 
 void run_UPDATE_LION(const CpuContext& ctx, const GraphNode& node) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
-  float* m = ctx.at<float>(node.m);
-  const float* s = ctx.scalars.f32;
-  const bool weight_group = node.group == Group::kWeight;
-  auto* fn = &HWY_DYNAMIC_DISPATCH(Lion);
-  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
-    fn(w + begin, g + begin, m + begin, end - begin, s, weight_group);
-  });
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(Lion));
 }
 
 }  // namespace cpu

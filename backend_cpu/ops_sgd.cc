@@ -32,14 +32,14 @@ void SgdChunk(float* w, const float* g, float* m, size_t n, const float* s, bool
       [&](float& wv, float gv, float& mv, float&) { apply(wv, gv, mv, cs, rules::ScalarPolicy()); });
 }
 
-void SgdPlain(float* w, const float* g, float* m, size_t n, const float* s, bool wg, bool l2) {
+void SgdPlain(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
   l2 ? SgdChunk<SgdRule::kPlain, true>(w, g, m, n, s, wg) : SgdChunk<SgdRule::kPlain, false>(w, g, m, n, s, wg);
 }
-void SgdMomentum(float* w, const float* g, float* m, size_t n, const float* s, bool wg, bool l2) {
+void SgdMomentum(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
   l2 ? SgdChunk<SgdRule::kMomentum, true>(w, g, m, n, s, wg)
      : SgdChunk<SgdRule::kMomentum, false>(w, g, m, n, s, wg);
 }
-void SgdNesterov(float* w, const float* g, float* m, size_t n, const float* s, bool wg, bool l2) {
+void SgdNesterov(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
   l2 ? SgdChunk<SgdRule::kNesterov, true>(w, g, m, n, s, wg)
      : SgdChunk<SgdRule::kNesterov, false>(w, g, m, n, s, wg);
 }
@@ -59,33 +59,14 @@ HWY_EXPORT(SgdPlain);
 HWY_EXPORT(SgdMomentum);
 HWY_EXPORT(SgdNesterov);
 
-namespace {
-
-using SgdFn = void (*)(float*, const float*, float*, size_t, const float*, bool, bool);
-
-void run_sgd_kind(const CpuContext& ctx, const GraphNode& node, SgdFn fn) {
-  if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
-  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
-  const float* s = ctx.scalars.f32;
-  const bool weight_group = node.group == Group::kWeight;
-  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
-  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
-    fn(w + begin, g + begin, m ? m + begin : nullptr, end - begin, s, weight_group, l2);
-  });
-}
-
-}  // namespace
-
 void run_UPDATE_SGD(const CpuContext& ctx, const GraphNode& node) {
-  run_sgd_kind(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdPlain));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdPlain));
 }
 void run_UPDATE_SGD_MOMENTUM(const CpuContext& ctx, const GraphNode& node) {
-  run_sgd_kind(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdMomentum));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdMomentum));
 }
 void run_UPDATE_SGD_NESTEROV(const CpuContext& ctx, const GraphNode& node) {
-  run_sgd_kind(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdNesterov));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdNesterov));
 }
 
 }  // namespace cpu
