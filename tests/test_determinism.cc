@@ -104,7 +104,7 @@ TEST_P(DeterminismTest, OtherBackendsMatchTheCpuBitForBit) {
     EXPECT_TRUE(testing_util::same_state(run(GetParam(), backend, 0), reference)) << backend_kind_name(backend);
     ++compared;
   }
-  if (compared == 0) GTEST_SKIP() << "no backend other than the CPU is available to compare with";
+  if (compared == 0) GTEST_SKIP() << "no CUDA device here: no backend other than the CPU to compare with";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, DeterminismTest, ::testing::ValuesIn(testing_util::all_kind_cases()),
