@@ -52,7 +52,7 @@ rn_cli_test(cli_replay_above_tolerance 1 "-DMATCH=ABOVE TOLERANCE" -P ${CMAKE_CU
 # Every case of testdata/replay (each kind and weight-decay mode, references not computed by the
 # library) passes on the CPU; a case with a wrong expected file fails with exit 1.
 add_test(NAME cli_replay_testdata
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=all
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=all "-DKINDS=${RN_KIND_NAMES}"
                  -P ${CMAKE_CURRENT_LIST_DIR}/replay_testdata.cmake)
 add_test(NAME cli_replay_testdata_perturbed
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=perturbed
