@@ -108,14 +108,16 @@ void OptimizerConfig::validate() const {
   check_max_grad_norm(max_grad_norm);
 }
 
-// ---- SGD ----
-SGD::SGD() : c_(default_config(OptimizerKind::kSgd)) {}
-SGD& SGD::lr(double v) { check_lr(v); c_.lr = v; return *this; }
-SGD& SGD::momentum(double v) { check_unit_interval("momentum", v); c_.momentum = v; return *this; }
-SGD& SGD::nesterov(bool v) { nesterov_ = v; return *this; }
-SGD& SGD::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-SGD& SGD::weight_decay_mode(WeightDecayMode v) { c_.weight_decay_mode = v; return *this; }
-SGD& SGD::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
+void check_hyperparameter(const char* name, double v) {
+  const std::string n = name;
+  if (n == "lr") return check_lr(v);
+  if (n == "max_grad_norm") return check_max_grad_norm(v);
+  if (n == "weight_decay") return check_non_negative(name, v);
+  if (n == "momentum" || n == "beta1" || n == "beta2") return check_unit_interval(name, v);
+  if (n == "eps" || n == "trust_coefficient") return check_positive(name, v);
+  throw_invalid("unknown hyperparameter '" + n + "'");
+}
+
 OptimizerConfig SGD::config() const {
   OptimizerConfig c = c_;
   if (nesterov_) {
@@ -127,46 +129,11 @@ OptimizerConfig SGD::config() const {
   return c;
 }
 
-// ---- Adam / AdamW ----
-Adam::Adam() : c_(default_config(OptimizerKind::kAdam)) {}
-Adam& Adam::lr(double v) { check_lr(v); c_.lr = v; return *this; }
-Adam& Adam::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
-Adam& Adam::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
-Adam& Adam::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
-Adam& Adam::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-Adam& Adam::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
-AdamW::AdamW() { c_ = default_config(OptimizerKind::kAdamW); }
-
-// ---- LARS ----
-LARS::LARS() : c_(default_config(OptimizerKind::kLars)) {}
-LARS& LARS::lr(double v) { check_lr(v); c_.lr = v; return *this; }
-LARS& LARS::momentum(double v) { check_unit_interval("momentum", v); c_.momentum = v; return *this; }
-LARS& LARS::nesterov(bool v) { nesterov_ = v; return *this; }
-LARS& LARS::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-LARS& LARS::trust_coefficient(double v) { check_positive("trust_coefficient", v); c_.trust_coefficient = v; return *this; }
-LARS& LARS::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
-LARS& LARS::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 OptimizerConfig LARS::config() const {
   OptimizerConfig c = c_;
   c.kind = nesterov_ ? OptimizerKind::kLarsNesterov : OptimizerKind::kLars;
   if (nesterov_ && c.momentum <= 0.0) reject("momentum", c.momentum, "nesterov requires momentum > 0");
   return c;
 }
-
-// ---- Lion / LAMB ----
-Lion::Lion() : c_(default_config(OptimizerKind::kLion)) {}
-Lion& Lion::lr(double v) { check_lr(v); c_.lr = v; return *this; }
-Lion& Lion::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
-Lion& Lion::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
-Lion& Lion::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-Lion& Lion::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
-
-LAMB::LAMB() : c_(default_config(OptimizerKind::kLamb)) {}
-LAMB& LAMB::lr(double v) { check_lr(v); c_.lr = v; return *this; }
-LAMB& LAMB::beta1(double v) { check_unit_interval("beta1", v); c_.beta1 = v; return *this; }
-LAMB& LAMB::beta2(double v) { check_unit_interval("beta2", v); c_.beta2 = v; return *this; }
-LAMB& LAMB::eps(double v) { check_positive("eps", v); c_.eps = v; return *this; }
-LAMB& LAMB::weight_decay(double v) { check_non_negative("weight_decay", v); c_.weight_decay = v; return *this; }
-LAMB& LAMB::max_grad_norm(double v) { check_max_grad_norm(v); c_.max_grad_norm = v; return *this; }
 
 }  // namespace renaissance

@@ -55,96 +55,91 @@ void check_lr(double lr);
 void check_loss_scale(double scale);
 void check_max_grad_norm(double max_norm);  // finite, >= 0, a float32 that is not rounded to 0
 
+// Validates one hyperparameter by its name ("lr", "weight_decay", "momentum", "beta1", "beta2",
+// "eps", "trust_coefficient", "max_grad_norm") with the rule OptimizerConfig::validate applies.
+void check_hyperparameter(const char* name, double value);
+
+// The setters the fluent builders share, each written once; a builder makes public the ones its
+// kind reads (`using`). Each setter validates its value at once and names it in the error.
+template <class Builder>
+class BuilderSetters {
+ protected:
+  explicit BuilderSetters(OptimizerKind kind) : c_(default_config(kind)) {}
+  Builder& lr(double v) { return set("lr", &OptimizerConfig::lr, v); }
+  Builder& weight_decay(double v) { return set("weight_decay", &OptimizerConfig::weight_decay, v); }
+  Builder& momentum(double v) { return set("momentum", &OptimizerConfig::momentum, v); }
+  Builder& beta1(double v) { return set("beta1", &OptimizerConfig::beta1, v); }
+  Builder& beta2(double v) { return set("beta2", &OptimizerConfig::beta2, v); }
+  Builder& eps(double v) { return set("eps", &OptimizerConfig::eps, v); }
+  Builder& trust_coefficient(double v) { return set("trust_coefficient", &OptimizerConfig::trust_coefficient, v); }
+  Builder& max_grad_norm(double v) { return set("max_grad_norm", &OptimizerConfig::max_grad_norm, v); }
+
+  OptimizerConfig c_;
+
+ private:
+  Builder& set(const char* name, double OptimizerConfig::*field, double v) {
+    check_hyperparameter(name, v);
+    c_.*field = v;
+    return static_cast<Builder&>(*this);
+  }
+};
+
 // Fluent builders. The kind follows from the settings: SGD().momentum(0.9) is sgd_momentum,
-// .nesterov(true) makes it sgd_nesterov (an error without momentum at compile()).
-class SGD {
+// .nesterov(true) makes it sgd_nesterov (an error without momentum at config()).
+class SGD : public BuilderSetters<SGD> {
  public:
-  SGD();
-  SGD& lr(double v);
-  SGD& momentum(double v);
-  SGD& nesterov(bool v);
-  SGD& weight_decay(double v);
-  SGD& weight_decay_mode(WeightDecayMode v);
-  SGD& max_grad_norm(double v);
+  SGD() : BuilderSetters(OptimizerKind::kSgd) {}
+  using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay, BuilderSetters::max_grad_norm;
+  SGD& nesterov(bool v) { nesterov_ = v; return *this; }
+  SGD& weight_decay_mode(WeightDecayMode v) { c_.weight_decay_mode = v; return *this; }
   OptimizerConfig config() const;
 
  private:
-  OptimizerConfig c_;
   bool nesterov_ = false;
 };
 
-class Adam {
- public:
-  Adam();
-  Adam& lr(double v);
-  Adam& beta1(double v);
-  Adam& beta2(double v);
-  Adam& eps(double v);
-  Adam& weight_decay(double v);
-  Adam& max_grad_norm(double v);
-  OptimizerConfig config() const { return c_; }
+// Adam (L2 weight decay) and AdamW (decoupled): lr, beta1, beta2, eps, weight_decay.
+template <OptimizerKind kKind>
+class AdamFamily : public BuilderSetters<AdamFamily<kKind>> {
+  using Base = BuilderSetters<AdamFamily<kKind>>;
 
- protected:
-  OptimizerConfig c_;
+ public:
+  AdamFamily() : Base(kKind) {}
+  using Base::lr, Base::beta1, Base::beta2, Base::eps, Base::weight_decay, Base::max_grad_norm;
+  OptimizerConfig config() const { return this->c_; }
 };
+using Adam = AdamFamily<OptimizerKind::kAdam>;
+using AdamW = AdamFamily<OptimizerKind::kAdamW>;
 
-class AdamW : public Adam {
+// LARS, and LARS-Nesterov with .nesterov(true).
+class LARS : public BuilderSetters<LARS> {
  public:
-  AdamW();
-  AdamW& lr(double v) { Adam::lr(v); return *this; }
-  AdamW& beta1(double v) { Adam::beta1(v); return *this; }
-  AdamW& beta2(double v) { Adam::beta2(v); return *this; }
-  AdamW& eps(double v) { Adam::eps(v); return *this; }
-  AdamW& weight_decay(double v) { Adam::weight_decay(v); return *this; }
-  AdamW& max_grad_norm(double v) { Adam::max_grad_norm(v); return *this; }
-};
-
-class LARS {
- public:
-  LARS();
-  LARS& lr(double v);
-  LARS& momentum(double v);
-  LARS& nesterov(bool v);
-  LARS& weight_decay(double v);
-  LARS& trust_coefficient(double v);
-  LARS& eps(double v);
-  LARS& max_grad_norm(double v);
+  LARS() : BuilderSetters(OptimizerKind::kLars) {}
+  using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay,
+      BuilderSetters::trust_coefficient, BuilderSetters::eps, BuilderSetters::max_grad_norm;
+  LARS& nesterov(bool v) { nesterov_ = v; return *this; }
   OptimizerConfig config() const;
 
  private:
-  OptimizerConfig c_;
   bool nesterov_ = false;
 };
 
 // Lion (kind lion): lr, beta1, beta2, weight_decay (decoupled).
-class Lion {
+class Lion : public BuilderSetters<Lion> {
  public:
-  Lion();
-  Lion& lr(double v);
-  Lion& beta1(double v);
-  Lion& beta2(double v);
-  Lion& weight_decay(double v);
-  Lion& max_grad_norm(double v);
+  Lion() : BuilderSetters(OptimizerKind::kLion) {}
+  using BuilderSetters::lr, BuilderSetters::beta1, BuilderSetters::beta2, BuilderSetters::weight_decay,
+      BuilderSetters::max_grad_norm;
   OptimizerConfig config() const { return c_; }
-
- private:
-  OptimizerConfig c_;
 };
 
 // LAMB (kind lamb): lr, beta1, beta2, eps, weight_decay (added to the direction u).
-class LAMB {
+class LAMB : public BuilderSetters<LAMB> {
  public:
-  LAMB();
-  LAMB& lr(double v);
-  LAMB& beta1(double v);
-  LAMB& beta2(double v);
-  LAMB& eps(double v);
-  LAMB& weight_decay(double v);
-  LAMB& max_grad_norm(double v);
+  LAMB() : BuilderSetters(OptimizerKind::kLamb) {}
+  using BuilderSetters::lr, BuilderSetters::beta1, BuilderSetters::beta2, BuilderSetters::eps,
+      BuilderSetters::weight_decay, BuilderSetters::max_grad_norm;
   OptimizerConfig config() const { return c_; }
-
- private:
-  OptimizerConfig c_;
 };
 
 }  // namespace renaissance

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "renaissance/backend.h"
@@ -61,11 +62,9 @@ class Task {
   Task& operator=(const Task&) = delete;
 
   Task& optimizer(const OptimizerConfig& config);
-  Task& optimizer(const SGD& b) { return optimizer(b.config()); }
-  Task& optimizer(const Adam& b) { return optimizer(b.config()); }
-  Task& optimizer(const LARS& b) { return optimizer(b.config()); }
-  Task& optimizer(const Lion& b) { return optimizer(b.config()); }
-  Task& optimizer(const LAMB& b) { return optimizer(b.config()); }
+  // Any fluent builder (SGD(), Adam(), AdamW(), LARS(), Lion(), LAMB()).
+  template <class Builder, class = decltype(std::declval<const Builder&>().config())>
+  Task& optimizer(const Builder& b) { return optimizer(b.config()); }
 
   // Plans the arena, builds the step graphs and hands them to the backend. Weights, gradients
   // and state start at zero.
