@@ -155,27 +155,27 @@ void Task::read(Family family, size_t id, float* dst) {
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
 }
 
-void Task::synthesize_gradients(uint64_t seed, uint64_t step, float amplitude) {
-  require_compiled("synthesize_gradients()");
+// Fills every tensor of `family` with math::synthetic_gradient(seed, step, id, i, amplitude) on
+// the backend (no host copy); padding stays zero.
+void Task::synthesize(Family family, uint64_t seed, uint64_t step, float amplitude) {
   std::vector<GradientTarget> targets;
   targets.reserve(params_.size());
   for (size_t id = 0; id < params_.size(); ++id) {
     const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-    if (count > 0) targets.push_back({plan_.tensor_offset(Family::kG, id), count, id});
+    if (count > 0) targets.push_back({plan_.tensor_offset(family, id), count, id});
   }
   backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
+}
+
+void Task::synthesize_gradients(uint64_t seed, uint64_t step, float amplitude) {
+  require_compiled("synthesize_gradients()");
+  synthesize(Family::kG, seed, step, amplitude);
 }
 
 void Task::synthesize_weights(uint64_t seed, uint64_t step, float amplitude) {
   require_compiled("synthesize_weights()");
   // The gradient generator aimed at W: the same counter-based values, produced on the backend.
-  std::vector<GradientTarget> targets;
-  targets.reserve(params_.size());
-  for (size_t id = 0; id < params_.size(); ++id) {
-    const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-    if (count > 0) targets.push_back({plan_.tensor_offset(Family::kW, id), count, id});
-  }
-  backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
+  synthesize(Family::kW, seed, step, amplitude);
 }
 
 void Task::poison_gradient(size_t id, uint64_t index, float value) {

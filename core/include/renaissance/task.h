@@ -133,6 +133,7 @@ class Task {
 
  private:
   void require_compiled(const char* what) const;
+  void synthesize(Family family, uint64_t seed, uint64_t step, float amplitude);
   void write_hyperparameters();
   void write_f32_slot(int slot, float value);
   int32_t read_i32_slot(int slot);
