@@ -1,0 +1,352 @@
+// renaissance._core: the Task-level C++ API on numpy arrays (nanobind). python/renaissance
+// re-exports it; docs/python.md describes it. Arrays must be float32, C-contiguous, on the host
+// and of the parameter's exact shape: anything else raises before the task is touched, so a
+// failed call never changes weights, state or counters (no silent dtype conversion either: a
+// float64 array would round, and the library's promise is bits).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "renaissance/error.h"
+#include "renaissance/kinds.h"
+#include "renaissance/layout.h"
+#include "renaissance/optimizer.h"
+#include "renaissance/replay.h"
+#include "renaissance/task.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace renaissance {
+namespace {
+
+using PyParam = std::tuple<std::string, std::vector<int64_t>, std::string>;
+
+const char* family_name(KindFamily f) {
+  switch (f) {
+    case KindFamily::kSgd: return "sgd";
+    case KindFamily::kAdam: return "adam";
+    case KindFamily::kLars: return "lars";
+    case KindFamily::kLion: return "lion";
+    case KindFamily::kLamb: return "lamb";
+  }
+  return "?";
+}
+
+// The hyperparameters each builder family reads (the fluent builders of optimizer.h expose the
+// same ones); a keyword the kind ignores is an error rather than a silent no-op.
+std::vector<std::string> family_hyperparameters(const KindInfo& k) {
+  std::vector<std::string> h;
+  switch (k.family) {
+    case KindFamily::kSgd: h = {"lr", "weight_decay", "momentum"}; break;
+    case KindFamily::kAdam: h = {"lr", "beta1", "beta2", "eps", "weight_decay"}; break;
+    case KindFamily::kLars: h = {"lr", "momentum", "weight_decay", "trust_coefficient", "eps"}; break;
+    case KindFamily::kLion: h = {"lr", "beta1", "beta2", "weight_decay"}; break;
+    case KindFamily::kLamb: h = {"lr", "beta1", "beta2", "eps", "weight_decay"}; break;
+  }
+  h.push_back("max_grad_norm");
+  if (k.allows_l2) h.push_back("weight_decay_mode");
+  return h;
+}
+
+double OptimizerConfig::*double_field(const std::string& name) {
+  if (name == "lr") return &OptimizerConfig::lr;
+  if (name == "weight_decay") return &OptimizerConfig::weight_decay;
+  if (name == "momentum") return &OptimizerConfig::momentum;
+  if (name == "beta1") return &OptimizerConfig::beta1;
+  if (name == "beta2") return &OptimizerConfig::beta2;
+  if (name == "eps") return &OptimizerConfig::eps;
+  if (name == "trust_coefficient") return &OptimizerConfig::trust_coefficient;
+  if (name == "max_grad_norm") return &OptimizerConfig::max_grad_norm;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+nb::dict hyper_dict(const Hyperparameters& h) {
+  nb::dict d;
+  d["lr"] = h.lr;
+  d["weight_decay"] = h.weight_decay;
+  d["momentum"] = h.momentum;
+  d["beta1"] = h.beta1;
+  d["beta2"] = h.beta2;
+  d["eps"] = h.eps;
+  d["trust_coefficient"] = h.trust_coefficient;
+  return d;
+}
+
+BackendKind parse_backend(const std::string& name) {
+  BackendKind b;
+  if (!parse_backend_kind(name, &b)) throw_invalid("backend '" + name + "': expected cpu, cuda or auto");
+  return b;
+}
+
+std::vector<ParamSpec> to_specs(const std::vector<PyParam>& params) {
+  std::vector<ParamSpec> specs;
+  for (const PyParam& p : params) {
+    ParamSpec s;
+    s.name = std::get<0>(p);
+    s.shape = std::get<1>(p);
+    if (!parse_role(std::get<2>(p).c_str(), &s.role))
+      throw_invalid("parameter '" + s.name + "': unknown role '" + std::get<2>(p) + "'");
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+nb::list from_specs(const std::vector<ParamSpec>& specs) {
+  nb::list out;
+  for (const ParamSpec& s : specs) out.append(nb::make_tuple(s.name, nb::tuple(nb::cast(s.shape)), role_name(s.role)));
+  return out;
+}
+
+// A fresh numpy float32 array that owns a copy of `data`.
+nb::ndarray<nb::numpy, float> numpy_from(std::vector<float> data, const std::vector<int64_t>& shape) {
+  auto* owned = new std::vector<float>(std::move(data));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  return nb::ndarray<nb::numpy, float>(owned->data(), dims.size(), dims.data(), owner);
+}
+
+class PyTask {
+ public:
+  PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite) {
+    if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
+    TaskOptions o;
+    o.backend = parse_backend(backend);
+    o.backend_options.threads = threads;
+    o.check_finite = check_finite;
+    task_ = std::make_unique<Task>(to_specs(params), o);
+  }
+
+  // Builds the whole configuration first, so that a bad keyword leaves the task as it was.
+  void optimizer(const std::string& kind_name, const nb::kwargs& hyper) {
+    OptimizerKind kind;
+    if (!parse_optimizer_kind(kind_name, &kind))
+      throw_invalid("unknown optimizer kind '" + kind_name + "' (known: " + optimizer_kind_names() + ")");
+    const KindInfo& info = kind_info(kind);
+    const std::vector<std::string> allowed = family_hyperparameters(info);
+    OptimizerConfig c = default_config(kind);
+    for (auto [key, value] : hyper) {
+      const std::string name = nb::cast<std::string>(key);
+      bool ok = false;
+      for (const std::string& a : allowed) ok = ok || a == name;
+      if (!ok) {
+        throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
+                              "' (this kind reads: " + join(allowed) + ")").c_str());
+      }
+      if (name == "weight_decay_mode") {
+        const std::string mode = nb::cast<std::string>(value);
+        if (mode == "decoupled") c.weight_decay_mode = WeightDecayMode::kDecoupled;
+        else if (mode == "l2") c.weight_decay_mode = WeightDecayMode::kL2;
+        else throw_invalid("weight_decay_mode '" + mode + "': expected 'decoupled' or 'l2'");
+        continue;
+      }
+      if (!nb::isinstance<nb::float_>(value) && !nb::isinstance<nb::int_>(value))
+        throw nb::type_error(("optimizer(): " + name + " must be a number").c_str());
+      const double v = nb::cast<double>(value);
+      check_hyperparameter(name.c_str(), v);
+      c.*double_field(name) = v;
+    }
+    c.validate();
+    task_->optimizer(c);
+  }
+
+  size_t id_of(const nb::handle& which) const {
+    if (nb::isinstance<nb::str>(which)) return task_->find(nb::cast<std::string>(which));
+    if (nb::isinstance<nb::int_>(which) && !nb::isinstance<nb::bool_>(which)) {
+      const int64_t i = nb::cast<int64_t>(which);
+      if (i < 0 || static_cast<uint64_t>(i) >= task_->num_params())
+        throw nb::index_error(("parameter index " + std::to_string(i) + " out of range (the task has " +
+                               std::to_string(task_->num_params()) + ")").c_str());
+      return static_cast<size_t>(i);
+    }
+    throw nb::type_error("a parameter is named by its index (int) or its name (str)");
+  }
+
+  // Checks dtype, device, layout and shape; returns the host pointer.
+  const float* checked(size_t id, const nb::ndarray<nb::ro>& a, const char* what) const {
+    const ParamSpec& p = task_->param(id);
+    const std::string who = std::string(what) + "('" + p.name + "')";
+    if (a.dtype() != nb::dtype<float>()) throw nb::type_error((who + ": the array must be float32").c_str());
+    if (a.device_type() != nb::device::cpu::value) throw nb::type_error((who + ": the array must be on the host").c_str());
+    bool same = a.ndim() == p.shape.size();
+    for (size_t d = 0; same && d < a.ndim(); ++d) same = static_cast<int64_t>(a.shape(d)) == p.shape[d];
+    if (!same) {
+      std::string got;
+      for (size_t d = 0; d < a.ndim(); ++d) got += (d ? ", " : "") + std::to_string(a.shape(d));
+      std::string want;
+      for (size_t d = 0; d < p.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(p.shape[d]);
+      throw nb::value_error((who + ": shape (" + got + ") where the parameter is (" + want + ")").c_str());
+    }
+    int64_t expect = 1;  // C order: strides in elements, extents of 1 may carry any stride
+    for (size_t d = a.ndim(); d-- > 0;) {
+      if (a.shape(d) != 1 && a.stride(d) != expect)
+        throw nb::value_error((who + ": the array must be C-contiguous").c_str());
+      expect *= static_cast<int64_t>(a.shape(d));
+    }
+    return static_cast<const float*>(a.data());
+  }
+
+  void write(Family f, const nb::handle& which, const nb::ndarray<nb::ro>& a, const char* what) {
+    const size_t id = id_of(which);
+    task_->write(f, id, checked(id, a, what));
+  }
+
+  nb::ndarray<nb::numpy, float> read(Family f, const nb::handle& which) {
+    const size_t id = id_of(which);
+    const ParamSpec& p = task_->param(id);
+    std::vector<float> data(static_cast<size_t>(p.numel()));
+    task_->read(f, id, data.data());
+    return numpy_from(std::move(data), p.shape);
+  }
+
+  Task& task() { return *task_; }
+
+ private:
+  std::unique_ptr<Task> task_;
+};
+
+nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance, bool* all_ok) {
+  nb::list out;
+  for (const TensorComparison& c : cmp) {
+    const bool ok = c.rel_l2 <= tolerance;  // NaN fails, as in `renaissance replay`
+    *all_ok = *all_ok && ok;
+    nb::dict d;
+    d["name"] = c.name;
+    d["numel"] = c.numel;
+    d["rel_l2"] = c.rel_l2;
+    d["max_abs"] = c.max_abs;
+    d["finite"] = c.finite;
+    d["passed"] = ok;
+    out.append(d);
+  }
+  return out;
+}
+
+// `renaissance replay CASE` as a function: runs the case and compares with expected.safetensors.
+nb::dict replay(const std::string& case_dir, const std::string& backend, int threads, double tolerance) {
+  if (!(tolerance >= 0.0)) throw_invalid("tolerance " + std::to_string(tolerance) + ": must be >= 0");
+  if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
+  TaskOptions o;
+  o.backend = parse_backend(backend);
+  o.backend_options.threads = threads;
+  const ReplayCase rc = load_replay_case(case_dir);
+  ReplayResult r;
+  {
+    nb::gil_scoped_release release;
+    r = run_replay(rc, o);
+  }
+  nb::dict d;
+  d["name"] = rc.name;
+  d["kind"] = optimizer_kind_name(rc.config.kind);
+  d["steps"] = rc.steps;
+  d["steps_applied"] = r.steps_applied;
+  d["steps_skipped"] = r.steps_skipped;
+  d["backend"] = r.backend;
+  d["fingerprint"] = r.fingerprint;
+  d["tolerance"] = tolerance;
+  bool ok = true;
+  d["tensors"] = comparisons(compare_replay(rc, r), tolerance, &ok);
+  // None when the case has no expected.safetensors: nothing was compared.
+  d["passed"] = rc.has_expected ? nb::object(nb::bool_(ok)) : nb::none();
+  return d;
+}
+
+nb::list kinds() {
+  nb::list out;
+  for (const KindInfo& k : kKindTable) {
+    nb::dict d;
+    d["name"] = k.name;
+    d["summary"] = k.summary;
+    d["family"] = family_name(k.family);
+    d["has_m"] = k.has_m;
+    d["has_v"] = k.has_v;
+    d["bias_correction"] = k.bias_correction;
+    d["needs_momentum"] = k.needs_momentum;
+    d["allows_l2"] = k.allows_l2;
+    d["bytes_per_param"] = k.bytes_per_param;
+    d["hyperparameters"] = nb::cast(family_hyperparameters(k));
+    d["defaults"] = hyper_dict(k.defaults);
+    d["reference"] = hyper_dict(k.reference);
+    out.append(d);
+  }
+  return out;
+}
+
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    switch (e.kind()) {
+      case ErrorKind::kInvalidArgument:
+      case ErrorKind::kFormat: PyErr_SetString(PyExc_ValueError, e.what()); break;
+      case ErrorKind::kIo: PyErr_SetString(PyExc_OSError, e.what()); break;
+      case ErrorKind::kBackend: PyErr_SetString(PyExc_RuntimeError, e.what()); break;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace renaissance
+
+NB_MODULE(_core, m) {
+  using namespace renaissance;
+  m.doc() = "Renaissance fused optimizers: the Task API on numpy float32 arrays (docs/python.md)";
+  m.attr("__version__") = RENAISSANCE_VERSION;
+  m.attr("with_cuda") = bool(RENAISSANCE_WITH_CUDA);
+  nb::register_exception_translator(translate);
+
+  m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
+  m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
+  m.def("layout", [](const std::string& name_or_path) { return from_specs(resolve_layout(name_or_path).params); },
+        "name_or_path"_a, "A layout's parameters as (name, shape, role) tuples: a built-in name or a JSON file.");
+  m.def("replay", &replay, "case_dir"_a, "backend"_a = "cpu", "threads"_a = 0, "tolerance"_a = 1e-6,
+        "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
+
+  nb::class_<PyTask>(m, "Task")
+      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool>(), "params"_a,
+           "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true)
+      .def("optimizer", [](PyTask& t, const std::string& kind, const nb::kwargs& h) -> PyTask& {
+             t.optimizer(kind, h);
+             return t;
+           }, "kind"_a, "hyper"_a, nb::rv_policy::reference)
+      .def("compile", [](PyTask& t) { t.task().compile(); })
+      .def_prop_ro("compiled", [](PyTask& t) { return t.task().compiled(); })
+      .def_prop_ro("params", [](PyTask& t) {
+             std::vector<ParamSpec> specs;
+             for (size_t i = 0; i < t.task().num_params(); ++i) specs.push_back(t.task().param(i));
+             return from_specs(specs);
+           })
+      .def("index", [](PyTask& t, const std::string& name) { return t.task().find(name); }, "name"_a)
+      .def("set_weight", [](PyTask& t, nb::handle w, nb::ndarray<nb::ro> a) { t.write(Family::kW, w, a, "set_weight"); },
+           "param"_a, "array"_a.noconvert())
+      .def("set_grad", [](PyTask& t, nb::handle w, nb::ndarray<nb::ro> a) { t.write(Family::kG, w, a, "set_grad"); },
+           "param"_a, "array"_a.noconvert())
+      .def("get_weight", [](PyTask& t, nb::handle w) { return t.read(Family::kW, w); }, "param"_a)
+      .def("get_grad", [](PyTask& t, nb::handle w) { return t.read(Family::kG, w); }, "param"_a)
+      .def("set_lr", [](PyTask& t, double lr) { t.task().set_lr(lr); }, "lr"_a)
+      .def("set_loss_scale", [](PyTask& t, double s) { t.task().set_loss_scale(s); }, "scale"_a)
+      .def_prop_ro("lr", [](PyTask& t) { return t.task().lr(); })
+      .def_prop_ro("loss_scale", [](PyTask& t) { return t.task().loss_scale(); })
+      .def("step", [](PyTask& t) { t.task().step(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("step_count", [](PyTask& t) { return t.task().step_count(); })
+      .def_prop_ro("skipped_steps", [](PyTask& t) { return t.task().skipped_steps(); })
+      .def_prop_ro("last_step_skipped", [](PyTask& t) { return t.task().last_step_skipped(); })
+      .def("fingerprint", [](PyTask& t) { return t.task().fingerprint(); })
+      .def("save", [](PyTask& t, const std::string& path) { t.task().save(path); }, "path"_a)
+      .def("load", [](PyTask& t, const std::string& path) { t.task().load(path); }, "path"_a)
+      .def_prop_ro("backend", [](PyTask& t) { return t.task().backend().describe(); });
+}
