@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the Python package with `pip install .` (CPU only) into a venv under the build dir and
+# runs tests/python. Usage: scripts/test_python.sh [BUILD_DIR] (default build-python).
+# The venv sees Debian's numpy (--system-site-packages); nanobind, scikit-build-core and pytest
+# come from PyPI. --no-build-isolation: the build uses the venv's nanobind and scikit-build-core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build-python}"
+PY=/usr/bin/python3  # Debian's interpreter with numpy (the pyenv python3 on PATH has none)
+VENV="$BUILD/venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv --system-site-packages "$VENV"
+fi
+# pip >= 23.1 understands -C (config settings); Debian's 23.0 does not.
+"$VENV/bin/python" -m pip install -q -U pip
+"$VENV/bin/python" -m pip install -q nanobind scikit-build-core pytest
+# The CMake build tree is kept under the build dir, so a second run only rebuilds what changed.
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  "$VENV/bin/python" -m pip install -q --no-build-isolation . \
+  -Cbuild-dir="$BUILD/skbuild" -Ccmake.define.RENAISSANCE_CUDA=OFF
+# Run from outside the source tree so `import renaissance` is the installed package.
+cd "$BUILD"
+"$VENV/bin/python" -m pytest "$OLDPWD/tests/python" -q

@@ -1,0 +1,236 @@
+# The core Python module (renaissance._core over numpy): results independent of the thread count,
+# AdamW against a float64 numpy reference, bad inputs that raise and change nothing, every replay
+# case of testdata/replay, and checkpoint round trips. Run by scripts/test_python.sh.
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import renaissance
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLAY_DIR = ROOT / "testdata" / "replay"
+
+# Odd sizes so that tails, several tiles and both groups (bias-like, weight) are exercised.
+PARAMS = [
+    ("conv.weight", (7, 3, 5, 5), "deep_conv"),
+    ("bn.bias", (7,), "bn_bias"),
+    ("fc.weight", (10, 333), "fc_weight"),
+    ("fc.bias", (10,), "fc_bias"),
+]
+ADAMW = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.05)
+
+
+def weights(seed=1):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32) for _, shape, _ in PARAMS]
+
+
+def grads(step, seed=2):
+    rng = np.random.default_rng(seed * 1000 + step)
+    return [(0.1 * rng.standard_normal(shape)).astype(np.float32) for _, shape, _ in PARAMS]
+
+
+def make_task(threads=1, kind="adamw", hyper=ADAMW, **kw):
+    t = renaissance.Task(PARAMS, backend="cpu", threads=threads, **kw)
+    t.optimizer(kind, **hyper)
+    t.compile()
+    for i, w in enumerate(weights()):
+        t.set_weight(i, w)
+    return t
+
+
+def run_steps(t, first, last):
+    for s in range(first, last):
+        for i, g in enumerate(grads(s)):
+            t.set_grad(PARAMS[i][0] if i % 2 else i, g)  # by name and by index
+        t.set_lr(ADAMW["lr"] * (1.0 + 0.1 * s))
+        t.step()
+
+
+def state(t):
+    return t.fingerprint(), t.step_count, t.skipped_steps, [t.get_weight(i).tobytes() for i in range(len(PARAMS))]
+
+
+def test_version_is_the_cmake_project_version():
+    text = (ROOT / "CMakeLists.txt").read_text()
+    assert renaissance.__version__ == re.search(r"project\(renaissance VERSION ([0-9.]+)", text).group(1)
+
+
+def test_threads_do_not_change_the_bits():
+    prints = []
+    for threads in (1, 2, 3):
+        t = make_task(threads)
+        run_steps(t, 0, 4)
+        assert t.step_count == 4 and t.skipped_steps == 0
+        prints.append(t.fingerprint())
+    assert len(prints[0]) == 16 and prints[0] == prints[1] == prints[2]
+
+
+def test_adamw_matches_a_float64_reference():
+    t = make_task(1)
+    run_steps(t, 0, 3)
+    b1, b2, eps, wd = ADAMW["beta1"], ADAMW["beta2"], ADAMW["eps"], ADAMW["weight_decay"]
+    for i, (name, shape, role) in enumerate(PARAMS):
+        w = weights()[i].astype(np.float64)
+        m = np.zeros(shape)
+        v = np.zeros(shape)
+        decay_wd = 0.0 if role.endswith("bias") else wd  # bias-like roles are never decayed
+        for s in range(3):
+            lr = ADAMW["lr"] * (1.0 + 0.1 * s)
+            g = grads(s)[i].astype(np.float64)
+            w = w * (1.0 - lr * decay_wd)
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            mhat = m / (1 - b1 ** (s + 1))
+            vhat = v / (1 - b2 ** (s + 1))
+            w = w - lr * mhat / (np.sqrt(vhat) + eps)
+        got = t.get_weight(name).astype(np.float64)
+        assert got.shape == shape
+        # tensor-wise, as replay compares (an element that cancels to ~0 has no useful relative error)
+        rel_l2 = np.linalg.norm(got - w) / np.linalg.norm(w)
+        rel_max = np.max(np.abs(got - w)) / np.max(np.abs(w))
+        assert rel_l2 < 1e-6 and rel_max < 1e-6, f"{name}: relative error {rel_l2:.3e} (L2), {rel_max:.3e} (max)"
+        # the reference really moved the weights (a no-op optimizer would fail above)
+        assert np.max(np.abs(w - weights()[i])) > 1e-3
+
+
+def test_bad_inputs_raise_and_change_nothing(tmp_path):
+    t = make_task(1)
+    run_steps(t, 0, 2)
+    before = state(t)
+    good = grads(9)[0]
+    bad_calls = [
+        (TypeError, lambda: t.set_grad(0, good.astype(np.float64))),
+        (TypeError, lambda: t.set_weight(0, good.astype(np.float16))),
+        (TypeError, lambda: t.set_weight(0, good.tolist())),
+        (ValueError, lambda: t.set_grad(0, good.reshape(7, 3, 25))),
+        (ValueError, lambda: t.set_weight("fc.weight", np.zeros((333, 10), np.float32))),  # transposed shape
+        (ValueError, lambda: t.set_weight("fc.weight", np.zeros((333, 10), np.float32).T)),  # non-contiguous
+        (ValueError, lambda: t.set_grad(1, np.zeros(14, np.float32)[::2])),  # strided, right shape
+        (ValueError, lambda: t.set_grad("no.such.param", good)),
+        (IndexError, lambda: t.set_grad(4, good)),
+        (IndexError, lambda: t.get_weight(-1)),
+        (ValueError, lambda: t.optimizer("no_such_kind", lr=0.1)),
+        (ValueError, lambda: t.optimizer("adamw", lr=math.nan)),
+        (TypeError, lambda: t.optimizer("adamw", momentum=0.9)),  # adamw reads no momentum
+        (ValueError, lambda: t.set_lr(math.nan)),
+        (ValueError, lambda: t.set_lr(-1.0)),
+        (ValueError, lambda: t.set_loss_scale(0.0)),
+        (OSError, lambda: t.load(str(tmp_path / "missing.ckpt"))),
+    ]
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint" * 8)
+    bad_calls.append((ValueError, lambda: t.load(str(tmp_path / "junk.ckpt"))))
+    for i, (exc, call) in enumerate(bad_calls):
+        with pytest.raises(exc):
+            call()
+        assert state(t) == before, f"bad call {i} changed the task"
+    # and the task still works: the same steps as an untouched task give the same bits
+    run_steps(t, 2, 3)
+    u = make_task(1)
+    run_steps(u, 0, 3)
+    assert t.fingerprint() == u.fingerprint()
+
+
+def test_a_rejected_optimizer_keeps_the_previous_configuration():
+    t = renaissance.Task(PARAMS, threads=1)
+    t.optimizer("adamw", **ADAMW)
+    with pytest.raises(ValueError):
+        t.optimizer("adamw", lr=0.5, beta2=1.5)
+    with pytest.raises(ValueError):
+        t.optimizer("sgd", weight_decay_mode="l3")
+    t.compile()
+    for i, w in enumerate(weights()):
+        t.set_weight(i, w)
+    run_steps(t, 0, 2)
+    u = make_task(1)
+    run_steps(u, 0, 2)
+    assert t.fingerprint() == u.fingerprint()
+
+
+def test_bad_task_arguments():
+    with pytest.raises(ValueError, match="role"):
+        renaissance.Task([("w", (3,), "no_role")])
+    with pytest.raises(ValueError, match="backend"):
+        renaissance.Task(PARAMS, backend="tpu")
+    with pytest.raises(ValueError):
+        renaissance.Task([("w", (3,), "fc_bias"), ("w", (4,), "fc_bias")])  # duplicate name
+    with pytest.raises(ValueError):
+        renaissance.Task(PARAMS, threads=-1)
+    t = renaissance.Task(PARAMS)
+    with pytest.raises(ValueError):
+        t.compile()  # no optimizer yet
+
+
+def test_skipped_step_on_a_non_finite_gradient():
+    t = make_task(1)
+    run_steps(t, 0, 1)
+    before = t.fingerprint()
+    g = grads(5)
+    g[2][3, 7] = np.inf
+    for i, x in enumerate(g):
+        t.set_grad(i, x)
+    t.step()
+    assert (t.step_count, t.skipped_steps, t.last_step_skipped) == (1, 1, True)
+    assert t.fingerprint() == before
+
+
+def test_save_load_equals_the_uninterrupted_run(tmp_path):
+    whole = make_task(1)
+    run_steps(whole, 0, 6)
+    first = make_task(2)
+    run_steps(first, 0, 3)
+    path = str(tmp_path / "half.ckpt")
+    first.save(path)
+    resumed = renaissance.Task(PARAMS, threads=1)
+    resumed.optimizer("adamw", **ADAMW)
+    resumed.compile()
+    resumed.load(path)
+    assert resumed.step_count == 3 and resumed.fingerprint() == first.fingerprint()
+    run_steps(resumed, 3, 6)
+    assert resumed.fingerprint() == whole.fingerprint()
+    assert resumed.get_weight("fc.weight").tobytes() == whole.get_weight("fc.weight").tobytes()
+
+
+def replay_cases():
+    return sorted(p.parent.name for p in REPLAY_DIR.glob("*/case.json"))
+
+
+def test_the_replay_cases_cover_every_kind():
+    names = {k["name"] for k in renaissance.kinds()}
+    assert "adamw" in names and len(names) == len(renaissance.kinds())
+    covered = {renaissance.replay(str(REPLAY_DIR / c), threads=1)["kind"] for c in replay_cases()}
+    assert covered == names
+
+
+@pytest.mark.parametrize("case", replay_cases())
+def test_replay_case_passes(case):
+    r = renaissance.replay(str(REPLAY_DIR / case), backend="cpu", threads=2)
+    assert r["passed"] is True, r["tensors"]
+    assert r["tensors"] and all(x["passed"] and x["rel_l2"] <= 1e-6 for x in r["tensors"])
+    assert r["steps_applied"] + r["steps_skipped"] == r["steps"]
+    # the verdict can fail: no float32 run of several steps is exact to a float64 reference
+    strict = renaissance.replay(str(REPLAY_DIR / case), threads=1, tolerance=0.0)
+    assert strict["passed"] is False and strict["fingerprint"] == r["fingerprint"]
+
+
+def test_replay_errors():
+    with pytest.raises(OSError):
+        renaissance.replay(str(REPLAY_DIR / "no_such_case"))
+    with pytest.raises(ValueError):
+        renaissance.replay(str(REPLAY_DIR / replay_cases()[0]), tolerance=-1.0)
+
+
+def test_kinds_and_layouts():
+    kinds = renaissance.kinds()
+    adamw = next(k for k in kinds if k["name"] == "adamw")
+    assert adamw["has_m"] and adamw["has_v"] and adamw["family"] == "adam"
+    assert "momentum" not in adamw["hyperparameters"] and adamw["defaults"]["beta2"] == 0.999
+    assert "resnet50" in renaissance.layouts()
+    params = renaissance.layout("resnet50")
+    t = renaissance.Task(params)
+    assert t.params == params and len(params) > 100
+    with pytest.raises(ValueError):
+        renaissance.layout("no_such_layout")
