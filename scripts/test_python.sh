@@ -5,7 +5,10 @@
 # come from PyPI. --no-build-isolation: the build uses the venv's nanobind and scikit-build-core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$(pwd)"
 BUILD="${1:-build-python}"
+mkdir -p "$BUILD"
+BUILD="$(cd "$BUILD" && pwd)"  # absolute: the tests run from inside it
 PY=/usr/bin/python3  # Debian's interpreter with numpy (the pyenv python3 on PATH has none)
 VENV="$BUILD/venv"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -20,4 +23,4 @@ CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   -Cbuild-dir="$BUILD/skbuild" -Ccmake.define.RENAISSANCE_CUDA=OFF
 # Run from outside the source tree so `import renaissance` is the installed package.
 cd "$BUILD"
-"$VENV/bin/python" -m pytest "$OLDPWD/tests/python" -q
+"$VENV/bin/python" -m pytest "$ROOT/tests/python" -q
