@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The test command of README.md: installs what is missing, builds (CUDA backend too when nvcc
-# is found) and runs every test under ctest. Usage: scripts/test.sh [BUILD_DIR]
+# is found), builds the Python package and runs its pytest suite, then every test under ctest
+# (last, so that its summary closes the log). Usage: scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"
 scripts/install-deps.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" --parallel "$(nproc)"
+# The Python package (pip install . into a venv, CPU only) and its pytest suite.
+scripts/test_python.sh "$build-python"
 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" --timeout 1500
