@@ -18,6 +18,22 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
+// The partials of tile t from its two squared arrays a and b (n elements each): lanes from 0,
+// then the fixed tree (math::norm_lane_tree), as math/norm_reduction.h defines.
+void StoreTilePartials(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n, size_t t,
+                       double* HWY_RESTRICT partials) {
+  HWY_ALIGN double a_lanes[math::kNormLanes];
+  HWY_ALIGN double b_lanes[math::kNormLanes];
+  std::fill(a_lanes, a_lanes + math::kNormLanes, 0.0);
+  std::fill(b_lanes, b_lanes + math::kNormLanes, 0.0);
+  AddSquaresByLane(a, n, a_lanes);
+  AddSquaresByLane(b, n, b_lanes);
+  math::norm_lane_tree(a_lanes);
+  math::norm_lane_tree(b_lanes);
+  partials[math::kNormComponents * t] = a_lanes[0];
+  partials[math::kNormComponents * t + 1] = b_lanes[0];
+}
+
 // Squared norms of w and ĝ (LARS) over tiles [tile_begin, tile_end): ĝ = (g*(1/scale))*clip is
 // formed in float into a tile buffer, then both arrays are reduced lane by lane and by the fixed
 // tree (AddSquaresByLane, math::norm_lane_tree).
@@ -26,20 +42,11 @@ void WeightAndGradientPartials(const float* HWY_RESTRICT w, const float* HWY_RES
   const auto cv = vector_coeffs(s, true);
   const auto cs = scalar_coeffs(s, true);
   HWY_ALIGN float gh[math::kNormTile];
-  HWY_ALIGN double w_lanes[math::kNormLanes];
-  HWY_ALIGN double g_lanes[math::kNormLanes];
   for (size_t t = tile_begin; t < tile_end; ++t) {
     const NormTile& tile = tiles[t];
     const size_t n = static_cast<size_t>(tile.length);
     UnscaleInto(g + tile.start, n, cv, cs, gh);
-    std::fill(w_lanes, w_lanes + math::kNormLanes, 0.0);
-    std::fill(g_lanes, g_lanes + math::kNormLanes, 0.0);
-    AddSquaresByLane(w + tile.start, n, w_lanes);
-    AddSquaresByLane(gh, n, g_lanes);
-    math::norm_lane_tree(w_lanes);
-    math::norm_lane_tree(g_lanes);
-    partials[math::kNormComponents * t] = w_lanes[0];
-    partials[math::kNormComponents * t + 1] = g_lanes[0];
+    StoreTilePartials(w + tile.start, gh, n, t, partials);
   }
 }
 
@@ -54,8 +61,6 @@ void LambMomentPartials(const float* HWY_RESTRICT w, const float* HWY_RESTRICT g
   const auto cv = vector_coeffs(s, true);
   const auto cs = scalar_coeffs(s, true);
   HWY_ALIGN float u[math::kNormTile];
-  HWY_ALIGN double w_lanes[math::kNormLanes];
-  HWY_ALIGN double u_lanes[math::kNormLanes];
   for (size_t t = tile_begin; t < tile_end; ++t) {
     const NormTile& tile = tiles[t];
     const size_t n = static_cast<size_t>(tile.length);
@@ -73,14 +78,7 @@ void LambMomentPartials(const float* HWY_RESTRICT w, const float* HWY_RESTRICT g
       hn::StoreU(uv, d, u + i);
     }
     for (; i < n; ++i) u[i] = rules::lamb_moments<rules::ScalarPolicy>(tw[i], tg[i], tm[i], tv[i], cs);
-    std::fill(w_lanes, w_lanes + math::kNormLanes, 0.0);
-    std::fill(u_lanes, u_lanes + math::kNormLanes, 0.0);
-    AddSquaresByLane(tw, n, w_lanes);
-    AddSquaresByLane(u, n, u_lanes);
-    math::norm_lane_tree(w_lanes);
-    math::norm_lane_tree(u_lanes);
-    partials[math::kNormComponents * t] = w_lanes[0];
-    partials[math::kNormComponents * t + 1] = u_lanes[0];
+    StoreTilePartials(tw, u, n, t, partials);
   }
 }
 
@@ -135,9 +133,7 @@ void run_NORM_TRUST_RATIO(const CpuContext& ctx, const GraphNode& node) {
   for (uint64_t k = 0; k < node.norm.tensors.count; ++k) {
     double sums[math::kNormComponents] = {0.0, 0.0};
     math::add_tile_partials(sums, partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count);
-    ratio[k] = node.ratio == NormRatio::kLamb
-                   ? math::lamb_trust_ratio(sums[0], sums[1])
-                   : math::lars_trust_ratio(sums[0], sums[1], f64[kTrustCoefficientD], f64[kWeightDecayD], f64[kEpsD]);
+    ratio[k] = math::trust_ratio(node.ratio == NormRatio::kLamb, sums[0], sums[1], f64);
   }
 }
 

@@ -165,9 +165,7 @@ __global__ void __launch_bounds__(kRatioBlock)
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      eta[k] = formula == NormRatio::kLamb
-                   ? math::lamb_trust_ratio(sums[0], sums[1])
-                   : math::lars_trust_ratio(sums[0], sums[1], f64[kTrustCoefficientD], f64[kWeightDecayD], f64[kEpsD]);
+      eta[k] = math::trust_ratio(formula == NormRatio::kLamb, sums[0], sums[1], f64);
     }
   }
 }
