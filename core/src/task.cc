@@ -193,6 +193,11 @@ void Task::step() {
   backend_->execute(step_);
 }
 
+void Task::set_launch_stream(void* stream) {
+  require_compiled("set_launch_stream()");
+  backend_->set_launch_stream(stream);
+}
+
 std::vector<double> Task::timed_steps(int count) {
   require_compiled("timed_steps()");
   if (count < 0) throw_invalid("timed_steps: count must be >= 0, got " + std::to_string(count));

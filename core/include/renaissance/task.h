@@ -101,6 +101,9 @@ class Task {
   double loss_scale() const { return loss_scale_; }
 
   void step();
+  // Orders each later step() with a caller's CUDA stream (Backend::set_launch_stream); a no-op
+  // on the CPU. Holds for the compiled backend: compile() again forgets it.
+  void set_launch_stream(void* stream);
   // Runs `count` steps and returns each one's time in ms (CUDA: events; CPU: steady clock).
   std::vector<double> timed_steps(int count);
   int64_t step_count();          // applied steps
