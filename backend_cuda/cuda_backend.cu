@@ -169,11 +169,29 @@ class CudaBackend final : public Backend {
   }
 
   void execute(const CompiledStep& step) override {
+    // A caller's stream (set_launch_stream): the step waits for what is queued there, and what
+    // is queued there later waits for the step. Two events, no host wait, the same kernels.
+    if (launch_stream_ != nullptr) {
+      RN_CUDA_CHECK(cudaEventRecord(launch_in_, launch_stream_));
+      RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), launch_in_, 0));
+    }
     if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
     } else {
       enqueue(step);
     }
+    if (launch_stream_ != nullptr) {
+      RN_CUDA_CHECK(cudaEventRecord(launch_out_, origin()));
+      RN_CUDA_CHECK(cudaStreamWaitEvent(launch_stream_, launch_out_, 0));
+    }
+  }
+
+  void set_launch_stream(void* stream) override {
+    if (stream != nullptr && launch_in_ == nullptr) {
+      RN_CUDA_CHECK(cudaEventCreateWithFlags(&launch_in_, cudaEventDisableTiming));
+      RN_CUDA_CHECK(cudaEventCreateWithFlags(&launch_out_, cudaEventDisableTiming));
+    }
+    launch_stream_ = static_cast<cudaStream_t>(stream);
   }
 
   void synchronize() override { RN_CUDA_CHECK(cudaStreamSynchronize(origin())); }
@@ -292,6 +310,8 @@ class CudaBackend final : public Backend {
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+    if (launch_in_ != nullptr) (void)cudaEventDestroy(launch_in_);
+    if (launch_out_ != nullptr) (void)cudaEventDestroy(launch_out_);
     for (auto event : join_) {
       if (event != nullptr) (void)cudaEventDestroy(event);
     }
@@ -358,6 +378,9 @@ class CudaBackend final : public Backend {
   cudaStream_t streams_[kNumStreamKinds] = {};
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_[kNumStreamKinds] = {};
+  cudaStream_t launch_stream_ = nullptr;  // set_launch_stream: the caller's, not owned
+  cudaEvent_t launch_in_ = nullptr;
+  cudaEvent_t launch_out_ = nullptr;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   int graph_nodes_ = 0;

@@ -129,6 +129,12 @@ class Backend {
     return ms;
   }
 
+  // CUDA only (a no-op elsewhere): order each execute() after the work already queued on the
+  // caller's stream `stream` (a cudaStream_t; nullptr: none), and everything queued there later
+  // after the step, with events and no host synchronisation (the PyTorch adapter passes torch's
+  // current stream). The step itself still runs on the backend's streams: bits are unchanged.
+  virtual void set_launch_stream(void* stream) { (void)stream; }
+
   // Kernel launches (graph nodes) one step costs on this backend, or -1 where that is not a
   // meaningful figure (the CPU backend runs ops, not launches).
   virtual int launches_per_step() const { return -1; }
