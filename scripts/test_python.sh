@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python package with `pip install .` (CPU only) into a venv under the build dir and
-# runs tests/python. Usage: scripts/test_python.sh [BUILD_DIR] (default build-python).
+# runs tests/python (the core module and renaissance.torch).
+# Usage: scripts/test_python.sh [BUILD_DIR] (default build-python).
 # The venv sees Debian's numpy (--system-site-packages); nanobind, scikit-build-core and pytest
 # come from PyPI. --no-build-isolation: the build uses the venv's nanobind and scikit-build-core.
 set -euo pipefail
@@ -10,6 +11,19 @@ BUILD="${1:-build-python}"
 mkdir -p "$BUILD"
 BUILD="$(cd "$BUILD" && pwd)"  # absolute: the tests run from inside it
 PY=/usr/bin/python3  # Debian's interpreter with numpy (the pyenv python3 on PATH has none)
+# renaissance.torch's tests need Debian's torch and scikit-learn (the digits data ship inside it);
+# the venv sees them through --system-site-packages. Installed here only when missing.
+need=()
+for p in python3-torch python3-sklearn; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test_python: installing ${need[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
 VENV="$BUILD/venv"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv --system-site-packages "$VENV"

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -20,6 +21,7 @@
 #include "renaissance/layout.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/replay.h"
+#include "renaissance/scalars.h"
 #include "renaissance/task.h"
 
 namespace nb = nanobind;
@@ -215,6 +217,77 @@ class PyTask {
 
   Task& task() { return *task_; }
 
+  // --- arena views for renaissance.torch (P) ---
+  // A DLPack tensor over `count` elements at byte `offset` of the arena, on the backend's device
+  // (CUDA: device `device_id`, which the caller made current when it built the task). `self`
+  // owns it: the tensor keeps the task (and so the arena) alive.
+  template <class T>
+  nb::ndarray<nb::pytorch, T> arena_view(nb::handle self, uint64_t offset, const std::vector<int64_t>& shape,
+                                         int device_id) {
+    Task& t = *task_;
+    if (!t.compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
+    uint64_t count = 1;
+    for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+    if (offset + count * sizeof(T) > t.plan().arena_bytes()) throw_invalid("view(): outside the arena");
+    const bool cuda = t.backend().kind() == BackendKind::kCuda;
+    std::vector<size_t> dims(shape.begin(), shape.end());
+    T* data = reinterpret_cast<T*>(static_cast<char*>(t.backend().arena()) + offset);
+    return nb::ndarray<nb::pytorch, T>(data, dims.size(), dims.data(), self, nullptr, nb::dtype<T>(),
+                                       cuda ? nb::device::cuda::value : nb::device::cpu::value,
+                                       cuda ? device_id : 0);
+  }
+
+  // Parameter `which` of family "W", "G", "M" or "V", with the parameter's shape.
+  nb::ndarray<nb::pytorch, float> tensor_view(nb::handle self, const std::string& family, const nb::handle& which,
+                                              int device_id) {
+    Family f;
+    if (family == "W") f = Family::kW;
+    else if (family == "G") f = Family::kG;
+    else if (family == "M") f = Family::kM;
+    else if (family == "V") f = Family::kV;
+    else throw_invalid("view(): family '" + family + "': expected W, G, M or V");
+    const size_t id = id_of(which);
+    if (!task_->compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
+    if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
+    return arena_view<float>(self, task_->plan().tensor_offset(f, id), task_->param(id).shape, device_id);
+  }
+
+  // The whole family as one flat tensor, padding included (padding is zero and stays zero under
+  // zero_()): zero_grad() clears every gradient of the task with one op.
+  nb::ndarray<nb::pytorch, float> family_view(nb::handle self, const std::string& family, int device_id) {
+    Family f;
+    if (family == "W") f = Family::kW;
+    else if (family == "G") f = Family::kG;
+    else throw_invalid("family_view(): family '" + family + "': expected W or G");
+    if (!task_->compiled()) throw_invalid("family_view(): the task is not compiled; call compile() first");
+    const Span span = task_->plan().region_range(family_region(f, static_cast<Role>(0)),
+                                                 family_region(f, static_cast<Role>(kNumRoles - 1)));
+    return arena_view<float>(self, span.offset, {static_cast<int64_t>(span.count)}, device_id);
+  }
+
+  // One scalar slot as a one-element tensor: "inv_loss_scale" (float32, what set_loss_scale
+  // writes: float(1/scale)), "step" and "has_non_finite" (int32, the device's step state).
+  nb::object scalar_view(nb::handle self, const std::string& name, int device_id) {
+    if (!task_->compiled()) throw_invalid("scalar_view(): the task is not compiled; call compile() first");
+    const MemoryPlan& plan = task_->plan();
+    if (name == "inv_loss_scale")
+      return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {1}, device_id));
+    if (name == "step")
+      return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), {1}, device_id));
+    if (name == "has_non_finite")
+      return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kHasNonFinite * sizeof(int32_t), {1}, device_id));
+    throw_invalid("scalar_view(): unknown slot '" + name + "' (inv_loss_scale, step, has_non_finite)");
+  }
+
+  // Sets the applied-step count t (a torch state_dict's `step`). The bias corrections need no
+  // write: every applied step forms them from t+1 before its update (ADVANCE_STEP runs first).
+  void set_step_count(int64_t t) {
+    if (!task_->compiled()) throw_invalid("set_step_count(): the task is not compiled; call compile() first");
+    if (t < 0 || t > INT32_MAX) throw_invalid("set_step_count(): " + std::to_string(t) + " is out of range");
+    const int32_t v = static_cast<int32_t>(t);
+    task_->backend().upload(task_->plan().region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), &v, sizeof(v));
+  }
+
  private:
   std::unique_ptr<Task> task_;
 };
@@ -308,6 +381,7 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = RENAISSANCE_VERSION;
   m.attr("with_cuda") = bool(RENAISSANCE_WITH_CUDA);
   nb::register_exception_translator(translate);
+  void renaissance_register_replay(nanobind::module_&); renaissance_register_replay(m);  // --- replay (R) ---, at the end
 
   m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
@@ -348,5 +422,94 @@ NB_MODULE(_core, m) {
       .def("fingerprint", [](PyTask& t) { return t.task().fingerprint(); })
       .def("save", [](PyTask& t, const std::string& path) { t.task().save(path); }, "path"_a)
       .def("load", [](PyTask& t, const std::string& path) { t.task().load(path); }, "path"_a)
-      .def_prop_ro("backend", [](PyTask& t) { return t.task().backend().describe(); });
+      .def_prop_ro("backend", [](PyTask& t) { return t.task().backend().describe(); })
+      // renaissance.torch (P): zero-copy views, the step count and the caller's CUDA stream.
+      .def("view", [](nb::handle self, const std::string& family, nb::handle which, int device_id) {
+             return nb::cast<PyTask&>(self).tensor_view(self, family, which, device_id);
+           }, "family"_a, "param"_a, "device_id"_a = 0)
+      .def("scalar_view", [](nb::handle self, const std::string& name, int device_id) {
+             return nb::cast<PyTask&>(self).scalar_view(self, name, device_id);
+           }, "name"_a, "device_id"_a = 0)
+      .def("family_view", [](nb::handle self, const std::string& family, int device_id) {
+             return nb::cast<PyTask&>(self).family_view(self, family, device_id);
+           }, "family"_a, "device_id"_a = 0)
+      .def("set_step_count", [](PyTask& t, int64_t n) { t.set_step_count(n); }, "step"_a)
+      .def("set_stream", [](PyTask& t, uintptr_t stream) { t.task().set_launch_stream(reinterpret_cast<void*>(stream)); },
+           "stream"_a, "CUDA: order each step with this cudaStream_t handle (torch's cuda_stream); 0: none");
+}
+
+// --- replay (R) ---
+// For renaissance.torch.Recorder (python/renaissance/recorder.py) and format-2 replay cases
+// (docs/replay-format.md): the multi-group fingerprint (defined once in the core), a task's
+// optimizer configuration and state as the core holds them, and the core's atomic safetensors
+// writer. Registered from NB_MODULE through renaissance_register_replay.
+#include "renaissance/fingerprint.h"
+
+namespace renaissance {
+namespace {
+
+Family replay_family(const std::string& name) {
+  if (name == "W") return Family::kW;
+  if (name == "G") return Family::kG;
+  if (name == "M") return Family::kM;
+  if (name == "V") return Family::kV;
+  throw_invalid("family '" + name + "': expected W, G, M or V");
+}
+
+// The optimizer configuration in replay case.json's keys (exact doubles: Python's json writes
+// them back bit for bit).
+nb::dict task_config(PyTask& t) {
+  const OptimizerConfig& c = t.task().config();
+  nb::dict d;
+  d["kind"] = optimizer_kind_name(c.kind);
+  d["lr"] = c.lr;
+  d["weight_decay"] = c.weight_decay;
+  d["momentum"] = c.momentum;
+  d["beta1"] = c.beta1;
+  d["beta2"] = c.beta2;
+  d["eps"] = c.eps;
+  d["trust_coefficient"] = c.trust_coefficient;
+  d["max_grad_norm"] = c.max_grad_norm;
+  d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
+  return d;
+}
+
+using HostArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+
+void py_write_safetensors(const std::string& path, const std::vector<std::pair<std::string, HostArray>>& tensors,
+                          const std::map<std::string, std::string>& metadata) {
+  std::vector<StTensorView> views;
+  for (const auto& [name, a] : tensors) {
+    std::vector<int64_t> shape;
+    for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
+    views.push_back({name, StDtype::kF32, shape, a.data()});
+  }
+  nb::gil_scoped_release release;
+  write_safetensors(path, views, metadata);
+}
+
+}  // namespace
+}  // namespace renaissance
+
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
+
+void renaissance_register_replay(nb::module_& m) {
+  using namespace renaissance;
+  m.def("combine_fingerprints", &combine_fingerprints, "fingerprints"_a,
+        "The fingerprint of several tasks (one per parameter group): one group's own, unchanged; several: XXH3-64 "
+        "of the 16-hex fingerprints joined by newlines (renaissance/fingerprint.h).");
+  m.def("_task_config", &task_config, "task"_a, "The task's optimizer configuration as replay case.json keys.");
+  m.def("_task_families", [](PyTask& t) {
+          std::vector<std::string> f;
+          for (const char* n : {"M", "V"}) {
+            if (t.task().compiled() && t.task().plan().has_family(replay_family(n))) f.push_back(n);
+          }
+          return f;
+        }, "task"_a, "The state families (M, V) the task's kind keeps.");
+  m.def("_task_read", [](PyTask& t, const std::string& family, nb::handle which) {
+          return t.read(replay_family(family), which);
+        }, "task"_a, "family"_a, "param"_a, "A host copy (numpy float32) of one tensor of family W, G, M or V.");
+  m.def("_write_safetensors", &py_write_safetensors, "path"_a, "tensors"_a, "metadata"_a,
+        "Writes (name, float32 array) pairs as safetensors, atomically (the core's writer).");
 }

@@ -1,0 +1,457 @@
+"""renaissance.torch: the fused optimizers as torch.optim.Optimizer subclasses (docs/python.md).
+
+    import renaissance.torch as rt
+    opt = rt.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+Each torch param group is one core Task (own arena, scalars and compiled step): step() costs one
+step per group. Parameters and gradients live in the Task's arena (zero-copy views), state_dict()
+uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on request:
+`import renaissance` does not import torch.
+"""
+import math
+
+import torch
+from torch.optim.optimizer import Optimizer
+
+from . import _core
+from ._torch_group import GroupBinding, tensor_interval
+
+__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB"]
+
+_KINDS = {k["name"]: k for k in _core.kinds()}
+
+# torch.optim flags the library does not implement: the value each must keep.
+_TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+                "differentiable": False, "fused": None}
+
+
+def _defaults_of(kind):
+    return _KINDS[kind]["defaults"]
+
+
+class _Base(Optimizer):
+    """What every renaissance.torch optimizer shares; subclasses say how a group maps to a kind."""
+
+    _step_supports_amp_scaling = True
+    _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
+    _state_names = {}  # core family -> torch state key; "step": whether the state has a step
+
+    def __init__(self, params, defaults, threads=0):
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError("threads %r: must be an int >= 0 (0: all cores)" % (threads,))
+        for flag in self._flags:
+            _check_flag(flag, defaults[flag], type(self).__name__)
+        self._threads = threads
+        self._bindings = []
+        groups = _as_groups(params)
+        _validate_new(groups, [])
+        super().__init__(groups, defaults)
+
+    # ---- groups -----------------------------------------------------------------------------
+    def add_param_group(self, param_group):
+        existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
+        group = dict(param_group)
+        group["params"] = _param_list(group["params"])
+        _validate_new([group], existing)
+        n_before = len(self.param_groups)
+        super().add_param_group(group)
+        try:
+            group = self.param_groups[-1]
+            for flag in self._flags:
+                _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+            kind, hyper = self._core_config(group)
+            roles = self._roles(group)
+            device = group["params"][0].device
+            binding = GroupBinding(group["params"], roles, kind, hyper, device, self._threads,
+                                   self._state_names_for(group))
+        except Exception:
+            del self.param_groups[n_before:]
+            raise
+        binding.adopt()
+        self._bindings.append(binding)
+        self._refresh_state()
+
+    def _roles(self, group):
+        return ["fc_weight"] * len(group["params"])
+
+    def _state_names_for(self, group):
+        return self._state_names
+
+    def _core_config(self, group):  # -> (kind name, core hyperparameters)
+        raise NotImplementedError
+
+    # ---- step -------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none=True):
+        """Zeroes the gradients in place in the arena (one op per group). `.grad` stays the
+        optimizer's view even with set_to_none=True (never None): see docs/python.md."""
+        for b in self._bindings:
+            b.zero_grad()
+
+    @torch.no_grad()
+    def step(self, closure=None, **kwargs):
+        """One optimizer step per param group. Under torch.cuda.amp.GradScaler the scale reaches
+        the fused unscale on the device; a step with a non-finite gradient is skipped."""
+        grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
+        if kwargs:
+            raise TypeError("step() got unexpected keyword arguments: %s" % ", ".join(sorted(kwargs)))
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grad_scale = getattr(self, "grad_scale", None)  # torch 2.x sets grad_scale and found_inf
+        if grad_scaler is not None:
+            grad_scale = _scale_from_scaler(grad_scaler, self)
+        configs = []
+        for group in self.param_groups:
+            for flag in self._flags:
+                _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+            configs.append(self._core_config(group))
+        for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
+            if self._roles(group) != b.roles:
+                raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
+            b.apply_hyper(kind, hyper)
+        for b in self._bindings:
+            b.step(grad_scale)
+        return loss
+
+    # ---- state ------------------------------------------------------------------------------
+    def _refresh_state(self):
+        """self.state holds live views of M, V and each group's applied-step count as `step`."""
+        for b in self._bindings:
+            step = torch.tensor(float(b.task.step_count)) if "step" in b.state_names else None
+            for j, p in enumerate(b.params):
+                st = b.state_of(j, step)
+                if st:
+                    self.state[p] = st
+
+    def state_dict(self):
+        """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
+        tensors are the live arena views (as torch's own state is live); 'step' is the group's
+        applied-step count (one per group here; torch keeps one per parameter)."""
+        self._refresh_state()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict):
+        """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
+        anything changes: group sizes, buffer shapes, one step count per group."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self._bindings):
+            raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
+        plan = []
+        for gi, (g, b) in enumerate(zip(groups, self._bindings)):
+            if len(g["params"]) != len(b.params):
+                raise ValueError("load_state_dict: param group %d has %d parameters, the state dict %d" % (gi, len(b.params), len(g["params"])))
+            states = [state_dict["state"].get(k) for k in g["params"]]
+            steps = {_step_of(s) for s in states}
+            if len(steps) > 1:
+                raise ValueError("load_state_dict: param group %d has parameters at different steps %s; this library "
+                                 "keeps one step count per group" % (gi, sorted(x for x in steps if x is not None)))
+            step = steps.pop()
+            bufs = []  # a buffer the state lacks (or holds as None) starts at zero, as in torch
+            for j, s in enumerate(states):
+                for fam, key in b.state_names.items():
+                    if fam == "step" or not s or s.get(key) is None:
+                        continue
+                    t = s[key]
+                    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(b.params[j].shape):
+                        raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
+                                         "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
+                    bufs.append((getattr(b, fam)[j], t))
+            plan.append((b, step, bufs))
+        super().load_state_dict(state_dict)
+        with torch.no_grad():
+            for b, step, bufs in plan:
+                for view in (b.M or []) + (b.V or []):
+                    view.zero_()
+                for view, t in bufs:
+                    view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
+                b.task.set_step_count(int(step or 0))
+        self.state.clear()
+        self._refresh_state()
+        for b, group in zip(self._bindings, self.param_groups):
+            b.apply_hyper(*self._core_config(group))
+
+    def __setstate__(self, state):
+        # A torch.optim state dict lacks this library's group keys (decoupled_weight_decay,
+        # max_grad_norm, trust_ratio): they take this optimizer's defaults, as torch does for
+        # keys older versions lacked.
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    # ---- the library's own ------------------------------------------------------------------
+    def fingerprint(self):
+        """The XXH3 of W, M, V and the step count, as `renaissance run` prints it: one group: its
+        16 hex digits; several: the groups' fingerprints in group order joined by '+'."""
+        return "+".join(b.task.fingerprint() for b in self._bindings)
+
+    def _paths(self, path):
+        path = str(path)
+        if len(self._bindings) == 1:
+            return [path]
+        return ["%s.group%d" % (path, i) for i in range(len(self._bindings))]
+
+    def save(self, path):
+        """The library's atomic checkpoint (weights, state, step counts): `path` for one group,
+        `path.group0`, `path.group1`, ... for several."""
+        for b, p in zip(self._bindings, self._paths(path)):
+            b.task.save(p)
+
+    def load(self, path):
+        """Loads what save(path) wrote, in place (a failed load leaves that group as it was)."""
+        for b, p in zip(self._bindings, self._paths(path)):
+            b.task.load(p)
+            b.hyper = {}  # the checkpoint brought its own scalars: re-apply param_groups at step()
+            b.amp_used = True  # and the loss-scale slot
+        self._refresh_state()
+
+    @property
+    def backends(self):
+        return [b.task.backend for b in self._bindings]
+
+
+# ---- construction checks ------------------------------------------------------------------------
+def _param_list(params):
+    if isinstance(params, torch.Tensor):
+        return [params]
+    if isinstance(params, set):
+        raise TypeError("optimizer parameters need to be organized in ordered collections, not a set")
+    return list(params)
+
+
+def _as_groups(params):
+    params = _param_list(params)
+    if not params:
+        raise ValueError("optimizer got an empty parameter list")
+    if isinstance(params[0], dict):
+        return [dict(g, params=_param_list(g["params"])) for g in params]
+    return [{"params": params}]
+
+
+def _validate_new(groups, existing):
+    """Every ValueError of the adapter's contract, before any parameter or task is touched."""
+    seen = {id(p) for p in existing}
+    intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
+    devices = {p.device for p in existing}
+    for gi, group in enumerate(groups):
+        if not group["params"]:
+            raise ValueError("param group %d has no parameters" % gi)
+        for p in group["params"]:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError("optimizer params must be tensors, got %s" % type(p).__name__)
+            if id(p) in seen:
+                raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
+            seen.add(id(p))
+            devices.add(p.device)
+            if len(devices) > 1:
+                raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(sorted(map(str, devices))))
+            if p.dtype != torch.float32:
+                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32 parameters only" % (tuple(p.shape), p.dtype))
+            if not p.is_contiguous():
+                raise ValueError("parameter of shape %s is not contiguous" % (tuple(p.shape),))
+            if p.device.type not in ("cpu", "cuda"):
+                raise ValueError("parameter on %s: renaissance.torch runs on cpu and cuda" % p.device)
+            if p.device.type == "cuda" and not _core.with_cuda:
+                raise ValueError("parameter on %s but this renaissance build has no CUDA backend" % p.device)
+            if p.numel() > 0:
+                lo, hi = tensor_interval(p)
+                for a, b, q in intervals:
+                    if lo < b and a < hi:
+                        raise ValueError("parameters of shapes %s and %s overlap in memory" % (tuple(q.shape), tuple(p.shape)))
+                intervals.append((lo, hi, p))
+
+
+def _check_flag(name, value, cls):
+    if value != _TORCH_FLAGS[name] and not (name in ("foreach", "fused") and value is False):
+        raise ValueError("%s: %s=%r is not supported (the library's step is already fused)" % (cls, name, value))
+
+
+def _step_of(state):
+    if not state or state.get("step") is None:
+        return None
+    s = state["step"]
+    return int(s.item()) if isinstance(s, torch.Tensor) else int(s)
+
+
+def _scale_from_scaler(scaler, optimizer):
+    """torch 1.x: GradScaler.step(opt) passes grad_scaler=self. Do what torch 2.x does before it
+    calls step(): record the inf check if unscale_() has not, and take the scale unless the
+    gradients are already unscaled."""
+    from torch.cuda.amp.grad_scaler import OptState
+    state = scaler._per_optimizer_states[id(optimizer)]
+    if state["stage"] is OptState.READY:
+        scaler._check_inf_per_device(optimizer)
+    return None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()
+
+
+def _number(name, value):
+    if isinstance(value, torch.Tensor):
+        raise ValueError("%s as a tensor is not supported; pass a float" % name)
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError("%s=%r: must be finite" % (name, value))
+    return value
+
+
+def _betas(group):
+    b = group["betas"]
+    if len(b) != 2:
+        raise ValueError("betas=%r: expected two numbers" % (b,))
+    return _number("beta1", b[0]), _number("beta2", b[1])
+
+
+def _clip(group, hyper):
+    if group.get("max_grad_norm") is not None:
+        hyper["max_grad_norm"] = _number("max_grad_norm", group["max_grad_norm"])
+    return hyper
+
+
+def _trust_roles(group, weight_role="fc_weight", bias_role="fc_bias"):
+    tr = group.get("trust_ratio")
+    if tr is not None and not isinstance(tr, bool):
+        raise ValueError("trust_ratio=%r: expected None (ndim > 1) or a bool" % (tr,))
+    return [weight_role if (p.dim() > 1 if tr is None else tr) else bias_role for p in group["params"]]
+
+
+# ---- the optimizers -----------------------------------------------------------------------------
+class SGD(_Base):
+    """torch.optim.SGD semantics (L2 weight decay; decoupled_weight_decay=True for the library's
+    decoupled mode). dampening must be 0."""
+
+    _flags = ("maximize", "foreach", "differentiable", "fused")
+    _state_names = {"M": "momentum_buffer", "step": "step"}
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
+                 maximize=False, foreach=None, differentiable=False, fused=None, decoupled_weight_decay=False,
+                 max_grad_norm=None, threads=0):
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                        maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused,
+                        decoupled_weight_decay=decoupled_weight_decay, max_grad_norm=max_grad_norm)
+        super().__init__(params, defaults, threads)
+
+    def _state_names_for(self, group):
+        # No momentum, no buffer (the kind sgd keeps no M).
+        return self._state_names if group["momentum"] != 0 else {"step": "step"}
+
+    def _core_config(self, group):
+        if group["dampening"] != 0:
+            raise ValueError("SGD: dampening=%r is not supported (only 0)" % (group["dampening"],))
+        momentum = _number("momentum", group["momentum"])
+        if group["nesterov"] and momentum <= 0:
+            raise ValueError("SGD: Nesterov momentum requires a momentum > 0 and zero dampening")
+        kind = "sgd" if momentum == 0 else ("sgd_nesterov" if group["nesterov"] else "sgd_momentum")
+        hyper = {"lr": _number("lr", group["lr"]), "weight_decay": _number("weight_decay", group["weight_decay"]),
+                 "weight_decay_mode": "decoupled" if group["decoupled_weight_decay"] else "l2"}
+        if momentum > 0:
+            hyper["momentum"] = momentum
+        return kind, _clip(group, hyper)
+
+
+class _AdamFamily(_Base):
+    _flags = ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused")
+    _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _kind = None
+
+    def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
+                 differentiable, fused, max_grad_norm, threads):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
+                        foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
+                        max_grad_norm=max_grad_norm)
+        super().__init__(params, defaults, threads)
+
+    def _core_config(self, group):
+        b1, b2 = _betas(group)
+        return self._kind, _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+                                         "eps": _number("eps", group["eps"]),
+                                         "weight_decay": _number("weight_decay", group["weight_decay"])})
+
+
+class Adam(_AdamFamily):
+    """torch.optim.Adam (L2 weight decay)."""
+
+    _kind = "adam"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 max_grad_norm=None, threads=0):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
+                         differentiable, fused, max_grad_norm, threads)
+
+
+class AdamW(_AdamFamily):
+    """torch.optim.AdamW (decoupled weight decay)."""
+
+    _kind = "adamw"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
+                 max_grad_norm=None, threads=0):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
+                         differentiable, fused, max_grad_norm, threads)
+
+
+class LARS(_Base):
+    """LARS (docs/math.md). A parameter gets the trust ratio and weight decay when the group's
+    trust_ratio says so (default: ndim > 1); the others get plain momentum with no weight decay."""
+
+    _state_names = {"M": "momentum_buffer", "step": "step"}
+
+    def __init__(self, params, lr=_defaults_of("lars")["lr"], momentum=_defaults_of("lars")["momentum"],
+                 weight_decay=_defaults_of("lars")["weight_decay"],
+                 trust_coefficient=_defaults_of("lars")["trust_coefficient"], eps=_defaults_of("lars")["eps"],
+                 nesterov=False, *, trust_ratio=None, max_grad_norm=None, threads=0):
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
+                        eps=eps, nesterov=nesterov, trust_ratio=trust_ratio, max_grad_norm=max_grad_norm)
+        super().__init__(params, defaults, threads)
+
+    def _roles(self, group):
+        return _trust_roles(group)
+
+    def _core_config(self, group):
+        return ("lars_nesterov" if group["nesterov"] else "lars"), _clip(group, {
+            "lr": _number("lr", group["lr"]), "momentum": _number("momentum", group["momentum"]),
+            "weight_decay": _number("weight_decay", group["weight_decay"]),
+            "trust_coefficient": _number("trust_coefficient", group["trust_coefficient"]),
+            "eps": _number("eps", group["eps"])})
+
+
+class Lion(_Base):
+    """Lion (Chen et al. 2023; timm's Lion): every parameter gets the group's weight decay."""
+
+    _state_names = {"M": "exp_avg", "step": "step"}
+
+    def __init__(self, params, lr=_defaults_of("lion")["lr"],
+                 betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
+                 weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, threads=0):
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
+        super().__init__(params, defaults, threads)
+
+    def _core_config(self, group):
+        b1, b2 = _betas(group)
+        return "lion", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+                                     "weight_decay": _number("weight_decay", group["weight_decay"])})
+
+
+class LAMB(_Base):
+    """LAMB (docs/math.md): trust ratio and weight decay where the group's trust_ratio says so
+    (default: ndim > 1); the others take the Adam direction with r = 1 and no weight decay."""
+
+    _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+
+    def __init__(self, params, lr=_defaults_of("lamb")["lr"],
+                 betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
+                 eps=_defaults_of("lamb")["eps"], weight_decay=_defaults_of("lamb")["weight_decay"], *,
+                 trust_ratio=None, max_grad_norm=None, threads=0):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
+                        max_grad_norm=max_grad_norm)
+        super().__init__(params, defaults, threads)
+
+    def _roles(self, group):
+        return _trust_roles(group)
+
+    def _core_config(self, group):
+        b1, b2 = _betas(group)
+        return "lamb", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+                                     "eps": _number("eps", group["eps"]),
+                                     "weight_decay": _number("weight_decay", group["weight_decay"])})

@@ -1,0 +1,359 @@
+"""renaissance.torch's contract on the CPU: zero-copy views, zero_grad, replaced and None gradients,
+param groups, hyperparameter changes, torch-format state_dict both ways (bitwise), save/load,
+fingerprints, the AMP scale slot and skip, and the construction errors (nothing changed)."""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import torch  # noqa: E402  (CI installs it: scripts/test_python.sh)
+
+import renaissance  # noqa: E402
+import renaissance.torch as rt  # noqa: E402
+
+SHAPES = [(6, 5), (6,), (3, 2, 2, 2), (3,)]
+
+
+def params(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in SHAPES]
+
+
+def grads(step, seed=10):
+    g = torch.Generator().manual_seed(seed + step)
+    return [torch.randn(*s, generator=g) for s in SHAPES]
+
+
+def feed(ps, step, scale=1.0):
+    for p, g in zip(ps, grads(step)):
+        p.grad.copy_(g * scale)
+
+
+def bits(t):
+    return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()
+
+
+def same_bits(a, b):
+    return np.array_equal(bits(a), bits(b))
+
+
+def test_import_renaissance_does_not_import_torch():
+    code = "import sys, renaissance; assert 'torch' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_parameters_and_gradients_are_arena_views():
+    ps = params()
+    before = [p.detach().clone() for p in ps]
+    opt = rt.AdamW(ps, lr=1e-2)
+    b = opt._bindings[0]
+    for j, p in enumerate(ps):
+        assert p.data_ptr() == b.W[j].data_ptr() and p.grad.data_ptr() == b.G[j].data_ptr()
+        assert same_bits(p, before[j])  # copied in
+        assert same_bits(torch.from_numpy(b.task.get_weight(j)), before[j])
+    feed(ps, 0)
+    opt.step()
+    for j, p in enumerate(ps):
+        assert same_bits(torch.from_numpy(b.task.get_weight(j)), p)  # the step moved p itself
+        assert not same_bits(p, before[j])
+    # autograd accumulates into the view
+    opt.zero_grad()
+    (ps[0] * 2.0).sum().backward()
+    assert ps[0].grad.data_ptr() == b.G[0].data_ptr()
+    assert np.array_equal(b.task.get_grad(0), np.full((6, 5), 2.0, np.float32))
+
+
+def test_zero_grad_keeps_views_and_zeroes_in_place():
+    ps = params()
+    opt = rt.SGD(ps, lr=0.1, momentum=0.9)
+    feed(ps, 0)
+    for set_to_none in (False, True):
+        feed(ps, 1)
+        opt.zero_grad(set_to_none=set_to_none)
+        for j, p in enumerate(ps):
+            assert p.grad is not None and p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
+            assert not p.grad.any()
+
+
+def reference_run(ps, opt, steps):
+    for s in range(steps):
+        feed(ps, s)
+        opt.step()
+
+
+def test_replaced_gradient_is_copied_in_and_repointed():
+    ps, qs = params(), params()
+    a, b = rt.AdamW(ps, lr=1e-2), rt.AdamW(qs, lr=1e-2)
+    feed(ps, 0)
+    for q, g in zip(qs, grads(0)):
+        q.grad = g.clone()  # a foreign tensor, not the view
+    import renaissance._torch_group as tg
+    tg._GRAD_COPY_WARNED[0] = False
+    with pytest.warns(UserWarning, match="copied in"):
+        b.step()
+    a.step()
+    assert a.fingerprint() == b.fingerprint()
+    assert all(q.grad.data_ptr() == b._bindings[0].G[j].data_ptr() for j, q in enumerate(qs))
+
+
+@pytest.mark.parametrize("make", [lambda p: rt.AdamW(p, lr=1e-2, weight_decay=0.1),
+                                  lambda p: rt.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.1),
+                                  lambda p: rt.LAMB(p), lambda p: rt.LARS(p, weight_decay=1e-3),
+                                  lambda p: rt.Lion(p, weight_decay=0.1)])
+def test_none_gradient_leaves_parameter_and_state_unchanged(make):
+    ps = params()
+    opt = make(ps)
+    b = opt._bindings[0]
+    feed(ps, 0)
+    opt.step()
+    w1 = [p.detach().clone() for p in ps]
+    state1 = [[x[j].clone() for x in (b.M, b.V) if x is not None] for j in range(len(ps))]
+    feed(ps, 1)
+    ps[1].grad = None
+    ps[2].grad = None
+    opt.step()
+    for j in (1, 2):
+        assert same_bits(ps[j], w1[j])
+        assert all(same_bits(x[j], s) for x, s in zip([x for x in (b.M, b.V) if x is not None], state1[j]))
+        assert ps[j].grad is None
+    for j in (0, 3):
+        assert not same_bits(ps[j], w1[j])
+    assert b.task.step_count == 2  # documented: the group's counter advances
+
+
+def test_group_without_any_gradient_is_not_stepped():
+    ps = params()
+    opt = rt.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2)
+    feed(ps, 0)
+    ps[2].grad = None
+    ps[3].grad = None
+    f_before = opt._bindings[1].task.fingerprint()
+    opt.step()
+    assert opt._bindings[1].task.step_count == 0 and opt._bindings[1].task.fingerprint() == f_before
+    assert opt._bindings[0].task.step_count == 1
+
+
+def test_param_groups_match_torch():
+    ps = params()
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+
+    def groups(x):
+        return [{"params": [x[0], x[2]], "weight_decay": 0.1}, {"params": [x[1], x[3]], "lr": 3e-3, "weight_decay": 0.0}]
+
+    a = rt.AdamW(groups(ps), lr=1e-2)
+    b = torch.optim.AdamW(groups(qs), lr=1e-2)
+    for s in range(10):
+        feed(ps, s)
+        for q, g in zip(qs, grads(s)):
+            q.grad = g
+        a.step()
+        b.step()
+        if s == 4:  # hyperparameters change between steps, no recompile
+            for o in (a, b):
+                o.param_groups[0]["lr"] = 5e-3
+                o.param_groups[1]["betas"] = (0.8, 0.99)
+    for p, q in zip(ps, qs):
+        assert float((p - q).norm() / q.norm()) <= 1e-5
+    assert len(a.fingerprint().split("+")) == 2
+
+
+def test_change_that_needs_a_recompile_is_refused():
+    ps = params()
+    opt = rt.SGD(ps, lr=0.1, momentum=0.9)
+    opt.param_groups[0]["momentum"] = 0.0
+    feed(ps, 0)
+    w = [p.detach().clone() for p in ps]
+    with pytest.raises(ValueError, match="cannot change the optimizer"):
+        opt.step()
+    assert all(same_bits(p, x) for p, x in zip(ps, w))
+    opt.param_groups[0]["momentum"] = 0.5  # a value change is fine
+    opt.step()
+    assert opt._bindings[0].task.step_count == 1
+
+
+def train_torch(ps, opt, first, last):
+    for s in range(first, last):
+        for p, g in zip(ps, grads(s)):
+            p.grad = g.clone()
+        opt.step()
+
+
+@pytest.mark.parametrize("ours,theirs,kw", [(rt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+                                           (rt.Adam, torch.optim.Adam, dict(lr=1e-2, weight_decay=0.1)),
+                                           (rt.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1))])
+def test_state_dict_round_trips_with_torch_bitwise(ours, theirs, kw):
+    # torch -> ours: the buffers and step arrive bit for bit
+    qs = params()
+    t = theirs(qs, **kw)
+    train_torch(qs, t, 0, 3)
+    ps = [torch.nn.Parameter(q.detach().clone()) for q in qs]
+    o = ours(ps, **kw)
+    o.load_state_dict(t.state_dict())
+    b = o._bindings[0]
+    for j, q in enumerate(qs):
+        for fam, key in b.state_names.items():
+            if fam != "step":
+                assert same_bits(getattr(b, fam)[j], t.state[q][key])
+    if "step" in t.state[qs[0]]:
+        assert b.task.step_count == int(t.state[qs[0]]["step"])
+    # ... and training on from there stays with torch
+    for s in range(3, 6):
+        feed(ps, s)
+        o.step()
+    train_torch(qs, t, 3, 6)
+    for p, q in zip(ps, qs):
+        assert float((p - q).norm() / q.norm()) <= 1e-5
+    # ours -> torch: torch's state after loading ours is ours bit for bit
+    fresh = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    t2 = theirs(fresh, **kw)
+    t2.load_state_dict(o.state_dict())
+    for j, p in enumerate(fresh):
+        for fam, key in b.state_names.items():
+            if fam != "step":
+                assert same_bits(t2.state[p][key], getattr(b, fam)[j])
+        if "step" in t2.state[p] and ours is not rt.SGD:
+            assert int(t2.state[p]["step"]) == 6
+
+
+def test_state_dict_round_trip_ours_to_ours_and_save_load(tmp_path):
+    ps = params()
+    a = rt.AdamW(ps, lr=1e-2)
+    reference_run(ps, a, 4)
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    b = rt.AdamW(qs, lr=1e-2)
+    b.load_state_dict(a.state_dict())
+    assert a.fingerprint() == b.fingerprint()
+    a.save(tmp_path / "ckpt")
+    f4 = a.fingerprint()
+    feed(ps, 4)
+    a.step()
+    assert a.fingerprint() != f4
+    a.load(tmp_path / "ckpt")
+    assert a.fingerprint() == f4
+    # a corrupt state dict changes nothing
+    bad = a.state_dict()
+    bad["state"][0]["exp_avg"] = torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="shape"):
+        b.load_state_dict(bad)
+    assert b.fingerprint() == f4
+
+
+def run_fingerprint(threads, groups=False):
+    ps = params()
+    spec = [{"params": ps[:2]}, {"params": ps[2:], "lr": 2e-3}] if groups else ps
+    opt = rt.LAMB(spec, lr=1e-2, threads=threads)
+    reference_run(ps, opt, 5)
+    return opt.fingerprint()
+
+
+def test_fingerprint_stable_across_runs_and_threads():
+    one = [run_fingerprint(t) for t in (1, 2, 1)]
+    assert len(one[0]) == 16 and one[0] == one[1] == one[2]
+    two = [run_fingerprint(t, groups=True) for t in (1, 2)]
+    assert two[0] == two[1] and len(two[0]) == 33 and two[0].count("+") == 1
+
+
+def test_fingerprint_equals_a_core_task_fed_the_same():
+    """The adapter's mapping (LARS: ndim > 1 -> weight role with trust ratio and wd, else
+    bias-like) checked against a core Task built by hand."""
+    ps = params()
+    opt = rt.LARS(ps, lr=0.1, momentum=0.9, weight_decay=1e-3, trust_coefficient=0.01)
+    roles = ["fc_weight" if len(s) > 1 else "fc_bias" for s in SHAPES]
+    t = renaissance.Task([(str(j), list(s), roles[j]) for j, s in enumerate(SHAPES)], threads=1)
+    t.optimizer("lars", lr=0.1, momentum=0.9, weight_decay=1e-3, trust_coefficient=0.01,
+                eps=rt._KINDS["lars"]["defaults"]["eps"])
+    t.compile()
+    for j, p in enumerate(ps):
+        t.set_weight(j, p.detach().numpy())
+    for s in range(3):
+        feed(ps, s)
+        for j, g in enumerate(grads(s)):
+            t.set_grad(j, g.numpy())
+        opt.step()
+        t.step()
+    assert opt.fingerprint() == t.fingerprint()
+
+
+def test_loss_scale_slot_has_set_loss_scale_bits():
+    ps = params()
+    opt = rt.AdamW(ps)
+    b = opt._bindings[0]
+    for s in (1.0, 3.0, 7.7, 1e-3, 65536.0 * 1.5, 2.0 ** 24 - 1):
+        b.set_scale(torch.tensor(s, dtype=torch.float32))
+        from_tensor = bits(b.inv_scale)
+        b.task.set_loss_scale(float(np.float32(s)))
+        assert np.array_equal(from_tensor, bits(b.inv_scale)), s
+        expect = np.float32(1.0 / np.float64(np.float32(s)))
+        assert np.array_equal(from_tensor, np.array([expect]).view(np.uint32))
+
+
+def test_amp_protocol_scale_and_injected_inf_skip():
+    """torch 2.x's GradScaler sets grad_scale/found_inf on the optimizer before step(). A power-of-
+    two scale unscales exactly, so the scaled run has the unscaled run's bits; an inf skips."""
+    ps, qs = params(), params()
+    a, b = rt.AdamW(ps, lr=1e-2), rt.AdamW(qs, lr=1e-2)
+    for s in range(3):
+        feed(ps, s)
+        a.step()
+        feed(qs, s, scale=1024.0)
+        b.grad_scale = torch.tensor(1024.0)
+        b.found_inf = torch.tensor(0.0)
+        b.step()
+    assert a.fingerprint() == b.fingerprint()
+    before = b.fingerprint()
+    feed(qs, 3, scale=1024.0)
+    qs[2].grad[0, 0, 0, 1] = float("inf")
+    b.step()
+    assert b.fingerprint() == before and b._bindings[0].task.skipped_steps == 1
+    del b.grad_scale, b.found_inf
+    feed(qs, 3)  # no scale any more: the slot goes back to 1
+    b.step()
+    feed(ps, 3)
+    a.step()
+    assert a.fingerprint() == b.fingerprint()
+
+
+def test_errors_change_nothing():
+    base = torch.zeros(20)
+    cases = [
+        ("listed twice", lambda p: [p[0], p[1], p[0]]),
+        ("listed twice", lambda p: [{"params": [p[0]]}, {"params": [p[1], p[0]]}]),  # in two groups
+        ("float32", lambda p: [p[0], torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))]),
+        ("contiguous", lambda p: [p[1], torch.nn.Parameter(torch.zeros(4, 3)).t()]),
+        ("overlap", lambda p: [p[0], base[0:10], base[5:15]]),
+        ("different devices", lambda p: [p[0], torch.zeros(3, device="meta")]),
+    ]
+    for what, make in cases:
+        ps = params()
+        w = [p.detach().clone() for p in ps]
+        ptrs = [p.data_ptr() for p in ps]
+        with pytest.raises(ValueError, match=what):
+            rt.AdamW(make(ps))
+        for p, x, ptr in zip(ps, w, ptrs):
+            assert p.data_ptr() == ptr and same_bits(p, x) and p.grad is None, what
+
+
+def test_unsupported_arguments_are_refused():
+    for make in (lambda p: rt.Adam(p, amsgrad=True), lambda p: rt.AdamW(p, maximize=True),
+                 lambda p: rt.AdamW(p, foreach=True), lambda p: rt.SGD(p, lr=0.1, momentum=0.9, dampening=0.1),
+                 lambda p: rt.SGD(p, lr=0.1, nesterov=True), lambda p: rt.Adam(p, capturable=True),
+                 lambda p: rt.Adam(p, differentiable=True), lambda p: rt.Adam(p, fused=True)):
+        ps = params()
+        with pytest.raises(ValueError):
+            make(ps)
+        assert all(p.grad is None for p in ps)
+
+
+def test_sgd_decoupled_matches_core_rule():
+    """decoupled_weight_decay=True: w = w*(1 - lr*wd) - lr*g (docs/math.md), checked in float64."""
+    ps = params()
+    w0 = [p.detach().double().clone() for p in ps]
+    opt = rt.SGD(ps, lr=0.1, weight_decay=0.5, decoupled_weight_decay=True)
+    feed(ps, 0)
+    opt.step()
+    for p, w, g in zip(ps, w0, grads(0)):
+        expect = w * (1 - 0.1 * 0.5) - 0.1 * g.double()
+        assert float((p.double() - expect).abs().max()) < 1e-6
