@@ -7,6 +7,8 @@
 # Logs go to $OUT (or gpu-python-out/); the last line is the one-line summary.
 #
 #   scripts/gpu_python.sh         (the lead runs it through the device tool with carry [".deps"])
+#   GPU_PYTHON_CUDA=OFF PYTHON=venv/bin/python scripts/gpu_python.sh   (a dry run of the script
+#   on a machine without a GPU: the CUDA tests skip)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,7 +21,7 @@ PY=${PYTHON:-python3}
 t0=$SECONDS
 # scikit-build-core reads its settings from the environment too (older pips lack -C).
 SKBUILD_BUILD_DIR="$BUILD/skbuild" \
-SKBUILD_CMAKE_DEFINE="RENAISSANCE_CUDA=ON;RENAISSANCE_DEPS_DIR=$DEPS;CMAKE_PREFIX_PATH=$DEPS" \
+SKBUILD_CMAKE_DEFINE="RENAISSANCE_CUDA=${GPU_PYTHON_CUDA:-ON};RENAISSANCE_DEPS_DIR=$DEPS;CMAKE_PREFIX_PATH=$DEPS" \
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   timeout 420 "$PY" -m pip install --no-build-isolation --no-deps --no-index --upgrade --target "$BUILD/site" . \
   > "$OUT/pip.log" 2>&1

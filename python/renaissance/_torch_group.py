@@ -43,6 +43,7 @@ class GroupBinding:
         self.G = [task.view("G", j, did) for j in range(len(self.params))]
         self.M = [task.view("M", j, did) for j in range(len(self.params))] if "M" in state_names else None
         self.V = [task.view("V", j, did) for j in range(len(self.params))] if "V" in state_names else None
+        self.g_ptrs = [g.data_ptr() for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)
 
@@ -58,7 +59,8 @@ class GroupBinding:
                 p.grad = self.G[j]
 
     def is_view(self, j, g):
-        return g.data_ptr() == self.G[j].data_ptr() and g.shape == self.G[j].shape and g.is_contiguous()
+        # torch only accepts a .grad of the parameter's shape: the address and the layout decide.
+        return g.data_ptr() == self.g_ptrs[j] and g.is_contiguous()
 
     def zero_grad(self):
         with torch.no_grad():
