@@ -47,6 +47,11 @@ else
   cat "$OUT/pytest.log"
   summary="(no pytest: test_torch_cuda.py only) $(tail -1 "$OUT/pytest.log")"
 fi
+# BENCH=1: also the step-in-training benchmark (bench/bench_torch_step.py; needs torchvision
+# and transformers on the machine), after the tests.
+if [ "${BENCH:-0}" = 1 ]; then
+  timeout 240 "$PY" "$ROOT/bench/bench_torch_step.py" --json-out "$OUT/bench_torch_step.json" 2>&1 | tee "$OUT/bench.log"
+fi
 if [ $rc -eq 0 ]; then verdict=PASS; else verdict="FAIL (rc $rc)"; fi
 echo "gpu_python: $verdict in $((SECONDS - t0)) s: $summary"
 exit $rc
