@@ -126,7 +126,8 @@ class GroupBinding:
                 saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V) if buf is not None])
             if self.device.type == "cuda":
                 self.task.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
-            self.task.step()
+            with _device_context(self.device):  # the Task's device, whichever is current
+                self.task.step()
             for pairs in saved:
                 for view, copy in pairs:
                     view.copy_(copy)

@@ -316,6 +316,44 @@ def test_amp_protocol_scale_and_injected_inf_skip():
     assert a.fingerprint() == b.fingerprint()
 
 
+class _Torch1Scaler:
+    """What renaissance.torch reads of a torch 1.x GradScaler that passes itself as grad_scaler=
+    (GradScaler itself needs CUDA on torch 1.13): the optimizer's stage, the inf check, the scale."""
+
+    def __init__(self, opt, scale, stage):
+        from torch.cuda.amp.grad_scaler import OptState
+        self.stage = {"READY": OptState.READY, "UNSCALED": OptState.UNSCALED}[stage]
+        self._per_optimizer_states = {id(opt): {"stage": self.stage, "found_inf_per_device": {}}}
+        self.scale = torch.tensor(scale)
+        self.checked = 0
+
+    def _check_inf_per_device(self, opt):
+        self.checked += 1
+        return {}
+
+    def _get_scale_async(self):
+        return self.scale
+
+
+def test_torch1_grad_scaler_keyword():
+    ps, qs = params(), params()
+    a, b = rt.AdamW(ps, lr=1e-2), rt.AdamW(qs, lr=1e-2)
+    feed(ps, 0)
+    a.step()
+    feed(qs, 0, scale=256.0)
+    ready = _Torch1Scaler(b, 256.0, "READY")
+    b.step(grad_scaler=ready)  # stage READY: records the inf check, unscales by 1/256 in the step
+    assert ready.checked == 1 and a.fingerprint() == b.fingerprint()
+    feed(ps, 1)
+    a.step()
+    feed(qs, 1)  # already unscaled (stage UNSCALED): scale 1, no second inf check
+    unscaled = _Torch1Scaler(b, 256.0, "UNSCALED")
+    b.step(grad_scaler=unscaled)
+    assert unscaled.checked == 0 and a.fingerprint() == b.fingerprint()
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        b.step(scaler=unscaled)
+
+
 def test_errors_change_nothing():
     base = torch.zeros(20)
     cases = [
