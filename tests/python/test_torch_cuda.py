@@ -128,6 +128,9 @@ def test_step_is_ordered_on_torch_current_stream():
     torch.cuda.synchronize()
     with torch.cuda.stream(stream):
         for k in range(3):
+            # ~tens of ms of spinning first: without the event the step would start on its own
+            # stream before the fill, and the sum before the step.
+            torch.cuda._sleep(100_000_000)
             w.grad.fill_(float(k + 1))  # on `stream`
             opt.step()  # must run after the fill, before the sum
             total = w.sum()  # queued right after step() on the same stream
