@@ -1,16 +1,20 @@
-// The CPU backend class: a zero-filled, 256-byte-aligned host arena, the op dispatch tables
-// (filled from the X-macro op lists, so every op must have a run_* function), and the executor
-// that runs the step's graphs in order.
+// The CPU backend class: a zero-filled, page-aligned host arena (anonymous memory, optionally on
+// transparent huge pages and first touched by the threads that update it: CpuTuning), the op
+// dispatch tables (filled from the X-macro op lists, so every op must have a run_* function), and
+// the executor that runs the step's graphs in order.
 #include "backend_cpu/cpu_backend.h"
 #include "backend_cpu/cpu_ops.h"
 
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "renaissance/error.h"
@@ -35,31 +39,89 @@ constexpr OpFn kComputeOps[kNumComputeOps] = {
 #undef RN_TABLE_ENTRY
 };
 
+constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
+uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+// A non-negative integer environment variable (absent: `fallback`); anything else throws.
+uint64_t env_count(const char* name, uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (*end != '\0' || text[0] == '-' || value > (uint64_t{1} << 40)) {
+    throw Error(ErrorKind::kBackend, std::string(name) + "=" + text + ": expected a non-negative integer");
+  }
+  return value;
+}
+
+bool env_switch(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  if (std::strcmp(text, "0") == 0) return false;
+  if (std::strcmp(text, "1") == 0) return true;
+  throw Error(ErrorKind::kBackend, std::string(name) + "=" + text + ": expected 0 or 1");
+}
+
+// Writes nothing new to the pages of [p, p + bytes): an atomic OR with 0 on one word per page is
+// a write access (the page is placed now, by this thread) that leaves every bit as it was, even
+// where a neighbouring thread touches the same page.
+void touch_pages(char* p, uint64_t bytes, uint64_t page) {
+  if (bytes == 0) return;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t last = first + bytes;
+  for (uintptr_t a = first; a < last; a = (a / page + 1) * page) {
+    __atomic_fetch_or(reinterpret_cast<uint32_t*>(a & ~uintptr_t{3}), 0u, __ATOMIC_RELAXED);
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const BackendOptions& options) {
+  CpuBackend(const BackendOptions& options, const CpuTuning& tuning) : tuning_(tuning) {
     threads_ = options.threads > 0 ? options.threads : omp_get_num_procs();
+    page_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   }
-  ~CpuBackend() override { std::free(arena_); }
+  ~CpuBackend() override { release(); }
 
   BackendKind kind() const override { return BackendKind::kCpu; }
 
+  // The switches that differ from their defaults are named, so a benchmark row says what ran.
   std::string describe() const override {
+    const CpuTuning d;
     std::ostringstream os;
-    os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread)" : " threads)");
+    os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread" : " threads");
+    if (tuning_.chunk_elements != d.chunk_elements) os << ", chunk " << tuning_.chunk_elements;
+    if (tuning_.schedule == CpuSchedule::kInterleaved) os << ", interleaved";
+    if (tuning_.schedule == CpuSchedule::kDynamic) os << ", dynamic";
+    if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
+    if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
+    if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
+    os << ")";
     return os.str();
   }
 
+  // Anonymous memory is zero-filled by the kernel, so no bit depends on who first writes a page;
+  // that only decides where it lives (NUMA node) and when it is faulted in. With huge pages the
+  // arena starts on a 2 MiB boundary and is advised MADV_HUGEPAGE (without: MADV_NOHUGEPAGE, so
+  // the A/B is not blurred by a system set to "always"); the advice is a hint, never an error.
+  // Without first touch, one memset by this thread places every page now (the old behaviour);
+  // with it, prepare() faults the update spans in with the ops' own partition.
   void allocate_arena(uint64_t bytes) override {
-    std::free(arena_);
-    arena_ = nullptr;
+    release();
     bytes_ = bytes;
-    const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + kRegionAlignBytes - 1) / kRegionAlignBytes * kRegionAlignBytes;
-    arena_ = static_cast<char*>(std::aligned_alloc(kRegionAlignBytes, rounded));
-    if (arena_ == nullptr) {
+    const uint64_t align = tuning_.huge_pages ? kHugePageBytes : page_;
+    const uint64_t rounded = round_up(std::max<uint64_t>(bytes, 1), align);
+    mapped_bytes_ = rounded + align - page_;  // room to move the start to an `align` boundary
+    void* base = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      mapped_bytes_ = 0;
       throw Error(ErrorKind::kBackend, "cpu backend: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
     }
-    std::memset(arena_, 0, rounded);
+    mapping_ = static_cast<char*>(base);
+    arena_ = mapping_ + (round_up(reinterpret_cast<uintptr_t>(mapping_), align) - reinterpret_cast<uintptr_t>(mapping_));
+    (void)madvise(arena_, rounded, tuning_.huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    placed_ = !tuning_.first_touch;
+    if (placed_) std::memset(arena_, 0, rounded);
   }
 
   void* arena() override { return arena_; }
@@ -73,12 +135,36 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, arena_ + offset, bytes);
   }
 
-  void prepare(const CompiledStep&) override {}
+  // First touch: every span of every update node (the nodes with a W span) is faulted in by the
+  // thread that will update it, with the ops' block size and schedule; then the remaining nodes'
+  // spans (the check over all of G, norm passes) where still untouched. The tile-wise updates
+  // split by tiles rather than elements, which differs only at tensor ends. Pages touched before
+  // (scalars, norm tables uploaded by compile()) keep their place and their contents.
+  void prepare(const CompiledStep& step) override {
+    if (placed_) return;
+    placed_ = true;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& graph : step.graphs) {
+        for (const GraphNode& node : graph) {
+          if (node.kind != NodeKind::kRange || (node.w.count > 0) != (pass == 0)) continue;
+          for (const Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+            if (span->count == 0) continue;
+            check_range(span->offset, span->count * sizeof(float));
+            char* base = arena_ + span->offset;
+            parallel_blocks(threads_, span->count, tuning_.chunk_elements, [&](uint64_t b, uint64_t e) {
+              touch_pages(base + b * sizeof(float), (e - b) * sizeof(float), page_);
+            }, tuning_.schedule);
+          }
+        }
+      }
+    }
+  }
 
   void execute(const CompiledStep& step) override {
     CpuContext ctx;
     ctx.arena = arena_;
     ctx.threads = threads_;
+    ctx.tuning = tuning_;
     ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
@@ -104,6 +190,7 @@ class CpuBackend final : public Backend {
     CpuContext ctx;
     ctx.arena = arena_;
     ctx.threads = threads_;
+    ctx.tuning = tuning_;
     for (const TrafficPass& p : passes) {
       for (uint64_t off : p.reads) check_range(off, p.count * sizeof(float));
       for (uint64_t off : p.updates) check_range(off, p.count * sizeof(float));
@@ -125,9 +212,9 @@ class CpuBackend final : public Backend {
     for (const GradientTarget& t : targets) {
       check_range(t.offset, t.count * sizeof(float));
       float* g = reinterpret_cast<float*>(arena_ + t.offset);
-      parallel_blocks(threads_, t.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
+      parallel_blocks(threads_, t.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {
         for (uint64_t i = begin; i < end; ++i) g[i] = math::synthetic_gradient(seed, step, t.tensor, i, amplitude);
-      });
+      }, tuning_.schedule);
     }
   }
 
@@ -139,16 +226,47 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void release() {
+    if (mapping_ != nullptr) munmap(mapping_, mapped_bytes_);
+    mapping_ = arena_ = nullptr;
+    mapped_bytes_ = bytes_ = 0;
+  }
+
+  CpuTuning tuning_;
+  char* mapping_ = nullptr;  // what mmap returned (arena_ is at or after it, aligned)
+  uint64_t mapped_bytes_ = 0;
   char* arena_ = nullptr;
   uint64_t bytes_ = 0;
+  uint64_t page_ = 4096;
+  bool placed_ = true;  // the arena's pages have been placed (memset or first touch done)
   int threads_ = 1;
 };
 
 }  // namespace
 
+CpuTuning cpu_tuning_from_env() {
+  CpuTuning t;
+  t.chunk_elements = env_count("RENAISSANCE_CPU_CHUNK", t.chunk_elements);
+  if (t.chunk_elements == 0 || t.chunk_elements % 64 != 0) {
+    // Blocks must start on the 256-byte region alignment (64 floats), as kChunkElements does.
+    throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_CHUNK=" + std::to_string(t.chunk_elements) +
+                                         ": expected a positive multiple of 64");
+  }
+  if (const char* s = std::getenv("RENAISSANCE_CPU_SCHEDULE"); s != nullptr && *s != '\0') {
+    if (std::strcmp(s, "static") == 0) t.schedule = CpuSchedule::kStatic;
+    else if (std::strcmp(s, "interleaved") == 0) t.schedule = CpuSchedule::kInterleaved;
+    else if (std::strcmp(s, "dynamic") == 0) t.schedule = CpuSchedule::kDynamic;
+    else throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static, interleaved or dynamic");
+  }
+  t.prefetch_elements = env_count("RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
+  t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
+  t.huge_pages = env_switch("RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
+  return t;
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
   if (options.threads < 0) throw_invalid("threads must be >= 0 (0: all cores), got " + std::to_string(options.threads));
-  return std::make_unique<CpuBackend>(options);
+  return std::make_unique<CpuBackend>(options, cpu_tuning_from_env());
 }
 
 }  // namespace cpu

@@ -18,10 +18,40 @@ constexpr uint64_t kChunkElements = 16384;
 // Norm tiles per OpenMP work item: 4 tiles are 16K elements, like kChunkElements.
 constexpr uint64_t kTilesPerBlock = 4;
 
-// What an op needs to run: the arena and the thread count.
+// How OpenMP hands out the blocks of a range (parallel_blocks). kStatic: one contiguous run of
+// blocks per thread, so each thread streams through one stretch of every span (the hardware
+// prefetchers see long runs) and the same pages every step. kInterleaved: blocks dealt round robin
+// (schedule(static, 1)). kDynamic: blocks taken on demand (schedule(dynamic, 1)). None changes a
+// bit: every element (and every norm tile) is computed the same way wherever it lands.
+enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
+
+// The backend's performance switches (issue #17), read once from the environment when the backend
+// is made (cpu_backend.cc, cpu_tuning_from_env), none of which changes a bit of any result:
+//   RENAISSANCE_CPU_CHUNK=N          elements per block of the element-wise ops (multiple of 64)
+//   RENAISSANCE_CPU_SCHEDULE=static|interleaved|dynamic
+//   RENAISSANCE_CPU_PREFETCH=N       software prefetch N elements ahead in element-wise updates (0: off)
+//   RENAISSANCE_CPU_FIRST_TOUCH=0|1  the arena's pages are first written by the thread that will
+//                                    update them (the ops' partition) instead of one memset
+//   RENAISSANCE_CPU_HUGEPAGES=0|1    2 MiB-aligned arena with madvise(MADV_HUGEPAGE)
+// There is no streaming-store switch: every per-element array a step writes (w, m, v) it also
+// reads first, so its lines are in cache already and a non-temporal store saves no traffic.
+struct CpuTuning {
+  uint64_t chunk_elements = kChunkElements;
+  CpuSchedule schedule = CpuSchedule::kStatic;
+  uint64_t prefetch_elements = 0;
+  bool first_touch = true;
+  bool huge_pages = true;
+};
+
+// Elements of one prefetch step in run_elementwise: a multiple of every SIMD width (so splitting
+// a block there adds no scalar tail) and of the 16-float cache line.
+constexpr uint64_t kPrefetchStepElements = 1024;
+
+// What an op needs to run: the arena, the thread count and the switches above.
 struct CpuContext {
   char* arena = nullptr;
   int threads = 1;
+  CpuTuning tuning{};
   ScalarPtrs scalars{};
 
   template <class T>
@@ -32,17 +62,38 @@ struct CpuContext {
 };
 
 // The one OpenMP loop of the backend: runs fn(begin, end) over [0, count) in blocks of `block`
-// items (elements, or norm tiles), statically scheduled on at most `threads` threads. Results
-// never depend on the split: every item is computed the same way wherever it lands.
+// items (elements, or norm tiles) on at most `threads` threads, handed out as `schedule` says.
+// Results never depend on the split: every item is computed the same way wherever it lands.
 template <class Fn>
-void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn) {
+void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn,
+                     CpuSchedule schedule = CpuSchedule::kStatic) {
   const int64_t blocks = static_cast<int64_t>((count + block - 1) / block);
   const int team = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
-#pragma omp parallel for schedule(static) num_threads(team)
-  for (int64_t c = 0; c < blocks; ++c) {
+  auto one = [&](int64_t c) {
     const uint64_t begin = static_cast<uint64_t>(c) * block;
     fn(begin, std::min(count, begin + block));
+  };
+  switch (schedule) {
+    case CpuSchedule::kStatic:
+#pragma omp parallel for schedule(static) num_threads(team)
+      for (int64_t c = 0; c < blocks; ++c) one(c);
+      break;
+    case CpuSchedule::kInterleaved:
+#pragma omp parallel for schedule(static, 1) num_threads(team)
+      for (int64_t c = 0; c < blocks; ++c) one(c);
+      break;
+    case CpuSchedule::kDynamic:
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+      for (int64_t c = 0; c < blocks; ++c) one(c);
+      break;
   }
+}
+
+// Asks for the cache lines of floats [begin, end) of x (read intent, into the outer caches:
+// locality 2 is prefetcht1 on x86). A hint only: never faults, never changes data.
+inline void prefetch_floats(const float* x, uint64_t begin, uint64_t end) {
+  constexpr uint64_t kLine = 16;  // floats per 64-byte line
+  for (uint64_t i = begin; i < end; i += kLine) __builtin_prefetch(x + i, 0, 2);
 }
 
 // The two shapes of a per-target update function, so that each update op's run_* is one line:
@@ -64,9 +115,28 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
-  parallel_blocks(ctx.threads, node.w.count, kChunkElements, [&](uint64_t b, uint64_t e) {
+  const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
+  auto update = [&](uint64_t b, uint64_t e) {
     fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, ctx.scalars.f32, weight_group, l2);
-  });
+  };
+  if (ahead == 0) {
+    parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements, update, ctx.tuning.schedule);
+    return;
+  }
+  // With prefetch: the block in steps of kPrefetchStepElements, each step first asking for the
+  // lines `ahead` elements further on (clamped to the span), so the requests cross the 4 KiB page
+  // boundaries where the hardware prefetchers stop. Every element is still updated exactly once.
+  parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements, [&](uint64_t b, uint64_t e) {
+    for (uint64_t s = b; s < e; s += kPrefetchStepElements) {
+      const uint64_t se = std::min(e, s + kPrefetchStepElements);
+      const uint64_t pb = std::min(count, s + ahead), pe = std::min(count, se + ahead);
+      prefetch_floats(w, pb, pe);
+      prefetch_floats(g, pb, pe);
+      if (m) prefetch_floats(m, pb, pe);
+      if (v) prefetch_floats(v, pb, pe);
+      update(s, se);
+    }
+  }, ctx.tuning.schedule);
 }
 
 // Runs a tile-wise update over the node's norm tiles, kTilesPerBlock tiles per work item.
@@ -80,7 +150,7 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
     fn(w, g, m, v, tiles, b, e, ratio, ctx.scalars.f32);
-  });
+  }, ctx.tuning.schedule);
 }
 
 // One function per op of RN_RANGE_OPS / RN_COMPUTE_OPS, implemented in the ops_*.cc files.
@@ -92,6 +162,10 @@ RN_COMPUTE_OPS(RN_DECLARE_CPU_RANGE_OP)
 // One pass of the same-traffic reference over ctx.arena (ops_same_traffic.cc); every bit stays
 // as it was when key is 0. Returns a fold of what was read, for the caller to keep alive.
 uint32_t run_same_traffic_pass(const CpuContext& ctx, const TrafficPass& pass, uint32_t key);
+
+// The switches of CpuTuning as the environment sets them (defaults where unset); a malformed
+// value throws Error(kBackend) naming the variable.
+CpuTuning cpu_tuning_from_env();
 
 // Name of the Highway target the dispatcher currently picks (for describe() and tests).
 const char* current_simd_target();

@@ -98,9 +98,9 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   const float* g = ctx.at<float>(node.g);
   std::atomic<bool> found{false};
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
-  parallel_blocks(ctx.threads, node.g.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
+  parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
     if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
-  });
+  }, ctx.tuning.schedule);
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
 

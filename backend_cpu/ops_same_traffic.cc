@@ -92,12 +92,13 @@ uint32_t run_same_traffic_pass(const CpuContext& ctx, const TrafficPass& pass, u
   const int nr = static_cast<int>(pass.reads.size()), nu = static_cast<int>(pass.updates.size());
   std::atomic<uint32_t> folded{0};
   auto* fn = &HWY_DYNAMIC_DISPATCH(SameTrafficChunk);
-  parallel_blocks(ctx.threads, pass.count, kChunkElements, [&](uint64_t begin, uint64_t end) {
+  // The step's chunking and schedule (ctx.tuning), so the limit is measured the way the step runs.
+  parallel_blocks(ctx.threads, pass.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
     const uint32_t* r[2] = {reads[0] + begin, reads[1] != nullptr ? reads[1] + begin : nullptr};
     uint32_t* u[3];
     for (int k = 0; k < 3; ++k) u[k] = updates[k] != nullptr ? updates[k] + begin : nullptr;
     folded.fetch_xor(fn(r, nr, u, nu, end - begin, key), std::memory_order_relaxed);
-  });
+  }, ctx.tuning.schedule);
   return folded.load();
 }
 

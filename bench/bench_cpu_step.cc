@@ -8,12 +8,19 @@
 // bench/compare_torch.py runs the resnet50 AdamW and same-traffic rows.
 //
 //   bench_cpu_step --benchmark_filter='Step/adamw/resnet50'   (see --benchmark_list_tests)
+//   bench_cpu_step serve LAYOUT THREADS CHECK   (one AdamW task driven over stdin: bench/cpu_ab.py)
+//
+// The backend's switches (RENAISSANCE_CPU_*, backend_cpu/cpu_ops.h) apply to every row.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -78,6 +85,7 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
   cpu::CpuContext ctx;
   ctx.arena = static_cast<char*>(task.backend().arena());
   ctx.threads = threads;
+  ctx.tuning = cpu::cpu_tuning_from_env();  // the step's chunking and schedule
   const std::vector<TrafficPass> passes = same_traffic_passes(task.plan(), OptimizerKind::kAdamW, false);
   uint32_t fold = 0;
   for (auto _ : state) {
@@ -130,11 +138,73 @@ void register_all() {
   }
 }
 
+// Kilobytes of this process's anonymous memory on transparent huge pages (0 where the kernel
+// does not say), to show whether RENAISSANCE_CPU_HUGEPAGES took effect.
+long anon_huge_kb() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("AnonHugePages:", 0) == 0) return std::strtol(line.c_str() + 14, nullptr, 10);
+  }
+  return 0;
+}
+
+// One AdamW task (the check on or off) kept alive while bench/cpu_ab.py interleaves it with
+// torch and the other variants. Commands on stdin, one JSON line back for each:
+//   step N         N steps, each timed (Backend::timed_steps)       -> {"ms": [...]}
+//   same N         N runs of the task's same-traffic passes          -> {"ms": [...]}
+//   fingerprint    the task's fingerprint (variants must all agree)  -> {"fingerprint": "..."}
+//   quit
+int serve(const std::string& layout, int threads, bool check) {
+  Task& task = cached_task(layout, OptimizerKind::kAdamW, threads, check);
+  const std::vector<TrafficPass> passes = same_traffic_passes(task.plan(), OptimizerKind::kAdamW, check);
+  const double pass_bytes = traffic_bytes(passes);
+  task.timed_steps(1);  // every page of the step faulted in before the huge-page count
+  std::printf("{\"ready\": true, \"backend\": \"%s\", \"params\": %llu, \"bytes_per_step\": %.0f, "
+              "\"same_traffic_bytes\": %.0f, \"anon_huge_kb\": %ld}\n",
+              task.backend().describe().c_str(), static_cast<unsigned long long>(param_count(task)),
+              static_cast<double>(param_count(task)) * bytes_per_param(OptimizerKind::kAdamW, check), pass_bytes,
+              anon_huge_kb());
+  std::fflush(stdout);
+  for (std::string line; std::getline(std::cin, line);) {
+    std::istringstream words(line);
+    std::string command;
+    int count = 1;
+    words >> command >> count;
+    std::vector<double> ms;
+    if (command == "step") {
+      ms = task.timed_steps(std::max(count, 1));
+    } else if (command == "same") {
+      for (int i = 0; i < std::max(count, 1); ++i) ms.push_back(pass_bytes / task.backend().same_traffic_gbps(passes, 1) / 1e6);
+    } else if (command == "fingerprint") {
+      std::printf("{\"fingerprint\": \"%s\"}\n", task.fingerprint().c_str());
+      std::fflush(stdout);
+      continue;
+    } else if (command == "quit") {
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench_cpu_step serve: unknown command '%s'\n", line.c_str());
+      return 2;
+    }
+    std::string out = "{\"ms\": [";
+    for (size_t i = 0; i < ms.size(); ++i) out += (i ? ", " : "") + std::to_string(ms[i]);
+    std::printf("%s]}\n", out.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace bench
 }  // namespace renaissance
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
+    if (argc != 5) {
+      std::fprintf(stderr, "usage: bench_cpu_step serve LAYOUT THREADS CHECK(0|1)\n");
+      return 2;
+    }
+    return renaissance::bench::serve(argv[2], std::atoi(argv[3]), std::strcmp(argv[4], "1") == 0);
+  }
   // RENAISSANCE_BENCH_NO_AVX512=1 keeps Highway off its AVX-512 targets, to tell the cost of
   // the arithmetic at 512 bits from the memory traffic on machines that have it.
   const char* no_avx512 = std::getenv("RENAISSANCE_BENCH_NO_AVX512");

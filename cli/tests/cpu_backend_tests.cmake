@@ -1,0 +1,29 @@
+# ctest entries for the CPU backend's performance work (issue #17): the memory of `renaissance run`
+# against its arena, and the backend's switches (RENAISSANCE_CPU_*, backend_cpu/cpu_ops.h) leaving
+# every bit as it was. Label: cli.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_EXECUTABLE)
+  add_test(NAME cli_run_memory COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/run_memory.py $<TARGET_FILE:renaissance_cli>)
+  set_tests_properties(cli_run_memory PROPERTIES LABELS cli TIMEOUT 120)
+else()
+  message(WARNING "python3 not found: cli_run_memory is not registered")
+endif()
+
+# The fingerprint contract (fingerprints.cmake: threads 1 and 2 agree, the golden audit cells of
+# every kind) under non-default switches: every schedule, small chunks so that the small layouts
+# span many blocks, software prefetch on, and the old arena placement (memset, no huge pages).
+# Name, then the variables separated by ^ (a ; would split the list itself).
+set(rn_cpu_switches
+    "small_dynamic|RENAISSANCE_CPU_CHUNK=64^RENAISSANCE_CPU_SCHEDULE=dynamic^RENAISSANCE_CPU_PREFETCH=100^RENAISSANCE_CPU_FIRST_TOUCH=0^RENAISSANCE_CPU_HUGEPAGES=0"
+    "interleaved_prefetch|RENAISSANCE_CPU_CHUNK=1088^RENAISSANCE_CPU_SCHEDULE=interleaved^RENAISSANCE_CPU_PREFETCH=4096")
+foreach(entry IN LISTS rn_cpu_switches)
+  string(FIND "${entry}" "|" bar)
+  string(SUBSTRING "${entry}" 0 ${bar} name)
+  math(EXPR bar "${bar} + 1")
+  string(SUBSTRING "${entry}" ${bar} -1 switches)
+  string(REPLACE "^" ";" switches "${switches}")
+  add_test(NAME cli_run_fingerprints_cpu_${name}
+           COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:renaissance_cli> -DLAYOUT=${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json
+                   "-DKINDS=${RN_KIND_NAMES}" -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
+  set_tests_properties(cli_run_fingerprints_cpu_${name} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "${switches}")
+endforeach()
