@@ -136,6 +136,21 @@ def test_group_without_any_gradient_is_not_stepped():
     assert opt._bindings[0].task.step_count == 1
 
 
+def test_add_param_group_builds_another_task():
+    ps = params()
+    opt = rt.AdamW(ps[:2], lr=1e-2)
+    with pytest.raises(ValueError, match="listed twice"):
+        opt.add_param_group({"params": [ps[2], ps[0]]})
+    assert len(opt.param_groups) == 1 and ps[2].grad is None
+    opt.add_param_group({"params": ps[2:], "lr": 1e-3})
+    assert len(opt._bindings) == 2 and ps[3].data_ptr() == opt._bindings[1].W[1].data_ptr()
+    w = [p.detach().clone() for p in ps]
+    feed(ps, 0)
+    opt.step()
+    assert all(not same_bits(p, x) for p, x in zip(ps, w))
+    assert opt._bindings[1].task.lr == 1e-3
+
+
 def test_param_groups_match_torch():
     ps = params()
     qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]

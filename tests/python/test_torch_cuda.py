@@ -47,6 +47,8 @@ MAKERS = {
 def fingerprint_on(device, make, steps=6):
     ps = params(device)
     opt = make(ps)
+    views = [w for b in opt._bindings for w in b.W]
+    assert all(p.device.type == device and p.data_ptr() == w.data_ptr() for p, w in zip(ps, views))
     for s in range(steps):
         for j, (p, g) in enumerate(zip(ps, grads(s))):
             if s == 3 and j == 1:
