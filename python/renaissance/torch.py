@@ -141,6 +141,17 @@ class _Base(Optimizer):
         for gi, (g, b) in enumerate(zip(groups, self._bindings)):
             if len(g["params"]) != len(b.params):
                 raise ValueError("load_state_dict: param group %d has %d parameters, the state dict %d" % (gi, len(b.params), len(g["params"])))
+            # The loaded hyperparameters must fit the compiled step (checked now, applied below).
+            merged = dict(self.defaults)
+            merged.update({k: v for k, v in g.items() if k != "params"})
+            merged["params"] = b.params
+            for flag in self._flags:
+                _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+            kind, hyper = self._core_config(merged)
+            if kind != b.kind or self._roles(merged) != b.roles or ("max_grad_norm" in hyper) != ("max_grad_norm" in b.hyper):
+                raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
+                                 "optimizer's (%s); build the optimizer with the same settings" %
+                                 (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
             states = [state_dict["state"].get(k) for k in g["params"]]
             steps = {_step_of(s) for s in states}
             if len(steps) > 1:
@@ -202,8 +213,10 @@ class _Base(Optimizer):
         """Loads what save(path) wrote, in place (a failed load leaves that group as it was)."""
         for b, p in zip(self._bindings, self._paths(path)):
             b.task.load(p)
-            b.hyper = {}  # the checkpoint brought its own scalars: re-apply param_groups at step()
-            b.amp_used = True  # and the loss-scale slot
+            # The checkpoint brought its own hyperparameters and loss scale: back to the ones
+            # last applied from param_groups, and the scale slot to 1 at the next plain step.
+            b.task.optimizer(b.kind, **b.hyper)
+            b.amp_used = True
         self._refresh_state()
 
     @property

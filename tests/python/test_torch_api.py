@@ -248,7 +248,22 @@ def test_state_dict_round_trip_ours_to_ours_and_save_load(tmp_path):
     assert a.fingerprint() != f4
     a.load(tmp_path / "ckpt")
     assert a.fingerprint() == f4
-    # a corrupt state dict changes nothing
+    # a checkpoint keeps its weights and state; the lr stays the group's
+    a.param_groups[0]["lr"] = 5e-3
+    feed(ps, 5)
+    a.step()
+    a.load(tmp_path / "ckpt")
+    assert a.fingerprint() == f4 and a._bindings[0].task.lr == 5e-3
+    a.param_groups[0]["lr"] = 1e-2
+    # a corrupt state dict, or one that needs another compiled step, changes nothing
+    sd = a.state_dict()
+    sd["param_groups"][0]["amsgrad"] = True
+    with pytest.raises(ValueError, match="amsgrad"):
+        b.load_state_dict(sd)
+    sd = rt.AdamW(params(), lr=1e-2, max_grad_norm=1.0).state_dict()
+    with pytest.raises(ValueError, match="another compiled step"):
+        b.load_state_dict(sd)
+    assert b.fingerprint() == f4 and b.param_groups[0].get("max_grad_norm") is None
     bad = a.state_dict()
     bad["state"][0]["exp_avg"] = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="shape"):
