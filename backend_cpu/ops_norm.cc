@@ -1,7 +1,7 @@
 // CPU ops of the norm passes: NORM_TILE_PARTIALS (the per-tile squared norms in the canonical
 // order of renaissance/math/norm_reduction.h; what is squared follows node.norm_inputs: w and ĝ
 // for LARS, w and LAMB's u after the moment update) and NORM_TRUST_RATIO (each tensor's partials
-// combined by math::add_tile_partials, then the formula node.ratio names, from the math file).
+// combined by math::combine_tile_partials, then the formula node.ratio names, from the math file).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_norm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -18,6 +18,45 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
+// The lane sums of one tile of n elements in the canonical quad order (math/norm_reduction.h):
+// element e goes to lane (e mod kNormRound) / kNormQuad, each lane adding its elements in
+// increasing order. A whole round is read with LoadInterleaved4, which hands the k-th elements
+// of the quads of consecutive lanes to consecutive double lanes, so every lane adds its quad's
+// elements 0, 1, 2, 3 in that order, round after round, on any vector width. The elements after
+// the last whole round go one by one in increasing order: the same additions per lane.
+HWY_INLINE void AddSquaresByQuad(const float* HWY_RESTRICT x, size_t n, double* HWY_RESTRICT lanes_acc) {
+  using math::kNormLanes;
+  using math::kNormRound;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const size_t lanes = hn::Lanes(dd);
+  const size_t rounds = n / kNormRound;
+  size_t done = 0;
+  if (rounds > 0 && kNormLanes % lanes == 0) {
+    for (size_t j = 0; j < static_cast<size_t>(kNormLanes); j += lanes) {
+      auto acc = hn::Load(dd, lanes_acc + j);
+      for (size_t r = 0; r < rounds; ++r) {
+        hn::Vec<decltype(df)> q0, q1, q2, q3;
+        hn::LoadInterleaved4(df, x + r * kNormRound + math::kNormQuad * j, q0, q1, q2, q3);
+        const auto d0 = hn::PromoteTo(dd, q0);
+        acc = hn::Add(acc, hn::Mul(d0, d0));
+        const auto d1 = hn::PromoteTo(dd, q1);
+        acc = hn::Add(acc, hn::Mul(d1, d1));
+        const auto d2 = hn::PromoteTo(dd, q2);
+        acc = hn::Add(acc, hn::Mul(d2, d2));
+        const auto d3 = hn::PromoteTo(dd, q3);
+        acc = hn::Add(acc, hn::Mul(d3, d3));
+      }
+      hn::Store(acc, dd, lanes_acc + j);
+    }
+    done = rounds * kNormRound;
+  }
+  for (size_t e = done; e < n; ++e) {
+    double& lane = lanes_acc[math::norm_lane_of(static_cast<int>(e))];
+    lane = lane + math::square_in_double(x[e]);
+  }
+}
+
 // The partials of tile t from its two squared arrays a and b (n elements each): lanes from 0,
 // then the fixed tree (math::norm_lane_tree), as math/norm_reduction.h defines.
 void StoreTilePartials(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n, size_t t,
@@ -26,8 +65,8 @@ void StoreTilePartials(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
   HWY_ALIGN double b_lanes[math::kNormLanes];
   std::fill(a_lanes, a_lanes + math::kNormLanes, 0.0);
   std::fill(b_lanes, b_lanes + math::kNormLanes, 0.0);
-  AddSquaresByLane(a, n, a_lanes);
-  AddSquaresByLane(b, n, b_lanes);
+  AddSquaresByQuad(a, n, a_lanes);
+  AddSquaresByQuad(b, n, b_lanes);
   math::norm_lane_tree(a_lanes);
   math::norm_lane_tree(b_lanes);
   partials[math::kNormComponents * t] = a_lanes[0];
@@ -36,7 +75,7 @@ void StoreTilePartials(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
 
 // Squared norms of w and ĝ (LARS) over tiles [tile_begin, tile_end): ĝ = (g*(1/scale))*clip is
 // formed in float into a tile buffer, then both arrays are reduced lane by lane and by the fixed
-// tree (AddSquaresByLane, math::norm_lane_tree).
+// tree (AddSquaresByQuad, math::norm_lane_tree).
 void WeightAndGradientPartials(const float* HWY_RESTRICT w, const float* HWY_RESTRICT g, const NormTile* tiles,
                                size_t tile_begin, size_t tile_end, const float* s, double* HWY_RESTRICT partials) {
   const auto cv = vector_coeffs(s, true);
@@ -131,8 +170,8 @@ void run_NORM_TRUST_RATIO(const CpuContext& ctx, const GraphNode& node) {
   float* ratio = ctx.at<float>(node.n);
   const double* f64 = ctx.scalars.f64;
   for (uint64_t k = 0; k < node.norm.tensors.count; ++k) {
-    double sums[math::kNormComponents] = {0.0, 0.0};
-    math::add_tile_partials(sums, partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count);
+    double sums[math::kNormComponents];
+    math::combine_tile_partials(partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count, sums);
     ratio[k] = math::trust_ratio(node.ratio == NormRatio::kLamb, sums[0], sums[1], f64);
   }
 }

@@ -1,8 +1,9 @@
 // CUDA ops of the norm passes: NORM_TILE_PARTIALS (the per-tile squared norms in the canonical
 // order of renaissance/math/norm_reduction.h; node.norm_inputs says what: w and ĝ for LARS, or
-// LAMB's phase 1, which updates m and v and squares w and u) and NORM_TRUST_RATIO (each tensor's partials
-// combined by math::add_tile_partials, then the ratio formula of the math file). Each op is one
-// launch whatever the number of tensors: tiles and tensors come from tables the node carries.
+// LAMB's phase 1, which updates m and v and squares w and u) and NORM_TRUST_RATIO (each tensor's
+// partials combined by math::tensor_sum_lane and the lane tree, then the ratio formula of the
+// math file). Each op is one launch whatever the number of tensors: tiles and tensors come from
+// tables the node carries.
 #include <cuda_runtime.h>
 
 #include "backend_cuda/cuda_check.h"
@@ -16,157 +17,202 @@ namespace cuda {
 namespace {
 
 using math::kNormLanes;
-using math::kNormPerLane;
+using math::kNormQuad;
+using math::kNormRound;
+using math::kNormRounds;
 using math::kNormTile;
 
+static_assert(kNormQuad == 4, "a lane's quad is one float4");
+
+// Two lane sums per thread, double-buffered between consecutive tiles of a block (so that the
+// next tile's stores never wait for the previous tree to be read).
+struct LaneScratch {
+  double lanes[2][math::kNormComponents][kNormLanes];
+};
+
+// math::norm_lane_tree over the block's kNormLanes threads for two sums at once: the levels
+// s = 128, 64, 32 through shared memory, s = 16 ... 1 inside warp 0 by shuffles (lane j adds the
+// value lane j + s holds: the same additions, in the same operand order). Thread 0 returns the
+// roots. `buf` alternates between tiles.
+__device__ __forceinline__ void block_lane_tree(LaneScratch& sh, int buf, double& a, double& b) {
+  const int j = threadIdx.x;
+  double* la = sh.lanes[buf][0];
+  double* lb = sh.lanes[buf][1];
+  la[j] = a;
+  lb[j] = b;
+  __syncthreads();
+#pragma unroll
+  for (int s = kNormLanes / 2; s >= 64; s >>= 1) {
+    if (j < s) {
+      la[j] = la[j] + la[j + s];
+      lb[j] = lb[j] + lb[j + s];
+    }
+    __syncthreads();
+  }
+  if (j < 32) {
+    a = la[j] + la[j + 32];
+    b = lb[j] + lb[j + 32];
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) {
+      a = a + __shfl_down_sync(0xffffffffu, a, s);
+      b = b + __shfl_down_sync(0xffffffffu, b, s);
+    }
+  }
+}
+
+// A whole tile whose first element is 16-byte aligned: lane j's quads are the float4s
+// j, j + 256, j + 512, j + 768 of the tile (every warp reads 512 consecutive bytes per load).
+__device__ __forceinline__ bool quad_tile(const NormTile& tile) {
+  return tile.length == kNormTile && (tile.start & (kNormQuad - 1)) == 0;
+}
+
 // One block of kNormLanes threads per tile (grid-stride over tiles): thread j is lane j. It
-// accumulates in double, in order, the squares of elements j, j + 256, ... of the tile, then the
-// block runs the fixed halving tree in shared memory: exactly math::norm_lane_tree's additions.
+// accumulates in double the squares of its elements in increasing order (round by round, within
+// a quad x, y, z, w), then block_lane_tree. Whole aligned tiles load float4s, all 2*4 of them
+// before the first use; other tiles (a tensor's short last tile, or a tensor that starts off a
+// 16-byte boundary) load the same elements one by one, in the same order.
 __global__ void __launch_bounds__(kNormLanes)
     weight_and_gradient_partials_kernel(const float* __restrict__ w, const float* __restrict__ g,
                            const NormTile* __restrict__ tiles, int64_t num_tiles, const float* __restrict__ s,
                            const int32_t* __restrict__ flags, double* __restrict__ partials) {
   if (flags[kHasNonFinite] != 0) return;
-  __shared__ double w_lanes[kNormLanes];
-  __shared__ double g_lanes[kNormLanes];
+  __shared__ LaneScratch sh;
   const Coeffs<float> c = load_coeffs(s, true);
   const int j = threadIdx.x;
-  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
     const float* tw = w + tile.start;
     const float* tg = g + tile.start;
     double aw = 0.0, ag = 0.0;
-    if (tile.length == kNormTile) {
-      // Full tile: all 2*16 loads issued before the first use, then the in-order sums.
-      float wr[kNormPerLane], gr[kNormPerLane];
+    if (quad_tile(tile)) {
+      const float4* w4 = reinterpret_cast<const float4*>(tw);
+      const float4* g4 = reinterpret_cast<const float4*>(tg);
+      float4 wr[kNormRounds], gr[kNormRounds];
 #pragma unroll
-      for (int k = 0; k < kNormPerLane; ++k) {
-        wr[k] = tw[j + k * kNormLanes];
-        gr[k] = tg[j + k * kNormLanes];
+      for (int r = 0; r < kNormRounds; ++r) {
+        wr[r] = w4[r * kNormLanes + j];
+        gr[r] = g4[r * kNormLanes + j];
       }
 #pragma unroll
-      for (int k = 0; k < kNormPerLane; ++k) {
-        aw = aw + math::square_in_double(wr[k]);
-        ag = ag + math::square_in_double(math::unscale<ScalarPolicy>(gr[k], c));
+      for (int r = 0; r < kNormRounds; ++r) {
+        const float wq[kNormQuad] = {wr[r].x, wr[r].y, wr[r].z, wr[r].w};
+        const float gq[kNormQuad] = {gr[r].x, gr[r].y, gr[r].z, gr[r].w};
+#pragma unroll
+        for (int q = 0; q < kNormQuad; ++q) {
+          aw = aw + math::square_in_double(wq[q]);
+          ag = ag + math::square_in_double(math::unscale<ScalarPolicy>(gq[q], c));
+        }
       }
     } else {
-      for (int idx = j; idx < tile.length; idx += kNormLanes) {
-        aw = aw + math::square_in_double(tw[idx]);
-        ag = ag + math::square_in_double(math::unscale<ScalarPolicy>(tg[idx], c));
+      for (int r = 0; r < kNormRounds; ++r) {
+#pragma unroll
+        for (int q = 0; q < kNormQuad; ++q) {
+          const int e = r * kNormRound + kNormQuad * j + q;
+          if (e < tile.length) {
+            aw = aw + math::square_in_double(tw[e]);
+            ag = ag + math::square_in_double(math::unscale<ScalarPolicy>(tg[e], c));
+          }
+        }
       }
     }
-    w_lanes[j] = aw;
-    g_lanes[j] = ag;
-    __syncthreads();
-    for (int stride = kNormLanes / 2; stride > 0; stride >>= 1) {
-      if (j < stride) {
-        w_lanes[j] = w_lanes[j] + w_lanes[j + stride];
-        g_lanes[j] = g_lanes[j] + g_lanes[j + stride];
-      }
-      __syncthreads();
-    }
+    block_lane_tree(sh, buf, aw, ag);
     if (j == 0) {
-      partials[math::kNormComponents * t] = w_lanes[0];
-      partials[math::kNormComponents * t + 1] = g_lanes[0];
+      partials[math::kNormComponents * t] = aw;
+      partials[math::kNormComponents * t + 1] = ag;
     }
-    __syncthreads();  // lane 0 has read the tree's root before the next tile overwrites it
   }
 }
 
-constexpr int kLambBatch = 4;
+// LAMB phase 1 for one element: m and v updated (math::lamb_moments returns u), the squares of
+// w and u added to the lane's sums.
+__device__ __forceinline__ void lamb_element(float w, float g, float& m, float& v, const Coeffs<float>& c,
+                                             double& aw, double& au) {
+  const float u = math::lamb_moments<ScalarPolicy>(w, g, m, v, c);
+  aw = aw + math::square_in_double(w);
+  au = au + math::square_in_double(u);
+}
 
-// LAMB phase 1, one block of kNormLanes threads per tile: thread j updates m and v of elements
-// j, j + 256, ... (math::lamb_moments) and accumulates the squares of w and of the returned u in
-// that order; then the fixed tree, as above.
+// LAMB phase 1, one block of kNormLanes threads per tile: thread j updates m and v of its
+// elements (the lane's quads, as above) and accumulates the squares of w and of the returned u
+// in increasing element order; then block_lane_tree. Whole aligned tiles: 4*4 float4 loads in
+// flight, float4 stores of m and v.
 __global__ void __launch_bounds__(kNormLanes)
     lamb_moment_partials_kernel(const float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
                                 float* __restrict__ v, const NormTile* __restrict__ tiles, int64_t num_tiles,
                                 const float* __restrict__ s, const int32_t* __restrict__ flags,
                                 double* __restrict__ partials) {
   if (flags[kHasNonFinite] != 0) return;
-  __shared__ double w_lanes[kNormLanes];
-  __shared__ double u_lanes[kNormLanes];
+  __shared__ LaneScratch sh;
   const Coeffs<float> c = load_coeffs(s, true);
   const int j = threadIdx.x;
-  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
     const float* tw = w + tile.start;
     const float* tg = g + tile.start;
     float* tm = m + tile.start;
     float* tv = v + tile.start;
     double aw = 0.0, au = 0.0;
-    // kLambBatch elements of the lane per trip, all loads issued first; used in element order.
-    for (int base = j; base < tile.length; base += kLambBatch * kNormLanes) {
-      float wr[kLambBatch], gr[kLambBatch], mr[kLambBatch], vr[kLambBatch];
+    if (quad_tile(tile)) {
+      const float4* w4 = reinterpret_cast<const float4*>(tw);
+      const float4* g4 = reinterpret_cast<const float4*>(tg);
+      float4* m4 = reinterpret_cast<float4*>(tm);
+      float4* v4 = reinterpret_cast<float4*>(tv);
+      float4 wr[kNormRounds], gr[kNormRounds], mr[kNormRounds], vr[kNormRounds];
 #pragma unroll
-      for (int k = 0; k < kLambBatch; ++k) {
-        const int idx = base + k * kNormLanes;
-        if (idx < tile.length) {
-          wr[k] = tw[idx];
-          gr[k] = tg[idx];
-          mr[k] = tm[idx];
-          vr[k] = tv[idx];
-        }
+      for (int r = 0; r < kNormRounds; ++r) {
+        const int q = r * kNormLanes + j;
+        wr[r] = w4[q];
+        gr[r] = g4[q];
+        mr[r] = m4[q];
+        vr[r] = v4[q];
       }
 #pragma unroll
-      for (int k = 0; k < kLambBatch; ++k) {
-        const int idx = base + k * kNormLanes;
-        if (idx < tile.length) {
-          const float u = math::lamb_moments<ScalarPolicy>(wr[k], gr[k], mr[k], vr[k], c);
-          tm[idx] = mr[k];
-          tv[idx] = vr[k];
-          aw = aw + math::square_in_double(wr[k]);
-          au = au + math::square_in_double(u);
+      for (int r = 0; r < kNormRounds; ++r) {
+        lamb_element(wr[r].x, gr[r].x, mr[r].x, vr[r].x, c, aw, au);
+        lamb_element(wr[r].y, gr[r].y, mr[r].y, vr[r].y, c, aw, au);
+        lamb_element(wr[r].z, gr[r].z, mr[r].z, vr[r].z, c, aw, au);
+        lamb_element(wr[r].w, gr[r].w, mr[r].w, vr[r].w, c, aw, au);
+        const int q = r * kNormLanes + j;
+        m4[q] = mr[r];
+        v4[q] = vr[r];
+      }
+    } else {
+      for (int r = 0; r < kNormRounds; ++r) {
+#pragma unroll
+        for (int q = 0; q < kNormQuad; ++q) {
+          const int e = r * kNormRound + kNormQuad * j + q;
+          if (e < tile.length) lamb_element(tw[e], tg[e], tm[e], tv[e], c, aw, au);
         }
       }
     }
-    w_lanes[j] = aw;
-    u_lanes[j] = au;
-    __syncthreads();
-    for (int stride = kNormLanes / 2; stride > 0; stride >>= 1) {
-      if (j < stride) {
-        w_lanes[j] = w_lanes[j] + w_lanes[j + stride];
-        u_lanes[j] = u_lanes[j] + u_lanes[j + stride];
-      }
-      __syncthreads();
-    }
+    block_lane_tree(sh, buf, aw, au);
     if (j == 0) {
-      partials[math::kNormComponents * t] = w_lanes[0];
-      partials[math::kNormComponents * t + 1] = u_lanes[0];
+      partials[math::kNormComponents * t] = aw;
+      partials[math::kNormComponents * t + 1] = au;
     }
-    __syncthreads();
   }
 }
 
-// One block per tensor (grid-stride over tensors). Thread 0 combines the tile partials with
-// math::add_tile_partials (the canonical combination, the same call as the CPU's); the block's
-// other threads only stage the partials into shared memory chunk by chunk so that the serial
-// sum reads fast memory. Summing chunk after chunk performs the same additions in the same order.
-constexpr int kRatioBlock = 128;
-
-__global__ void __launch_bounds__(kRatioBlock)
+// One block of kNormLanes threads per tensor (grid-stride over tensors): thread k is sum-lane k
+// (math::tensor_sum_lane, loads batched), block_lane_tree combines the sum-lanes, thread 0 applies
+// the ratio formula. No serial loop over a tensor's tiles.
+__global__ void __launch_bounds__(kNormLanes)
     trust_ratio_kernel(const NormTensor* __restrict__ tensors, int64_t num_tensors,
                        const double* __restrict__ partials, const double* __restrict__ f64,
                        const int32_t* __restrict__ flags, NormRatio formula, float* __restrict__ eta) {
   if (flags[kHasNonFinite] != 0) return;
-  constexpr int kC = math::kNormComponents;
-  __shared__ double staged[kRatioBlock * kC];
-  for (int64_t k = blockIdx.x; k < num_tensors; k += gridDim.x) {
+  static_assert(math::kNormComponents == 2, "block_lane_tree combines two sums");
+  __shared__ LaneScratch sh;
+  int buf = 0;
+  for (int64_t k = blockIdx.x; k < num_tensors; k += gridDim.x, buf ^= 1) {
     const NormTensor tensor = tensors[k];
-    double sums[kC] = {0.0, 0.0};
-    for (int64_t base = 0; base < tensor.tile_count; base += kRatioBlock) {
-      const int64_t left = tensor.tile_count - base;
-      const int count = left < kRatioBlock ? static_cast<int>(left) : kRatioBlock;
-      for (int i = threadIdx.x; i < count * kC; i += blockDim.x) {
-        staged[i] = partials[(tensor.first_tile + base) * kC + i];
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) math::add_tile_partials(sums, staged, count);
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      eta[k] = math::trust_ratio(formula == NormRatio::kLamb, sums[0], sums[1], f64);
-    }
+    double sums[math::kNormComponents];
+    math::tensor_sum_lane(partials + math::kNormComponents * tensor.first_tile, tensor.tile_count,
+                          static_cast<int>(threadIdx.x), sums);
+    block_lane_tree(sh, buf, sums[0], sums[1]);
+    if (threadIdx.x == 0) eta[k] = math::trust_ratio(formula == NormRatio::kLamb, sums[0], sums[1], f64);
   }
 }
 
@@ -192,7 +238,7 @@ void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
 void launch_NORM_TRUST_RATIO(const CudaContext& ctx, const GraphNode& node) {
   const int64_t num_tensors = static_cast<int64_t>(node.norm.tensors.count);
   if (num_tensors == 0) return;
-  trust_ratio_kernel<<<tile_grid(num_tensors, ctx.launch), kRatioBlock, 0, ctx.stream>>>(
+  trust_ratio_kernel<<<tile_grid(num_tensors, ctx.launch), kNormLanes, 0, ctx.stream>>>(
       ctx.at<const NormTensor>(node.norm.tensors), num_tensors, ctx.at<const double>(node.norm.partials),
       ctx.scalars.f64, ctx.scalars.i32, node.ratio, ctx.at<float>(node.n));
   RN_CUDA_CHECK_LAUNCH("trust_ratio_kernel");
