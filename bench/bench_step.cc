@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   std::string timing = "both", wd_mode = "decoupled";
   bool verify_traffic = false;
   int replays = 100, warmup = 5, threads = 0;
+  double max_grad_norm = 0.0;  // clipping on every configuration when > 0 (compare_torch's clip rows)
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"enqueued", "synced", "both"}));
   app.add_option("--weight-decay-mode", wd_mode, "decoupled, or l2 (torch.optim.SGD) for the kinds that allow it")
       ->check(CLI::IsMember({"decoupled", "l2"}));
+  app.add_option("--max-grad-norm", max_grad_norm, "clip the global gradient norm to X (0: off)")->check(CLI::Range(0.0, 1e30));
   app.add_flag("--verify-traffic", verify_traffic,
                "instead of timing: check that the same-traffic passes move bytes_per_param x params (a layout of "
                "weight-group tensors of multiples of 64 elements) and leave the state bit for bit as it was");
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
         OptimizerConfig config = bench_config(kind);
         const bool l2 = wd_mode == "l2" && kind_info(kind).allows_l2;
         if (l2) config.weight_decay_mode = WeightDecayMode::kL2;
+        config.max_grad_norm = max_grad_norm;
         for (bool with_check : checks) {
           TaskOptions options;
           options.backend = backend;
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
           nlohmann::json row = {{"layout", layout_name},
                                 {"optimizer", kind_name},
                                 {"weight_decay_mode", l2 ? "l2" : "decoupled"},
+                                {"max_grad_norm", max_grad_norm},
                                 {"backend", b.describe()},
                                 {"check_finite", with_check},
                                 {"params", param_count},
