@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 
 #include "cli/commands.h"
@@ -17,6 +18,9 @@
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
+#if RENAISSANCE_WITH_MPI
+#include "renaissance/mpi_communicator.h"
+#endif
 
 namespace renaissance {
 namespace cli {
@@ -229,6 +233,39 @@ int cmd_run(const RunOptions& o) {
     }
   }
 
+  // Sharded runs (docs/distributed.md): checked before MPI starts, the same on every rank.
+  GradReduce grad_reduce = GradReduce::kOrdered;
+  if (!o.grad_reduce.empty() && o.distributed.empty()) {
+    throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": needs --distributed mpi (a one-process run has no ranks to reduce over)");
+  }
+  if (!o.grad_reduce.empty() && !parse_grad_reduce(o.grad_reduce, &grad_reduce)) {
+    throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": expected replicated, ordered or fast");
+  }
+  const bool distributed = !o.distributed.empty();
+  if (distributed) {
+    if (o.distributed == "nccl") {
+      throw_invalid("--distributed nccl: the NCCL communicator is not built yet; CPU ranks run with --distributed mpi");
+    }
+    if (o.distributed != "mpi") throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi");
+    if (o.simulate_ranks > 0) {
+      throw_invalid("--simulate-ranks: the one-process audit of a sharded run; it cannot be combined with --distributed");
+    }
+    BackendKind requested = BackendKind::kAuto;
+    if (parse_backend_kind(o.backend, &requested) && requested == BackendKind::kCuda) {
+      throw_invalid("--distributed mpi --backend cuda: MPI ranks run the CPU backend; CUDA ranks need the NCCL communicator, "
+                    "which is not built yet");
+    }
+#if !RENAISSANCE_WITH_MPI
+    throw_invalid("--distributed mpi: this build has no MPI communicator (install libopenmpi-dev and configure with "
+                  "-DRENAISSANCE_MPI=AUTO or ON)");
+#endif
+  }
+  std::unique_ptr<Communicator> comm;
+#if RENAISSANCE_WITH_MPI
+  if (distributed) comm = make_mpi_communicator();
+#endif
+  const bool lead = comm == nullptr || comm->rank() == 0;  // only rank 0 prints
+
   SyntheticRun run;
   const Layout layout = resolve_layout(o.model);
   // Never write to a file this invocation reads (by device and inode, after symlinks), except
@@ -241,7 +278,10 @@ int cmd_run(const RunOptions& o) {
   run.params = layout.params;
   run.config = config;
   run.steps = o.steps;
-  run.backend = backend_from_option(o.backend);
+  run.backend = distributed ? BackendKind::kCpu : backend_from_option(o.backend);
+  run.comm = comm.get();
+  run.grad_reduce = grad_reduce;
+  run.simulate_ranks = o.simulate_ranks;
   run.threads = o.threads;
   run.schedule = schedule;
   run.schedule_steps = schedule_steps;
@@ -259,8 +299,8 @@ int cmd_run(const RunOptions& o) {
   const double step_bytes_per_param = bytes_per_param(kind, check_finite);
   const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
-  run.on_step = [&](int done, double ms) { progress.update(done, ms); };
-  if (!o.json) {
+  if (lead) run.on_step = [&](int done, double ms) { progress.update(done, ms); };
+  if (!o.json && lead) {
     std::printf("renaissance run: %s (%zu tensors, %.2f M params), %s, %d steps on %s\n", io::printable(layout.name).c_str(),
                 layout.params.size(), static_cast<double>(numel) / 1e6, optimizer_kind_name(kind), o.steps,
                 backend_kind_name(run.backend));
@@ -273,6 +313,7 @@ int cmd_run(const RunOptions& o) {
   const double gbps = ms > 0 ? bytes_per_step / (ms * 1e-3) / 1e9 : 0.0;
   const double share = r.limit_gb_per_s > 0 ? gbps / r.limit_gb_per_s : 0.0;
 
+  if (!lead) return kExitOk;
   if (o.json) {
     nlohmann::json j = {
         {"model", io::printable(layout.name)},
@@ -312,9 +353,20 @@ int cmd_run(const RunOptions& o) {
         {"share_of_limit", share},
         {"fingerprint", r.fingerprint},
     };
+    if (comm) {
+      j["world_size"] = comm->size();
+      j["grad_reduce"] = grad_reduce_name(grad_reduce);
+      j["comm_ms_per_step"] = r.comm_ms_per_step;
+    }
+    if (o.simulate_ranks > 0) j["simulate_ranks"] = o.simulate_ranks;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("backend        %s\n", r.backend_description.c_str());
+    if (comm) {
+      std::printf("ranks          %d over %s, --grad-reduce %s, %.3f ms/step in collectives\n", comm->size(),
+                  comm->describe().c_str(), grad_reduce_name(grad_reduce), r.comm_ms_per_step);
+    }
+    if (o.simulate_ranks > 0) std::printf("simulated      %d ranks, gradients summed in rank order\n", o.simulate_ranks);
     std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
     std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
                 gbps, step_bytes_per_param, r.limit_gb_per_s, 100.0 * share);

@@ -13,6 +13,7 @@
 #include "renaissance/error.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
+#include "renaissance/shard.h"
 
 namespace renaissance {
 namespace cli {
@@ -73,6 +74,11 @@ struct RunOptions {
   std::string resume;         // load this checkpoint and continue from its step
   std::vector<std::string> overrides;  // --override NAME: on resume, NAME may differ from the checkpoint
   std::vector<std::string> given;      // the long names of every option typed ("--lr", ...)
+  // Sharded runs (docs/distributed.md): "" or "mpi"; "" (ordered) or replicated|ordered|fast;
+  // --simulate-ranks K: the one-process audit of an ordered K-rank run (0: off).
+  std::string distributed;
+  std::string grad_reduce;
+  int simulate_ranks = 0;
 };
 
 struct ReplayOptions {
@@ -121,6 +127,10 @@ struct SyntheticRun {
   std::string resume;
   // Called after each step with (steps done, that step's ms); may be empty.
   std::function<void(int, double)> on_step;
+  // A sharded run over this communicator (null: one device), and how G is reduced.
+  Communicator* comm = nullptr;
+  GradReduce grad_reduce = GradReduce::kOrdered;
+  int simulate_ranks = 0;  // > 0: G is the rank-order sum of this many ranks' gradients / K
 };
 
 struct SyntheticResult {
@@ -134,6 +144,7 @@ struct SyntheticResult {
   std::string fingerprint;
   int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
   double last_grad_norm = 0.0;  // Task::last_grad_norm() after the run (clipping on)
+  double comm_ms_per_step = 0.0;  // sharded runs: collectives and gradient reduction per step
 };
 
 // The learning rate of step t (0-based) under a schedule of horizon `steps` with linear warm-up

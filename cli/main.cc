@@ -144,6 +144,14 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
   run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
+  run_cmd->add_option("--distributed", run.distributed,
+                      "mpi: a sharded step over the ranks of mpirun (CPU ranks; docs/distributed.md)")
+      ->type_name("ENGINE");
+  run_cmd->add_option("--grad-reduce", run.grad_reduce,
+                      "With --distributed: replicated, ordered (default; rank-order sum / K) or fast (reduce-scatter)")
+      ->type_name("MODE");
+  add_count(run_cmd, "--simulate-ranks", &run.simulate_ranks, 1, 1024,
+            "One process: G is the rank-order sum / K of K ranks' synthetic gradients (audits --grad-reduce ordered)");
 
   // ---- replay ----
   ReplayOptions replay;

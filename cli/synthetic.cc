@@ -3,12 +3,18 @@
 // input is a pure function of (seed, step, tensor, index) and the result's fingerprint is a
 // portable contract across machines, thread counts and backends.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 
 #include "cli/commands.h"
 #include "renaissance/error.h"
 #include "renaissance/math/synthetic_gradient.h"
+#include "renaissance/shard.h"
 #include "renaissance/task.h"
 
 namespace renaissance {
@@ -22,6 +28,16 @@ constexpr uint64_t kWeightStep = std::numeric_limits<uint64_t>::max();
 constexpr float kWeightAmplitude = 0.05f;
 // Gradient magnitude before the loss scale; small against the weights, as in training.
 constexpr double kGradientAmplitude = 0.01;
+
+// Test-only (cli/tests/dist_tests.cmake): RENAISSANCE_TEST_LOSE_RANK="R:T" makes rank R of a
+// sharded run die by SIGKILL when batch T starts, as a lost machine would; the launcher must end
+// the job and name the rank.
+void maybe_lose_rank(int rank, int t) {
+  const char* spec = std::getenv("RENAISSANCE_TEST_LOSE_RANK");
+  if (spec == nullptr) return;
+  int r = -1, step = -1;
+  if (std::sscanf(spec, "%d:%d", &r, &step) == 2 && r == rank && step == t) std::raise(SIGKILL);
+}
 
 }  // namespace
 
@@ -94,8 +110,17 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
     task.optimizer(run.config);
   }
   task.set_run_settings(settings);
+  // A sharded run: every rank holds the whole state after a load (the file is gathered), so a
+  // checkpoint written at any K resumes at any other (docs/distributed.md).
+  std::unique_ptr<ShardedStep> sharded;
+  if (run.comm != nullptr) sharded = std::make_unique<ShardedStep>(task, *run.comm, run.grad_reduce);
+  const int rank = run.comm != nullptr ? run.comm->rank() : 0;
   // Every save's path was checked before the run: a failure now is the system's (exit 3).
-  auto save = [&] { as_system_failure([&] { task.save(run.checkpoint); }); };
+  // Sharded: M and V are gathered first and rank 0 writes the one file.
+  auto save = [&] {
+    if (sharded) sharded->gather_state();
+    if (rank == 0) as_system_failure([&] { task.save(run.checkpoint); });
+  };
   // The same-traffic limit of this step (Backend::same_traffic_gbps), over the task's own arena:
   // one run after every step, so that the reference samples the same stretch of time as the steps
   // on a shared machine; the fastest of those runs is the limit (the memory system did that
@@ -104,7 +129,15 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   std::vector<double> limit_runs;
   for (int t = static_cast<int>(result.first_step); t < run.steps; ++t) {
     task.set_lr(scheduled_lr(run.config.lr, run.schedule, run.warmup, run.schedule_steps, t));
-    task.synthesize_gradients(run.seed, static_cast<uint64_t>(t), amplitude);
+    if (run.simulate_ranks > 0) {
+      synthesize_rank_sum(task, run.seed, static_cast<uint64_t>(t), amplitude, run.simulate_ranks);
+    } else if (sharded && run.grad_reduce != GradReduce::kReplicated) {
+      // Each rank's own gradient: the rank-r stream of the same seed (reduced in step()).
+      task.synthesize_gradients(rank_gradient_seed(run.seed, rank), static_cast<uint64_t>(t), amplitude);
+    } else {
+      task.synthesize_gradients(run.seed, static_cast<uint64_t>(t), amplitude);
+    }
+    if (sharded) maybe_lose_rank(rank, t);
     if (std::find(run.nan_at.begin(), run.nan_at.end(), t) != run.nan_at.end()) {
       // One NaN in one G tensor (which one and where depends only on t) poisons the whole step.
       for (size_t k = 0; k < task.num_params(); ++k) {
@@ -115,7 +148,14 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
         break;
       }
     }
-    const double ms = task.timed_steps(1).at(0);
+    double ms = 0.0;
+    if (sharded) {
+      const auto start = std::chrono::steady_clock::now();
+      sharded->step();
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      ms = task.timed_steps(1).at(0);
+    }
     result.step_ms.push_back(ms);
     if (run.measure_copy_bandwidth) limit_runs.push_back(task.backend().same_traffic_gbps(limit_passes, 1));
     if (run.on_step) run.on_step(t + 1, ms);
@@ -129,6 +169,11 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   result.threads = run.threads;
   result.steps_applied = task.step_count();
   result.steps_skipped = task.skipped_steps();
+  if (sharded) {
+    const int done = run.steps - static_cast<int>(result.first_step);
+    result.comm_ms_per_step = done > 0 ? 1e3 * sharded->comm_seconds() / done : 0.0;
+    sharded->gather_state();  // the fingerprint covers the whole state
+  }
   result.fingerprint = task.fingerprint();
   result.last_grad_norm = task.last_grad_norm();
   if (run.measure_copy_bandwidth) {

@@ -1,0 +1,51 @@
+// The Communicator: what a sharded step (renaissance/shard.h) needs from a collective engine,
+// and nothing more. Every buffer is in the backend's own memory (host memory for the CPU
+// backend; device memory for a future NCCL communicator on the CUDA backend), and every call is
+// collective: all ranks call it in the same order with the same layout arguments.
+//
+// Implementations: LocalCommunicator (a world of one, in the runtime) and MpiCommunicator
+// (dist/, built when Open MPI is found). NCCL fits the same interface later: all_gather_v maps to
+// grouped ncclBroadcast (NCCL's all-gather needs equal counts), all_to_all_v to grouped
+// ncclSend/ncclRecv, reduce_scatter_sum_f32 to ncclReduceScatter on padded counts, the max to
+// ncclAllReduce(ncclMax), each enqueued on the backend's stream (docs/distributed.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace renaissance {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // e.g. "mpi (Open MPI v4.1.4)" or "local".
+  virtual std::string describe() const = 0;
+
+  // In-place all-gather of variable blocks: rank r's block is bytes [offsets[r], offsets[r] +
+  // counts[r]) of `buffer` (size() entries each); afterwards every rank holds every block.
+  virtual void all_gather_v(void* buffer, const std::vector<uint64_t>& offsets,
+                            const std::vector<uint64_t>& counts) = 0;
+  // Rank q's bytes [send_offsets[r], + send_counts[r]) of `send` arrive at rank r's
+  // [recv_offsets[q], + recv_counts[q]) of `recv`. Send ranges may overlap; `recv` may not
+  // overlap `send`.
+  virtual void all_to_all_v(const void* send, const std::vector<uint64_t>& send_offsets,
+                            const std::vector<uint64_t>& send_counts, void* recv,
+                            const std::vector<uint64_t>& recv_offsets,
+                            const std::vector<uint64_t>& recv_counts) = 0;
+  // `send` holds the same float count on every rank (the sum of `counts`); rank r receives into
+  // `recv` the element-wise sum of block r (the blocks follow each other). The summation order
+  // is the engine's: no bitwise promise (GradReduce::kFast).
+  virtual void reduce_scatter_sum_f32(const float* send, float* recv, const std::vector<uint64_t>& counts) = 0;
+  // Element-wise maximum over ranks, in place.
+  virtual void all_reduce_max_i32(int32_t* values, uint64_t count) = 0;
+  virtual void barrier() = 0;
+};
+
+// A world of one rank: every collective is the identity (a sharded step at K = 1 and tests).
+std::unique_ptr<Communicator> make_local_communicator();
+
+}  // namespace renaissance

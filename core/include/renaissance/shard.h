@@ -1,0 +1,87 @@
+// Sharded data-parallel steps (issue #16, docs/distributed.md): a world of K ranks, each owning
+// one contiguous slice of every family (the same element range in W, G, M and V), running
+// sub-steps of the one compiled step on its slice with the collectives of a Communicator between
+// them, so that every rank ends with the bits one device would have computed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "renaissance/communicator.h"
+#include "renaissance/graph.h"
+#include "renaissance/plan.h"
+
+namespace renaissance {
+
+class Task;
+
+// How the gradient of a rank's slice is formed before the step.
+enum class GradReduce {
+  kReplicated,  // every rank already holds the full reduced G: no reduction
+  kOrdered,     // (g_0 + g_1 + ... + g_{K-1}) / K in fp32, summed left to right in rank order
+  kFast,        // the engine's reduce-scatter, then / K: no bitwise promise beyond the engine's
+};
+const char* grad_reduce_name(GradReduce mode);
+bool parse_grad_reduce(const std::string& text, GradReduce* out);
+
+// One rank's share. Element indices count from the first element of a family (padding
+// included), so the same range applies to W, G, M and V.
+struct RankShard {
+  uint64_t begin = 0, end = 0;  // elements this rank updates
+  // The reduced gradient this rank needs: [begin, grad_end), grad_end >= end. Past `end` lies
+  // the rest of the last grad-norm tile it owns (clipping reads whole tiles).
+  uint64_t grad_end = 0;
+  int64_t grad_tile_begin = 0, grad_tile_end = 0;  // owned grad-norm tiles (math/norm_reduction.h)
+  int64_t norm_tile_begin = 0, norm_tile_end = 0;  // owned tiles of plan.norm_tiles()
+};
+
+// The partition of a plan over K ranks: a pure function of (plan, K), docs/distributed.md.
+struct ShardLayout {
+  int world_size = 1;
+  uint64_t family_count = 0;  // elements of one family, padding included
+  std::vector<RankShard> ranks;
+};
+ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
+
+// The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
+// rank 0's stream is the run's own seed, so K = 1 is a plain run.
+constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
+  return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
+}
+
+// The single-process simulation of an ordered K-rank step's input: fills G with the rank-order
+// sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
+void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks);
+
+// Runs a compiled Task's step sharded over `comm`. The task must be compiled on the CPU backend
+// (the CUDA backend needs the NCCL communicator, not built yet). Before step(), G holds: the
+// full reduced gradient (kReplicated) or this rank's own full gradient (kOrdered, kFast).
+class ShardedStep {
+ public:
+  ShardedStep(Task& task, Communicator& comm, GradReduce mode);
+  const ShardLayout& layout() const { return layout_; }
+  const RankShard& shard() const { return layout_.ranks[static_cast<size_t>(comm_.rank())]; }
+  // One step: gradient reduction, the slice's check/norm partials, their all-gather, the
+  // canonical combination everywhere, the slice's update, the all-gather of W.
+  void step();
+  // All-gathers M and V, so every rank holds the whole state (before a fingerprint or a save).
+  void gather_state();
+  // Seconds spent in collectives and the gradient reduction so far.
+  double comm_seconds() const { return comm_seconds_; }
+
+ private:
+  void reduce_gradients();
+  void gather_family(Family family);
+  void gather_doubles(Region region, bool norm_tiles, uint64_t per_tile);
+
+  Task& task_;
+  Communicator& comm_;
+  GradReduce mode_;
+  ShardLayout layout_;
+  CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
+  std::vector<float> scratch_;
+  double comm_seconds_ = 0.0;
+};
+
+}  // namespace renaissance

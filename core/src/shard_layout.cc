@@ -1,0 +1,83 @@
+// The partition of a memory plan over K ranks (docs/distributed.md): cuts on grad-norm tile
+// boundaries, moved down to the start of a norm tile where one would split it, so that every
+// tile of both canonical reductions has exactly one owner and no kernel needs a partial tile.
+#include <algorithm>
+
+#include "renaissance/error.h"
+#include "renaissance/math/norm_reduction.h"
+#include "renaissance/shard.h"
+
+namespace renaissance {
+
+const char* grad_reduce_name(GradReduce mode) {
+  switch (mode) {
+    case GradReduce::kReplicated: return "replicated";
+    case GradReduce::kOrdered: return "ordered";
+    case GradReduce::kFast: return "fast";
+  }
+  return "replicated";
+}
+
+bool parse_grad_reduce(const std::string& text, GradReduce* out) {
+  for (GradReduce m : {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast}) {
+    if (text == grad_reduce_name(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
+  if (world_size < 1) throw_invalid("a world needs at least one rank, got " + std::to_string(world_size));
+  ShardLayout layout;
+  layout.world_size = world_size;
+  const Span g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+  const uint64_t count = g.count;
+  layout.family_count = count;
+  const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
+  const uint64_t grad_tiles = static_cast<uint64_t>(math::grad_norm_tile_count(count));
+  // Norm tiles in family elements (their starts are relative to the weight group).
+  const uint64_t weight_start = (plan.group_span(Family::kG, Group::kWeight).offset - g.offset) / sizeof(float);
+  const std::vector<NormTile>& norm = plan.norm_tiles();
+  auto norm_start = [&](size_t i) { return weight_start + static_cast<uint64_t>(norm[i].start); };
+
+  std::vector<uint64_t> cuts(static_cast<size_t>(world_size) + 1);
+  cuts[0] = 0;
+  cuts[static_cast<size_t>(world_size)] = count;
+  for (int r = 1; r < world_size; ++r) {
+    uint64_t c = std::min(count, grad_tiles * static_cast<uint64_t>(r) / static_cast<uint64_t>(world_size) * tile);
+    // A cut inside a norm tile moves down to that tile's start (tiles are sorted by start).
+    const auto it = std::upper_bound(norm.begin(), norm.end(), c, [&](uint64_t v, const NormTile& t) {
+      return v < weight_start + static_cast<uint64_t>(t.start);
+    });
+    if (it != norm.begin()) {
+      const size_t i = static_cast<size_t>(it - norm.begin()) - 1;
+      if (c > norm_start(i) && c < norm_start(i) + static_cast<uint64_t>(norm[i].length)) c = norm_start(i);
+    }
+    cuts[static_cast<size_t>(r)] = c;
+  }
+  auto first_norm_tile_at_or_after = [&](uint64_t e) {
+    return static_cast<int64_t>(std::lower_bound(norm.begin(), norm.end(), e, [&](const NormTile& t, uint64_t v) {
+                                  return weight_start + static_cast<uint64_t>(t.start) < v;
+                                }) - norm.begin());
+  };
+  for (int r = 0; r < world_size; ++r) {
+    RankShard s;
+    s.begin = cuts[static_cast<size_t>(r)];
+    s.end = cuts[static_cast<size_t>(r) + 1];
+    // Grad-norm tile t belongs to the rank whose slice holds its first element.
+    s.grad_tile_begin = static_cast<int64_t>((s.begin + tile - 1) / tile);
+    s.grad_tile_end = static_cast<int64_t>((s.end + tile - 1) / tile);
+    s.grad_end = s.end;
+    if (s.grad_tile_end > s.grad_tile_begin) {
+      s.grad_end = std::max(s.end, std::min(count, static_cast<uint64_t>(s.grad_tile_end) * tile));
+    }
+    s.norm_tile_begin = first_norm_tile_at_or_after(s.begin);
+    s.norm_tile_end = first_norm_tile_at_or_after(s.end);
+    layout.ranks.push_back(s);
+  }
+  return layout;
+}
+
+}  // namespace renaissance

@@ -1,0 +1,93 @@
+// MpiCommunicator: the Communicator over MPI_COMM_WORLD with Open MPI's collectives. Blocks are
+// moved as MPI_BYTE (counts and displacements are int: one call moves less than 2 GiB per rank).
+#include "renaissance/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "renaissance/error.h"
+
+namespace renaissance {
+
+namespace {
+
+int to_int(uint64_t v, const char* what) {
+  if (v > static_cast<uint64_t>(INT_MAX)) {
+    throw Error(ErrorKind::kBackend, std::string("mpi: ") + what + " of " + std::to_string(v) +
+                                         " exceeds what one MPI call takes (2 GiB)");
+  }
+  return static_cast<int>(v);
+}
+
+std::vector<int> to_ints(const std::vector<uint64_t>& v, const char* what) {
+  std::vector<int> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = to_int(v[i], what);
+  return out;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      MPI_Init(nullptr, nullptr);
+      owns_mpi_ = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiCommunicator() override {
+    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    std::string v(version, static_cast<size_t>(len));
+    const size_t comma = v.find(',');
+    return "mpi (" + v.substr(0, comma) + ", " + std::to_string(size_) + " ranks)";
+  }
+
+  void all_gather_v(void* buffer, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& counts) override {
+    const std::vector<int> displs = to_ints(offsets, "an offset"), cnts = to_ints(counts, "a block");
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, cnts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD);
+  }
+
+  void all_to_all_v(const void* send, const std::vector<uint64_t>& send_offsets, const std::vector<uint64_t>& send_counts,
+                    void* recv, const std::vector<uint64_t>& recv_offsets,
+                    const std::vector<uint64_t>& recv_counts) override {
+    const std::vector<int> sd = to_ints(send_offsets, "an offset"), sc = to_ints(send_counts, "a block");
+    const std::vector<int> rd = to_ints(recv_offsets, "an offset"), rc = to_ints(recv_counts, "a block");
+    MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, MPI_COMM_WORLD);
+  }
+
+  void reduce_scatter_sum_f32(const float* send, float* recv, const std::vector<uint64_t>& counts) override {
+    const std::vector<int> cnts = to_ints(counts, "a block");
+    MPI_Reduce_scatter(send, recv, cnts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+
+  void all_reduce_max_i32(int32_t* values, uint64_t count) override {
+    MPI_Allreduce(MPI_IN_PLACE, values, to_int(count, "a count"), MPI_INT32_T, MPI_MAX, MPI_COMM_WORLD);
+  }
+
+  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  bool owns_mpi_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace renaissance
