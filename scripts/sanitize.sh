@@ -20,6 +20,8 @@ jobs="${SANITIZE_JOBS:-$(nproc)}"
 # -O1 keeps the suite fast enough and the stacks readable; -fno-sanitize-recover makes every
 # UBSan finding fatal (by default UBSan prints and carries on).
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+# MPI off: the mpirun tests run in the normal build (scripts/test.sh); the sharded step's code
+# runs here through its one-rank tests (ShardedStep.*, ShardLayout.*).
 cmake -S . -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
@@ -27,6 +29,7 @@ cmake -S . -B "$build" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="$san" \
   -DCMAKE_SHARED_LINKER_FLAGS="$san" \
   -DRENAISSANCE_CUDA=OFF \
+  -DRENAISSANCE_MPI=OFF \
   -DRENAISSANCE_BUILD_BENCH=OFF
 
 # Reports go to files as well as failing the process, so a report from a process whose exit

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "renaissance/error.h"
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "renaissance/math/norm_reduction.h"

@@ -1,0 +1,97 @@
+# ctest script (cmake -P) for `renaissance run --distributed mpi` through the real CLI under
+# mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal
+#   equal:   (lars, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
+#            fingerprint, ordered the --simulate-ranks K one (every kind: sharded_runs.cc); --json carries world_size, grad_reduce, comm_ms_per_step.
+#   reshard: (lamb, clipping) a checkpoint saved at K = 2 (one gathered file) resumed at K = 1 and 3: replicated
+#            ends with the uninterrupted plain run's fingerprint; ordered at K = 3 with that of
+#            --simulate-ranks 3 resumed from the same file.
+#   lost:    rank 1 killed at batch 2 (RENAISSANCE_TEST_LOSE_RANK): the launcher exits non-zero
+#            within 50 s and its message names rank 1.
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+set(ENV{OMP_NUM_THREADS} 1)
+file(MAKE_DIRECTORY ${WORK})
+set(COMMON --model ${LAYOUT} --threads 1 --seed 3 --loss-scale 128 --schedule cosine --warmup 1)
+
+# Runs a command, fails the test on a non-zero exit, returns the fingerprint of its output.
+function(fingerprint out_var)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "exit ${rc}: ${ARGN}\n${out}${err}")
+  endif()
+  if(NOT out MATCHES "fingerprint +([0-9a-f]+)")
+    message(FATAL_ERROR "no fingerprint from: ${ARGN}\n${out}${err}")
+  endif()
+  set(${out_var} ${CMAKE_MATCH_1} PARENT_SCOPE)
+  set(LAST_OUT "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect_same what a b)
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "${what}: ${a} != ${b}")
+  endif()
+  message("ok ${what}: ${a}")
+endfunction()
+
+set(MPI_RUN ${MPIRUN} --oversubscribe -np)
+if(CASE STREQUAL "equal")
+  foreach(kind lars)
+    set(args ${COMMON} --optimizer ${kind} --steps 5 --nan-at 2 --max-grad-norm 0.05)
+    fingerprint(plain ${CLI} run ${args})
+    foreach(K 2 3)
+      fingerprint(sim ${CLI} run ${args} --simulate-ranks ${K})
+      fingerprint(rep ${MPI_RUN} ${K} ${CLI} run ${args} --distributed mpi --grad-reduce replicated)
+      expect_same("${kind} K=${K} replicated == plain" ${rep} ${plain})
+      fingerprint(ord ${MPI_RUN} ${K} ${CLI} run ${args} --distributed mpi --grad-reduce ordered)
+      expect_same("${kind} K=${K} ordered == --simulate-ranks ${K}" ${ord} ${sim})
+    endforeach()
+  endforeach()
+  execute_process(COMMAND ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 2 --distributed mpi --grad-reduce fast --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "\"world_size\":3" OR NOT out MATCHES "\"grad_reduce\":\"fast\""
+     OR NOT out MATCHES "\"comm_ms_per_step\":[0-9]")
+    message(FATAL_ERROR "--json of a 3-rank run lacks world_size/grad_reduce/comm_ms_per_step (exit ${rc}):\n${out}${err}")
+  endif()
+  string(REGEX MATCHALL "\"fingerprint\"" lines "${out}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "expected rank 0 alone to print, got ${n} results:\n${out}")
+  endif()
+elseif(CASE STREQUAL "reshard")
+  set(ck ${WORK}/k2.ckpt)
+  file(REMOVE ${ck})
+  foreach(kind lamb)
+    set(args ${COMMON} --optimizer ${kind} --max-grad-norm 0.05 --schedule-steps 6)
+    fingerprint(whole ${CLI} run ${args} --steps 6)
+    fingerprint(saved ${MPI_RUN} 2 ${CLI} run ${args} --steps 3 --checkpoint ${ck} --distributed mpi --grad-reduce replicated)
+    foreach(K 1 3)
+      fingerprint(resumed ${MPI_RUN} ${K} ${CLI} run --model ${LAYOUT} --threads 1 --steps 6 --resume ${ck}
+                  --distributed mpi --grad-reduce replicated)
+      expect_same("${kind} saved at K=2, resumed at K=${K} (replicated) == uninterrupted" ${resumed} ${whole})
+    endforeach()
+    fingerprint(ord ${MPI_RUN} 3 ${CLI} run --model ${LAYOUT} --threads 1 --steps 6 --resume ${ck}
+                --distributed mpi --grad-reduce ordered)
+    fingerprint(sim ${CLI} run --model ${LAYOUT} --threads 1 --steps 6 --resume ${ck} --simulate-ranks 3)
+    expect_same("${kind} saved at K=2, resumed ordered at K=3 == --simulate-ranks 3 resumed" ${ord} ${sim})
+  endforeach()
+elseif(CASE STREQUAL "lost")
+  set(ENV{RENAISSANCE_TEST_LOSE_RANK} "1:2")
+  string(TIMESTAMP t0 "%s")
+  execute_process(COMMAND ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 6 --distributed mpi --grad-reduce ordered
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
+  string(TIMESTAMP t1 "%s")
+  math(EXPR seconds "${t1} - ${t0}")
+  message("${out}${err}")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "the launcher exited 0 although rank 1 was lost")
+  endif()
+  if(NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "the launcher did not end by itself within 50 s (${rc}): a hang")
+  endif()
+  if(NOT "${out}${err}" MATCHES "rank 1")
+    message(FATAL_ERROR "the launcher's message does not name the lost rank 1")
+  endif()
+  message("ok: launcher exit ${rc} after ${seconds} s, naming rank 1")
+else()
+  message(FATAL_ERROR "unknown CASE ${CASE}")
+endif()
