@@ -8,7 +8,9 @@ import sys
 
 METHODS = ("enqueued", "synced")
 MANUAL_MARKER = "<!-- Below: measurements not made by compare_torch.py; kept when it rewrites this file. -->"
-TORCH_ORDER = ["for-loop", "foreach", "fused", "fused+graph", "foreach+graph", "check+fused", "check+fused+graph"]
+TORCH_ORDER = ["for-loop", "foreach", "fused", "fused+graph", "foreach+graph", "check+fused", "check+fused+graph",
+               "timm-for-loop", "timm-foreach", "timm-foreach+graph",
+               "clip+fused", "clip+fused+graph", "check+clip+fused", "check+clip+fused+graph"]
 
 
 def _timed(x, method):
@@ -53,9 +55,28 @@ def best(paths, method):
     return min(found) if found else (None, None)
 
 
+def floor_table(results):
+    """% of floor per kind (issue 17's number): one row per kind, a column per layout and mode."""
+    rows = results["gpu"]
+    layouts = list(dict.fromkeys(r["layout"] for r in rows))
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    cell = {(r["layout"], r["kind"]): r for r in rows}
+    out = ["### GPU, % of floor per kind (enqueued; check on / check off)", "",
+           "| kind | " + " | ".join(layouts) + " |", "|---|" + "---|" * len(layouts)]
+    for k in kinds:
+        cells = []
+        for l in layouts:
+            r = cell.get((l, k))
+            cells.append("" if r is None else f"{pct(r.get('floor_checked'), get(r['ours_checked'], 'enqueued'))} / "
+                                              f"{pct(r.get('floor'), get(r['ours'], 'enqueued'))}")
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def gpu_tables(results):
     rows = results["gpu"]
-    out = ["### GPU, default mode (non-finite check on), enqueued: the headline", "",
+    out = floor_table(results)
+    out += ["### GPU, default mode (non-finite check on), enqueued: the headline", "",
            "| layout | kind | ours, check on | torch with found_inf check (fastest path) | speed-up | ours: % of floor | launches |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -90,7 +111,8 @@ def gpu_tables(results):
         for i in impls:
             v = r["torch"].get(i, r["torch_checked"].get(i))
             cells.append("" if i not in r["torch"] and i not in r["torch_checked"] else
-                         "n/a" if v is None else f"{fmt(v.get('enqueued'))} / {fmt(v.get('synced'))}")
+                         "n/a" if v is None else f"{fmt(v.get('enqueued'))} / {fmt(v.get('synced'))}"
+                         + (" (syncs)" if v.get("syncs") else ""))
         out.append(f"| {r['layout']} | {r['kind']} | " + " | ".join(cells) + " |")
     limit = rows[0].get("limit_gbps")
     out += ["", "How to read these tables:", "",
@@ -109,10 +131,30 @@ def gpu_tables(results):
             "CUDA graph, with THIS library's LARS semantics (docs/math.md: lr inside the momentum, bias-like "
             "parameters plain momentum with weight decay 0, trust ratio clamped at 100; bench/check_torch_lars.py "
             "checks it against the float64 reference). It has no checked variant.",
+            "- Lion and LAMB: torch.optim has neither. The torch side is timm's `Lion` and `Lamb` with foreach "
+            "(`timm-foreach`), uncaptured and captured in a CUDA graph (`+graph`); LAMB with `max_grad_norm=None`, "
+            "`trust_clip=False` (this library's semantics, docs/math.md), bias-like parameters in a group with weight "
+            "decay 0 in both. timm has no found_inf path, so there is no checked torch figure. Captured, timm's Lamb "
+            "keeps its step count on the host, so replays reuse the captured step's bias corrections: the same "
+            "kernels and bytes, a valid timing, not a valid training loop.",
+            "- Clipping (`adamw+clip`, max_norm " + f"{results['meta'].get('max_grad_norm', 'n/a')}" + "): torch "
+            "is `torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` then fused AdamW (checked: the "
+            "found_inf check first, GradScaler's order; `+graph`: captured, with capturable AdamW); ours is the same "
+            "kind with `--max-grad-norm` (the norm fused with the non-finite check: no extra pass over G; its floor is "
+            "AdamW's). *(syncs)* marks an uncaptured torch path that synchronised the host in a step run under "
+            "`torch.cuda.set_sync_debug_mode(\"error\")`.",
             "- SGD: torch.optim.SGD decays the L2 way, so our SGD rows run with `weight_decay_mode l2`"
             + (" (this run)." if any(r.get("wd_mode") == "l2" for r in rows) else
                " in new runs; this file's data predate that (decoupled)."), ""]
     return out
+
+
+def cpu_reference(paths):
+    """torch's fused path where it has one, else the fastest path measured (timm's, clip+fused)."""
+    if paths.get("fused") is not None:
+        return paths["fused"]
+    found = [v for v in paths.values() if v is not None]
+    return min(found) if found else None
 
 
 def cpu_table(results):
@@ -120,13 +162,13 @@ def cpu_table(results):
     impls = [i for i in TORCH_ORDER if any(i in r["torch"] for r in rows)]
     out = ["### CPU (steady clock; equal thread counts; the CPU step is synchronous, so both methods are one)", "",
            "| layout | kind | threads | ours | ours + NaN check | ours: % of same-traffic limit | "
-           + " | ".join(f"torch {i}" for i in impls) + " | speed-up vs fused |",
+           + " | ".join(f"torch {i}" for i in impls) + " | speed-up vs fused (else the fastest torch) |",
            "|---|---|---|---|---|---|" + "---|" * len(impls) + "---|"]
     for r in rows:
         share = r.get("share_of_limit")
         out.append(f"| {r['layout']} | {r['kind']} | {r['threads']} | {fmt(r['ours'])} | {fmt(r['ours_checked'])} | "
                    f"{'n/a' if share is None else f'{100 * share:.0f}%'} | "
-                   + " | ".join(fmt(r["torch"].get(i)) for i in impls) + f" | {ratio(r['torch'].get('fused'), r['ours'])} |")
+                   + " | ".join(fmt(r["torch"].get(i)) for i in impls) + f" | {ratio(cpu_reference(r['torch']), r['ours'])} |")
     return out + [""]
 
 

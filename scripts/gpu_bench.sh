@@ -7,12 +7,15 @@
 # compare.log, RESULTS.md, results.png. It does not touch bench/RESULTS.md: the lead renders that
 # from compare.json (python3 bench/compare_torch.py --from-json gpu-out/compare.json).
 #
-#   OUT=/some/dir scripts/gpu_bench.sh        (about 5-7 minutes on an H200 with 16 cores)
+#   OUT=/some/dir scripts/gpu_bench.sh        (about 6-8 minutes on an H200 with 16 cores)
 #
-# Time budget (8 minutes in all): build 150 s at most, the LARS check 30 s, the comparison 300 s.
-# The replays are set for that: 100 steps per configuration and method where a step takes well
-# under a millisecond, 20 for torch's uncaptured paths; on the CPU 5, against torch's foreach and
-# fused paths (its for-loop there costs half a minute and decides nothing).
+# Time budget (9 minutes in all): build 150 s at most, the LARS check 30 s, the comparison 340 s
+# (every kind of the table plus adamw+clip; lion and lamb against timm's Lion/Lamb, clipping
+# against clip_grad_norm_ + fused AdamW, each uncaptured and captured). The replays are set for
+# that: 100 steps per configuration and method where a step takes well under a millisecond, 20
+# for torch's uncaptured paths; on the CPU 5, against torch's foreach and fused paths (its
+# for-loop there costs half a minute and decides nothing). The JSON is written after every row,
+# so a run cut short still renders what it measured.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -51,7 +54,7 @@ timeout 30 "$PYTHON" bench/check_torch_lars.py > "$OUT/lars_check.log" 2>&1
 note lars-check "$(status_of $?) in $((SECONDS - t0)) s: $(tr '\n' ' ' < "$OUT/lars_check.log" | cut -c1-160)"
 
 t0=$SECONDS
-PYTHONUNBUFFERED=1 timeout 300 "$PYTHON" bench/compare_torch.py --build "$BUILD" \
+PYTHONUNBUFFERED=1 timeout 340 "$PYTHON" bench/compare_torch.py --build "$BUILD" \
   --layouts resnet50,bert_base,gpt2_small --replays 100 --slow-replays 20 --cpu-replays 5 --cpu-impls foreach,fused \
   --json-out "$OUT/compare.json" --out "$OUT/RESULTS.md" --plot "$OUT/results.png" > "$OUT/compare.log" 2>&1
 rc=$?
@@ -71,11 +74,12 @@ def best(paths, m):
     v = [(x[m], k) for k, x in paths.items() if x and x.get(m) is not None]
     return min(v) if v else (None, None)
 f = lambda x: "   n/a" if x is None else f"{x:6.3f}"
-print(f"{'layout':>10} {'kind':>13} | enqueued ms: ours-on torch-chk  ours-off torch  %floor | synced: ours-off torch")
+print(f"{'layout':>10} {'kind':>13} | enqueued ms: ours-on torch-chk  ours-off torch  %floor on/off | synced: ours-off torch")
 for g in r["gpu"]:
     on, off = g["ours_checked"].get("enqueued"), g["ours"].get("enqueued")
     tc, t = best(g["torch_checked"], "enqueued")[0], best(g["torch"], "enqueued")[0]
-    pct = f"{100 * g['floor'] / off:5.0f}%" if off else "  n/a"
+    p = lambda fl, ms: f"{100 * fl / ms:4.0f}%" if fl and ms else "  n/a"
+    pct = f"{p(g.get('floor_checked'), on)}/{p(g['floor'], off)}"
     print(f"{g['layout']:>10} {g['kind']:>13} | {f(on)} {f(tc)}   {f(off)} {f(t)} {pct} | "
           f"{f(g['ours'].get('synced'))} {f(best(g['torch'], 'synced')[0])}")
 for c in r["cpu"]:
