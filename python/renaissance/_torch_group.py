@@ -59,15 +59,17 @@ class GroupBinding:
                 p.grad = self.G[j]
 
     def is_view(self, j, g):
-        # torch only accepts a .grad of the parameter's shape: the address and the layout decide.
-        return g.data_ptr() == self.g_ptrs[j] and g.is_contiguous()
+        # The common case first: torch hands back the very tensor object it was given. Otherwise
+        # (torch only accepts a .grad of the parameter's shape) the address and layout decide.
+        return g is self.G[j] or (g.data_ptr() == self.g_ptrs[j] and g.is_contiguous())
 
     def zero_grad(self):
         with torch.no_grad():
             self.G_all.zero_()
-        for j, p in enumerate(self.params):
-            if p.grad is None or not self.is_view(j, p.grad):
-                p.grad = self.G[j]
+        for p, g, j in zip(self.params, self.G, range(len(self.G))):
+            grad = p.grad
+            if grad is not g and (grad is None or not self.is_view(j, grad)):
+                p.grad = g
 
     def apply_hyper(self, kind, hyper):
         """Brings the Task's scalars to `hyper` (no recompile): lr alone by set_lr, else all."""
@@ -103,6 +105,8 @@ class GroupBinding:
         missing = []
         for j, p in enumerate(self.params):
             g = p.grad
+            if g is self.G[j]:
+                continue
             if g is None:
                 missing.append(j)
             elif not self.is_view(j, g):
