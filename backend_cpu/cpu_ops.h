@@ -45,7 +45,7 @@ struct CpuTuning {
 
 // Elements of one prefetch step in run_elementwise: a multiple of every SIMD width (so splitting
 // a block there adds no scalar tail) and of the 16-float cache line.
-constexpr uint64_t kPrefetchStepElements = 1024;
+constexpr uint64_t kPrefetchStepElements = 256;
 
 // What an op needs to run: the arena, the thread count and the switches above.
 struct CpuContext {
