@@ -3,6 +3,7 @@
 #include "renaissance/task.h"
 
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include <xxhash.h>
 
 #include "renaissance/error.h"
+#include "renaissance/kinds.h"
+#include "renaissance/math/update_rules.h"
 #include "renaissance/scalars.h"
 
 namespace renaissance {
@@ -205,6 +208,21 @@ std::vector<double> Task::timed_steps(int count) {
 }
 
 int64_t Task::step_count() { return read_i32_slot(kStep); }
+
+void Task::set_step_count(int64_t t) {
+  require_compiled("set_step_count()");
+  if (t < 0 || t > INT32_MAX) throw_invalid("set_step_count(" + std::to_string(t) + "): must be in [0, 2^31)");
+  const int32_t t32 = static_cast<int32_t>(t);
+  backend_->upload(plan_.region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), &t32, sizeof(t32));
+  // The corrections a run has after t applied steps: math::advance_step's values for t (the
+  // next step recomputes them for t + 1 anyway), and the compiled arena's zeros for t = 0.
+  if (kind_info(config_.kind).bias_correction) {
+    const float bc[2] = {t32 == 0 ? 0.0f : math::bias_correction(config_.beta1, t32),
+                         t32 == 0 ? 0.0f : math::bias_correction(config_.beta2, t32)};
+    static_assert(kBiasCorrection2 == kBiasCorrection1 + 1, "the two corrections are adjacent");
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + kBiasCorrection1 * sizeof(float), bc, sizeof(bc));
+  }
+}
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }
 

@@ -107,6 +107,10 @@ class Task {
   // Runs `count` steps and returns each one's time in ms (CUDA: events; CPU: steady clock).
   std::vector<double> timed_steps(int count);
   int64_t step_count();          // applied steps
+  // Sets the applied-step count to t (0 <= t < 2^31) as if t steps had been applied: the step
+  // slot and, for the kinds with bias corrections, 1/(1-beta^t) as the device computes them.
+  // With set_weight and write(kM/kV) this resumes a run from its state (replay `initial_step`).
+  void set_step_count(int64_t t);
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
   bool last_step_skipped();
   // The total gradient norm ‖ĝ‖ (ĝ = g*(1/scale), before clipping) that the last step computed
