@@ -1,6 +1,7 @@
 // `renaissance replay CASE_DIR`: re-runs a recorded case (docs/replay-format.md) on a
-// backend, prints the per-tensor error against expected.safetensors and optionally writes the
-// result. The whole case is validated before anything runs; output is written atomically.
+// backend, prints the per-tensor error against expected.safetensors, checks the final
+// fingerprint bitwise against case.json's expected_fingerprint (format 2), and optionally writes
+// the result. The whole case is validated before anything runs; output is written atomically.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,9 +46,20 @@ int cmd_replay(const ReplayOptions& o) {
   const ReplayCase rc = load_replay_case(o.case_dir);
 
   const ReplayResult r = run_replay(rc, options);
-  std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", io::printable(rc.name).c_str(),
-              optimizer_kind_name(rc.config.kind), static_cast<long long>(rc.steps),
-              static_cast<long long>(r.steps_applied), static_cast<long long>(r.steps_skipped), r.backend.c_str());
+  if (rc.groups.size() == 1) {
+    std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", io::printable(rc.name).c_str(),
+                optimizer_kind_name(rc.config.kind), static_cast<long long>(rc.steps),
+                static_cast<long long>(r.steps_applied), static_cast<long long>(r.steps_skipped), r.backend.c_str());
+  } else {
+    std::printf("replay %s: %zu groups, %lld steps on %s\n", io::printable(rc.name).c_str(), rc.groups.size(),
+                static_cast<long long>(rc.steps), r.backend.c_str());
+    for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
+      const ReplayGroup& g = rc.groups[gi];
+      std::printf("  group %zu: %s, %zu tensors, step count %lld -> %lld, fingerprint %s\n", gi,
+                  optimizer_kind_name(g.config.kind), g.num_params, static_cast<long long>(g.initial_step),
+                  static_cast<long long>(r.group_step_counts[gi]), r.group_fingerprints[gi].c_str());
+    }
+  }
   int status = kExitOk;
   if (rc.has_expected) {
     const std::vector<TensorComparison> cmp = compare_replay(rc, r);
@@ -66,10 +78,14 @@ int cmd_replay(const ReplayOptions& o) {
       std::printf("worst %.3e (%s), tolerance %.1e: %s\n", worst->rel_l2, io::printable(worst->name).c_str(), o.tolerance,
                   status == kExitOk ? "PASS" : "FAIL");
     }
-  } else {
-    std::printf("(no expected.safetensors in the case: nothing to compare)\n");
+  } else if (rc.expected_fingerprint.empty()) {
+    std::printf("(no expected.safetensors nor expected_fingerprint in the case: nothing to compare)\n");
   }
   std::printf("fingerprint %s\n", r.fingerprint.c_str());
+  const bool fingerprint_ok = fingerprint_matches(rc, r);
+  if (!rc.expected_fingerprint.empty()) {
+    std::printf("expected fingerprint %s: %s\n", rc.expected_fingerprint.c_str(), fingerprint_ok ? "MATCH" : "MISMATCH");
+  }
   if (!o.out.empty()) {
     // Written even when the comparison failed: the result is what one inspects then.
     as_system_failure([&] { write_replay_result(o.out, rc, r); });
@@ -77,6 +93,12 @@ int cmd_replay(const ReplayOptions& o) {
   }
   if (status != kExitOk) {
     std::fprintf(stderr, "renaissance replay: %s: error above tolerance %.1e\n", io::printable(rc.name).c_str(), o.tolerance);
+  }
+  if (!fingerprint_ok) {
+    // Bits, not a tolerance: the recorded run and this replay did not compute the same state.
+    std::fprintf(stderr, "renaissance replay: %s: fingerprint mismatch: expected %s (case.json), got %s\n",
+                 io::printable(rc.name).c_str(), rc.expected_fingerprint.c_str(), r.fingerprint.c_str());
+    status = kExitComparisonFailed;
   }
   return status;
 }

@@ -298,9 +298,9 @@ TEST_F(ReplayBadInput, MoreStepsThanGradients) {
 
 TEST_F(ReplayBadInput, WrongFormatTag) {
   nlohmann::json j = case_json();
-  j["format"] = "renaissance-replay/2";
+  j["format"] = "renaissance-replay/9";
   set_case_json(j);
-  expect_rejected({"case.json", "format"});
+  expect_rejected({"case.json", "format", "renaissance-replay/9"});
 }
 
 TEST_F(ReplayBadInput, MissingCaseDirectory) {

@@ -58,6 +58,12 @@ add_test(NAME cli_replay_testdata_perturbed
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/replay -DMODE=perturbed
                  -DWORK=${CMAKE_CURRENT_BINARY_DIR}/replay_perturbed -P ${CMAKE_CURRENT_LIST_DIR}/replay_testdata.cmake)
 set_tests_properties(cli_replay_testdata cli_replay_testdata_perturbed PROPERTIES LABELS cli TIMEOUT 300)
+# Format 2: the cases renaissance.torch.Recorder recorded reach their expected fingerprint bit
+# for bit, and a wrong expected fingerprint fails (exit 1).
+add_test(NAME cli_replay_recorded
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DCASES=${RN_TESTDATA_DIR}/recorded
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/replay_recorded -P ${CMAKE_CURRENT_LIST_DIR}/replay_recorded.cmake)
+set_tests_properties(cli_replay_recorded PROPERTIES LABELS cli TIMEOUT 120)
 
 # Usage and input errors: exit 2, one line on stderr naming the option or file, no output file.
 set(rn_bad_usage

@@ -1,8 +1,10 @@
-// Replay cases (format `renaissance-replay/1`, docs/replay-format.md): a recorded optimizer
-// run (initial weights, per-step gradients, learning rates and loss scales) that any backend can
-// re-run and compare with a float64 reference. The same code serves `renaissance replay` and the
-// tests. Loading validates the whole case (case.json, and every header and tensor of the
-// safetensors files) before anything runs, so a broken case never produces output.
+// Replay cases (formats `renaissance-replay/1` and `/2`, docs/replay-format.md): a recorded
+// optimizer run (initial weights, per-step gradients, learning rates and loss scales; in format 2
+// also several parameter groups, an initial optimizer state and an expected fingerprint) that any
+// backend can re-run and compare with a float64 reference or a recorded fingerprint. The same
+// code serves `renaissance replay`, the Python binding and the tests. Loading validates the whole
+// case (case.json, and every header and tensor of the safetensors files) before anything runs,
+// so a broken case never produces output.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +21,37 @@
 namespace renaissance {
 
 constexpr const char* kReplayFormat = "renaissance-replay/1";
+constexpr const char* kReplayFormat2 = "renaissance-replay/2";
+
+// One parameter group: one Task, stepped after the groups before it in every step.
+struct ReplayGroup {
+  OptimizerConfig config;
+  std::vector<double> lr_per_step;  // `steps` entries (optimizer.lr when not given)
+  size_t first_param = 0;           // the group's parameters are params[first_param, +num_params)
+  size_t num_params = 0;
+  int64_t initial_step = 0;  // applied steps the initial state was taken at
+};
 
 struct ReplayCase {
   std::string dir;
   std::string name;
+  int format = 1;  // 1 or 2
+  std::vector<ReplayGroup> groups;  // one in format 1
+  // groups[0]'s optimizer and schedule (the whole case in format 1), kept for callers written for
+  // format 1 (the fuzzer; renaissance.replay's "kind"). Running a case reads `groups`.
   OptimizerConfig config;
+  std::vector<double> lr_per_step;
   int64_t steps = 0;
-  std::vector<double> lr_per_step;          // `steps` entries (optimizer.lr when not given)
   std::vector<double> loss_scale_per_step;  // `steps` entries (1 when not given)
-  std::vector<ParamSpec> params;
-  std::vector<std::vector<float>> init;  // per parameter
+  std::vector<ParamSpec> params;            // every group's, in group order; names unique in the case
+  std::vector<std::vector<float>> init;     // per parameter
+  // Format 2's initial optimizer state (init.safetensors m/NAME, v/NAME): per parameter, empty
+  // where the file has none (a group gives it for all its parameters or for none).
+  std::vector<std::vector<float>> init_m, init_v;
+  std::vector<bool> has_init_m, has_init_v;  // per parameter
+  // Format 2: the fingerprint the final state must have (combine_fingerprints of the groups'),
+  // 16 lowercase hex digits; empty when the case has none.
+  std::string expected_fingerprint;
   // Gradients are validated at load time but read step by step while running, so a long case
   // does not need all of them in memory at once.
   std::shared_ptr<SafetensorsReader> grads;
@@ -36,6 +59,9 @@ struct ReplayCase {
   // where the reference records optimizer state.
   bool has_expected = false;
   std::map<std::string, std::vector<double>> expected;
+
+  // The group parameter `id` belongs to.
+  const ReplayGroup& group_of(size_t id) const;
 
   static std::string grad_name(int64_t step, const std::string& param) {
     return "step" + std::to_string(step) + "/" + param;
@@ -55,15 +81,21 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
 
 struct ReplayResult {
   std::string backend;  // Backend::describe()
+  // Steps this replay applied and skipped, summed over the groups (a one-group case: its steps).
   int64_t steps_applied = 0;
   int64_t steps_skipped = 0;
-  std::string fingerprint;
-  bool has_m = false;
+  std::string fingerprint;                      // combine_fingerprints(group_fingerprints)
+  std::vector<std::string> group_fingerprints;  // Task::fingerprint() of each group
+  std::vector<int64_t> group_step_counts;       // each group's final applied-step count
+  bool has_m = false;  // some group's kind keeps M (V)
   bool has_v = false;
-  std::vector<std::vector<float>> w, m, v;  // per parameter; m, v empty when the kind has none
+  // Per parameter; m[i], v[i] are empty where the parameter's group keeps no M (V).
+  std::vector<std::vector<float>> w, m, v;
+  std::vector<bool> param_has_m, param_has_v;
 };
 
-// Runs the case on a fresh Task: per step set_lr, set_loss_scale, set_grad for every tensor, step().
+// Runs the case on fresh Tasks, one per group: each group's initial weights, state and step
+// count, then per step and group in order set_lr, set_loss_scale, set_grad for every tensor, step().
 ReplayResult run_replay(const ReplayCase& replay, const TaskOptions& options);
 
 struct TensorComparison {
@@ -73,6 +105,9 @@ struct TensorComparison {
   double max_abs = 0.0;  // largest |got - ref|
   bool finite = true;    // every element of `got` is finite
 };
+
+// Whether the result has the case's expected fingerprint (true when the case has none).
+bool fingerprint_matches(const ReplayCase& replay, const ReplayResult& result);
 
 // Compares a result with expected.safetensors (empty when the case has none), in tensor order.
 std::vector<TensorComparison> compare_replay(const ReplayCase& replay, const ReplayResult& result);

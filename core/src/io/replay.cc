@@ -1,5 +1,6 @@
-// Replay cases: loading and validating a case directory, running it through the Task API and
-// comparing the result with the float64 reference. The checks here are the user-facing ones for
+// Replay cases: loading and validating a case directory (formats 1 and 2), running it through
+// the Task API (one Task per group) and comparing the result with the float64 reference; also
+// combine_fingerprints (renaissance/fingerprint.h), which format 2's expected fingerprint uses. The checks here are the user-facing ones for
 // files written by other tools, so each names the file, the tensor or the key.
 #include "renaissance/replay.h"
 
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
 #include <fstream>
@@ -14,8 +16,12 @@
 #include <set>
 #include <sstream>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/fingerprint.h"
 #include "renaissance/layout.h"
 
 namespace renaissance {
@@ -51,8 +57,9 @@ std::string kind_list() {
   return s;
 }
 
-OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& file) {
-  const std::string where = file + ": optimizer";
+// `where` names the object in messages: "DIR/case.json: optimizer" (format 1) or
+// "DIR/case.json: groups[1].optimizer" (format 2).
+OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& where) {
   if (!o.is_object()) throw_format(where + " must be an object");
   if (!o.contains("kind") || !o["kind"].is_string()) throw_format(where + ".kind is missing or not a string (expected one of " + kind_list() + ")");
   const std::string kind_text = o["kind"].get<std::string>();
@@ -98,8 +105,8 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& file
 }
 
 // A per-step list of `steps` numbers, each checked by `check` (check_lr / check_loss_scale).
-std::vector<double> parse_per_step(const nlohmann::json& j, const char* key, int64_t steps, const std::string& file,
-                                   void (*check)(double)) {
+std::vector<double> parse_per_step(const nlohmann::json& j, const std::string& key, int64_t steps,
+                                   const std::string& file, void (*check)(double)) {
   const std::string where = file + ": " + key;
   if (!j.is_array()) throw_format(where + " must be an array of numbers");
   if (static_cast<int64_t>(j.size()) != steps) {
@@ -143,6 +150,141 @@ std::string strip_trailing_slashes(std::string dir) {
 }
 }  // namespace
 
+namespace {
+
+std::string dump_or_nothing(const nlohmann::json& j, const char* key) {
+  return j.contains(key) ? j[key].dump() : std::string("nothing");
+}
+
+// Each step needs its gradients in grads.safetensors, and each tensor costs that file's header
+// (at most kMaxSafetensorsHeaderBytes) over 50 bytes ("step0/a":{"dtype":"F32","shape":[],
+// "data_offsets":[0,4]}), so no loadable case has more steps than this. The bound is checked
+// here because the per-step lists are sized from `steps` before grads.safetensors is opened:
+// 2^30 steps used to allocate 16 GB for a 100-byte case.json (fuzz/regressions/).
+int64_t parse_steps(const nlohmann::json& j, const std::string& case_path) {
+  constexpr uint64_t kMaxSteps = kMaxSafetensorsHeaderBytes / 32;
+  if (!j.contains("steps") || !j["steps"].is_number_unsigned() || j["steps"].get<uint64_t>() > kMaxSteps) {
+    throw_format(case_path + ": steps must be a non-negative integer of at most " + std::to_string(kMaxSteps) +
+                 ", got " + dump_or_nothing(j, "steps"));
+  }
+  return j["steps"].get<int64_t>();
+}
+
+void check_keys(const nlohmann::json& j, const std::set<std::string>& keys, const std::string& where,
+                const std::string& expected, const std::string& hint = "") {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!keys.count(it.key())) throw_format(where + ": unknown key " + sq(it.key()) + " (expected " + expected + ")" + hint);
+  }
+}
+
+// initial_step: the applied-step count the initial state was taken at. Bounded so that the
+// count after the case's steps still fits the device's int32 counter.
+int64_t parse_initial_step(const nlohmann::json& v, const std::string& where, int64_t steps) {
+  const uint64_t max = static_cast<uint64_t>(INT32_MAX) - static_cast<uint64_t>(steps);
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > max) {
+    throw_format(where + " must be a non-negative integer of at most 2^31 - 1 - steps = " + std::to_string(max) +
+                 ", got " + v.dump());
+  }
+  return v.get<int64_t>();
+}
+
+void parse_format1(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
+  check_keys(j, {"format", "name", "optimizer", "steps", "lr_per_step", "loss_scale_per_step", "params"}, case_path,
+             "format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params",
+             j.contains("groups") || j.contains("initial_step") || j.contains("expected_fingerprint")
+                 ? std::string("; groups, initial_step and expected_fingerprint need format \"") + kReplayFormat2 + "\""
+                 : std::string());
+  if (!j.contains("optimizer")) throw_format(case_path + ": missing key 'optimizer'");
+  ReplayGroup g;
+  g.config = parse_optimizer(j["optimizer"], case_path + ": optimizer");
+  rc.steps = parse_steps(j, case_path);
+  g.lr_per_step = j.contains("lr_per_step")
+                      ? parse_per_step(j["lr_per_step"], "lr_per_step", rc.steps, case_path, &check_lr)
+                      : std::vector<double>(static_cast<size_t>(rc.steps), g.config.lr);
+  rc.loss_scale_per_step = j.contains("loss_scale_per_step")
+                               ? parse_per_step(j["loss_scale_per_step"], "loss_scale_per_step", rc.steps, case_path,
+                                                &check_loss_scale)
+                               : std::vector<double>(static_cast<size_t>(rc.steps), 1.0);
+  if (!j.contains("params")) throw_format(case_path + ": missing key 'params'");
+  // The parameter list has the layout format; reuse its parser and its messages.
+  rc.params = parse_layout(nlohmann::json{{"params", j["params"]}}.dump(), case_path).params;
+  g.num_params = rc.params.size();
+  rc.groups.push_back(std::move(g));
+}
+
+void parse_format2(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
+  check_keys(j, {"format", "name", "steps", "loss_scale_per_step", "initial_step", "expected_fingerprint", "groups"},
+             case_path, "format, name, steps, loss_scale_per_step, initial_step, expected_fingerprint, groups",
+             j.contains("optimizer") || j.contains("params") || j.contains("lr_per_step")
+                 ? std::string("; in format 2, optimizer, params and lr_per_step belong to each entry of groups")
+                 : std::string());
+  rc.steps = parse_steps(j, case_path);
+  rc.loss_scale_per_step = j.contains("loss_scale_per_step")
+                               ? parse_per_step(j["loss_scale_per_step"], "loss_scale_per_step", rc.steps, case_path,
+                                                &check_loss_scale)
+                               : std::vector<double>(static_cast<size_t>(rc.steps), 1.0);
+  const int64_t initial_step =
+      j.contains("initial_step") ? parse_initial_step(j["initial_step"], case_path + ": initial_step", rc.steps) : 0;
+  if (j.contains("expected_fingerprint")) {
+    const nlohmann::json& f = j["expected_fingerprint"];
+    if (!f.is_string() || !is_fingerprint_text(f.get<std::string>())) {
+      throw_format(case_path + ": expected_fingerprint must be 16 lowercase hex digits (as `renaissance replay` prints), got " +
+                   f.dump());
+    }
+    rc.expected_fingerprint = f.get<std::string>();
+  }
+  if (!j.contains("groups")) throw_format(case_path + ": missing key 'groups'");
+  const nlohmann::json& groups = j["groups"];
+  if (!groups.is_array() || groups.empty()) throw_format(case_path + ": groups must be a non-empty array of objects");
+  std::map<std::string, size_t> group_of_name;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const nlohmann::json& gj = groups[i];
+    const std::string key = "groups[" + std::to_string(i) + "]";
+    const std::string where = case_path + ": " + key;
+    if (!gj.is_object()) throw_format(where + " must be an object with optimizer and params");
+    check_keys(gj, {"optimizer", "params", "lr_per_step", "initial_step"}, where,
+               "optimizer, params, lr_per_step, initial_step");
+    if (!gj.contains("optimizer")) throw_format(where + ": missing key 'optimizer'");
+    ReplayGroup g;
+    g.config = parse_optimizer(gj["optimizer"], where + ".optimizer");
+    g.lr_per_step = gj.contains("lr_per_step")
+                        ? parse_per_step(gj["lr_per_step"], key + ".lr_per_step", rc.steps, case_path, &check_lr)
+                        : std::vector<double>(static_cast<size_t>(rc.steps), g.config.lr);
+    g.initial_step =
+        gj.contains("initial_step") ? parse_initial_step(gj["initial_step"], where + ".initial_step", rc.steps) : initial_step;
+    if (!gj.contains("params")) throw_format(where + ": missing key 'params'");
+    std::vector<ParamSpec> params = parse_layout(nlohmann::json{{"params", gj["params"]}}.dump(), where).params;
+    // Tensors in the case's files are named by parameter alone, so a name may appear once in the
+    // whole case.
+    for (size_t k = 0; k < params.size(); ++k) {
+      auto seen = group_of_name.emplace(params[k].name, i);
+      if (!seen.second) {
+        throw_format(where + ": params[" + std::to_string(k) + "] " + sq(io::printable(params[k].name)) +
+                     ": the name is also a parameter of groups[" + std::to_string(seen.first->second) +
+                     "] (names must be unique in the case)");
+      }
+    }
+    g.first_param = rc.params.size();
+    g.num_params = params.size();
+    for (ParamSpec& p : params) rc.params.push_back(std::move(p));
+    rc.groups.push_back(std::move(g));
+  }
+  try {
+    check_layout_limits(rc.params);  // the whole case, as one layout's limits
+  } catch (const Error& e) {
+    throw_format(case_path + ": groups: " + e.what());
+  }
+}
+
+}  // namespace
+
+const ReplayGroup& ReplayCase::group_of(size_t id) const {
+  for (const ReplayGroup& g : groups) {
+    if (id >= g.first_param && id < g.first_param + g.num_params) return g;
+  }
+  throw_invalid("parameter id " + std::to_string(id) + " is in no group of the case");
+}
+
 ReplayCase parse_replay_case_json(const std::string& json_text, const std::string& dir_in) {
   ReplayCase rc;
   const std::string dir = strip_trailing_slashes(dir_in);
@@ -153,17 +295,14 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
   if (j.is_discarded()) throw_format(case_path + ": not valid JSON");
   if (!j.is_object()) throw_format(case_path + ": must be a JSON object");
 
-  static const std::set<std::string> kKeys = {"format", "name", "optimizer", "steps", "lr_per_step",
-                                              "loss_scale_per_step", "params"};
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!kKeys.count(it.key())) {
-      throw_format(case_path + ": unknown key " + sq(it.key()) +
-                   " (expected format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params)");
-    }
-  }
-  if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != kReplayFormat) {
-    throw_format(case_path + ": format must be \"" + kReplayFormat + "\", got " +
-                 (j.contains("format") ? j["format"].dump() : std::string("nothing")));
+  const std::string format = j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
+  if (format == kReplayFormat) {
+    rc.format = 1;
+  } else if (format == kReplayFormat2) {
+    rc.format = 2;
+  } else {
+    throw_format(case_path + ": format must be \"" + kReplayFormat + "\" or \"" + kReplayFormat2 + "\", got " +
+                 dump_or_nothing(j, "format"));
   }
   if (j.contains("name")) {
     if (!j["name"].is_string()) throw_format(case_path + ": name must be a string");
@@ -172,29 +311,10 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
     const size_t slash = dir.find_last_of('/');
     rc.name = slash == std::string::npos ? dir : dir.substr(slash + 1);
   }
-  if (!j.contains("optimizer")) throw_format(case_path + ": missing key 'optimizer'");
-  rc.config = parse_optimizer(j["optimizer"], case_path);
-  // Each step needs its gradients in grads.safetensors, and each tensor costs that file's header
-  // (at most kMaxSafetensorsHeaderBytes) over 50 bytes ("step0/a":{"dtype":"F32","shape":[],
-  // "data_offsets":[0,4]}), so no loadable case has more steps than this. The bound is checked
-  // here because the per-step lists below are sized from `steps` before grads.safetensors is
-  // opened: 2^30 steps used to allocate 16 GB for a 100-byte case.json (fuzz/regressions/).
-  constexpr uint64_t kMaxSteps = kMaxSafetensorsHeaderBytes / 32;
-  if (!j.contains("steps") || !j["steps"].is_number_unsigned() || j["steps"].get<uint64_t>() > kMaxSteps) {
-    throw_format(case_path + ": steps must be a non-negative integer of at most " + std::to_string(kMaxSteps) +
-                 ", got " + (j.contains("steps") ? j["steps"].dump() : std::string("nothing")));
-  }
-  rc.steps = j["steps"].get<int64_t>();
-  rc.lr_per_step = j.contains("lr_per_step")
-                       ? parse_per_step(j["lr_per_step"], "lr_per_step", rc.steps, case_path, &check_lr)
-                       : std::vector<double>(static_cast<size_t>(rc.steps), rc.config.lr);
-  rc.loss_scale_per_step = j.contains("loss_scale_per_step")
-                               ? parse_per_step(j["loss_scale_per_step"], "loss_scale_per_step", rc.steps, case_path,
-                                                &check_loss_scale)
-                               : std::vector<double>(static_cast<size_t>(rc.steps), 1.0);
-  if (!j.contains("params")) throw_format(case_path + ": missing key 'params'");
-  // The parameter list has the layout format; reuse its parser and its messages.
-  rc.params = parse_layout(nlohmann::json{{"params", j["params"]}}.dump(), case_path).params;
+  if (rc.format == 1) parse_format1(j, case_path, rc);
+  else parse_format2(j, case_path, rc);
+  rc.config = rc.groups.front().config;
+  rc.lr_per_step = rc.groups.front().lr_per_step;
   return rc;
 }
 
@@ -207,7 +327,8 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   }
   ReplayCase rc = parse_replay_case_json(io::read_regular_file(case_path, "case file", io::kMaxJsonBytes), dir);
 
-  // init.safetensors: exactly the parameters, F32, declared shapes.
+  // init.safetensors: exactly the parameters, F32, declared shapes; in format 2 also m/NAME and
+  // v/NAME (the initial state) where the group's kind keeps it, for all or none of a group.
   const SafetensorsReader init(dir + "/init.safetensors");
   std::set<std::string> names;
   for (const ParamSpec& p : rc.params) {
@@ -215,8 +336,38 @@ ReplayCase load_replay_case(const std::string& dir_in) {
     check_tensor(init, p.name, p.shape, /*allow_f64=*/false);
   }
   for (const auto& kv : init.tensors()) {
-    if (!names.count(kv.first)) {
-      throw_format(init.display_name() + ": tensor " + sq(kv.first) + " is not a parameter of case.json");
+    const std::string& n = kv.first;
+    const bool state = rc.format == 2 && (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0);
+    if (!names.count(state ? n.substr(2) : n)) {
+      throw_format(init.display_name() + ": tensor " + sq(n) + " is not a parameter of case.json" +
+                   (rc.format == 2 ? " (nor m/NAME, v/NAME of one)" : ""));
+    }
+  }
+  rc.has_init_m.assign(rc.params.size(), false);
+  rc.has_init_v.assign(rc.params.size(), false);
+  for (size_t gi = 0; gi < rc.groups.size() && rc.format == 2; ++gi) {
+    const ReplayGroup& g = rc.groups[gi];
+    const PlanConfig families = plan_config_from_optimizer(g.config.kind);
+    for (const char* prefix : {"m/", "v/"}) {
+      const bool kept = prefix[0] == 'm' ? families.has_m : families.has_v;
+      size_t present = 0;
+      for (size_t id = g.first_param; id < g.first_param + g.num_params; ++id) {
+        if (init.has(prefix + rc.params[id].name)) ++present;
+      }
+      if (present == 0) continue;
+      const std::string what = std::string("groups[") + std::to_string(gi) + "] (" + optimizer_kind_name(g.config.kind) + ")";
+      if (!kept) {
+        throw_format(init.display_name() + ": has " + prefix + "NAME tensors for " + what + ", whose kind keeps no " +
+                     (prefix[0] == 'm' ? "M" : "V"));
+      }
+      if (present != g.num_params) {
+        throw_format(init.display_name() + ": has " + prefix + "NAME for " + std::to_string(present) + " of the " +
+                     std::to_string(g.num_params) + " parameters of " + what + " (all or none)");
+      }
+      for (size_t id = g.first_param; id < g.first_param + g.num_params; ++id) {
+        check_tensor(init, prefix + rc.params[id].name, rc.params[id].shape, /*allow_f64=*/false);
+        (prefix[0] == 'm' ? rc.has_init_m : rc.has_init_v)[id] = true;
+      }
     }
   }
 
@@ -239,11 +390,12 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   }
 
   // expected.safetensors (optional): every parameter, F32 or F64; m/NAME and v/NAME allowed
-  // where the optimizer keeps that state.
+  // where the parameter's group's optimizer keeps that state.
   const std::string expected_path = dir + "/expected.safetensors";
   if (optional_file_present(expected_path)) {
     const SafetensorsReader expected(expected_path);
-    const PlanConfig families = plan_config_from_optimizer(rc.config.kind);
+    std::map<std::string, OptimizerKind> kind_of;
+    for (size_t id = 0; id < rc.params.size(); ++id) kind_of[rc.params[id].name] = rc.group_of(id).config.kind;
     for (const ParamSpec& p : rc.params) check_tensor(expected, p.name, p.shape, /*allow_f64=*/true);
     for (const auto& kv : expected.tensors()) {
       const std::string& n = kv.first;
@@ -251,12 +403,15 @@ ReplayCase load_replay_case(const std::string& dir_in) {
       bool state_ok = false;
       if (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0) {
         base = n.substr(2);
-        state_ok = n[0] == 'm' ? families.has_m : families.has_v;
+        if (kind_of.count(base)) {
+          const PlanConfig families = plan_config_from_optimizer(kind_of[base]);
+          state_ok = n[0] == 'm' ? families.has_m : families.has_v;
+        }
       }
       if (!names.count(base) || (base != n && !state_ok)) {
         throw_format(expected.display_name() + ": unexpected tensor " + sq(n) +
-                     " (expected parameter names, and m/NAME, v/NAME where " + optimizer_kind_name(rc.config.kind) +
-                     " keeps that state)");
+                     " (expected parameter names, and m/NAME, v/NAME where " +
+                     (kind_of.count(base) ? optimizer_kind_name(kind_of[base]) : "the kind") + " keeps that state)");
       }
       if (base != n) {
         for (const ParamSpec& p : rc.params) {
@@ -268,47 +423,110 @@ ReplayCase load_replay_case(const std::string& dir_in) {
     rc.has_expected = true;
   }
 
-  // Read the initial weights last: every check above is cheap, this is the first bulk read.
-  for (const ParamSpec& p : rc.params) rc.init.push_back(init.read_f32(p.name));
+  // Read the initial weights and state last: every check above is cheap, this is the first bulk read.
+  rc.init_m.resize(rc.params.size());
+  rc.init_v.resize(rc.params.size());
+  for (size_t id = 0; id < rc.params.size(); ++id) {
+    rc.init.push_back(init.read_f32(rc.params[id].name));
+    if (rc.has_init_m[id]) rc.init_m[id] = init.read_f32("m/" + rc.params[id].name);
+    if (rc.has_init_v[id]) rc.init_v[id] = init.read_f32("v/" + rc.params[id].name);
+  }
   return rc;
 }
 
 ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
-  Task task(rc.params, options);
-  task.optimizer(rc.config);
-  task.compile();
-  for (size_t id = 0; id < rc.params.size(); ++id) task.set_weight(id, rc.init[id].data());
-  for (int64_t t = 0; t < rc.steps; ++t) {
-    task.set_lr(rc.lr_per_step[static_cast<size_t>(t)]);
-    task.set_loss_scale(rc.loss_scale_per_step[static_cast<size_t>(t)]);
-    for (size_t id = 0; id < rc.params.size(); ++id) {
-      const std::vector<float> g = rc.grads->read_f32(ReplayCase::grad_name(t, rc.params[id].name));
-      task.set_grad(id, g.data());
+  std::vector<std::unique_ptr<Task>> tasks;
+  for (const ReplayGroup& g : rc.groups) {
+    std::vector<ParamSpec> specs(rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param),
+                                 rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param + g.num_params));
+    auto task = std::make_unique<Task>(std::move(specs), options);
+    task->optimizer(g.config);
+    task->compile();
+    for (size_t k = 0; k < g.num_params; ++k) {
+      const size_t id = g.first_param + k;
+      task->set_weight(k, rc.init[id].data());
+      if (id < rc.has_init_m.size() && rc.has_init_m[id]) task->write(Family::kM, k, rc.init_m[id].data());
+      if (id < rc.has_init_v.size() && rc.has_init_v[id]) task->write(Family::kV, k, rc.init_v[id].data());
     }
-    task.step();
+    // A fresh task is at step 0; only a resumed state moves the counter (format 1 never does).
+    if (g.initial_step != 0) task->set_step_count(g.initial_step);
+    tasks.push_back(std::move(task));
+  }
+  for (int64_t t = 0; t < rc.steps; ++t) {
+    for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
+      const ReplayGroup& g = rc.groups[gi];
+      Task& task = *tasks[gi];
+      task.set_lr(g.lr_per_step[static_cast<size_t>(t)]);
+      task.set_loss_scale(rc.loss_scale_per_step[static_cast<size_t>(t)]);
+      for (size_t k = 0; k < g.num_params; ++k) {
+        const std::vector<float> grad = rc.grads->read_f32(ReplayCase::grad_name(t, rc.params[g.first_param + k].name));
+        task.set_grad(k, grad.data());
+      }
+      task.step();
+    }
   }
   ReplayResult r;
-  r.backend = task.backend().describe();
-  r.steps_applied = task.step_count();
-  r.steps_skipped = task.skipped_steps();
-  r.fingerprint = task.fingerprint();
-  r.has_m = task.plan().has_family(Family::kM);
-  r.has_v = task.plan().has_family(Family::kV);
-  for (size_t id = 0; id < rc.params.size(); ++id) {
-    const size_t n = static_cast<size_t>(rc.params[id].numel());
-    std::vector<float> buf(n);
-    task.read(Family::kW, id, buf.data());
-    r.w.push_back(buf);
-    if (r.has_m) {
-      task.read(Family::kM, id, buf.data());
-      r.m.push_back(buf);
-    }
-    if (r.has_v) {
-      task.read(Family::kV, id, buf.data());
-      r.v.push_back(buf);
+  r.backend = tasks.front()->backend().describe();
+  for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
+    const ReplayGroup& g = rc.groups[gi];
+    Task& task = *tasks[gi];
+    const int64_t count = task.step_count();
+    r.group_step_counts.push_back(count);
+    r.group_fingerprints.push_back(task.fingerprint());
+    r.steps_applied += count - g.initial_step;
+    r.steps_skipped += task.skipped_steps();
+    const bool has_m = task.plan().has_family(Family::kM);
+    const bool has_v = task.plan().has_family(Family::kV);
+    r.has_m = r.has_m || has_m;
+    r.has_v = r.has_v || has_v;
+    for (size_t k = 0; k < g.num_params; ++k) {
+      std::vector<float> buf(static_cast<size_t>(task.param(k).numel()));
+      task.read(Family::kW, k, buf.data());
+      r.w.push_back(buf);
+      r.param_has_m.push_back(has_m);
+      r.param_has_v.push_back(has_v);
+      r.m.emplace_back();
+      r.v.emplace_back();
+      if (has_m) {
+        task.read(Family::kM, k, buf.data());
+        r.m.back() = buf;
+      }
+      if (has_v) {
+        task.read(Family::kV, k, buf.data());
+        r.v.back() = buf;
+      }
     }
   }
+  r.fingerprint = combine_fingerprints(r.group_fingerprints);
   return r;
+}
+
+bool fingerprint_matches(const ReplayCase& rc, const ReplayResult& result) {
+  return rc.expected_fingerprint.empty() || rc.expected_fingerprint == result.fingerprint;
+}
+
+bool is_fingerprint_text(const std::string& s) {
+  if (s.size() != 16) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string combine_fingerprints(const std::vector<std::string>& fps) {
+  if (fps.empty()) throw_invalid("combine_fingerprints: no fingerprints (a case has at least one group)");
+  for (size_t i = 0; i < fps.size(); ++i) {
+    if (!is_fingerprint_text(fps[i])) {
+      throw_invalid("combine_fingerprints: entry " + std::to_string(i) + " " + sq(io::printable(fps[i])) +
+                    " is not 16 lowercase hex digits");
+    }
+  }
+  if (fps.size() == 1) return fps.front();
+  std::string joined;
+  for (size_t i = 0; i < fps.size(); ++i) joined += (i ? "\n" : "") + fps[i];
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(XXH3_64bits(joined.data(), joined.size())));
+  return text;
 }
 
 std::vector<TensorComparison> compare_replay(const ReplayCase& rc, const ReplayResult& result) {
@@ -335,8 +553,12 @@ std::vector<TensorComparison> compare_replay(const ReplayCase& rc, const ReplayR
     out.push_back(c);
   };
   for (size_t id = 0; id < rc.params.size(); ++id) compare(rc.params[id].name, result.w[id]);
-  for (size_t id = 0; id < rc.params.size() && result.has_m; ++id) compare("m/" + rc.params[id].name, result.m[id]);
-  for (size_t id = 0; id < rc.params.size() && result.has_v; ++id) compare("v/" + rc.params[id].name, result.v[id]);
+  for (size_t id = 0; id < rc.params.size(); ++id) {
+    if (result.param_has_m[id]) compare("m/" + rc.params[id].name, result.m[id]);
+  }
+  for (size_t id = 0; id < rc.params.size(); ++id) {
+    if (result.param_has_v[id]) compare("v/" + rc.params[id].name, result.v[id]);
+  }
   return out;
 }
 
@@ -345,8 +567,8 @@ void write_replay_result(const std::string& path, const ReplayCase& rc, const Re
   for (size_t id = 0; id < rc.params.size(); ++id) {
     const ParamSpec& p = rc.params[id];
     views.push_back({p.name, StDtype::kF32, p.shape, result.w[id].data()});
-    if (result.has_m) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
-    if (result.has_v) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
+    if (result.param_has_m[id]) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
+    if (result.param_has_v[id]) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
   }
   write_safetensors(path, views,
                     {{"format", "renaissance-replay-result/1"},
