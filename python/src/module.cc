@@ -381,6 +381,7 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = RENAISSANCE_VERSION;
   m.attr("with_cuda") = bool(RENAISSANCE_WITH_CUDA);
   nb::register_exception_translator(translate);
+  void renaissance_register_replay(nanobind::module_&); renaissance_register_replay(m);  // --- replay (R) ---, at the end
 
   m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
@@ -437,3 +438,78 @@ NB_MODULE(_core, m) {
            "stream"_a, "CUDA: order each step with this cudaStream_t handle (torch's cuda_stream); 0: none");
 }
 
+// --- replay (R) ---
+// For renaissance.torch.Recorder (python/renaissance/recorder.py) and format-2 replay cases
+// (docs/replay-format.md): the multi-group fingerprint (defined once in the core), a task's
+// optimizer configuration and state as the core holds them, and the core's atomic safetensors
+// writer. Registered from NB_MODULE through renaissance_register_replay.
+#include "renaissance/fingerprint.h"
+
+namespace renaissance {
+namespace {
+
+Family replay_family(const std::string& name) {
+  if (name == "W") return Family::kW;
+  if (name == "G") return Family::kG;
+  if (name == "M") return Family::kM;
+  if (name == "V") return Family::kV;
+  throw_invalid("family '" + name + "': expected W, G, M or V");
+}
+
+// The optimizer configuration in replay case.json's keys (exact doubles: Python's json writes
+// them back bit for bit).
+nb::dict task_config(PyTask& t) {
+  const OptimizerConfig& c = t.task().config();
+  nb::dict d;
+  d["kind"] = optimizer_kind_name(c.kind);
+  d["lr"] = c.lr;
+  d["weight_decay"] = c.weight_decay;
+  d["momentum"] = c.momentum;
+  d["beta1"] = c.beta1;
+  d["beta2"] = c.beta2;
+  d["eps"] = c.eps;
+  d["trust_coefficient"] = c.trust_coefficient;
+  d["max_grad_norm"] = c.max_grad_norm;
+  d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
+  return d;
+}
+
+using HostArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+
+void py_write_safetensors(const std::string& path, const std::vector<std::pair<std::string, HostArray>>& tensors,
+                          const std::map<std::string, std::string>& metadata) {
+  std::vector<StTensorView> views;
+  for (const auto& [name, a] : tensors) {
+    std::vector<int64_t> shape;
+    for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
+    views.push_back({name, StDtype::kF32, shape, a.data()});
+  }
+  nb::gil_scoped_release release;
+  write_safetensors(path, views, metadata);
+}
+
+}  // namespace
+}  // namespace renaissance
+
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
+
+void renaissance_register_replay(nb::module_& m) {
+  using namespace renaissance;
+  m.def("combine_fingerprints", &combine_fingerprints, "fingerprints"_a,
+        "The fingerprint of several tasks (one per parameter group): one group's own, unchanged; several: XXH3-64 "
+        "of the 16-hex fingerprints joined by newlines (renaissance/fingerprint.h).");
+  m.def("_task_config", &task_config, "task"_a, "The task's optimizer configuration as replay case.json keys.");
+  m.def("_task_families", [](PyTask& t) {
+          std::vector<std::string> f;
+          for (const char* n : {"M", "V"}) {
+            if (t.task().compiled() && t.task().plan().has_family(replay_family(n))) f.push_back(n);
+          }
+          return f;
+        }, "task"_a, "The state families (M, V) the task's kind keeps.");
+  m.def("_task_read", [](PyTask& t, const std::string& family, nb::handle which) {
+          return t.read(replay_family(family), which);
+        }, "task"_a, "family"_a, "param"_a, "A host copy (numpy float32) of one tensor of family W, G, M or V.");
+  m.def("_write_safetensors", &py_write_safetensors, "path"_a, "tensors"_a, "metadata"_a,
+        "Writes (name, float32 array) pairs as safetensors, atomically (the core's writer).");
+}

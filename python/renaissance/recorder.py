@@ -1,0 +1,236 @@
+"""renaissance.torch.Recorder: records a renaissance.torch optimizer's steps as a replay case.
+
+The case (format ``renaissance-replay/2``, docs/replay-format.md) holds every parameter group's
+initial weights, optimizer state (M, V) and step count, each recorded step's gradients exactly as
+the backward wrote them (scaled), the per-group learning rate and the loss scale of each step,
+and the final fingerprint as ``expected_fingerprint``. ``renaissance replay CASE_DIR`` re-runs
+the steps on any machine (a CPU-only CI, say) and fails unless it reaches the same bits: the
+GPU-less-CI workflow for PyTorch users.
+
+    with Recorder(opt, "case_dir", steps=5):       # or rec = Recorder(...); it finishes by itself
+        for x, y in batches:
+            loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
+
+It wraps ``opt.step`` (restored when it finishes) and needs from the optimizer only its groups:
+``opt._renaissance_groups`` (or ``opt._bindings``), per torch param group in order, objects with
+``.task`` (a ``renaissance._core.Task``), ``.params`` (the torch tensors) and ``.names`` (the
+task's parameter names; when absent, the task's own names in order). Everything recorded is kept
+in host memory until the case is written (steps x the model's size, float32).
+"""
+import json
+import os
+import shutil
+import tempfile
+
+from . import _core
+
+__all__ = ["Recorder", "combine_fingerprints"]
+
+combine_fingerprints = _core.combine_fingerprints
+
+# Hyperparameters that must stay as they were for the whole recording: the case has one
+# optimizer per group; only the learning rate is recorded per step.
+_FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient", "max_grad_norm",
+          "weight_decay_mode")
+
+
+def _to_numpy(t):
+    """A host float32 copy of a torch tensor (the copy matters: arena views change at the next step)."""
+    a = t.detach().to("cpu").contiguous().numpy()
+    if str(a.dtype) != "float32":
+        raise ValueError(f"Recorder: a {a.dtype} gradient; the replay format holds float32")
+    return a.copy()
+
+
+def _torch_loss_scale(opt, kwargs):
+    """The loss scale torch's GradScaler handed to this step, or None when it handed none.
+
+    torch 1.13 passes ``grad_scaler=`` (after ``scaler.unscale_(opt)`` the gradients are already
+    unscaled: scale 1); torch 2.x sets ``opt.grad_scale`` (None once unscaled)."""
+    scaler = kwargs.get("grad_scaler")
+    if scaler is not None:
+        stage = scaler._per_optimizer_states[id(opt)]["stage"]
+        if getattr(stage, "name", "") == "UNSCALED":
+            return 1.0
+        return float(scaler._get_scale_async())
+    if hasattr(opt, "grad_scale"):
+        scale = getattr(opt, "grad_scale")
+        return 1.0 if scale is None else float(scale)
+    return None
+
+
+class Recorder:
+    """Records ``steps`` optimizer steps of ``opt`` into ``case_dir`` (see the module doc).
+
+    ``case_dir`` must not exist or be empty unless ``overwrite=True``; the case is written
+    atomically (a temporary folder next to it, renamed into place), so a crash or an exception
+    leaves no half-written case. Leaving a ``with`` block early writes the steps recorded so far;
+    leaving it with an exception writes nothing. ``fingerprint`` holds the recorded value after
+    finishing."""
+
+    def __init__(self, opt, case_dir, steps, overwrite=False, name=None):
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"Recorder: steps must be a positive integer, got {steps!r}")
+        groups = getattr(opt, "_renaissance_groups", None) or getattr(opt, "_bindings", None)
+        if not groups:
+            raise TypeError("Recorder: the optimizer has no _renaissance_groups (a renaissance.torch optimizer is needed)")
+        self.case_dir = os.path.abspath(os.fspath(case_dir))
+        self._check_target(overwrite)
+        self.steps = steps
+        self.overwrite = overwrite
+        self.name = name if name is not None else os.path.basename(self.case_dir)
+        self.fingerprint = None
+        self.finished = False
+        self._opt = opt
+        self._groups = list(groups)
+        self._names = [list(getattr(g, "names", None) or [n for n, _, _ in g.task.params]) for g in self._groups]
+        self._grads = []    # per step: {case name: array}
+        self._lrs = []      # per step: per group lr
+        self._scales = []   # per step
+        self._configs = None
+        self._params, self._init, self._initial_steps = [], [], []
+        for gi, g in enumerate(self._groups):
+            task = g.task
+            families = _core._task_families(task)
+            params = []
+            for name_, shape, role in task.params:
+                case_name = f"g{gi}.{name_}"
+                params.append({"name": case_name, "shape": list(shape), "role": role})
+                self._init.append((case_name, _core._task_read(task, "W", name_)))
+                for f in families:  # the state, as the core holds it
+                    self._init.append((f"{f.lower()}/{case_name}", _core._task_read(task, f, name_)))
+            self._params.append(params)
+            self._initial_steps.append(int(task.step_count))
+        # Hook opt.step: an instance attribute over the class's method, removed when finished.
+        self._had_own_step = "step" in vars(opt)
+        self._saved_step = vars(opt).get("step")
+        self._inner_step = opt.step
+        opt.step = self._step
+
+    def _check_target(self, overwrite):
+        if os.path.lexists(self.case_dir):
+            if not os.path.isdir(self.case_dir):
+                raise FileExistsError(f"Recorder: {self.case_dir} exists and is not a folder")
+            if os.listdir(self.case_dir) and not overwrite:
+                raise FileExistsError(f"Recorder: {self.case_dir} is not empty (overwrite=True replaces it)")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.finished:
+            return False
+        if exc_type is not None:
+            self._unhook()
+            self.finished = True
+            return False
+        self.finish()
+        return False
+
+    def _step(self, *args, **kwargs):
+        grads = {}
+        for gi, g in enumerate(self._groups):
+            for name_, p in zip(self._names[gi], g.params):
+                if p.grad is None:
+                    self._unhook()
+                    self.finished = True
+                    raise ValueError(f"Recorder: parameter {name_} of group {gi} has no gradient at step "
+                                     f"{len(self._grads)}; a replay case has no per-tensor mask (recording stopped, "
+                                     "nothing written)")
+                grads[f"g{gi}.{name_}"] = _to_numpy(p.grad)
+        scale = _torch_loss_scale(self._opt, kwargs)
+        result = self._inner_step(*args, **kwargs)
+        # What the core used for this step: each task's lr, loss scale and configuration.
+        tasks = [g.task for g in self._groups]
+        configs = [_core._task_config(t) for t in tasks]
+        if self._configs is None:
+            self._configs = configs
+        for gi, (was, now) in enumerate(zip(self._configs, configs)):
+            changed = [k for k in _FIXED if was[k] != now[k]]
+            if changed:
+                self._unhook()
+                self.finished = True
+                raise ValueError(f"Recorder: group {gi} changed {', '.join(changed)} during the recording; a replay "
+                                 "case keeps one optimizer per group (only lr varies per step); nothing written")
+        if scale is None:
+            task_scales = {float(t.loss_scale) for t in tasks}
+            if len(task_scales) != 1:
+                self._unhook()
+                self.finished = True
+                raise ValueError(f"Recorder: the groups stepped with different loss scales {sorted(task_scales)}")
+            scale = task_scales.pop()
+        self._grads.append(grads)
+        self._lrs.append([float(t.lr) for t in tasks])
+        self._scales.append(scale)
+        if len(self._grads) == self.steps:
+            self.finish()
+        return result
+
+    def _unhook(self):
+        if self._had_own_step:
+            self._opt.step = self._saved_step
+        elif "step" in vars(self._opt):
+            del self._opt.step
+
+    def finish(self):
+        """Stops recording, writes the case and returns the recorded fingerprint."""
+        if self.finished:
+            return self.fingerprint
+        self._unhook()
+        self.finished = True
+        fingerprints = [g.task.fingerprint() for g in self._groups]
+        self.fingerprint = _core.combine_fingerprints(fingerprints)
+        steps = len(self._grads)
+        case = {
+            "format": "renaissance-replay/2",
+            "name": self.name,
+            "steps": steps,
+            "loss_scale_per_step": self._scales,
+            "expected_fingerprint": self.fingerprint,
+            "groups": [],
+        }
+        for gi, params in enumerate(self._params):
+            config = dict((self._configs or [_core._task_config(g.task) for g in self._groups])[gi])
+            if config["weight_decay_mode"] == "decoupled":
+                del config["weight_decay_mode"]  # the default, and the only mode most kinds accept
+            group = {"optimizer": config, "params": params, "lr_per_step": [lrs[gi] for lrs in self._lrs]}
+            if self._initial_steps[gi]:
+                group["initial_step"] = self._initial_steps[gi]
+            case["groups"].append(group)
+        grads = [(f"step{t}/{n}", a) for t, step in enumerate(self._grads) for n, a in step.items()]
+        self._write(case, grads)
+        return self.fingerprint
+
+    def _write(self, case, grads):
+        self._check_target(self.overwrite)  # again: the folder may have filled meanwhile
+        parent = os.path.dirname(self.case_dir)
+        tmp = tempfile.mkdtemp(prefix="." + os.path.basename(self.case_dir) + ".tmp-", dir=parent)
+        try:
+            meta = {"format": "renaissance-replay/2", "writer": "renaissance.torch.Recorder"}
+            _core._write_safetensors(os.path.join(tmp, "init.safetensors"), self._init, meta)
+            _core._write_safetensors(os.path.join(tmp, "grads.safetensors"), grads, meta)
+            with open(os.path.join(tmp, "case.json"), "w") as f:
+                json.dump(case, f, indent=1)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o755)
+            old = None
+            if os.path.isdir(self.case_dir):
+                if os.listdir(self.case_dir):
+                    old = tempfile.mkdtemp(prefix="." + os.path.basename(self.case_dir) + ".old-", dir=parent)
+                    os.rename(self.case_dir, os.path.join(old, "case"))
+                else:
+                    os.rmdir(self.case_dir)
+            os.rename(tmp, self.case_dir)
+            tmp = None
+            if old is not None:
+                shutil.rmtree(old)
+            fd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Records a replay case (format 2) with renaissance.torch.Recorder for testdata/recorded/.
+
+A small MLP on scikit-learn's digits (shipped with the Debian package: no download), two
+parameter groups (the hidden layer, and the output layer with its own lr and no weight decay),
+AdamW, a StepLR schedule, 3 unrecorded steps (so the case starts from a real optimizer state),
+then 5 recorded steps. The case's expected_fingerprint is what the recording run ended with;
+`renaissance replay CASE` on any machine must reproduce it bit for bit.
+
+    /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_h200 --device cuda
+    /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_cpu --standin
+
+--standin records with tests/python/recorder_standin.StandinAdamW (host copies, CPU only) in
+place of renaissance.torch.AdamW, for a machine where renaissance.torch is not there yet.
+"""
+import argparse
+import os
+import sys
+
+import torch
+from sklearn.datasets import load_digits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="the case folder to write (must not be a non-empty folder)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--standin", action="store_true", help="use the test stand-in optimizer (CPU only)")
+    ap.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args()
+
+    from renaissance.recorder import Recorder
+    if args.standin:
+        if args.device != "cpu":
+            sys.exit("--standin runs on the CPU only")
+        sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+        from recorder_standin import StandinAdamW as AdamW
+    else:
+        from renaissance.torch import AdamW
+
+    torch.manual_seed(1234)
+    digits = load_digits()
+    x = torch.tensor(digits.data[:128] / 16.0, dtype=torch.float32, device=args.device)
+    y = torch.tensor(digits.target[:128], dtype=torch.long, device=args.device)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)).to(args.device)
+    opt = AdamW([{"params": model[0].parameters()},
+                 {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=3e-3, weight_decay=0.05)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
+
+    def train(steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            sched.step()
+
+    train(3)
+    with Recorder(opt, args.out, steps=5, overwrite=args.overwrite) as rec:
+        train(5)
+    print(f"recorded {args.out}: 5 steps, 2 groups, fingerprint {rec.fingerprint}")
+
+
+if __name__ == "__main__":
+    main()
