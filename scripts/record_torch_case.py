@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Records a replay case (format 2) with renaissance.torch.Recorder for testdata/recorded/.
 
-A small MLP on scikit-learn's digits (shipped with the Debian package: no download), two
-parameter groups (the hidden layer, and the output layer with its own lr and no weight decay),
+A small MLP on a fixed synthetic batch (drawn on the host from a seeded generator, so every
+machine trains on the same numbers; no data set needed), two parameter groups (the hidden layer, and the output layer with its own lr and no weight decay),
 AdamW, a StepLR schedule, 3 unrecorded steps (so the case starts from a real optimizer state),
 then 5 recorded steps. The case's expected_fingerprint is what the recording run ended with;
 `renaissance replay CASE` on any machine must reproduce it bit for bit.
@@ -18,7 +18,6 @@ import os
 import sys
 
 import torch
-from sklearn.datasets import load_digits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,9 +40,8 @@ def main():
         from renaissance.torch import AdamW
 
     torch.manual_seed(1234)
-    digits = load_digits()
-    x = torch.tensor(digits.data[:128] / 16.0, dtype=torch.float32, device=args.device)
-    y = torch.tensor(digits.target[:128], dtype=torch.long, device=args.device)
+    x = torch.rand(128, 64).to(args.device)
+    y = torch.randint(0, 10, (128,)).to(args.device)
     model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)).to(args.device)
     opt = AdamW([{"params": model[0].parameters()},
                  {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=3e-3, weight_decay=0.05)

@@ -42,6 +42,17 @@ def _to_numpy(t):
     return a.copy()
 
 
+def _sync(groups):
+    """Waits for the device: the core's host reads must see what torch's streams queued (the
+    optimizer's copies in, the step ordered on torch's stream). A recording may synchronise."""
+    for g in groups:
+        for p in g.params:
+            if p.device.type == "cuda":
+                import torch
+                torch.cuda.synchronize(p.device)
+                return
+
+
 def _torch_loss_scale(opt, kwargs):
     """The loss scale torch's GradScaler handed to this step, or None when it handed none.
 
@@ -89,6 +100,7 @@ class Recorder:
         self._scales = []   # per step
         self._configs = None
         self._params, self._init, self._initial_steps = [], [], []
+        _sync(self._groups)
         for gi, g in enumerate(self._groups):
             task = g.task
             families = _core._task_families(task)
@@ -140,6 +152,7 @@ class Recorder:
                 grads[f"g{gi}.{name_}"] = _to_numpy(p.grad)
         scale = _torch_loss_scale(self._opt, kwargs)
         result = self._inner_step(*args, **kwargs)
+        _sync(self._groups)
         # What the core used for this step: each task's lr, loss scale and configuration.
         tasks = [g.task for g in self._groups]
         configs = [_core._task_config(t) for t in tasks]
