@@ -198,6 +198,10 @@ int serve(const std::string& layout, int threads, bool check) {
 }  // namespace renaissance
 
 int main(int argc, char** argv) {
+  // RENAISSANCE_BENCH_NO_AVX512=1 keeps Highway off its AVX-512 targets, to tell the cost of
+  // the arithmetic at 512 bits from the memory traffic on machines that have it.
+  const char* no_avx512 = std::getenv("RENAISSANCE_BENCH_NO_AVX512");
+  if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
     if (argc != 5) {
       std::fprintf(stderr, "usage: bench_cpu_step serve LAYOUT THREADS CHECK(0|1)\n");
@@ -205,10 +209,6 @@ int main(int argc, char** argv) {
     }
     return renaissance::bench::serve(argv[2], std::atoi(argv[3]), std::strcmp(argv[4], "1") == 0);
   }
-  // RENAISSANCE_BENCH_NO_AVX512=1 keeps Highway off its AVX-512 targets, to tell the cost of
-  // the arithmetic at 512 bits from the memory traffic on machines that have it.
-  const char* no_avx512 = std::getenv("RENAISSANCE_BENCH_NO_AVX512");
-  if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   renaissance::bench::register_all();

@@ -45,7 +45,11 @@ VARIANTS = {
     "chunk64k": {"RENAISSANCE_CPU_CHUNK": "65536"},
     "interleaved": {"RENAISSANCE_CPU_SCHEDULE": "interleaved"},
     "dynamic": {"RENAISSANCE_CPU_SCHEDULE": "dynamic"},
-    "prefetch": {"RENAISSANCE_CPU_PREFETCH": "2048"},
+    "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
+    "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
+    # Diagnosis only (bench_cpu_step's switch, not the backend's): Highway's AVX2 target on a
+    # machine with AVX-512, to tell the 512-bit division and square root from the memory traffic.
+    "avx2": {"RENAISSANCE_BENCH_NO_AVX512": "1"},
 }
 PAUSE_S = 0.02  # between visits: libgomp's idle threads spin about a millisecond before sleeping
 
