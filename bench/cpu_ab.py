@@ -90,6 +90,22 @@ def load_shapes(name):
         return [tuple(p["shape"]) for p in json.load(f)["params"]]
 
 
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def mem_available():
+    """Bytes of MemAvailable (/proc/meminfo), or 0 where the kernel does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def bench_hyperparameters(build):
     out = subprocess.run([os.path.join(build, "cli", "renaissance"), "kinds", "--json"], check=True,
                          capture_output=True, text=True).stdout
@@ -132,6 +148,13 @@ class Torch:
 def measure(args, torch, hyper, binary, layout, threads):
     """One (layout, threads) group: returns {column: [ms, ...]} and the servers' ready lines."""
     names = [v for v in args.variants.split(",") if v]
+    # Every server holds an arena (W, G, M, V) and torch the same four arrays: refuse to start
+    # what would not fit rather than swap or be killed half-way.
+    need = (len(names) + (0 if args.no_checked else 1) + 1) * 16 * sum(numel(s) for s in load_shapes(layout))
+    avail = mem_available()
+    if avail and need > 0.9 * avail:
+        raise SystemExit(f"cpu_ab: {layout} needs about {need / 2**30:.1f} GiB for {len(names)} variants and torch, "
+                         f"{avail / 2**30:.1f} GiB available: pass fewer --variants or --layouts")
     servers = {v: Ours(binary, layout, threads, False, VARIANTS[v]) for v in names}
     if not args.no_checked:
         servers["default+check"] = Ours(binary, layout, threads, True, {})
