@@ -1,0 +1,177 @@
+// Mixed precision, written once for both backends (issue 14; docs/math.md, "Mixed precision"):
+// fp32 -> bf16 / fp16 rounding (to nearest even, or stochastic), exact bf16 / fp16 -> fp32
+// widening, and the Philox-4x32-10 counter-based generator that keys stochastic rounding.
+// Everything is integer bit manipulation on the IEEE encodings (no float arithmetic, hence no
+// FMA, flush-to-zero or rounding-mode question), so every backend, SIMD target and compiler
+// computes the same bits. Vector kernels may reimplement a function here lane-wise, but the
+// tests compare them with these scalar definitions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "renaissance/math/host_device.h"
+
+namespace renaissance {
+namespace math {
+
+RN_HD uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+RN_HD float f32_from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// ---- Widening: every bf16 / fp16 value is exactly a float32 value. -------------------------
+
+// bf16 is the upper half of a float32: widening appends 16 zero bits (NaN payloads kept).
+RN_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+
+// fp16: 1 sign, 5 exponent (bias 15), 10 fraction bits. Normal numbers re-bias the exponent;
+// subnormals (exponent 0) are normalised by shifting the fraction up to its leading one.
+RN_HD float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t frac = h & 0x3ffu;
+  if (exp == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (frac << 13));  // inf, NaN
+  if (exp == 0) {
+    if (frac == 0) return f32_from_bits(sign);  // ±0
+    exp = 1;                                     // subnormal: value frac * 2^-24
+    while ((frac & 0x400u) == 0) {
+      frac <<= 1;
+      --exp;
+    }
+    frac &= 0x3ffu;
+    // exp is now 1 - (shifts); the float exponent of 2^(exp - 15) is exp - 15 + 127.
+    return f32_from_bits(sign | ((exp + 112u) << 23) | (frac << 13));
+  }
+  return f32_from_bits(sign | ((exp + 112u) << 23) | (frac << 13));
+}
+
+// ---- Narrowing. -----------------------------------------------------------------------------
+//
+// Both roundings work on the magnitude's bit pattern (sign-magnitude encodings round the
+// magnitude; the sign is copied). A NaN stays a NaN: the sign and the top fraction bits are
+// kept and the quiet bit is set, so a NaN never turns into an infinity. An infinity stays one.
+
+// Round to nearest, ties to even. Adding 0x7fff plus the lowest kept bit to the pattern and
+// truncating is exact RNE; a carry out of the fraction increments the exponent, which is the
+// correct next binade, and past the largest finite bf16 it yields 0x7f80 = inf (IEEE overflow).
+RN_HD uint16_t f32_to_bf16_rne(float x) {
+  const uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// fp16 largest finite value 65504 = 0x7bff. Halfway to 65536 is 65520 (0x477ff000): the tie
+// goes to the even neighbour, 65536, which is inf; so every |x| >= 65520 becomes ±inf.
+RN_HD uint16_t f32_to_f16_rne(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);             // overflow, inf
+  if (a >= 0x38800000u) {  // |x| >= 2^-14: a normal fp16 (or 65504 after a carry)
+    const uint32_t rebased = a - (112u << 23);
+    return static_cast<uint16_t>(sign | ((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13));
+  }
+  // Subnormal fp16 (or zero): the result is |x| / 2^-24 rounded to an integer. With the implicit
+  // bit m = 1.f * 2^23 and biased exponent e, |x| / 2^-24 = m / 2^(126 - e).
+  const uint32_t e = a >> 23;
+  if (e < 102) return sign;  // |x| < 2^-25 (shift > 24): below half the smallest subnormal -> 0
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126u - e;  // 14..24
+  const uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  const uint32_t up = (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+  return static_cast<uint16_t>(sign | (q + up));  // q + up == 0x400 is the smallest normal
+}
+
+// Stochastic rounding with a 32-bit uniform random word r. Definition (the same for both
+// formats): write |x| in fixed point with the target format's last fraction bit at bit 32,
+// truncate what lies below bit 0, add r, and keep the bits from 32 up. |x| thus rounds away
+// from zero with probability (the truncated distance to the lower neighbour) / ulp, exactly for
+// every float32 input except where |x| has bits below 2^-32 of the target's ulp (only fp16
+// subnormal results; those bits, below 2^-56, are dropped). Where only k < 32 bits of |x| lie below the target's last bit (16 for bf16, 13
+// for normal fp16) the sum carries exactly when (r >> (32 - k)) + those bits reaches 2^k, so
+// only the top k bits of r matter; that is how it is computed. The next value above the
+// largest finite one is inf: |x| beyond it may round to inf, with that probability.
+RN_HD uint16_t f32_to_bf16_sr(float x, uint32_t r) {
+  const uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  if ((u & 0x7fffffffu) == 0x7f800000u) return static_cast<uint16_t>(u >> 16);
+  return static_cast<uint16_t>((u + (r >> 16)) >> 16);
+}
+
+RN_HD uint16_t f32_to_f16_sr(float x, uint32_t r) {
+  const uint32_t u = f32_bits(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // |x| >= 65536: inf
+  if (a >= 0x38800000u) {  // normal range: 13 bits below the fp16 ulp; a carry may reach inf
+    const uint32_t rebased = a - (112u << 23);
+    return static_cast<uint16_t>(sign | ((rebased + (r >> 19)) >> 13));
+  }
+  // Subnormal range: |x| / 2^-24 = m / 2^shift, as a 32.32 fixed-point number, truncated.
+  const uint32_t e = a >> 23;
+  if (e == 0) return sign;  // float zero or subnormal (< 2^-126): its fixed point is 0
+  const uint32_t shift = 126u - e;  // 14..125
+  if (shift >= 56) return sign;     // m < 2^24: nothing is left at or above bit 0
+  const uint64_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint64_t fixed = (m << 32) >> shift;
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>((fixed + r) >> 32));
+}
+
+// ---- Philox-4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2,
+// 3", SC11), from the paper's definition: ten rounds of a Feistel-like network on a 128-bit
+// counter under a 64-bit key, the key bumped by the Weyl constants between rounds. ------------
+
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+RN_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                               uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // the round multipliers
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // the key schedule's Weyl constants
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += kW0;
+      k1 += kW1;
+    }
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const uint32_t n1 = static_cast<uint32_t>(p1);
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    const uint32_t n3 = static_cast<uint32_t>(p0);
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
+  }
+  return Philox4x32{{c0, c1, c2, c3}};
+}
+
+// The random word of element `index` of parameter `param` at applied step `t` (the step being
+// applied, 1 for the first) under `seed`: one Philox call serves four consecutive elements of
+// a tensor. Key = (seed low 32 bits, seed high 32 bits); counter = (index / 4 low 32 bits,
+// index / 4 high 32 bits, param, t low 32 bits); the word is output word index % 4. Keyed by
+// the tensor's own element index, never an arena offset, so layouts, groups, chunks, launch
+// shapes and shards all draw the same bits.
+RN_HD uint32_t sr_random_word(uint64_t seed, uint64_t t, uint32_t param, uint64_t index) {
+  const uint64_t block = index >> 2;
+  const Philox4x32 out = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), param,
+                                       static_cast<uint32_t>(t), static_cast<uint32_t>(seed),
+                                       static_cast<uint32_t>(seed >> 32));
+  return out.v[index & 3u];
+}
+
+}  // namespace math
+}  // namespace renaissance

@@ -1,0 +1,261 @@
+// math/precision.h against oracles that do not share its bit tricks: widening is checked
+// exhaustively (all 2^16 bf16 and fp16 encodings) against a decoding of the fields with ldexp;
+// narrowing (nearest-even and stochastic) against neighbours found by bisection over the
+// exhaustively checked widening and a decision taken in double arithmetic (every distance there
+// is exact); Philox-4x32-10 against the Random123 known-answer vectors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+
+#include "renaissance/math/precision.h"
+#include "tests/test_util.h"
+
+namespace renaissance {
+namespace {
+
+using math::bf16_to_f32;
+using math::f16_to_f32;
+using testing_util::float_bits;
+
+enum class Fmt { kBf16, kF16 };
+
+// Field decoding of an encoding, in double: the independent definition of the formats.
+double decode(Fmt fmt, uint16_t h) {
+  const int exp_bits = fmt == Fmt::kBf16 ? 8 : 5, frac_bits = fmt == Fmt::kBf16 ? 7 : 10;
+  const int bias = (1 << (exp_bits - 1)) - 1;
+  const bool neg = (h >> 15) != 0;
+  const int exp = (h >> frac_bits) & ((1 << exp_bits) - 1);
+  const int frac = h & ((1 << frac_bits) - 1);
+  double v;
+  if (exp == (1 << exp_bits) - 1) {
+    v = frac == 0 ? INFINITY : NAN;
+  } else if (exp == 0) {
+    v = std::ldexp(static_cast<double>(frac), 1 - bias - frac_bits);
+  } else {
+    v = std::ldexp(static_cast<double>(frac + (1 << frac_bits)), exp - bias - frac_bits);
+  }
+  return neg ? -v : v;
+}
+
+float widen(Fmt fmt, uint16_t h) { return fmt == Fmt::kBf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+uint16_t largest_finite(Fmt fmt) { return fmt == Fmt::kBf16 ? 0x7f7f : 0x7bff; }
+uint16_t inf_pattern(Fmt fmt) { return fmt == Fmt::kBf16 ? 0x7f80 : 0x7c00; }
+
+void check_widening(Fmt fmt) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float got = widen(fmt, static_cast<uint16_t>(h));
+    const double want = decode(fmt, static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+      ASSERT_EQ(std::signbit(got), (h >> 15) != 0) << std::hex << h;
+    } else {
+      // The double value is a float value: the conversion is exact, compare the bits (±0 too).
+      ASSERT_EQ(float_bits(got), float_bits(static_cast<float>(want))) << std::hex << h;
+      ASSERT_EQ(static_cast<double>(got), want) << std::hex << h;
+    }
+  }
+}
+
+TEST(Precision, WideningBf16IsExactForAll65536Encodings) { check_widening(Fmt::kBf16); }
+TEST(Precision, WideningF16IsExactForAll65536Encodings) { check_widening(Fmt::kF16); }
+
+// The neighbours of a finite magnitude x >= 0: lo = the largest encoding <= x, found by
+// bisection over the positive encodings (monotone in the pattern); hi = lo + 1, whose value is
+// the next one up, with the pattern of inf standing for the value just past the largest finite
+// one (2^128 for bf16, 65536 for fp16: one ulp of the top binade further).
+struct Neighbours {
+  uint16_t lo;
+  double lo_value, hi_value;
+};
+Neighbours neighbours(Fmt fmt, double x) {
+  uint32_t a = 0, b = largest_finite(fmt);
+  if (x >= decode(fmt, static_cast<uint16_t>(b))) {
+    a = b;
+  } else {
+    while (b - a > 1) {  // invariant: value(a) <= x < value(b)
+      const uint32_t mid = (a + b) / 2;
+      (decode(fmt, static_cast<uint16_t>(mid)) <= x ? a : b) = mid;
+    }
+  }
+  const double top = fmt == Fmt::kBf16 ? std::ldexp(1.0, 128) : 65536.0;
+  const double hi = a == largest_finite(fmt) ? top : decode(fmt, static_cast<uint16_t>(a + 1));
+  return {static_cast<uint16_t>(a), decode(fmt, static_cast<uint16_t>(a)), hi};
+}
+
+// Round to nearest, ties to even, decided from exact distances in double.
+uint16_t oracle_rne(Fmt fmt, float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double ax = std::fabs(static_cast<double>(x));
+  if (std::isinf(ax)) return sign | inf_pattern(fmt);
+  const Neighbours n = neighbours(fmt, ax);
+  const double below = ax - n.lo_value, above = n.hi_value - ax;  // exact: same scale
+  uint16_t mag = n.lo;
+  if (above < below || (above == below && (n.lo & 1) != 0)) mag = static_cast<uint16_t>(n.lo + 1);
+  return sign | mag;
+}
+
+// Stochastic rounding as docs/math.md defines it: up iff floor(frac * 2^32) + r >= 2^32 with
+// frac = (|x| - lo) / ulp; |x| >= 65536 is inf for fp16.
+uint16_t oracle_sr(Fmt fmt, float x, uint32_t r) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double ax = std::fabs(static_cast<double>(x));
+  if (std::isinf(ax) || (fmt == Fmt::kF16 && ax >= 65536.0)) return sign | inf_pattern(fmt);
+  const Neighbours n = neighbours(fmt, ax);
+  const double frac = (ax - n.lo_value) / (n.hi_value - n.lo_value);  // ulp is a power of 2
+  const uint64_t fixed = static_cast<uint64_t>(std::floor(std::ldexp(frac, 32)));
+  const bool up = fixed + r >= (uint64_t{1} << 32);
+  return sign | static_cast<uint16_t>(n.lo + (up ? 1 : 0));
+}
+
+uint16_t narrow_rne(Fmt fmt, float x) {
+  return fmt == Fmt::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+}
+uint16_t narrow_sr(Fmt fmt, float x, uint32_t r) {
+  return fmt == Fmt::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
+}
+
+// Floats at and around every representable target value and every midpoint: for each positive
+// finite pattern p, value(p), the exact midpoint of p and p+1 (a tie; it is a float since the
+// targets have fewer fraction bits than float32), and the floats one step either side of both.
+template <class F>
+void for_each_edge_float(Fmt fmt, F&& f) {
+  for (uint32_t p = 0; p <= largest_finite(fmt); ++p) {
+    const double lo = decode(fmt, static_cast<uint16_t>(p));
+    const double hi = p == largest_finite(fmt) ? (fmt == Fmt::kBf16 ? std::ldexp(1.0, 128) : 65536.0)
+                                               : decode(fmt, static_cast<uint16_t>(p + 1));
+    const double mid = (lo + hi) / 2;
+    ASSERT_EQ(static_cast<double>(static_cast<float>(mid)), mid) << "the tie must be a float";
+    for (double base : {lo, mid}) {
+      const float c = static_cast<float>(base);
+      for (float x : {c, std::nextafter(c, 0.0f), std::nextafter(c, INFINITY)}) {
+        f(x);
+        f(-x);
+      }
+    }
+  }
+}
+
+void check_rne(Fmt fmt) {
+  for_each_edge_float(fmt, [&](float x) {
+    ASSERT_EQ(narrow_rne(fmt, x), oracle_rne(fmt, x)) << std::hexfloat << x;
+  });
+  // Explicit ties, compared with the even neighbour written out: 1 + half an ulp goes down to 1,
+  // 1 + 3 half-ulps goes up to 1 + 2 ulps.
+  const double ulp1 = fmt == Fmt::kBf16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+  const uint16_t one = fmt == Fmt::kBf16 ? 0x3f80 : 0x3c00;
+  EXPECT_EQ(narrow_rne(fmt, static_cast<float>(1.0 + ulp1 / 2)), one);
+  EXPECT_EQ(narrow_rne(fmt, static_cast<float>(1.0 + 3 * ulp1 / 2)), one + 2);
+  EXPECT_EQ(narrow_rne(fmt, static_cast<float>(-(1.0 + 3 * ulp1 / 2))), 0x8000 | (one + 2));
+  std::mt19937 rng(14);
+  for (int i = 0; i < 300000; ++i) {
+    const float x = math::f32_from_bits(static_cast<uint32_t>(rng()));
+    if (std::isnan(x)) continue;
+    ASSERT_EQ(narrow_rne(fmt, x), oracle_rne(fmt, x)) << std::hexfloat << x;
+  }
+}
+
+TEST(Precision, Bf16NearestEvenMatchesOracleAtEveryTieAndEdge) { check_rne(Fmt::kBf16); }
+TEST(Precision, F16NearestEvenMatchesOracleAtEveryTieAndEdge) { check_rne(Fmt::kF16); }
+
+TEST(Precision, F16OverflowSubnormalAndSpecialEdges) {
+  using math::f32_to_f16_rne;
+  EXPECT_EQ(f32_to_f16_rne(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16_rne(std::nextafter(65520.0f, 0.0f)), 0x7bff);  // just below the tie
+  EXPECT_EQ(f32_to_f16_rne(65520.0f), 0x7c00);                        // tie -> even = inf
+  EXPECT_EQ(f32_to_f16_rne(-1e9f), 0xfc00);
+  EXPECT_EQ(f32_to_f16_rne(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(f32_to_f16_rne(std::ldexp(1.0f, -25)), 0x0000);  // tie with 0: even
+  EXPECT_EQ(f32_to_f16_rne(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(f32_to_f16_rne(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 subnormal ulps: tie -> 2
+  EXPECT_EQ(f32_to_f16_rne(-std::ldexp(1.0f, -30)), 0x8000);  // signed zero
+  EXPECT_EQ(f32_to_f16_rne(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)), 0x0400);  // to the smallest normal
+  EXPECT_EQ(f32_to_f16_rne(std::numeric_limits<float>::denorm_min()), 0x0000);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float x : {nan, -nan, math::f32_from_bits(0x7f800001u), math::f32_from_bits(0xff800001u)}) {
+    EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16_rne(x))));
+    EXPECT_EQ(f32_to_f16_rne(x) & 0x8000, (float_bits(x) >> 31) << 15);
+    EXPECT_TRUE(std::isnan(bf16_to_f32(math::f32_to_bf16_rne(x))));  // a signalling NaN with
+    EXPECT_TRUE(std::isnan(f16_to_f32(math::f32_to_f16_sr(x, 0xffffffffu))));  // low payload too
+    EXPECT_TRUE(std::isnan(bf16_to_f32(math::f32_to_bf16_sr(x, 0xffffffffu))));
+  }
+  EXPECT_EQ(math::f32_to_bf16_rne(INFINITY), 0x7f80);
+  EXPECT_EQ(math::f32_to_bf16_rne(std::numeric_limits<float>::max()), 0x7f80);  // IEEE overflow
+  EXPECT_EQ(math::f32_to_bf16_sr(-INFINITY, 0xffffffffu), 0xff80);
+  EXPECT_EQ(math::f32_to_f16_sr(INFINITY, 0), 0x7c00);
+}
+
+void check_sr(Fmt fmt) {
+  std::mt19937 rng(1414);
+  for_each_edge_float(fmt, [&](float x) {
+    for (uint32_t r : {0u, 0xffffffffu, 0x80000000u, 0x7fffffffu, static_cast<uint32_t>(rng())}) {
+      ASSERT_EQ(narrow_sr(fmt, x, r), oracle_sr(fmt, x, r)) << std::hexfloat << x << " r=" << r;
+    }
+  });
+  for (int i = 0; i < 300000; ++i) {
+    const float x = math::f32_from_bits(static_cast<uint32_t>(rng()));
+    if (std::isnan(x)) continue;
+    const uint32_t r = static_cast<uint32_t>(rng());
+    ASSERT_EQ(narrow_sr(fmt, x, r), oracle_sr(fmt, x, r)) << std::hexfloat << x << " r=" << r;
+  }
+  // Magnitudes deep in the fp16 subnormal range, where the fixed point keeps 32 bits.
+  for (int e = -60; e < -14; ++e) {
+    const float x = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024.0f, e);
+    const uint32_t r = static_cast<uint32_t>(rng());
+    ASSERT_EQ(narrow_sr(fmt, x, r), oracle_sr(fmt, x, r)) << std::hexfloat << x;
+  }
+}
+
+TEST(Precision, Bf16StochasticMatchesOracle) { check_sr(Fmt::kBf16); }
+TEST(Precision, F16StochasticMatchesOracle) { check_sr(Fmt::kF16); }
+
+// A quarter of the way from 1 to the next bf16: r uniform over a grid of 2^16 words sends it
+// up exactly a quarter of the time (the probability is exact, not approximate).
+TEST(Precision, StochasticProbabilityIsExact) {
+  const float x = static_cast<float>(1.0 + std::ldexp(1.0, -7) / 4);
+  int up = 0;
+  for (uint32_t k = 0; k < 65536; ++k) up += math::f32_to_bf16_sr(x, k << 16) == 0x3f81;
+  EXPECT_EQ(up, 16384);
+  const float y = static_cast<float>(1.0 + 3 * std::ldexp(1.0, -10) / 8);  // fp16: 3/8 ulp
+  up = 0;
+  for (uint32_t k = 0; k < 8192; ++k) up += math::f32_to_f16_sr(y, k << 19) == 0x3c01;
+  EXPECT_EQ(up, 3072);
+}
+
+// Known-answer vectors of the Random123 distribution (kat_vectors: counter words, key words,
+// expected output), for Philox-4x32 with 10 rounds.
+TEST(Precision, Philox4x32x10KnownAnswers) {
+  struct Kat {
+    uint32_t c[4], k[2], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (const Kat& kat : kats) {
+    const math::Philox4x32 got = math::philox4x32_10(kat.c[0], kat.c[1], kat.c[2], kat.c[3], kat.k[0], kat.k[1]);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got.v[i], kat.out[i]) << "word " << i;
+  }
+}
+
+// The key layout of docs/math.md: counter (index/4 low, index/4 high, param, t), key (seed low,
+// seed high), word index%4; every component of the key changes the word.
+TEST(Precision, StochasticRoundingKey) {
+  const uint64_t seed = 0x0123456789abcdefULL, index = (uint64_t{5} << 34) + 4 * 77 + 2;
+  const math::Philox4x32 block = math::philox4x32_10(77 + 0u, 5u, 9u, 3u, 0x89abcdefu, 0x01234567u);
+  EXPECT_EQ(math::sr_random_word(seed, 3, 9, index), block.v[2]);
+  const uint32_t w = math::sr_random_word(seed, 3, 9, index);
+  EXPECT_NE(math::sr_random_word(seed, 4, 9, index), w);
+  EXPECT_NE(math::sr_random_word(seed, 3, 10, index), w);
+  EXPECT_NE(math::sr_random_word(seed, 3, 9, index + 1), w);
+  EXPECT_NE(math::sr_random_word(seed, 3, 9, index + 4), w);
+  EXPECT_NE(math::sr_random_word(seed ^ (uint64_t{1} << 40), 3, 9, index), w);
+}
+
+}  // namespace
+}  // namespace renaissance
