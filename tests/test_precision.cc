@@ -203,8 +203,10 @@ void check_sr(Fmt fmt) {
   // Magnitudes deep in the fp16 subnormal range, where the fixed point keeps 32 bits.
   for (int e = -60; e < -14; ++e) {
     const float x = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024.0f, e);
-    const uint32_t r = static_cast<uint32_t>(rng());
-    ASSERT_EQ(narrow_sr(fmt, x, r), oracle_sr(fmt, x, r)) << std::hexfloat << x;
+    // r = 2^32 - 1 rounds up any nonzero fixed point: the truncation point shows.
+    for (uint32_t r : {static_cast<uint32_t>(rng()), 0xffffffffu, 0u}) {
+      ASSERT_EQ(narrow_sr(fmt, x, r), oracle_sr(fmt, x, r)) << std::hexfloat << x << " r=" << r;
+    }
   }
 }
 
