@@ -106,6 +106,12 @@ using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, siz
 using TileFn = void (*)(float* w, const float* g, float* m, float* v, const NormTile* tiles, size_t tile_begin,
                         size_t tile_end, const float* ratio, const float* s);
 
+// Rounds the new masters w[begin, end) (elements of the node's group span) into the node's model
+// copy, tensor by tensor with each element's index in its tensor (ops_model_copy.cc). Called by
+// both runners right after a block's update, while the block is in cache: one pass over memory.
+// Elements outside every tensor (region padding) keep their zero.
+void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end);
+
 // Runs an element-wise update over the node's group span, in kChunkElements blocks.
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
   if (ctx.step_skipped()) return;
@@ -118,6 +124,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   auto update = [&](uint64_t b, uint64_t e) {
     fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, ctx.scalars.f32, weight_group, l2);
+    if (node.copy.c.count != 0) write_model_copy(ctx, node, b, e);
   };
   if (ahead == 0) {
     parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements, update, ctx.tuning.schedule);
@@ -150,6 +157,10 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
     fn(w, g, m, v, tiles, b, e, ratio, ctx.scalars.f32);
+    if (node.copy.c.count != 0) {
+      write_model_copy(ctx, node, static_cast<uint64_t>(tiles[b].start),
+                       static_cast<uint64_t>(tiles[e - 1].start + tiles[e - 1].length));
+    }
   }, ctx.tuning.schedule);
 }
 

@@ -145,6 +145,12 @@ class CudaBackend final : public Backend {
   }
 
   void prepare(const CompiledStep& step) override {
+    // The model copy (issue 14) has no CUDA kernels yet: refuse rather than leave it unwritten.
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.copy.c.count != 0) throw_invalid("the CUDA backend does not write a bf16/fp16 model copy yet");
+      }
+    }
     release_graph();
     prepared_ = &step;
     prepared_nodes_ = step.node_count();

@@ -3,6 +3,10 @@
 // global gradient norm and followed by the clip coefficient when max_grad_norm > 0), the step
 // counter (and Adam bias corrections), the kind's norm pass when kKindTable asks for one, then one update node per
 // non-empty group. The node count depends on the kind, never on the number of tensors.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
 
@@ -17,8 +21,12 @@ Span region_span(const MemoryPlan& plan, Region r) {
 
 }  // namespace
 
-CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite) {
+CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                          const PrecisionOptions& precision) {
   config.validate();
+  if (precision.precision != plan.config().precision) {
+    throw_invalid(std::string("the memory plan was not made for precision ") + precision_name(precision.precision));
+  }
   const PlanConfig need = plan_config_from_optimizer(config.kind);
   if (need.has_m != plan.config().has_m || need.has_v != plan.config().has_v ||
       need.has_n != plan.config().has_n) {
@@ -109,6 +117,24 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     // A normed weight group with only zero-size tensors has no tiles and nothing to update.
     if (normed && group == Group::kWeight && !has_weight_tiles) continue;
     node.range_op = group == Group::kWeight ? kind.weight_update : kind.bias_update;
+    // Every update op of the table writes the model copy when the plan has one (no op per
+    // precision): the backends round the new master of each element into C as they store it.
+    if (plan.has_model_copy()) {
+      node.copy.precision = precision.precision;
+      node.copy.rounding = precision.rounding;
+      node.copy.seed = precision.seed;
+      node.copy.c = plan.model_copy_group_span(group);
+      const uint64_t group_first = plan.group_span(Family::kW, group).offset;
+      std::vector<std::pair<uint64_t, uint32_t>> order;  // (begin in the group, id)
+      for (size_t id = 0; id < plan.num_params(); ++id) {
+        if (group_of(plan.tensor(id).spec.role) != group) continue;
+        order.push_back({(plan.tensor_offset(Family::kW, id) - group_first) / sizeof(float), static_cast<uint32_t>(id)});
+      }
+      std::sort(order.begin(), order.end());
+      for (const auto& entry : order) {
+        node.copy.tensors.push_back({entry.first, static_cast<uint64_t>(plan.tensor(entry.second).numel), entry.second});
+      }
+    }
     // The weight group's update walks the norm tiles to find each tensor's ratio.
     if (normed && group == Group::kWeight) node.norm = norm_tables;
     // The two groups touch disjoint memory: the CUDA backend may run them concurrently.

@@ -116,6 +116,9 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     }
     offset = round_up(cursor, kRegionAlignBytes);
   }
+  if (config_.precision != Precision::kFp32) {
+    place(C_MODEL_COPY, family_cursor, family_cursor, sizeof(uint16_t));
+  }
   place(S_SCALAR_FP32, kNumScalarF32, kNumScalarF32, sizeof(float));
   place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
   place(S_SCALAR_FP64, kNumScalarF64, kNumScalarF64, sizeof(double));
@@ -215,6 +218,18 @@ std::string MemoryPlan::describe() const {
   }
   os << "arena " << arena_bytes_ << " bytes\n";
   return os.str();
+}
+
+Span MemoryPlan::model_copy_group_span(Group group) const {
+  if (!has_model_copy()) throw_invalid("this plan has no model copy (precision fp32)");
+  const Span w = group_span(Family::kW, group);
+  const uint64_t first = (w.offset - regions_[W_BN_BIAS].offset) / sizeof(float);
+  return Span{regions_[C_MODEL_COPY].offset + first * sizeof(uint16_t), w.count};
+}
+
+uint64_t MemoryPlan::model_copy_offset(size_t id) const {
+  if (!has_model_copy()) throw_invalid("this plan has no model copy (precision fp32)");
+  return regions_[C_MODEL_COPY].offset + tensor(id).offset_in_family * sizeof(uint16_t);
 }
 
 }  // namespace renaissance

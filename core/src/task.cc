@@ -12,6 +12,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/kinds.h"
+#include "renaissance/math/precision.h"
 #include "renaissance/math/update_rules.h"
 #include "renaissance/scalars.h"
 
@@ -43,8 +44,14 @@ Task& Task::optimizer(const OptimizerConfig& config) {
 
 void Task::compile() {
   if (!have_optimizer_) throw_invalid("compile(): no optimizer configured; call optimizer() first");
-  plan_ = MemoryPlan(params_, plan_config_from_optimizer(config_.kind));
-  step_ = compile_step(plan_, config_, options_.check_finite);
+  const PrecisionOptions& precision = options_.precision;
+  if (precision.precision == Precision::kFp32 && precision.rounding != Rounding::kNearest) {
+    throw_invalid("compile(): stochastic rounding needs a bf16 or fp16 model copy (precision is fp32)");
+  }
+  PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
+  plan_config.precision = precision.precision;
+  plan_ = MemoryPlan(params_, plan_config);
+  step_ = compile_step(plan_, config_, options_.check_finite, precision);
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
   backend->allocate_arena(plan_.arena_bytes());
@@ -148,6 +155,27 @@ void Task::write(Family family, size_t id, const float* src) {
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
   backend_->upload(plan_.tensor_offset(family, id), src, count * sizeof(float));
+  if (family == Family::kW) refresh_model_copy(id);
+}
+
+// The copy of freshly written masters: rounded to nearest even on the host (math/precision.h).
+void Task::refresh_model_copy(size_t id) {
+  if (!plan_.has_model_copy()) return;
+  const size_t n = static_cast<size_t>(plan_.tensor(id).numel);
+  std::vector<float> w(n);
+  std::vector<uint16_t> c(n);
+  read(Family::kW, id, w.data());
+  const bool bf16 = options_.precision.precision == Precision::kBf16;
+  for (size_t i = 0; i < n; ++i) c[i] = bf16 ? math::f32_to_bf16_rne(w[i]) : math::f32_to_f16_rne(w[i]);
+  if (n != 0) backend_->upload(plan_.model_copy_offset(id), c.data(), n * sizeof(uint16_t));
+}
+
+void Task::read_model_copy(size_t id, uint16_t* dst) {
+  require_compiled("read_model_copy()");
+  if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
+  if (!plan_.has_model_copy()) throw_invalid("read_model_copy(): the task has no model copy (precision fp32)");
+  const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
+  if (count != 0) backend_->download(plan_.model_copy_offset(id), dst, count * sizeof(uint16_t));
 }
 
 void Task::read(Family family, size_t id, float* dst) {
@@ -168,6 +196,9 @@ void Task::synthesize(Family family, uint64_t seed, uint64_t step, float amplitu
     if (count > 0) targets.push_back({plan_.tensor_offset(family, id), count, id});
   }
   backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
+  if (family == Family::kW) {
+    for (size_t id = 0; id < params_.size(); ++id) refresh_model_copy(id);
+  }
 }
 
 void Task::synthesize_gradients(uint64_t seed, uint64_t step, float amplitude) {
@@ -249,6 +280,15 @@ std::string Task::fingerprint() {
       buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
       read(family, id, buffer.data());
       XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
+    }
+  }
+  // The model copy, when there is one (fp32 fingerprints are unchanged by its existence).
+  if (plan_.has_model_copy()) {
+    std::vector<uint16_t> copy;
+    for (size_t id = 0; id < params_.size(); ++id) {
+      copy.resize(static_cast<size_t>(plan_.tensor(id).numel));
+      read_model_copy(id, copy.data());
+      XXH3_64bits_update(state, copy.data(), copy.size() * sizeof(uint16_t));
     }
   }
   const int64_t t = step_count();

@@ -52,6 +52,24 @@ enum class NormRatio : int {
   kLamb = 1,  // math::lamb_trust_ratio(‖w‖², ‖u‖²)
 };
 
+// One tensor of a group, for the model copy's stochastic-rounding key: its elements are
+// [begin, begin + numel) of the group span, and `param` is its id.
+struct CopyTensor {
+  uint64_t begin = 0;
+  uint64_t numel = 0;
+  uint32_t param = 0;
+};
+
+// What an update writes besides the fp32 master (precision.h): the model copy of the group,
+// rounded from the new master in the same pass. precision kFp32: no copy (c.count == 0).
+struct ModelCopy {
+  Precision precision = Precision::kFp32;
+  Rounding rounding = Rounding::kNearest;
+  uint64_t seed = 0;
+  Span c;                           // 2-byte elements, element j pairs with element j of node.w
+  std::vector<CopyTensor> tensors;  // the group's tensors in span order
+};
+
 struct GraphNode {
   NodeKind kind = NodeKind::kRange;
   RangeOp range_op = RangeOp::CHECK_FINITE;
@@ -68,6 +86,7 @@ struct GraphNode {
   // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
   bool check_finite = false;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
+  ModelCopy copy;                // update nodes of a task with a bf16/fp16 model copy
 };
 
 struct CompiledStep {
@@ -85,6 +104,8 @@ struct CompiledStep {
 };
 
 // Builds the step graphs. Throws Error(kInvalidArgument) for an invalid config.
-CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite);
+// `precision` must match plan.config().precision.
+CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                          const PrecisionOptions& precision = {});
 
 }  // namespace renaissance

@@ -16,6 +16,7 @@
 
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
+#include "renaissance/precision.h"
 #include "renaissance/region.h"
 #include "renaissance/scalars.h"
 
@@ -28,6 +29,7 @@ struct PlanConfig {
   bool has_m = false;
   bool has_v = false;
   bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
+  Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 
@@ -76,6 +78,11 @@ class MemoryPlan {
   std::vector<size_t> get_ids_by_region(Region region) const;
   // Byte offset of tensor `id` in `family`.
   uint64_t tensor_offset(Family family, size_t id) const;
+  // The model copy (config().precision != fp32): element j of the W family is element j of
+  // C_MODEL_COPY (2 bytes each), so a group's copy span and a tensor's copy offset follow W's.
+  bool has_model_copy() const { return regions_[C_MODEL_COPY].allocated; }
+  Span model_copy_group_span(Group group) const;
+  uint64_t model_copy_offset(size_t id) const;
 
   // The canonical norm tiles over the weight group (empty unless config().has_n).
   const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }

@@ -52,6 +52,7 @@ enum Region : int {
   T_NORM_TILES,     // norm tile table (NormTile per tile), written once at compile()
   T_NORM_TENSORS,   // per-tensor tile ranges (NormTensor per tensor of the normed group)
   T_GRAD_NORM_PARTIALS,  // clipping scratch: one double per grad-norm tile of G (norm_reduction.h)
+  C_MODEL_COPY,  // the bf16/fp16 model copy (precision.h): 2 bytes per W element, W's layout
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

@@ -27,6 +27,9 @@ struct TaskOptions {
   BackendOptions backend_options;
   // Skip the whole step when any gradient is NaN or ±Inf (reads G once more: 4 bytes/param).
   bool check_finite = true;
+  // bf16/fp16: keep a model copy of the weights besides the fp32 masters, written by every
+  // applied step (docs/math.md, "Mixed precision"); fp32 (default): no copy.
+  PrecisionOptions precision;
 };
 
 // What a caller's run stores with a checkpoint besides the optimizer state, so that a resume can
@@ -85,6 +88,10 @@ class Task {
   void set_weight(size_t id, const float* src) { write(Family::kW, id, src); }
   void set_grad(size_t id, const float* src) { write(Family::kG, id, src); }
   void get_weight(size_t id, float* dst) { read(Family::kW, id, dst); }
+  // The bf16/fp16 model copy of parameter id (numel 2-byte encodings); throws without one.
+  // Writing masters with write()/set_weight()/synthesize_weights() sets their copy to the masters
+  // rounded to nearest even; a write through weight() leaves the copy as it was.
+  void read_model_copy(size_t id, uint16_t* dst);
 
   // Fills every G tensor with math::synthetic_gradient(seed, step, id, i, amplitude), on the
   // backend (no host copy). Padding stays zero.
@@ -143,6 +150,7 @@ class Task {
   void synthesize(Family family, uint64_t seed, uint64_t step, float amplitude);
   void write_hyperparameters();
   void write_f32_slot(int slot, float value);
+  void refresh_model_copy(size_t id);
   int32_t read_i32_slot(int slot);
 
   std::vector<ParamSpec> params_;

@@ -392,6 +392,7 @@ uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
 
 void Task::save(const std::string& path) {
   require_compiled("save()");
+  if (plan_.has_model_copy()) throw_invalid("save(): checkpoints do not carry a bf16/fp16 model copy yet (issue 14)");
   if (path.empty()) throw_invalid("save(): the checkpoint path is empty");
   check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
   if (run_settings_.schedule.size() > kMaxScheduleName) throw_invalid("save(): the run's schedule name is too long");
@@ -482,6 +483,7 @@ void Task::save(const std::string& path) {
 
 void Task::load(const std::string& path) {
   require_compiled("load()");
+  if (plan_.has_model_copy()) throw_invalid("load(): checkpoints do not carry a bf16/fp16 model copy yet (issue 14)");
   if (path.empty()) throw_invalid("load(): the checkpoint path is empty");
 
   // A bound on the size of any checkpoint of this task, so a wrong path to a huge file is

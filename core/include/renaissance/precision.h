@@ -1,0 +1,34 @@
+// The precision of the model weights a task keeps besides its fp32 masters (issue 14): fp32
+// (no model copy, the default), or a bf16 / fp16 model copy written by every update from the new
+// master, rounded to nearest even or stochastically (docs/math.md, "Mixed precision").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace renaissance {
+
+enum class Precision : int { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+enum class Rounding : int { kNearest = 0, kStochastic = 1 };
+
+struct PrecisionOptions {
+  Precision precision = Precision::kFp32;
+  Rounding rounding = Rounding::kNearest;
+  uint64_t seed = 0;  // the stochastic-rounding key's seed (unused with kNearest)
+};
+
+inline const char* precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : p == Precision::kFp16 ? "fp16" : "fp32";
+}
+inline bool parse_precision(const std::string& text, Precision* out) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    if (text == precision_name(p)) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
+}
+inline const char* rounding_name(Rounding r) { return r == Rounding::kStochastic ? "stochastic" : "nearest"; }
+
+}  // namespace renaissance
