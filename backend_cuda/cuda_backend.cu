@@ -145,13 +145,8 @@ class CudaBackend final : public Backend {
   }
 
   void prepare(const CompiledStep& step) override {
-    // The model copy (issue 14) has no CUDA kernels yet: refuse rather than leave it unwritten.
-    for (const auto& graph : step.graphs) {
-      for (const GraphNode& node : graph) {
-        if (node.copy.c.count != 0) throw_invalid("the CUDA backend does not write a bf16/fp16 model copy yet");
-      }
-    }
     release_graph();
+    upload_copy_pieces(step);
     prepared_ = &step;
     prepared_nodes_ = step.node_count();
     if (!options_.cuda_graph) return;
@@ -315,6 +310,7 @@ class CudaBackend final : public Backend {
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
+    release_copy_pieces();
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
     if (launch_in_ != nullptr) (void)cudaEventDestroy(launch_in_);
     if (launch_out_ != nullptr) (void)cudaEventDestroy(launch_out_);
@@ -362,6 +358,12 @@ class CudaBackend final : public Backend {
         ctx.stream = streams_[static_cast<int>(node.stream)];
         if (node.kind == NodeKind::kRange) {
           kRangeOps[static_cast<int>(node.range_op)](ctx, node);
+          if (node.copy.c.count != 0) {
+            const auto found = std::find_if(copy_pieces_.begin(), copy_pieces_.end(),
+                                            [&](const CopyPieces& p) { return p.node == &node; });
+            if (found == copy_pieces_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a model-copy step was not prepared");
+            launch_model_copy(ctx, node, found->pieces, found->count);
+          }
         } else {
           kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
         }
@@ -374,6 +376,39 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // The piece table of each update node with a model copy, in device memory (prepare()).
+  struct CopyPieces {
+    const GraphNode* node = nullptr;
+    CopyPiece* pieces = nullptr;
+    int64_t count = 0;
+  };
+  void release_copy_pieces() {
+    for (CopyPieces& p : copy_pieces_) {
+      if (p.pieces != nullptr) (void)cudaFree(p.pieces);
+    }
+    copy_pieces_.clear();
+  }
+  void upload_copy_pieces(const CompiledStep& step) {
+    release_copy_pieces();
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.copy.c.count == 0) continue;
+        const std::vector<CopyPiece> pieces = model_copy_pieces(node.copy);
+        CopyPieces entry;
+        entry.node = &node;
+        entry.count = static_cast<int64_t>(pieces.size());
+        if (!pieces.empty()) {
+          RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&entry.pieces), pieces.size() * sizeof(CopyPiece)));
+          copy_pieces_.push_back(entry);
+          RN_CUDA_CHECK(cudaMemcpy(entry.pieces, pieces.data(), pieces.size() * sizeof(CopyPiece), cudaMemcpyHostToDevice));
+        } else {
+          copy_pieces_.push_back(entry);
+        }
+      }
+    }
+  }
+
+  std::vector<CopyPieces> copy_pieces_;
   BackendOptions options_;
   LaunchConfig launch_;
   int device_ = 0;

@@ -290,6 +290,17 @@ int cmd_run(const RunOptions& o) {
   run.nan_at = o.nan_at;
   run.seed = seed;
   run.check_finite = check_finite;
+  if (!parse_precision(o.precision, &run.precision.precision)) {
+    throw_invalid("--precision " + io::printable(o.precision) + ": expected fp32, bf16 or fp16");
+  }
+  if (o.stochastic_rounding && run.precision.precision == Precision::kFp32) {
+    throw_invalid("--stochastic-rounding needs --precision bf16 or fp16");
+  }
+  run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
+  run.precision.seed = seed;
+  if (run.precision.precision != Precision::kFp32 && (!o.checkpoint.empty() || !o.resume.empty())) {
+    throw_invalid("--precision " + o.precision + ": checkpoints do not carry the model copy yet (issue 14)");
+  }
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
@@ -338,6 +349,8 @@ int cmd_run(const RunOptions& o) {
         {"loss_scale", loss_scale},
         {"seed", seed},
         {"check_finite", check_finite},
+        {"precision", precision_name(run.precision.precision)},
+        {"rounding", rounding_name(run.precision.rounding)},
         {"backend", backend_kind_name(r.backend)},
         {"backend_description", r.backend_description},
         {"threads", threads},

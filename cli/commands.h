@@ -68,6 +68,8 @@ struct RunOptions {
   std::vector<int64_t> nan_at;
   uint64_t seed = 0;
   bool no_check_finite = false;
+  std::string precision = "fp32";    // --precision: fp32, or a bf16/fp16 model copy (issue 14)
+  bool stochastic_rounding = false;  // --stochastic-rounding: of the copy, keyed by --seed
   bool json = false;
   std::string checkpoint;     // save the state here (at the end, and every checkpoint_every steps)
   int checkpoint_every = 0;   // 0: only at the end
@@ -119,6 +121,7 @@ struct SyntheticRun {
   std::vector<int64_t> nan_at;  // 0-based steps whose gradients get one NaN
   uint64_t seed = 0;
   bool check_finite = true;
+  PrecisionOptions precision;  // a bf16/fp16 model copy (Task::fingerprint covers it)
   bool measure_copy_bandwidth = true;  // measure the same-traffic limit (limit_gb_per_s)
   // Checkpoints (Task::save / Task::load): `--steps` counts batches of the whole run, so a
   // resumed run starts at the checkpoint's batch (applied + skipped steps) and ends at `steps`.

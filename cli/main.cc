@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
                       "On --resume: allow this option (lr, seed, schedule, ...) to differ from the checkpoint")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
   run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
+  run_cmd->add_option("--precision", run.precision, "fp32, or keep a bf16/fp16 model copy besides the fp32 masters")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  run_cmd->add_flag("--stochastic-rounding", run.stochastic_rounding,
+                    "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
   run_cmd->add_option("--distributed", run.distributed,
                       "mpi: a sharded step over the ranks of mpirun (CPU ranks; docs/distributed.md)")

@@ -79,6 +79,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   options.backend = run.backend;
   options.backend_options.threads = run.threads;
   options.check_finite = run.check_finite;
+  options.precision = run.precision;
   Task task(run.params, options);
   task.optimizer(run.config);
   task.compile();

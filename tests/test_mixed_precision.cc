@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,17 +31,26 @@ struct Cell {
   testing_util::KindCase kind;
   Precision precision;
   Rounding rounding;
+  BackendKind backend;
 };
 
+void PrintTo(const Cell& c, std::ostream* os) {
+  *os << c.kind.name << " " << precision_name(c.precision) << " " << rounding_name(c.rounding) << " "
+      << backend_kind_name(c.backend);
+}
+
 std::string cell_name(const ::testing::TestParamInfo<Cell>& info) {
-  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + rounding_name(info.param.rounding);
+  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + rounding_name(info.param.rounding) +
+         "_" + backend_kind_name(info.param.backend);
 }
 
 std::vector<Cell> all_cells() {
   std::vector<Cell> cells;
   for (const auto& k : testing_util::all_kind_cases()) {
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {
-      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) cells.push_back({k, p, r});
+      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
+        for (BackendKind b : testing_util::backends_under_test()) cells.push_back({k, p, r, b});
+      }
     }
   }
   return cells;
@@ -75,10 +85,13 @@ float gradient(size_t p, size_t i, int step) {
   return static_cast<float>(0.02 * std::cos(0.9 * static_cast<double>(i) + 1.1 * step + static_cast<double>(p)));
 }
 
-std::unique_ptr<Task> make_task(const Cell& cell, bool with_copy, int threads) {
+// threads: CPU threads; on CUDA the same number picks a launch shape (block 64 or the default),
+// which must not change a bit either.
+std::unique_ptr<Task> make_task(const Cell& cell, bool with_copy, int threads, BackendKind backend) {
   TaskOptions options;
-  options.backend = BackendKind::kCpu;
+  options.backend = backend;
   options.backend_options.threads = threads;
+  if (backend == BackendKind::kCuda && threads == 1) options.backend_options.cuda_block = 64;
   if (with_copy) options.precision = {cell.precision, cell.rounding, kSeed};
   auto made = std::make_unique<Task>(layout(), options);
   Task& task = *made;
@@ -131,7 +144,8 @@ class MixedPrecision : public ::testing::TestWithParam<Cell> {};
 
 TEST_P(MixedPrecision, CopyIsTheOracleRoundingOfTheMastersAfterEveryStep) {
   const Cell& cell = GetParam();
-  auto plain_task = make_task(cell, false, 2), mixed_task = make_task(cell, true, 2);
+  RN_SKIP_IF_UNAVAILABLE(cell.backend);
+  auto plain_task = make_task(cell, false, 2, cell.backend), mixed_task = make_task(cell, true, 2, cell.backend);
   Task& plain = *plain_task;
   Task& mixed = *mixed_task;
   // lr schedule: 0 first (masters stay on their ties), then the kind's lr; step 3 is skipped.
@@ -187,11 +201,14 @@ TEST_P(MixedPrecision, CopyIsTheOracleRoundingOfTheMastersAfterEveryStep) {
   }
 }
 
+// Threads (CPU) or launch shape (CUDA) change no bit; on CUDA the fingerprint (masters, M, V,
+// copy, t) is also the CPU's: the lockstep check the H200 runs.
 TEST_P(MixedPrecision, FingerprintCoversTheCopyAndIgnoresThreads) {
   const Cell& cell = GetParam();
+  RN_SKIP_IF_UNAVAILABLE(cell.backend);
   std::vector<std::string> prints;
   for (int threads : {1, 2}) {
-    auto task = make_task(cell, true, threads);
+    auto task = make_task(cell, true, threads, cell.backend);
     for (int s = 0; s < 3; ++s) {
       set_gradients(*task, s, false);
       task->step();
@@ -199,7 +216,15 @@ TEST_P(MixedPrecision, FingerprintCoversTheCopyAndIgnoresThreads) {
     prints.push_back(task->fingerprint());
   }
   EXPECT_EQ(prints[0], prints[1]);
-  auto plain = make_task(cell, false, 1);
+  if (cell.backend != BackendKind::kCpu) {
+    auto cpu = make_task(cell, true, 2, BackendKind::kCpu);
+    for (int s = 0; s < 3; ++s) {
+      set_gradients(*cpu, s, false);
+      cpu->step();
+    }
+    EXPECT_EQ(cpu->fingerprint(), prints[0]) << "CPU and " << backend_kind_name(cell.backend) << " differ";
+  }
+  auto plain = make_task(cell, false, 1, cell.backend);
   for (int s = 0; s < 3; ++s) {
     set_gradients(*plain, s, false);
     plain->step();
