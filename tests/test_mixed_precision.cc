@@ -7,6 +7,7 @@
 // exact ties (so ties-to-even is exercised inside the update pass); a weight tensor spans
 // CPU chunk and norm-tile boundaries at indices that are not multiples of 4.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -230,6 +231,30 @@ TEST_P(MixedPrecision, FingerprintCoversTheCopyAndIgnoresThreads) {
     plain->step();
   }
   EXPECT_NE(plain->fingerprint(), prints[0]);
+}
+
+// Every Highway target the library was built for gives the default target's fingerprint
+// (masters, M, V, copy, t). CPU cells only (the CUDA instantiation has nothing to vary here).
+TEST_P(MixedPrecision, HighwayTargetsGiveTheSameFingerprint) {
+  const Cell& cell = GetParam();
+  if (cell.backend != BackendKind::kCpu) GTEST_SKIP() << "Highway targets are a CPU matter";
+  auto print = [&] {
+    auto task = make_task(cell, true, 2, BackendKind::kCpu);
+    for (int s = 0; s < 3; ++s) {
+      set_gradients(*task, s, s == 1);
+      task->step();
+    }
+    return task->fingerprint();
+  };
+  const std::string reference = print();
+  struct Reset {
+    ~Reset() { hwy::SetSupportedTargetsForTest(0); }
+  };
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    Reset reset;
+    hwy::SetSupportedTargetsForTest(target);
+    EXPECT_EQ(print(), reference) << hwy::TargetName(target);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, MixedPrecision, ::testing::ValuesIn(all_cells()), cell_name);

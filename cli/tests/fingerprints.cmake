@@ -94,4 +94,26 @@ foreach(kind IN LISTS KINDS)  # every kind of the kind table (CMake reads kinds.
   endif()
 endforeach()
 
+# The model copy (issue 14): thread-independent, covered by the fingerprint (it differs from
+# fp32's, between bf16 and fp16, between nearest and stochastic, and with the seed).
+set(prints "")
+foreach(p "--precision;bf16" "--precision;fp16" "--precision;bf16;--stochastic-rounding"
+          "--precision;fp16;--stochastic-rounding" "--precision;bf16;--stochastic-rounding;--seed;7")
+  fingerprint(one --optimizer adamw --nan-at 1 --threads 1 ${p})
+  fingerprint(two --optimizer adamw --nan-at 1 --threads 2 ${p})
+  message("adamw ${p}: threads 1 -> ${one}, threads 2 -> ${two}")
+  if(NOT one STREQUAL two)
+    message(FATAL_ERROR "adamw ${p}: fingerprint depends on the thread count")
+  endif()
+  list(APPEND prints ${one})
+endforeach()
+fingerprint(fp32 --optimizer adamw --nan-at 1)
+list(APPEND prints ${fp32})
+list(LENGTH prints n)
+list(REMOVE_DUPLICATES prints)
+list(LENGTH prints distinct)
+if(NOT n EQUAL distinct)
+  message(FATAL_ERROR "two precision settings gave the same fingerprint: ${prints}")
+endif()
+
 message("fingerprint contract holds")
