@@ -118,6 +118,13 @@ bool same_computation_as_another_cell(OptimizerKind kind, bool wd_on, WeightDeca
   return mode == WeightDecayMode::kL2 && twin_exists;
 }
 
+// " precision=bf16:stochastic:seed=N", or nothing for fp32 (the specs recorded before issue 14).
+std::string precision_spec(const PrecisionOptions& p) {
+  if (p.precision == Precision::kFp32) return "";
+  return std::string(" precision=") + precision_name(p.precision) + ":" + rounding_name(p.rounding) +
+         ":seed=" + std::to_string(p.seed);
+}
+
 }  // namespace
 
 const char* site_name(Site site) {
@@ -158,7 +165,7 @@ std::string Cell::spec() const {
          (backend_gradients ? "w:signed-hash/1,g:backend-synthetic/1:seed=" + std::to_string(kSyntheticSeed)
                             : std::string("signed-hash/1")) +
          " layout=" + layout + ":" + layout_digest(conformance_layout(layout)) + " " +
-         config_spec(config) + buf + inj;
+         config_spec(config) + buf + inj + precision_spec(precision);
 }
 
 std::vector<ParamSpec> conformance_layout(const std::string& name) {
@@ -239,6 +246,19 @@ std::vector<Cell> cells(Tier tier) {
           c.config.validate();
           c.name += std::string(".") + clip.first;
           out.push_back(c);
+        }
+        // The precision axis (issue 14), small tier only: every kind x {bf16, fp16} x
+        // {nearest, stochastic} on the two layouts of awkward sizes and multi-tile tensors,
+        // with an lr schedule, loss scale and a skipped step.
+        if (std::string(layout) != "tiny_many") {
+          for (Precision prec : {Precision::kBf16, Precision::kFp16}) {
+            for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
+              Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+              c.precision = {prec, rounding, kSyntheticSeed};
+              c.name += std::string(".") + precision_name(prec) + "." + rounding_name(rounding);
+              out.push_back(c);
+            }
+          }
         }
       }
     } else if (tier == Tier::kBig) {

@@ -84,6 +84,16 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
         w.push_back({info.offset, info.offset + info.used * info.elem_size});
       }
     }
+    if (plan.has_model_copy()) {
+      // The bf16/fp16 copy of the same tensor elements (2 bytes each in W's layout); its padding
+      // stays 0 and a skipped step leaves it alone.
+      const uint64_t w0 = plan.region(W_BN_BIAS).offset, c0 = plan.region(C_MODEL_COPY).offset;
+      for (int role = 0; role < kNumRoles; ++role) {
+        const RegionInfo& info = plan.region(family_region(Family::kW, static_cast<Role>(role)));
+        const uint64_t begin = c0 + (info.offset - w0) / sizeof(float) * sizeof(uint16_t);
+        w.push_back({begin, begin + info.used * sizeof(uint16_t)});
+      }
+    }
     slot(S_SCALAR_INT32, kStep, sizeof(int32_t));
     if (has_v(kind)) {
       slot(S_SCALAR_FP32, kBiasCorrection1, sizeof(float));
@@ -186,6 +196,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   for (Lane& lane : lanes) {
     TaskOptions options;
     options.backend = lane.kind;
+    options.precision = cell.precision;
     lane.task = std::make_unique<Task>(params, options);
     lane.task->optimizer(cell.config);
     lane.task->compile();
@@ -453,6 +464,7 @@ std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string*
   const std::vector<ParamSpec> params = conformance_layout(cell.layout);
   TaskOptions options;
   options.backend = backend;
+  options.precision = cell.precision;
   Task task(params, options);
   task.optimizer(cell.config);
   task.compile();
