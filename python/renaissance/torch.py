@@ -16,7 +16,7 @@ from torch.optim.optimizer import Optimizer
 from . import _core
 from ._torch_group import GroupBinding, tensor_interval
 
-__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB"]
+__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
@@ -194,8 +194,9 @@ class _Base(Optimizer):
     # ---- the library's own ------------------------------------------------------------------
     def fingerprint(self):
         """The XXH3 of W, M, V and the step count, as `renaissance run` prints it: one group: its
-        16 hex digits; several: the groups' fingerprints in group order joined by '+'."""
-        return "+".join(b.task.fingerprint() for b in self._bindings)
+        16 hex digits; several: renaissance.combine_fingerprints of the groups' fingerprints in
+        group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md)."""
+        return _core.combine_fingerprints([b.task.fingerprint() for b in self._bindings])
 
     def _paths(self, path):
         path = str(path)
@@ -468,3 +469,8 @@ class LAMB(_Base):
         return "lamb", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
                                      "eps": _number("eps", group["eps"]),
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
+
+
+# The replay recorder (renaissance/recorder.py) under the name issue 13 gives it:
+# renaissance.torch.Recorder(opt, case_dir, steps=N).
+from .recorder import Recorder  # noqa: E402  (recorder imports nothing from this module)

@@ -183,8 +183,11 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     y = torch.randint(0, 4, (32,))
     train(model, opt, x, y, 2)
     case = str(tmp_path / "case")
-    with Recorder(opt, case, steps=4) as rec:
+    assert rt.Recorder is Recorder  # issue 13's name for it
+    with rt.Recorder(opt, case, steps=4) as rec:
         train(model, opt, x, y, 4)
+    # The optimizer's own fingerprint is the one the case stores (combined over the two groups).
+    assert opt.fingerprint() == rec.fingerprint
     assert [g["initial_step"] for g in case_json(case)["groups"]] == [2, 2]
     assert renaissance.replay(case, threads=2)["fingerprint"] == rec.fingerprint
     model2, opt2, x2, y2 = setup()
