@@ -91,8 +91,9 @@ class CpuBackend final : public Backend {
     std::ostringstream os;
     os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread" : " threads");
     if (tuning_.chunk_elements != d.chunk_elements) os << ", chunk " << tuning_.chunk_elements;
-    if (tuning_.schedule == CpuSchedule::kInterleaved) os << ", interleaved";
-    if (tuning_.schedule == CpuSchedule::kDynamic) os << ", dynamic";
+    if (tuning_.schedule != d.schedule) {
+      os << (tuning_.schedule == CpuSchedule::kStatic ? ", static" : tuning_.schedule == CpuSchedule::kInterleaved ? ", interleaved" : ", dynamic");
+    }
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");

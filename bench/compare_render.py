@@ -9,7 +9,7 @@ import sys
 METHODS = ("enqueued", "synced")
 MANUAL_MARKER = "<!-- Below: measurements not made by compare_torch.py; kept when it rewrites this file. -->"
 TORCH_ORDER = ["for-loop", "foreach", "fused", "fused+graph", "foreach+graph", "check+fused", "check+fused+graph",
-               "timm-for-loop", "timm-foreach", "timm-foreach+graph",
+               "timm-for-loop", "timm-for-loop+graph", "timm-foreach", "timm-foreach+graph",
                "clip+fused", "clip+fused+graph", "check+clip+fused", "check+clip+fused+graph"]
 
 

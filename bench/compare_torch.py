@@ -129,8 +129,24 @@ def make_timm_optimizer(kind, params, layout, impl):
     foreach = impl.startswith("timm-foreach")
     if kind == "lion":
         return timm.optim.Lion(groups, lr=b["lr"], betas=(b["beta1"], b["beta2"]), foreach=foreach)
+    # timm's Lamb has no foreach argument in every release (1.0.x on the GPU machine has none):
+    # there it is the per-tensor loop, and the path is named timm-for-loop (timm_lamb_impls).
+    extra = {"foreach": foreach} if timm_lamb_has_foreach() else {}
     return timm.optim.Lamb(groups, lr=b["lr"], betas=(b["beta1"], b["beta2"]), eps=b["eps"], max_grad_norm=None,
-                           trust_clip=False, foreach=foreach)
+                           trust_clip=False, **extra)
+
+
+def timm_lamb_has_foreach():
+    import inspect
+    import timm.optim
+    return "foreach" in inspect.signature(timm.optim.Lamb.__init__).parameters
+
+
+def timm_impls(kind):
+    """timm's paths for lion and lamb: foreach where the installed timm has it, else its loop."""
+    if kind == "lion" or timm_lamb_has_foreach():
+        return ["timm-foreach", "timm-foreach+graph"]
+    return ["timm-for-loop", "timm-for-loop+graph"]
 
 
 def torch_step_function(kind, layout, impl, max_grad_norm, device="cuda"):
@@ -230,7 +246,7 @@ def gpu_impls(kind):
         # timm's; it has no found_inf path, so no checked variant. Captured, timm's Lamb keeps its
         # step count on the host: the replays reuse the bias corrections of the captured step
         # (the same kernels and bytes; only the timing is meaningful).
-        return ["timm-foreach", "timm-foreach+graph"], []
+        return timm_impls(kind), []
     return [], []
 
 

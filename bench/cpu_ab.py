@@ -44,7 +44,7 @@ VARIANTS = {
     "chunk4k": {"RENAISSANCE_CPU_CHUNK": "4096"},
     "chunk64k": {"RENAISSANCE_CPU_CHUNK": "65536"},
     "interleaved": {"RENAISSANCE_CPU_SCHEDULE": "interleaved"},
-    "dynamic": {"RENAISSANCE_CPU_SCHEDULE": "dynamic"},
+    "static": {"RENAISSANCE_CPU_SCHEDULE": "static"},    # the default until 2026-12-01
     "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
     "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
     # Diagnosis only (bench_cpu_step's switch, not the backend's): Highway's AVX2 target on a

@@ -14,7 +14,7 @@ endif()
 # span many blocks, software prefetch on, and the old arena placement (memset, no huge pages).
 # Name, then the variables separated by ^ (a ; would split the list itself).
 set(rn_cpu_switches
-    "small_dynamic|RENAISSANCE_CPU_CHUNK=64^RENAISSANCE_CPU_SCHEDULE=dynamic^RENAISSANCE_CPU_PREFETCH=100^RENAISSANCE_CPU_FIRST_TOUCH=0^RENAISSANCE_CPU_HUGEPAGES=0"
+    "small_static|RENAISSANCE_CPU_CHUNK=64^RENAISSANCE_CPU_SCHEDULE=static^RENAISSANCE_CPU_PREFETCH=100^RENAISSANCE_CPU_FIRST_TOUCH=0^RENAISSANCE_CPU_HUGEPAGES=0"
     "interleaved_prefetch|RENAISSANCE_CPU_CHUNK=1088^RENAISSANCE_CPU_SCHEDULE=interleaved^RENAISSANCE_CPU_PREFETCH=4096")
 foreach(entry IN LISTS rn_cpu_switches)
   string(FIND "${entry}" "|" bar)
