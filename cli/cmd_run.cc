@@ -298,9 +298,6 @@ int cmd_run(const RunOptions& o) {
   }
   run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
   run.precision.seed = seed;
-  if (run.precision.precision != Precision::kFp32 && (!o.checkpoint.empty() || !o.resume.empty())) {
-    throw_invalid("--precision " + o.precision + ": checkpoints do not carry the model copy yet (issue 14)");
-  }
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;

@@ -1,18 +1,17 @@
 // Checkpoints: Task::save and Task::load.
 //
 // The format (version 2: header, then META, LAYOUT, W, M, V, N, SCALARS, each framed and
-// checksummed) is specified in docs/checkpoint-format.md. Nothing in a file depends on the backend
-// or the arena's padding. Version 1 files (META without the check-finite flag and the run
-// settings) are refused naming both versions: a resume must not guess what it continues.
+// checksummed; version 3, written only by a task with a bf16/fp16 model copy: PRECISION after
+// META and the copy C before SCALARS) is specified in docs/checkpoint-format.md. Nothing in a file
+// depends on the backend or the arena's padding. Version 1 files (META without the check-finite
+// flag and the run settings) are refused naming both versions: a resume must not guess what it
+// continues. The framing itself is in checkpoint_framing.h.
 //
 // Save writes a temporary file in the destination folder, fsyncs it, renames it over the final
 // name and fsyncs the folder, so the final name only ever carries a complete checkpoint. Load
 // validates every byte in a first pass over the file before it changes anything in the task, then
 // streams the state sections into the arena in a second (the file is never held whole in memory).
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -22,35 +21,24 @@
 #include <xxhash.h>
 
 #include "core/src/io/atomic_file.h"
+#include "core/src/io/checkpoint_framing.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
+#include "renaissance/precision.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"
-
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the checkpoint writer stores host floats and integers as they are: little-endian hosts only"
-#endif
 
 namespace renaissance {
 
 namespace {
 
-constexpr char kMagic[8] = {'\x89', 'R', 'N', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 2;
-constexpr size_t kHeaderBytes = 24;
-constexpr size_t kFrameBytes = 4 + 8;  // tag + length, before the payload
-constexpr size_t kChecksumBytes = 8;
+using namespace checkpoint_format;
+
 constexpr uint64_t kMaxMetaBytes = 64 * 1024;  // kind, decay mode, numbers, schedule name
 constexpr size_t kMaxScheduleName = 64;
 
-enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars };
-
-// File tag and the name errors use ("section M: checksum mismatch"), in Section order.
-constexpr const char* kSectionText[][2] = {{"META", "META"}, {"LAYT", "LAYOUT"}, {"FAMW", "W"},      {"FAMM", "M"},
-                                           {"FAMV", "V"},    {"FAMN", "N"},      {"SCAL", "SCALARS"}};
-const char* section_tag(Section s) { return kSectionText[static_cast<int>(s)][0]; }
-const char* section_name(Section s) { return kSectionText[static_cast<int>(s)][1]; }
+constexpr uint64_t kPrecisionBytes = 4 + 4 + 8;  // PREC: u32 precision, u32 rounding, u64 seed
 
 Family section_family(Section s) {
   switch (s) {
@@ -61,274 +49,74 @@ Family section_family(Section s) {
   }
 }
 
-// The sections a checkpoint of this optimizer kind holds, in file order.
-std::vector<Section> sections_for(OptimizerKind kind) {
+bool is_state_section(Section s) {
+  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kN || s == Section::kC;
+}
+
+// The sections a checkpoint of this optimizer kind holds, in file order; a task with a model copy
+// adds PRECISION after META and the copy C after the fp32 state (format version 3).
+std::vector<Section> sections_for(OptimizerKind kind, bool model_copy) {
   const PlanConfig need = plan_config_from_optimizer(kind);
-  std::vector<Section> s = {Section::kMeta, Section::kLayout, Section::kW};
+  std::vector<Section> s = {Section::kMeta};
+  if (model_copy) s.push_back(Section::kPrecision);
+  s.push_back(Section::kLayout);
+  s.push_back(Section::kW);
   if (need.has_m) s.push_back(Section::kM);
   if (need.has_v) s.push_back(Section::kV);
   if (need.has_n) s.push_back(Section::kN);
+  if (model_copy) s.push_back(Section::kC);
   s.push_back(Section::kScalars);
   return s;
 }
 
-// ---- encoding ----
-class Bytes {
- public:
-  void raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    data_.insert(data_.end(), b, b + n);
-  }
-  void u32(uint32_t v) { raw(&v, sizeof(v)); }
-  void u64(uint64_t v) { raw(&v, sizeof(v)); }
-  void i64(int64_t v) { raw(&v, sizeof(v)); }
-  void f64(double v) { raw(&v, sizeof(v)); }
-  void str(const std::string& s) {
-    u32(static_cast<uint32_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-  const std::vector<uint8_t>& data() const { return data_; }
-
- private:
-  std::vector<uint8_t> data_;
-};
-
-// ---- decoding: every read is bounds-checked and names the section ----
-class Cursor {
- public:
-  Cursor(const uint8_t* p, uint64_t n, std::string where) : p_(p), n_(n), where_(std::move(where)) {}
-  void raw(void* dst, uint64_t n) {
-    if (n > n_ - pos_) fail("malformed payload (a field runs past the section's end)");
-    std::memcpy(dst, p_ + pos_, n);
-    pos_ += n;
-  }
-  uint32_t u32() { uint32_t v; raw(&v, sizeof(v)); return v; }
-  uint64_t u64() { uint64_t v; raw(&v, sizeof(v)); return v; }
-  int64_t i64() { int64_t v; raw(&v, sizeof(v)); return v; }
-  double f64() { double v; raw(&v, sizeof(v)); return v; }
-  std::string str() {
-    const uint32_t len = u32();
-    if (len > n_ - pos_) fail("malformed payload (a string runs past the section's end)");
-    std::string s(reinterpret_cast<const char*>(p_ + pos_), len);
-    pos_ += len;
-    return s;
-  }
-  uint64_t remaining() const { return n_ - pos_; }
-  void expect_end() {
-    if (pos_ != n_) fail("malformed payload (" + std::to_string(n_ - pos_) + " unexpected bytes at its end)");
-  }
-  [[noreturn]] void fail(const std::string& what) const { throw_format(where_ + what); }
-
- private:
-  const uint8_t* p_;
-  uint64_t n_;
-  uint64_t pos_ = 0;
-  std::string where_;
-};
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-// Streams one section: frame, payload pieces, checksum over all of them.
-class SectionWriter {
- public:
-  SectionWriter(AtomicFile& file, Section s, uint64_t length) : file_(file), length_(length) {
-    XXH3_64bits_reset(&state_);
-    put(section_tag(s), 4);
-    put(&length, sizeof(length));
-    written_ = 0;
-  }
-  void payload(const void* p, size_t n) {
-    put(p, n);
-    written_ += n;
-  }
-  void finish() {
-    if (written_ != length_) {
-      throw Error(ErrorKind::kBackend, "checkpoint writer: section length mismatch (internal error)");
-    }
-    const uint64_t digest = XXH3_64bits_digest(&state_);
-    file_.append(&digest, sizeof(digest));
-  }
-
- private:
-  void put(const void* p, size_t n) {
-    XXH3_64bits_update(&state_, p, n);
-    file_.append(p, n);
-  }
-  AtomicFile& file_;
-  XXH3_state_t state_;
-  uint64_t length_;
-  uint64_t written_ = 0;
-};
-
-void write_bytes_section(AtomicFile& file, Section s, const Bytes& b) {
-  SectionWriter w(file, s, b.data().size());
-  w.payload(b.data().data(), b.data().size());
-  w.finish();
-}
-
-// ---- reading ----
-// The checkpoint file, read by position and never held whole in memory: a resume validates it
-// in a first pass and streams the state sections into the arena in a second (issue 12: the peak
-// memory of a resume stays near that of a plain run).
-class FileReader {
- public:
-  FileReader(const std::string& path, uint64_t max_bytes) : path_(path) {
-    fd_ = io::open_regular_file(path, "checkpoint", &size_);
-    if (size_ > max_bytes) {
-      ::close(fd_);
-      throw_format("checkpoint " + path + ": the file has " + std::to_string(size_) +
-                   " bytes, more than any checkpoint of this task can have (" + std::to_string(max_bytes) +
-                   "): it is not a checkpoint of this task");
-    }
-  }
-  ~FileReader() { ::close(fd_); }
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-  uint64_t size() const { return size_; }
-  // Exactly n bytes at offset (within size(), which the parser checks first).
-  void read(uint64_t offset, void* dst, uint64_t n) const {
-    auto* p = static_cast<uint8_t*>(dst);
-    while (n > 0) {
-      const ssize_t r = ::pread(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw_io("cannot read checkpoint " + path_ + ": " + errno_text(errno));
-      if (r == 0) throw_format("checkpoint " + path_ + ": the file shrank while it was being read");
-      p += r;
-      n -= static_cast<uint64_t>(r);
-      offset += static_cast<uint64_t>(r);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
-
-constexpr uint64_t kStreamChunkBytes = uint64_t{4} << 20;
-
 // Everything a checkpoint holds, decoded and validated, not yet applied.
 struct Decoded {
   CheckpointInfo info;
-  uint64_t family_data[kNumFamilies] = {};     // file offset of each state section's elements
-  uint64_t family_hash[kNumFamilies] = {};     // XXH3 of its payload, re-checked while applying
+  uint32_t version = 0;
+  PrecisionOptions precision;                 // fp32 for a version-2 file
+  uint64_t section_data[kNumSections] = {};   // file offset of each state section's elements
+  uint64_t section_hash[kNumSections] = {};   // XXH3 of its payload, re-checked while applying
   std::vector<float> f32;
   std::vector<int32_t> i32;
   std::vector<double> f64;
 };
 
-struct SectionView {
-  const uint8_t* payload;  // null for a streamed section (only its offset is known)
-  uint64_t length;
-  uint64_t offset;        // of the payload in the file
-  uint64_t payload_hash;  // XXH3 of the payload alone (streamed sections)
-};
-
-class Parser {
- public:
-  Parser(const std::string& path, const FileReader& file) : path_(path), file_(file) {}
-
-  [[noreturn]] void fail(const char* section, const std::string& what) const {
-    throw_format("checkpoint " + path_ + ": section " + section + ": " + what);
+// PRECISION: the copy's dtype and the stochastic-rounding key (the step is in SCALARS). A
+// version-3 file always has a bf16 or fp16 copy: fp32 checkpoints are version 2.
+void decode_precision(Cursor& c, PrecisionOptions* p) {
+  const uint32_t precision = c.u32();
+  const uint32_t rounding = c.u32();
+  p->seed = c.u64();
+  c.expect_end();
+  if (precision != static_cast<uint32_t>(Precision::kBf16) && precision != static_cast<uint32_t>(Precision::kFp16)) {
+    c.fail("model copy precision " + std::to_string(precision) + " is neither 1 (bf16) nor 2 (fp16)");
   }
-  std::string where(Section s) const { return "checkpoint " + path_ + ": section " + section_name(s) + ": "; }
-
-  // Returns the declared section count.
-  uint32_t header() {
-    uint8_t h[kHeaderBytes];
-    const uint64_t size = file_.size();
-    file_.read(0, h, std::min<uint64_t>(size, kHeaderBytes));
-    if (size < kHeaderBytes) {
-      if (size >= sizeof(kMagic) && std::memcmp(h, kMagic, sizeof(kMagic)) != 0) {
-        fail("header", "bad magic: not a Renaissance checkpoint");
-      }
-      fail("header", "truncated (" + std::to_string(size) + " of " + std::to_string(kHeaderBytes) + " bytes)");
-    }
-    if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) fail("header", "bad magic: not a Renaissance checkpoint");
-    uint64_t stored;
-    std::memcpy(&stored, h + 16, sizeof(stored));
-    if (XXH3_64bits(h, 16) != stored) fail("header", "checksum mismatch");
-    uint32_t version, count;
-    std::memcpy(&version, h + 8, sizeof(version));
-    std::memcpy(&count, h + 12, sizeof(count));
-    if (version != kFormatVersion) {
-      fail("header", "unsupported format version " + std::to_string(version) + " (this build reads version " +
-                         std::to_string(kFormatVersion) + ")");
-    }
-    pos_ = kHeaderBytes;
-    return count;
+  if (rounding > static_cast<uint32_t>(Rounding::kStochastic)) {
+    c.fail("rounding " + std::to_string(rounding) + " is neither 0 (nearest) nor 1 (stochastic)");
   }
+  p->precision = static_cast<Precision>(precision);
+  p->rounding = static_cast<Rounding>(rounding);
+}
 
-  // Validates the next section (frame, length, checksum) by streaming it. With keep_limit > 0 the
-  // payload is kept (valid until the next call) and may be at most that long; 0 streams it.
-  SectionView section(Section s, uint64_t keep_limit) {
-    const char* name = section_name(s);
-    const uint64_t left = file_.size() - pos_;
-    if (left == 0) fail(name, "missing: the file ends before it (truncated)");
-    if (left < kFrameBytes) fail(name, "truncated (the file ends inside the section's frame)");
-    uint8_t frame[kFrameBytes];
-    file_.read(pos_, frame, kFrameBytes);
-    if (std::memcmp(frame, section_tag(s), 4) != 0) {
-      char seen[5] = {};  // printable copy of the 4 tag bytes; seen[4] stays the terminator
-      for (int i = 0; i < 4; ++i) seen[i] = (frame[i] >= 32 && frame[i] < 127) ? static_cast<char>(frame[i]) : '?';
-      fail(name, std::string("bad tag '") + seen + "' where '" + section_tag(s) + "' belongs (corrupt file)");
-    }
-    uint64_t length;
-    std::memcpy(&length, frame + 4, sizeof(length));
-    if (length > left - kFrameBytes || kChecksumBytes > left - kFrameBytes - length) {
-      fail(name, "truncated or corrupt: the section declares " + std::to_string(length) +
-                     " payload bytes but the file has " + std::to_string(left - kFrameBytes) +
-                     " bytes left after its frame");
-    }
-    if (keep_limit > 0 && length > keep_limit) {
-      fail(name, "corrupt: the section declares " + std::to_string(length) + " payload bytes, more than it can hold (" +
-                     std::to_string(keep_limit) + ")");
-    }
-    const uint64_t offset = pos_ + kFrameBytes;
-    XXH3_state_t framed, alone;
-    XXH3_64bits_reset(&framed);
-    XXH3_64bits_reset(&alone);
-    XXH3_64bits_update(&framed, frame, kFrameBytes);
-    if (keep_limit > 0) {
-      kept_.resize(static_cast<size_t>(length));
-      if (length > 0) file_.read(offset, kept_.data(), length);
-      XXH3_64bits_update(&framed, kept_.data(), kept_.size());
-    } else {
-      chunk_.resize(static_cast<size_t>(std::min<uint64_t>(length, kStreamChunkBytes)));
-      for (uint64_t done = 0; done < length;) {
-        const uint64_t n = std::min<uint64_t>(length - done, kStreamChunkBytes);
-        file_.read(offset + done, chunk_.data(), n);
-        XXH3_64bits_update(&framed, chunk_.data(), n);
-        XXH3_64bits_update(&alone, chunk_.data(), n);
-        done += n;
-      }
-    }
-    uint64_t stored;
-    file_.read(offset + length, &stored, sizeof(stored));
-    if (XXH3_64bits_digest(&framed) != stored) fail(name, "checksum mismatch");
-    pos_ += kFrameBytes + length + kChecksumBytes;
-    return {keep_limit > 0 ? kept_.data() : nullptr, length, offset, XXH3_64bits_digest(&alone)};
+std::string precision_text(const PrecisionOptions& p) {
+  if (p.precision == Precision::kFp32) return "no model copy (fp32)";
+  std::string s = std::string(p.precision == Precision::kFp16 ? "an " : "a ") + precision_name(p.precision) +
+                  " model copy rounded " + (p.rounding == Rounding::kStochastic ? "stochastically" : "to nearest even");
+  if (p.rounding == Rounding::kStochastic) s += " with seed " + std::to_string(p.seed);
+  return s;
+}
+
+// Refuses a checkpoint whose model copy would not continue the task's run: another dtype, another
+// rounding, or (stochastic rounding only: nearest does not draw) another seed of the key.
+void check_precision(const std::string& path, const PrecisionOptions& file, const PrecisionOptions& task) {
+  const bool same = file.precision == task.precision &&
+                    (file.precision == Precision::kFp32 ||
+                     (file.rounding == task.rounding && (file.rounding == Rounding::kNearest || file.seed == task.seed)));
+  if (!same) {
+    throw_invalid("checkpoint " + path + ": checkpoint has " + precision_text(file) + ", task has " +
+                  precision_text(task));
   }
-
-  void expect_end(Section last) const {
-    if (pos_ != file_.size()) {
-      throw_format("checkpoint " + path_ + ": " + std::to_string(file_.size() - pos_) +
-                   " unexpected bytes after section " + section_name(last) + " (corrupt file)");
-    }
-  }
-
- private:
-  const std::string& path_;
-  const FileReader& file_;
-  uint64_t pos_ = 0;
-  std::vector<uint8_t> kept_, chunk_;
-};
+}
 
 // META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
 void decode_meta(Cursor& c, CheckpointInfo* info) {
@@ -388,11 +176,21 @@ uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
   return f == Family::kN ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
 }
 
+// A state section's stored elements: float32 for W, M, V, N; 2-byte encodings for the copy C
+// (element j of C pairs with element j of W).
+uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : sizeof(float); }
+uint64_t section_elements(const MemoryPlan& plan, Section s) { return family_elements(plan, section_family(s)); }
+uint64_t section_tensor_bytes(const MemoryPlan& plan, Section s, size_t id) {
+  return tensor_elements(plan, section_family(s), id) * element_bytes(s);
+}
+uint64_t section_tensor_offset(const MemoryPlan& plan, Section s, size_t id) {
+  return s == Section::kC ? plan.model_copy_offset(id) : plan.tensor_offset(section_family(s), id);
+}
+
 }  // namespace
 
 void Task::save(const std::string& path) {
   require_compiled("save()");
-  if (plan_.has_model_copy()) throw_invalid("save(): checkpoints do not carry a bf16/fp16 model copy yet (issue 14)");
   if (path.empty()) throw_invalid("save(): the checkpoint path is empty");
   check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
   if (run_settings_.schedule.size() > kMaxScheduleName) throw_invalid("save(): the run's schedule name is too long");
@@ -406,7 +204,13 @@ void Task::save(const std::string& path) {
   backend_->download(plan_.region(S_SCALAR_INT32).offset, i32.data(), i32.size() * sizeof(int32_t));
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
-  const std::vector<Section> sections = sections_for(config_.kind);
+  const bool model_copy = plan_.has_model_copy();
+  const std::vector<Section> sections = sections_for(config_.kind, model_copy);
+
+  Bytes precision;
+  precision.u32(static_cast<uint32_t>(options_.precision.precision));
+  precision.u32(static_cast<uint32_t>(options_.precision.rounding));
+  precision.u64(options_.precision.seed);
 
   Bytes meta;
   meta.str(optimizer_kind_name(config_.kind));
@@ -444,7 +248,7 @@ void Task::save(const std::string& path) {
   AtomicFile file(path, "checkpoint");
   uint8_t header[kHeaderBytes];
   std::memcpy(header, kMagic, sizeof(kMagic));
-  const uint32_t version = kFormatVersion;
+  const uint32_t version = model_copy ? kFormatVersionModelCopy : kFormatVersion;
   const uint32_t count = static_cast<uint32_t>(sections.size());
   std::memcpy(header + 8, &version, sizeof(version));
   std::memcpy(header + 12, &count, sizeof(count));
@@ -455,22 +259,23 @@ void Task::save(const std::string& path) {
   for (Section s : sections) {
     if (s == Section::kMeta) {
       write_bytes_section(file, s, meta);
+    } else if (s == Section::kPrecision) {
+      write_bytes_section(file, s, precision);
     } else if (s == Section::kLayout) {
       write_bytes_section(file, s, layout);
     } else if (s == Section::kScalars) {
       write_bytes_section(file, s, scalars);
     } else {
-      const Family f = section_family(s);
-      const uint64_t elements = family_elements(plan_, f);
-      SectionWriter w(file, s, sizeof(uint64_t) + elements * sizeof(float));
+      const uint64_t elements = section_elements(plan_, s);
+      SectionWriter w(file, s, sizeof(uint64_t) + elements * element_bytes(s));
       w.payload(&elements, sizeof(elements));
       std::vector<uint8_t> chunk;
       for (size_t id = 0; id < params_.size(); ++id) {
-        const uint64_t bytes = tensor_elements(plan_, f, id) * sizeof(float);
+        const uint64_t bytes = section_tensor_bytes(plan_, s, id);
         for (uint64_t done = 0; done < bytes;) {
           const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
           chunk.resize(static_cast<size_t>(n));
-          backend_->download(plan_.tensor_offset(f, id) + done, chunk.data(), n);
+          backend_->download(section_tensor_offset(plan_, s, id) + done, chunk.data(), n);
           w.payload(chunk.data(), n);
           done += n;
         }
@@ -483,12 +288,11 @@ void Task::save(const std::string& path) {
 
 void Task::load(const std::string& path) {
   require_compiled("load()");
-  if (plan_.has_model_copy()) throw_invalid("load(): checkpoints do not carry a bf16/fp16 model copy yet (issue 14)");
   if (path.empty()) throw_invalid("load(): the checkpoint path is empty");
 
   // A bound on the size of any checkpoint of this task, so a wrong path to a huge file is
   // refused before it is read into memory.
-  uint64_t max_bytes = kHeaderBytes + 7 * (kFrameBytes + kChecksumBytes) + 4096;
+  uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
   max_bytes += kMaxMetaBytes + 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8);
   for (const ParamSpec& p : params_) max_bytes += p.name.size();
   for (Family f : {Family::kW, Family::kM, Family::kV, Family::kN}) {
@@ -498,6 +302,8 @@ void Task::load(const std::string& path) {
   // Checkpoints of another kind may hold more families (Adam: W, M, V): let those through so
   // that the error says which kind it is.
   max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
+  // A model copy (PRECISION and C), also for a task without one, so that the error names it.
+  max_bytes += kPrecisionBytes + 8 + family_elements(plan_, Family::kW) * sizeof(uint16_t);
 
   const FileReader file(path, max_bytes);
   Parser parser(path, file);
@@ -505,7 +311,8 @@ void Task::load(const std::string& path) {
   Decoded d;
 
   // ---- validate everything; nothing in the task changes until the end ----
-  const uint32_t declared_sections = parser.header();
+  const uint32_t declared_sections = parser.header(&d.version);
+  const bool file_copy = d.version == kFormatVersionModelCopy;
 
   {
     const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
@@ -534,11 +341,21 @@ void Task::load(const std::string& path) {
     }
   }
 
-  const std::vector<Section> sections = sections_for(d.info.config.kind);
+  const std::vector<Section> sections = sections_for(d.info.config.kind, file_copy);
   if (declared_sections != sections.size()) {
     parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
-                              optimizer_kind_name(d.info.config.kind) + " has " + std::to_string(sections.size()));
+                              optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
+                              " has " + std::to_string(sections.size()));
   }
+
+  // The model copy's dtype and rounding key decide the compiled step and the bits of every later
+  // copy: they must be the task's (a version-2 file has no copy).
+  if (file_copy) {
+    const SectionView v = parser.section(Section::kPrecision, kPrecisionBytes);
+    Cursor c(v.payload, v.length, parser.where(Section::kPrecision));
+    decode_precision(c, &d.precision);
+  }
+  check_precision(path, d.precision, options_.precision);
 
   {
     const SectionView v = parser.section(Section::kLayout, layout_limit);
@@ -573,10 +390,9 @@ void Task::load(const std::string& path) {
   }
 
   for (Section s : sections) {
-    if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
+    if (!is_state_section(s)) continue;
     const SectionView v = parser.section(s, 0);  // streamed: checked here, applied below
-    const Family f = section_family(s);
-    const uint64_t want = family_elements(plan_, f);
+    const uint64_t want = section_elements(plan_, s);
     uint64_t count = 0;
     uint8_t count_bytes[8];
     if (v.length < sizeof(count_bytes)) throw_format(parser.where(s) + "malformed payload (a field runs past the section's end)");
@@ -586,9 +402,9 @@ void Task::load(const std::string& path) {
     if (count != want) {
       c.fail("holds " + std::to_string(count) + " elements, the task's layout needs " + std::to_string(want));
     }
-    if (v.length - 8 != want * sizeof(float)) c.fail("malformed payload (its length does not match its count)");
-    d.family_data[static_cast<int>(f)] = v.offset;
-    d.family_hash[static_cast<int>(f)] = v.payload_hash;
+    if (v.length - 8 != want * element_bytes(s)) c.fail("malformed payload (its length does not match its count)");
+    d.section_data[static_cast<int>(s)] = v.offset;
+    d.section_hash[static_cast<int>(s)] = v.payload_hash;
   }
 
   {
@@ -627,18 +443,17 @@ void Task::load(const std::string& path) {
   // same holds for a backend failure part-way. An invalid file never changes anything. ----
   std::vector<uint8_t> chunk;
   for (Section s : sections) {
-    if (s == Section::kMeta || s == Section::kLayout || s == Section::kScalars) continue;
-    const Family f = section_family(s);
+    if (!is_state_section(s)) continue;
     XXH3_state_t again;
     XXH3_64bits_reset(&again);
-    uint64_t pos = d.family_data[static_cast<int>(f)];
+    uint64_t pos = d.section_data[static_cast<int>(s)];
     uint8_t count_bytes[8];
     file.read(pos, count_bytes, sizeof(count_bytes));
     XXH3_64bits_update(&again, count_bytes, sizeof(count_bytes));
     pos += sizeof(count_bytes);
     for (size_t id = 0; id < params_.size(); ++id) {
-      const uint64_t bytes = tensor_elements(plan_, f, id) * sizeof(float);
-      const uint64_t base = plan_.tensor_offset(f, id);
+      const uint64_t bytes = section_tensor_bytes(plan_, s, id);
+      const uint64_t base = section_tensor_offset(plan_, s, id);
       for (uint64_t done = 0; done < bytes;) {
         const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
         chunk.resize(static_cast<size_t>(n));
@@ -649,7 +464,7 @@ void Task::load(const std::string& path) {
         done += n;
       }
     }
-    if (XXH3_64bits_digest(&again) != d.family_hash[static_cast<int>(f)]) {
+    if (XXH3_64bits_digest(&again) != d.section_hash[static_cast<int>(s)]) {
       throw_format("checkpoint " + path + ": section " + section_name(s) +
                    " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
     }
@@ -674,8 +489,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   const FileReader file(path, std::numeric_limits<uint64_t>::max());
   Parser parser(path, file);
   CheckpointInfo info;
-  parser.header();
-  info.version = kFormatVersion;
+  parser.header(&info.version);
   const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
   Cursor c(v.payload, v.length, parser.where(Section::kMeta));
   decode_meta(c, &info);

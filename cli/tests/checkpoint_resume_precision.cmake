@@ -1,0 +1,54 @@
+# ctest helper (cmake -P): `renaissance run --precision bf16|fp16 [--stochastic-rounding]` with
+# --checkpoint / --resume (issue 14): 9 steps saved, then resumed up to 20, gives the fingerprint
+# (master, model copy, M, V, t) of 20 uninterrupted steps, NaN steps on both sides of the save; a
+# resume whose precision or rounding differs from the checkpoint's is refused with exit 2.
+# Input: CLI, LAYOUT, WORK (a scratch folder).
+function(run_fp out_var)
+  execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu --json ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "renaissance run ${ARGN} failed (${rc}): ${err}")
+  endif()
+  string(JSON fp GET "${out}" fingerprint)
+  set(${out_var} "${fp}" PARENT_SCOPE)
+endfunction()
+
+function(expect_refused needle)
+  execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "${needle}")
+    message(FATAL_ERROR "renaissance run ${ARGN}: expected exit 2 saying '${needle}', got ${rc}: ${err}")
+  endif()
+endfunction()
+
+file(MAKE_DIRECTORY ${WORK})
+set(ckpt ${WORK}/run.ckpt)
+run_fp(fp32 --optimizer adamw --steps 20 --nan-at 3,12)
+foreach(cell "adamw:bf16:nearest" "adamw:fp16:stochastic" "lamb:bf16:stochastic" "sgd_nesterov:fp16:nearest")
+  string(REPLACE ":" ";" parts "${cell}")
+  list(GET parts 0 kind)
+  list(GET parts 1 precision)
+  list(GET parts 2 rounding)
+  set(sr "")
+  if(rounding STREQUAL "stochastic")
+    set(sr --stochastic-rounding)
+  endif()
+  file(REMOVE ${ckpt})
+  run_fp(whole --optimizer ${kind} --steps 20 --nan-at 3,12 --seed 11 --precision ${precision} ${sr})
+  run_fp(first --optimizer ${kind} --steps 9 --nan-at 3 --seed 11 --precision ${precision} ${sr}
+         --checkpoint ${ckpt} --checkpoint-every 4)
+  run_fp(resumed --steps 20 --nan-at 3,12 --precision ${precision} ${sr} --resume ${ckpt})
+  message("${kind} ${precision} ${sr}: 20 steps ${whole}; 9 + resumed 11 ${resumed}")
+  if(NOT resumed STREQUAL whole)
+    message(FATAL_ERROR "${kind} ${precision} ${sr}: resuming changed the result (${resumed} vs ${whole})")
+  endif()
+  if(whole STREQUAL fp32 AND kind STREQUAL "adamw")
+    message(FATAL_ERROR "${kind} ${precision}: the fingerprint does not cover the model copy (same as fp32)")
+  endif()
+endforeach()
+
+# The last checkpoint is sgd_nesterov with an fp16 copy rounded to nearest.
+expect_refused("fp16 model copy" --steps 20 --resume ${ckpt})
+expect_refused("rounded to nearest even, task has an fp16 model copy rounded stochastically"
+               --steps 20 --precision fp16 --stochastic-rounding --resume ${ckpt})
+expect_refused("task has a bf16 model copy" --steps 20 --precision bf16 --resume ${ckpt})
