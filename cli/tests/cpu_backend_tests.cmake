@@ -2,7 +2,11 @@
 # against its arena, and the backend's switches (RENAISSANCE_CPU_*, backend_cpu/cpu_ops.h) leaving
 # every bit as it was. Label: cli.
 find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_EXECUTABLE)
+# Not in a sanitizer build: ASan's shadow memory and quarantine add ~10 % of RSS that a user's
+# build does not have (measured 1.154x there against 1.042x in Release), so the figure means nothing.
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  message(STATUS "sanitizer build: cli_run_memory (peak RSS vs arena) is not registered")
+elseif(Python3_EXECUTABLE)
   add_test(NAME cli_run_memory COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/run_memory.py $<TARGET_FILE:renaissance_cli>)
   set_tests_properties(cli_run_memory PROPERTIES LABELS cli TIMEOUT 120)
 else()
