@@ -1,7 +1,9 @@
 # ctest helper (cmake -P): `renaissance run --precision bf16|fp16 [--stochastic-rounding]` with
 # --checkpoint / --resume (issue 14): 9 steps saved, then resumed up to 20, gives the fingerprint
 # (master, model copy, M, V, t) of 20 uninterrupted steps, NaN steps on both sides of the save; a
-# resume whose precision or rounding differs from the checkpoint's is refused with exit 2.
+# resume that runs no step (--steps 9) gives the saved fingerprint (an applied step rewrites the
+# whole copy, so only this shows that the loaded copy is the saved one); a resume whose precision
+# or rounding differs from the checkpoint's is refused with exit 2.
 # Input: CLI, LAYOUT, WORK (a scratch folder).
 function(run_fp out_var)
   execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu --json ${ARGN}
@@ -37,6 +39,10 @@ foreach(cell "adamw:bf16:nearest" "adamw:fp16:stochastic" "lamb:bf16:stochastic"
   run_fp(whole --optimizer ${kind} --steps 20 --nan-at 3,12 --seed 11 --precision ${precision} ${sr})
   run_fp(first --optimizer ${kind} --steps 9 --nan-at 3 --seed 11 --precision ${precision} ${sr}
          --checkpoint ${ckpt} --checkpoint-every 4)
+  run_fp(loaded --steps 9 --precision ${precision} ${sr} --resume ${ckpt})
+  if(NOT loaded STREQUAL first)
+    message(FATAL_ERROR "${kind} ${precision} ${sr}: the loaded state differs from the saved one (${loaded} vs ${first})")
+  endif()
   run_fp(resumed --steps 20 --nan-at 3,12 --precision ${precision} ${sr} --resume ${ckpt})
   message("${kind} ${precision} ${sr}: 20 steps ${whole}; 9 + resumed 11 ${resumed}")
   if(NOT resumed STREQUAL whole)
