@@ -108,11 +108,10 @@ void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitu
     task.synthesize_gradients(rank_gradient_seed(seed, r), step, amplitude);
     task.backend().download(g.offset, r == 0 ? sum.data() : rank_g.data(), g.count * sizeof(float));
     if (r > 0) {
-      for (uint64_t i = 0; i < g.count; ++i) sum[i] = sum[i] + rank_g[i];
+      for (uint64_t i = 0; i < g.count; ++i) sum[i] = ordered_rank_add(sum[i], rank_g[i]);
     }
   }
-  const float k = static_cast<float>(ranks);
-  for (uint64_t i = 0; i < g.count; ++i) sum[i] = sum[i] / k;
+  for (uint64_t i = 0; i < g.count; ++i) sum[i] = ordered_rank_mean(sum[i], ranks);
   task.backend().upload(g.offset, sum.data(), g.count * sizeof(float));
 }
 
@@ -167,11 +166,10 @@ void ShardedStep::reduce_gradients() {
       rc[r] = n * sizeof(float);
     }
     comm_.all_to_all_v(g, so, sc, scratch_.data(), ro, rc);
-    // The ordered sum, left to right in rank order, in fp32, then / K (docs/distributed.md).
     for (uint64_t i = 0; i < n; ++i) {
       float sum = scratch_[i];
-      for (int r = 1; r < K; ++r) sum = sum + scratch_[static_cast<uint64_t>(r) * n + i];
-      g[me.begin + i] = sum / k;
+      for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, scratch_[static_cast<uint64_t>(r) * n + i]);
+      g[me.begin + i] = ordered_rank_mean(sum, K);
     }
     return;
   }

@@ -50,6 +50,14 @@ constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
   return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
 }
 
+// The reduction of GradReduce::kOrdered, written once (docs/distributed.md): the K ranks' values
+// of one element are added to a running fp32 sum in rank order r = 0, 1, ..., K-1, left to right
+// (sum = value of rank 0, then ordered_rank_add for r = 1, ...), and the sum is divided by K
+// (a division, not a multiplication by 1/K). The distributed step and the single-process
+// simulation both reduce through these two, so they cannot drift apart.
+inline float ordered_rank_add(float running_sum, float rank_value) { return running_sum + rank_value; }
+inline float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<float>(ranks); }
+
 // The single-process simulation of an ordered K-rank step's input: fills G with the rank-order
 // sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks);
