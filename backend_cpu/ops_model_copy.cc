@@ -24,13 +24,8 @@ void round_tensor_part(const float* w, uint16_t* c, uint64_t idx_begin, uint64_t
     if (kRounding == Rounding::kNearest) {
       out = kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
     } else {
-      // One Philox call per four elements of the tensor (math::sr_random_word's layout).
-      if (idx == idx_begin || (idx & 3u) == 0) {
-        const uint64_t q = idx >> 2;
-        block = math::philox4x32_10(static_cast<uint32_t>(q), static_cast<uint32_t>(q >> 32), param,
-                                    static_cast<uint32_t>(t), static_cast<uint32_t>(seed),
-                                    static_cast<uint32_t>(seed >> 32));
-      }
+      // One Philox call per four elements of the tensor (math::sr_random_word's words).
+      if (idx == idx_begin || (idx & 3u) == 0) block = math::sr_random_block(seed, t, param, idx >> 2);
       const uint32_t r = block.v[idx & 3u];
       out = kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
     }

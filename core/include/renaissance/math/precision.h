@@ -165,12 +165,14 @@ RN_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c
 // index / 4 high 32 bits, param, t low 32 bits); the word is output word index % 4. Keyed by
 // the tensor's own element index, never an arena offset, so layouts, groups, chunks, launch
 // shapes and shards all draw the same bits.
+// The four words of elements 4*block .. 4*block+3 (a caller walking a tensor in order draws each
+// block once).
+RN_HD Philox4x32 sr_random_block(uint64_t seed, uint64_t t, uint32_t param, uint64_t block) {
+  return philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), param,
+                       static_cast<uint32_t>(t), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
 RN_HD uint32_t sr_random_word(uint64_t seed, uint64_t t, uint32_t param, uint64_t index) {
-  const uint64_t block = index >> 2;
-  const Philox4x32 out = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), param,
-                                       static_cast<uint32_t>(t), static_cast<uint32_t>(seed),
-                                       static_cast<uint32_t>(seed >> 32));
-  return out.v[index & 3u];
+  return sr_random_block(seed, t, param, index >> 2).v[index & 3u];
 }
 
 }  // namespace math
