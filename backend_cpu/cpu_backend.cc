@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ constexpr OpFn kComputeOps[kNumComputeOps] = {
 };
 
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
+// RENAISSANCE_CPU_SCHEDULE's values, indexed by CpuSchedule (parsed and printed from here).
+constexpr const char* kScheduleNames[] = {"static", "interleaved", "dynamic"};
+static_assert(static_cast<int>(CpuSchedule::kDynamic) == 2, "kScheduleNames follows CpuSchedule");
 
 uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
@@ -91,9 +96,7 @@ class CpuBackend final : public Backend {
     std::ostringstream os;
     os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread" : " threads");
     if (tuning_.chunk_elements != d.chunk_elements) os << ", chunk " << tuning_.chunk_elements;
-    if (tuning_.schedule != d.schedule) {
-      os << (tuning_.schedule == CpuSchedule::kStatic ? ", static" : tuning_.schedule == CpuSchedule::kInterleaved ? ", interleaved" : ", dynamic");
-    }
+    if (tuning_.schedule != d.schedule) os << ", " << kScheduleNames[static_cast<int>(tuning_.schedule)];
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
@@ -254,10 +257,12 @@ CpuTuning cpu_tuning_from_env() {
                                          ": expected a positive multiple of 64");
   }
   if (const char* s = std::getenv("RENAISSANCE_CPU_SCHEDULE"); s != nullptr && *s != '\0') {
-    if (std::strcmp(s, "static") == 0) t.schedule = CpuSchedule::kStatic;
-    else if (std::strcmp(s, "interleaved") == 0) t.schedule = CpuSchedule::kInterleaved;
-    else if (std::strcmp(s, "dynamic") == 0) t.schedule = CpuSchedule::kDynamic;
-    else throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static, interleaved or dynamic");
+    const auto* name = std::find_if(std::begin(kScheduleNames), std::end(kScheduleNames),
+                                    [&](const char* n) { return std::strcmp(s, n) == 0; });
+    if (name == std::end(kScheduleNames)) {
+      throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static, interleaved or dynamic");
+    }
+    t.schedule = static_cast<CpuSchedule>(name - std::begin(kScheduleNames));
   }
   t.prefetch_elements = env_count("RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
   t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);

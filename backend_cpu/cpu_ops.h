@@ -68,8 +68,7 @@ struct CpuContext {
 // items (elements, or norm tiles) on at most `threads` threads, handed out as `schedule` says.
 // Results never depend on the split: every item is computed the same way wherever it lands.
 template <class Fn>
-void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn,
-                     CpuSchedule schedule = CpuSchedule::kStatic) {
+void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn, CpuSchedule schedule) {
   const int64_t blocks = static_cast<int64_t>((count + block - 1) / block);
   const int team = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
   auto one = [&](int64_t c) {

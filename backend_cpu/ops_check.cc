@@ -113,7 +113,7 @@ void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   auto* fn = &HWY_DYNAMIC_DISPATCH(GradNormPartials);
   parallel_blocks(ctx.threads, node.norm.partials.count, 1, [&](uint64_t b, uint64_t e) {
     if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
-  });
+  }, ctx.tuning.schedule);
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
 

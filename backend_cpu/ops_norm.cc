@@ -148,7 +148,7 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
       auto* fn = &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
         fn(w, g, tiles, b, e, s, partials);
-      });
+      }, ctx.tuning.schedule);
       return;
     }
     case NormInputs::kLambMoments: {
@@ -157,7 +157,7 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
       auto* fn = &HWY_DYNAMIC_DISPATCH(LambMomentPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
         fn(w, g, m, v, tiles, b, e, s, partials);
-      });
+      }, ctx.tuning.schedule);
       return;
     }
   }
