@@ -48,7 +48,7 @@ int cmd_replay(const ReplayOptions& o) {
   const ReplayResult r = run_replay(rc, options);
   if (rc.groups.size() == 1) {
     std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", io::printable(rc.name).c_str(),
-                optimizer_kind_name(rc.config.kind), static_cast<long long>(rc.steps),
+                optimizer_kind_name(rc.groups.front().config.kind), static_cast<long long>(rc.steps),
                 static_cast<long long>(r.steps_applied), static_cast<long long>(r.steps_skipped), r.backend.c_str());
   } else {
     std::printf("replay %s: %zu groups, %lld steps on %s\n", io::printable(rc.name).c_str(), rc.groups.size(),

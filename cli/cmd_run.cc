@@ -328,16 +328,7 @@ int cmd_run(const RunOptions& o) {
         {"tensors", layout.params.size()},
         {"params", numel},
         {"optimizer", optimizer_kind_name(kind)},
-        // What ran (after a resume: the checkpoint's configuration with any --override).
-        {"lr", config.lr},
-        {"weight_decay", config.weight_decay},
         {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
-        {"momentum", config.momentum},
-        {"beta1", config.beta1},
-        {"beta2", config.beta2},
-        {"eps", config.eps},
-        {"trust_coefficient", config.trust_coefficient},
-        {"max_grad_norm", config.max_grad_norm},
         // The total gradient norm of the last step (0 without clipping: it is not computed).
         {"last_grad_norm", r.last_grad_norm},
         {"schedule", schedule_name(schedule)},
@@ -363,6 +354,8 @@ int cmd_run(const RunOptions& o) {
         {"share_of_limit", share},
         {"fingerprint", r.fingerprint},
     };
+    // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
+    for (const HyperparameterField& f : kHyperparameterFields) j[f.name] = config.*f.field;
     if (comm) {
       j["world_size"] = comm->size();
       j["grad_reduce"] = grad_reduce_name(grad_reduce);

@@ -17,14 +17,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const renaissance::Error&) {
     return 0;  // refused with an Error: the documented outcome for a malformed case
   }
-  if (rc.steps < 0 || rc.lr_per_step.size() != static_cast<size_t>(rc.steps) ||
-      rc.loss_scale_per_step.size() != static_cast<size_t>(rc.steps)) {
-    renaissance_fuzz::property_failed("per-step lists disagree with steps");
+  if (rc.steps < 0 || rc.groups.empty() || rc.loss_scale_per_step.size() != static_cast<size_t>(rc.steps)) {
+    renaissance_fuzz::property_failed("per-step lists disagree with steps, or no group");
+  }
+  for (const renaissance::ReplayGroup& g : rc.groups) {
+    if (g.lr_per_step.size() != static_cast<size_t>(rc.steps)) renaissance_fuzz::property_failed("a group's lr_per_step disagrees with steps");
   }
   try {
     // run_replay hands these to Task, which would throw mid-run on anything invalid.
-    rc.config.validate();
-    for (double lr : rc.lr_per_step) renaissance::check_lr(lr);
+    for (const renaissance::ReplayGroup& g : rc.groups) {
+      g.config.validate();
+      for (double lr : g.lr_per_step) renaissance::check_lr(lr);
+    }
     for (double s : rc.loss_scale_per_step) renaissance::check_loss_scale(s);
     renaissance::validate_param_specs(rc.params);
   } catch (const renaissance::Error& e) {

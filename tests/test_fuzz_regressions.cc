@@ -123,7 +123,7 @@ TEST(FuzzRegression, ReplayHugeStepsRefusedBeforeAllocating) {
   const std::string at_limit = "{\"format\":\"renaissance-replay/1\",\"optimizer\":{\"kind\":\"sgd\"},\"steps\":" +
                                std::to_string(kMaxSafetensorsHeaderBytes / 32) +
                                ",\"params\":[{\"name\":\"a\",\"shape\":[1],\"role\":\"bn_bias\"}]}";
-  EXPECT_EQ(parse_replay_case_json(at_limit, "limit").lr_per_step.size(), kMaxSafetensorsHeaderBytes / 32);
+  EXPECT_EQ(parse_replay_case_json(at_limit, "limit").groups.front().lr_per_step.size(), kMaxSafetensorsHeaderBytes / 32);
 }
 
 // layout.cc parse_layout: five tensors of 2^61-1 elements each passed the per-tensor bound, and

@@ -23,6 +23,7 @@
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
 #include "renaissance/replay.h"
+#include "tests/replay_test_util.h"
 #include "renaissance/safetensors.h"
 #include "renaissance/task.h"
 #include "tests/test_util.h"
@@ -186,14 +187,7 @@ class ReplayGroups : public ::testing::Test {
     write_safetensors(dir_ + "/init.safetensors", views);
   }
   void expect_rejected(const std::vector<std::string>& words) const {
-    try {
-      load_replay_case(dir_);
-      ADD_FAILURE() << "the broken case loaded";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
-      for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "no '" << w << "' in: " << msg;
-    }
+    testing_util::expect_replay_rejected(dir_, words);
   }
   std::string dir_, expected_;
   nlohmann::json original_;

@@ -60,14 +60,9 @@ std::vector<std::string> family_hyperparameters(const KindInfo& k) {
 }
 
 double OptimizerConfig::*double_field(const std::string& name) {
-  if (name == "lr") return &OptimizerConfig::lr;
-  if (name == "weight_decay") return &OptimizerConfig::weight_decay;
-  if (name == "momentum") return &OptimizerConfig::momentum;
-  if (name == "beta1") return &OptimizerConfig::beta1;
-  if (name == "beta2") return &OptimizerConfig::beta2;
-  if (name == "eps") return &OptimizerConfig::eps;
-  if (name == "trust_coefficient") return &OptimizerConfig::trust_coefficient;
-  if (name == "max_grad_norm") return &OptimizerConfig::max_grad_norm;
+  for (const HyperparameterField& f : kHyperparameterFields) {
+    if (name == f.name) return f.field;
+  }
   return nullptr;
 }
 
@@ -324,7 +319,7 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int thr
   }
   nb::dict d;
   d["name"] = rc.name;
-  d["kind"] = optimizer_kind_name(rc.config.kind);
+  d["kind"] = optimizer_kind_name(rc.groups.front().config.kind);  // the first group's in format 2
   d["steps"] = rc.steps;
   d["steps_applied"] = r.steps_applied;
   d["steps_skipped"] = r.steps_skipped;
@@ -462,14 +457,7 @@ nb::dict task_config(PyTask& t) {
   const OptimizerConfig& c = t.task().config();
   nb::dict d;
   d["kind"] = optimizer_kind_name(c.kind);
-  d["lr"] = c.lr;
-  d["weight_decay"] = c.weight_decay;
-  d["momentum"] = c.momentum;
-  d["beta1"] = c.beta1;
-  d["beta2"] = c.beta2;
-  d["eps"] = c.eps;
-  d["trust_coefficient"] = c.trust_coefficient;
-  d["max_grad_norm"] = c.max_grad_norm;
+  for (const HyperparameterField& f : kHyperparameterFields) d[f.name] = c.*f.field;
   d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
   return d;
 }

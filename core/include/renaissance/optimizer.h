@@ -37,6 +37,23 @@ struct OptimizerConfig {
   void validate() const;
 };
 
+// The numeric fields of OptimizerConfig by the one name every surface uses for them (replay
+// case.json, the CLI's JSON, Python keywords), in this order.
+struct HyperparameterField {
+  const char* name;
+  double OptimizerConfig::*field;
+};
+inline constexpr HyperparameterField kHyperparameterFields[] = {
+    {"lr", &OptimizerConfig::lr},
+    {"weight_decay", &OptimizerConfig::weight_decay},
+    {"momentum", &OptimizerConfig::momentum},
+    {"beta1", &OptimizerConfig::beta1},
+    {"beta2", &OptimizerConfig::beta2},
+    {"eps", &OptimizerConfig::eps},
+    {"trust_coefficient", &OptimizerConfig::trust_coefficient},
+    {"max_grad_norm", &OptimizerConfig::max_grad_norm},
+};
+
 // A configuration of `kind` with the given hyperparameters (decoupled weight decay).
 OptimizerConfig make_config(OptimizerKind kind, const Hyperparameters& h);
 // The library's defaults for a kind (kKindTable's `defaults` column).

@@ -37,10 +37,6 @@ struct ReplayCase {
   std::string name;
   int format = 1;  // 1 or 2
   std::vector<ReplayGroup> groups;  // one in format 1
-  // groups[0]'s optimizer and schedule (the whole case in format 1), kept for callers written for
-  // format 1 (the fuzzer; renaissance.replay's "kind"). Running a case reads `groups`.
-  OptimizerConfig config;
-  std::vector<double> lr_per_step;
   int64_t steps = 0;
   std::vector<double> loss_scale_per_step;  // `steps` entries (1 when not given)
   std::vector<ParamSpec> params;            // every group's, in group order; names unique in the case

@@ -68,10 +68,6 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& wher
     throw_format(where + ".kind: unknown optimizer kind " + sq(kind_text) + " (expected one of " + kind_list() + ")");
   }
   OptimizerConfig c = default_config(kind);
-  const std::pair<const char*, double*> numbers[] = {
-      {"lr", &c.lr},     {"weight_decay", &c.weight_decay}, {"momentum", &c.momentum},
-      {"beta1", &c.beta1}, {"beta2", &c.beta2},             {"eps", &c.eps},
-      {"trust_coefficient", &c.trust_coefficient}, {"max_grad_norm", &c.max_grad_norm}};
   for (auto it = o.begin(); it != o.end(); ++it) {
     const std::string& key = it.key();
     if (key == "kind") continue;
@@ -83,10 +79,10 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& wher
       continue;
     }
     bool known = false;
-    for (const auto& n : numbers) {
-      if (key == n.first) {
+    for (const HyperparameterField& f : kHyperparameterFields) {
+      if (key == f.name) {
         if (!it.value().is_number()) throw_format(where + "." + key + " = " + it.value().dump() + " is not a number");
-        *n.second = it.value().get<double>();
+        c.*f.field = it.value().get<double>();
         known = true;
       }
     }
@@ -313,8 +309,6 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
   }
   if (rc.format == 1) parse_format1(j, case_path, rc);
   else parse_format2(j, case_path, rc);
-  rc.config = rc.groups.front().config;
-  rc.lr_per_step = rc.groups.front().lr_per_step;
   return rc;
 }
 
