@@ -2,15 +2,7 @@
 # resumed up to 20, gives the fingerprint of 20 uninterrupted steps (NaN steps on both sides of
 # the save), and a checkpoint of another optimizer is refused with exit 2 naming both kinds.
 # Input: CLI, LAYOUT, WORK (a scratch folder).
-function(run_fp out_var)
-  execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu --json ${ARGN}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "renaissance run ${ARGN} failed (${rc}): ${err}")
-  endif()
-  string(JSON fp GET "${out}" fingerprint)
-  set(${out_var} "${fp}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_fingerprint.cmake)
 
 file(MAKE_DIRECTORY ${WORK})
 set(ckpt ${WORK}/run.ckpt)

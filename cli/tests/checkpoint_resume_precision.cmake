@@ -5,15 +5,7 @@
 # whole copy, so only this shows that the loaded copy is the saved one); a resume whose precision
 # or rounding differs from the checkpoint's is refused with exit 2.
 # Input: CLI, LAYOUT, WORK (a scratch folder).
-function(run_fp out_var)
-  execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu --json ${ARGN}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "renaissance run ${ARGN} failed (${rc}): ${err}")
-  endif()
-  string(JSON fp GET "${out}" fingerprint)
-  set(${out_var} "${fp}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_fingerprint.cmake)
 
 function(expect_refused needle)
   execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu ${ARGN}
