@@ -67,6 +67,7 @@ class _Base(Optimizer):
         except Exception:
             del self.param_groups[n_before:]
             raise
+        binding.trust_ratio = group.get("trust_ratio")  # the setting the roles were made from
         binding.adopt()
         self._bindings.append(binding)
         self._refresh_state()
@@ -107,7 +108,8 @@ class _Base(Optimizer):
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             configs.append(self._core_config(group))
         for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
-            if self._roles(group) != b.roles:
+            # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
+            if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
             b.apply_hyper(kind, hyper)
         for b in self._bindings:

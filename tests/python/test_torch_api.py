@@ -192,6 +192,20 @@ def test_change_that_needs_a_recompile_is_refused():
     assert opt._bindings[0].task.step_count == 1
 
 
+def test_trust_ratio_change_that_moves_roles_is_refused():
+    ps = params()  # mixed ranks: the default (ndim > 1) puts some parameters on each side
+    opt = rt.LARS(ps, lr=0.1, momentum=0.9, weight_decay=1e-4)
+    feed(ps, 0)
+    w = [p.detach().clone() for p in ps]
+    opt.param_groups[0]["trust_ratio"] = True  # every parameter adapted: other roles
+    with pytest.raises(ValueError, match="cannot change trust_ratio"):
+        opt.step()
+    assert all(same_bits(p, x) for p, x in zip(ps, w))
+    opt.param_groups[0]["trust_ratio"] = None  # back to the setting it was built with
+    opt.step()
+    assert opt._bindings[0].task.step_count == 1
+
+
 def train_torch(ps, opt, first, last):
     for s in range(first, last):
         for p, g in zip(ps, grads(s)):
