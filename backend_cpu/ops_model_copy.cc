@@ -1,39 +1,256 @@
 // The model copy of a mixed-precision task (issue 14): after an update block, each new master
-// is rounded to bf16/fp16 (math/precision.h, shared with the CUDA backend) and stored into
-// C_MODEL_COPY. The stochastic-rounding word depends on the element's index in its tensor, never
-// on the block, so chunking and thread count cannot change a bit. Scalar code: the rounding is
-// integer arithmetic, the same on every SIMD target.
-#include <algorithm>
+// is rounded to bf16/fp16 and stored into C_MODEL_COPY. The stochastic-rounding word depends on
+// the element's index in its tensor, never on the block, so chunking and thread count cannot
+// change a bit.
+// Vectorised with Highway: the lane-wise code below restates math/precision.h's scalar integer
+// formulas (RNE, stochastic rounding, Philox-4x32-10) with the same integer operations, so every
+// target computes the scalar definition's bits; tests/test_model_copy_simd.cc checks this per
+// target on ties, subnormals, overflow, NaN/Inf and random inputs. Philox runs on Lanes()
+// counters at once (one per block of four elements) and its four output words are interleaved
+// back into element order, as sr_random_block assigns them.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend_cpu/ops_model_copy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
 #include <cstdint>
 
-#include "backend_cpu/cpu_ops.h"
+#include "backend_cpu/model_copy.h"
 #include "renaissance/math/precision.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace renaissance {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace {
+
+// The scalar definition, for heads and tails shorter than a vector (and the HWY_SCALAR target).
+template <Precision kPrecision, Rounding kRounding>
+void round_scalar(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const float x = w[i];
+    if (kRounding == Rounding::kNearest) {
+      c[i] = kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+    } else {
+      const uint32_t r = math::sr_random_word(seed, t, param, first + i);
+      c[i] = kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
+    }
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+namespace hn = hwy::HWY_NAMESPACE;
+using DU = hn::ScalableTag<uint32_t>;
+using VU = hn::Vec<DU>;
+using DI = hn::RebindToSigned<DU>;
+using MU = hn::Mask<DU>;
+
+HWY_INLINE VU K(uint32_t x) { return hn::Set(DU(), x); }
+// Comparisons of values below 2^31 (magnitudes, exponents, shift counts) as signed lanes, which
+// every target has natively.
+HWY_INLINE MU GtS(VU a, int32_t b) {
+  const DI di;
+  return hn::RebindMask(DU(), hn::Gt(hn::BitCast(di, a), hn::Set(di, b)));
+}
+// Clamp a shift count computed as a signed lane into [lo, hi]; lanes outside are masked later.
+HWY_INLINE VU ClampShift(VU s, int32_t lo, int32_t hi) {
+  const DI di;
+  return hn::BitCast(DU(), hn::Min(hn::Max(hn::BitCast(di, s), hn::Set(di, lo)), hn::Set(di, hi)));
+}
+
+// f32_to_bf16_rne, lane-wise.
+HWY_INLINE VU Bf16Rne(VU u) {
+  const VU a = hn::And(u, K(0x7fffffffu));
+  const VU lsb = hn::And(hn::ShiftRight<16>(u), K(1));
+  const VU rne = hn::ShiftRight<16>(hn::Add(hn::Add(u, K(0x7fffu)), lsb));
+  return hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(hn::ShiftRight<16>(u), K(0x0040u)), rne);
+}
+
+// f32_to_f16_rne, lane-wise. The subnormal branch (q + up) is computed as
+// (m + half - 1 + (q & 1)) >> shift, which equals q + (rem > half || (rem == half && q odd)).
+HWY_INLINE VU F16Rne(VU u) {
+  const VU sign = hn::And(hn::ShiftRight<16>(u), K(0x8000u));
+  const VU a = hn::And(u, K(0x7fffffffu));
+  const VU rebased = hn::Sub(a, K(112u << 23));
+  const VU normal =
+      hn::ShiftRight<13>(hn::Add(hn::Add(rebased, K(0xfffu)), hn::And(hn::ShiftRight<13>(rebased), K(1))));
+  const VU e = hn::ShiftRight<23>(a);
+  const VU shift = ClampShift(hn::Sub(K(126), e), 14, 24);
+  const VU m = hn::Or(hn::And(a, K(0x7fffffu)), K(0x800000u));
+  const VU half_minus_1 = hn::Sub(K(1) << hn::Sub(shift, K(1)), K(1));
+  const VU q_odd = hn::And(m >> shift, K(1));
+  const VU sub = hn::Add(hn::Add(m, half_minus_1), q_odd) >> shift;
+  VU r = hn::IfThenElseZero(GtS(e, 101), sub);  // e < 102: below half the smallest subnormal
+  r = hn::IfThenElse(GtS(a, 0x387fffff), normal, r);
+  r = hn::IfThenElse(GtS(a, 0x477fefff), K(0x7c00u), r);
+  r = hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(K(0x7e00u), hn::And(hn::ShiftRight<13>(a), K(0x3ffu))), r);
+  return hn::Or(r, sign);
+}
+
+// f32_to_bf16_sr, lane-wise.
+HWY_INLINE VU Bf16Sr(VU u, VU rnd) {
+  const VU a = hn::And(u, K(0x7fffffffu));
+  const VU hi = hn::ShiftRight<16>(u);
+  VU r = hn::ShiftRight<16>(hn::Add(u, hn::ShiftRight<16>(rnd)));
+  r = hn::IfThenElse(hn::Eq(a, K(0x7f800000u)), hi, r);
+  return hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(hi, K(0x0040u)), r);
+}
+
+// f32_to_f16_sr, lane-wise. The subnormal branch's 64-bit sum (m << 32 >> shift) + r is kept as
+// two 32-bit halves: upper = m >> shift, lower = the bits shifted out (m << (32 - shift) for
+// shift < 32, m >> (shift - 32) for 32..55), and the carry of lower + r comes from the sign bits.
+HWY_INLINE VU F16Sr(VU u, VU rnd) {
+  const VU sign = hn::And(hn::ShiftRight<16>(u), K(0x8000u));
+  const VU a = hn::And(u, K(0x7fffffffu));
+  const VU normal = hn::ShiftRight<13>(hn::Add(hn::Sub(a, K(112u << 23)), hn::ShiftRight<19>(rnd)));
+  const VU e = hn::ShiftRight<23>(a);
+  const VU shift = hn::Sub(K(126), e);  // 14..126 where the subnormal branch is taken
+  const VU m = hn::Or(hn::And(a, K(0x7fffffu)), K(0x800000u));
+  const VU s1 = ClampShift(shift, 14, 31);
+  const VU s2 = ClampShift(hn::Sub(shift, K(32)), 0, 31);
+  const MU wide = GtS(shift, 31);
+  const VU upper = hn::IfThenZeroElse(wide, m >> s1);
+  const VU lower = hn::IfThenElse(wide, m >> s2, m << hn::Sub(K(32), s1));
+  const VU sum = hn::Add(lower, rnd);
+  const VU carry = hn::ShiftRight<31>(hn::Or(hn::And(lower, rnd), hn::AndNot(sum, hn::Or(lower, rnd))));
+  VU r = hn::IfThenZeroElse(GtS(shift, 55), hn::Add(upper, carry));  // also float zeros/subnormals
+  r = hn::IfThenElse(GtS(a, 0x387fffff), normal, r);
+  r = hn::IfThenElse(GtS(a, 0x477fffff), K(0x7c00u), r);
+  r = hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(K(0x7e00u), hn::And(hn::ShiftRight<13>(a), K(0x3ffu))), r);
+  return hn::Or(r, sign);
+}
+
+// The full 32x32 -> 64 products a * k of every lane, as high and low halves: MulEven multiplies
+// the even lanes; the odd lanes are moved down into even position first.
+HWY_INLINE void MulWide(VU a, uint32_t k, VU* hi, VU* lo) {
+  const DU du;
+  const hn::Repartition<uint64_t, DU> d64;
+  const VU kv = K(k);
+  const auto even = hn::MulEven(a, kv);
+  const auto odd = hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, a))), kv);
+  *hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
+  *lo = hn::OddEven(hn::BitCast(du, hn::ShiftLeft<32>(odd)), hn::BitCast(du, even));
+}
+
+// math::philox4x32_10 on Lanes() counters (c0 varies per lane, c1..c3 and the key are shared).
+HWY_INLINE void Philox(VU c0, uint32_t c1s, uint32_t c2s, uint32_t c3s, uint32_t k0, uint32_t k1, VU* out) {
+  VU c1 = K(c1s), c2 = K(c2s), c3 = K(c3s);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    VU hi0, lo0, hi1, lo1;
+    MulWide(c0, 0xD2511F53u, &hi0, &lo0);
+    MulWide(c2, 0xCD9E8D57u, &hi1, &lo1);
+    c0 = hn::Xor(hn::Xor(hi1, c1), K(k0));
+    c1 = lo1;
+    c2 = hn::Xor(hn::Xor(hi0, c3), K(k1));
+    c3 = lo0;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+template <Precision kPrecision, Rounding kRounding>
+HWY_INLINE void RoundStore(const float* w, uint16_t* c, VU rnd) {
+  const DU du;
+  const hn::Rebind<float, DU> df;
+  const hn::Rebind<uint16_t, DU> d16;
+  const VU u = hn::BitCast(du, hn::LoadU(df, w));
+  VU r;
+  if (kRounding == Rounding::kNearest) r = kPrecision == Precision::kBf16 ? Bf16Rne(u) : F16Rne(u);
+  else r = kPrecision == Precision::kBf16 ? Bf16Sr(u, rnd) : F16Sr(u, rnd);
+  // Every lane holds a 16-bit encoding, so the saturating demotion is exact.
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), r)), d16, c);
+}
+
+template <Precision kPrecision, Rounding kRounding>
+void round_vector(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
+  const DU du;
+  const uint64_t lanes = hn::Lanes(du);
+  uint64_t i = 0;
+  if (kRounding == Rounding::kNearest) {
+    for (; i + lanes <= n; i += lanes) RoundStore<kPrecision, kRounding>(w + i, c + i, K(0));
+  } else {
+    // Scalar up to the first element of a Philox block, then 4 * lanes elements per Philox call.
+    const uint64_t to_block = (4 - (first & 3u)) & 3u;  // elements before the next multiple of 4
+    const uint64_t head = to_block < n ? to_block : n;
+    round_scalar<kPrecision, kRounding>(w, c, head, first, seed, t, param);
+    i = head;
+    HWY_ALIGN uint32_t words[HWY_MAX_BYTES];  // 4 words per lane: at least 4 * lanes
+    for (; i + 4 * lanes <= n; i += 4 * lanes) {
+      const uint64_t block = (first + i) >> 2;
+      const uint32_t lo = static_cast<uint32_t>(block);
+      if (lo > UINT32_MAX - (lanes - 1)) {  // the counter's low word would wrap inside the vector
+        round_scalar<kPrecision, kRounding>(w + i, c + i, 4 * lanes, first + i, seed, t, param);
+        continue;
+      }
+      VU v[4];
+      Philox(hn::Iota(du, lo), static_cast<uint32_t>(block >> 32), param, static_cast<uint32_t>(t),
+             static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), v);
+      // Element 4b + j takes word j of block b: interleaving the four outputs is element order.
+      hn::StoreInterleaved4(v[0], v[1], v[2], v[3], du, words);
+      for (uint64_t j = 0; j < 4; ++j) {
+        RoundStore<kPrecision, kRounding>(w + i + j * lanes, c + i + j * lanes, hn::Load(du, words + j * lanes));
+      }
+    }
+  }
+  round_scalar<kPrecision, kRounding>(w + i, c + i, n - i, first + i, seed, t, param);
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+template <Precision kPrecision, Rounding kRounding>
+void round_part(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
+#if HWY_TARGET == HWY_SCALAR
+  round_scalar<kPrecision, kRounding>(w, c, n, first, seed, t, param);
+#else
+  round_vector<kPrecision, kRounding>(w, c, n, first, seed, t, param);
+#endif
+}
+
+}  // namespace
+
+void RoundModelCopy(int precision, int rounding, const float* w, uint16_t* c, uint64_t n, uint64_t first,
+                    uint64_t seed, uint64_t t, uint32_t param) {
+  const bool bf16 = precision == static_cast<int>(Precision::kBf16);
+  if (rounding == static_cast<int>(Rounding::kNearest)) {
+    if (bf16) round_part<Precision::kBf16, Rounding::kNearest>(w, c, n, first, seed, t, param);
+    else round_part<Precision::kFp16, Rounding::kNearest>(w, c, n, first, seed, t, param);
+  } else {
+    if (bf16) round_part<Precision::kBf16, Rounding::kStochastic>(w, c, n, first, seed, t, param);
+    else round_part<Precision::kFp16, Rounding::kStochastic>(w, c, n, first, seed, t, param);
+  }
+}
+
+const char* ModelCopyTarget() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace renaissance
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+
+#include "backend_cpu/cpu_ops.h"
 
 namespace renaissance {
 namespace cpu {
 
-namespace {
+HWY_EXPORT(RoundModelCopy);
+HWY_EXPORT(ModelCopyTarget);
 
-template <Precision kPrecision, Rounding kRounding>
-void round_tensor_part(const float* w, uint16_t* c, uint64_t idx_begin, uint64_t idx_end, uint64_t seed,
-                       uint64_t t, uint32_t param) {
-  math::Philox4x32 block{};
-  for (uint64_t idx = idx_begin; idx < idx_end; ++idx) {
-    const float x = w[idx];
-    uint16_t out;
-    if (kRounding == Rounding::kNearest) {
-      out = kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
-    } else {
-      // One Philox call per four elements of the tensor (math::sr_random_word's words).
-      if (idx == idx_begin || (idx & 3u) == 0) block = math::sr_random_block(seed, t, param, idx >> 2);
-      const uint32_t r = block.v[idx & 3u];
-      out = kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
-    }
-    c[idx] = out;
-  }
+void round_model_copy(Precision precision, Rounding rounding, const float* w, uint16_t* c, uint64_t n,
+                      uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
+  HWY_DYNAMIC_DISPATCH(RoundModelCopy)(static_cast<int>(precision), static_cast<int>(rounding), w, c, n, first,
+                                       seed, t, param);
 }
 
-}  // namespace
+const char* model_copy_target() { return HWY_DYNAMIC_DISPATCH(ModelCopyTarget)(); }
 
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end) {
   const ModelCopy& copy = node.copy;
@@ -44,20 +261,12 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
   auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
                              [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
   for (; it != copy.tensors.end() && it->begin < end; ++it) {
-    const uint64_t lo = std::max(begin, it->begin) - it->begin;
-    const uint64_t hi = std::min(end, it->begin + it->numel) - it->begin;
-    const float* tw = w + it->begin;
-    uint16_t* tc = c + it->begin;
-    const bool bf16 = copy.precision == Precision::kBf16;
-    if (copy.rounding == Rounding::kNearest) {
-      if (bf16) round_tensor_part<Precision::kBf16, Rounding::kNearest>(tw, tc, lo, hi, copy.seed, t, it->param);
-      else round_tensor_part<Precision::kFp16, Rounding::kNearest>(tw, tc, lo, hi, copy.seed, t, it->param);
-    } else {
-      if (bf16) round_tensor_part<Precision::kBf16, Rounding::kStochastic>(tw, tc, lo, hi, copy.seed, t, it->param);
-      else round_tensor_part<Precision::kFp16, Rounding::kStochastic>(tw, tc, lo, hi, copy.seed, t, it->param);
-    }
+    const uint64_t lo = std::max(begin, it->begin);
+    const uint64_t hi = std::min(end, it->begin + it->numel);
+    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, lo - it->begin, copy.seed, t, it->param);
   }
 }
 
 }  // namespace cpu
 }  // namespace renaissance
+#endif  // HWY_ONCE

@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   bool verify_traffic = false;
   int replays = 100, warmup = 5, threads = 0;
   double max_grad_norm = 0.0;  // clipping on every configuration when > 0 (compare_torch's clip rows)
+  std::string precision = "fp32";  // issue 14: the bf16/fp16 model copy written by every step
+  bool stochastic_rounding = false;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay-mode", wd_mode, "decoupled, or l2 (torch.optim.SGD) for the kinds that allow it")
       ->check(CLI::IsMember({"decoupled", "l2"}));
   app.add_option("--max-grad-norm", max_grad_norm, "clip the global gradient norm to X (0: off)")->check(CLI::Range(0.0, 1e30));
+  app.add_option("--precision", precision, "model copy: fp32 (none), bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--stochastic-rounding", stochastic_rounding, "round the model copy stochastically (needs bf16 or fp16)");
   app.add_flag("--verify-traffic", verify_traffic,
                "instead of timing: check that the same-traffic passes move bytes_per_param x params (a layout of "
                "weight-group tensors of multiples of 64 elements) and leave the state bit for bit as it was");
@@ -94,6 +98,8 @@ int main(int argc, char** argv) {
           options.backend = backend;
           options.backend_options.threads = threads;
           options.check_finite = with_check;
+          parse_precision(precision, &options.precision.precision);
+          options.precision.rounding = stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
           Task task(params, options);
           task.optimizer(config);
           task.compile();
@@ -120,13 +126,16 @@ int main(int argc, char** argv) {
           }
           // The limit of this very step's access pattern, over this task's arena.
           const double limit_gbps = b.same_traffic_gbps(same_traffic_passes(task.plan(), kind, with_check), 20);
-          const double bytes = bytes_per_param(kind, with_check) * static_cast<double>(param_count);
+          const double bytes = (bytes_per_param(kind, with_check) + (precision == "fp32" ? 0.0 : 2.0)) *
+                               static_cast<double>(param_count);  // + the model copy's 2 B write
           nlohmann::json row = {{"layout", layout_name},
                                 {"optimizer", kind_name},
                                 {"weight_decay_mode", l2 ? "l2" : "decoupled"},
                                 {"max_grad_norm", max_grad_norm},
                                 {"backend", b.describe()},
                                 {"check_finite", with_check},
+                                {"precision", precision},
+                                {"rounding", stochastic_rounding ? "stochastic" : "nearest"},
                                 {"params", param_count},
                                 {"replays", replays},
                                 {"limit_gb_per_s", limit_gbps},
