@@ -131,6 +131,11 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
       {"--optimizer", optimizer_kind_name(c.kind), o.optimizer, false},
       {"--weight-decay-mode", mode, o.weight_decay_mode, false},
       {"--no-check-finite", ck.check_finite ? "off" : "on", o.no_check_finite ? "on" : "off", false},
+      // The model copy (format version 3's PRECISION; fp32 for a version-2 file): its dtype and
+      // rounding decide the compiled step and every later copy bit.
+      {"--precision", precision_name(ck.precision.precision), o.precision, false},
+      {"--stochastic-rounding", ck.precision.rounding == Rounding::kStochastic ? "on" : "off",
+       o.stochastic_rounding ? "on" : "off", false},
       {"--lr", num(c.lr), num(o.lr), true},
       {"--weight-decay", num(c.weight_decay), num(o.weight_decay), true},
       {"--momentum", num(c.momentum), num(o.momentum), true},
@@ -155,7 +160,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   if (!differences.empty()) {
     throw_invalid("--resume " + io::printable(o.resume) + ": the command differs from the checkpoint's configuration: " +
                   differences + ". Leave the option out to continue as saved, or add --override NAME to change it"
-                  " (kind, decay mode and the non-finite check cannot change)");
+                  " (kind, decay mode, the non-finite check, precision and rounding cannot change)");
   }
   // Start from the checkpoint, then apply what was given (only overridden values differ).
   *config = c;
@@ -215,8 +220,9 @@ int cmd_run(const RunOptions& o) {
   uint64_t seed = o.seed;
   double loss_scale = o.loss_scale;
   bool check_finite = !o.no_check_finite;
+  CheckpointInfo ck;
   if (!o.resume.empty()) {
-    const CheckpointInfo ck = read_checkpoint_info(o.resume);
+    ck = read_checkpoint_info(o.resume);
     inherit_from_checkpoint(o, ck, &config, &schedule, &schedule_steps, &warmup, &seed, &loss_scale);
     kind = config.kind;
     check_finite = ck.check_finite;
@@ -293,18 +299,25 @@ int cmd_run(const RunOptions& o) {
   if (!parse_precision(o.precision, &run.precision.precision)) {
     throw_invalid("--precision " + io::printable(o.precision) + ": expected fp32, bf16 or fp16");
   }
+  run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
+  run.precision.seed = seed;
+  // A resume continues the saved copy: dtype, rounding and the rounding key's seed come from the
+  // file (a conflicting --precision / --stochastic-rounding was refused above; --seed
+  // --override changes the synthetic gradients only).
+  if (!o.resume.empty()) run.precision = ck.precision;
   if (o.stochastic_rounding && run.precision.precision == Precision::kFp32) {
     throw_invalid("--stochastic-rounding needs --precision bf16 or fp16");
   }
-  run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
-  run.precision.seed = seed;
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = o.resume;
 
   const int64_t numel = layout.total_numel();
-  const double step_bytes_per_param = bytes_per_param(kind, check_finite);
+  // The kind's traffic (and the check's read of G), plus the model copy's 2-byte write per
+  // parameter (gradients are still fp32, so the precision adds nothing else).
+  const double step_bytes_per_param =
+      bytes_per_param(kind, check_finite) + (run.precision.precision == Precision::kFp32 ? 0.0 : 2.0);
   const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
   if (lead) run.on_step = [&](int done, double ms) { progress.update(done, ms); };

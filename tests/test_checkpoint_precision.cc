@@ -272,6 +272,39 @@ TEST(CheckpointPrecisionFormat, Fp32CheckpointsAreTheVersion2Bytes) {
   }
 }
 
+// read_checkpoint_info (what `renaissance run --resume` builds its task from) carries the copy's
+// dtype, rounding and seed from PREC; a version-2 file says fp32; a bad PREC is refused there too.
+TEST(CheckpointPrecisionFormat, InfoCarriesThePrecisionRoundingAndSeed) {
+  TempDir dir;
+  for (const Cell& c : {Cell{OptimizerKind::kAdamW, Precision::kFp16, Rounding::kStochastic},
+                        Cell{OptimizerKind::kLamb, Precision::kBf16, Rounding::kNearest}}) {
+    auto task = start(c);
+    checkpoint_test::run_steps(*task, 0, 2, {});
+    task->save(dir.file("c.ckpt"));
+    const CheckpointInfo info = read_checkpoint_info(dir.file("c.ckpt"));
+    EXPECT_EQ(info.version, 3u);
+    EXPECT_EQ(info.precision.precision, c.precision);
+    EXPECT_EQ(info.precision.rounding, c.rounding);
+    EXPECT_EQ(info.precision.seed, kRoundingSeed);
+    EXPECT_EQ(info.step, 2);
+  }
+  TaskOptions options;
+  options.backend = BackendKind::kCpu;
+  Task plain(checkpoint_test::small_params(), options);
+  plain.optimizer(reference_config(OptimizerKind::kAdamW));
+  plain.compile();
+  plain.save(dir.file("fp32.ckpt"));
+  const CheckpointInfo fp32 = read_checkpoint_info(dir.file("fp32.ckpt"));
+  EXPECT_EQ(fp32.version, 2u);
+  EXPECT_EQ(fp32.precision.precision, Precision::kFp32);
+
+  std::vector<uint8_t> f = read_file(dir.file("c.ckpt"));
+  const uint32_t three = 3;
+  patch_section(&f, "PREC", 0, &three, 4);
+  write_file(dir.file("bad.ckpt"), f);
+  expect_error([&] { read_checkpoint_info(dir.file("bad.ckpt")); }, "model copy precision 3", ErrorKind::kFormat);
+}
+
 // ---- refusals: a clear error, and the task exactly as it was ----
 void expect_refused(Task& task, const std::string& path, const std::string& needle, ErrorKind kind) {
   const std::vector<uint8_t> before = checkpoint_test::arena_bytes(task);

@@ -53,6 +53,7 @@ struct CheckpointInfo {
   int64_t step = 0;     // applied steps
   int64_t skipped = 0;  // skipped steps
   RunSettings run;
+  PrecisionOptions precision;  // the model copy's dtype, rounding and seed (fp32: version 2, none)
 };
 // Throws Error (kIo, kFormat) naming the path and what is wrong.
 CheckpointInfo read_checkpoint_info(const std::string& path);

@@ -493,6 +493,12 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
   Cursor c(v.payload, v.length, parser.where(Section::kMeta));
   decode_meta(c, &info);
+  // A version-3 file's PRECISION follows META: a resume takes the copy's dtype and key from it.
+  if (info.version == kFormatVersionModelCopy) {
+    const SectionView p = parser.section(Section::kPrecision, kPrecisionBytes);
+    Cursor pc(p.payload, p.length, parser.where(Section::kPrecision));
+    decode_precision(pc, &info.precision);
+  }
   return info;
 }
 
