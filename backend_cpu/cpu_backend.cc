@@ -100,6 +100,7 @@ class CpuBackend final : public Backend {
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
+    if (tuning_.unroll != d.unroll) os << ", unroll " << tuning_.unroll;
     os << ")";
     return os.str();
   }
@@ -267,6 +268,10 @@ CpuTuning cpu_tuning_from_env() {
   t.prefetch_elements = env_count("RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
   t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
   t.huge_pages = env_switch("RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
+  t.unroll = static_cast<unsigned>(env_count("RENAISSANCE_CPU_UNROLL", t.unroll));
+  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
+    throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");
+  }
   return t;
 }
 

@@ -33,6 +33,7 @@ enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
 //   RENAISSANCE_CPU_FIRST_TOUCH=0|1  the arena's pages are first written by the thread that will
 //                                    update them (the ops' partition) instead of one memset
 //   RENAISSANCE_CPU_HUGEPAGES=0|1    2 MiB-aligned arena with madvise(MADV_HUGEPAGE)
+//   RENAISSANCE_CPU_UNROLL=1|2|4     SIMD vectors per loop iteration of the Adam-family updates
 // There is no streaming-store switch: every per-element array a step writes (w, m, v) it also
 // reads first, so its lines are in cache already and a non-temporal store saves no traffic.
 struct CpuTuning {
@@ -44,6 +45,7 @@ struct CpuTuning {
   uint64_t prefetch_elements = 0;
   bool first_touch = true;
   bool huge_pages = true;
+  unsigned unroll = 1;
 };
 
 // Elements of one prefetch step in run_elementwise: a multiple of every SIMD width (so splitting

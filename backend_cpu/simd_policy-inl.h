@@ -63,13 +63,36 @@ HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, bool weight_group)
 // Applies `rule(w, g, m, v)` to elements [0, n) of the four arrays, full vectors first and
 // the remainder with the scalar policy; both compute the same IEEE operations, so the split
 // point never changes a bit. m (v) is read and written only when kHasM (kHasV).
-template <bool kHasM, bool kHasV, class VectorRule, class ScalarRule>
+// kUnroll > 1: groups of kUnroll vectors first, every load of a group issued before its
+// arithmetic and every store after it (more independent work in flight for the division and
+// square-root units; each element still gets the same operations, so no bit changes). Not on
+// targets with sizeless vectors (SVE, RVV), which cannot form arrays.
+template <bool kHasM, bool kHasV, size_t kUnroll = 1, class VectorRule, class ScalarRule>
 HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRICT g,
                                  float* HWY_RESTRICT m, float* HWY_RESTRICT v, size_t n,
                                  VectorRule vector_rule, ScalarRule scalar_rule) {
   const FloatTag d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
+#if !HWY_HAVE_SCALABLE
+  if (kUnroll > 1) {
+    for (; i + kUnroll * lanes <= n; i += kUnroll * lanes) {
+      FloatVec vw[kUnroll], vg[kUnroll], vm[kUnroll], vv[kUnroll];
+      for (size_t u = 0; u < kUnroll; ++u) {
+        vw[u] = hn::LoadU(d, w + i + u * lanes);
+        vg[u] = hn::LoadU(d, g + i + u * lanes);
+        vm[u] = kHasM ? hn::LoadU(d, m + i + u * lanes) : hn::Zero(d);
+        vv[u] = kHasV ? hn::LoadU(d, v + i + u * lanes) : hn::Zero(d);
+      }
+      for (size_t u = 0; u < kUnroll; ++u) vector_rule(vw[u], vg[u], vm[u], vv[u]);
+      for (size_t u = 0; u < kUnroll; ++u) {
+        hn::StoreU(vw[u], d, w + i + u * lanes);
+        if (kHasM) hn::StoreU(vm[u], d, m + i + u * lanes);
+        if (kHasV) hn::StoreU(vv[u], d, v + i + u * lanes);
+      }
+    }
+  }
+#endif
   for (; i + lanes <= n; i += lanes) {
     FloatVec vw = hn::LoadU(d, w + i);
     const FloatVec vg = hn::LoadU(d, g + i);

@@ -3,7 +3,8 @@
 // docs/design.md; the AdamW step with the non-finite check; the backend's same-traffic reference
 // over the very same arena spans (cpu::run_same_traffic_pass, the one implementation behind
 // Backend::same_traffic_gbps: reads w, g, m, v and writes w, m, v with trivial arithmetic, the
-// memory-system limit of the Adam access pattern); and a large memcpy. A memcpy is a poor
+// memory-system limit of the Adam access pattern); the AdamW kernel alone on data in L1
+// (ComputeOnly: the arithmetic's share of a step); and a large memcpy. A memcpy is a poor
 // floor for an in-place update, since it pays for write-allocate: it is here for reference.
 // bench/compare_torch.py runs the resnet50 AdamW and same-traffic rows.
 //
@@ -14,6 +15,8 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +30,7 @@
 #include <hwy/highway.h>
 
 #include "backend_cpu/cpu_ops.h"
+#include "backend_cpu/ops_adam.h"
 #include "renaissance/backend.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
@@ -96,6 +100,51 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
   finish(state, param_count(task), kAdamBytesPerParam, threads);
 }
 
+// The compute side of the AdamW step alone: the step's own chunk kernel (ops_adam.h, with the
+// RENAISSANCE_CPU_UNROLL in effect) run `params` elements' worth over one 1024-element buffer per
+// thread (4 arrays x 4 KiB, inside every L1d), so memory costs nothing. If this is close to the
+// step's time, the step is bound by its arithmetic (the IEEE division and square root), not by
+// memory. Coefficients of a typical step 10 (bias corrections 1/(1 - beta^10)); returns ms.
+double compute_only_ms(uint64_t params, int threads) {
+  constexpr size_t kL1Elements = 1024;
+  float s[kNumScalarF32] = {};
+  s[kLr] = 1e-3f;
+  s[kWeightDecay] = 1e-2f;
+  s[kDecayFactor] = 1.0f - 1e-5f;
+  s[kBeta1] = 0.9f;
+  s[kBeta2] = 0.999f;
+  s[kOneMinusBeta1] = 0.1f;
+  s[kOneMinusBeta2] = 0.001f;
+  s[kEps] = 1e-8f;
+  s[kInvLossScale] = 1.0f;
+  s[kBiasCorrection1] = 1.5353f;
+  s[kBiasCorrection2] = 100.5f;
+  s[kClipCoefficient] = 1.0f;
+  const cpu::ElementwiseFn fn = cpu::adam_kernel(true, cpu::cpu_tuning_from_env().unroll);
+  const int64_t reps = static_cast<int64_t>((params + kL1Elements - 1) / kL1Elements);
+  std::vector<float> arrays(static_cast<size_t>(threads) * 4 * kL1Elements + 16);
+  float* base = arrays.data() + (16 - reinterpret_cast<uintptr_t>(arrays.data()) / 4 % 16) % 16;  // 64-B aligned
+  for (size_t i = 0; i < static_cast<size_t>(threads) * 4 * kL1Elements; ++i) {
+    const float x = static_cast<float>(i % 97) * 1e-3f;
+    base[i] = (i / kL1Elements) % 4 == 3 ? x * x : x - 0.05f;  // v >= 0
+  }
+  const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+  {
+    float* w = base + static_cast<size_t>(omp_get_thread_num()) * 4 * kL1Elements;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < reps; ++r) fn(w, w + kL1Elements, w + 2 * kL1Elements, w + 3 * kL1Elements, kL1Elements, s, true, false);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  benchmark::DoNotOptimize(base[0]);
+  return ms;
+}
+
+void compute_only(benchmark::State& state, uint64_t params, int threads) {
+  for (auto _ : state) state.SetIterationTime(compute_only_ms(params, threads) / 1e3);
+  finish(state, params, kAdamBytesPerParam, threads);
+}
+
 void large_memcpy(benchmark::State& state, uint64_t bytes, int threads) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   const int64_t chunk = 1 << 20;
@@ -132,6 +181,11 @@ void register_all() {
     }
   }
   for (int threads : thread_counts) {
+    const std::string name = "ComputeOnly/adamw/16M/" + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), compute_only, uint64_t{1} << 24, threads)
+        ->Unit(benchmark::kMillisecond)->UseManualTime();
+  }
+  for (int threads : thread_counts) {
     const std::string name = "Memcpy/1GiB/" + std::to_string(threads);
     benchmark::RegisterBenchmark(name.c_str(), large_memcpy, uint64_t{1} << 30, threads)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -152,6 +206,7 @@ long anon_huge_kb() {
 // torch and the other variants. Commands on stdin, one JSON line back for each:
 //   step N         N steps, each timed (Backend::timed_steps)       -> {"ms": [...]}
 //   same N         N runs of the task's same-traffic passes          -> {"ms": [...]}
+//   compute N      N runs of the AdamW kernel over as many elements, in L1 -> {"ms": [...]}
 //   fingerprint    the task's fingerprint (variants must all agree)  -> {"fingerprint": "..."}
 //   quit
 int serve(const std::string& layout, int threads, bool check) {
@@ -175,6 +230,8 @@ int serve(const std::string& layout, int threads, bool check) {
       ms = task.timed_steps(std::max(count, 1));
     } else if (command == "same") {
       for (int i = 0; i < std::max(count, 1); ++i) ms.push_back(pass_bytes / task.backend().same_traffic_gbps(passes, 1) / 1e6);
+    } else if (command == "compute") {
+      for (int i = 0; i < std::max(count, 1); ++i) ms.push_back(compute_only_ms(param_count(task), threads));
     } else if (command == "fingerprint") {
       std::printf("{\"fingerprint\": \"%s\"}\n", task.fingerprint().c_str());
       std::fflush(stdout);

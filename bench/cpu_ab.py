@@ -18,6 +18,11 @@ Target (issue #17): the default variant, check off, >= 1.1x torch at 2 and all t
 torch already runs above 1/1.1 of the same-traffic limit (so 1.1x would be above the limit), the
 target is >= 0.98 of that limit instead. The checked figure is printed beside it.
 
+A compute-only column times the default kernel alone over as many elements as a step, on data
+that stays in L1 (bench_cpu_step's `compute`): its share of the step says how close the step is
+to being bound by its arithmetic (the IEEE division and square root per element) rather than by
+memory.
+
 All unchecked variants run the same steps on the same inputs, so their fingerprints must agree:
 the script checks that and exits 1 otherwise (the switches must never change a bit).
 
@@ -47,6 +52,8 @@ VARIANTS = {
     "static": {"RENAISSANCE_CPU_SCHEDULE": "static"},    # the default until 2026-12-01
     "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
     "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
+    "unroll2": {"RENAISSANCE_CPU_UNROLL": "2"},   # 2 and 4 SIMD vectors per loop iteration
+    "unroll4": {"RENAISSANCE_CPU_UNROLL": "4"},
     # Diagnosis only (bench_cpu_step's switch, not the backend's): Highway's AVX2 target on a
     # machine with AVX-512, to tell the 512-bit division and square root from the memory traffic.
     "avx2": {"RENAISSANCE_BENCH_NO_AVX512": "1"},
@@ -167,6 +174,9 @@ def measure(args, torch, hyper, binary, layout, threads):
     for arena in ("default", "old"):
         if arena in servers:
             columns.append((f"same-traffic({arena})", lambda s=servers[arena]: s.ask(f"same {args.steps}")["ms"]))
+    # The default kernel's arithmetic alone (data in L1, as many elements as a step): how much of
+    # a step the division and square root would take if memory cost nothing.
+    columns.append(("compute-only", lambda s=servers["default"]: s.ask(f"compute {args.steps}")["ms"]))
     times = {name: [] for name, _ in columns}
     for _ in range(1):  # one untimed visit each: first-touch faults, caches, torch's lazy state
         for name, run in columns:
@@ -225,7 +235,8 @@ def main():
             print(f"\n{layout}, {threads} threads: torch AdamW({impl}=True) {torch_ms:.3f}, "
                   f"same-traffic {limit_ms:.3f} (default arena, {limit_gbps:.1f} GB/s)"
                   + (f", {med['same-traffic(old)']:.3f} (old arena)" if "same-traffic(old)" in med else "")
-                  + f"; torch at {torch_share:.3f} of the limit")
+                  + f"; torch at {torch_share:.3f} of the limit; the default kernel in L1 (compute only) "
+                  f"{med['compute-only']:.3f} ({med['compute-only'] / med['default']:.2f} of its step)")
             print(f"  {'variant':<14} {'ms':>9} {'vs torch':>9} {'of limit':>9}  huge pages  backend")
             for name in info:
                 ms = med[name]

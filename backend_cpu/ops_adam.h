@@ -1,0 +1,15 @@
+// The Adam-family chunk kernels by name, for the op runners (ops_adam.cc) and for
+// bench_cpu_step's compute-only loop, which times the very kernel a step runs on data in L1.
+#pragma once
+
+#include "backend_cpu/cpu_ops.h"
+
+namespace renaissance {
+namespace cpu {
+
+// adamw (decoupled) or adam (L2) over one chunk, `unroll` vectors per loop iteration (1, 2 or 4;
+// anything else is 1). Every choice computes the same bits (simd_policy-inl.h, for_each_element).
+ElementwiseFn adam_kernel(bool decoupled, unsigned unroll);
+
+}  // namespace cpu
+}  // namespace renaissance
