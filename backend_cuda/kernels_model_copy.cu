@@ -1,9 +1,12 @@
 // The bf16/fp16 model copy on CUDA (issue 14): after a group's update, each new master is
 // rounded into C_MODEL_COPY with math/precision.h, the code the CPU backend uses. The group is
 // cut into pieces of at most kCopyPiece elements of one tensor, so every thread knows its
-// element's index in its tensor (the stochastic-rounding key) without a search. A separate
-// kernel re-reads W (4 B per element more than fusing it into the update; a fused version is a
-// performance follow-up that must keep these bits).
+// element's index in its tensor (the stochastic-rounding key) without a search. Each thread
+// rounds a quad: four consecutive elements whose tensor index starts at a multiple of 4, i.e.
+// exactly one block of math::sr_random_block, so one Philox call serves four elements (the words
+// sr_random_word would give each of them) and W / C move as 16-byte / 8-byte accesses where
+// aligned. A separate kernel still re-reads W (4 B per element more than fusing it into the
+// update; a fused version is a performance follow-up that must keep these bits).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,13 +22,14 @@ namespace cuda {
 namespace {
 
 constexpr uint64_t kCopyPiece = 4096;
+// A piece starts at a multiple of kCopyPiece of its tensor, so its quads are Philox blocks.
+static_assert(kCopyPiece % 4 == 0, "pieces must start on a stochastic-rounding block");
 
 template <Precision kPrecision, Rounding kRounding>
-__device__ __forceinline__ uint16_t round_master(float x, uint64_t seed, uint32_t t, uint32_t param, uint64_t idx) {
+__device__ __forceinline__ uint16_t round_master(float x, uint32_t r) {
   if (kRounding == Rounding::kNearest) {
     return kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
   }
-  const uint32_t r = math::sr_random_word(seed, t, param, idx);
   return kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
 }
 
@@ -37,9 +41,26 @@ __global__ void model_copy_kernel(const float* __restrict__ w, uint16_t* __restr
   const uint32_t t = static_cast<uint32_t>(flags[kStep]);
   for (int64_t p = blockIdx.x; p < count; p += gridDim.x) {
     const CopyPiece piece = pieces[p];
-    for (uint32_t i = threadIdx.x; i < piece.length; i += blockDim.x) {
-      const uint64_t e = piece.begin + i;
-      c[e] = round_master<kPrecision, kRounding>(w[e], seed, t, piece.param, piece.first_index + i);
+    for (uint32_t q = 4 * threadIdx.x; q < piece.length; q += 4 * blockDim.x) {
+      const uint64_t e = piece.begin + q;
+      uint32_t r[4] = {0, 0, 0, 0};
+      if (kRounding == Rounding::kStochastic) {
+        const math::Philox4x32 block = math::sr_random_block(seed, t, piece.param, (piece.first_index + q) >> 2);
+        for (int j = 0; j < 4; ++j) r[j] = block.v[j];
+      }
+      const bool aligned = ((reinterpret_cast<uintptr_t>(w + e) & 15u) | (reinterpret_cast<uintptr_t>(c + e) & 7u)) == 0;
+      if (q + 4 <= piece.length && aligned) {
+        const float4 x = *reinterpret_cast<const float4*>(w + e);
+        ushort4 out;
+        out.x = round_master<kPrecision, kRounding>(x.x, r[0]);
+        out.y = round_master<kPrecision, kRounding>(x.y, r[1]);
+        out.z = round_master<kPrecision, kRounding>(x.z, r[2]);
+        out.w = round_master<kPrecision, kRounding>(x.w, r[3]);
+        *reinterpret_cast<ushort4*>(c + e) = out;
+      } else {
+        const uint32_t n = min(4u, piece.length - q);
+        for (uint32_t j = 0; j < n; ++j) c[e + j] = round_master<kPrecision, kRounding>(w[e + j], r[j]);
+      }
     }
   }
 }
