@@ -57,6 +57,9 @@ VARIANTS = {
     # Diagnosis only (bench_cpu_step's switch, not the backend's): Highway's AVX2 target on a
     # machine with AVX-512, to tell the 512-bit division and square root from the memory traffic.
     "avx2": {"RENAISSANCE_BENCH_NO_AVX512": "1"},
+    # Diagnosis only (OpenMP's own variables): each thread pinned to its own core, spread apart,
+    # in case the scheduler puts two of ours on one core's hyper-threads (one divider for both).
+    "spread": {"OMP_PROC_BIND": "spread", "OMP_PLACES": "cores"},
 }
 PAUSE_S = 0.02  # between visits: libgomp's idle threads spin about a millisecond before sleeping
 
@@ -111,6 +114,23 @@ def mem_available():
             return next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
     except (OSError, StopIteration):
         return 0
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
+def siblings():
+    """Whether CPU 0 shares its core (hyper-threads): two threads on one core share its divider."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list") as f:
+            return "CPU 0's core runs CPUs " + f.read().strip()
+    except OSError:
+        return "core siblings unknown"
 
 
 def bench_hyperparameters(build):
@@ -219,8 +239,8 @@ def main():
         "/sys/kernel/mm/transparent_hugepage/enabled") else "unknown"
     numa = len([d for d in os.listdir("/sys/devices/system/node") if d.startswith("node")]) if os.path.isdir(
         "/sys/devices/system/node") else 0
-    print(f"cpu_ab: {cores} cores, {numa} NUMA node(s), THP {thp}, torch {torch.__version__}, "
-          f"{args.rounds} rounds x {args.steps} steps, medians in ms")
+    print(f"cpu_ab: {cpu_model()}, {cores} logical CPUs ({siblings()}), {numa} NUMA node(s), THP {thp}, "
+          f"torch {torch.__version__}, {args.rounds} rounds x {args.steps} steps, medians in ms")
     start = time.time()
     failures, verdicts, dump = [], [], []
     for layout in args.layouts.split(","):
