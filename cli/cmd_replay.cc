@@ -69,8 +69,14 @@ int cmd_replay(const ReplayOptions& o) {
     const TensorComparison* worst = nullptr;
     for (const TensorComparison& c : cmp) {
       const bool ok = c.rel_l2 <= o.tolerance;
-      std::printf("  %-*s %10lld %12.3e %12.3e%s\n", static_cast<int>(width), io::printable(c.name).c_str(),
-                  static_cast<long long>(c.numel), c.rel_l2, c.max_abs, ok ? "" : "  ABOVE TOLERANCE");
+      if (c.bitwise) {  // the model copy (c/NAME): bits, whatever the tolerance
+        std::printf("  %-*s %10lld %25s%s\n", static_cast<int>(width), io::printable(c.name).c_str(),
+                    static_cast<long long>(c.numel), c.mismatched == 0 ? "bitwise equal" : (std::to_string(c.mismatched) + " differ").c_str(),
+                    c.mismatched == 0 ? "" : "  BITS DIFFER");
+      } else {
+        std::printf("  %-*s %10lld %12.3e %12.3e%s\n", static_cast<int>(width), io::printable(c.name).c_str(),
+                    static_cast<long long>(c.numel), c.rel_l2, c.max_abs, ok ? "" : "  ABOVE TOLERANCE");
+      }
       if (!ok) status = kExitComparisonFailed;
       if (worst == nullptr || !(c.rel_l2 <= worst->rel_l2)) worst = &c;
     }

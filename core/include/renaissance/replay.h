@@ -48,6 +48,11 @@ struct ReplayCase {
   // Format 2: the fingerprint the final state must have (combine_fingerprints of the groups'),
   // 16 lowercase hex digits; empty when the case has none.
   std::string expected_fingerprint;
+  // Format 2's optional keys precision, rounding and seed (issue 14): a bf16/fp16 model copy of
+  // every group's weights besides the fp32 masters (fp32: none). Gradients may then be stored in
+  // the model dtype (widened exactly), and expected.safetensors may hold c/NAME, the copy in its
+  // dtype, compared bit for bit.
+  PrecisionOptions precision;
   // Gradients are validated at load time but read step by step while running, so a long case
   // does not need all of them in memory at once.
   std::shared_ptr<SafetensorsReader> grads;
@@ -55,6 +60,7 @@ struct ReplayCase {
   // where the reference records optimizer state.
   bool has_expected = false;
   std::map<std::string, std::vector<double>> expected;
+  std::map<std::string, std::vector<uint16_t>> expected_copy;  // "c/NAME": 2-byte encodings
 
   // The group parameter `id` belongs to.
   const ReplayGroup& group_of(size_t id) const;
@@ -88,6 +94,8 @@ struct ReplayResult {
   // Per parameter; m[i], v[i] are empty where the parameter's group keeps no M (V).
   std::vector<std::vector<float>> w, m, v;
   std::vector<bool> param_has_m, param_has_v;
+  Precision precision = Precision::kFp32;  // the model copy's dtype (fp32: c is empty)
+  std::vector<std::vector<uint16_t>> c;      // per parameter: its model copy
 };
 
 // Runs the case on fresh Tasks, one per group: each group's initial weights, state and step
@@ -100,6 +108,10 @@ struct TensorComparison {
   double rel_l2 = 0.0;   // ||got - ref|| / ||ref|| in double (||got - ref|| when ref is zero)
   double max_abs = 0.0;  // largest |got - ref|
   bool finite = true;    // every element of `got` is finite
+  // c/NAME (the model copy) is compared bit for bit: `mismatched` elements differ, and rel_l2 is
+  // 0 when none does, +inf otherwise (so any tolerance fails it).
+  bool bitwise = false;
+  int64_t mismatched = 0;
 };
 
 // Whether the result has the case's expected fingerprint (true when the case has none).
@@ -108,8 +120,8 @@ bool fingerprint_matches(const ReplayCase& replay, const ReplayResult& result);
 // Compares a result with expected.safetensors (empty when the case has none), in tensor order.
 std::vector<TensorComparison> compare_replay(const ReplayCase& replay, const ReplayResult& result);
 
-// Writes the final weights (by parameter name) and m/NAME, v/NAME where present, as F32,
-// atomically (see write_safetensors).
+// Writes the final weights (by parameter name) and m/NAME, v/NAME where present, as F32, and
+// c/NAME, the model copy, as BF16 / F16 when the case has one, atomically (see write_safetensors).
 void write_replay_result(const std::string& path, const ReplayCase& replay, const ReplayResult& result);
 
 }  // namespace renaissance

@@ -51,6 +51,8 @@ class SafetensorsReader {
   std::vector<float> read_f32(const std::string& name) const;
   std::vector<double> read_f64(const std::string& name) const;
   std::vector<int64_t> read_i64(const std::string& name) const;
+  // The 2-byte encodings of an F16 or BF16 tensor, as stored (replay's model-dtype tensors).
+  std::vector<uint16_t> read_half_bits(const std::string& name) const;
 
  private:
   std::vector<char> read_bytes(const StTensorInfo& t) const;
@@ -63,7 +65,8 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
-// One tensor to write; `data` points to numel(shape) elements of `dtype` (F32, F64 or I64).
+// One tensor to write; `data` points to numel(shape) elements of `dtype` (F32, F64, I64, or
+// F16 / BF16 as 2-byte encodings).
 struct StTensorView {
   std::string name;
   StDtype dtype = StDtype::kF32;

@@ -23,6 +23,7 @@
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
 #include "renaissance/layout.h"
+#include "renaissance/math/precision.h"
 
 namespace renaissance {
 
@@ -137,6 +138,58 @@ void check_tensor(const SafetensorsReader& file, const std::string& name, const 
   }
 }
 
+// The safetensors dtype of a model copy (and of model-dtype gradients).
+StDtype copy_dtype(Precision p) { return p == Precision::kFp16 ? StDtype::kF16 : StDtype::kBF16; }
+
+// A gradient tensor: F32, or the case's model dtype (BF16 / F16) when it has a model copy.
+void check_grad_tensor(const SafetensorsReader& file, const std::string& name, const std::vector<int64_t>& shape,
+                       Precision precision) {
+  if (precision != Precision::kFp32 && file.has(name) && file.info(name).dtype == copy_dtype(precision)) {
+    const StTensorInfo& t = file.info(name);
+    if (t.shape != shape) {
+      throw_format(file.display_name() + ": tensor " + sq(name) + " has shape " + shape_text(t.shape) +
+                   " but case.json declares " + shape_text(shape));
+    }
+    return;
+  }
+  if (file.has(name) && file.info(name).dtype != StDtype::kF32) {
+    throw_format(file.display_name() + ": tensor " + sq(name) + " has dtype " + st_dtype_name(file.info(name).dtype) +
+                 "; expected F32" +
+                 (precision == Precision::kFp32 ? std::string(" (BF16 / F16 gradients need case.json's precision bf16 / fp16)")
+                                                : std::string(" or ") + st_dtype_name(copy_dtype(precision)) +
+                                                      " (the case's precision " + precision_name(precision) + ")"));
+  }
+  check_tensor(file, name, shape, /*allow_f64=*/false);
+}
+
+// Format 2's precision, rounding and seed keys (all optional; fp32, nearest, 0).
+PrecisionOptions parse_precision_keys(const nlohmann::json& j, const std::string& case_path) {
+  PrecisionOptions p;
+  if (j.contains("precision")) {
+    const nlohmann::json& v = j["precision"];
+    if (!v.is_string() || !parse_precision(v.get<std::string>(), &p.precision)) {
+      throw_format(case_path + ": precision must be \"fp32\", \"bf16\" or \"fp16\", got " + v.dump());
+    }
+  }
+  if (j.contains("rounding")) {
+    const nlohmann::json& v = j["rounding"];
+    const std::string r = v.is_string() ? v.get<std::string>() : std::string();
+    if (r == "nearest") p.rounding = Rounding::kNearest;
+    else if (r == "stochastic") p.rounding = Rounding::kStochastic;
+    else throw_format(case_path + ": rounding must be \"nearest\" or \"stochastic\", got " + v.dump());
+    if (p.precision == Precision::kFp32) {
+      throw_format(case_path + ": rounding needs precision \"bf16\" or \"fp16\" (an fp32 case has no model copy)");
+    }
+  }
+  if (j.contains("seed")) {
+    if (!j["seed"].is_number_unsigned()) {
+      throw_format(case_path + ": seed must be a non-negative integer below 2^64, got " + j["seed"].dump());
+    }
+    p.seed = j["seed"].get<uint64_t>();
+  }
+  return p;
+}
+
 }  // namespace
 
 namespace {
@@ -187,8 +240,10 @@ int64_t parse_initial_step(const nlohmann::json& v, const std::string& where, in
 void parse_format1(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
   check_keys(j, {"format", "name", "optimizer", "steps", "lr_per_step", "loss_scale_per_step", "params"}, case_path,
              "format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params",
-             j.contains("groups") || j.contains("initial_step") || j.contains("expected_fingerprint")
-                 ? std::string("; groups, initial_step and expected_fingerprint need format \"") + kReplayFormat2 + "\""
+             j.contains("groups") || j.contains("initial_step") || j.contains("expected_fingerprint") ||
+                     j.contains("precision") || j.contains("rounding") || j.contains("seed")
+                 ? std::string("; groups, initial_step, expected_fingerprint, precision, rounding and seed need format \"") +
+                       kReplayFormat2 + "\""
                  : std::string());
   if (!j.contains("optimizer")) throw_format(case_path + ": missing key 'optimizer'");
   ReplayGroup g;
@@ -209,12 +264,16 @@ void parse_format1(const nlohmann::json& j, const std::string& case_path, Replay
 }
 
 void parse_format2(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
-  check_keys(j, {"format", "name", "steps", "loss_scale_per_step", "initial_step", "expected_fingerprint", "groups"},
-             case_path, "format, name, steps, loss_scale_per_step, initial_step, expected_fingerprint, groups",
+  check_keys(j, {"format", "name", "steps", "loss_scale_per_step", "initial_step", "expected_fingerprint", "groups",
+                 "precision", "rounding", "seed"},
+             case_path,
+             "format, name, steps, loss_scale_per_step, initial_step, expected_fingerprint, groups, precision, rounding, "
+             "seed",
              j.contains("optimizer") || j.contains("params") || j.contains("lr_per_step")
                  ? std::string("; in format 2, optimizer, params and lr_per_step belong to each entry of groups")
                  : std::string());
   rc.steps = parse_steps(j, case_path);
+  rc.precision = parse_precision_keys(j, case_path);
   rc.loss_scale_per_step = j.contains("loss_scale_per_step")
                                ? parse_per_step(j["loss_scale_per_step"], "loss_scale_per_step", rc.steps, case_path,
                                                 &check_loss_scale)
@@ -368,7 +427,7 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   // grads.safetensors: step{t}/{name} for every step and parameter, F32, declared shapes.
   rc.grads = std::make_shared<SafetensorsReader>(dir + "/grads.safetensors");
   for (int64_t t = 0; t < rc.steps; ++t) {
-    for (const ParamSpec& p : rc.params) check_tensor(*rc.grads, ReplayCase::grad_name(t, p.name), p.shape, false);
+    for (const ParamSpec& p : rc.params) check_grad_tensor(*rc.grads, ReplayCase::grad_name(t, p.name), p.shape, rc.precision.precision);
   }
   if (rc.grads->tensors().size() != static_cast<size_t>(rc.steps) * rc.params.size()) {
     std::set<std::string> wanted;
@@ -395,6 +454,23 @@ ReplayCase load_replay_case(const std::string& dir_in) {
       const std::string& n = kv.first;
       std::string base = n;
       bool state_ok = false;
+      if (n.compare(0, 2, "c/") == 0 && rc.precision.precision != Precision::kFp32 && names.count(n.substr(2))) {
+        // The model copy: the case's dtype, the parameter's shape, compared bit for bit.
+        const StTensorInfo& t = expected.info(n);
+        for (const ParamSpec& p : rc.params) {
+          if (p.name != n.substr(2)) continue;
+          if (t.dtype != copy_dtype(rc.precision.precision)) {
+            throw_format(expected.display_name() + ": tensor " + sq(n) + " has dtype " + st_dtype_name(t.dtype) +
+                         "; the model copy of a " + precision_name(rc.precision.precision) + " case is " +
+                         st_dtype_name(copy_dtype(rc.precision.precision)));
+          }
+          if (t.shape != p.shape) {
+            throw_format(expected.display_name() + ": tensor " + sq(n) + " has shape " + shape_text(t.shape) +
+                         " but case.json declares " + shape_text(p.shape));
+          }
+        }
+        continue;
+      }
       if (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0) {
         base = n.substr(2);
         if (kind_of.count(base)) {
@@ -405,7 +481,9 @@ ReplayCase load_replay_case(const std::string& dir_in) {
       if (!names.count(base) || (base != n && !state_ok)) {
         throw_format(expected.display_name() + ": unexpected tensor " + sq(n) +
                      " (expected parameter names, and m/NAME, v/NAME where " +
-                     (kind_of.count(base) ? optimizer_kind_name(kind_of[base]) : "the kind") + " keeps that state)");
+                     (kind_of.count(base) ? optimizer_kind_name(kind_of[base]) : "the kind") + " keeps that state" +
+                     (rc.precision.precision != Precision::kFp32 ? ", c/NAME: the model copy" : ", c/NAME with precision bf16 / fp16") +
+                     ")");
       }
       if (base != n) {
         for (const ParamSpec& p : rc.params) {
@@ -413,7 +491,10 @@ ReplayCase load_replay_case(const std::string& dir_in) {
         }
       }
     }
-    for (const auto& kv : expected.tensors()) rc.expected[kv.first] = expected.read_f64(kv.first);
+    for (const auto& kv : expected.tensors()) {
+      if (kv.first.compare(0, 2, "c/") == 0) rc.expected_copy[kv.first] = expected.read_half_bits(kv.first);
+      else rc.expected[kv.first] = expected.read_f64(kv.first);
+    }
     rc.has_expected = true;
   }
 
@@ -433,7 +514,9 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
   for (const ReplayGroup& g : rc.groups) {
     std::vector<ParamSpec> specs(rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param),
                                  rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param + g.num_params));
-    auto task = std::make_unique<Task>(std::move(specs), options);
+    TaskOptions task_options = options;
+    task_options.precision = rc.precision;  // the case's model copy (the key's parameter index is within the group)
+    auto task = std::make_unique<Task>(std::move(specs), task_options);
     task->optimizer(g.config);
     task->compile();
     for (size_t k = 0; k < g.num_params; ++k) {
@@ -453,7 +536,17 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
       task.set_lr(g.lr_per_step[static_cast<size_t>(t)]);
       task.set_loss_scale(rc.loss_scale_per_step[static_cast<size_t>(t)]);
       for (size_t k = 0; k < g.num_params; ++k) {
-        const std::vector<float> grad = rc.grads->read_f32(ReplayCase::grad_name(t, rc.params[g.first_param + k].name));
+        const std::string name = ReplayCase::grad_name(t, rc.params[g.first_param + k].name);
+        std::vector<float> grad;
+        if (rc.grads->info(name).dtype == StDtype::kF32) {
+          grad = rc.grads->read_f32(name);
+        } else {  // model-dtype gradients, widened exactly
+          const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
+          grad.resize(bits.size());
+          for (size_t i = 0; i < bits.size(); ++i) {
+            grad[i] = rc.precision.precision == Precision::kFp16 ? math::f16_to_f32(bits[i]) : math::bf16_to_f32(bits[i]);
+          }
+        }
         task.set_grad(k, grad.data());
       }
       task.step();
@@ -461,6 +554,7 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
   }
   ReplayResult r;
   r.backend = tasks.front()->backend().describe();
+  r.precision = rc.precision.precision;
   for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
     const ReplayGroup& g = rc.groups[gi];
     Task& task = *tasks[gi];
@@ -488,6 +582,11 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
       if (has_v) {
         task.read(Family::kV, k, buf.data());
         r.v.back() = buf;
+      }
+      r.c.emplace_back();
+      if (r.precision != Precision::kFp32) {
+        r.c.back().resize(buf.size());
+        if (!buf.empty()) task.read_model_copy(k, r.c.back().data());
       }
     }
   }
@@ -553,6 +652,19 @@ std::vector<TensorComparison> compare_replay(const ReplayCase& rc, const ReplayR
   for (size_t id = 0; id < rc.params.size(); ++id) {
     if (result.param_has_v[id]) compare("v/" + rc.params[id].name, result.v[id]);
   }
+  // The model copy, bit for bit (rounding is exact: there is no tolerance to speak of).
+  for (size_t id = 0; id < rc.params.size() && id < result.c.size(); ++id) {
+    auto it = rc.expected_copy.find("c/" + rc.params[id].name);
+    if (it == rc.expected_copy.end()) continue;
+    TensorComparison c;
+    c.name = it->first;
+    c.numel = static_cast<int64_t>(result.c[id].size());
+    c.bitwise = true;
+    for (size_t i = 0; i < result.c[id].size() && i < it->second.size(); ++i) c.mismatched += result.c[id][i] != it->second[i];
+    c.rel_l2 = c.mismatched == 0 ? 0.0 : INFINITY;
+    c.finite = c.mismatched == 0;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -563,6 +675,9 @@ void write_replay_result(const std::string& path, const ReplayCase& rc, const Re
     views.push_back({p.name, StDtype::kF32, p.shape, result.w[id].data()});
     if (result.param_has_m[id]) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
     if (result.param_has_v[id]) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
+    if (result.precision != Precision::kFp32) {
+      views.push_back({"c/" + p.name, copy_dtype(result.precision), p.shape, result.c[id].data()});
+    }
   }
   write_safetensors(path, views,
                     {{"format", "renaissance-replay-result/1"},

@@ -289,6 +289,17 @@ std::vector<int64_t> SafetensorsReader::read_i64(const std::string& name) const 
   return out;
 }
 
+std::vector<uint16_t> SafetensorsReader::read_half_bits(const std::string& name) const {
+  const StTensorInfo& t = info(name);
+  if (t.dtype != StDtype::kF16 && t.dtype != StDtype::kBF16) {
+    throw_format(display_ + ": tensor " + sq(name) + " has dtype " + st_dtype_name(t.dtype) + "; expected F16 or BF16");
+  }
+  std::vector<char> bytes = read_bytes(t);
+  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
 void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // Validate and lay out first, so that nothing touches the disk for a bad request.
@@ -302,7 +313,8 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
     const StTensorView& t = *sorted[i];
     if (t.name.empty() || t.name == "__metadata__") throw_invalid(path + ": invalid tensor name " + sq(t.name));
     if (i > 0 && sorted[i - 1]->name == t.name) throw_invalid(path + ": tensor " + sq(t.name) + " is given twice");
-    if (t.dtype != StDtype::kF32 && t.dtype != StDtype::kF64 && t.dtype != StDtype::kI64) {
+    if (t.dtype != StDtype::kF32 && t.dtype != StDtype::kF64 && t.dtype != StDtype::kI64 && t.dtype != StDtype::kF16 &&
+        t.dtype != StDtype::kBF16) {
       throw_invalid(path + ": tensor " + sq(t.name) + ": cannot write dtype " + st_dtype_name(t.dtype));
     }
     uint64_t bytes = st_dtype_size(t.dtype);
