@@ -1,6 +1,7 @@
 // The CPU model copy's vector rounding (backend_cpu/ops_model_copy.cc) against the scalar
 // definitions of math/precision.h, bit for bit, under every Highway target compiled in and
-// supported here (EMU128 included): constructed bf16/fp16 ties, fp16 subnormals and the overflow
+// supported here (on x86 with Highway 1.0: AVX3, AVX2, SSE4, SSSE3 and the SCALAR baseline,
+// which takes the scalar loop): constructed bf16/fp16 ties, fp16 subnormals and the overflow
 // edges, NaN payloads, infinities, zeros, every float exponent and random patterns; stochastic
 // rounding at element indices that start mid-block, cross 2^32 blocks and a Philox counter whose
 // low word wraps.
