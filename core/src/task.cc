@@ -391,13 +391,22 @@ Backend& Task::backend() {
 }
 
 std::string Task::fingerprint() {
+  std::vector<size_t> ids(params_.size());
+  for (size_t id = 0; id < ids.size(); ++id) ids[id] = id;
+  return fingerprint(ids);
+}
+
+std::string Task::fingerprint(const std::vector<size_t>& ids) {
   require_compiled("fingerprint()");
+  for (size_t id : ids) {
+    if (id >= params_.size()) throw_invalid("fingerprint(): parameter id " + std::to_string(id) + " is out of range");
+  }
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<float> buffer;
   for (Family family : {Family::kW, Family::kM, Family::kV}) {
     if (!plan_.has_family(family)) continue;
-    for (size_t id = 0; id < params_.size(); ++id) {
+    for (size_t id : ids) {
       buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
       read(family, id, buffer.data());
       XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
@@ -406,7 +415,7 @@ std::string Task::fingerprint() {
   // The model copy, when there is one (fp32 fingerprints are unchanged by its existence).
   if (plan_.has_model_copy()) {
     std::vector<uint16_t> copy;
-    for (size_t id = 0; id < params_.size(); ++id) {
+    for (size_t id : ids) {
       copy.resize(static_cast<size_t>(plan_.tensor(id).numel));
       read_model_copy(id, copy.data());
       XXH3_64bits_update(state, copy.data(), copy.size() * sizeof(uint16_t));

@@ -144,6 +144,10 @@ class Task {
   // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on
   // every machine and backend for the same run. 16 hex digits.
   std::string fingerprint();
+  // The same hash over the tensors `ids` only, in that order: what a task holding just those
+  // tensors (in that order) and this step count prints, e.g. one hyperparameter group's
+  // fingerprint, which renaissance.torch combines as one task per group would.
+  std::string fingerprint(const std::vector<size_t>& ids);
 
   // Checkpoints (core/src/io/checkpoint.cc): save writes a temporary file in the same folder,
   // fsyncs it and renames it over `path`; load validates everything before touching state, so a
