@@ -116,7 +116,12 @@ using TileFn = void (*)(float* w, const float* g, float* m, float* v, const Norm
 // Elements outside every tensor (region padding) keep their zero.
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end);
 
-// Runs an element-wise update over the node's group span, in kChunkElements blocks.
+// The scalar block of hyperparameter group h (scalars.h).
+inline const float* scalar_block(const CpuContext& ctx, int32_t h) { return ctx.scalars.f32 + h * kNumScalarF32; }
+
+// Runs an element-wise update over the node's group span, in chunk_elements blocks; with H > 1
+// hyperparameter groups, over the node's HyperItems (each with its block's scalars) in one
+// parallel loop of the same size in elements.
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
@@ -126,28 +131,54 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
-  auto update = [&](uint64_t b, uint64_t e) {
-    fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, ctx.scalars.f32, weight_group, l2);
+  auto update = [&](uint64_t b, uint64_t e, const float* s) {
+    fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, s, weight_group, l2);
     if (node.copy.c.count != 0) write_model_copy(ctx, node, b, e);
   };
-  if (ahead == 0) {
-    parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements, update, ctx.tuning.schedule);
-    return;
-  }
   // With prefetch: the block in steps of kPrefetchStepElements, each step first asking for the
   // lines `ahead` elements further on (clamped to the span), so the requests cross the 4 KiB page
   // boundaries where the hardware prefetchers stop. Every element is still updated exactly once.
-  parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements, [&](uint64_t b, uint64_t e) {
-    for (uint64_t s = b; s < e; s += kPrefetchStepElements) {
-      const uint64_t se = std::min(e, s + kPrefetchStepElements);
-      const uint64_t pb = std::min(count, s + ahead), pe = std::min(count, se + ahead);
+  auto block = [&](uint64_t b, uint64_t e, const float* s) {
+    if (ahead == 0) return update(b, e, s);
+    for (uint64_t i = b; i < e; i += kPrefetchStepElements) {
+      const uint64_t ie = std::min(e, i + kPrefetchStepElements);
+      const uint64_t pb = std::min(count, i + ahead), pe = std::min(count, ie + ahead);
       prefetch_floats(w, pb, pe);
       prefetch_floats(g, pb, pe);
       if (m) prefetch_floats(m, pb, pe);
       if (v) prefetch_floats(v, pb, pe);
-      update(s, se);
+      update(i, ie, s);
+    }
+  };
+  if (node.hyper_items.count == 0) {
+    parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements,
+                    [&](uint64_t b, uint64_t e) { block(b, e, ctx.scalars.f32); }, ctx.tuning.schedule);
+    return;
+  }
+  const HyperItem* items = ctx.at<HyperItem>(node.hyper_items);
+  const uint64_t per_block = std::max<uint64_t>(1, ctx.tuning.chunk_elements / kHyperItemElements);
+  parallel_blocks(ctx.threads, node.hyper_items.count, per_block, [&](uint64_t b, uint64_t e) {
+    for (uint64_t k = b; k < e; ++k) {
+      const uint64_t start = static_cast<uint64_t>(items[k].start);
+      block(start, start + static_cast<uint64_t>(items[k].count), scalar_block(ctx, items[k].block));
     }
   }, ctx.tuning.schedule);
+}
+
+// Calls fn(b, e, s) for the runs of tiles [begin, end) whose tensors share a scalar block
+// (H > 1: node.tensor_blocks), or once with block 0 (H = 1).
+template <class Fn>
+void for_tile_blocks(const CpuContext& ctx, const GraphNode& node, const NormTile* tiles, uint64_t begin,
+                     uint64_t end, Fn&& fn) {
+  if (node.tensor_blocks.count == 0) return fn(begin, end, ctx.scalars.f32);
+  const int32_t* blocks = ctx.at<int32_t>(node.tensor_blocks);
+  while (begin < end) {
+    const int32_t h = blocks[tiles[begin].tensor];
+    uint64_t stop = begin + 1;
+    while (stop < end && blocks[tiles[stop].tensor] == h) ++stop;
+    fn(begin, stop, scalar_block(ctx, h));
+    begin = stop;
+  }
 }
 
 // Runs a tile-wise update over the node's norm tiles, kTilesPerBlock tiles per work item.
@@ -160,7 +191,8 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
   const float* ratio = ctx.at<float>(node.n);
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    fn(w, g, m, v, tiles, b, e, ratio, ctx.scalars.f32);
+    for_tile_blocks(ctx, node, tiles, b, e,
+                    [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, m, v, tiles, tb, te, ratio, s); });
     if (node.copy.c.count != 0) {
       write_model_copy(ctx, node, static_cast<uint64_t>(tiles[b].start),
                        static_cast<uint64_t>(tiles[e - 1].start + tiles[e - 1].length));

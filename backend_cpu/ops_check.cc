@@ -128,7 +128,9 @@ void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
   math::grad_norm_sum_tree(lanes.data());
   const double total = math::grad_norm_total(lanes[0]);
   ctx.scalars.f64[kGradNormD] = total;
-  ctx.scalars.f32[kClipCoefficient] = math::clip_coefficient(total, ctx.scalars.f64[kMaxGradNormD]);
+  // Task-wide: the same coefficient in every hyperparameter block (scalars.h).
+  const float coefficient = math::clip_coefficient(total, ctx.scalars.f64[kMaxGradNormD]);
+  for (int h = 0; h < node.hyper_groups; ++h) ctx.scalars.f32[h * kNumScalarF32 + kClipCoefficient] = coefficient;
 }
 
 }  // namespace
@@ -137,7 +139,7 @@ void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
 // counter (math::advance_step): with clipping this node replaces ADVANCE_STEP.
 void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
   if (!ctx.step_skipped()) clip_coefficient(ctx, node);
-  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
+  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
 }
 
 const char* current_simd_target() {

@@ -142,12 +142,12 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   const float* g = ctx.at<float>(node.g);
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   double* partials = ctx.at<double>(node.norm.partials);
-  const float* s = ctx.scalars.f32;
   switch (node.norm_inputs) {
     case NormInputs::kWeightAndGradient: {
       auto* fn = &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-        fn(w, g, tiles, b, e, s, partials);
+        for_tile_blocks(ctx, node, tiles, b, e,
+                        [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, tiles, tb, te, s, partials); });
       }, ctx.tuning.schedule);
       return;
     }
@@ -156,7 +156,8 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
       float* v = ctx.at<float>(node.v);
       auto* fn = &HWY_DYNAMIC_DISPATCH(LambMomentPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-        fn(w, g, m, v, tiles, b, e, s, partials);
+        for_tile_blocks(ctx, node, tiles, b, e,
+                        [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, m, v, tiles, tb, te, s, partials); });
       }, ctx.tuning.schedule);
       return;
     }
@@ -168,10 +169,12 @@ void run_NORM_TRUST_RATIO(const CpuContext& ctx, const GraphNode& node) {
   const NormTensor* tensors = ctx.at<NormTensor>(node.norm.tensors);
   const double* partials = ctx.at<double>(node.norm.partials);
   float* ratio = ctx.at<float>(node.n);
-  const double* f64 = ctx.scalars.f64;
+  // H > 1: each tensor's ratio from its own block's configured doubles (scalars.h).
+  const int32_t* blocks = node.tensor_blocks.count ? ctx.at<int32_t>(node.tensor_blocks) : nullptr;
   for (uint64_t k = 0; k < node.norm.tensors.count; ++k) {
     double sums[math::kNormComponents];
     math::combine_tile_partials(partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count, sums);
+    const double* f64 = ctx.scalars.f64 + (blocks ? blocks[k] * kNumScalarF64 : 0);
     ratio[k] = math::trust_ratio(node.ratio == NormRatio::kLamb, sums[0], sums[1], f64);
   }
 }

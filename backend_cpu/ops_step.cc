@@ -8,7 +8,7 @@ namespace renaissance {
 namespace cpu {
 
 void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
-  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
+  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
 }
 
 }  // namespace cpu

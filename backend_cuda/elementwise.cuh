@@ -1,7 +1,8 @@
 // The element-wise update kernel shared by the SGD and Adam op files: one grid-stride loop over
 // a group span in 16-byte float4 vectors, applying a rule of renaissance/math/update_rules.h to
 // each of the four lanes. Group spans start on 256-byte boundaries and hold a multiple of 64
-// elements (plan.h), so there is no scalar prologue or tail. Indices are 64-bit: a span may
+// elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
+// node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
 // exceed 2^31 elements.
 #pragma once
 
@@ -27,6 +28,30 @@ __device__ __forceinline__ Coeffs<float> load_coeffs(const float* s, bool weight
   return math::make_coeffs<float>(s, weight_group, Identity{});
 }
 
+// The scalars of hyperparameter block h (scalars.h); blocks == nullptr (H = 1): block 0.
+__device__ __forceinline__ const float* tensor_scalars(const float* s, const int32_t* blocks, int32_t tensor) {
+  return blocks == nullptr ? s : s + blocks[tensor] * kNumScalarF32;
+}
+
+// Rule on the four lanes of float4 q of w, g (and m, v when the rule has them).
+template <class Rule, bool kHasM, bool kHasV>
+__device__ __forceinline__ void update_float4(float4* __restrict__ w, const float4* __restrict__ g,
+                                              float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
+                                              const Coeffs<float>& c) {
+  // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
+  float4 wv = w[q];
+  const float4 gv = g[q];
+  float4 mv = kHasM ? m[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 vv = kHasV ? v[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+  Rule::apply(wv.x, gv.x, mv.x, vv.x, c);
+  Rule::apply(wv.y, gv.y, mv.y, vv.y, c);
+  Rule::apply(wv.z, gv.z, mv.z, vv.z, c);
+  Rule::apply(wv.w, gv.w, mv.w, vv.w, c);
+  w[q] = wv;
+  if (kHasM) m[q] = mv;
+  if (kHasV) v[q] = vv;
+}
+
 // Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
 template <class Rule, bool kHasM, bool kHasV>
 __global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* __restrict__ g,
@@ -38,18 +63,26 @@ __global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* 
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-    // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
-    float4 wv = w[q];
-    const float4 gv = g[q];
-    float4 mv = kHasM ? m[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-    float4 vv = kHasV ? v[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-    Rule::apply(wv.x, gv.x, mv.x, vv.x, c);
-    Rule::apply(wv.y, gv.y, mv.y, vv.y, c);
-    Rule::apply(wv.z, gv.z, mv.z, vv.z, c);
-    Rule::apply(wv.w, gv.w, mv.w, vv.w, c);
-    w[q] = wv;
-    if (kHasM) m[q] = mv;
-    if (kHasV) v[q] = vv;
+    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c);
+  }
+}
+
+// H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
+// over items), each item with its group's scalar block. Items start on 64-element boundaries and
+// hold a multiple of 64 elements (plan.h): float4 only. One launch whatever H is.
+template <class Rule, bool kHasM, bool kHasV>
+__global__ void elementwise_items_kernel(float4* __restrict__ w, const float4* __restrict__ g,
+                                         float4* __restrict__ m, float4* __restrict__ v,
+                                         const HyperItem* __restrict__ items, int64_t num_items,
+                                         const float* __restrict__ s, const int32_t* __restrict__ flags,
+                                         bool weight_group) {
+  if (flags[kHasNonFinite] != 0) return;
+  for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
+    const HyperItem item = items[k];
+    const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
+    const uint64_t first = static_cast<uint64_t>(item.start) / 4;
+    const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
+    for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c);
   }
 }
 
@@ -58,13 +91,23 @@ template <class Rule, bool kHasM, bool kHasV>
 void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const uint64_t n4 = node.w.count / 4;
   if (n4 == 0) return;
+  float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
+  float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
+  if (node.hyper_items.count != 0) {
+    constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV>;
+    const int block = fit_block<kernel>(ctx.launch.block);
+    const int64_t items = static_cast<int64_t>(node.hyper_items.count);
+    kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
+        ctx.at<float4>(node.w), ctx.at<const float4>(node.g), m, v, ctx.at<const HyperItem>(node.hyper_items), items,
+        ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight);
+    RN_CUDA_CHECK_LAUNCH(name);
+    return;
+  }
   constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV>;
   const int block = fit_block<kernel>(ctx.launch.block);
   const unsigned grid = grid_for(n4, block, ctx.launch);
-  kernel<<<grid, block, 0, ctx.stream>>>(
-      ctx.at<float4>(node.w), ctx.at<const float4>(node.g), kHasM ? ctx.at<float4>(node.m) : nullptr,
-      kHasV ? ctx.at<float4>(node.v) : nullptr, n4, ctx.scalars.f32, ctx.scalars.i32,
-      node.group == Group::kWeight);
+  kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), ctx.at<const float4>(node.g), m, v, n4,
+                                         ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight);
   RN_CUDA_CHECK_LAUNCH(name);
 }
 

@@ -134,9 +134,10 @@ constexpr int kCoefficientBlock = math::kGradNormSumLanes;
 
 __global__ void __launch_bounds__(kCoefficientBlock)
     clip_coefficient_kernel(const double* __restrict__ partials, int64_t num_tiles, int32_t* __restrict__ i32,
-                            float* __restrict__ f32, double* __restrict__ f64, bool bias_correction) {
+                            float* __restrict__ f32, double* __restrict__ f64, bool bias_correction,
+                            int hyper_groups) {
   if (i32[kHasNonFinite] != 0) {
-    if (threadIdx.x == 0) math::advance_step(i32, f32, f64, bias_correction);
+    if (threadIdx.x == 0) math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
     return;
   }
   __shared__ double lanes[kCoefficientBlock];
@@ -150,8 +151,10 @@ __global__ void __launch_bounds__(kCoefficientBlock)
   if (j == 0) {
     const double total = math::grad_norm_total(lanes[0]);
     f64[kGradNormD] = total;
-    f32[kClipCoefficient] = math::clip_coefficient(total, f64[kMaxGradNormD]);
-    math::advance_step(i32, f32, f64, bias_correction);
+    // Task-wide: the same coefficient in every hyperparameter block (scalars.h).
+    const float coefficient = math::clip_coefficient(total, f64[kMaxGradNormD]);
+    for (int h = 0; h < hyper_groups; ++h) f32[h * kNumScalarF32 + kClipCoefficient] = coefficient;
+    math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
   }
 }
 
@@ -171,7 +174,7 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
 void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
   clip_coefficient_kernel<<<1, kCoefficientBlock, 0, ctx.stream>>>(
       ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.i32,
-      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction);
+      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
   RN_CUDA_CHECK_LAUNCH("clip_coefficient_kernel");
 }
 

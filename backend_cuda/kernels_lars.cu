@@ -22,14 +22,17 @@ template <bool kNesterov>
 __global__ void lars_update_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
                                    const NormTile* __restrict__ tiles, int64_t num_tiles,
                                    const float* __restrict__ eta, const float* __restrict__ s,
-                                   const int32_t* __restrict__ flags) {
+                                   const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks) {
   if (flags[kHasNonFinite] != 0) return;
-  const Coeffs<float> c = load_coeffs(s, true);
+  Coeffs<float> c = load_coeffs(s, true);
   const int tid = threadIdx.x;
   const int threads = blockDim.x;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
     const NormTile tile = tiles[t];
-    const float lr_eta = math::lars_lr_eta(s[kLr], eta[tile.tensor]);
+    // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
+    const float* ts = tensor_scalars(s, blocks, tile.tensor);
+    if (blocks != nullptr) c = load_coeffs(ts, true);
+    const float lr_eta = math::lars_lr_eta(ts[kLr], eta[tile.tensor]);
     const int64_t begin = tile.start;
     const int64_t end = begin + tile.length;
     int64_t head_end = (begin + 3) & ~int64_t{3};  // first aligned element
@@ -79,7 +82,8 @@ void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const cha
   const int block = fit_block<&lars_update_kernel<kNesterov>>(ctx.launch.block);
   lars_update_kernel<kNesterov><<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
       ctx.at<float>(node.w), ctx.at<const float>(node.g), ctx.at<float>(node.m), ctx.at<const NormTile>(node.norm.tiles),
-      num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32);
+      num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32,
+      node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr);
   RN_CUDA_CHECK_LAUNCH(name);
 }
 

@@ -74,14 +74,17 @@ __device__ __forceinline__ bool quad_tile(const NormTile& tile) {
 __global__ void __launch_bounds__(kNormLanes)
     weight_and_gradient_partials_kernel(const float* __restrict__ w, const float* __restrict__ g,
                            const NormTile* __restrict__ tiles, int64_t num_tiles, const float* __restrict__ s,
-                           const int32_t* __restrict__ flags, double* __restrict__ partials) {
+                           const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
+                           double* __restrict__ partials) {
   if (flags[kHasNonFinite] != 0) return;
   __shared__ LaneScratch sh;
-  const Coeffs<float> c = load_coeffs(s, true);
+  Coeffs<float> c = load_coeffs(s, true);
   const int j = threadIdx.x;
   int buf = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
+    // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
+    if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
     const float* tw = w + tile.start;
     const float* tg = g + tile.start;
     double aw = 0.0, ag = 0.0;
@@ -141,14 +144,16 @@ __global__ void __launch_bounds__(kNormLanes)
     lamb_moment_partials_kernel(const float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
                                 float* __restrict__ v, const NormTile* __restrict__ tiles, int64_t num_tiles,
                                 const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                double* __restrict__ partials) {
+                                const int32_t* __restrict__ blocks, double* __restrict__ partials) {
   if (flags[kHasNonFinite] != 0) return;
   __shared__ LaneScratch sh;
-  const Coeffs<float> c = load_coeffs(s, true);
+  Coeffs<float> c = load_coeffs(s, true);
   const int j = threadIdx.x;
   int buf = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
+    // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
+    if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
     const float* tw = w + tile.start;
     const float* tg = g + tile.start;
     float* tm = m + tile.start;
@@ -201,7 +206,8 @@ __global__ void __launch_bounds__(kNormLanes)
 __global__ void __launch_bounds__(kNormLanes)
     trust_ratio_kernel(const NormTensor* __restrict__ tensors, int64_t num_tensors,
                        const double* __restrict__ partials, const double* __restrict__ f64,
-                       const int32_t* __restrict__ flags, NormRatio formula, float* __restrict__ eta) {
+                       const int32_t* __restrict__ flags, NormRatio formula, const int32_t* __restrict__ blocks,
+                       float* __restrict__ eta) {
   if (flags[kHasNonFinite] != 0) return;
   static_assert(math::kNormComponents == 2, "block_lane_tree combines two sums");
   __shared__ LaneScratch sh;
@@ -212,7 +218,9 @@ __global__ void __launch_bounds__(kNormLanes)
     math::tensor_sum_lane(partials + math::kNormComponents * tensor.first_tile, tensor.tile_count,
                           static_cast<int>(threadIdx.x), sums);
     block_lane_tree(sh, buf, sums[0], sums[1]);
-    if (threadIdx.x == 0) eta[k] = math::trust_ratio(formula == NormRatio::kLamb, sums[0], sums[1], f64);
+    // H > 1: the tensor's own block of configured doubles (scalars.h).
+    const double* d = blocks == nullptr ? f64 : f64 + blocks[k] * kNumScalarF64;
+    if (threadIdx.x == 0) eta[k] = math::trust_ratio(formula == NormRatio::kLamb, sums[0], sums[1], d);
   }
 }
 
@@ -221,17 +229,18 @@ __global__ void __launch_bounds__(kNormLanes)
 void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
+  const int32_t* blocks = node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr;
   if (node.norm_inputs == NormInputs::kLambMoments) {
     lamb_moment_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
         ctx.at<const float>(node.w), ctx.at<const float>(node.g), ctx.at<float>(node.m), ctx.at<float>(node.v),
-        ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32, ctx.scalars.i32,
+        ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32, ctx.scalars.i32, blocks,
         ctx.at<double>(node.norm.partials));
     RN_CUDA_CHECK_LAUNCH("lamb_moment_partials_kernel");
     return;
   }
   weight_and_gradient_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
       ctx.at<const float>(node.w), ctx.at<const float>(node.g), ctx.at<const NormTile>(node.norm.tiles), num_tiles,
-      ctx.scalars.f32, ctx.scalars.i32, ctx.at<double>(node.norm.partials));
+      ctx.scalars.f32, ctx.scalars.i32, blocks, ctx.at<double>(node.norm.partials));
   RN_CUDA_CHECK_LAUNCH("weight_and_gradient_partials_kernel");
 }
 
@@ -240,7 +249,8 @@ void launch_NORM_TRUST_RATIO(const CudaContext& ctx, const GraphNode& node) {
   if (num_tensors == 0) return;
   trust_ratio_kernel<<<tile_grid(num_tensors, ctx.launch), kNormLanes, 0, ctx.stream>>>(
       ctx.at<const NormTensor>(node.norm.tensors), num_tensors, ctx.at<const double>(node.norm.partials),
-      ctx.scalars.f64, ctx.scalars.i32, node.ratio, ctx.at<float>(node.n));
+      ctx.scalars.f64, ctx.scalars.i32, node.ratio,
+      node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, ctx.at<float>(node.n));
   RN_CUDA_CHECK_LAUNCH("trust_ratio_kernel");
 }
 

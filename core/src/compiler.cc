@@ -60,6 +60,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     pre.push_back(partials);
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
+    partials.hyper_groups = plan.config().hyper_groups;
     GraphNode coefficient = partials;
     coefficient.kind = NodeKind::kCompute;
     coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
@@ -77,6 +78,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     advance.kind = NodeKind::kCompute;
     advance.compute_op = ComputeOp::ADVANCE_STEP;
     advance.bias_correction = kind.bias_correction;
+    advance.hyper_groups = plan.config().hyper_groups;
     pre.push_back(advance);
   }
 
@@ -89,6 +91,11 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     if (need.has_m) node.m = plan.group_span(Family::kM, group);
     if (need.has_v) node.v = plan.group_span(Family::kV, group);
     if (need.has_n) node.n = plan.group_span(Family::kN, group);
+    node.hyper_groups = plan.config().hyper_groups;
+    if (node.hyper_groups > 1) {
+      node.hyper_items = plan.hyper_item_span(group);
+      if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
+    }
     return node;
   };
 

@@ -39,7 +39,8 @@ const char* region_name(Region region) {
       RN_FAMILY_NAMES(N),
 #undef RN_FAMILY_NAMES
       "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
-      "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY"};
+      "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY",
+      "T_HYPER_ITEMS", "T_TENSOR_BLOCKS"};
   return names[region];
 }
 

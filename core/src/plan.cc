@@ -1,6 +1,7 @@
 // MemoryPlan: assigns every tensor, scalar slot and scratch buffer an offset in one arena.
 #include "renaissance/plan.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
@@ -51,23 +52,58 @@ PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
 
 MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : config_(config) {
   validate_param_specs(params);
+  const int hyper = config_.hyper_groups;
+  if (hyper < 1) throw_invalid("hyper_groups must be >= 1, got " + std::to_string(hyper));
+  for (const ParamSpec& p : params) {
+    if (p.hyper_group < 0 || p.hyper_group >= hyper) {
+      throw_invalid("parameter '" + p.name + "' has hyperparameter group " + std::to_string(p.hyper_group) +
+                    ", the task has " + std::to_string(hyper) + " (valid: 0.." + std::to_string(hyper - 1) + ")");
+    }
+  }
 
-  // Tensor order inside a family: by role (Region order), then declaration order.
+  // Tensor order inside a family: by role (Region order), then (with H > 1) hyperparameter group,
+  // then declaration order.
   std::array<uint64_t, kNumRoles> role_elems{};
   std::array<uint64_t, kNumRoles> role_tensors{};
   tensors_.resize(params.size());
   std::array<std::vector<size_t>, kNumRoles> by_role;
   for (size_t i = 0; i < params.size(); ++i) by_role[static_cast<int>(params[i].role)].push_back(i);
+  if (hyper > 1) {
+    for (auto& ids : by_role) {
+      std::stable_sort(ids.begin(), ids.end(),
+                       [&](size_t a, size_t b) { return params[a].hyper_group < params[b].hyper_group; });
+    }
+  }
 
   uint64_t family_cursor = 0;  // elements from the family start
   std::array<uint64_t, kNumRoles> role_padded{};
   std::array<uint64_t, 2> group_start{};
   std::array<int, 2> group_index{};
+  // With H > 1 every (role, group) run starts on the region alignment and is cut into work items.
+  auto close_run = [&](uint64_t run_start, uint64_t* cursor, int block, Group group) {
+    *cursor = run_start + round_up(*cursor - run_start, kPadElements);
+    const uint64_t first = run_start - group_start[static_cast<int>(group)];
+    for (uint64_t at = 0; at < *cursor - run_start; at += kHyperItemElements) {
+      HyperItem item;
+      item.start = static_cast<int64_t>(first + at);
+      item.count = static_cast<int32_t>(std::min<uint64_t>(kHyperItemElements, *cursor - run_start - at));
+      item.block = block;
+      hyper_items_.push_back(item);
+      ++hyper_item_count_[static_cast<int>(group)];
+    }
+  };
   for (int r = 0; r < kNumRoles; ++r) {
     const Group group = group_of(static_cast<Role>(r));
     if (r == static_cast<int>(Role::kFcWeight)) group_start[1] = family_cursor;
     uint64_t cursor = family_cursor;
+    uint64_t run_start = cursor;
+    int run_block = -1;
     for (size_t id : by_role[r]) {
+      if (hyper > 1 && params[id].hyper_group != run_block) {
+        if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
+        run_start = cursor;
+        run_block = params[id].hyper_group;
+      }
       TensorInfo& t = tensors_[id];
       t.spec = params[id];
       t.numel = params[id].numel();
@@ -75,11 +111,18 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
       t.offset_in_group = cursor - group_start[static_cast<int>(group)];
       t.index_in_group = group_index[static_cast<int>(group)]++;
       cursor += static_cast<uint64_t>(t.numel);
+      role_elems[r] += static_cast<uint64_t>(t.numel);
     }
-    role_elems[r] = cursor - family_cursor;
+    if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
     role_tensors[r] = by_role[r].size();
-    role_padded[r] = round_up(role_elems[r], kPadElements);
+    role_padded[r] = round_up(cursor - family_cursor, kPadElements);
     family_cursor += role_padded[r];
+  }
+  if (hyper > 1) {
+    tensor_blocks_.assign(static_cast<size_t>(group_index[1]), 0);
+    for (const TensorInfo& t : tensors_) {
+      if (group_of(t.spec.role) == Group::kWeight) tensor_blocks_[t.index_in_group] = t.spec.hyper_group;
+    }
   }
   group_tensor_count_ = group_index;
 
@@ -119,9 +162,11 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.precision != Precision::kFp32) {
     place(C_MODEL_COPY, family_cursor, family_cursor, sizeof(uint16_t));
   }
-  place(S_SCALAR_FP32, kNumScalarF32, kNumScalarF32, sizeof(float));
+  const uint64_t f32_slots = static_cast<uint64_t>(hyper) * kNumScalarF32;
+  const uint64_t f64_slots = static_cast<uint64_t>(hyper) * kNumScalarF64;
+  place(S_SCALAR_FP32, f32_slots, f32_slots, sizeof(float));
   place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
-  place(S_SCALAR_FP64, kNumScalarF64, kNumScalarF64, sizeof(double));
+  place(S_SCALAR_FP64, f64_slots, f64_slots, sizeof(double));
 
   if (config_.has_n) {
     // The canonical norm tiles (math/norm_reduction.h) over the weight group's tensors.
@@ -154,6 +199,10 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   const uint64_t g_count = region_range(G_BN_BIAS, G_DEEP_CONV).count;
   const uint64_t grad_tiles = math::grad_norm_tile_count(g_count);
   place(T_GRAD_NORM_PARTIALS, grad_tiles, grad_tiles, sizeof(double));
+  if (hyper > 1) {
+    place(T_HYPER_ITEMS, hyper_items_.size(), hyper_items_.size(), sizeof(HyperItem));
+    place(T_TENSOR_BLOCKS, tensor_blocks_.size(), tensor_blocks_.size(), sizeof(int32_t));
+  }
   arena_bytes_ = offset;
 }
 
@@ -182,6 +231,12 @@ Span MemoryPlan::group_span(Family family, Group group) const {
              ? region_range(family_region(family, Role::kBnBias), family_region(family, Role::kFcBias))
              : region_range(family_region(family, Role::kFcWeight),
                             family_region(family, Role::kDeepConv));
+}
+
+Span MemoryPlan::hyper_item_span(Group group) const {
+  if (config_.hyper_groups == 1) return Span{};
+  const uint64_t skip = group == Group::kWeight ? hyper_item_count_[0] : 0;
+  return Span{regions_[T_HYPER_ITEMS].offset + skip * sizeof(HyperItem), hyper_item_count_[static_cast<int>(group)]};
 }
 
 std::vector<size_t> MemoryPlan::get_ids_by_region(Region region) const {

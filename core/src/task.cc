@@ -27,6 +27,10 @@ Task::~Task() = default;
 
 Task& Task::optimizer(const OptimizerConfig& config) {
   config.validate();
+  if (compiled() && hyper_groups() != 1) {
+    throw_invalid("optimizer(): the task was compiled with " + std::to_string(hyper_groups()) +
+                  " hyperparameter groups; use optimizer_groups() or compile again");
+  }
   if (compiled() && (config.kind != config_.kind || config.weight_decay_mode != config_.weight_decay_mode)) {
     throw_invalid(std::string("cannot change the optimizer from ") + optimizer_kind_name(config_.kind) +
                   " to " + optimizer_kind_name(config.kind) + " after compile()");
@@ -38,8 +42,85 @@ Task& Task::optimizer(const OptimizerConfig& config) {
   config_ = config;
   have_optimizer_ = true;
   lr_ = config.lr;
+  groups_.assign(1, config);
+  lrs_.assign(1, config.lr);
   if (compiled()) write_hyperparameters();
   return *this;
+}
+
+namespace {
+
+// What every group of one task must share (the compiled graph's shape); names the field.
+void check_same_structure(const OptimizerConfig& base, const OptimizerConfig& c, size_t h) {
+  const std::string where = "hyperparameter group " + std::to_string(h) + ": ";
+  if (c.kind != base.kind) {
+    throw_invalid(where + "kind " + optimizer_kind_name(c.kind) + " differs from group 0's " +
+                  optimizer_kind_name(base.kind) + " (kind, including momentum on/off and nesterov, is task-wide)");
+  }
+  if (c.weight_decay_mode != base.weight_decay_mode) {
+    throw_invalid(where + "weight_decay_mode differs from group 0's (it is task-wide)");
+  }
+  if (c.max_grad_norm != base.max_grad_norm) {
+    throw_invalid(where + "max_grad_norm " + std::to_string(c.max_grad_norm) + " differs from group 0's " +
+                  std::to_string(base.max_grad_norm) + " (gradient-norm clipping is task-wide)");
+  }
+}
+
+}  // namespace
+
+Task& Task::optimizer_groups(const std::vector<OptimizerConfig>& configs) {
+  if (configs.empty()) throw_invalid("optimizer_groups(): needs at least one configuration");
+  if (configs.size() > static_cast<size_t>(INT32_MAX / kNumScalarF64)) throw_invalid("optimizer_groups(): too many groups");
+  for (size_t h = 0; h < configs.size(); ++h) {
+    configs[h].validate();
+    check_same_structure(configs[0], configs[h], h);
+  }
+  if (compiled()) {
+    if (configs.size() != groups_.size()) {
+      throw_invalid("optimizer_groups(): the task was compiled with " + std::to_string(groups_.size()) +
+                    " hyperparameter groups, got " + std::to_string(configs.size()) + "; compile again");
+    }
+    check_same_structure(config_, configs[0], 0);
+  }
+  config_ = configs[0];
+  lr_ = configs[0].lr;
+  groups_ = configs;
+  lrs_.resize(configs.size());
+  for (size_t h = 0; h < configs.size(); ++h) lrs_[h] = configs[h].lr;
+  have_optimizer_ = true;
+  if (compiled()) write_hyperparameters();
+  return *this;
+}
+
+void Task::check_group(int group, const char* what) const {
+  if (group < 0 || group >= hyper_groups()) {
+    throw_invalid(std::string(what) + ": hyperparameter group " + std::to_string(group) + " is out of range (the task has " +
+                  std::to_string(hyper_groups()) + ")");
+  }
+}
+
+const OptimizerConfig& Task::group_config(int group) const {
+  check_group(group, "group_config()");
+  return group == 0 ? config_ : groups_[group];
+}
+
+double Task::lr(int group) const {
+  check_group(group, "lr()");
+  return group == 0 ? lr_ : lrs_[group];
+}
+
+void Task::set_group_hyper(int group, const OptimizerConfig& config) {
+  check_group(group, "set_group_hyper()");
+  config.validate();
+  check_same_structure(config_, config, static_cast<size_t>(group));
+  if (group == 0) {
+    config_ = config;
+    lr_ = config.lr;
+  } else {
+    groups_[group] = config;
+    lrs_[group] = config.lr;
+  }
+  if (compiled()) write_group_hyperparameters(group);
 }
 
 void Task::compile() {
@@ -50,6 +131,7 @@ void Task::compile() {
   }
   PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
   plan_config.precision = precision.precision;
+  plan_config.hyper_groups = hyper_groups();
   plan_ = MemoryPlan(params_, plan_config);
   step_ = compile_step(plan_, config_, options_.check_finite, precision);
   backend_.reset();
@@ -66,6 +148,14 @@ void Task::compile() {
                       tensors.size() * sizeof(NormTensor));
     }
   }
+  if (!plan_.hyper_items().empty()) {
+    backend->upload(plan_.region(T_HYPER_ITEMS).offset, plan_.hyper_items().data(),
+                    plan_.hyper_items().size() * sizeof(HyperItem));
+  }
+  if (!plan_.tensor_blocks().empty()) {
+    backend->upload(plan_.region(T_TENSOR_BLOCKS).offset, plan_.tensor_blocks().data(),
+                    plan_.tensor_blocks().size() * sizeof(int32_t));
+  }
   backend_ = std::move(backend);
   write_hyperparameters();
   // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
@@ -78,34 +168,47 @@ void Task::require_compiled(const char* what) const {
 }
 
 void Task::write_hyperparameters() {
-  // Derived scalars are formed in double from the configured values and rounded once.
-  float f32[kNumScalarF32] = {};
-  f32[kLr] = static_cast<float>(lr_);
-  f32[kWeightDecay] = static_cast<float>(config_.weight_decay);
-  f32[kDecayFactor] = static_cast<float>(1.0 - lr_ * config_.weight_decay);
-  f32[kMomentum] = static_cast<float>(config_.momentum);
-  f32[kBeta1] = static_cast<float>(config_.beta1);
-  f32[kBeta2] = static_cast<float>(config_.beta2);
-  f32[kOneMinusBeta1] = static_cast<float>(1.0 - config_.beta1);
-  f32[kOneMinusBeta2] = static_cast<float>(1.0 - config_.beta2);
-  f32[kEps] = static_cast<float>(config_.eps);
-  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
-  // Bias corrections are owned by the device (ADVANCE_STEP); leave them alone.
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset, f32, kBiasCorrection1 * sizeof(float));
-  double f64[kNumScalarF64] = {};
-  f64[kBeta1D] = config_.beta1;
-  f64[kBeta2D] = config_.beta2;
-  f64[kWeightDecayD] = config_.weight_decay;
-  f64[kEpsD] = config_.eps;
-  f64[kTrustCoefficientD] = config_.trust_coefficient;
-  f64[kMaxGradNormD] = config_.max_grad_norm;
-  // The last total norm (kGradNormD) is the device's: leave it alone.
-  static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
-  backend_->upload(plan_.region(S_SCALAR_FP64).offset, f64, kGradNormD * sizeof(double));
+  for (int h = 0; h < hyper_groups(); ++h) write_group_hyperparameters(h);
 }
 
+// Block h of the scalar regions (scalars.h) from group h's configuration.
+void Task::write_group_hyperparameters(int group) {
+  const OptimizerConfig& config = group_config(group);
+  const double lr = this->lr(group);
+  // Derived scalars are formed in double from the configured values and rounded once.
+  float f32[kNumScalarF32] = {};
+  f32[kLr] = static_cast<float>(lr);
+  f32[kWeightDecay] = static_cast<float>(config.weight_decay);
+  f32[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
+  f32[kMomentum] = static_cast<float>(config.momentum);
+  f32[kBeta1] = static_cast<float>(config.beta1);
+  f32[kBeta2] = static_cast<float>(config.beta2);
+  f32[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
+  f32[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
+  f32[kEps] = static_cast<float>(config.eps);
+  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
+  // Bias corrections are owned by the device (ADVANCE_STEP); leave them alone.
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset + group * kNumScalarF32 * sizeof(float), f32,
+                   kBiasCorrection1 * sizeof(float));
+  double f64[kNumScalarF64] = {};
+  f64[kBeta1D] = config.beta1;
+  f64[kBeta2D] = config.beta2;
+  f64[kWeightDecayD] = config.weight_decay;
+  f64[kEpsD] = config.eps;
+  f64[kTrustCoefficientD] = config.trust_coefficient;
+  f64[kMaxGradNormD] = config.max_grad_norm;
+  // The last total norm (kGradNormD) is the device's: leave it alone.
+  static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
+  backend_->upload(plan_.region(S_SCALAR_FP64).offset + group * kNumScalarF64 * sizeof(double), f64,
+                   kGradNormD * sizeof(double));
+}
+
+// A task-wide float slot: the same value in every group's block (scalars.h).
 void Task::write_f32_slot(int slot, float value) {
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset + slot * sizeof(float), &value, sizeof(float));
+  for (int h = 0; h < hyper_groups(); ++h) {
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + (h * kNumScalarF32 + slot) * sizeof(float), &value,
+                     sizeof(float));
+  }
 }
 
 int32_t Task::read_i32_slot(int slot) {
@@ -118,12 +221,26 @@ int32_t Task::read_i32_slot(int slot) {
 void Task::set_lr(double lr) {
   check_lr(lr);
   lr_ = lr;
+  for (double& each : lrs_) each = lr;
   if (!compiled()) return;
+  for (int h = 0; h < hyper_groups(); ++h) write_group_lr(h);
+}
+
+void Task::set_lr(int group, double lr) {
+  check_group(group, "set_lr()");
+  check_lr(lr);
+  if (group == 0) lr_ = lr;
+  lrs_[group] = lr;
+  if (compiled()) write_group_lr(group);
+}
+
+void Task::write_group_lr(int group) {
   // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
   static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_lr writes slots 0..2 at once");
-  const float f32[3] = {static_cast<float>(lr_), static_cast<float>(config_.weight_decay),
-                        static_cast<float>(1.0 - lr_ * config_.weight_decay)};
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset, f32, sizeof(f32));
+  const double lr = this->lr(group);
+  const double wd = group_config(group).weight_decay;
+  const float f32[3] = {static_cast<float>(lr), static_cast<float>(wd), static_cast<float>(1.0 - lr * wd)};
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset + group * kNumScalarF32 * sizeof(float), f32, sizeof(f32));
 }
 
 void Task::set_loss_scale(double scale) {
@@ -248,10 +365,14 @@ void Task::set_step_count(int64_t t) {
   // The corrections a run has after t applied steps: math::advance_step's values for t (the
   // next step recomputes them for t + 1 anyway), and the compiled arena's zeros for t = 0.
   if (kind_info(config_.kind).bias_correction) {
-    const float bc[2] = {t32 == 0 ? 0.0f : math::bias_correction(config_.beta1, t32),
-                         t32 == 0 ? 0.0f : math::bias_correction(config_.beta2, t32)};
     static_assert(kBiasCorrection2 == kBiasCorrection1 + 1, "the two corrections are adjacent");
-    backend_->upload(plan_.region(S_SCALAR_FP32).offset + kBiasCorrection1 * sizeof(float), bc, sizeof(bc));
+    for (int h = 0; h < hyper_groups(); ++h) {
+      const OptimizerConfig& c = group_config(h);
+      const float bc[2] = {t32 == 0 ? 0.0f : math::bias_correction(c.beta1, t32),
+                           t32 == 0 ? 0.0f : math::bias_correction(c.beta2, t32)};
+      backend_->upload(plan_.region(S_SCALAR_FP32).offset + (h * kNumScalarF32 + kBiasCorrection1) * sizeof(float),
+                       bc, sizeof(bc));
+    }
   }
 }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
@@ -270,13 +391,22 @@ Backend& Task::backend() {
 }
 
 std::string Task::fingerprint() {
+  std::vector<size_t> ids(params_.size());
+  for (size_t id = 0; id < ids.size(); ++id) ids[id] = id;
+  return fingerprint(ids);
+}
+
+std::string Task::fingerprint(const std::vector<size_t>& ids) {
   require_compiled("fingerprint()");
+  for (size_t id : ids) {
+    if (id >= params_.size()) throw_invalid("fingerprint(): parameter id " + std::to_string(id) + " is out of range");
+  }
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<float> buffer;
   for (Family family : {Family::kW, Family::kM, Family::kV}) {
     if (!plan_.has_family(family)) continue;
-    for (size_t id = 0; id < params_.size(); ++id) {
+    for (size_t id : ids) {
       buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
       read(family, id, buffer.data());
       XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
@@ -285,7 +415,7 @@ std::string Task::fingerprint() {
   // The model copy, when there is one (fp32 fingerprints are unchanged by its existence).
   if (plan_.has_model_copy()) {
     std::vector<uint16_t> copy;
-    for (size_t id = 0; id < params_.size(); ++id) {
+    for (size_t id : ids) {
       copy.resize(static_cast<size_t>(plan_.tensor(id).numel));
       read_model_copy(id, copy.data());
       XXH3_64bits_update(state, copy.data(), copy.size() * sizeof(uint16_t));

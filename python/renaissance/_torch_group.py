@@ -1,8 +1,11 @@
-"""One torch param group bound to one renaissance Task (used by renaissance.torch).
+"""Torch param groups bound to renaissance Tasks (used by renaissance.torch).
 
-Each torch group owns a Task: its own arena, scalars and compiled step. The parameters' .data
-and .grad are re-pointed to views into the Task's W and G regions (DLPack tensors that keep the
-Task alive), so autograd accumulates straight into the arena and step() is one core step.
+The groups of one optimizer that share a compiled step (kind, weight-decay mode, clipping) share
+ONE core Task (SharedTask): each torch group is a hyperparameter group of it (its own block of
+scalar slots), so step() is one core step whatever the number of groups, and a group's lr or
+betas change without re-capture. The parameters' .data and .grad are re-pointed to views into
+the Task's W and G regions (DLPack tensors that keep the Task alive), so autograd accumulates
+straight into the arena. GroupBinding is the per-torch-group face of a SharedTask.
 """
 import warnings
 
@@ -19,33 +22,47 @@ def tensor_interval(p):
     return start, start + p.numel() * p.element_size()
 
 
-class GroupBinding:
-    """The Task of one torch param group and the arena views of its parameters."""
+def structure_key(kind, hyper, device):
+    """What must agree for torch groups to share one Task (the compiled step's shape)."""
+    return (kind, hyper.get("weight_decay_mode"), hyper.get("max_grad_norm"), device)
 
-    def __init__(self, params, roles, kind, hyper, device, threads, state_names):
-        self.params = list(params)
+
+class SharedTask:
+    """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
+
+    def __init__(self, members, kind, device, threads, state_names):
         self.kind = kind
-        self.roles = list(roles)
-        self.hyper = dict(hyper)  # the core hyperparameters last applied (lr included)
         self.device = device
         self.state_names = state_names  # {"M": "exp_avg", ...}: families kept as torch state
         self.amp_used = False
+        self.params = [p for params, _, _ in members for p in params]
         backend = "cuda" if device.type == "cuda" else "cpu"
         self.device_id = device.index if device.type == "cuda" else 0
-        specs = [(str(j), [int(d) for d in p.shape], roles[j]) for j, p in enumerate(self.params)]
+        specs, groups = [], []
+        for h, (params, roles, _) in enumerate(members):
+            for p, role in zip(params, roles):
+                specs.append((str(len(specs)), [int(d) for d in p.shape], role))
+                groups.append(h)
         with _device_context(device):
-            task = _core.Task(specs, backend=backend, threads=threads, check_finite=True)
-            task.optimizer(kind, **hyper)
+            task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups)
+            task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
             task.compile()
         self.task = task
         did = self.device_id
-        self.W = [task.view("W", j, did) for j in range(len(self.params))]
-        self.G = [task.view("G", j, did) for j in range(len(self.params))]
-        self.M = [task.view("M", j, did) for j in range(len(self.params))] if "M" in state_names else None
-        self.V = [task.view("V", j, did) for j in range(len(self.params))] if "V" in state_names else None
+        n = len(self.params)
+        self.W = [task.view("W", j, did) for j in range(n)]
+        self.G = [task.view("G", j, did) for j in range(n)]
+        self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names else None
+        self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
         self.G_all = task.family_view("G", did)
-        self.inv_scale = task.scalar_view("inv_loss_scale", did)
+        self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per group (strided)
+        self.bindings = []
+
+    def is_view(self, j, g):
+        # The common case first: torch hands back the very tensor object it was given. Otherwise
+        # (torch only accepts a .grad of the parameter's shape) the address and layout decide.
+        return g is self.G[j] or (g.data_ptr() == self.g_ptrs[j] and g.is_contiguous())
 
     def adopt(self):
         """Copies every parameter (and any gradient) in, then re-points .data and .grad."""
@@ -58,41 +75,19 @@ class GroupBinding:
                 p.data = self.W[j]
                 p.grad = self.G[j]
 
-    def is_view(self, j, g):
-        # The common case first: torch hands back the very tensor object it was given. Otherwise
-        # (torch only accepts a .grad of the parameter's shape) the address and layout decide.
-        return g is self.G[j] or (g.data_ptr() == self.g_ptrs[j] and g.is_contiguous())
-
     def zero_grad(self):
         with torch.no_grad():
             self.G_all.zero_()
-        for p, g, j in zip(self.params, self.G, range(len(self.G))):
+        for j, (p, g) in enumerate(zip(self.params, self.G)):
             grad = p.grad
             if grad is not g and (grad is None or not self.is_view(j, grad)):
                 p.grad = g
 
-    def apply_hyper(self, kind, hyper):
-        """Brings the Task's scalars to `hyper` (no recompile): lr alone by set_lr, else all."""
-        if kind != self.kind:
-            raise ValueError(
-                "cannot change the optimizer of a param group from '%s' to '%s' after construction "
-                "(momentum to or from 0, nesterov or decoupled_weight_decay change the compiled step); "
-                "build a new optimizer" % (self.kind, kind))
-        if hyper == self.hyper:
-            return
-        if ("max_grad_norm" in hyper) != ("max_grad_norm" in self.hyper):
-            raise ValueError("cannot turn max_grad_norm on or off after construction (it changes the compiled step)")
-        changed = {k for k in hyper if hyper[k] != self.hyper.get(k)}
-        if changed == {"lr"}:
-            self.task.set_lr(hyper["lr"])
-        else:
-            self.task.optimizer(kind, **hyper)
-        self.hyper = dict(hyper)
-
     def set_scale(self, grad_scale):
-        """The step's 1/scale slot: from torch's scale tensor on the device (no host sync), or 1."""
+        """The step's 1/scale slots: from torch's scale tensor on the device (no host sync), or 1."""
         if grad_scale is not None:
-            # 1/s formed in double, rounded to float once: Task.set_loss_scale's bits.
+            # 1/s formed in double, rounded to float once: Task.set_loss_scale's bits; copy_
+            # broadcasts it into every group's slot.
             inv = grad_scale.detach().to(self.inv_scale.device).double().reciprocal().float()
             self.inv_scale.copy_(inv.reshape(1))
             self.amp_used = True
@@ -101,7 +96,7 @@ class GroupBinding:
             self.amp_used = False
 
     def step(self, grad_scale):
-        """One core step. Returns False when no parameter of the group has a gradient."""
+        """One core step for every group. Returns False when no parameter has a gradient."""
         missing = []
         for j, p in enumerate(self.params):
             g = p.grad
@@ -136,6 +131,123 @@ class GroupBinding:
                 for view, copy in pairs:
                     view.copy_(copy)
         return True
+
+    def reapply_hyper(self):
+        """Every group's scalars from the hyperparameters last applied (after a checkpoint load)."""
+        self.task.optimizer_groups(self.kind, [dict(b.hyper) for b in self.bindings])
+
+
+class GroupTask:
+    """What a one-group Task offered per torch group, over the group's slice of a SharedTask:
+    its parameters, lr, loss scale, step counts and fingerprint (the fingerprint a Task holding
+    only this group would print: renaissance.torch.Recorder and fingerprint() use it)."""
+
+    def __init__(self, binding):
+        self._b = binding
+
+    @property
+    def shared(self):
+        return self._b.shared.task
+
+    @property
+    def params(self):
+        """(name, shape, role) of the group's parameters, named 0.. within the group (as a Task
+        of this group alone would name them)."""
+        everything = self.shared.params
+        return [(str(j),) + tuple(everything[i][1:]) for j, i in enumerate(self._b.ids)]
+
+    @property
+    def lr(self):
+        return self._b.hyper["lr"]
+
+    @property
+    def loss_scale(self):
+        return self.shared.loss_scale
+
+    @property
+    def step_count(self):
+        return self.shared.step_count
+
+    @property
+    def skipped_steps(self):
+        return self.shared.skipped_steps
+
+    @property
+    def backend(self):
+        return self.shared.backend
+
+    def fingerprint(self):
+        return self.shared.fingerprint_of(self._b.ids)
+
+    def get_weight(self, j):
+        return self.shared.get_weight(self._b.ids[j])
+
+    def get_grad(self, j):
+        return self.shared.get_grad(self._b.ids[j])
+
+    def set_loss_scale(self, scale):
+        """Task-wide: every group of the shared Task."""
+        self.shared.set_loss_scale(scale)
+
+    def config(self):
+        return _core._task_config(self.shared, self._b.index)
+
+    def families(self):
+        return _core._task_families(self.shared)
+
+    def read(self, family, name):
+        """A host copy of the group's parameter `name` (its index in the group, as text)."""
+        return _core._task_read(self.shared, family, self._b.ids[int(name)])
+
+
+class GroupBinding:
+    """One torch param group: hyperparameter group `index` of a SharedTask, its parameters the
+    SharedTask's `ids` (in order), with per-parameter views W, G, M, V."""
+
+    def __init__(self, shared, index, first, params, roles, hyper):
+        self.shared = shared
+        self.index = index
+        self.params = list(params)
+        self.ids = list(range(first, first + len(self.params)))
+        self.names = [str(j) for j in range(len(self.params))]  # as GroupTask names them
+        self.kind = shared.kind
+        self.roles = list(roles)
+        self.hyper = dict(hyper)  # the core hyperparameters last applied (lr included)
+        self.state_names = shared.state_names
+        self.device = shared.device
+        sl = slice(first, first + len(self.params))
+        self.W = shared.W[sl]
+        self.G = shared.G[sl]
+        self.M = shared.M[sl] if shared.M is not None else None
+        self.V = shared.V[sl] if shared.V is not None else None
+        self.task = GroupTask(self)
+        shared.bindings.append(self)
+
+    @property
+    def inv_scale(self):
+        return self.shared.inv_scale
+
+    def set_scale(self, grad_scale):
+        self.shared.set_scale(grad_scale)
+
+    def apply_hyper(self, kind, hyper):
+        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all."""
+        if kind != self.kind:
+            raise ValueError(
+                "cannot change the optimizer of a param group from '%s' to '%s' after construction "
+                "(momentum to or from 0, nesterov or decoupled_weight_decay change the compiled step); "
+                "build a new optimizer" % (self.kind, kind))
+        if hyper == self.hyper:
+            return
+        if hyper.get("max_grad_norm") != self.hyper.get("max_grad_norm"):
+            raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
+                             "step, shared by the groups of one task)")
+        changed = {k for k in hyper if hyper[k] != self.hyper.get(k)}
+        if changed == {"lr"}:
+            self.shared.task.set_group_lr(self.index, hyper["lr"])
+        else:
+            self.shared.task.set_group_hyper(self.index, kind, **hyper)
+        self.hyper = dict(hyper)
 
     def state_of(self, j, step_tensor):
         st = {}

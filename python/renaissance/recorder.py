@@ -13,7 +13,7 @@ GPU-less-CI workflow for PyTorch users.
 
 It wraps ``opt.step`` (restored when it finishes) and needs from the optimizer only its groups:
 ``opt._renaissance_groups`` (or ``opt._bindings``), per torch param group in order, objects with
-``.task`` (a ``renaissance._core.Task``), ``.params`` (the torch tensors) and ``.names`` (the
+``.task`` (a ``renaissance._core.Task``, or a GroupTask: one hyperparameter group of a shared Task), ``.params`` (the torch tensors) and ``.names`` (the
 task's parameter names; when absent, the task's own names in order). Everything recorded is kept
 in host memory until the case is written (steps x the model's size, float32).
 """
@@ -27,6 +27,20 @@ from . import _core
 __all__ = ["Recorder", "combine_fingerprints"]
 
 combine_fingerprints = _core.combine_fingerprints
+
+
+# A group's task is a core Task, or (renaissance.torch) a GroupTask: one hyperparameter group of
+# a shared Task, which offers the same reads for its own parameters.
+def _families(task):
+    return _core._task_families(task) if isinstance(task, _core.Task) else task.families()
+
+
+def _read(task, family, name):
+    return _core._task_read(task, family, name) if isinstance(task, _core.Task) else task.read(family, name)
+
+
+def _config(task):
+    return _core._task_config(task) if isinstance(task, _core.Task) else task.config()
 
 # Hyperparameters that must stay as they were for the whole recording: the case has one
 # optimizer per group; only the learning rate is recorded per step.
@@ -94,6 +108,11 @@ class Recorder:
         self.finished = False
         self._opt = opt
         self._groups = list(groups)
+        for gi, g in enumerate(self._groups):
+            shared = getattr(g.task, "shared", None)  # a GroupTask: one group of a shared Task
+            if shared is not None and shared.hyper_groups > 1 and _config(g.task)["max_grad_norm"] > 0:
+                raise ValueError(f"Recorder: group {gi} clips over a Task shared with other groups; a replay case "
+                                 "clips each group on its own (record with one group, or without max_grad_norm)")
         self._names = [list(getattr(g, "names", None) or [n for n, _, _ in g.task.params]) for g in self._groups]
         self._grads = []    # per step: {case name: array}
         self._lrs = []      # per step: per group lr
@@ -103,14 +122,14 @@ class Recorder:
         _sync(self._groups)
         for gi, g in enumerate(self._groups):
             task = g.task
-            families = _core._task_families(task)
+            families = _families(task)
             params = []
             for name_, shape, role in task.params:
                 case_name = f"g{gi}.{name_}"
                 params.append({"name": case_name, "shape": list(shape), "role": role})
-                self._init.append((case_name, _core._task_read(task, "W", name_)))
+                self._init.append((case_name, _read(task, "W", name_)))
                 for f in families:  # the state, as the core holds it
-                    self._init.append((f"{f.lower()}/{case_name}", _core._task_read(task, f, name_)))
+                    self._init.append((f"{f.lower()}/{case_name}", _read(task, f, name_)))
             self._params.append(params)
             self._initial_steps.append(int(task.step_count))
         # Hook opt.step: an instance attribute over the class's method, removed when finished.
@@ -155,7 +174,7 @@ class Recorder:
         _sync(self._groups)
         # What the core used for this step: each task's lr, loss scale and configuration.
         tasks = [g.task for g in self._groups]
-        configs = [_core._task_config(t) for t in tasks]
+        configs = [_config(t) for t in tasks]
         if self._configs is None:
             self._configs = configs
         for gi, (was, now) in enumerate(zip(self._configs, configs)):
@@ -203,7 +222,7 @@ class Recorder:
             "groups": [],
         }
         for gi, params in enumerate(self._params):
-            config = dict((self._configs or [_core._task_config(g.task) for g in self._groups])[gi])
+            config = dict((self._configs or [_config(g.task) for g in self._groups])[gi])
             if config["weight_decay_mode"] == "decoupled":
                 del config["weight_decay_mode"]  # the default, and the only mode most kinds accept
             group = {"optimizer": config, "params": params, "lr_per_step": [lrs[gi] for lrs in self._lrs]}

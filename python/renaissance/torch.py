@@ -3,8 +3,9 @@
     import renaissance.torch as rt
     opt = rt.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
-Each torch param group is one core Task (own arena, scalars and compiled step): step() costs one
-step per group. Parameters and gradients live in the Task's arena (zero-copy views), state_dict()
+The param groups that share a compiled step (kind, weight-decay mode, clipping) share one core
+Task, each group a hyperparameter group of it (its own scalar block): step() is one core step
+whatever the number of groups (one per structural class of groups). Parameters and gradients live in the Task's arena (zero-copy views), state_dict()
 uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on request:
 `import renaissance` does not import torch.
 """
@@ -14,7 +15,7 @@ import torch
 from torch.optim.optimizer import Optimizer
 
 from . import _core
-from ._torch_group import GroupBinding, tensor_interval
+from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
 
 __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
 
@@ -45,7 +46,14 @@ class _Base(Optimizer):
         self._bindings = []
         groups = _as_groups(params)
         _validate_new(groups, [])
-        super().__init__(groups, defaults)
+        # torch's constructor adds the groups one by one: bind them all at once afterwards, so
+        # that the groups of one structural class share one Task.
+        self._deferred = True
+        try:
+            super().__init__(groups, defaults)
+            self._bind(list(range(len(self.param_groups))))
+        finally:
+            self._deferred = False
 
     # ---- groups -----------------------------------------------------------------------------
     def add_param_group(self, param_group):
@@ -55,22 +63,45 @@ class _Base(Optimizer):
         _validate_new([group], existing)
         n_before = len(self.param_groups)
         super().add_param_group(group)
+        if getattr(self, "_deferred", False):
+            return
+        # A group added after construction gets a Task of its own (the others are compiled).
+        self._bind([n_before])
+
+    def _bind(self, indices):
+        """Builds the Tasks of param_groups[indices]: one per structural class, in order."""
+        n_before = min(indices)
         try:
-            group = self.param_groups[-1]
-            for flag in self._flags:
-                _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
-            kind, hyper = self._core_config(group)
-            roles = self._roles(group)
-            device = group["params"][0].device
-            binding = GroupBinding(group["params"], roles, kind, hyper, device, self._threads,
-                                   self._state_names_for(group))
+            classes = {}  # structure key -> [(group index, roles, hyper)]
+            for i in indices:
+                group = self.param_groups[i]
+                for flag in self._flags:
+                    _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+                kind, hyper = self._core_config(group)
+                key = structure_key(kind, hyper, group["params"][0].device) + (tuple(sorted(self._state_names_for(group).items())),)
+                classes.setdefault(key, []).append((i, self._roles(group), hyper))
+            made = {}
+            for key, members in classes.items():
+                kind, device = key[0], key[3]
+                shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
+                                    kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]))
+                first = 0
+                for h, (i, roles, hyper) in enumerate(members):
+                    made[i] = GroupBinding(shared, h, first, self.param_groups[i]["params"], roles, hyper)
+                    first += len(self.param_groups[i]["params"])
         except Exception:
             del self.param_groups[n_before:]
             raise
-        binding.trust_ratio = group.get("trust_ratio")  # the setting the roles were made from
-        binding.adopt()
-        self._bindings.append(binding)
+        for i in indices:
+            made[i].trust_ratio = self.param_groups[i].get("trust_ratio")  # what the roles were made from
+        for shared in {id(b.shared): b.shared for b in made.values()}.values():
+            shared.adopt()
+        self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
+
+    def _shared(self):
+        """The distinct Tasks, in the order of their first group."""
+        return list({id(b.shared): b.shared for b in self._bindings}.values())
 
     def _roles(self, group):
         return ["fc_weight"] * len(group["params"])
@@ -85,12 +116,12 @@ class _Base(Optimizer):
     def zero_grad(self, set_to_none=True):
         """Zeroes the gradients in place in the arena (one op per group). `.grad` stays the
         optimizer's view even with set_to_none=True (never None): see docs/python.md."""
-        for b in self._bindings:
-            b.zero_grad()
+        for shared in self._shared():
+            shared.zero_grad()
 
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
-        """One optimizer step per param group. Under torch.cuda.amp.GradScaler the scale reaches
+        """One core step per Task (one for all groups of a structural class). Under torch.cuda.amp.GradScaler the scale reaches
         the fused unscale on the device; a step with a non-finite gradient is skipped."""
         grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
         if kwargs:
@@ -112,15 +143,18 @@ class _Base(Optimizer):
             if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
             b.apply_hyper(kind, hyper)
-        for b in self._bindings:
-            b.step(grad_scale)
+        for shared in self._shared():
+            shared.step(grad_scale)
         return loss
 
     # ---- state ------------------------------------------------------------------------------
     def _refresh_state(self):
-        """self.state holds live views of M, V and each group's applied-step count as `step`."""
+        """self.state holds live views of M, V and each Task's applied-step count as `step`."""
+        steps = {}
         for b in self._bindings:
-            step = torch.tensor(float(b.task.step_count)) if "step" in b.state_names else None
+            if "step" in b.state_names and id(b.shared) not in steps:
+                steps[id(b.shared)] = torch.tensor(float(b.shared.task.step_count))
+            step = steps.get(id(b.shared))
             for j, p in enumerate(b.params):
                 st = b.state_of(j, step)
                 if st:
@@ -129,7 +163,7 @@ class _Base(Optimizer):
     def state_dict(self):
         """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
         tensors are the live arena views (as torch's own state is live); 'step' is the group's
-        applied-step count (one per group here; torch keeps one per parameter)."""
+        applied-step count (one per Task here, shared by its groups; torch keeps one per parameter)."""
         self._refresh_state()
         return super().state_dict()
 
@@ -150,7 +184,7 @@ class _Base(Optimizer):
             for flag in self._flags:
                 _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             kind, hyper = self._core_config(merged)
-            if kind != b.kind or self._roles(merged) != b.roles or ("max_grad_norm" in hyper) != ("max_grad_norm" in b.hyper):
+            if kind != b.kind or self._roles(merged) != b.roles or hyper.get("max_grad_norm") != b.hyper.get("max_grad_norm"):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
                                  (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
@@ -171,6 +205,12 @@ class _Base(Optimizer):
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
                     bufs.append((getattr(b, fam)[j], t))
             plan.append((b, step, bufs))
+        shared_steps = {}  # the groups of one Task share its step count
+        for gi, (b, step, _) in enumerate(plan):
+            if shared_steps.setdefault(id(b.shared), step) != step:
+                raise ValueError("load_state_dict: param group %d is at step %s, another group of the same Task at %s; "
+                                 "this library keeps one step count per Task (groups of one kind, weight-decay mode "
+                                 "and clipping share it)" % (gi, step, shared_steps[id(b.shared)]))
         super().load_state_dict(state_dict)
         with torch.no_grad():
             for b, step, bufs in plan:
@@ -178,7 +218,7 @@ class _Base(Optimizer):
                     view.zero_()
                 for view, t in bufs:
                     view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
-                b.task.set_step_count(int(step or 0))
+                b.shared.task.set_step_count(int(step or 0))
         self.state.clear()
         self._refresh_state()
         for b, group in zip(self._bindings, self.param_groups):
@@ -197,34 +237,36 @@ class _Base(Optimizer):
     def fingerprint(self):
         """The XXH3 of W, M, V and the step count, as `renaissance run` prints it: one group: its
         16 hex digits; several: renaissance.combine_fingerprints of the groups' fingerprints in
-        group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md)."""
+        group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md).
+        A group's fingerprint is that of its tensors alone with its Task's step count."""
         return _core.combine_fingerprints([b.task.fingerprint() for b in self._bindings])
 
     def _paths(self, path):
         path = str(path)
-        if len(self._bindings) == 1:
+        tasks = self._shared()
+        if len(tasks) == 1:
             return [path]
-        return ["%s.group%d" % (path, i) for i in range(len(self._bindings))]
+        return ["%s.task%d" % (path, i) for i in range(len(tasks))]
 
     def save(self, path):
-        """The library's atomic checkpoint (weights, state, step counts): `path` for one group,
-        `path.group0`, `path.group1`, ... for several."""
-        for b, p in zip(self._bindings, self._paths(path)):
-            b.task.save(p)
+        """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
+        `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several."""
+        for shared, p in zip(self._shared(), self._paths(path)):
+            shared.task.save(p)
 
     def load(self, path):
-        """Loads what save(path) wrote, in place (a failed load leaves that group as it was)."""
-        for b, p in zip(self._bindings, self._paths(path)):
-            b.task.load(p)
+        """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""
+        for shared, p in zip(self._shared(), self._paths(path)):
+            shared.task.load(p)
             # The checkpoint brought its own hyperparameters and loss scale: back to the ones
-            # last applied from param_groups, and the scale slot to 1 at the next plain step.
-            b.task.optimizer(b.kind, **b.hyper)
-            b.amp_used = True
+            # last applied from param_groups, and the scale slots to 1 at the next plain step.
+            shared.reapply_hyper()
+            shared.amp_used = True
         self._refresh_state()
 
     @property
     def backends(self):
-        return [b.task.backend for b in self._bindings]
+        return [shared.task.backend for shared in self._shared()]
 
 
 # ---- construction checks ------------------------------------------------------------------------

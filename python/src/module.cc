@@ -119,17 +119,40 @@ nb::ndarray<nb::numpy, float> numpy_from(std::vector<float> data, const std::vec
 
 class PyTask {
  public:
-  PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite) {
+  // `groups`: each parameter's hyperparameter group (ParamSpec::hyper_group); empty: all 0.
+  PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
+         const std::vector<int>& groups) {
     if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
     o.backend_options.threads = threads;
     o.check_finite = check_finite;
-    task_ = std::make_unique<Task>(to_specs(params), o);
+    std::vector<ParamSpec> specs = to_specs(params);
+    if (!groups.empty()) {
+      if (groups.size() != specs.size()) {
+        throw_invalid("groups: " + std::to_string(groups.size()) + " entries for " + std::to_string(specs.size()) +
+                      " parameters");
+      }
+      for (size_t i = 0; i < specs.size(); ++i) specs[i].hyper_group = groups[i];
+    }
+    task_ = std::make_unique<Task>(std::move(specs), o);
+  }
+
+  void optimizer(const std::string& kind_name, const nb::kwargs& hyper) { task_->optimizer(config_of(kind_name, hyper)); }
+
+  // One configuration per hyperparameter group (Task::optimizer_groups), each a dict of keywords.
+  void optimizer_groups(const std::string& kind_name, const std::vector<nb::dict>& hypers) {
+    std::vector<OptimizerConfig> configs;
+    for (const nb::dict& h : hypers) configs.push_back(config_of(kind_name, h));
+    task_->optimizer_groups(configs);
+  }
+
+  void set_group_hyper(int group, const std::string& kind_name, const nb::kwargs& hyper) {
+    task_->set_group_hyper(group, config_of(kind_name, hyper));
   }
 
   // Builds the whole configuration first, so that a bad keyword leaves the task as it was.
-  void optimizer(const std::string& kind_name, const nb::kwargs& hyper) {
+  OptimizerConfig config_of(const std::string& kind_name, const nb::dict& hyper) {
     OptimizerKind kind;
     if (!parse_optimizer_kind(kind_name, &kind))
       throw_invalid("unknown optimizer kind '" + kind_name + "' (known: " + optimizer_kind_names() + ")");
@@ -158,7 +181,7 @@ class PyTask {
       c.*double_field(name) = v;
     }
     c.validate();
-    task_->optimizer(c);
+    return c;
   }
 
   size_t id_of(const nb::handle& which) const {
@@ -218,16 +241,20 @@ class PyTask {
   // owns it: the tensor keeps the task (and so the arena) alive.
   template <class T>
   nb::ndarray<nb::pytorch, T> arena_view(nb::handle self, uint64_t offset, const std::vector<int64_t>& shape,
-                                         int device_id) {
+                                         int device_id, int64_t stride = 1) {
     Task& t = *task_;
     if (!t.compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
     uint64_t count = 1;
     for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+    // A strided view (one dimension) spans (count - 1) * stride + 1 elements.
+    if (stride != 1 && count > 0) count = (count - 1) * static_cast<uint64_t>(stride) + 1;
     if (offset + count * sizeof(T) > t.plan().arena_bytes()) throw_invalid("view(): outside the arena");
     const bool cuda = t.backend().kind() == BackendKind::kCuda;
     std::vector<size_t> dims(shape.begin(), shape.end());
     T* data = reinterpret_cast<T*>(static_cast<char*>(t.backend().arena()) + offset);
-    return nb::ndarray<nb::pytorch, T>(data, dims.size(), dims.data(), self, nullptr, nb::dtype<T>(),
+    const int64_t strides[1] = {stride};
+    return nb::ndarray<nb::pytorch, T>(data, dims.size(), dims.data(), self, stride != 1 ? strides : nullptr,
+                                       nb::dtype<T>(),
                                        cuda ? nb::device::cuda::value : nb::device::cpu::value,
                                        cuda ? device_id : 0);
   }
@@ -265,8 +292,13 @@ class PyTask {
   nb::object scalar_view(nb::handle self, const std::string& name, int device_id) {
     if (!task_->compiled()) throw_invalid("scalar_view(): the task is not compiled; call compile() first");
     const MemoryPlan& plan = task_->plan();
-    if (name == "inv_loss_scale")
-      return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {1}, device_id));
+    if (name == "inv_loss_scale") {
+      // One slot per hyperparameter group (scalars.h: task-wide scalars sit in every block): a
+      // strided view of H elements; copy_ from a one-element tensor broadcasts into all.
+      const int64_t h = task_->plan().config().hyper_groups;
+      return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {h},
+                                        device_id, kNumScalarF32));
+    }
     if (name == "step")
       return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), {1}, device_id));
     if (name == "has_non_finite")
@@ -386,8 +418,20 @@ NB_MODULE(_core, m) {
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
   nb::class_<PyTask>(m, "Task")
-      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool>(), "params"_a,
-           "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true)
+      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&>(), "params"_a,
+           "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>())
+      .def("optimizer_groups", [](PyTask& t, const std::string& kind, const std::vector<nb::dict>& hypers) -> PyTask& {
+             t.optimizer_groups(kind, hypers);
+             return t;
+           }, "kind"_a, "hypers"_a, nb::rv_policy::reference,
+           "One configuration (a dict of keywords) per hyperparameter group (Task::optimizer_groups).")
+      .def("set_group_hyper", [](PyTask& t, int group, const std::string& kind, const nb::kwargs& h) {
+             t.set_group_hyper(group, kind, h);
+           }, "group"_a, "kind"_a, "hyper"_a)
+      .def("set_group_lr", [](PyTask& t, int group, double lr) { t.task().set_lr(group, lr); }, "group"_a, "lr"_a)
+      .def_prop_ro("hyper_groups", [](PyTask& t) { return t.task().hyper_groups(); })
+      .def("fingerprint_of", [](PyTask& t, const std::vector<size_t>& ids) { return t.task().fingerprint(ids); },
+           "ids"_a, "The fingerprint of the tensors `ids` only, in that order (Task::fingerprint(ids)).")
       .def("optimizer", [](PyTask& t, const std::string& kind, const nb::kwargs& h) -> PyTask& {
              t.optimizer(kind, h);
              return t;
@@ -453,8 +497,8 @@ Family replay_family(const std::string& name) {
 
 // The optimizer configuration in replay case.json's keys (exact doubles: Python's json writes
 // them back bit for bit).
-nb::dict task_config(PyTask& t) {
-  const OptimizerConfig& c = t.task().config();
+nb::dict task_config(PyTask& t, int group) {
+  const OptimizerConfig& c = t.task().group_config(group);
   nb::dict d;
   d["kind"] = optimizer_kind_name(c.kind);
   for (const HyperparameterField& f : kHyperparameterFields) d[f.name] = c.*f.field;
@@ -487,7 +531,8 @@ void renaissance_register_replay(nb::module_& m) {
   m.def("combine_fingerprints", &combine_fingerprints, "fingerprints"_a,
         "The fingerprint of several tasks (one per parameter group): one group's own, unchanged; several: XXH3-64 "
         "of the 16-hex fingerprints joined by newlines (renaissance/fingerprint.h).");
-  m.def("_task_config", &task_config, "task"_a, "The task's optimizer configuration as replay case.json keys.");
+  m.def("_task_config", &task_config, "task"_a, "group"_a = 0,
+        "The task's optimizer configuration (of one hyperparameter group) as replay case.json keys.");
   m.def("_task_families", [](PyTask& t) {
           std::vector<std::string> f;
           for (const char* n : {"M", "V"}) {

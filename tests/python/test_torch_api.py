@@ -124,16 +124,59 @@ def test_none_gradient_leaves_parameter_and_state_unchanged(make):
     assert b.task.step_count == 2  # documented: the group's counter advances
 
 
-def test_group_without_any_gradient_is_not_stepped():
+def test_group_without_any_gradient_is_not_moved():
     ps = params()
     opt = rt.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2)
     feed(ps, 0)
     ps[2].grad = None
     ps[3].grad = None
-    f_before = opt._bindings[1].task.fingerprint()
+    b = opt._bindings[1]
+    before = [[x[j].clone() for x in (b.W, b.M, b.V)] for j in range(2)]
+    w0 = ps[0].detach().clone()
     opt.step()
-    assert opt._bindings[1].task.step_count == 0 and opt._bindings[1].task.fingerprint() == f_before
-    assert opt._bindings[0].task.step_count == 1
+    for j in range(2):
+        assert all(same_bits(v, x) for v, x in zip((b.W[j], b.M[j], b.V[j]), before[j]))
+    assert not same_bits(ps[0], w0)  # group 0 moved
+    # Documented: both groups share one Task, so its step counter advances for both.
+    assert opt._bindings[0].task.step_count == 1 and b.task.step_count == 1
+
+
+def test_groups_of_one_structure_share_one_task():
+    """Groups that differ only in scalar hyperparameters are hyperparameter groups of one Task (one
+    core step); momentum on/off needs another compiled step: another Task."""
+    ps = params()
+    opt = rt.AdamW([{"params": [p], "lr": 1e-2 * (j + 1), "betas": (0.9, 0.99 + 0.002 * j),
+                     "weight_decay": 0.01 * j} for j, p in enumerate(ps)], lr=1e-2)
+    assert len(opt._shared()) == 1 and opt._shared()[0].task.hyper_groups == len(ps)
+    sgd = rt.SGD([{"params": ps[:2]}, {"params": ps[2:], "momentum": 0.9}], lr=0.1)
+    assert len(sgd._shared()) == 2
+
+
+def test_one_group_per_tensor_has_the_bits_of_one_group():
+    """Equal hyperparameters in one group per tensor: every element reads equal scalars, so the
+    weights and state are bit for bit those of one group (also under an AMP scale, which must
+    reach every group's slot)."""
+    ps, qs = params(), params()
+    a = rt.AdamW(ps, lr=1e-2, weight_decay=0.05)
+    b = rt.AdamW([{"params": [q]} for q in qs], lr=1e-2, weight_decay=0.05)
+    for s in range(4):
+        feed(ps, s, scale=512.0)
+        a.grad_scale = torch.tensor(512.0)
+        a.found_inf = torch.tensor(0.0)
+        feed(qs, s, scale=512.0)
+        b.grad_scale = torch.tensor(512.0)
+        b.found_inf = torch.tensor(0.0)
+        if s == 2:  # an lr change for every group (as a scheduler does)
+            for o in (a, b):
+                for g in o.param_groups:
+                    g["lr"] = 3e-3
+        a.step()
+        b.step()
+    for p, q in zip(ps, qs):
+        assert same_bits(p, q)
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+    for j in range(len(ps)):
+        assert same_bits(sa[j]["exp_avg"], sb[j]["exp_avg"]) and same_bits(sa[j]["exp_avg_sq"], sb[j]["exp_avg_sq"])
 
 
 def test_add_param_group_builds_another_task():

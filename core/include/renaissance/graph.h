@@ -87,6 +87,13 @@ struct GraphNode {
   bool check_finite = false;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
   ModelCopy copy;                // update nodes of a task with a bf16/fp16 model copy
+  // Hyperparameter groups (scalars.h, plan.h). H = 1: hyper_items and tensor_blocks are empty and
+  // every op reads scalar block 0 as before. H > 1: element-wise updates walk the HyperItems of
+  // their group span, tile-wise ops and NORM_TRUST_RATIO read each tensor's block from
+  // tensor_blocks, and ADVANCE_STEP / CLIP_COEFFICIENT write all hyper_groups blocks.
+  int hyper_groups = 1;
+  Span hyper_items;
+  Span tensor_blocks;
 };
 
 struct CompiledStep {
@@ -105,6 +112,8 @@ struct CompiledStep {
 
 // Builds the step graphs. Throws Error(kInvalidArgument) for an invalid config.
 // `precision` must match plan.config().precision.
+// With plan.config().hyper_groups > 1, `config` is group 0's: the kind, weight-decay mode and
+// clipping (what shapes the graph) are the same for every group (Task::optimizer_groups).
 CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
                           const PrecisionOptions& precision = {});
 

@@ -13,6 +13,9 @@ struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;  // an empty shape is a scalar (one element); a 0 extent is empty
   Role role = Role::kDeepConv;
+  // Hyperparameter group in [0, H) (Task::optimizer_groups): which block of scalar slots the
+  // tensor's update reads. 0 for a task with one configuration.
+  int hyper_group = 0;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -30,6 +30,11 @@ struct PlanConfig {
   bool has_v = false;
   bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
   Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
+  // Hyperparameter groups H (ParamSpec::hyper_group < H). H > 1: inside each role region the
+  // tensors follow (hyper group, declaration order), each (role, group) run padded to 64
+  // elements; the scalar regions hold H blocks; T_HYPER_ITEMS and T_TENSOR_BLOCKS are placed
+  // after every other region. H = 1 is byte for byte the layout without groups.
+  int hyper_groups = 1;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 
@@ -88,6 +93,13 @@ class MemoryPlan {
   const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }
   const std::vector<NormTensor>& norm_tensors() const { return norm_tensors_; }
 
+  // H > 1 only (empty otherwise): the work items of both group spans (bias-like first), the
+  // slice of T_HYPER_ITEMS that covers one group span, and the block of each weight-group
+  // tensor by index_in_group (T_TENSOR_BLOCKS).
+  const std::vector<HyperItem>& hyper_items() const { return hyper_items_; }
+  Span hyper_item_span(Group group) const;
+  const std::vector<int32_t>& tensor_blocks() const { return tensor_blocks_; }
+
   // A one-line summary per region, for logs and `renaissance run --verbose`.
   std::string describe() const;
 
@@ -98,6 +110,9 @@ class MemoryPlan {
   std::array<int, 2> group_tensor_count_{};
   std::vector<NormTile> norm_tiles_;
   std::vector<NormTensor> norm_tensors_;
+  std::vector<HyperItem> hyper_items_;
+  std::array<uint64_t, 2> hyper_item_count_{};  // items per group span (bias-like, weight)
+  std::vector<int32_t> tensor_blocks_;
   uint64_t arena_bytes_ = 0;
 };
 

@@ -53,6 +53,9 @@ enum Region : int {
   T_NORM_TENSORS,   // per-tensor tile ranges (NormTensor per tensor of the normed group)
   T_GRAD_NORM_PARTIALS,  // clipping scratch: one double per grad-norm tile of G (norm_reduction.h)
   C_MODEL_COPY,  // the bf16/fp16 model copy (precision.h): 2 bytes per W element, W's layout
+  // Only with H > 1 hyperparameter groups (plan.h), written once at compile():
+  T_HYPER_ITEMS,    // HyperItem work items of the (role, group) runs: bias-like group, then weight
+  T_TENSOR_BLOCKS,  // int32 scalar block per weight-group tensor (NormTile::tensor indexes it)
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

@@ -1,6 +1,14 @@
 // Slots of the scalar regions. Hyperparameters and per-step state live in the arena so that
 // kernels read them through pointers: a captured CUDA graph stays valid when lr or the loss
 // scale changes, and the step counter and bias corrections are advanced on the device.
+//
+// Hyperparameter groups (Task::optimizer_groups): S_SCALAR_FP32 and S_SCALAR_FP64 hold H blocks
+// of kNumScalarF32 / kNumScalarF64 slots, block h at h * kNum..; a tensor's update reads only its
+// group's block, so equal configurations give the bits of H = 1. The task-wide scalars are
+// written into EVERY block (host: kInvLossScale, kMaxGradNormD; device: CLIP_COEFFICIENT writes
+// kClipCoefficient into each block, and ADVANCE_STEP advances each block's bias corrections from
+// that block's betas); kGradNormD is read from block 0. S_SCALAR_INT32 (step counters, the
+// non-finite flag) is task-wide: one block.
 #pragma once
 
 #include <cstdint>
@@ -67,5 +75,17 @@ struct NormTensor {
   int64_t tile_count;
 };
 static_assert(sizeof(NormTensor) == 16, "NormTensor is shared with device code");
+
+// One work item of an update over a group span with H > 1 hyperparameter groups: at most
+// kHyperItemElements elements of one (role, group) run, all reading scalar block `block`.
+// `start` is relative to the first element of the group span; runs start on the 64-element
+// region alignment and hold a multiple of 64 elements, so every item does too.
+struct HyperItem {
+  int64_t start;
+  int32_t count;
+  int32_t block;
+};
+static_assert(sizeof(HyperItem) == 16, "HyperItem is shared with device code");
+constexpr int64_t kHyperItemElements = 16384;
 
 }  // namespace renaissance

@@ -70,6 +70,20 @@ class Task {
   template <class Builder, class = decltype(std::declval<const Builder&>().config())>
   Task& optimizer(const Builder& b) { return optimizer(b.config()); }
 
+  // H hyperparameter groups in one task (one graph, launches independent of H): configs[h] is
+  // the configuration of the parameters whose ParamSpec::hyper_group is h. The groups may differ
+  // only in scalar hyperparameters (lr, weight_decay, momentum, betas, eps, trust_coefficient):
+  // kind (which encodes momentum on/off and nesterov), weight_decay_mode and max_grad_norm are
+  // task-wide and must agree, else Error(kInvalidArgument) naming the group and the field. The
+  // loss scale, check_finite and the step counter are task-wide too. After compile() only H
+  // configs with the compiled kind are accepted (no re-capture). optimizer(config) is H = 1.
+  Task& optimizer_groups(const std::vector<OptimizerConfig>& configs);
+  int hyper_groups() const { return static_cast<int>(groups_.size()); }
+  const OptimizerConfig& group_config(int group) const;  // its lr is the configured one
+  // Sets group h's scalars (same kind, mode and clipping as the task); takes effect at the next
+  // step without re-capture.
+  void set_group_hyper(int group, const OptimizerConfig& config);
+
   // Plans the arena, builds the step graphs and hands them to the backend. Weights, gradients
   // and state start at zero.
   void compile();
@@ -103,9 +117,11 @@ class Task {
   // the step); throws when the index is outside the tensor.
   void poison_gradient(size_t id, uint64_t index, float value);
 
-  void set_lr(double lr);
+  void set_lr(double lr);             // every hyperparameter group
+  void set_lr(int group, double lr);  // one group
   void set_loss_scale(double scale);
-  double lr() const { return lr_; }
+  double lr() const { return lr_; }  // group 0's
+  double lr(int group) const;
   double loss_scale() const { return loss_scale_; }
 
   void step();
@@ -129,6 +145,10 @@ class Task {
   // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on
   // every machine and backend for the same run. 16 hex digits.
   std::string fingerprint();
+  // The same hash over the tensors `ids` only, in that order: what a task holding just those
+  // tensors (in that order) and this step count prints, e.g. one hyperparameter group's
+  // fingerprint, which renaissance.torch combines as one task per group would.
+  std::string fingerprint(const std::vector<size_t>& ids);
 
   // Checkpoints (core/src/io/checkpoint.cc): save writes a temporary file in the same folder,
   // fsyncs it and renames it over `path`; load validates everything before touching state, so a
@@ -150,6 +170,9 @@ class Task {
   void require_compiled(const char* what) const;
   void synthesize(Family family, uint64_t seed, uint64_t step, float amplitude);
   void write_hyperparameters();
+  void write_group_hyperparameters(int group);
+  void write_group_lr(int group);
+  void check_group(int group, const char* what) const;
   void write_f32_slot(int slot, float value);
   void refresh_model_copy(size_t id);
   int32_t read_i32_slot(int slot);
@@ -159,6 +182,10 @@ class Task {
   OptimizerConfig config_;
   bool have_optimizer_ = false;
   double lr_ = 0.0;
+  // Every group's configuration and lr; for group 0 config_ and lr_ are the truth (the
+  // checkpoint code reads and writes them) and groups_[0], lrs_[0] are unused.
+  std::vector<OptimizerConfig> groups_{OptimizerConfig{}};
+  std::vector<double> lrs_{0.0};
   double loss_scale_ = 1.0;
   RunSettings run_settings_;
   MemoryPlan plan_;

@@ -197,9 +197,10 @@ void Task::save(const std::string& path) {
 
   // The scalars are copied first; the state is streamed tensor by tensor into the file (a backend
   // error part-way removes the temporary file: the final name keeps the previous checkpoint).
-  std::vector<float> f32(kNumScalarF32);
+  // Every hyperparameter group's block (scalars.h): the file holds H blocks of each.
+  std::vector<float> f32(plan_.region(S_SCALAR_FP32).count);
   std::vector<int32_t> i32(kNumScalarI32);
-  std::vector<double> f64(kNumScalarF64);
+  std::vector<double> f64(plan_.region(S_SCALAR_FP64).count);
   backend_->download(plan_.region(S_SCALAR_FP32).offset, f32.data(), f32.size() * sizeof(float));
   backend_->download(plan_.region(S_SCALAR_INT32).offset, i32.data(), i32.size() * sizeof(int32_t));
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
@@ -238,11 +239,11 @@ void Task::save(const std::string& path) {
   }
 
   Bytes scalars;
-  scalars.u32(kNumScalarF32);
+  scalars.u32(static_cast<uint32_t>(f32.size()));
   scalars.raw(f32.data(), f32.size() * sizeof(float));
   scalars.u32(kNumScalarI32);
   scalars.raw(i32.data(), i32.size() * sizeof(int32_t));
-  scalars.u32(kNumScalarF64);
+  scalars.u32(static_cast<uint32_t>(f64.size()));
   scalars.raw(f64.data(), f64.size() * sizeof(double));
 
   AtomicFile file(path, "checkpoint");
@@ -298,7 +299,7 @@ void Task::load(const std::string& path) {
   for (Family f : {Family::kW, Family::kM, Family::kV, Family::kN}) {
     if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
   }
-  max_bytes += 3 * 4 + (kNumScalarF32 + kNumScalarI32) * 4 + kNumScalarF64 * 8;
+  max_bytes += 3 * 4 + (plan_.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan_.region(S_SCALAR_FP64).count * 8;
   // Checkpoints of another kind may hold more families (Adam: W, M, V): let those through so
   // that the error says which kind it is.
   max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
@@ -408,22 +409,28 @@ void Task::load(const std::string& path) {
   }
 
   {
-    const SectionView v = parser.section(Section::kScalars, 64 * 1024);
+    // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
+    const uint64_t hyper = static_cast<uint64_t>(plan_.config().hyper_groups);
+    const uint64_t want32 = hyper * kNumScalarF32, want64 = hyper * kNumScalarF64;
+    const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8);
     Cursor c(v.payload, v.length, parser.where(Section::kScalars));
-    auto slots = [&](uint32_t want, const char* what) {
+    auto slots = [&](uint64_t want, const char* what) {
       const uint32_t n = c.u32();
       if (n != want) {
-        c.fail("holds " + std::to_string(n) + " " + what + " slots, this build has " + std::to_string(want));
+        c.fail("holds " + std::to_string(n) + " " + what + " slots, this build has " + std::to_string(want) +
+               (hyper > 1 || n > want ? " (the task has " + std::to_string(hyper) +
+                                            " hyperparameter groups: a block of slots per group)"
+                                      : std::string()));
       }
     };
-    slots(kNumScalarF32, "fp32");
-    d.f32.resize(kNumScalarF32);
+    slots(want32, "fp32");
+    d.f32.resize(want32);
     c.raw(d.f32.data(), d.f32.size() * sizeof(float));
     slots(kNumScalarI32, "int32");
     d.i32.resize(kNumScalarI32);
     c.raw(d.i32.data(), d.i32.size() * sizeof(int32_t));
-    slots(kNumScalarF64, "fp64");
-    d.f64.resize(kNumScalarF64);
+    slots(want64, "fp64");
+    d.f64.resize(want64);
     c.raw(d.f64.data(), d.f64.size() * sizeof(double));
     c.expect_end();
     if (d.i32[kStep] != d.info.step || d.i32[kSkippedSteps] != d.info.skipped) {
@@ -474,7 +481,9 @@ void Task::load(const std::string& path) {
   backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
   // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
   // them before the save, so they come out with the same bits; the bias corrections, the step
-  // counters and the non-finite flag are device-owned state and keep the file's values.
+  // counters and the non-finite flag are device-owned state and keep the file's values. META
+  // holds group 0's configuration: groups 1..H-1 keep the hyperparameters this task has
+  // (set_group_hyper), only their device-owned slots come from the file.
   config_ = d.info.config;
   lr_ = d.info.lr;
   loss_scale_ = d.info.loss_scale;

@@ -12,7 +12,8 @@
 namespace renaissance {
 namespace math {
 
-RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_bias_correction) {
+// `groups` scalar blocks (scalars.h): each block's corrections from its own betas.
+RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_bias_correction, int groups = 1) {
   if (i32[kHasNonFinite] != 0) {
     i32[kSkippedSteps] += 1;
     return;
@@ -20,8 +21,12 @@ RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_b
   const int32_t t = i32[kStep] + 1;
   i32[kStep] = t;
   if (with_bias_correction) {
-    f32[kBiasCorrection1] = bias_correction(f64[kBeta1D], t);
-    f32[kBiasCorrection2] = bias_correction(f64[kBeta2D], t);
+    for (int h = 0; h < groups; ++h) {
+      float* s = f32 + h * kNumScalarF32;
+      const double* d = f64 + h * kNumScalarF64;
+      s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
+      s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
+    }
   }
 }
 
