@@ -353,6 +353,9 @@ int cmd_run(const RunOptions& o) {
         {"limit_gb_per_s", r.limit_gb_per_s},
         {"share_of_limit", share},
         {"fingerprint", r.fingerprint},
+        // Bytes of this process's arena; a sharded run's rank holds W and G whole, M and V of its
+        // slice (docs/distributed.md, "Memory per rank"), rank 0's figure.
+        {"arena_bytes_per_rank", r.arena_bytes},
     };
     // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
     for (const HyperparameterField& f : kHyperparameterFields) j[f.name] = config.*f.field;
@@ -370,6 +373,8 @@ int cmd_run(const RunOptions& o) {
                   comm->describe().c_str(), grad_reduce_name(grad_reduce), r.comm_ms_per_step);
     }
     if (o.simulate_ranks > 0) std::printf("simulated      %d ranks, gradients summed in rank order\n", o.simulate_ranks);
+    std::printf("arena          %llu bytes%s\n", static_cast<unsigned long long>(r.arena_bytes),
+                comm ? " on rank 0 (W, G whole; M, V of its slice)" : "");
     std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
     std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
                 gbps, step_bytes_per_param, r.limit_gb_per_s, 100.0 * share);

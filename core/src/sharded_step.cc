@@ -143,6 +143,40 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     add(node.kind == NodeKind::kRange ? &combine_ : &update_, node);
   }
   for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) add(&update_, node);
+  if (plan.state_sliced()) {
+    // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).
+    if (plan.state_begin() != s.begin || plan.state_end() != s.end) {
+      throw_invalid("sharded step: the task holds the optimizer state of elements [" + std::to_string(plan.state_begin()) +
+                    ", " + std::to_string(plan.state_end()) + "), rank " + std::to_string(comm.rank()) + " of " +
+                    std::to_string(comm.size()) + " owns [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                    "): compile it with TaskOptions::state_shard = {" + std::to_string(comm.rank()) + ", " +
+                    std::to_string(comm.size()) + "}");
+    }
+    // Task::compile left the backend unprepared (its whole step leaves the slice): place the
+    // arena's pages with the spans this rank's sub-steps touch.
+    // A tile-wise node keeps its group's whole spans (its tiles address elements from the group's
+    // start): for the placement only, they shrink to the elements of this rank's tiles.
+    CompiledStep all = empty_like(step);
+    const std::vector<NormTile>& tiles = plan.norm_tiles();
+    for (const CompiledStep* sub : {&check_, &combine_, &update_}) {
+      for (GraphNode node : sub->graphs[0]) {
+        // (cut_node leaves a tile-wise node's table offset set, also with no tiles left.)
+        if (node.kind == NodeKind::kRange && node.norm.tiles.offset != 0 && node.range_op != RangeOp::GRAD_NORM_PARTIALS) {
+          uint64_t lo = 0, hi = 0;
+          if (s.norm_tile_end > s.norm_tile_begin) {
+            lo = static_cast<uint64_t>(tiles[static_cast<size_t>(s.norm_tile_begin)].start);
+            const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
+            hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+          }
+          for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+            if (span->count > 0) *span = sub_span(*span, lo, hi - lo, sizeof(float));
+          }
+        }
+        all.graphs[0].push_back(node);
+      }
+    }
+    task.backend().prepare(all);
+  }
 }
 
 void ShardedStep::reduce_gradients() {
@@ -251,9 +285,49 @@ void ShardedStep::step() {
 }
 
 void ShardedStep::gather_state() {
+  if (task_.plan().state_sliced()) {
+    throw_invalid("gather_state(): this rank holds only its slice of M and V (TaskOptions::state_shard); use the "
+                  "collective read_state(), fingerprint() or save()");
+  }
   CommTimer t(&comm_seconds_);
   if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
   if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
+}
+
+void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
+  if (family != Family::kM && family != Family::kV) throw_invalid("read_state(): M or V only");
+  const MemoryPlan& plan = task_.plan();
+  const uint64_t numel = static_cast<uint64_t>(plan.tensor(id).numel);
+  if (first > numel || count > numel - first) throw_invalid("read_state(): the range leaves the tensor");
+  // Family elements [at, at + count): each rank's block is its slice's part of them, in rank
+  // order (the slices tile the family), placed where it belongs in dst.
+  const uint64_t at = plan.tensor(id).offset_in_family + first;
+  const int K = comm_.size();
+  std::vector<uint64_t> offsets(K), counts(K);
+  for (int r = 0; r < K; ++r) {
+    const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+    const uint64_t lo = std::min(std::max(o.begin, at), at + count), hi = std::max(lo, std::min(o.end, at + count));
+    offsets[r] = (lo - at) * sizeof(float);
+    counts[r] = (hi - lo) * sizeof(float);
+  }
+  const int me = comm_.rank();
+  if (counts[me] > 0) {
+    task_.backend().download(plan.tensor_offset(family, id) + first * sizeof(float) + offsets[me],
+                             reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
+  }
+  comm_.all_gather_v(dst, offsets, counts);
+}
+
+std::string ShardedStep::fingerprint() {
+  return task_.fingerprint([this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+    read_state(f, id, first, count, dst);
+  });
+}
+
+void ShardedStep::save(const std::string& path) {
+  task_.save(path, [this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+    read_state(f, id, first, count, dst);
+  }, comm_.rank() == 0);
 }
 
 }  // namespace renaissance
