@@ -134,6 +134,7 @@ struct SyntheticRun {
   Communicator* comm = nullptr;
   GradReduce grad_reduce = GradReduce::kOrdered;
   int simulate_ranks = 0;  // > 0: G is the rank-order sum of this many ranks' gradients / K
+  uint64_t reduce_chunk = 0;  // > 0: elements per round of the gradient reduction (tests)
 };
 
 struct SyntheticResult {

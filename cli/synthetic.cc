@@ -117,6 +117,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   // written at any K resumes at any other (docs/distributed.md).
   std::unique_ptr<ShardedStep> sharded;
   if (run.comm != nullptr) sharded = std::make_unique<ShardedStep>(task, *run.comm, run.grad_reduce);
+  if (sharded && run.reduce_chunk > 0) sharded->set_reduce_chunk(run.reduce_chunk);
   const int rank = run.comm != nullptr ? run.comm->rank() : 0;
   // Every save's path was checked before the run: a failure now is the system's (exit 3).
   // Sharded: every rank takes part in gathering M and V, rank 0 writes the one file.

@@ -179,54 +179,99 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   }
 }
 
+// The reduction works in rounds of at most reduce_chunk_ elements of every rank's range, so its
+// buffers hold K * reduce_chunk_ floats whatever the model's size: a rank's memory is W, G, its
+// slice of M and V, and a few MiB (docs/distributed.md, "Memory per rank").
 void ShardedStep::reduce_gradients() {
   if (mode_ == GradReduce::kReplicated) return;
   const int K = comm_.size();
   const RankShard& me = shard();
   const uint64_t g0 = task_.plan().region_range(G_BN_BIAS, G_DEEP_CONV).offset;
-  char* arena = static_cast<char*>(task_.backend().arena());
-  float* g = reinterpret_cast<float*>(arena + g0);
-  const uint64_t n = me.grad_end - me.begin;
+  float* g = reinterpret_cast<float*>(static_cast<char*>(task_.backend().arena()) + g0);
+  const uint64_t C = reduce_chunk_;
   const float k = static_cast<float>(K);
   std::vector<uint64_t> so(K), sc(K), ro(K), rc(K);
+  // Elements of range [lo, hi) in round j.
+  auto in_round = [&](uint64_t lo, uint64_t hi, uint64_t j) {
+    const uint64_t off = j * C;
+    return hi - lo > off ? std::min(C, hi - lo - off) : uint64_t{0};
+  };
   if (mode_ == GradReduce::kOrdered) {
-    // Every rank sends each rank r its own gradient over r's range; rank q's part lands at q*n.
-    scratch_.resize(static_cast<size_t>(K) * n);
-    for (int r = 0; r < K; ++r) {
-      const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
-      so[r] = other.begin * sizeof(float);
-      sc[r] = (other.grad_end - other.begin) * sizeof(float);
-      ro[r] = static_cast<uint64_t>(r) * n * sizeof(float);
-      rc[r] = n * sizeof(float);
+    // Every rank sends each rank r its own gradient over r's range [begin, grad_end), a round at
+    // a time; rank q's part lands at q * (this round's count) of scratch_.
+    uint64_t longest = 0;
+    for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.grad_end - o.begin);
+    // A sum is written into G at once unless another rank still sends from that element: the
+    // head of this range (in earlier ranks' halos) and its halo (in later ranks' slices) wait in
+    // `held` until the last round (less than one grad-norm tile each).
+    uint64_t head_end = me.begin;
+    for (int r = 0; r < comm_.rank(); ++r) head_end = std::max(head_end, std::min(layout_.ranks[r].grad_end, me.grad_end));
+    const uint64_t tail_begin = std::max(me.end, head_end);
+    std::vector<float> head(head_end - me.begin), tail(me.grad_end - tail_begin);
+    scratch_.resize(static_cast<size_t>(K) * std::min(C, longest));
+    for (uint64_t j = 0; j * C < longest; ++j) {
+      const uint64_t mine = in_round(me.begin, me.grad_end, j), off = j * C;
+      for (int r = 0; r < K; ++r) {
+        const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+        const uint64_t n = in_round(o.begin, o.grad_end, j);
+        so[r] = n ? (o.begin + off) * sizeof(float) : 0;
+        sc[r] = n * sizeof(float);
+        ro[r] = static_cast<uint64_t>(r) * mine * sizeof(float);
+        rc[r] = mine * sizeof(float);
+      }
+      comm_.all_to_all_v(g, so, sc, scratch_.data(), ro, rc);
+      for (uint64_t i = 0; i < mine; ++i) {
+        float sum = scratch_[i];
+        for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, scratch_[static_cast<uint64_t>(r) * mine + i]);
+        const float mean = ordered_rank_mean(sum, K);
+        const uint64_t p = me.begin + off + i;
+        if (p < head_end) {
+          head[p - me.begin] = mean;
+        } else if (p >= tail_begin) {
+          tail[p - tail_begin] = mean;
+        } else {
+          g[p] = mean;
+        }
+      }
     }
-    comm_.all_to_all_v(g, so, sc, scratch_.data(), ro, rc);
-    for (uint64_t i = 0; i < n; ++i) {
-      float sum = scratch_[i];
-      for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, scratch_[static_cast<uint64_t>(r) * n + i]);
-      g[me.begin + i] = ordered_rank_mean(sum, K);
-    }
+    std::copy(head.begin(), head.end(), g + me.begin);
+    std::copy(tail.begin(), tail.end(), g + tail_begin);
     return;
   }
-  // kFast: the engine's reduce-scatter over the slices, / K, then the halo (the rest of the
-  // last owned grad-norm tile) from the ranks that own those elements.
+  // kFast: the engine's reduce-scatter of the slices, a round at a time (each rank's block of the
+  // round packed after the previous one), / K; then the halo (the rest of the last owned
+  // grad-norm tile) from the ranks that own those elements.
+  uint64_t longest = 0;
+  for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.end - o.begin);
   std::vector<uint64_t> counts(K);
-  for (int r = 0; r < K; ++r) counts[r] = layout_.ranks[r].end - layout_.ranks[r].begin;
-  scratch_.resize(me.end - me.begin);
-  std::vector<float> send(g, g + layout_.family_count);
-  comm_.reduce_scatter_sum_f32(send.data(), scratch_.data(), counts);
-  for (uint64_t i = 0; i < me.end - me.begin; ++i) g[me.begin + i] = scratch_[i] / k;
+  pack_.resize(static_cast<size_t>(K) * std::min(C, longest));
+  scratch_.resize(std::min(C, longest));
+  for (uint64_t j = 0; j * C < longest; ++j) {
+    uint64_t packed = 0;
+    for (int r = 0; r < K; ++r) {
+      const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+      counts[r] = in_round(o.begin, o.end, j);
+      std::copy_n(g + o.begin + j * C, counts[r], pack_.begin() + static_cast<std::ptrdiff_t>(packed));
+      packed += counts[r];
+    }
+    comm_.reduce_scatter_sum_f32(pack_.data(), scratch_.data(), counts);
+    for (uint64_t i = 0; i < counts[comm_.rank()]; ++i) g[me.begin + j * C + i] = scratch_[i] / k;
+  }
+  // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end), packed; it receives
+  // the other ranks' slices ∩ its own halo in place.
+  std::vector<float> halo;
   for (int r = 0; r < K; ++r) {
-    // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end); receives likewise.
     const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
     const uint64_t slo = std::max(me.begin, other.end), shi = std::min(me.end, other.grad_end);
-    so[r] = slo * sizeof(float);
-    sc[r] = shi > slo ? (shi - slo) * sizeof(float) : 0;
+    so[r] = halo.size() * sizeof(float);
+    if (shi > slo) halo.insert(halo.end(), g + slo, g + shi);
+    sc[r] = halo.size() * sizeof(float) - so[r];
     const uint64_t rlo = std::max(other.begin, me.end), rhi = std::min(other.end, me.grad_end);
-    ro[r] = rlo * sizeof(float);
+    ro[r] = rhi > rlo ? rlo * sizeof(float) : 0;
     rc[r] = rhi > rlo ? (rhi - rlo) * sizeof(float) : 0;
   }
-  send.assign(g, g + layout_.family_count);
-  comm_.all_to_all_v(send.data(), so, sc, g, ro, rc);
+  halo.push_back(0.0f);  // a valid address when nothing is sent
+  comm_.all_to_all_v(halo.data(), so, sc, g, ro, rc);
 }
 
 void ShardedStep::gather_family(Family family) {
@@ -316,6 +361,11 @@ void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t 
                              reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
   }
   comm_.all_gather_v(dst, offsets, counts);
+}
+
+void ShardedStep::set_reduce_chunk(uint64_t elements) {
+  if (elements == 0) throw_invalid("set_reduce_chunk(0): a round moves at least one element");
+  reduce_chunk_ = elements;
 }
 
 std::string ShardedStep::fingerprint() {

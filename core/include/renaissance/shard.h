@@ -90,6 +90,10 @@ class ShardedStep {
   void read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst);
   std::string fingerprint();
   void save(const std::string& path);
+  // The gradient reduction (ordered, fast) moves at most this many elements of each rank's
+  // range per round (default kReduceChunk); tests make it small to run many rounds.
+  void set_reduce_chunk(uint64_t elements);
+  static constexpr uint64_t kReduceChunk = uint64_t{1} << 18;
   // Seconds spent in collectives and the gradient reduction so far.
   double comm_seconds() const { return comm_seconds_; }
 
@@ -103,7 +107,8 @@ class ShardedStep {
   GradReduce mode_;
   ShardLayout layout_;
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, pack_;  // the reduction's round buffers
+  uint64_t reduce_chunk_ = kReduceChunk;
   double comm_seconds_ = 0.0;
 };
 
