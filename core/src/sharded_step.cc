@@ -201,9 +201,9 @@ void ShardedStep::reduce_gradients() {
     // a time; rank q's part lands at q * (this round's count) of scratch_.
     uint64_t longest = 0;
     for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.grad_end - o.begin);
-    // A sum is written into G at once unless another rank still sends from that element: the
-    // head of this range (in earlier ranks' halos) and its halo (in later ranks' slices) wait in
-    // `held` until the last round (less than one grad-norm tile each).
+    // A sum is written into G at once unless another rank still sends from that element: those
+    // of the head of this range (in earlier ranks' halos) and of its halo (in later ranks'
+    // slices) wait in `head` and `tail` until the last round (less than one grad-norm tile each).
     uint64_t head_end = me.begin;
     for (int r = 0; r < comm_.rank(); ++r) head_end = std::max(head_end, std::min(layout_.ranks[r].grad_end, me.grad_end));
     const uint64_t tail_begin = std::max(me.end, head_end);
