@@ -67,7 +67,7 @@ TEST(ShardMemory, ArenaPerRankIsWAndGWholePlusTheSliceOfMAndV) {
           const uint64_t first = s.begin / 64 * 64;
           const uint64_t held = round_up(s.end - first, 64);
           const uint64_t expected = whole.arena_bytes() - state_families * 4 * (F - held);
-          const MemoryPlan plan(layout->params, slice_plan_config(layout->params, plan_config_from_optimizer(kind), {r, K}));
+          const MemoryPlan plan(layout->params, slice_plan_config(whole, {r, K}));
           EXPECT_EQ(plan.arena_bytes(), expected);
           EXPECT_EQ(plan.state_begin(), s.begin);
           EXPECT_EQ(plan.state_end(), s.end);
@@ -99,7 +99,7 @@ TEST(ShardMemory, HeldSlicesOverlapNothingElse) {
     for (int K = 2; K <= 4; ++K) {
       for (int r = 0; r < K; ++r) {
         SCOPED_TRACE(std::string(kind_info(kind).name) + " rank " + std::to_string(r) + " of " + std::to_string(K));
-        const MemoryPlan plan(shard.params, slice_plan_config(shard.params, plan_config_from_optimizer(kind), {r, K}));
+        const MemoryPlan plan(shard.params, slice_plan_config(whole, {r, K}));
         ASSERT_TRUE(plan.state_sliced());
         const uint64_t b = plan.state_begin(), e = plan.state_end();
         ASSERT_LT(b, e);

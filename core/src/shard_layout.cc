@@ -80,14 +80,14 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   return layout;
 }
 
-PlanConfig slice_plan_config(const std::vector<ParamSpec>& params, PlanConfig config, const StateShard& shard) {
+PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard) {
   if (shard.world_size < 1 || shard.rank < 0 || shard.rank >= shard.world_size) {
     throw_invalid("state_shard: rank " + std::to_string(shard.rank) + " of a world of " +
                   std::to_string(shard.world_size) + " does not exist");
   }
-  config.state_begin = 0;
-  config.state_end = UINT64_MAX;
-  const RankShard s = make_shard_layout(MemoryPlan(params, config), shard.world_size).ranks[static_cast<size_t>(shard.rank)];
+  if (whole.state_sliced()) throw_invalid("slice_plan_config: the plan already holds a slice of M and V");
+  PlanConfig config = whole.config();
+  const RankShard s = make_shard_layout(whole, shard.world_size).ranks[static_cast<size_t>(shard.rank)];
   config.state_begin = s.begin;
   config.state_end = s.end;
   return config;

@@ -53,8 +53,9 @@ void Task::compile() {
   }
   PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
   plan_config.precision = precision.precision;
-  if (options_.state_shard.world_size > 0) plan_config = slice_plan_config(params_, plan_config, options_.state_shard);
   plan_ = MemoryPlan(params_, plan_config);
+  // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
+  if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
   step_ = compile_step(plan_, config_, options_.check_finite, precision);
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);

@@ -26,14 +26,14 @@ constexpr uint64_t kRegionAlignBytes = 256;
 
 // Which families and scratch buffers an optimizer kind needs.
 struct PlanConfig {
-  bool has_m = false;
-  bool has_v = false;
-  bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
-  Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
   // A rank of a sharded step (renaissance/shard.h) keeps M and V only for family elements
   // [state_begin, state_end): see MemoryPlan::state_sliced(). The default keeps them whole.
   uint64_t state_begin = 0;
   uint64_t state_end = UINT64_MAX;
+  bool has_m = false;
+  bool has_v = false;
+  bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
+  Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 
@@ -66,6 +66,21 @@ class MemoryPlan {
 
   const PlanConfig& config() const { return config_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
+
+  // A plan whose M and V families hold only the elements [state_begin(), state_end()) of the
+  // family (PlanConfig; a rank of a sharded step). Their storage is compact: the slice (from the
+  // 64-element boundary at or below state_begin, so that every element keeps its 256-byte
+  // alignment) sits where the whole family would start, and the M/V region offsets are set so
+  // that region + element still addresses it. Only elements of the slice may be touched through
+  // M or V spans: outside it those offsets alias other memory. Task refuses whole-family access.
+  bool state_sliced() const { return state_begin_ > 0 || state_end_ < family_elements_; }
+  uint64_t state_begin() const { return state_begin_; }
+  uint64_t state_end() const { return state_end_; }
+  // True when family elements [first, first + count) lie inside the held slice.
+  bool holds_state(uint64_t first, uint64_t count) const {
+    return first >= state_begin_ && first <= state_end_ && count <= state_end_ - first;
+  }
+
   size_t num_params() const { return tensors_.size(); }
   const TensorInfo& tensor(size_t id) const { return tensors_.at(id); }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -91,20 +106,6 @@ class MemoryPlan {
   // The canonical norm tiles over the weight group (empty unless config().has_n).
   const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }
   const std::vector<NormTensor>& norm_tensors() const { return norm_tensors_; }
-
-  // A plan whose M and V families hold only the elements [state_begin(), state_end()) of the
-  // family (PlanConfig; a rank of a sharded step). Their storage is compact: the slice (from the
-  // 64-element boundary at or below state_begin, so that every element keeps its 256-byte
-  // alignment) sits where the whole family would start, and the M/V region offsets are set so
-  // that region + element still addresses it. Only elements of the slice may be touched through
-  // M or V spans: outside it those offsets alias other memory. Task refuses whole-family access.
-  bool state_sliced() const { return state_begin_ > 0 || state_end_ < family_elements_; }
-  uint64_t state_begin() const { return state_begin_; }
-  uint64_t state_end() const { return state_end_; }
-  // True when family elements [first, first + count) lie inside the held slice.
-  bool holds_state(uint64_t first, uint64_t count) const {
-    return first >= state_begin_ && first <= state_end_ && count <= state_end_ - first;
-  }
 
   // A one-line summary per region, for logs and `renaissance run --verbose`.
   std::string describe() const;

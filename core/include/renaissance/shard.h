@@ -44,9 +44,9 @@ struct ShardLayout {
 ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
 
 // The plan configuration of rank shard.rank of a world of shard.world_size (TaskOptions::
-// state_shard): `config` with M and V cut to that rank's slice of make_shard_layout over the
-// whole plan (the slice does not depend on where M and V are stored).
-PlanConfig slice_plan_config(const std::vector<ParamSpec>& params, PlanConfig config, const StateShard& shard);
+// state_shard): the configuration of `whole` (a plan holding M and V whole) with M and V cut to
+// that rank's slice of make_shard_layout(whole, world_size).
+PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
 
 // The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
 // rank 0's stream is the run's own seed, so K = 1 is a plain run.

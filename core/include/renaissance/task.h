@@ -145,8 +145,6 @@ class Task {
   // xxHash3 of W, M, V (each tensor in id order, per family) and the step count: identical on
   // every machine and backend for the same run. 16 hex digits.
   std::string fingerprint();
-  // The same hash with M and V read through `state` (a sharded task: ShardedStep::fingerprint).
-  std::string fingerprint(const StateReader& state);
 
   // Checkpoints (core/src/io/checkpoint.cc): save writes a temporary file in the same folder,
   // fsyncs it and renames it over `path`; load validates everything before touching state, so a
@@ -158,6 +156,8 @@ class Task {
   // The same file with M and V read through `state`; every rank of a sharded step calls it (the
   // reads are collective) and only the one with write_file writes (ShardedStep::save).
   void save(const std::string& path, const StateReader& state, bool write_file);
+  // fingerprint() with M and V read through `state` (a sharded task: ShardedStep::fingerprint).
+  std::string fingerprint(const StateReader& state);
   void load(const std::string& path);
   void set_run_settings(const RunSettings& settings) { run_settings_ = settings; }
   const RunSettings& run_settings() const { return run_settings_; }
