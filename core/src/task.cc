@@ -2,11 +2,9 @@
 // the scalar regions in sync with the configured hyperparameters.
 #include "renaissance/task.h"
 
-#include <algorithm>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <vector>
 
 #define XXH_INLINE_ALL
@@ -82,16 +80,6 @@ void Task::compile() {
 
 void Task::require_compiled(const char* what) const {
   if (!compiled()) throw_invalid(std::string(what) + ": the task is not compiled; call compile() first");
-}
-
-void Task::require_whole_state(const char* what) const {
-  require_compiled(what);
-  if (plan_.state_sliced()) {
-    throw_invalid(std::string(what) + ": this task holds only the slice [" + std::to_string(plan_.state_begin()) + ", " +
-                  std::to_string(plan_.state_end()) + ") of the optimizer state (rank " +
-                  std::to_string(options_.state_shard.rank) + " of " + std::to_string(options_.state_shard.world_size) +
-                  "); go through its ShardedStep (step, fingerprint, save, read_state)");
-  }
 }
 
 void Task::write_hyperparameters() {
@@ -174,15 +162,6 @@ void Task::write(Family family, size_t id, const float* src) {
   if (family == Family::kM || family == Family::kV) return write_state_part(family, id, 0, count, src);
   backend_->upload(plan_.tensor_offset(family, id), src, count * sizeof(float));
   if (family == Family::kW) refresh_model_copy(id);
-}
-
-void Task::write_state_part(Family family, size_t id, uint64_t first, uint64_t count, const float* src) {
-  // Family elements of the part, cut to the slice this task holds (all of it when whole).
-  const uint64_t at = plan_.tensor(id).offset_in_family + first;
-  const uint64_t lo = std::max(at, plan_.state_begin()), hi = std::min(at + count, plan_.state_end());
-  if (lo >= hi) return;
-  backend_->upload(plan_.tensor_offset(family, id) + (lo - at + first) * sizeof(float), src + (lo - at),
-                   (hi - lo) * sizeof(float));
 }
 
 // The copy of freshly written masters: rounded to nearest even on the host (math/precision.h).
@@ -303,38 +282,16 @@ Backend& Task::backend() {
 }
 
 std::string Task::fingerprint() {
-  require_whole_state("fingerprint()");
-  return fingerprint([this](Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
-    backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), dst, count * sizeof(float));
-  });
-}
-
-std::string Task::fingerprint(const StateReader& read_state) {
   require_compiled("fingerprint()");
-  // Freed also when a read throws.
-  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> holder(XXH3_createState(), &XXH3_freeState);
-  XXH3_state_t* state = holder.get();
+  XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<float> buffer;
-  // M and V in pieces of at most this many elements (a gathered read holds one piece at a time);
-  // the streaming hash does not depend on how the bytes are split.
-  constexpr uint64_t kPiece = uint64_t{1} << 20;
   for (Family family : {Family::kW, Family::kM, Family::kV}) {
     if (!plan_.has_family(family)) continue;
     for (size_t id = 0; id < params_.size(); ++id) {
-      const uint64_t numel = static_cast<uint64_t>(plan_.tensor(id).numel);
-      if (family == Family::kW) {
-        buffer.resize(static_cast<size_t>(numel));
-        read(family, id, buffer.data());
-        XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
-        continue;
-      }
-      for (uint64_t first = 0; first < numel; first += kPiece) {
-        const uint64_t n = std::min(kPiece, numel - first);
-        buffer.resize(static_cast<size_t>(n));
-        read_state(family, id, first, n, buffer.data());
-        XXH3_64bits_update(state, buffer.data(), n * sizeof(float));
-      }
+      buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
+      read(family, id, buffer.data());
+      XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
     }
   }
   // The model copy, when there is one (fp32 fingerprints are unchanged by its existence).
@@ -349,6 +306,7 @@ std::string Task::fingerprint(const StateReader& read_state) {
   const int64_t t = step_count();
   XXH3_64bits_update(state, &t, sizeof(t));
   const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
   char text[17];
   std::snprintf(text, sizeof(text), "%016" PRIx64, hash);
   return text;
