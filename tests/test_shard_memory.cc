@@ -132,6 +132,43 @@ TEST(ShardMemory, HeldSlicesOverlapNothingElse) {
   }
 }
 
+// Slices the partition may not produce today (cuts inside 64-element blocks, a one-element
+// slice, one ending inside padding): the storage starts at the 64-element boundary below the
+// slice, so every held element keeps the byte alignment it has in the whole plan, the arena
+// shrinks by what is not held, and the held elements overlap nothing else.
+TEST(ShardMemory, OddSlicesKeepAlignment) {
+  const Layout shard = load_layout_file(kShardLayout);
+  const PlanConfig base = plan_config_from_optimizer(OptimizerKind::kAdamW);
+  const MemoryPlan whole(shard.params, base);
+  const uint64_t F = family_elements(shard.params);
+  for (const auto& slice : std::vector<std::pair<uint64_t, uint64_t>>{{1001, 50001}, {63, 64}, {65, F - 1}, {0, 129}}) {
+    SCOPED_TRACE("[" + std::to_string(slice.first) + ", " + std::to_string(slice.second) + ")");
+    PlanConfig config = base;
+    config.state_begin = slice.first;
+    config.state_end = slice.second;
+    const MemoryPlan plan(shard.params, config);
+    const uint64_t held = round_up(slice.second - slice.first / 64 * 64, 64);
+    EXPECT_EQ(plan.arena_bytes(), whole.arena_bytes() - 2 * 4 * (F - held));
+    for (Family f : {Family::kM, Family::kV}) {
+      const Region r = family_region(f, Role::kBnBias);
+      for (uint64_t e : {slice.first, slice.second - 1}) {
+        EXPECT_EQ((plan.region(r).offset + 4 * e) % 256, (whole.region(r).offset + 4 * e) % 256) << "element " << e;
+      }
+      // The held bytes end inside the arena and after W and G (nothing before them is M/V).
+      EXPECT_LE(plan.region(r).offset + 4 * slice.second, plan.arena_bytes());
+      const Span g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+      EXPECT_GE(plan.region(r).offset + 4 * slice.first, g.offset + 4 * g.count);
+    }
+  }
+  PlanConfig bad = base;
+  bad.state_begin = 10;
+  bad.state_end = F + 1;
+  EXPECT_THROW(MemoryPlan(shard.params, bad), Error);
+  bad.state_begin = 11;
+  bad.state_end = 10;
+  EXPECT_THROW(MemoryPlan(shard.params, bad), Error);
+}
+
 // A rank holding a slice refuses what needs M or V whole, and says where to go instead.
 TEST(ShardMemory, WholeStateOperationsRefuseOnASlicedRank) {
   const Layout shard = load_layout_file(kShardLayout);
