@@ -117,9 +117,12 @@ void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitu
 
 ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     : task_(task), comm_(comm), mode_(mode) {
-  if (task.backend().kind() != BackendKind::kCpu) {
-    throw_invalid("a sharded step over this communicator runs CPU ranks; the CUDA backend needs the NCCL "
-                  "communicator, which is not built yet");
+  // The communicator moves the backend's own memory: host (MPI) for CPU ranks, device (NCCL) for
+  // CUDA ranks.
+  const bool device = task.backend().kind() == BackendKind::kCuda;
+  if (device != comm.device_memory()) {
+    throw_invalid(device ? "a sharded step of a CUDA task needs a communicator on device memory (NCCL)"
+                         : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
   // The model copy (issue 14) is neither cut with the update nodes nor all-gathered yet.
@@ -175,7 +178,8 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
         all.graphs[0].push_back(node);
       }
     }
-    task.backend().prepare(all);
+    // (CPU page placement; the CUDA backend runs the sub-steps without a captured graph.)
+    if (!device) task.backend().prepare(all);
   }
 }
 
@@ -208,7 +212,13 @@ void ShardedStep::reduce_gradients() {
     for (int r = 0; r < comm_.rank(); ++r) head_end = std::max(head_end, std::min(layout_.ranks[r].grad_end, me.grad_end));
     const uint64_t tail_begin = std::max(me.end, head_end);
     std::vector<float> head(head_end - me.begin), tail(me.grad_end - tail_begin);
-    scratch_.resize(static_cast<size_t>(K) * std::min(C, longest));
+    // The all-to-all lands in the communicator's memory; the sums are formed on the host (a copy
+    // of it for device memory) and written back into G with the communicator's copies.
+    const uint64_t most = std::min(C, longest);
+    float* landed = static_cast<float*>(comm_.workspace(static_cast<uint64_t>(K) * most * sizeof(float)));
+    if (comm_.device_memory()) scratch_.resize(static_cast<size_t>(K) * most);
+    const float* in = comm_.device_memory() ? scratch_.data() : landed;
+    std::vector<float> sums(most);
     for (uint64_t j = 0; j * C < longest; ++j) {
       const uint64_t mine = in_round(me.begin, me.grad_end, j), off = j * C;
       for (int r = 0; r < K; ++r) {
@@ -219,23 +229,22 @@ void ShardedStep::reduce_gradients() {
         ro[r] = static_cast<uint64_t>(r) * mine * sizeof(float);
         rc[r] = mine * sizeof(float);
       }
-      comm_.all_to_all_v(g, so, sc, scratch_.data(), ro, rc);
+      comm_.all_to_all_v(g, so, sc, landed, ro, rc);
+      if (comm_.device_memory()) comm_.copy_to_host(scratch_.data(), landed, static_cast<uint64_t>(K) * mine * sizeof(float));
       for (uint64_t i = 0; i < mine; ++i) {
-        float sum = scratch_[i];
-        for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, scratch_[static_cast<uint64_t>(r) * mine + i]);
-        const float mean = ordered_rank_mean(sum, K);
+        float sum = in[i];
+        for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, in[static_cast<uint64_t>(r) * mine + i]);
+        sums[i] = ordered_rank_mean(sum, K);
         const uint64_t p = me.begin + off + i;
-        if (p < head_end) {
-          head[p - me.begin] = mean;
-        } else if (p >= tail_begin) {
-          tail[p - tail_begin] = mean;
-        } else {
-          g[p] = mean;
-        }
+        if (p < head_end) head[p - me.begin] = sums[i];
+        if (p >= tail_begin) tail[p - tail_begin] = sums[i];
       }
+      // The sums no other rank still sends from, [lo, hi), go into G now.
+      const uint64_t lo = std::max(me.begin + off, head_end), hi = std::min(me.begin + off + mine, tail_begin);
+      if (hi > lo) comm_.copy_from_host(g + lo, sums.data() + (lo - me.begin - off), (hi - lo) * sizeof(float));
     }
-    std::copy(head.begin(), head.end(), g + me.begin);
-    std::copy(tail.begin(), tail.end(), g + tail_begin);
+    comm_.copy_from_host(g + me.begin, head.data(), head.size() * sizeof(float));
+    comm_.copy_from_host(g + tail_begin, tail.data(), tail.size() * sizeof(float));
     return;
   }
   // kFast: the engine's reduce-scatter of the slices, a round at a time (each rank's block of the
@@ -244,18 +253,24 @@ void ShardedStep::reduce_gradients() {
   uint64_t longest = 0;
   for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.end - o.begin);
   std::vector<uint64_t> counts(K);
-  pack_.resize(static_cast<size_t>(K) * std::min(C, longest));
-  scratch_.resize(std::min(C, longest));
+  // The packed blocks and the reduced one in the communicator's memory; the division on the host.
+  const uint64_t most = std::min(C, longest);
+  float* pack = static_cast<float*>(comm_.workspace((static_cast<uint64_t>(K) + 1) * most * sizeof(float)));
+  float* reduced = pack + static_cast<uint64_t>(K) * most;
+  scratch_.resize(most);
   for (uint64_t j = 0; j * C < longest; ++j) {
     uint64_t packed = 0;
     for (int r = 0; r < K; ++r) {
       const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
       counts[r] = in_round(o.begin, o.end, j);
-      std::copy_n(g + o.begin + j * C, counts[r], pack_.begin() + static_cast<std::ptrdiff_t>(packed));
+      comm_.copy(pack + packed, g + o.begin + j * C, counts[r] * sizeof(float));
       packed += counts[r];
     }
-    comm_.reduce_scatter_sum_f32(pack_.data(), scratch_.data(), counts);
-    for (uint64_t i = 0; i < counts[comm_.rank()]; ++i) g[me.begin + j * C + i] = scratch_[i] / k;
+    comm_.reduce_scatter_sum_f32(pack, reduced, counts);
+    const uint64_t mine = counts[comm_.rank()];
+    comm_.copy_to_host(scratch_.data(), reduced, mine * sizeof(float));
+    for (uint64_t i = 0; i < mine; ++i) scratch_[i] = scratch_[i] / k;
+    comm_.copy_from_host(g + me.begin + j * C, scratch_.data(), mine * sizeof(float));
   }
   // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end), packed; it receives
   // the other ranks' slices ∩ its own halo in place.
@@ -264,14 +279,19 @@ void ShardedStep::reduce_gradients() {
     const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
     const uint64_t slo = std::max(me.begin, other.end), shi = std::min(me.end, other.grad_end);
     so[r] = halo.size() * sizeof(float);
-    if (shi > slo) halo.insert(halo.end(), g + slo, g + shi);
+    if (shi > slo) {
+      halo.resize(halo.size() + (shi - slo));
+      comm_.copy_to_host(halo.data() + so[r] / sizeof(float), g + slo, (shi - slo) * sizeof(float));
+    }
     sc[r] = halo.size() * sizeof(float) - so[r];
     const uint64_t rlo = std::max(other.begin, me.end), rhi = std::min(other.end, me.grad_end);
     ro[r] = rhi > rlo ? rlo * sizeof(float) : 0;
     rc[r] = rhi > rlo ? (rhi - rlo) * sizeof(float) : 0;
   }
   halo.push_back(0.0f);  // a valid address when nothing is sent
-  comm_.all_to_all_v(halo.data(), so, sc, g, ro, rc);
+  float* send = static_cast<float*>(comm_.workspace(halo.size() * sizeof(float)));
+  comm_.copy_from_host(send, halo.data(), halo.size() * sizeof(float));
+  comm_.all_to_all_v(send, so, sc, g, ro, rc);
 }
 
 void ShardedStep::gather_family(Family family) {
@@ -305,13 +325,17 @@ void ShardedStep::gather_doubles(Region region, bool norm_tiles, uint64_t per_ti
 void ShardedStep::step() {
   Backend& backend = task_.backend();
   const CompiledStep& step = task_.compiled_step();
+  // Each collective waits for the backend's work before it (a no-op on the CPU; on CUDA the
+  // sub-steps run on the backend's streams and the communicator on its own).
   {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     reduce_gradients();
   }
   backend.execute(check_);
   {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     if (step.check_finite) {
       int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(backend.arena()) + step.scalars_i32.offset) +
                       kHasNonFinite;
@@ -322,10 +346,12 @@ void ShardedStep::step() {
   backend.execute(combine_);
   if (!task_.plan().norm_tiles().empty()) {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
   }
   backend.execute(update_);
   CommTimer t(&comm_seconds_);
+  backend.synchronize();
   gather_family(Family::kW);
 }
 
@@ -335,6 +361,7 @@ void ShardedStep::gather_state() {
                   "collective read_state(), fingerprint() or save()");
   }
   CommTimer t(&comm_seconds_);
+  task_.backend().synchronize();
   if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
   if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
 }
@@ -360,7 +387,12 @@ void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t 
     task_.backend().download(plan.tensor_offset(family, id) + first * sizeof(float) + offsets[me],
                              reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
   }
-  comm_.all_gather_v(dst, offsets, counts);
+  if (!comm_.device_memory()) return comm_.all_gather_v(dst, offsets, counts);
+  // Device memory: gathered in the communicator's workspace, then copied out.
+  char* ws = static_cast<char*>(comm_.workspace(count * sizeof(float)));
+  comm_.copy_from_host(ws + offsets[me], reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
+  comm_.all_gather_v(ws, offsets, counts);
+  comm_.copy_to_host(dst, ws, count * sizeof(float));
 }
 
 void ShardedStep::set_reduce_chunk(uint64_t elements) {

@@ -66,8 +66,8 @@ inline float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<
 // sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks);
 
-// Runs a compiled Task's step sharded over `comm`. The task must be compiled on the CPU backend
-// (the CUDA backend needs the NCCL communicator, not built yet). Before step(), G holds: the
+// Runs a compiled Task's step sharded over `comm`: a CPU task over a host-memory communicator
+// (MPI), a CUDA task over a device-memory one (NCCL; not yet run on GPUs). Before step(), G holds: the
 // full reduced gradient (kReplicated) or this rank's own full gradient (kOrdered, kFast).
 // A task compiled with TaskOptions::state_shard = {comm.rank(), comm.size()} holds only its slice
 // of M and V (the memory sharding saves); one compiled without it holds them whole (every rank
@@ -107,7 +107,7 @@ class ShardedStep {
   GradReduce mode_;
   ShardLayout layout_;
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
-  std::vector<float> scratch_, pack_;  // the reduction's round buffers
+  std::vector<float> scratch_;  // the reduction's host buffer
   uint64_t reduce_chunk_ = kReduceChunk;
   double comm_seconds_ = 0.0;
 };
