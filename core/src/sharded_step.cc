@@ -134,18 +134,22 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   combine_ = empty_like(step);
   update_ = empty_like(step);
   // Sub-steps keep the single-device node order: range nodes of the pre-step graph, its compute
-  // node, the norm graph's tile partials, its ratios, then the updates.
-  auto add = [&](CompiledStep* sub, GraphNode node) {
+  // node, the norm graph's tile partials, its ratios, then the updates. A node stays
+  // in the graph it came from, so that a backend that joins its streams between graphs (CUDA)
+  // orders the sub-step's parts as the whole step does.
+  auto add = [&](CompiledStep* sub, GraphId graph, GraphNode node) {
     cut_node(&node, plan, s);
-    sub->graphs[0].push_back(node);
+    sub->graphs[static_cast<int>(graph)].push_back(node);
   };
   for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kPreStep)]) {
-    add(node.kind == NodeKind::kRange ? &check_ : &combine_, node);
+    add(node.kind == NodeKind::kRange ? &check_ : &combine_, GraphId::kPreStep, node);
   }
   for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kNorms)]) {
-    add(node.kind == NodeKind::kRange ? &combine_ : &update_, node);
+    add(node.kind == NodeKind::kRange ? &combine_ : &update_, GraphId::kNorms, node);
   }
-  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) add(&update_, node);
+  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) {
+    add(&update_, GraphId::kOptimizer, node);
+  }
   if (plan.state_sliced()) {
     // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).
     if (plan.state_begin() != s.begin || plan.state_end() != s.end) {
@@ -162,20 +166,23 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     CompiledStep all = empty_like(step);
     const std::vector<NormTile>& tiles = plan.norm_tiles();
     for (const CompiledStep* sub : {&check_, &combine_, &update_}) {
-      for (GraphNode node : sub->graphs[0]) {
-        // (cut_node leaves a tile-wise node's table offset set, also with no tiles left.)
-        if (node.kind == NodeKind::kRange && node.norm.tiles.offset != 0 && node.range_op != RangeOp::GRAD_NORM_PARTIALS) {
-          uint64_t lo = 0, hi = 0;
-          if (s.norm_tile_end > s.norm_tile_begin) {
-            lo = static_cast<uint64_t>(tiles[static_cast<size_t>(s.norm_tile_begin)].start);
-            const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
-            hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+      for (int graph = 0; graph < kNumGraphs; ++graph) {
+        for (GraphNode node : sub->graphs[graph]) {
+          // (cut_node leaves a tile-wise node's table offset set, also with no tiles left.)
+          if (node.kind == NodeKind::kRange && node.norm.tiles.offset != 0 &&
+              node.range_op != RangeOp::GRAD_NORM_PARTIALS) {
+            uint64_t lo = 0, hi = 0;
+            if (s.norm_tile_end > s.norm_tile_begin) {
+              lo = static_cast<uint64_t>(tiles[static_cast<size_t>(s.norm_tile_begin)].start);
+              const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
+              hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+            }
+            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, sizeof(float));
+            }
           }
-          for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
-            if (span->count > 0) *span = sub_span(*span, lo, hi - lo, sizeof(float));
-          }
+          all.graphs[graph].push_back(node);
         }
-        all.graphs[0].push_back(node);
       }
     }
     // (CPU page placement; the CUDA backend runs the sub-steps without a captured graph.)
