@@ -280,5 +280,22 @@ TEST(ShardMemory, RefusesARankOutsideItsWorld) {
   EXPECT_THROW(compiled_task(shard.params, OptimizerKind::kAdamW, {-1, 2}), Error);
 }
 
+// Hyperparameter groups walk work items the slice cut does not split: refused, nothing run.
+TEST(ShardMemory, RefusesHyperparameterGroups) {
+  Layout shard = load_layout_file(kShardLayout);
+  for (size_t i = 0; i < shard.params.size(); ++i) shard.params[i].hyper_group = static_cast<int>(i % 2);
+  Task task(shard.params, TaskOptions{BackendKind::kCpu});
+  task.optimizer_groups({AdamW().lr(1e-3).config(), AdamW().lr(2e-3).config()});
+  task.compile();
+  auto comm = make_local_communicator();
+  try {
+    ShardedStep step(task, *comm, GradReduce::kOrdered);
+    FAIL() << "a sharded step of a task with two hyperparameter groups was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one hyperparameter group"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(task.step_count(), 0);
+}
+
 }  // namespace
 }  // namespace renaissance

@@ -127,6 +127,11 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   const MemoryPlan& plan = task.plan();
   // The model copy (issue 14) is neither cut with the update nodes nor all-gathered yet.
   if (plan.has_model_copy()) throw_invalid("a sharded step does not carry a bf16/fp16 model copy yet");
+  // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
+  if (task.hyper_groups() > 1) {
+    throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
+                  std::to_string(task.hyper_groups()) + ")");
+  }
   layout_ = make_shard_layout(plan, comm.size());
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
