@@ -3,7 +3,8 @@
 # bit for bit, and that fingerprint is the state of an identical run that was never recorded; the
 # initial state, per-group lr schedules and a loss scale are carried; a tampered gradient changes
 # the replay's fingerprint; the case directory is written atomically and never over a non-empty
-# one unless asked. The optimizer is recorder_standin.StandinAdamW (the Recorder's contract on
+# one unless asked; renaissance.torch groups that clip over one shared Task replay bit for bit
+# (issue 13). The optimizer is mostly recorder_standin.StandinAdamW (the Recorder's contract on
 # renaissance.Task); CPU only, a few seconds.
 import json
 import os
@@ -180,7 +181,7 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = rt.AdamW([{"params": model[0].parameters()},
                     {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=1e-3, threads=1)
-    assert len(opt._shared()) == 1  # both groups in one Task: the replay's one-task-per-group run checks it
+    assert len(opt._shared()) == 1  # both groups in one Task, as the replay runs them
     x = torch.randn(32, 12)
     y = torch.randint(0, 4, (32,))
     train(model, opt, x, y, 2)
