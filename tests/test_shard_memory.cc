@@ -284,7 +284,9 @@ TEST(ShardMemory, RefusesARankOutsideItsWorld) {
 TEST(ShardMemory, RefusesHyperparameterGroups) {
   Layout shard = load_layout_file(kShardLayout);
   for (size_t i = 0; i < shard.params.size(); ++i) shard.params[i].hyper_group = static_cast<int>(i % 2);
-  Task task(shard.params, TaskOptions{BackendKind::kCpu});
+  TaskOptions options;
+  options.backend = BackendKind::kCpu;
+  Task task(shard.params, options);
   task.optimizer_groups({AdamW().lr(1e-3).config(), AdamW().lr(2e-3).config()});
   task.compile();
   auto comm = make_local_communicator();
