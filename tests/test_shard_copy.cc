@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend_cpu/cpu_ops.h"
+#include "renaissance/backend.h"
 #include "renaissance/math/precision.h"
 #include "renaissance/shard.h"
 
@@ -105,6 +108,65 @@ TEST_F(CutCopy, EveryCutRoundsTheBitsOfOneDevice) {
           }
           expect_defined(p, r, "cuts at " + std::to_string(lo) + ", " + std::to_string(hi) + (move ? " moved" : " whole span"));
         }
+      }
+    }
+  }
+}
+
+// The CUDA copy kernel on cut tensor lists (GPU only; skipped without a device): three ranks'
+// lists, cut anywhere as above, each attached to a node the backend runs (CHECK_FINITE over a
+// zero G: the backend launches the copy kernel after any range node that carries a copy), give
+// every element the defined bits. Covers pieces that start inside a Philox block.
+TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
+  if (!backend_available(BackendKind::kCuda)) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Backend> backend = create_backend(BackendKind::kCuda, BackendOptions{});
+  const uint64_t c_off = kGroup * 4, s_off = (c_off + kGroup * 2 + 255) / 256 * 256, g_off = s_off + 256;
+  backend->allocate_arena(g_off + 1024);
+  std::vector<float> w(kGroup);
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (float& x : w) x = dist(gen);
+  backend->upload(0, w.data(), kGroup * 4);
+  const int32_t scalars[kNumScalarI32] = {kT, 0};
+  backend->upload(s_off, scalars, sizeof(scalars));
+  const std::vector<float> zeros(256, 0.0f);
+  backend->upload(g_off, zeros.data(), 1024);
+  const std::vector<std::pair<uint64_t, uint64_t>> cuts = {{1, 4098}, {3, 4126}, {6, 4227}, {4103, 8322}, {4113, 12423}};
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
+      ModelCopy whole;
+      whole.precision = p;
+      whole.rounding = r;
+      whole.seed = kSeed;
+      whole.c = Span{c_off, kGroup};
+      for (const Tensor& t : kTensors) whole.tensors.push_back({t.begin, t.numel, t.param});
+      for (const auto& cut : cuts) {
+        const std::vector<uint16_t> unset(kGroup, 0xFFFF);
+        backend->upload(c_off, unset.data(), kGroup * 2);
+        CompiledStep step;
+        step.scalars_i32 = Span{s_off, kNumScalarI32};
+        for (const auto& part : {std::make_pair(uint64_t{0}, cut.first), cut, std::make_pair(cut.second, kGroup)}) {
+          GraphNode node;
+          node.kind = NodeKind::kRange;
+          node.range_op = RangeOp::CHECK_FINITE;
+          node.g = Span{g_off, 256};
+          node.w = Span{0, kGroup};
+          node.copy = cut_model_copy(whole, part.first, part.second, false);
+          step.graphs[static_cast<int>(GraphId::kOptimizer)].push_back(node);
+        }
+        backend->prepare(step);
+        backend->execute(step);
+        backend->synchronize();
+        std::vector<uint16_t> c(kGroup);
+        backend->download(c_off, c.data(), kGroup * 2);
+        uint64_t bad = 0, next = 0;
+        for (const Tensor& t : kTensors) {
+          for (uint64_t i = next; i < t.begin; ++i) bad += c[i] != 0xFFFF;
+          for (uint64_t i = 0; i < t.numel; ++i) bad += c[t.begin + i] != expected_bits(p, r, w[t.begin + i], t.param, i);
+          next = t.begin + t.numel;
+        }
+        EXPECT_EQ(bad, 0u) << precision_name(p) << " rounding " << static_cast<int>(r) << " cuts at " << cut.first
+                           << ", " << cut.second;
       }
     }
   }
