@@ -8,6 +8,8 @@
 #   mpirun -np K ... --distributed nccl --grad-reduce ordered     ==  --simulate-ranks K (CUDA)
 #   --grad-reduce fast at K = 2                                    ==  ordered (two summands)
 #   the plain CUDA run                                             ==  the plain CPU run
+# and the same with a bf16/fp16 model copy (adamw, lamb; --precision bf16 --stochastic-rounding
+# and --precision fp16), where also the K-rank NCCL run == the plain CPU run (replicated),
 # and prints arena_bytes_per_rank. Success: every line "ok", last line "gpu_dist: all checks
 # passed", exit 0. Any "FAIL" line: exit 1.
 #
@@ -48,6 +50,24 @@ for model in resnet50 gpt2_small; do
       if [[ "$K" == 2 ]]; then
         check "$tag fast == ordered" "$(run_fp "${MPIRUN[@]}" -np 2 "$CLI" "${args[@]}" --distributed nccl --grad-reduce fast)" "$ordered"
       fi
+    done
+  done
+  # The model copy: the update sub-step writes the copy of its slice (cut tensors keep their
+  # rounding keys), W and the copy are all-gathered (docs/distributed.md "The model copy").
+  for prec in "bf16 --stochastic-rounding" "fp16"; do
+    for kind in adamw lamb; do
+      # shellcheck disable=SC2206  # prec is split on purpose into --precision's value and flag
+      args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
+            --nan-at 2 --max-grad-norm 0.05 --precision $prec)
+      plain=$(run_fp "$CLI" "${args[@]}" --backend cuda)
+      cpu=$(run_fp "$CLI" "${args[@]}" --backend cpu)
+      check "$model $kind $prec: CUDA == CPU" "$plain" "$cpu"
+      for K in 1 2; do
+        tag="$model $kind $prec K=$K"
+        check "$tag replicated == plain CPU" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$cpu"
+        ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
+        check "$tag ordered == --simulate-ranks $K" "$ordered" "$(run_fp "$CLI" "${args[@]}" --backend cuda --simulate-ranks "$K")"
+      done
     done
   done
   for K in 1 2; do

@@ -3,7 +3,8 @@
 // its tiles); the backend runs them unchanged, and the communicator joins them:
 //   reduce G -> [check / clip partials] -> max flag, gather grad-norm partials
 //   -> [step counter, clip coefficient, norm partials] -> gather norm partials
-//   -> [trust ratios, updates] -> gather W.
+//   -> [trust ratios, updates] -> gather W (and the bf16/fp16 model copy, which the update
+//   nodes write for the slice only: cut_model_copy keeps each element's rounding key).
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
 // rank over the gathered partials, so every rank holds the values one device computes.
 #include <algorithm>
@@ -64,6 +65,18 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     node->norm.tiles = sub_span(node->norm.tiles, first, tiles, sizeof(NormTile));
     node->norm.partials = sub_span(node->norm.partials, math::kNormComponents * first,
                                    math::kNormComponents * tiles, sizeof(double));
+    if (node->copy.c.count != 0) {
+      // The tiles address the whole group: the copy span stays, its tensors shrink to the
+      // elements of the owned tiles (the CUDA kernel rounds every element its tensors list).
+      const std::vector<NormTile>& all = plan.norm_tiles();
+      uint64_t lo = 0, hi = 0;
+      if (tiles > 0) {
+        lo = static_cast<uint64_t>(all[static_cast<size_t>(s.norm_tile_begin)].start);
+        const NormTile& last = all[static_cast<size_t>(s.norm_tile_end - 1)];
+        hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+      }
+      node->copy = cut_model_copy(node->copy, lo, hi, false);
+    }
     return;
   }
   // Element-wise over one span of G (the check) or of one group in every family.
@@ -74,6 +87,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   if (node->w.count) node->w = sub_span(node->w, skip, n, sizeof(float));
   if (node->m.count) node->m = sub_span(node->m, skip, n, sizeof(float));
   if (node->v.count) node->v = sub_span(node->v, skip, n, sizeof(float));
+  if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n, true);
 }
 
 CompiledStep empty_like(const CompiledStep& step) {
@@ -125,8 +139,6 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
                          : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
-  // The model copy (issue 14) is neither cut with the update nodes nor all-gathered yet.
-  if (plan.has_model_copy()) throw_invalid("a sharded step does not carry a bf16/fp16 model copy yet");
   // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
   if (task.hyper_groups() > 1) {
     throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
@@ -361,10 +373,30 @@ void ShardedStep::step() {
     backend.synchronize();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
   }
+  // CUDA looks up a model-copy node's piece table by the node: the update sub-step is prepared
+  // once, here, where it no longer moves.
+  if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !update_prepared_) {
+    backend.prepare(update_);
+    update_prepared_ = true;
+  }
   backend.execute(update_);
   CommTimer t(&comm_seconds_);
   backend.synchronize();
   gather_family(Family::kW);
+  if (task_.plan().has_model_copy()) gather_model_copy();
+}
+
+// The copy pairs element j of the W family with element j of C_MODEL_COPY (2 bytes each): each
+// rank's slice of it, as of W.
+void ShardedStep::gather_model_copy() {
+  const int K = comm_.size();
+  const uint64_t base = task_.plan().region(C_MODEL_COPY).offset;
+  std::vector<uint64_t> offsets(K), counts(K);
+  for (int r = 0; r < K; ++r) {
+    offsets[r] = base + layout_.ranks[r].begin * sizeof(uint16_t);
+    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * sizeof(uint16_t);
+  }
+  comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }
 
 void ShardedStep::gather_state() {

@@ -8,6 +8,9 @@
 //                  and for any K every rank holds the same gathered state;
 //   ordered reduced in many small rounds == in one round (ShardedStep::set_reduce_chunk), and
 //                  fast in rounds == ordered for K <= 2 (with clipping, where halos exist).
+// With a bf16/fp16 model copy (nearest and stochastic rounding, clipping on): replicated == the
+// plain run and ordered == --simulate-ranks K, the fingerprint covering the copy; every rank's
+// copy (its fingerprint reads its own) must be the same, so the copy's all-gather is complete.
 // Every rank must end with the same fingerprint. Exit 0 only when every check passed.
 #include <cstdio>
 #include <cstring>
@@ -25,7 +28,8 @@ namespace {
 
 constexpr uint64_t kSmallChunk = 3001;
 
-cli::SyntheticRun base_run(const Layout& layout, OptimizerKind kind, bool clip) {
+cli::SyntheticRun base_run(const Layout& layout, OptimizerKind kind, bool clip,
+                           PrecisionOptions precision = PrecisionOptions{}) {
   cli::SyntheticRun run;
   run.params = layout.params;
   run.config = reference_config(kind);
@@ -40,6 +44,7 @@ cli::SyntheticRun base_run(const Layout& layout, OptimizerKind kind, bool clip) 
   run.nan_at = {1};  // one skipped step: the combined flag must skip it on every rank
   run.seed = 7;
   run.measure_copy_bandwidth = false;
+  run.precision = precision;
   return run;
 }
 
@@ -111,6 +116,31 @@ int main(int argc, char** argv) {
         const cli::SyntheticResult simulated = cli::run_synthetic(sim);
         check(fp[1] == simulated.fingerprint, tag + " ordered " + fp[1] + " == --simulate-ranks " + simulated.fingerprint);
         if (K <= 2) check(fp[2] == fp[1], tag + " fast " + fp[2] + " == ordered (two summands commute)");
+      }
+    }
+  }
+  for (const KindInfo& info : kKindTable) {
+    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
+        const PrecisionOptions precision{p, r, 99};
+        const std::string tag = std::string(info.name) + " clip " + precision_name(p) +
+                                (r == Rounding::kStochastic ? " stochastic" : " nearest") + " K=" + std::to_string(K);
+        cli::SyntheticRun run = base_run(layout, info.kind, true, precision);
+        run.comm = comm.get();
+        std::string fp[2];
+        const GradReduce modes[2] = {GradReduce::kReplicated, GradReduce::kOrdered};
+        for (int m = 0; m < 2; ++m) {
+          run.grad_reduce = modes[m];
+          fp[m] = cli::run_synthetic(run).fingerprint;
+          check(ranks_agree(*comm, fp[m]), tag + " " + grad_reduce_name(modes[m]) + ": every rank holds the same W, M, V and copy");
+        }
+        if (!lead) continue;
+        const cli::SyntheticResult plain = cli::run_synthetic(base_run(layout, info.kind, true, precision));
+        check(fp[0] == plain.fingerprint, tag + " replicated " + fp[0] + " == plain run " + plain.fingerprint);
+        cli::SyntheticRun sim = base_run(layout, info.kind, true, precision);
+        sim.simulate_ranks = K;
+        const std::string simulated = cli::run_synthetic(sim).fingerprint;
+        check(fp[1] == simulated, tag + " ordered " + fp[1] + " == --simulate-ranks " + simulated);
       }
     }
   }

@@ -48,6 +48,13 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
 // that rank's slice of make_shard_layout(whole, world_size).
 PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
 
+// The model copy of a node cut to elements [lo, hi) of its group span (core/src/shard_copy.cc):
+// the tensors' parts inside it, each keeping its stochastic-rounding index (CopyTensor::first).
+// move_span: the node's spans start at lo (an element-wise update cut to a slice), so the copy
+// span moves with them and the tensors count from lo; otherwise (a tile-wise update, whose tiles
+// address the whole group) the span stays whole and only the tensor list shrinks.
+ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi, bool move_span);
+
 // The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
 // rank 0's stream is the run's own seed, so K = 1 is a plain run.
 constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
@@ -78,7 +85,8 @@ class ShardedStep {
   const ShardLayout& layout() const { return layout_; }
   const RankShard& shard() const { return layout_.ranks[static_cast<size_t>(comm_.rank())]; }
   // One step: gradient reduction, the slice's check/norm partials, their all-gather, the
-  // canonical combination everywhere, the slice's update, the all-gather of W.
+  // canonical combination everywhere, the slice's update, the all-gather of W and of the
+  // bf16/fp16 model copy where the task has one.
   void step();
   // All-gathers M and V, so every rank holds the whole state: only for a task that holds them
   // whole (refused for a sliced one: use the collective reads below).
@@ -100,6 +108,7 @@ class ShardedStep {
  private:
   void reduce_gradients();
   void gather_family(Family family);
+  void gather_model_copy();
   void gather_doubles(Region region, bool norm_tiles, uint64_t per_tile);
 
   Task& task_;
@@ -109,6 +118,7 @@ class ShardedStep {
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
   std::vector<float> scratch_;  // the reduction's host buffer
   uint64_t reduce_chunk_ = kReduceChunk;
+  bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
   double comm_seconds_ = 0.0;
 };
 
