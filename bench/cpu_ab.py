@@ -28,6 +28,9 @@ the script checks that and exits 1 otherwise (the switches must never change a b
 
     python3 bench/cpu_ab.py --build build                      # the full A/B, <= 4 min on 16 cores
     python3 bench/cpu_ab.py --build build --layouts resnet50 --threads 2 --rounds 3   # a quick check
+    # the 2-thread target (issue 17) on a many-core host, about 2 min: see bench/RESULTS.md
+    python3 bench/cpu_ab.py --build build --layouts bert_base,gpt2_small --threads 2 --rounds 15 \
+        --variants default,unroll2,unroll4,avx2,spread
 """
 import argparse
 import json
@@ -277,6 +280,9 @@ def main():
             checked = med.get("default+check")
             verdicts.append(f"{layout:<11} {threads:3d} threads: {rule} -> {'met' if ok else 'MISSED'}"
                             + (f" (with the check: {checked:.3f} ms, {torch_ms / checked:.3f}x torch)" if checked else ""))
+            others = [n for n in args.variants.split(",") if n and n != "default"]
+            if others:  # the other switches against the same torch, to show which would meet it
+                verdicts.append("    other variants: " + ", ".join(f"{n} {torch_ms / med[n]:.3f}x" for n in others))
             dump.append({"layout": layout, "threads": threads, "medians_ms": med, "steps_ms": times,
                          "servers": info, "bytes_per_step": bytes_step, "fingerprints": fps})
     print(f"\nTargets (issue #17; torch {torch.__version__}, AdamW({impl}=True)):")

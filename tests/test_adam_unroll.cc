@@ -97,8 +97,12 @@ TEST(AdamUnroll, EveryUnrollWritesTheBitsOfOneVectorPerIteration) {
       for (unsigned unroll : {2u, 4u}) {
         const cpu::ElementwiseFn fn = cpu::adam_kernel(decoupled, unroll);
         ASSERT_NE(fn, one) << "unroll " << unroll << " is the one-vector kernel: nothing is compared";
-        // Lengths up to four groups of four 16-lane vectors and a tail, at two alignments.
-        for (size_t n = 0; n <= 4 * 64 + 17; ++n) {
+        // Every length up to a group of four 16-lane vectors and a few more, then lengths around
+        // the later group boundaries, at two alignments.
+        std::vector<size_t> lengths;
+        for (size_t n = 0; n <= 80; ++n) lengths.push_back(n);
+        for (size_t n : {127, 128, 129, 191, 192, 193, 255, 256, 257, 273}) lengths.push_back(n);
+        for (size_t n : lengths) {
           for (size_t offset : {size_t{0}, size_t{3}}) {
             for (bool weight_group : {true, false}) {
               const uint32_t seed = static_cast<uint32_t>(n * 8 + offset * 2 + weight_group);

@@ -5,7 +5,9 @@
 //   replicated  == the plain single-device run, bitwise (fingerprint of W, M, V, step count);
 //   ordered     == the one-process simulation of K ranks (--simulate-ranks K), bitwise;
 //   fast        == ordered when K <= 2 (a sum of two floats is the same in either order),
-//                  and for any K every rank holds the same gathered state.
+//                  and for any K every rank holds the same gathered state;
+//   ordered reduced in many small rounds == in one round (ShardedStep::set_reduce_chunk), and
+//                  fast in rounds == ordered for K <= 2 (with clipping, where halos exist).
 // Every rank must end with the same fingerprint. Exit 0 only when every check passed.
 #include <cstdio>
 #include <cstring>
@@ -20,6 +22,8 @@
 using namespace renaissance;
 
 namespace {
+
+constexpr uint64_t kSmallChunk = 3001;
 
 cli::SyntheticRun base_run(const Layout& layout, OptimizerKind kind, bool clip) {
   cli::SyntheticRun run;
@@ -74,17 +78,31 @@ int main(int argc, char** argv) {
       const std::string tag = std::string(info.name) + (clip ? " clip" : "") + " K=" + std::to_string(K);
       cli::SyntheticRun run = base_run(layout, info.kind, clip);
       run.comm = comm.get();
-      std::string fp[3];
+      std::string fp[3], chunked[3];
       int64_t applied[3] = {0, 0, 0};
       const GradReduce modes[3] = {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast};
       for (int m = 0; m < 3; ++m) {
         run.grad_reduce = modes[m];
+        run.reduce_chunk = 0;
         const cli::SyntheticResult r = cli::run_synthetic(run);
         fp[m] = r.fingerprint;
         applied[m] = r.steps_applied;
         check(ranks_agree(*comm, fp[m]), tag + " " + grad_reduce_name(modes[m]) + ": every rank holds the same state");
         check(applied[m] == 3, tag + " " + grad_reduce_name(modes[m]) + ": 3 steps applied, the NaN one skipped");
+        if (modes[m] == GradReduce::kReplicated || !clip) continue;
+        // The reduction in many uneven rounds (kSmallChunk is no divisor of any tile or slice;
+        // the layout's family is ~107K elements), with clipping only: that is where the norm
+        // kinds' cuts leave halos that rounds must not overwrite. Ordered: the same bits as in
+        // one round. Fast:
+        // the engine may pick another summation order for other block sizes when K > 2, so it
+        // is compared where the order cannot matter (K <= 2: with ordered, below).
+        run.reduce_chunk = kSmallChunk;
+        chunked[m] = cli::run_synthetic(run).fingerprint;
+        const std::string what = tag + " " + grad_reduce_name(modes[m]) + " in rounds of " + std::to_string(kSmallChunk);
+        check(ranks_agree(*comm, chunked[m]), what + ": every rank holds the same state");
+        if (modes[m] == GradReduce::kOrdered) check(chunked[m] == fp[m], what + " " + chunked[m] + " == one round " + fp[m]);
       }
+      if (clip && K <= 2) check(chunked[2] == fp[1], tag + " fast in rounds " + chunked[2] + " == ordered " + fp[1]);
       if (lead) {
         const cli::SyntheticResult plain = cli::run_synthetic(base_run(layout, info.kind, clip));
         check(fp[0] == plain.fingerprint, tag + " replicated " + fp[0] + " == plain run " + plain.fingerprint);

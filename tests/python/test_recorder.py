@@ -179,6 +179,7 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = rt.AdamW([{"params": model[0].parameters()},
                     {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=1e-3, threads=1)
+    assert len(opt._shared()) == 1  # both groups in one Task: the replay's one-task-per-group run checks it
     x = torch.randn(32, 12)
     y = torch.randint(0, 4, (32,))
     train(model, opt, x, y, 2)
@@ -193,6 +194,17 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     model2, opt2, x2, y2 = setup()
     train(model2, opt2, x2, y2, 6)
     assert opt2.fingerprint() == rec.fingerprint
+
+
+def test_clipping_over_a_shared_task_is_refused(tmp_path):
+    """One Task clips over all its groups; a replay case clips each group alone: refused."""
+    import renaissance.torch as rt
+    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = rt.AdamW([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 1e-2}],
+                   lr=1e-3, max_grad_norm=1.0)
+    with pytest.raises(ValueError, match="clips over a Task shared"):
+        Recorder(opt, str(tmp_path / "c"), steps=2)
+    assert "step" not in vars(opt) and not (tmp_path / "c").exists()
 
 
 def test_combine_fingerprints():

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,16 @@
 
 namespace renaissance {
 
+// A task that is rank `rank` of a sharded step over `world_size` ranks (renaissance/shard.h)
+// keeps the optimizer state (M, V) only for its slice of make_shard_layout(plan, world_size): its
+// arena is W + G whole plus M and V of the slice (MemoryPlan::state_sliced). Such a task is
+// stepped by a ShardedStep; the whole-state operations (step, fingerprint, save, read of M/V
+// outside the slice) refuse, and ShardedStep gathers what they need. world_size 0: whole state.
+struct StateShard {
+  int rank = 0;
+  int world_size = 0;
+};
+
 struct TaskOptions {
   BackendKind backend = BackendKind::kAuto;
   BackendOptions backend_options;
@@ -30,7 +41,13 @@ struct TaskOptions {
   // bf16/fp16: keep a model copy of the weights besides the fp32 masters, written by every
   // applied step (docs/math.md, "Mixed precision"); fp32 (default): no copy.
   PrecisionOptions precision;
+  // Keep only this rank's slice of M and V (above); default: the whole state.
+  StateShard state_shard;
 };
+
+// Reads elements [first, first + count) of tensor `id` of family M or V into dst, from wherever
+// they live (ShardedStep::read_state gathers them from their ranks: a collective call).
+using StateReader = std::function<void(Family family, size_t id, uint64_t first, uint64_t count, float* dst)>;
 
 // What a caller's run stores with a checkpoint besides the optimizer state, so that a resume can
 // reproduce the run exactly (issue 12): the library keeps the values, the caller gives them
@@ -169,6 +186,11 @@ class Task {
   // limits on both sides. load also restores run_settings() and refuses a checkpoint whose
   // check-finite flag differs from the task's (the compiled step differs).
   void save(const std::string& path);
+  // The same file with M and V read through `state`; every rank of a sharded step calls it (the
+  // reads are collective) and only the one with write_file writes (ShardedStep::save).
+  void save(const std::string& path, const StateReader& state, bool write_file);
+  // fingerprint() with M and V read through `state` (a sharded task: ShardedStep::fingerprint).
+  std::string fingerprint(const StateReader& state);
   void load(const std::string& path);
   void set_run_settings(const RunSettings& settings) { run_settings_ = settings; }
   const RunSettings& run_settings() const { return run_settings_; }
@@ -189,6 +211,10 @@ class Task {
   void refresh_model_copy(size_t id);
   uint16_t round_to_grad_dtype(float value) const;
   int32_t read_i32_slot(int slot);
+  void require_whole_state(const char* what) const;
+  // Writes elements [first, first + count) of tensor id of M or V; a sliced task keeps the part
+  // inside its slice and drops the rest (every rank is given the whole tensor).
+  void write_state_part(Family family, size_t id, uint64_t first, uint64_t count, const float* src);
 
   std::vector<ParamSpec> params_;
   TaskOptions options_;
