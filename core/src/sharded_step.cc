@@ -143,6 +143,10 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   }
   const MemoryPlan& plan = task.plan();
   // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
+  // Model-dtype gradients (2-byte G): the rank reductions and the G halo exchange move fp32.
+  if (plan.config().model_dtype_gradients) {
+    throw_invalid("a sharded step takes fp32 gradients; this task holds its gradients in the model dtype");
+  }
   if (task.hyper_groups() > 1) {
     throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
                   std::to_string(task.hyper_groups()) + ")");
