@@ -8,7 +8,9 @@ namespace renaissance {
 namespace cpu {
 
 void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
-  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
+  int32_t* state = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr;
+  math::advance_step_node(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups,
+                          state, static_cast<int64_t>(node.tensor_state.count));
 }
 
 }  // namespace cpu

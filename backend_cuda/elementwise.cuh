@@ -33,6 +33,13 @@ __device__ __forceinline__ const float* tensor_scalars(const float* s, const int
   return blocks == nullptr ? s : s + blocks[tensor] * kNumScalarF32;
 }
 
+// TaskOptions::tensor_mask (graph.h): is scalar block b (tensor b) masked? mask == nullptr: no mask.
+__device__ __forceinline__ bool block_masked(const int32_t* mask, int32_t b) { return mask != nullptr && mask[b] != 0; }
+// The node's mask array on the device, or nullptr without the flag.
+inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
+  return node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) : nullptr;
+}
+
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them).
 template <class Rule, bool kHasM, bool kHasV>
 __device__ __forceinline__ void update_float4(float4* __restrict__ w, const float4* __restrict__ g,
@@ -75,10 +82,11 @@ __global__ void elementwise_items_kernel(float4* __restrict__ w, const float4* _
                                          float4* __restrict__ m, float4* __restrict__ v,
                                          const HyperItem* __restrict__ items, int64_t num_items,
                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                         bool weight_group) {
+                                         bool weight_group, const int32_t* __restrict__ mask) {
   if (flags[kHasNonFinite] != 0) return;
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
     const HyperItem item = items[k];
+    if (block_masked(mask, item.block)) continue;
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
@@ -99,7 +107,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     const int64_t items = static_cast<int64_t>(node.hyper_items.count);
     kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
         ctx.at<float4>(node.w), ctx.at<const float4>(node.g), m, v, ctx.at<const HyperItem>(node.hyper_items), items,
-        ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight);
+        ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node));
     RN_CUDA_CHECK_LAUNCH(name);
     return;
   }

@@ -13,8 +13,9 @@ namespace {
 
 // One thread runs math::advance_step, the function the CPU's run_ADVANCE_STEP calls.
 __global__ void advance_step_kernel(int32_t* __restrict__ i32, float* __restrict__ f32,
-                                    const double* __restrict__ f64, bool bias_correction, int hyper_groups) {
-  math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
+                                    const double* __restrict__ f64, bool bias_correction, int hyper_groups,
+                                    int32_t* __restrict__ tensor_state, int64_t tensor_state_count) {
+  math::advance_step_node(i32, f32, f64, bias_correction, hyper_groups, tensor_state, tensor_state_count);
 }
 
 __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count, uint64_t seed, uint64_t step,
@@ -29,7 +30,9 @@ __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count,
 
 void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
   advance_step_kernel<<<1, 1, 0, ctx.stream>>>(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64,
-                                               node.bias_correction, node.hyper_groups);
+                                               node.bias_correction, node.hyper_groups,
+                                               node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr,
+                                               static_cast<int64_t>(node.tensor_state.count));
   RN_CUDA_CHECK_LAUNCH("advance_step_kernel");
 }
 
