@@ -254,6 +254,46 @@ TEST_P(TensorMaskTest, NonFiniteInAnUnmaskedTensorStillSkipsTheStep) {
   EXPECT_EQ(task.skipped_steps(), 1);
 }
 
+// Hyperparameter writes with per-tensor blocks: set_group_lrs (one copy for every block), set_lr
+// per group and set_group_hyper reach every tensor of the group: the bits of a task built with
+// those values from the start (its blocks written by compile()).
+TEST_P(TensorMaskTest, HyperparameterWritesReachEveryBlockOfTheGroup) {
+  RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
+  const OptimizerConfig base = GetParam().kind.config;
+  const std::vector<ParamSpec> params = mask_params();
+  std::vector<OptimizerConfig> final_configs = {group_config(base, 2), group_config(base, 3)};
+  final_configs[0].lr = base.lr * 0.3;
+  final_configs[1].lr = base.lr * 0.7;
+  std::unique_ptr<Task> tasks[4];
+  for (int k = 0; k < 4; ++k) {
+    tasks[k] = std::make_unique<Task>(params, options_for(GetParam().backend, k != 3));
+    tasks[k]->optimizer_groups(k == 0 ? final_configs : std::vector<OptimizerConfig>{group_config(base, 0), group_config(base, 1)});
+    tasks[k]->compile();
+  }
+  for (int k = 1; k < 4; ++k) {
+    OptimizerConfig c0 = final_configs[0], c1 = final_configs[1];
+    c0.lr = c1.lr = base.lr;  // the lrs arrive below, each task another way
+    tasks[k]->set_group_hyper(0, c0);
+    tasks[k]->set_group_hyper(1, c1);
+  }
+  tasks[1]->set_group_lrs({final_configs[0].lr, final_configs[1].lr});
+  tasks[2]->set_lr(0, final_configs[0].lr);
+  tasks[2]->set_lr(1, final_configs[1].lr);
+  tasks[3]->set_group_lrs({final_configs[0].lr, final_configs[1].lr});  // flagless, H = 2
+  for (int step = 0; step < 3; ++step) {
+    for (auto& t : tasks) {
+      if (step == 0) {
+        for (size_t id = 0; id < params.size(); ++id) t->set_weight(id, weights_of(params[id]).data());
+      }
+      for (size_t id = 0; id < params.size(); ++id) t->set_grad(id, grads_of(params[id], step).data());
+      t->step();
+    }
+  }
+  for (int k = 1; k < 4; ++k) EXPECT_EQ(tasks[k]->fingerprint(), tasks[0]->fingerprint()) << "task " << k;
+  EXPECT_EQ(tasks[1]->lr(1), final_configs[1].lr);
+  EXPECT_THROW(tasks[1]->set_group_lrs({1e-3}), Error);
+}
+
 std::string mask_case_name(const ::testing::TestParamInfo<MaskCase>& info) {
   return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
 }

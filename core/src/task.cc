@@ -169,11 +169,74 @@ void Task::require_compiled(const char* what) const {
 }
 
 void Task::write_hyperparameters() {
+  if (plan_.config().tensor_mask) return write_all_hyperparameters();
   for (int h = 0; h < hyper_groups(); ++h) write_group_hyperparameters(h);
+}
+
+// tensor_mask: the host-owned slots of every block (one per tensor) from its group, in two copies
+// (fp32 slots before the bias corrections; fp64 slots before kGradNormD) whatever the number of
+// tensors: Backend::upload_rows. The values are exactly write_group_hyperparameters'.
+void Task::write_all_hyperparameters() {
+  const size_t n = plan_.num_params();
+  std::vector<float> f32(n * kBiasCorrection1);
+  std::vector<double> f64(n * kGradNormD);
+  for (size_t id = 0; id < n; ++id) {
+    const int group = params_[id].hyper_group;
+    const OptimizerConfig& config = group_config(group);
+    const double lr = this->lr(group);
+    float* s = f32.data() + id * kBiasCorrection1;
+    s[kLr] = static_cast<float>(lr);
+    s[kWeightDecay] = static_cast<float>(config.weight_decay);
+    s[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
+    s[kMomentum] = static_cast<float>(config.momentum);
+    s[kBeta1] = static_cast<float>(config.beta1);
+    s[kBeta2] = static_cast<float>(config.beta2);
+    s[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
+    s[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
+    s[kEps] = static_cast<float>(config.eps);
+    s[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
+    double* d = f64.data() + id * kGradNormD;
+    d[kBeta1D] = config.beta1;
+    d[kBeta2D] = config.beta2;
+    d[kWeightDecayD] = config.weight_decay;
+    d[kEpsD] = config.eps;
+    d[kTrustCoefficientD] = config.trust_coefficient;
+    d[kMaxGradNormD] = config.max_grad_norm;
+  }
+  static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), f32.data(),
+                        kBiasCorrection1 * sizeof(float), n);
+  backend_->upload_rows(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double), f64.data(),
+                        kGradNormD * sizeof(double), n);
+}
+
+void Task::set_group_lrs(const std::vector<double>& lrs) {
+  if (lrs.size() != groups_.size()) {
+    throw_invalid("set_group_lrs(): " + std::to_string(lrs.size()) + " learning rates for " + std::to_string(groups_.size()) + " groups");
+  }
+  for (double lr : lrs) check_lr(lr);
+  lr_ = lrs[0];
+  lrs_ = lrs;
+  if (!compiled()) return;
+  // Slots 0..2 (lr, wd, 1 - lr*wd) of every block in one copy.
+  const bool mask = plan_.config().tensor_mask;
+  const size_t blocks = static_cast<size_t>(plan_.scalar_blocks());
+  std::vector<float> rows(blocks * 3);
+  for (size_t b = 0; b < blocks; ++b) {
+    const int group = mask ? (b < params_.size() ? params_[b].hyper_group : 0) : static_cast<int>(b);
+    const double lr = this->lr(group);
+    const double wd = group_config(group).weight_decay;
+    rows[b * 3 + 0] = static_cast<float>(lr);
+    rows[b * 3 + 1] = static_cast<float>(wd);
+    rows[b * 3 + 2] = static_cast<float>(1.0 - lr * wd);
+  }
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), rows.data(),
+                        3 * sizeof(float), blocks);
 }
 
 // Block h of the scalar regions (scalars.h) from group h's configuration.
 void Task::write_group_hyperparameters(int group) {
+  if (plan_.config().tensor_mask) return write_all_hyperparameters();
   const OptimizerConfig& config = group_config(group);
   const double lr = this->lr(group);
   // Derived scalars are formed in double from the configured values and rounded once.
@@ -232,10 +295,7 @@ int32_t Task::read_i32_slot(int slot) {
 
 void Task::set_lr(double lr) {
   check_lr(lr);
-  lr_ = lr;
-  for (double& each : lrs_) each = lr;
-  if (!compiled()) return;
-  for (int h = 0; h < hyper_groups(); ++h) write_group_lr(h);
+  set_group_lrs(std::vector<double>(groups_.size(), lr));
 }
 
 void Task::set_lr(int group, double lr) {
@@ -247,6 +307,11 @@ void Task::set_lr(int group, double lr) {
 }
 
 void Task::write_group_lr(int group) {
+  if (plan_.config().tensor_mask) {  // every block in one copy (lr(0) is lr_, not lrs_[0])
+    std::vector<double> lrs(groups_.size());
+    for (int h = 0; h < hyper_groups(); ++h) lrs[h] = lr(h);
+    return set_group_lrs(lrs);
+  }
   // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
   static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_lr writes slots 0..2 at once");
   const double lr = this->lr(group);

@@ -175,6 +175,10 @@ class SharedTask:
             return [torch.tensor(float(s)) for s in self.task.tensor_steps]
         return [torch.tensor(float(self.task.step_count))] * len(self.params)
 
+    def flush_lrs(self):
+        """Every group's lr in one host-to-device copy (an lr schedule over many groups)."""
+        self.task.set_group_lrs([b.hyper["lr"] for b in self.bindings])
+
     def reapply_hyper(self):
         """Every group's scalars from the hyperparameters last applied (after a checkpoint load)."""
         self.task.optimizer_groups(self.kind, [dict(b.hyper) for b in self.bindings])
@@ -273,8 +277,10 @@ class GroupBinding:
     def set_scale(self, grad_scale):
         self.shared.set_scale(grad_scale)
 
-    def apply_hyper(self, kind, hyper):
-        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all."""
+    def apply_hyper(self, kind, hyper, lr_batch=None):
+        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all. With
+        `lr_batch` (a dict) an lr-only change is only recorded there (id(shared) -> shared): the
+        caller then writes every group's lr of that Task in one copy (flush_lrs)."""
         if kind != self.kind:
             raise ValueError(
                 "cannot change the optimizer of a param group from '%s' to '%s' after construction "
@@ -286,7 +292,9 @@ class GroupBinding:
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
         changed = {k for k in hyper if hyper[k] != self.hyper.get(k)}
-        if changed == {"lr"}:
+        if changed == {"lr"} and lr_batch is not None:
+            lr_batch[id(self.shared)] = self.shared
+        elif changed == {"lr"}:
             self.shared.task.set_group_lr(self.index, hyper["lr"])
         else:
             self.shared.task.set_group_hyper(self.index, kind, **hyper)

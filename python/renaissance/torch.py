@@ -138,11 +138,14 @@ class _Base(Optimizer):
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             configs.append(self._core_config(group))
+        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
         for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
             if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
-            b.apply_hyper(kind, hyper)
+            b.apply_hyper(kind, hyper, lr_batch)
+        for shared in lr_batch.values():
+            shared.flush_lrs()
         for shared in self._shared():
             shared.step(grad_scale)
         return loss

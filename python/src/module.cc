@@ -438,6 +438,7 @@ NB_MODULE(_core, m) {
              t.set_group_hyper(group, kind, h);
            }, "group"_a, "kind"_a, "hyper"_a)
       .def("set_group_lr", [](PyTask& t, int group, double lr) { t.task().set_lr(group, lr); }, "group"_a, "lr"_a)
+      .def("set_group_lrs", [](PyTask& t, const std::vector<double>& lrs) { t.task().set_group_lrs(lrs); }, "lrs"_a)
       .def_prop_ro("hyper_groups", [](PyTask& t) { return t.task().hyper_groups(); })
       .def("fingerprint_of", [](PyTask& t, const std::vector<size_t>& ids) { return t.task().fingerprint(ids); },
            "ids"_a, "The fingerprint of the tensors `ids` only, in that order (Task::fingerprint(ids)).")

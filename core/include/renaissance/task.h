@@ -128,6 +128,9 @@ class Task {
 
   void set_lr(double lr);             // every hyperparameter group
   void set_lr(int group, double lr);  // one group
+  // Every group's lr (lrs[h] for group h) in ONE host-to-device copy whatever H (and, with
+  // tensor_mask, whatever the number of tensors): what an lr schedule over many groups calls.
+  void set_group_lrs(const std::vector<double>& lrs);
   void set_loss_scale(double scale);
   double lr() const { return lr_; }  // group 0's
   double lr(int group) const;
@@ -189,6 +192,7 @@ class Task {
   void write_hyperparameters();
   void write_group_hyperparameters(int group);
   void write_group_lr(int group);
+  void write_all_hyperparameters();
   void check_group(int group, const char* what) const;
   void write_f32_slot(int slot, float value);
   void refresh_model_copy(size_t id);
