@@ -267,7 +267,8 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
     const uint64_t lo = std::max(begin, it->begin);
     const uint64_t hi = std::min(end, it->begin + it->numel);
     const uint64_t t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[it->param])) : task_t;
-    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, lo - it->begin, copy.seed, t, it->param);
+    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, it->first + (lo - it->begin), copy.seed, t,
+                     it->param);
   }
 }
 

@@ -22,7 +22,8 @@ namespace cuda {
 namespace {
 
 constexpr uint64_t kCopyPiece = 4096;
-// A piece starts at a multiple of kCopyPiece of its tensor, so its quads are Philox blocks.
+// A piece starts at a multiple of kCopyPiece of its tensor (or at a sharded step's cut), so its
+// quads, counted from the multiple of 4 at or below its start, are Philox blocks.
 static_assert(kCopyPiece % 4 == 0, "pieces must start on a stochastic-rounding block");
 
 template <Precision kPrecision, Rounding kRounding>
@@ -44,25 +45,35 @@ __global__ void model_copy_kernel(const float* __restrict__ w, uint16_t* __restr
     const CopyPiece piece = pieces[p];
     // tensor_mask: the tensor's own count (a masked tensor's copy is rewritten with its bits).
     const uint32_t t = tensor_steps != nullptr ? static_cast<uint32_t>(tensor_steps[piece.param]) : task_t;
-    for (uint32_t q = 4 * threadIdx.x; q < piece.length; q += 4 * blockDim.x) {
-      const uint64_t e = piece.begin + q;
+    // A piece of a tensor a sharded step cut may start inside a quad (first_index not a
+    // multiple of 4): the quads are then counted from the block boundary `lead` elements before
+    // it, and the elements of the first quad before the piece are not written.
+    const uint32_t lead = static_cast<uint32_t>(piece.first_index & 3u);
+    for (uint32_t q = 4 * threadIdx.x; q < piece.length + lead; q += 4 * blockDim.x) {
       uint32_t r[4] = {0, 0, 0, 0};
       if (kRounding == Rounding::kStochastic) {
-        const math::Philox4x32 block = math::sr_random_block(seed, t, piece.param, (piece.first_index + q) >> 2);
+        const math::Philox4x32 block = math::sr_random_block(seed, t, piece.param, (piece.first_index - lead + q) >> 2);
         for (int j = 0; j < 4; ++j) r[j] = block.v[j];
       }
-      const bool aligned = ((reinterpret_cast<uintptr_t>(w + e) & 15u) | (reinterpret_cast<uintptr_t>(c + e) & 7u)) == 0;
-      if (q + 4 <= piece.length && aligned) {
-        const float4 x = *reinterpret_cast<const float4*>(w + e);
-        ushort4 out;
-        out.x = round_master<kPrecision, kRounding>(x.x, r[0]);
-        out.y = round_master<kPrecision, kRounding>(x.y, r[1]);
-        out.z = round_master<kPrecision, kRounding>(x.z, r[2]);
-        out.w = round_master<kPrecision, kRounding>(x.w, r[3]);
-        *reinterpret_cast<ushort4*>(c + e) = out;
-      } else {
-        const uint32_t n = min(4u, piece.length - q);
-        for (uint32_t j = 0; j < n; ++j) c[e + j] = round_master<kPrecision, kRounding>(w[e + j], r[j]);
+      if (lead == 0) {
+        const uint64_t e = piece.begin + q;
+        const bool aligned =
+            ((reinterpret_cast<uintptr_t>(w + e) & 15u) | (reinterpret_cast<uintptr_t>(c + e) & 7u)) == 0;
+        if (q + 4 <= piece.length && aligned) {
+          const float4 x = *reinterpret_cast<const float4*>(w + e);
+          ushort4 out;
+          out.x = round_master<kPrecision, kRounding>(x.x, r[0]);
+          out.y = round_master<kPrecision, kRounding>(x.y, r[1]);
+          out.z = round_master<kPrecision, kRounding>(x.z, r[2]);
+          out.w = round_master<kPrecision, kRounding>(x.w, r[3]);
+          *reinterpret_cast<ushort4*>(c + e) = out;
+          continue;
+        }
+      }
+      // Element j of the quad is element q + j - lead of the piece.
+      for (uint32_t j = q < lead ? lead - q : 0; j < 4 && q + j < piece.length + lead; ++j) {
+        const uint64_t e = piece.begin + (q + j - lead);
+        c[e] = round_master<kPrecision, kRounding>(w[e], r[j]);
       }
     }
   }
@@ -83,11 +94,14 @@ void launch(const CudaContext& ctx, const GraphNode& node, const CopyPiece* piec
 std::vector<CopyPiece> model_copy_pieces(const ModelCopy& copy) {
   std::vector<CopyPiece> pieces;
   for (const CopyTensor& t : copy.tensors) {
-    for (uint64_t first = 0; first < t.numel; first += kCopyPiece) {
+    // Pieces end on multiples of kCopyPiece of the tensor index; a cut tensor's first piece
+    // starts where the cut is (t.first) and may be shorter.
+    const uint64_t end = t.first + t.numel;
+    for (uint64_t first = t.first; first < end; first = (first / kCopyPiece + 1) * kCopyPiece) {
       CopyPiece piece;
-      piece.begin = t.begin + first;
+      piece.begin = t.begin + (first - t.first);
       piece.first_index = first;
-      piece.length = static_cast<uint32_t>(std::min(kCopyPiece, t.numel - first));
+      piece.length = static_cast<uint32_t>(std::min((first / kCopyPiece + 1) * kCopyPiece, end) - first);
       piece.param = t.param;
       pieces.push_back(piece);
     }

@@ -126,7 +126,9 @@ double compute_only_ms(uint64_t params, int threads) {
   float* base = arrays.data() + (16 - reinterpret_cast<uintptr_t>(arrays.data()) / 4 % 16) % 16;  // 64-B aligned
   for (size_t i = 0; i < static_cast<size_t>(threads) * 4 * kL1Elements; ++i) {
     const float x = static_cast<float>(i % 97) * 1e-3f;
-    base[i] = (i / kL1Elements) % 4 == 3 ? x * x : x - 0.05f;  // v >= 0
+    // g stays in [0.01, 0.11], so m and v settle near g and g^2 and never become subnormal
+    // (Intel takes a slow microcode assist on subnormal operands, which a real step never sees).
+    base[i] = (i / kL1Elements) % 4 == 3 ? x * x + 1e-4f : x + 0.01f;
   }
   const auto start = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)

@@ -51,12 +51,13 @@ int cmd_replay(const ReplayOptions& o) {
                 optimizer_kind_name(rc.groups.front().config.kind), static_cast<long long>(rc.steps),
                 static_cast<long long>(r.steps_applied), static_cast<long long>(r.steps_skipped), r.backend.c_str());
   } else {
-    std::printf("replay %s: %zu groups, %lld steps on %s\n", io::printable(rc.name).c_str(), rc.groups.size(),
-                static_cast<long long>(rc.steps), r.backend.c_str());
+    std::printf("replay %s: %zu groups in %zu task%s, %lld steps on %s\n", io::printable(rc.name).c_str(),
+                rc.groups.size(), r.num_tasks, r.num_tasks == 1 ? "" : "s", static_cast<long long>(rc.steps),
+                r.backend.c_str());
     for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
       const ReplayGroup& g = rc.groups[gi];
-      std::printf("  group %zu: %s, %zu tensors, step count %lld -> %lld, fingerprint %s\n", gi,
-                  optimizer_kind_name(g.config.kind), g.num_params, static_cast<long long>(g.initial_step),
+      std::printf("  group %zu (task %zu): %s, %zu tensors, step count %lld -> %lld, fingerprint %s\n", gi,
+                  r.group_task[gi], optimizer_kind_name(g.config.kind), g.num_params, static_cast<long long>(g.initial_step),
                   static_cast<long long>(r.group_step_counts[gi]), r.group_fingerprints[gi].c_str());
     }
   }

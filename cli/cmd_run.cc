@@ -21,6 +21,9 @@
 #if RENAISSANCE_WITH_MPI
 #include "renaissance/mpi_communicator.h"
 #endif
+#if RENAISSANCE_WITH_NCCL
+#include "renaissance/nccl_communicator.h"
+#endif
 
 namespace renaissance {
 namespace cli {
@@ -242,33 +245,45 @@ int cmd_run(const RunOptions& o) {
   // Sharded runs (docs/distributed.md): checked before MPI starts, the same on every rank.
   GradReduce grad_reduce = GradReduce::kOrdered;
   if (!o.grad_reduce.empty() && o.distributed.empty()) {
-    throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": needs --distributed mpi (a one-process run has no ranks to reduce over)");
+    throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": needs --distributed mpi or nccl (a one-process run has no ranks to reduce over)");
   }
   if (!o.grad_reduce.empty() && !parse_grad_reduce(o.grad_reduce, &grad_reduce)) {
     throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": expected replicated, ordered or fast");
   }
   const bool distributed = !o.distributed.empty();
+  const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   if (distributed) {
-    if (o.distributed == "nccl") {
-      throw_invalid("--distributed nccl: the NCCL communicator is not built yet; CPU ranks run with --distributed mpi");
+    if (!nccl && o.distributed != "mpi") {
+      throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi (CPU ranks) or nccl (CUDA ranks)");
     }
-    if (o.distributed != "mpi") throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi");
     if (o.simulate_ranks > 0) {
       throw_invalid("--simulate-ranks: the one-process audit of a sharded run; it cannot be combined with --distributed");
     }
     BackendKind requested = BackendKind::kAuto;
-    if (parse_backend_kind(o.backend, &requested) && requested == BackendKind::kCuda) {
-      throw_invalid("--distributed mpi --backend cuda: MPI ranks run the CPU backend; CUDA ranks need the NCCL communicator, "
-                    "which is not built yet");
+    const bool parsed = parse_backend_kind(o.backend, &requested);
+    if (!nccl && parsed && requested == BackendKind::kCuda) {
+      throw_invalid("--distributed mpi --backend cuda: MPI ranks run the CPU backend; CUDA ranks run with --distributed nccl");
+    }
+    if (nccl && parsed && requested == BackendKind::kCpu) {
+      throw_invalid("--distributed nccl --backend cpu: NCCL ranks run the CUDA backend; CPU ranks run with --distributed mpi");
     }
 #if !RENAISSANCE_WITH_MPI
-    throw_invalid("--distributed mpi: this build has no MPI communicator (install libopenmpi-dev and configure with "
-                  "-DRENAISSANCE_MPI=AUTO or ON)");
+    throw_invalid("--distributed " + o.distributed + ": this build has no MPI communicator (install libopenmpi-dev and "
+                  "configure with -DRENAISSANCE_MPI=AUTO or ON)");
+#endif
+#if !RENAISSANCE_WITH_NCCL
+    if (nccl) {
+      throw_invalid("--distributed nccl: this build has no NCCL communicator (configure with CUDA, MPI and NCCL found: "
+                    "-DRENAISSANCE_NCCL=AUTO or ON, NCCL_ROOT=...)");
+    }
 #endif
   }
   std::unique_ptr<Communicator> comm;
+#if RENAISSANCE_WITH_NCCL
+  if (nccl) comm = make_nccl_communicator();  // before the task: it picks this rank's GPU
+#endif
 #if RENAISSANCE_WITH_MPI
-  if (distributed) comm = make_mpi_communicator();
+  if (distributed && !nccl) comm = make_mpi_communicator();
 #endif
   const bool lead = comm == nullptr || comm->rank() == 0;  // only rank 0 prints
 
@@ -284,7 +299,7 @@ int cmd_run(const RunOptions& o) {
   run.params = layout.params;
   run.config = config;
   run.steps = o.steps;
-  run.backend = distributed ? BackendKind::kCpu : backend_from_option(o.backend);
+  run.backend = distributed ? (nccl ? BackendKind::kCuda : BackendKind::kCpu) : backend_from_option(o.backend);
   run.comm = comm.get();
   run.grad_reduce = grad_reduce;
   run.simulate_ranks = o.simulate_ranks;
@@ -366,6 +381,9 @@ int cmd_run(const RunOptions& o) {
         {"limit_gb_per_s", r.limit_gb_per_s},
         {"share_of_limit", share},
         {"fingerprint", r.fingerprint},
+        // Bytes of this process's arena; a sharded run's rank holds W and G whole, M and V of its
+        // slice (docs/distributed.md, "Memory per rank"), rank 0's figure.
+        {"arena_bytes_per_rank", r.arena_bytes},
     };
     // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
     for (const HyperparameterField& f : kHyperparameterFields) j[f.name] = config.*f.field;
@@ -383,6 +401,8 @@ int cmd_run(const RunOptions& o) {
                   comm->describe().c_str(), grad_reduce_name(grad_reduce), r.comm_ms_per_step);
     }
     if (o.simulate_ranks > 0) std::printf("simulated      %d ranks, gradients summed in rank order\n", o.simulate_ranks);
+    std::printf("arena          %llu bytes%s\n", static_cast<unsigned long long>(r.arena_bytes),
+                comm ? " on rank 0 (W, G whole; M, V of its slice)" : "");
     std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
     std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
                 gbps, step_bytes_per_param, r.limit_gb_per_s, 100.0 * share);

@@ -134,6 +134,7 @@ struct SyntheticRun {
   Communicator* comm = nullptr;
   GradReduce grad_reduce = GradReduce::kOrdered;
   int simulate_ranks = 0;  // > 0: G is the rank-order sum of this many ranks' gradients / K
+  uint64_t reduce_chunk = 0;  // > 0: elements per round of the gradient reduction (tests)
 };
 
 struct SyntheticResult {
@@ -148,6 +149,7 @@ struct SyntheticResult {
   int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
   double last_grad_norm = 0.0;  // Task::last_grad_norm() after the run (clipping on)
   double comm_ms_per_step = 0.0;  // sharded runs: collectives and gradient reduction per step
+  uint64_t arena_bytes = 0;  // the task's arena (a sharded run: this rank's, M and V sliced)
 };
 
 // The learning rate of step t (0-based) under a schedule of horizon `steps` with linear warm-up

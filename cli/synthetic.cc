@@ -80,6 +80,8 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   options.backend_options.threads = run.threads;
   options.check_finite = run.check_finite;
   options.precision = run.precision;
+  // A rank of a sharded run keeps only its slice of M and V (docs/distributed.md, "Memory").
+  if (run.comm != nullptr) options.state_shard = StateShard{run.comm->rank(), run.comm->size()};
   Task task(run.params, options);
   task.optimizer(run.config);
   task.compile();
@@ -111,21 +113,29 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
     task.optimizer(run.config);
   }
   task.set_run_settings(settings);
-  // A sharded run: every rank holds the whole state after a load (the file is gathered), so a
-  // checkpoint written at any K resumes at any other (docs/distributed.md).
+  // A sharded run: every rank loads the one file and keeps its slice of M and V, so a checkpoint
+  // written at any K resumes at any other (docs/distributed.md).
   std::unique_ptr<ShardedStep> sharded;
   if (run.comm != nullptr) sharded = std::make_unique<ShardedStep>(task, *run.comm, run.grad_reduce);
+  if (sharded && run.reduce_chunk > 0) sharded->set_reduce_chunk(run.reduce_chunk);
   const int rank = run.comm != nullptr ? run.comm->rank() : 0;
   // Every save's path was checked before the run: a failure now is the system's (exit 3).
-  // Sharded: M and V are gathered first and rank 0 writes the one file.
+  // Sharded: every rank takes part in gathering M and V, rank 0 writes the one file.
   auto save = [&] {
-    if (sharded) sharded->gather_state();
-    if (rank == 0) as_system_failure([&] { task.save(run.checkpoint); });
+    as_system_failure([&] {
+      if (sharded) {
+        sharded->save(run.checkpoint);
+      } else {
+        task.save(run.checkpoint);
+      }
+    });
   };
   // The same-traffic limit of this step (Backend::same_traffic_gbps), over the task's own arena:
   // one run after every step, so that the reference samples the same stretch of time as the steps
   // on a shared machine; the fastest of those runs is the limit (the memory system did that
   // well then), as in Backend::same_traffic_gbps. Every bit of the arena stays as it was.
+  // Not for a rank holding a slice of M and V: the passes sweep the whole families (limit 0).
+  const bool measure_limit = run.measure_copy_bandwidth && !task.plan().state_sliced();
   const std::vector<TrafficPass> limit_passes = same_traffic_passes(task.plan(), run.config.kind, run.check_finite);
   std::vector<double> limit_runs;
   for (int t = static_cast<int>(result.first_step); t < run.steps; ++t) {
@@ -158,7 +168,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
       ms = task.timed_steps(1).at(0);
     }
     result.step_ms.push_back(ms);
-    if (run.measure_copy_bandwidth) limit_runs.push_back(task.backend().same_traffic_gbps(limit_passes, 1));
+    if (measure_limit) limit_runs.push_back(task.backend().same_traffic_gbps(limit_passes, 1));
     if (run.on_step) run.on_step(t + 1, ms);
     if (!run.checkpoint.empty() && run.checkpoint_every > 0 && (t + 1) % run.checkpoint_every == 0) {
       save();
@@ -173,11 +183,12 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   if (sharded) {
     const int done = run.steps - static_cast<int>(result.first_step);
     result.comm_ms_per_step = done > 0 ? 1e3 * sharded->comm_seconds() / done : 0.0;
-    sharded->gather_state();  // the fingerprint covers the whole state
   }
-  result.fingerprint = task.fingerprint();
+  result.arena_bytes = task.plan().arena_bytes();
+  // The fingerprint covers the whole state: a sharded run gathers M and V piece by piece.
+  result.fingerprint = sharded ? sharded->fingerprint() : task.fingerprint();
   result.last_grad_norm = task.last_grad_norm();
-  if (run.measure_copy_bandwidth) {
+  if (measure_limit) {
     if (limit_runs.empty()) limit_runs.push_back(task.backend().same_traffic_gbps(limit_passes, 5));  // no step ran
     result.limit_gb_per_s = *std::max_element(limit_runs.begin(), limit_runs.end());
   }

@@ -9,6 +9,7 @@ then 5 recorded steps. The case's expected_fingerprint is what the recording run
 
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_h200 --device cuda
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_cpu --standin
+    /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_clip_cpu --max-grad-norm 0.1
 
 --standin records with tests/python/recorder_standin.StandinAdamW (host copies, CPU only) in
 place of renaissance.torch.AdamW, for a machine where renaissance.torch is not there yet.
@@ -28,6 +29,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--standin", action="store_true", help="use the test stand-in optimizer (CPU only)")
     ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--max-grad-norm", type=float, default=None,
+                    help="clip over both groups (one shared Task): testdata/recorded/torch_adamw_clip_cpu")
     args = ap.parse_args()
 
     from renaissance.recorder import Recorder
@@ -44,7 +47,8 @@ def main():
     y = torch.randint(0, 10, (128,)).to(args.device)
     model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)).to(args.device)
     opt = AdamW([{"params": model[0].parameters()},
-                 {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=3e-3, weight_decay=0.05)
+                 {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=3e-3, weight_decay=0.05,
+                **({} if args.max_grad_norm is None else {"max_grad_norm": args.max_grad_norm}))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
 
     def train(steps):

@@ -303,7 +303,9 @@ TEST(HyperGroups, PlanRunsAreAlignedAndNodesDoNotGrow) {
       for (size_t j = 0; j < id; ++j) {
         if (params[j].role == params[id].role && params[j].hyper_group == params[id].hyper_group) first = false;
       }
-      if (first) EXPECT_EQ(plan.tensor(id).offset_in_family % 64, 0u) << params[id].name;
+      if (first) {
+        EXPECT_EQ(plan.tensor(id).offset_in_family % 64, 0u) << params[id].name;
+      }
     }
     for (Group g : {Group::kBiasLike, Group::kWeight}) {
       uint64_t covered = 0;

@@ -328,6 +328,11 @@ TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
   Task lamb(one, options_for(BackendKind::kCpu, true));
   lamb.optimizer(LAMB().lr(1e-3));
   EXPECT_THROW(lamb.compile(), Error);
+  TaskOptions sliced = options_for(BackendKind::kCpu, true);
+  sliced.state_shard.world_size = 2;
+  Task shard(one, sliced);
+  shard.optimizer(AdamW().lr(1e-3));
+  EXPECT_THROW(shard.compile(), Error);
   Task masked_task(one, options_for(BackendKind::kCpu, true));
   masked_task.optimizer(AdamW().lr(1e-3));
   masked_task.compile();

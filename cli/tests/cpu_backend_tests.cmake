@@ -15,11 +15,13 @@ endif()
 
 # The fingerprint contract (fingerprints.cmake: threads 1 and 2 agree, the golden audit cells of
 # every kind) under non-default switches: every schedule, small chunks so that the small layouts
-# span many blocks, software prefetch on, and the old arena placement (memset, no huge pages).
+# span many blocks, software prefetch on, the old arena placement (memset, no huge pages), and
+# the Adam-family loops unrolled four vectors deep.
 # Name, then the variables separated by ^ (a ; would split the list itself).
 set(rn_cpu_switches
     "small_static|RENAISSANCE_CPU_CHUNK=64^RENAISSANCE_CPU_SCHEDULE=static^RENAISSANCE_CPU_PREFETCH=100^RENAISSANCE_CPU_FIRST_TOUCH=0^RENAISSANCE_CPU_HUGEPAGES=0"
-    "interleaved_prefetch|RENAISSANCE_CPU_CHUNK=1088^RENAISSANCE_CPU_SCHEDULE=interleaved^RENAISSANCE_CPU_PREFETCH=4096")
+    "interleaved_prefetch|RENAISSANCE_CPU_CHUNK=1088^RENAISSANCE_CPU_SCHEDULE=interleaved^RENAISSANCE_CPU_PREFETCH=4096"
+    "unroll4|RENAISSANCE_CPU_UNROLL=4")
 foreach(entry IN LISTS rn_cpu_switches)
   string(FIND "${entry}" "|" bar)
   string(SUBSTRING "${entry}" 0 ${bar} name)

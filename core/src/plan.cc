@@ -150,8 +150,23 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   };
   place_family(Family::kW);
   place_family(Family::kG);
-  if (config_.has_m) place_family(Family::kM);
-  if (config_.has_v) place_family(Family::kV);
+  set_state_slice(family_cursor);
+  auto place_state = [&](Family family) {
+    if (!state_sliced()) return place_family(family);
+    // The compact slice (MemoryPlan::state_sliced): element e of the family at base + 4e for
+    // e in [first, state_end_); `offset` is past W and G, so base does not wrap.
+    const uint64_t first = state_begin_ / kPadElements * kPadElements;
+    const uint64_t base = offset - first * sizeof(float);
+    uint64_t start = 0;
+    for (int r = 0; r < kNumRoles; ++r) {
+      RegionInfo& info = regions_[family_region(family, static_cast<Role>(r))];
+      info = RegionInfo{base + start * sizeof(float), role_padded[r], role_elems[r], sizeof(float), true};
+      start += role_padded[r];
+    }
+    offset += round_up(state_end_ - first, kPadElements) * sizeof(float);
+  };
+  if (config_.has_m) place_state(Family::kM);
+  if (config_.has_v) place_state(Family::kV);
   if (config_.has_n) {
     // One trust ratio per tensor, packed without per-role padding so that the weight group's
     // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
@@ -215,6 +230,20 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     place(S_TENSOR_INT32, slots, slots, sizeof(int32_t));
   }
   arena_bytes_ = offset;
+}
+
+void MemoryPlan::set_state_slice(uint64_t family_elements) {
+  family_elements_ = family_elements;
+  state_begin_ = 0;
+  state_end_ = family_elements;
+  if (config_.state_end == UINT64_MAX && config_.state_begin == 0) return;
+  if (config_.state_begin > config_.state_end || config_.state_end > family_elements) {
+    throw_invalid("plan: the optimizer-state slice [" + std::to_string(config_.state_begin) + ", " +
+                  std::to_string(config_.state_end) + ") is not inside the family's " +
+                  std::to_string(family_elements) + " elements");
+  }
+  state_begin_ = config_.state_begin;
+  state_end_ = config_.state_end;
 }
 
 bool MemoryPlan::has_family(Family f) const {

@@ -80,4 +80,17 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   return layout;
 }
 
+PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard) {
+  if (shard.world_size < 1 || shard.rank < 0 || shard.rank >= shard.world_size) {
+    throw_invalid("state_shard: rank " + std::to_string(shard.rank) + " of a world of " +
+                  std::to_string(shard.world_size) + " does not exist");
+  }
+  if (whole.state_sliced()) throw_invalid("slice_plan_config: the plan already holds a slice of M and V");
+  PlanConfig config = whole.config();
+  const RankShard s = make_shard_layout(whole, shard.world_size).ranks[static_cast<size_t>(shard.rank)];
+  config.state_begin = s.begin;
+  config.state_end = s.end;
+  return config;
+}
+
 }  // namespace renaissance

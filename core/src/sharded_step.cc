@@ -3,7 +3,8 @@
 // its tiles); the backend runs them unchanged, and the communicator joins them:
 //   reduce G -> [check / clip partials] -> max flag, gather grad-norm partials
 //   -> [step counter, clip coefficient, norm partials] -> gather norm partials
-//   -> [trust ratios, updates] -> gather W.
+//   -> [trust ratios, updates] -> gather W (and the bf16/fp16 model copy, which the update
+//   nodes write for the slice only: cut_model_copy keeps each element's rounding key).
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
 // rank over the gathered partials, so every rank holds the values one device computes.
 #include <algorithm>
@@ -64,6 +65,18 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     node->norm.tiles = sub_span(node->norm.tiles, first, tiles, sizeof(NormTile));
     node->norm.partials = sub_span(node->norm.partials, math::kNormComponents * first,
                                    math::kNormComponents * tiles, sizeof(double));
+    if (node->copy.c.count != 0) {
+      // The tiles address the whole group: the copy span stays, its tensors shrink to the
+      // elements of the owned tiles (the CUDA kernel rounds every element its tensors list).
+      const std::vector<NormTile>& all = plan.norm_tiles();
+      uint64_t lo = 0, hi = 0;
+      if (tiles > 0) {
+        lo = static_cast<uint64_t>(all[static_cast<size_t>(s.norm_tile_begin)].start);
+        const NormTile& last = all[static_cast<size_t>(s.norm_tile_end - 1)];
+        hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+      }
+      node->copy = cut_model_copy(node->copy, lo, hi, false);
+    }
     return;
   }
   // Element-wise over one span of G (the check) or of one group in every family.
@@ -74,6 +87,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   if (node->w.count) node->w = sub_span(node->w, skip, n, sizeof(float));
   if (node->m.count) node->m = sub_span(node->m, skip, n, sizeof(float));
   if (node->v.count) node->v = sub_span(node->v, skip, n, sizeof(float));
+  if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n, true);
 }
 
 CompiledStep empty_like(const CompiledStep& step) {
@@ -117,13 +131,21 @@ void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitu
 
 ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     : task_(task), comm_(comm), mode_(mode) {
-  if (task.backend().kind() != BackendKind::kCpu) {
-    throw_invalid("a sharded step over this communicator runs CPU ranks; the CUDA backend needs the NCCL "
-                  "communicator, which is not built yet");
+  // The communicator moves the backend's own memory: host (MPI) for CPU ranks, device (NCCL) for
+  // CUDA ranks.
+  const bool device = task.backend().kind() == BackendKind::kCuda;
+  if (device != comm.device_memory()) {
+    throw_invalid(device ? "a sharded step of a CUDA task needs a communicator on device memory (NCCL)"
+                         : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
-  // The model copy (issue 14) is neither cut with the update nodes nor all-gathered yet.
-  if (plan.has_model_copy()) throw_invalid("a sharded step does not carry a bf16/fp16 model copy yet");
+  // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
+  if (task.hyper_groups() > 1) {
+    throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
+                  std::to_string(task.hyper_groups()) + ")");
+  }
+  // The per-tensor mask walks the same kind of table (one item per tensor).
+  if (plan.config().tensor_mask) throw_invalid("a sharded step does not run a task with tensor_mask yet");
   layout_ = make_shard_layout(plan, comm.size());
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
@@ -131,68 +153,171 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   combine_ = empty_like(step);
   update_ = empty_like(step);
   // Sub-steps keep the single-device node order: range nodes of the pre-step graph, its compute
-  // node, the norm graph's tile partials, its ratios, then the updates.
-  auto add = [&](CompiledStep* sub, GraphNode node) {
+  // node, the norm graph's tile partials, its ratios, then the updates. A node stays
+  // in the graph it came from, so that a backend that joins its streams between graphs (CUDA)
+  // orders the sub-step's parts as the whole step does.
+  auto add = [&](CompiledStep* sub, GraphId graph, GraphNode node) {
     cut_node(&node, plan, s);
-    sub->graphs[0].push_back(node);
+    sub->graphs[static_cast<int>(graph)].push_back(node);
   };
   for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kPreStep)]) {
-    add(node.kind == NodeKind::kRange ? &check_ : &combine_, node);
+    add(node.kind == NodeKind::kRange ? &check_ : &combine_, GraphId::kPreStep, node);
   }
   for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kNorms)]) {
-    add(node.kind == NodeKind::kRange ? &combine_ : &update_, node);
+    add(node.kind == NodeKind::kRange ? &combine_ : &update_, GraphId::kNorms, node);
   }
-  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) add(&update_, node);
+  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) {
+    add(&update_, GraphId::kOptimizer, node);
+  }
+  if (plan.state_sliced()) {
+    // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).
+    if (plan.state_begin() != s.begin || plan.state_end() != s.end) {
+      throw_invalid("sharded step: the task holds the optimizer state of elements [" + std::to_string(plan.state_begin()) +
+                    ", " + std::to_string(plan.state_end()) + "), rank " + std::to_string(comm.rank()) + " of " +
+                    std::to_string(comm.size()) + " owns [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                    "): compile it with TaskOptions::state_shard = {" + std::to_string(comm.rank()) + ", " +
+                    std::to_string(comm.size()) + "}");
+    }
+    // Task::compile left the backend unprepared (its whole step leaves the slice): place the
+    // arena's pages with the spans this rank's sub-steps touch.
+    // A tile-wise node keeps its group's whole spans (its tiles address elements from the group's
+    // start): for the placement only, they shrink to the elements of this rank's tiles.
+    CompiledStep all = empty_like(step);
+    const std::vector<NormTile>& tiles = plan.norm_tiles();
+    for (const CompiledStep* sub : {&check_, &combine_, &update_}) {
+      for (int graph = 0; graph < kNumGraphs; ++graph) {
+        for (GraphNode node : sub->graphs[graph]) {
+          // (cut_node leaves a tile-wise node's table offset set, also with no tiles left.)
+          if (node.kind == NodeKind::kRange && node.norm.tiles.offset != 0 &&
+              node.range_op != RangeOp::GRAD_NORM_PARTIALS) {
+            uint64_t lo = 0, hi = 0;
+            if (s.norm_tile_end > s.norm_tile_begin) {
+              lo = static_cast<uint64_t>(tiles[static_cast<size_t>(s.norm_tile_begin)].start);
+              const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
+              hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
+            }
+            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, sizeof(float));
+            }
+          }
+          all.graphs[graph].push_back(node);
+        }
+      }
+    }
+    // (CPU page placement; the CUDA backend runs the sub-steps without a captured graph.)
+    if (!device) task.backend().prepare(all);
+  }
 }
 
+// The reduction works in rounds of at most reduce_chunk_ elements of every rank's range, so its
+// buffers hold K * reduce_chunk_ floats whatever the model's size: a rank's memory is W, G, its
+// slice of M and V, and a few MiB (docs/distributed.md, "Memory per rank").
 void ShardedStep::reduce_gradients() {
   if (mode_ == GradReduce::kReplicated) return;
   const int K = comm_.size();
   const RankShard& me = shard();
   const uint64_t g0 = task_.plan().region_range(G_BN_BIAS, G_DEEP_CONV).offset;
-  char* arena = static_cast<char*>(task_.backend().arena());
-  float* g = reinterpret_cast<float*>(arena + g0);
-  const uint64_t n = me.grad_end - me.begin;
+  float* g = reinterpret_cast<float*>(static_cast<char*>(task_.backend().arena()) + g0);
+  const uint64_t C = reduce_chunk_;
   const float k = static_cast<float>(K);
   std::vector<uint64_t> so(K), sc(K), ro(K), rc(K);
+  // Elements of range [lo, hi) in round j.
+  auto in_round = [&](uint64_t lo, uint64_t hi, uint64_t j) {
+    const uint64_t off = j * C;
+    return hi - lo > off ? std::min(C, hi - lo - off) : uint64_t{0};
+  };
   if (mode_ == GradReduce::kOrdered) {
-    // Every rank sends each rank r its own gradient over r's range; rank q's part lands at q*n.
-    scratch_.resize(static_cast<size_t>(K) * n);
-    for (int r = 0; r < K; ++r) {
-      const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
-      so[r] = other.begin * sizeof(float);
-      sc[r] = (other.grad_end - other.begin) * sizeof(float);
-      ro[r] = static_cast<uint64_t>(r) * n * sizeof(float);
-      rc[r] = n * sizeof(float);
+    // Every rank sends each rank r its own gradient over r's range [begin, grad_end), a round at
+    // a time; rank q's part lands at q * (this round's count) of scratch_.
+    uint64_t longest = 0;
+    for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.grad_end - o.begin);
+    // A sum is written into G at once unless another rank still sends from that element: those
+    // of the head of this range (in earlier ranks' halos) and of its halo (in later ranks'
+    // slices) wait in `head` and `tail` until the last round (less than one grad-norm tile each).
+    uint64_t head_end = me.begin;
+    for (int r = 0; r < comm_.rank(); ++r) head_end = std::max(head_end, std::min(layout_.ranks[r].grad_end, me.grad_end));
+    const uint64_t tail_begin = std::max(me.end, head_end);
+    std::vector<float> head(head_end - me.begin), tail(me.grad_end - tail_begin);
+    // The all-to-all lands in the communicator's memory; the sums are formed on the host (a copy
+    // of it for device memory) and written back into G with the communicator's copies.
+    const uint64_t most = std::min(C, longest);
+    float* landed = static_cast<float*>(comm_.workspace(static_cast<uint64_t>(K) * most * sizeof(float)));
+    if (comm_.device_memory()) scratch_.resize(static_cast<size_t>(K) * most);
+    const float* in = comm_.device_memory() ? scratch_.data() : landed;
+    std::vector<float> sums(most);
+    for (uint64_t j = 0; j * C < longest; ++j) {
+      const uint64_t mine = in_round(me.begin, me.grad_end, j), off = j * C;
+      for (int r = 0; r < K; ++r) {
+        const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+        const uint64_t n = in_round(o.begin, o.grad_end, j);
+        so[r] = n ? (o.begin + off) * sizeof(float) : 0;
+        sc[r] = n * sizeof(float);
+        ro[r] = static_cast<uint64_t>(r) * mine * sizeof(float);
+        rc[r] = mine * sizeof(float);
+      }
+      comm_.all_to_all_v(g, so, sc, landed, ro, rc);
+      if (comm_.device_memory()) comm_.copy_to_host(scratch_.data(), landed, static_cast<uint64_t>(K) * mine * sizeof(float));
+      for (uint64_t i = 0; i < mine; ++i) {
+        float sum = in[i];
+        for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, in[static_cast<uint64_t>(r) * mine + i]);
+        sums[i] = ordered_rank_mean(sum, K);
+        const uint64_t p = me.begin + off + i;
+        if (p < head_end) head[p - me.begin] = sums[i];
+        if (p >= tail_begin) tail[p - tail_begin] = sums[i];
+      }
+      // The sums no other rank still sends from, [lo, hi), go into G now.
+      const uint64_t lo = std::max(me.begin + off, head_end), hi = std::min(me.begin + off + mine, tail_begin);
+      if (hi > lo) comm_.copy_from_host(g + lo, sums.data() + (lo - me.begin - off), (hi - lo) * sizeof(float));
     }
-    comm_.all_to_all_v(g, so, sc, scratch_.data(), ro, rc);
-    for (uint64_t i = 0; i < n; ++i) {
-      float sum = scratch_[i];
-      for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, scratch_[static_cast<uint64_t>(r) * n + i]);
-      g[me.begin + i] = ordered_rank_mean(sum, K);
-    }
+    comm_.copy_from_host(g + me.begin, head.data(), head.size() * sizeof(float));
+    comm_.copy_from_host(g + tail_begin, tail.data(), tail.size() * sizeof(float));
     return;
   }
-  // kFast: the engine's reduce-scatter over the slices, / K, then the halo (the rest of the
-  // last owned grad-norm tile) from the ranks that own those elements.
+  // kFast: the engine's reduce-scatter of the slices, a round at a time (each rank's block of the
+  // round packed after the previous one), / K; then the halo (the rest of the last owned
+  // grad-norm tile) from the ranks that own those elements.
+  uint64_t longest = 0;
+  for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.end - o.begin);
   std::vector<uint64_t> counts(K);
-  for (int r = 0; r < K; ++r) counts[r] = layout_.ranks[r].end - layout_.ranks[r].begin;
-  scratch_.resize(me.end - me.begin);
-  std::vector<float> send(g, g + layout_.family_count);
-  comm_.reduce_scatter_sum_f32(send.data(), scratch_.data(), counts);
-  for (uint64_t i = 0; i < me.end - me.begin; ++i) g[me.begin + i] = scratch_[i] / k;
+  // The packed blocks and the reduced one in the communicator's memory; the division on the host.
+  const uint64_t most = std::min(C, longest);
+  float* pack = static_cast<float*>(comm_.workspace((static_cast<uint64_t>(K) + 1) * most * sizeof(float)));
+  float* reduced = pack + static_cast<uint64_t>(K) * most;
+  scratch_.resize(most);
+  for (uint64_t j = 0; j * C < longest; ++j) {
+    uint64_t packed = 0;
+    for (int r = 0; r < K; ++r) {
+      const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+      counts[r] = in_round(o.begin, o.end, j);
+      comm_.copy(pack + packed, g + o.begin + j * C, counts[r] * sizeof(float));
+      packed += counts[r];
+    }
+    comm_.reduce_scatter_sum_f32(pack, reduced, counts);
+    const uint64_t mine = counts[comm_.rank()];
+    comm_.copy_to_host(scratch_.data(), reduced, mine * sizeof(float));
+    for (uint64_t i = 0; i < mine; ++i) scratch_[i] = scratch_[i] / k;
+    comm_.copy_from_host(g + me.begin + j * C, scratch_.data(), mine * sizeof(float));
+  }
+  // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end), packed; it receives
+  // the other ranks' slices ∩ its own halo in place.
+  std::vector<float> halo;
   for (int r = 0; r < K; ++r) {
-    // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end); receives likewise.
     const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
     const uint64_t slo = std::max(me.begin, other.end), shi = std::min(me.end, other.grad_end);
-    so[r] = slo * sizeof(float);
-    sc[r] = shi > slo ? (shi - slo) * sizeof(float) : 0;
+    so[r] = halo.size() * sizeof(float);
+    if (shi > slo) {
+      halo.resize(halo.size() + (shi - slo));
+      comm_.copy_to_host(halo.data() + so[r] / sizeof(float), g + slo, (shi - slo) * sizeof(float));
+    }
+    sc[r] = halo.size() * sizeof(float) - so[r];
     const uint64_t rlo = std::max(other.begin, me.end), rhi = std::min(other.end, me.grad_end);
-    ro[r] = rlo * sizeof(float);
+    ro[r] = rhi > rlo ? rlo * sizeof(float) : 0;
     rc[r] = rhi > rlo ? (rhi - rlo) * sizeof(float) : 0;
   }
-  send.assign(g, g + layout_.family_count);
-  comm_.all_to_all_v(send.data(), so, sc, g, ro, rc);
+  halo.push_back(0.0f);  // a valid address when nothing is sent
+  float* send = static_cast<float*>(comm_.workspace(halo.size() * sizeof(float)));
+  comm_.copy_from_host(send, halo.data(), halo.size() * sizeof(float));
+  comm_.all_to_all_v(send, so, sc, g, ro, rc);
 }
 
 void ShardedStep::gather_family(Family family) {
@@ -226,13 +351,17 @@ void ShardedStep::gather_doubles(Region region, bool norm_tiles, uint64_t per_ti
 void ShardedStep::step() {
   Backend& backend = task_.backend();
   const CompiledStep& step = task_.compiled_step();
+  // Each collective waits for the backend's work before it (a no-op on the CPU; on CUDA the
+  // sub-steps run on the backend's streams and the communicator on its own).
   {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     reduce_gradients();
   }
   backend.execute(check_);
   {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     if (step.check_finite) {
       int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(backend.arena()) + step.scalars_i32.offset) +
                       kHasNonFinite;
@@ -243,17 +372,90 @@ void ShardedStep::step() {
   backend.execute(combine_);
   if (!task_.plan().norm_tiles().empty()) {
     CommTimer t(&comm_seconds_);
+    backend.synchronize();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
+  }
+  // CUDA looks up a model-copy node's piece table by the node: the update sub-step is prepared
+  // once, here, where it no longer moves.
+  if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !update_prepared_) {
+    backend.prepare(update_);
+    update_prepared_ = true;
   }
   backend.execute(update_);
   CommTimer t(&comm_seconds_);
+  backend.synchronize();
   gather_family(Family::kW);
+  if (task_.plan().has_model_copy()) gather_model_copy();
+}
+
+// The copy pairs element j of the W family with element j of C_MODEL_COPY (2 bytes each): each
+// rank's slice of it, as of W.
+void ShardedStep::gather_model_copy() {
+  const int K = comm_.size();
+  const uint64_t base = task_.plan().region(C_MODEL_COPY).offset;
+  std::vector<uint64_t> offsets(K), counts(K);
+  for (int r = 0; r < K; ++r) {
+    offsets[r] = base + layout_.ranks[r].begin * sizeof(uint16_t);
+    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * sizeof(uint16_t);
+  }
+  comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }
 
 void ShardedStep::gather_state() {
+  if (task_.plan().state_sliced()) {
+    throw_invalid("gather_state(): this rank holds only its slice of M and V (TaskOptions::state_shard); use the "
+                  "collective read_state(), fingerprint() or save()");
+  }
   CommTimer t(&comm_seconds_);
+  task_.backend().synchronize();
   if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
   if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
+}
+
+void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
+  if (family != Family::kM && family != Family::kV) throw_invalid("read_state(): M or V only");
+  const MemoryPlan& plan = task_.plan();
+  const uint64_t numel = static_cast<uint64_t>(plan.tensor(id).numel);
+  if (first > numel || count > numel - first) throw_invalid("read_state(): the range leaves the tensor");
+  // Family elements [at, at + count): each rank's block is its slice's part of them, in rank
+  // order (the slices tile the family), placed where it belongs in dst.
+  const uint64_t at = plan.tensor(id).offset_in_family + first;
+  const int K = comm_.size();
+  std::vector<uint64_t> offsets(K), counts(K);
+  for (int r = 0; r < K; ++r) {
+    const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+    const uint64_t lo = std::min(std::max(o.begin, at), at + count), hi = std::max(lo, std::min(o.end, at + count));
+    offsets[r] = (lo - at) * sizeof(float);
+    counts[r] = (hi - lo) * sizeof(float);
+  }
+  const int me = comm_.rank();
+  if (counts[me] > 0) {
+    task_.backend().download(plan.tensor_offset(family, id) + first * sizeof(float) + offsets[me],
+                             reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
+  }
+  if (!comm_.device_memory()) return comm_.all_gather_v(dst, offsets, counts);
+  // Device memory: gathered in the communicator's workspace, then copied out.
+  char* ws = static_cast<char*>(comm_.workspace(count * sizeof(float)));
+  comm_.copy_from_host(ws + offsets[me], reinterpret_cast<char*>(dst) + offsets[me], counts[me]);
+  comm_.all_gather_v(ws, offsets, counts);
+  comm_.copy_to_host(dst, ws, count * sizeof(float));
+}
+
+void ShardedStep::set_reduce_chunk(uint64_t elements) {
+  if (elements == 0) throw_invalid("set_reduce_chunk(0): a round moves at least one element");
+  reduce_chunk_ = elements;
+}
+
+std::string ShardedStep::fingerprint() {
+  return task_.fingerprint([this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+    read_state(f, id, first, count, dst);
+  });
+}
+
+void ShardedStep::save(const std::string& path) {
+  task_.save(path, [this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+    read_state(f, id, first, count, dst);
+  }, comm_.rank() == 0);
 }
 
 }  // namespace renaissance

@@ -15,6 +15,7 @@
 #include "renaissance/math/precision.h"
 #include "renaissance/math/update_rules.h"
 #include "renaissance/scalars.h"
+#include "renaissance/shard.h"
 
 namespace renaissance {
 
@@ -129,11 +130,16 @@ void Task::compile() {
   if (precision.precision == Precision::kFp32 && precision.rounding != Rounding::kNearest) {
     throw_invalid("compile(): stochastic rounding needs a bf16 or fp16 model copy (precision is fp32)");
   }
+  if (options_.tensor_mask && options_.state_shard.world_size > 0) {
+    throw_invalid("compile(): tensor_mask with a state shard is not supported yet");
+  }
   PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
   plan_config.precision = precision.precision;
   plan_config.hyper_groups = hyper_groups();
   plan_config.tensor_mask = options_.tensor_mask;
   plan_ = MemoryPlan(params_, plan_config);
+  // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
+  if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
   step_ = compile_step(plan_, config_, options_.check_finite, precision);
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
@@ -161,7 +167,9 @@ void Task::compile() {
   write_hyperparameters();
   // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
   write_f32_slot(kClipCoefficient, 1.0f);
-  backend_->prepare(step_);
+  // A sliced task never runs the whole step (its M/V spans leave the slice): ShardedStep
+  // prepares the backend with its sub-steps instead.
+  if (!plan_.state_sliced()) backend_->prepare(step_);
 }
 
 void Task::require_compiled(const char* what) const {
@@ -350,6 +358,7 @@ void Task::write(Family family, size_t id, const float* src) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
+  if (family == Family::kM || family == Family::kV) return write_state_part(family, id, 0, count, src);
   backend_->upload(plan_.tensor_offset(family, id), src, count * sizeof(float));
   if (family == Family::kW) refresh_model_copy(id);
 }
@@ -379,6 +388,12 @@ void Task::read(Family family, size_t id, float* dst) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
+  if ((family == Family::kM || family == Family::kV) &&
+      !plan_.holds_state(plan_.tensor(id).offset_in_family, count)) {
+    throw_invalid(std::string("read(") + family_name(family) + ", '" + params_[id].name + "'): the tensor lies outside "
+                  "the slice [" + std::to_string(plan_.state_begin()) + ", " + std::to_string(plan_.state_end()) +
+                  ") of the optimizer state this rank holds; ShardedStep::read_state gathers it");
+  }
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
 }
 
@@ -419,7 +434,7 @@ void Task::poison_gradient(size_t id, uint64_t index, float value) {
 }
 
 void Task::step() {
-  require_compiled("step()");
+  require_whole_state("step()");
   backend_->execute(step_);
 }
 
@@ -429,7 +444,7 @@ void Task::set_launch_stream(void* stream) {
 }
 
 std::vector<double> Task::timed_steps(int count) {
-  require_compiled("timed_steps()");
+  require_whole_state("timed_steps()");
   if (count < 0) throw_invalid("timed_steps: count must be >= 0, got " + std::to_string(count));
   return backend_->timed_steps(step_, count);
 }

@@ -2,9 +2,11 @@
 # mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal
 #   equal:   (lars, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
 #            fingerprint, ordered the --simulate-ranks K one (every kind: sharded_runs.cc); --json carries world_size, grad_reduce, comm_ms_per_step.
+#            The same at K = 2 with a model copy: --precision bf16 --stochastic-rounding (lamb).
 #   reshard: (lamb, clipping) a checkpoint saved at K = 2 (one gathered file) resumed at K = 1 and 3: replicated
 #            ends with the uninterrupted plain run's fingerprint; ordered at K = 3 with that of
-#            --simulate-ranks 3 resumed from the same file.
+#            --simulate-ranks 3 resumed from the same file. Then (adamw) the same with a bf16
+#            model copy rounded stochastically, saved at K = 2, resumed at K = 1 and 3.
 #   lost:    rank 1 killed at batch 2 (RENAISSANCE_TEST_LOSE_RANK): the launcher exits non-zero
 #            within 50 s and its message names rank 1.
 set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
@@ -47,6 +49,13 @@ if(CASE STREQUAL "equal")
       expect_same("${kind} K=${K} ordered == --simulate-ranks ${K}" ${ord} ${sim})
     endforeach()
   endforeach()
+  set(args ${COMMON} --optimizer lamb --steps 5 --nan-at 2 --max-grad-norm 0.05 --precision bf16 --stochastic-rounding)
+  fingerprint(plain ${CLI} run ${args})
+  fingerprint(sim ${CLI} run ${args} --simulate-ranks 2)
+  fingerprint(rep ${MPI_RUN} 2 ${CLI} run ${args} --distributed mpi --grad-reduce replicated)
+  expect_same("lamb bf16 stochastic K=2 replicated == plain" ${rep} ${plain})
+  fingerprint(ord ${MPI_RUN} 2 ${CLI} run ${args} --distributed mpi --grad-reduce ordered)
+  expect_same("lamb bf16 stochastic K=2 ordered == --simulate-ranks 2" ${ord} ${sim})
   execute_process(COMMAND ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 2 --distributed mpi --grad-reduce fast --json
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
   if(NOT rc EQUAL 0 OR NOT out MATCHES "\"world_size\":3" OR NOT out MATCHES "\"grad_reduce\":\"fast\""
@@ -74,6 +83,16 @@ elseif(CASE STREQUAL "reshard")
                 --distributed mpi --grad-reduce ordered)
     fingerprint(sim ${CLI} run --model ${LAYOUT} --threads 1 --steps 6 --resume ${ck} --simulate-ranks 3)
     expect_same("${kind} saved at K=2, resumed ordered at K=3 == --simulate-ranks 3 resumed" ${ord} ${sim})
+  endforeach()
+  set(ck ${WORK}/k2-bf16.ckpt)
+  file(REMOVE ${ck})
+  set(args ${COMMON} --optimizer adamw --max-grad-norm 0.05 --schedule-steps 6 --precision bf16 --stochastic-rounding)
+  fingerprint(whole ${CLI} run ${args} --steps 6)
+  fingerprint(saved ${MPI_RUN} 2 ${CLI} run ${args} --steps 3 --checkpoint ${ck} --distributed mpi --grad-reduce replicated)
+  foreach(K 1 3)
+    fingerprint(resumed ${MPI_RUN} ${K} ${CLI} run --model ${LAYOUT} --threads 1 --steps 6 --resume ${ck}
+                --distributed mpi --grad-reduce replicated)
+    expect_same("adamw bf16 stochastic saved at K=2, resumed at K=${K} (replicated) == uninterrupted" ${resumed} ${whole})
   endforeach()
 elseif(CASE STREQUAL "lost")
   set(ENV{RENAISSANCE_TEST_LOSE_RANK} "1:2")

@@ -108,11 +108,22 @@ class Recorder:
         self.finished = False
         self._opt = opt
         self._groups = list(groups)
+        # The replay runs the groups of one structure (kind, weight-decay mode, max_grad_norm, step
+        # count) in one Task, as renaissance.torch does, so max_grad_norm clips over the groups it
+        # clipped over here (docs/replay-format.md, "Running"). Only clipping groups of one
+        # structure that stepped in different Tasks (other devices, separate Tasks) would clip
+        # differently in the replay: refused.
+        core_of = {}
         for gi, g in enumerate(self._groups):
-            shared = getattr(g.task, "shared", None)  # a GroupTask: one group of a shared Task
-            if shared is not None and shared.hyper_groups > 1 and _config(g.task)["max_grad_norm"] > 0:
-                raise ValueError(f"Recorder: group {gi} clips over a Task shared with other groups; a replay case "
-                                 "clips each group on its own (record with one group, or without max_grad_norm)")
+            config = _config(g.task)
+            if config["max_grad_norm"] > 0:
+                key = (config["kind"], config["weight_decay_mode"], config["max_grad_norm"], int(g.task.step_count))
+                core = getattr(g.task, "shared", None)  # a GroupTask's shared Task, or the Task itself
+                core = g.task if core is None else core
+                other = core_of.setdefault(key, (gi, core))
+                if other[1] is not core:
+                    raise ValueError(f"Recorder: groups {other[0]} and {gi} clip with the same structure in different "
+                                     "Tasks; a replay runs them in one Task and clips over both (record them separately)")
         self._names = [list(getattr(g, "names", None) or [n for n, _, _ in g.task.params]) for g in self._groups]
         self._grads = []    # per step: {case name: array}
         self._lrs = []      # per step: per group lr

@@ -416,6 +416,10 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = RENAISSANCE_VERSION;
   m.attr("with_cuda") = bool(RENAISSANCE_WITH_CUDA);
   nb::register_exception_translator(translate);
+  // A Task lives as long as any arena view torch holds (param.data, .grad, optimizer state), and
+  // torch does not free every tensor before interpreter exit: the Tasks still alive then are
+  // owned, not leaked, so nanobind's shutdown leak report would only alarm users.
+  nb::set_leak_warnings(false);
   void renaissance_register_replay(nanobind::module_&); renaissance_register_replay(m);  // --- replay (R) ---, at the end
 
   m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");

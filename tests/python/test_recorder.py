@@ -3,12 +3,14 @@
 # bit for bit, and that fingerprint is the state of an identical run that was never recorded; the
 # initial state, per-group lr schedules and a loss scale are carried; a tampered gradient changes
 # the replay's fingerprint; the case directory is written atomically and never over a non-empty
-# one unless asked. The optimizer is recorder_standin.StandinAdamW (the Recorder's contract on
+# one unless asked; renaissance.torch groups that clip over one shared Task replay bit for bit
+# (issue 13). The optimizer is mostly recorder_standin.StandinAdamW (the Recorder's contract on
 # renaissance.Task); CPU only, a few seconds.
 import json
 import os
 import pathlib
 import struct
+import types
 
 import numpy as np
 import pytest
@@ -179,7 +181,7 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = rt.AdamW([{"params": model[0].parameters()},
                     {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=1e-3, threads=1)
-    assert len(opt._shared()) == 1  # both groups in one Task: the replay's one-task-per-group run checks it
+    assert len(opt._shared()) == 1  # both groups in one Task, as the replay runs them
     x = torch.randn(32, 12)
     y = torch.randint(0, 4, (32,))
     train(model, opt, x, y, 2)
@@ -196,15 +198,51 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     assert opt2.fingerprint() == rec.fingerprint
 
 
-def test_clipping_over_a_shared_task_is_refused(tmp_path):
-    """One Task clips over all its groups; a replay case clips each group alone: refused."""
+def clipped_adamw(groups_in_one_optimizer=True):
+    """Two AdamW groups clipping at 0.05 (every step clips): one renaissance.torch optimizer (one
+    Task, one norm over both groups) or, as the control, one optimizer per group."""
     import renaissance.torch as rt
+    torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = rt.AdamW([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 1e-2}],
-                   lr=1e-3, max_grad_norm=1.0)
-    with pytest.raises(ValueError, match="clips over a Task shared"):
-        Recorder(opt, str(tmp_path / "c"), steps=2)
-    assert "step" not in vars(opt) and not (tmp_path / "c").exists()
+    groups = [{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}]
+    if groups_in_one_optimizer:
+        opts = [rt.AdamW(groups, lr=1e-3, max_grad_norm=0.05, threads=1)]
+    else:
+        opts = [rt.AdamW([g], lr=1e-3, max_grad_norm=0.05, threads=1) for g in groups]
+    return model, opts
+
+
+def test_clipping_over_a_shared_task_replays(tmp_path):
+    """A shared Task clips over all its groups; the replay runs those groups in one Task too, so
+    the recording replays bit for bit, and it is not what clipping each group alone gives."""
+    model, (opt,) = clipped_adamw()
+    assert len(opt._shared()) == 1
+    torch.manual_seed(1)
+    x, y = torch.randn(32, 12), torch.randint(0, 4, (32,))
+    train(model, opt, x, y, 2)
+    case = str(tmp_path / "clip")
+    with Recorder(opt, case, steps=3) as rec:
+        train(model, opt, x, y, 3)
+    assert [g["optimizer"]["max_grad_norm"] for g in case_json(case)["groups"]] == [0.05, 0.05]
+    assert renaissance.replay(case, threads=2)["fingerprint"] == rec.fingerprint == opt.fingerprint()
+    # The control: the same run with one Task per group (each clipped alone) ends elsewhere.
+    model2, opts2 = clipped_adamw(groups_in_one_optimizer=False)
+    for _ in range(5):
+        for o in opts2:
+            o.zero_grad()
+        torch.nn.functional.cross_entropy(model2(x), y).backward()
+        for o in opts2:
+            o.step()
+    assert combine_fingerprints([o.fingerprint() for o in opts2]) != rec.fingerprint
+
+
+def test_clipping_groups_of_one_structure_in_different_tasks_are_refused(tmp_path):
+    """The replay would put them in one Task and clip over both: refused, nothing hooked."""
+    _, opts = clipped_adamw(groups_in_one_optimizer=False)
+    both = types.SimpleNamespace(_bindings=opts[0]._bindings + opts[1]._bindings)
+    with pytest.raises(ValueError, match="clip with the same structure in different Tasks"):
+        Recorder(both, str(tmp_path / "c"), steps=2)
+    assert "step" not in vars(both) and not (tmp_path / "c").exists()
 
 
 def test_combine_fingerprints():

@@ -1,16 +1,18 @@
 // The Communicator: what a sharded step (renaissance/shard.h) needs from a collective engine,
 // and nothing more. Every buffer is in the backend's own memory (host memory for the CPU
-// backend; device memory for a future NCCL communicator on the CUDA backend), and every call is
+// backend; device memory for the NCCL communicator on the CUDA backend), and every call is
 // collective: all ranks call it in the same order with the same layout arguments.
 //
-// Implementations: LocalCommunicator (a world of one, in the runtime) and MpiCommunicator
-// (dist/, built when Open MPI is found). NCCL fits the same interface later: all_gather_v maps to
+// Implementations: LocalCommunicator (a world of one, in the runtime), MpiCommunicator (dist/,
+// built when Open MPI is found) and NcclCommunicator (dist/, built when NCCL is found; device
+// buffers, not yet run on GPUs). On NCCL: all_gather_v maps to
 // grouped ncclBroadcast (NCCL's all-gather needs equal counts), all_to_all_v to grouped
 // ncclSend/ncclRecv, reduce_scatter_sum_f32 to ncclReduceScatter on padded counts, the max to
-// ncclAllReduce(ncclMax), each enqueued on the backend's stream (docs/distributed.md).
+// ncclAllReduce(ncclMax), each enqueued on the communicator's stream and waited for.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +45,22 @@ class Communicator {
   // Element-wise maximum over ranks, in place.
   virtual void all_reduce_max_i32(int32_t* values, uint64_t count) = 0;
   virtual void barrier() = 0;
+
+  // Where the buffers of the calls live: host memory (false: MPI, local) or the device memory of
+  // a CUDA backend (true: NCCL). A sharded step stages its host-side arithmetic through the
+  // copies and the workspace below; for host memory they are plain copies and a host buffer.
+  virtual bool device_memory() const { return false; }
+  virtual void copy_to_host(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void copy_from_host(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void copy(void* dst, const void* src, uint64_t bytes) { std::memmove(dst, src, bytes); }
+  // A buffer of at least `bytes` in the communicator's memory, valid until the next call.
+  virtual void* workspace(uint64_t bytes) {
+    if (host_workspace_.size() < bytes) host_workspace_.resize(bytes);
+    return host_workspace_.data();
+  }
+
+ private:
+  std::vector<char> host_workspace_;
 };
 
 // A world of one rank: every collective is the identity (a sharded step at K = 1 and tests).

@@ -53,11 +53,14 @@ enum class NormRatio : int {
 };
 
 // One tensor of a group, for the model copy's stochastic-rounding key: its elements are
-// [begin, begin + numel) of the group span, and `param` is its id.
+// [begin, begin + numel) of the node's copy span, and `param` is its id. Element begin + i is
+// element first + i of the tensor: first is 0 for a whole tensor, and where a sharded step cut
+// the tensor (cut_model_copy, shard.h) the index of the rank's first element in it.
 struct CopyTensor {
   uint64_t begin = 0;
   uint64_t numel = 0;
   uint32_t param = 0;
+  uint64_t first = 0;
 };
 
 // What an update writes besides the fp32 master (precision.h): the model copy of the group,

@@ -26,6 +26,10 @@ constexpr uint64_t kRegionAlignBytes = 256;
 
 // Which families and scratch buffers an optimizer kind needs.
 struct PlanConfig {
+  // A rank of a sharded step (renaissance/shard.h) keeps M and V only for family elements
+  // [state_begin, state_end): see MemoryPlan::state_sliced(). The default keeps them whole.
+  uint64_t state_begin = 0;
+  uint64_t state_end = UINT64_MAX;
   bool has_m = false;
   bool has_v = false;
   bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
@@ -72,6 +76,21 @@ class MemoryPlan {
 
   const PlanConfig& config() const { return config_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
+
+  // A plan whose M and V families hold only the elements [state_begin(), state_end()) of the
+  // family (PlanConfig; a rank of a sharded step). Their storage is compact: the slice (from the
+  // 64-element boundary at or below state_begin, so that every element keeps its 256-byte
+  // alignment) sits where the whole family would start, and the M/V region offsets are set so
+  // that region + element still addresses it. Only elements of the slice may be touched through
+  // M or V spans: outside it those offsets alias other memory. Task refuses whole-family access.
+  bool state_sliced() const { return state_begin_ > 0 || state_end_ < family_elements_; }
+  uint64_t state_begin() const { return state_begin_; }
+  uint64_t state_end() const { return state_end_; }
+  // True when family elements [first, first + count) lie inside the held slice.
+  bool holds_state(uint64_t first, uint64_t count) const {
+    return first >= state_begin_ && first <= state_end_ && count <= state_end_ - first;
+  }
+
   size_t num_params() const { return tensors_.size(); }
   const TensorInfo& tensor(size_t id) const { return tensors_.at(id); }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -113,6 +132,8 @@ class MemoryPlan {
   std::string describe() const;
 
  private:
+  void set_state_slice(uint64_t family_elements);
+
   PlanConfig config_;
   std::vector<TensorInfo> tensors_;
   std::array<RegionInfo, kNumRegions> regions_{};
@@ -124,6 +145,8 @@ class MemoryPlan {
   std::vector<int32_t> tensor_blocks_;
   int scalar_blocks_ = 1;
   uint64_t arena_bytes_ = 0;
+  uint64_t family_elements_ = 0;  // elements of one family, padding included
+  uint64_t state_begin_ = 0, state_end_ = 0;
 };
 
 }  // namespace renaissance

@@ -23,7 +23,7 @@ namespace renaissance {
 constexpr const char* kReplayFormat = "renaissance-replay/1";
 constexpr const char* kReplayFormat2 = "renaissance-replay/2";
 
-// One parameter group: one Task, stepped after the groups before it in every step.
+// One parameter group: a hyperparameter group of the Task that replay_tasks puts it in.
 struct ReplayGroup {
   OptimizerConfig config;
   std::vector<double> lr_per_step;  // `steps` entries (optimizer.lr when not given)
@@ -89,6 +89,8 @@ struct ReplayResult {
   std::string fingerprint;                      // combine_fingerprints(group_fingerprints)
   std::vector<std::string> group_fingerprints;  // Task::fingerprint() of each group
   std::vector<int64_t> group_step_counts;       // each group's final applied-step count
+  std::vector<size_t> group_task;               // the Task each group ran in (replay_tasks' index)
+  size_t num_tasks = 0;
   bool has_m = false;  // some group's kind keeps M (V)
   bool has_v = false;
   // Per parameter; m[i], v[i] are empty where the parameter's group keeps no M (V).
@@ -98,8 +100,16 @@ struct ReplayResult {
   std::vector<std::vector<uint16_t>> c;      // per parameter: its model copy
 };
 
-// Runs the case on fresh Tasks, one per group: each group's initial weights, state and step
-// count, then per step and group in order set_lr, set_loss_scale, set_grad for every tensor, step().
+// Which groups run in one Task (lists of group indices, in order of their first group): groups
+// with the same kind, weight_decay_mode, max_grad_norm and initial_step share one, as
+// renaissance.torch shares one among the torch groups of one structure (so max_grad_norm clips
+// over all of them); a stochastic-rounding case keeps one Task per group (its rounding key's
+// parameter index is the index within the group).
+std::vector<std::vector<size_t>> replay_tasks(const ReplayCase& replay);
+
+// Runs the case on fresh Tasks, one per entry of replay_tasks, each group a hyperparameter group
+// of its Task: each group's initial weights, state and step count, then per step and Task
+// set_loss_scale, each group's set_lr and gradients, one step().
 ReplayResult run_replay(const ReplayCase& replay, const TaskOptions& options);
 
 struct TensorComparison {

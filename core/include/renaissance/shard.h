@@ -11,10 +11,9 @@
 #include "renaissance/communicator.h"
 #include "renaissance/graph.h"
 #include "renaissance/plan.h"
+#include "renaissance/task.h"
 
 namespace renaissance {
-
-class Task;
 
 // How the gradient of a rank's slice is formed before the step.
 enum class GradReduce {
@@ -44,6 +43,18 @@ struct ShardLayout {
 };
 ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
 
+// The plan configuration of rank shard.rank of a world of shard.world_size (TaskOptions::
+// state_shard): the configuration of `whole` (a plan holding M and V whole) with M and V cut to
+// that rank's slice of make_shard_layout(whole, world_size).
+PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
+
+// The model copy of a node cut to elements [lo, hi) of its group span (core/src/shard_copy.cc):
+// the tensors' parts inside it, each keeping its stochastic-rounding index (CopyTensor::first).
+// move_span: the node's spans start at lo (an element-wise update cut to a slice), so the copy
+// span moves with them and the tensors count from lo; otherwise (a tile-wise update, whose tiles
+// address the whole group) the span stays whole and only the tensor list shrinks.
+ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi, bool move_span);
+
 // The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
 // rank 0's stream is the run's own seed, so K = 1 is a plain run.
 constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
@@ -62,25 +73,42 @@ inline float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<
 // sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks);
 
-// Runs a compiled Task's step sharded over `comm`. The task must be compiled on the CPU backend
-// (the CUDA backend needs the NCCL communicator, not built yet). Before step(), G holds: the
+// Runs a compiled Task's step sharded over `comm`: a CPU task over a host-memory communicator
+// (MPI), a CUDA task over a device-memory one (NCCL; not yet run on GPUs). Before step(), G holds: the
 // full reduced gradient (kReplicated) or this rank's own full gradient (kOrdered, kFast).
+// A task compiled with TaskOptions::state_shard = {comm.rank(), comm.size()} holds only its slice
+// of M and V (the memory sharding saves); one compiled without it holds them whole (every rank
+// keeps only its slice current; gather_state() completes them).
 class ShardedStep {
  public:
   ShardedStep(Task& task, Communicator& comm, GradReduce mode);
   const ShardLayout& layout() const { return layout_; }
   const RankShard& shard() const { return layout_.ranks[static_cast<size_t>(comm_.rank())]; }
   // One step: gradient reduction, the slice's check/norm partials, their all-gather, the
-  // canonical combination everywhere, the slice's update, the all-gather of W.
+  // canonical combination everywhere, the slice's update, the all-gather of W and of the
+  // bf16/fp16 model copy where the task has one.
   void step();
-  // All-gathers M and V, so every rank holds the whole state (before a fingerprint or a save).
+  // All-gathers M and V, so every rank holds the whole state: only for a task that holds them
+  // whole (refused for a sliced one: use the collective reads below).
   void gather_state();
+  // Collective (every rank calls them in the same order): elements [first, first + count) of
+  // tensor id of M or V gathered from the ranks that own them into dst on every rank; the
+  // Task::fingerprint of the whole state (every rank gets it); Task::save of the whole state,
+  // written by rank 0 (one file, loadable at any world size).
+  void read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst);
+  std::string fingerprint();
+  void save(const std::string& path);
+  // The gradient reduction (ordered, fast) moves at most this many elements of each rank's
+  // range per round (default kReduceChunk); tests make it small to run many rounds.
+  void set_reduce_chunk(uint64_t elements);
+  static constexpr uint64_t kReduceChunk = uint64_t{1} << 18;
   // Seconds spent in collectives and the gradient reduction so far.
   double comm_seconds() const { return comm_seconds_; }
 
  private:
   void reduce_gradients();
   void gather_family(Family family);
+  void gather_model_copy();
   void gather_doubles(Region region, bool norm_tiles, uint64_t per_tile);
 
   Task& task_;
@@ -88,7 +116,9 @@ class ShardedStep {
   GradReduce mode_;
   ShardLayout layout_;
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
-  std::vector<float> scratch_;
+  std::vector<float> scratch_;  // the reduction's host buffer
+  uint64_t reduce_chunk_ = kReduceChunk;
+  bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
   double comm_seconds_ = 0.0;
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,16 @@
 #include "renaissance/plan.h"
 
 namespace renaissance {
+
+// A task that is rank `rank` of a sharded step over `world_size` ranks (renaissance/shard.h)
+// keeps the optimizer state (M, V) only for its slice of make_shard_layout(plan, world_size): its
+// arena is W + G whole plus M and V of the slice (MemoryPlan::state_sliced). Such a task is
+// stepped by a ShardedStep; the whole-state operations (step, fingerprint, save, read of M/V
+// outside the slice) refuse, and ShardedStep gathers what they need. world_size 0: whole state.
+struct StateShard {
+  int rank = 0;
+  int world_size = 0;
+};
 
 struct TaskOptions {
   BackendKind backend = BackendKind::kAuto;
@@ -36,10 +47,16 @@ struct TaskOptions {
   // its gradient is not looked at by the non-finite check, and its step count does not advance.
   // Each tensor keeps its own applied-step count t_i (tensor_steps()): Adam-family bias
   // corrections and the stochastic-rounding key use t_i; step_count() stays the task-wide count
-  // of applied steps. Not yet with gradient-norm clipping, LAMB or checkpoints (Error). Off
+  // of applied steps. Not yet with gradient-norm clipping, LAMB or a state shard (Error). Off
   // (default): nothing changes (layout, bits, speed).
   bool tensor_mask = false;
+  // Keep only this rank's slice of M and V (above); default: the whole state.
+  StateShard state_shard;
 };
+
+// Reads elements [first, first + count) of tensor `id` of family M or V into dst, from wherever
+// they live (ShardedStep::read_state gathers them from their ranks: a collective call).
+using StateReader = std::function<void(Family family, size_t id, uint64_t first, uint64_t count, float* dst)>;
 
 // What a caller's run stores with a checkpoint besides the optimizer state, so that a resume can
 // reproduce the run exactly (issue 12): the library keeps the values, the caller gives them
@@ -177,6 +194,11 @@ class Task {
   // limits on both sides. load also restores run_settings() and refuses a checkpoint whose
   // check-finite flag differs from the task's (the compiled step differs).
   void save(const std::string& path);
+  // The same file with M and V read through `state`; every rank of a sharded step calls it (the
+  // reads are collective) and only the one with write_file writes (ShardedStep::save).
+  void save(const std::string& path, const StateReader& state, bool write_file);
+  // fingerprint() with M and V read through `state` (a sharded task: ShardedStep::fingerprint).
+  std::string fingerprint(const StateReader& state);
   void load(const std::string& path);
   void set_run_settings(const RunSettings& settings) { run_settings_ = settings; }
   const RunSettings& run_settings() const { return run_settings_; }
@@ -201,6 +223,10 @@ class Task {
   std::vector<int> blocks_of_group(int group) const;
   void require_mask(const char* what) const;
   void write_bias_corrections(int block, const OptimizerConfig& c, int32_t t);
+  void require_whole_state(const char* what) const;
+  // Writes elements [first, first + count) of tensor id of M or V; a sliced task keeps the part
+  // inside its slice and drops the rest (every rank is given the whole tensor).
+  void write_state_part(Family family, size_t id, uint64_t first, uint64_t count, const float* src);
 
   std::vector<ParamSpec> params_;
   TaskOptions options_;

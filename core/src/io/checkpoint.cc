@@ -13,6 +13,7 @@
 // streams the state sections into the arena in a second (the file is never held whole in memory).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -191,6 +192,13 @@ uint64_t section_tensor_offset(const MemoryPlan& plan, Section s, size_t id) {
 }  // namespace
 
 void Task::save(const std::string& path) {
+  require_whole_state("save()");
+  save(path, [this](Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
+    backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), dst, count * sizeof(float));
+  }, true);
+}
+
+void Task::save(const std::string& path, const StateReader& read_state, bool write_file) {
   require_compiled("save()");
   if (path.empty()) throw_invalid("save(): the checkpoint path is empty");
   check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
@@ -258,6 +266,33 @@ void Task::save(const std::string& path) {
     scalars.raw(steps.data(), steps.size() * sizeof(int32_t));
   }
 
+  // A state section's payload, tensor by tensor in chunks, into `sink`; M and V through read_state.
+  std::vector<float> chunk;
+  auto stream_section = [&](Section s, const std::function<void(const void*, size_t)>& sink) {
+    for (size_t id = 0; id < params_.size(); ++id) {
+      const uint64_t bytes = section_tensor_bytes(plan_, s, id);
+      for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
+        chunk.resize(static_cast<size_t>((n + sizeof(float) - 1) / sizeof(float)));
+        if (s == Section::kM || s == Section::kV) {
+          static_assert(kStreamChunkBytes % sizeof(float) == 0, "M and V chunks are whole floats");
+          read_state(section_family(s), id, done / sizeof(float), n / sizeof(float), chunk.data());
+        } else {
+          backend_->download(section_tensor_offset(plan_, s, id) + done, chunk.data(), n);
+        }
+        sink(chunk.data(), static_cast<size_t>(n));
+        done += n;
+      }
+    }
+  };
+  if (!write_file) {
+    // Another rank writes: take part in the same reads of M and V, in the same order.
+    for (Section s : sections) {
+      if (s == Section::kM || s == Section::kV) stream_section(s, [](const void*, size_t) {});
+    }
+    return;
+  }
+
   AtomicFile file(path, "checkpoint");
   uint8_t header[kHeaderBytes];
   std::memcpy(header, kMagic, sizeof(kMagic));
@@ -282,17 +317,7 @@ void Task::save(const std::string& path) {
       const uint64_t elements = section_elements(plan_, s);
       SectionWriter w(file, s, sizeof(uint64_t) + elements * element_bytes(s));
       w.payload(&elements, sizeof(elements));
-      std::vector<uint8_t> chunk;
-      for (size_t id = 0; id < params_.size(); ++id) {
-        const uint64_t bytes = section_tensor_bytes(plan_, s, id);
-        for (uint64_t done = 0; done < bytes;) {
-          const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
-          chunk.resize(static_cast<size_t>(n));
-          backend_->download(section_tensor_offset(plan_, s, id) + done, chunk.data(), n);
-          w.payload(chunk.data(), n);
-          done += n;
-        }
-      }
+      stream_section(s, [&](const void* p, size_t n) { w.payload(p, n); });
       w.finish();
     }
   }
@@ -489,7 +514,13 @@ void Task::load(const std::string& path) {
         chunk.resize(static_cast<size_t>(n));
         file.read(pos, chunk.data(), n);
         XXH3_64bits_update(&again, chunk.data(), n);
-        backend_->upload(base + done, chunk.data(), n);
+        if (s == Section::kM || s == Section::kV) {
+          // A sliced task (a rank of a sharded step) keeps the part inside its slice.
+          write_state_part(section_family(s), id, done / sizeof(float), n / sizeof(float),
+                           reinterpret_cast<const float*>(chunk.data()));
+        } else {
+          backend_->upload(base + done, chunk.data(), n);
+        }
         pos += n;
         done += n;
       }

@@ -1,6 +1,6 @@
-// Replay cases: loading and validating a case directory (formats 1 and 2), running it through
-// the Task API (one Task per group) and comparing the result with the float64 reference; also
-// combine_fingerprints (renaissance/fingerprint.h), which format 2's expected fingerprint uses. The checks here are the user-facing ones for
+// Replay cases: loading and validating a case directory (formats 1 and 2) and running it through
+// the Task API (the groups of one structure in one Task: replay_tasks). Comparing the result and
+// combine_fingerprints are in replay_result.cc. The checks here are the user-facing ones for
 // files written by other tools, so each names the file, the tensor or the key.
 #include "renaissance/replay.h"
 
@@ -15,9 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
@@ -509,45 +506,97 @@ ReplayCase load_replay_case(const std::string& dir_in) {
   return rc;
 }
 
+std::vector<std::vector<size_t>> replay_tasks(const ReplayCase& rc) {
+  // renaissance.torch's rule (python/renaissance/_torch_group.py, structure_key): groups whose
+  // compiled step agrees (kind, weight-decay mode, max_grad_norm) share one Task, so that global
+  // clipping spans them as it did in the recording. Two things a Task also holds once for all its
+  // groups are added to the key: the step counter (initial_step), and under stochastic rounding
+  // the parameter index of the rounding key, which the format defines within the group.
+  const bool stochastic = rc.precision.precision != Precision::kFp32 && rc.precision.rounding == Rounding::kStochastic;
+  std::vector<std::vector<size_t>> tasks;
+  for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
+    const ReplayGroup& g = rc.groups[gi];
+    bool placed = false;
+    for (std::vector<size_t>& members : tasks) {
+      const ReplayGroup& first = rc.groups[members.front()];
+      if (!stochastic && first.config.kind == g.config.kind && first.config.weight_decay_mode == g.config.weight_decay_mode &&
+          first.config.max_grad_norm == g.config.max_grad_norm && first.initial_step == g.initial_step) {
+        members.push_back(gi);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) tasks.push_back({gi});
+  }
+  return tasks;
+}
+
 ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
+  const std::vector<std::vector<size_t>> classes = replay_tasks(rc);
+  // Where group gi lives: its Task, its hyperparameter group there and its first parameter's id.
+  struct Place {
+    size_t task = 0;
+    int hyper = 0;
+    size_t first_id = 0;
+  };
+  std::vector<Place> place(rc.groups.size());
   std::vector<std::unique_ptr<Task>> tasks;
-  for (const ReplayGroup& g : rc.groups) {
-    std::vector<ParamSpec> specs(rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param),
-                                 rc.params.begin() + static_cast<std::ptrdiff_t>(g.first_param + g.num_params));
+  for (size_t ti = 0; ti < classes.size(); ++ti) {
+    std::vector<ParamSpec> specs;
+    std::vector<OptimizerConfig> configs;
+    for (size_t h = 0; h < classes[ti].size(); ++h) {
+      const ReplayGroup& g = rc.groups[classes[ti][h]];
+      place[classes[ti][h]] = Place{ti, static_cast<int>(h), specs.size()};
+      for (size_t k = 0; k < g.num_params; ++k) {
+        specs.push_back(rc.params[g.first_param + k]);
+        specs.back().hyper_group = static_cast<int>(h);
+      }
+      configs.push_back(g.config);
+    }
     TaskOptions task_options = options;
-    task_options.precision = rc.precision;  // the case's model copy (the key's parameter index is within the group)
+    task_options.precision = rc.precision;  // the case's model copy (a stochastic case: one group per task, see above)
     auto task = std::make_unique<Task>(std::move(specs), task_options);
-    task->optimizer(g.config);
+    if (configs.size() == 1) task->optimizer(configs.front());
+    else task->optimizer_groups(configs);
     task->compile();
-    for (size_t k = 0; k < g.num_params; ++k) {
-      const size_t id = g.first_param + k;
-      task->set_weight(k, rc.init[id].data());
-      if (id < rc.has_init_m.size() && rc.has_init_m[id]) task->write(Family::kM, k, rc.init_m[id].data());
-      if (id < rc.has_init_v.size() && rc.has_init_v[id]) task->write(Family::kV, k, rc.init_v[id].data());
+    for (size_t gi : classes[ti]) {
+      const ReplayGroup& g = rc.groups[gi];
+      for (size_t k = 0; k < g.num_params; ++k) {
+        const size_t id = g.first_param + k, tid = place[gi].first_id + k;
+        task->set_weight(tid, rc.init[id].data());
+        if (id < rc.has_init_m.size() && rc.has_init_m[id]) task->write(Family::kM, tid, rc.init_m[id].data());
+        if (id < rc.has_init_v.size() && rc.has_init_v[id]) task->write(Family::kV, tid, rc.init_v[id].data());
+      }
     }
     // A fresh task is at step 0; only a resumed state moves the counter (format 1 never does).
-    if (g.initial_step != 0) task->set_step_count(g.initial_step);
+    // The groups of one task share their initial_step (replay_tasks).
+    const int64_t initial_step = rc.groups[classes[ti].front()].initial_step;
+    if (initial_step != 0) task->set_step_count(initial_step);
     tasks.push_back(std::move(task));
   }
   for (int64_t t = 0; t < rc.steps; ++t) {
-    for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
-      const ReplayGroup& g = rc.groups[gi];
-      Task& task = *tasks[gi];
-      task.set_lr(g.lr_per_step[static_cast<size_t>(t)]);
+    for (size_t ti = 0; ti < classes.size(); ++ti) {
+      Task& task = *tasks[ti];
       task.set_loss_scale(rc.loss_scale_per_step[static_cast<size_t>(t)]);
-      for (size_t k = 0; k < g.num_params; ++k) {
-        const std::string name = ReplayCase::grad_name(t, rc.params[g.first_param + k].name);
-        std::vector<float> grad;
-        if (rc.grads->info(name).dtype == StDtype::kF32) {
-          grad = rc.grads->read_f32(name);
-        } else {  // model-dtype gradients, widened exactly
-          const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
-          grad.resize(bits.size());
-          for (size_t i = 0; i < bits.size(); ++i) {
-            grad[i] = rc.precision.precision == Precision::kFp16 ? math::f16_to_f32(bits[i]) : math::bf16_to_f32(bits[i]);
+      for (size_t gi : classes[ti]) {
+        const ReplayGroup& g = rc.groups[gi];
+        const double lr = g.lr_per_step[static_cast<size_t>(t)];
+        if (classes[ti].size() == 1) task.set_lr(lr);
+        else task.set_lr(place[gi].hyper, lr);
+        for (size_t k = 0; k < g.num_params; ++k) {
+          const std::string name = ReplayCase::grad_name(t, rc.params[g.first_param + k].name);
+          std::vector<float> grad;
+          if (rc.grads->info(name).dtype == StDtype::kF32) {
+            grad = rc.grads->read_f32(name);
+          } else {  // model-dtype gradients, widened exactly
+            const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
+            grad.resize(bits.size());
+            for (size_t i = 0; i < bits.size(); ++i) {
+              grad[i] = rc.precision.precision == Precision::kFp16 ? math::f16_to_f32(bits[i]) : math::bf16_to_f32(bits[i]);
+            }
           }
+          task.set_grad(place[gi].first_id + k, grad.data());
         }
-        task.set_grad(k, grad.data());
       }
       task.step();
     }
@@ -555,137 +604,48 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
   ReplayResult r;
   r.backend = tasks.front()->backend().describe();
   r.precision = rc.precision.precision;
+  r.num_tasks = classes.size();
   for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
     const ReplayGroup& g = rc.groups[gi];
-    Task& task = *tasks[gi];
+    Task& task = *tasks[place[gi].task];
+    r.group_task.push_back(place[gi].task);
     const int64_t count = task.step_count();
     r.group_step_counts.push_back(count);
-    r.group_fingerprints.push_back(task.fingerprint());
+    std::vector<size_t> ids;
+    for (size_t k = 0; k < g.num_params; ++k) ids.push_back(place[gi].first_id + k);
+    // A group's fingerprint is what a task holding only it prints (fingerprint(ids)).
+    r.group_fingerprints.push_back(classes[place[gi].task].size() == 1 ? task.fingerprint() : task.fingerprint(ids));
     r.steps_applied += count - g.initial_step;
     r.steps_skipped += task.skipped_steps();
     const bool has_m = task.plan().has_family(Family::kM);
     const bool has_v = task.plan().has_family(Family::kV);
     r.has_m = r.has_m || has_m;
     r.has_v = r.has_v || has_v;
-    for (size_t k = 0; k < g.num_params; ++k) {
-      std::vector<float> buf(static_cast<size_t>(task.param(k).numel()));
-      task.read(Family::kW, k, buf.data());
+    for (size_t id : ids) {
+      std::vector<float> buf(static_cast<size_t>(task.param(id).numel()));
+      task.read(Family::kW, id, buf.data());
       r.w.push_back(buf);
       r.param_has_m.push_back(has_m);
       r.param_has_v.push_back(has_v);
       r.m.emplace_back();
       r.v.emplace_back();
       if (has_m) {
-        task.read(Family::kM, k, buf.data());
+        task.read(Family::kM, id, buf.data());
         r.m.back() = buf;
       }
       if (has_v) {
-        task.read(Family::kV, k, buf.data());
+        task.read(Family::kV, id, buf.data());
         r.v.back() = buf;
       }
       r.c.emplace_back();
       if (r.precision != Precision::kFp32) {
         r.c.back().resize(buf.size());
-        if (!buf.empty()) task.read_model_copy(k, r.c.back().data());
+        if (!buf.empty()) task.read_model_copy(id, r.c.back().data());
       }
     }
   }
   r.fingerprint = combine_fingerprints(r.group_fingerprints);
   return r;
-}
-
-bool fingerprint_matches(const ReplayCase& rc, const ReplayResult& result) {
-  return rc.expected_fingerprint.empty() || rc.expected_fingerprint == result.fingerprint;
-}
-
-bool is_fingerprint_text(const std::string& s) {
-  if (s.size() != 16) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-std::string combine_fingerprints(const std::vector<std::string>& fps) {
-  if (fps.empty()) throw_invalid("combine_fingerprints: no fingerprints (a case has at least one group)");
-  for (size_t i = 0; i < fps.size(); ++i) {
-    if (!is_fingerprint_text(fps[i])) {
-      throw_invalid("combine_fingerprints: entry " + std::to_string(i) + " " + sq(io::printable(fps[i])) +
-                    " is not 16 lowercase hex digits");
-    }
-  }
-  if (fps.size() == 1) return fps.front();
-  std::string joined;
-  for (size_t i = 0; i < fps.size(); ++i) joined += (i ? "\n" : "") + fps[i];
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(XXH3_64bits(joined.data(), joined.size())));
-  return text;
-}
-
-std::vector<TensorComparison> compare_replay(const ReplayCase& rc, const ReplayResult& result) {
-  std::vector<TensorComparison> out;
-  if (!rc.has_expected) return out;
-  auto compare = [&](const std::string& name, const std::vector<float>& got) {
-    auto it = rc.expected.find(name);
-    if (it == rc.expected.end()) return;
-    const std::vector<double>& ref = it->second;
-    TensorComparison c;
-    c.name = name;
-    c.numel = static_cast<int64_t>(got.size());
-    double diff2 = 0.0, ref2 = 0.0;
-    for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-      const double d = static_cast<double>(got[i]) - ref[i];
-      diff2 += d * d;
-      ref2 += ref[i] * ref[i];
-      c.max_abs = std::max(c.max_abs, std::fabs(d));
-      if (!std::isfinite(got[i])) c.finite = false;
-    }
-    c.rel_l2 = ref2 > 0.0 ? std::sqrt(diff2) / std::sqrt(ref2) : std::sqrt(diff2);
-    // A NaN anywhere must fail any tolerance, and comparisons with NaN are false.
-    if (!c.finite || std::isnan(c.rel_l2)) c.rel_l2 = INFINITY;
-    out.push_back(c);
-  };
-  for (size_t id = 0; id < rc.params.size(); ++id) compare(rc.params[id].name, result.w[id]);
-  for (size_t id = 0; id < rc.params.size(); ++id) {
-    if (result.param_has_m[id]) compare("m/" + rc.params[id].name, result.m[id]);
-  }
-  for (size_t id = 0; id < rc.params.size(); ++id) {
-    if (result.param_has_v[id]) compare("v/" + rc.params[id].name, result.v[id]);
-  }
-  // The model copy, bit for bit (rounding is exact: there is no tolerance to speak of).
-  for (size_t id = 0; id < rc.params.size() && id < result.c.size(); ++id) {
-    auto it = rc.expected_copy.find("c/" + rc.params[id].name);
-    if (it == rc.expected_copy.end()) continue;
-    TensorComparison c;
-    c.name = it->first;
-    c.numel = static_cast<int64_t>(result.c[id].size());
-    c.bitwise = true;
-    for (size_t i = 0; i < result.c[id].size() && i < it->second.size(); ++i) c.mismatched += result.c[id][i] != it->second[i];
-    c.rel_l2 = c.mismatched == 0 ? 0.0 : INFINITY;
-    c.finite = c.mismatched == 0;
-    out.push_back(c);
-  }
-  return out;
-}
-
-void write_replay_result(const std::string& path, const ReplayCase& rc, const ReplayResult& result) {
-  std::vector<StTensorView> views;
-  for (size_t id = 0; id < rc.params.size(); ++id) {
-    const ParamSpec& p = rc.params[id];
-    views.push_back({p.name, StDtype::kF32, p.shape, result.w[id].data()});
-    if (result.param_has_m[id]) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
-    if (result.param_has_v[id]) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
-    if (result.precision != Precision::kFp32) {
-      views.push_back({"c/" + p.name, copy_dtype(result.precision), p.shape, result.c[id].data()});
-    }
-  }
-  write_safetensors(path, views,
-                    {{"format", "renaissance-replay-result/1"},
-                     {"case", rc.name},
-                     {"backend", result.backend},
-                     {"steps_applied", std::to_string(result.steps_applied)},
-                     {"steps_skipped", std::to_string(result.steps_skipped)},
-                     {"fingerprint", result.fingerprint}});
 }
 
 }  // namespace renaissance

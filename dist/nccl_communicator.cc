@@ -1,0 +1,182 @@
+// NcclCommunicator: the Communicator over NCCL for CUDA ranks (one GPU each), bootstrapped through
+// MPI. Every call is enqueued on the communicator's stream and waited for, so calls complete in
+// order as MPI's do; the sharded step synchronises its backend before each call. Variable blocks
+// (all_gather_v) are grouped broadcasts; the all-to-all is grouped send/recv; the reduce-scatter
+// pads every rank's block to the largest. NOT YET RUN ON GPUs: compiled against NCCL's headers
+// only (docs/distributed.md, "NCCL"); scripts/gpu_dist.sh is the check for a 2-GPU machine.
+#include "renaissance/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "renaissance/error.h"
+
+namespace renaissance {
+
+namespace {
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(ErrorKind::kBackend, std::string("nccl communicator: ") + what + ": " + cudaGetErrorString(status));
+  }
+}
+
+void check_nccl(ncclResult_t status, const char* what) {
+  if (status != ncclSuccess) {
+    throw Error(ErrorKind::kBackend, std::string("nccl: ") + what + ": " + ncclGetErrorString(status));
+  }
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      MPI_Init(nullptr, nullptr);
+      owns_mpi_ = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // The local rank picks the GPU: ranks of one host share its devices.
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    int devices = 0;
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (devices < 1) throw Error(ErrorKind::kBackend, "nccl communicator: no CUDA device");
+    device_ = local_rank % devices;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    ncclUniqueId id;
+    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~NcclCommunicator() override {
+    if (workspace_ != nullptr) (void)cudaFree(workspace_);
+    if (pad_ != nullptr) (void)cudaFree(pad_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
+    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override {
+    int version = 0;
+    (void)ncclGetVersion(&version);
+    return "nccl " + std::to_string(version) + " (" + std::to_string(size_) + " ranks, GPU " + std::to_string(device_) +
+           " here)";
+  }
+
+  void all_gather_v(void* buffer, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& counts) override {
+    char* b = static_cast<char*>(buffer);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      if (counts[r] == 0) continue;
+      check_nccl(ncclBroadcast(b + offsets[r], b + offsets[r], counts[r], ncclChar, r, comm_, stream_), "ncclBroadcast");
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    wait();
+  }
+
+  void all_to_all_v(const void* send, const std::vector<uint64_t>& send_offsets, const std::vector<uint64_t>& send_counts,
+                    void* recv, const std::vector<uint64_t>& recv_offsets,
+                    const std::vector<uint64_t>& recv_counts) override {
+    const char* s = static_cast<const char*>(send);
+    char* d = static_cast<char*>(recv);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      if (send_counts[r] > 0) check_nccl(ncclSend(s + send_offsets[r], send_counts[r], ncclChar, r, comm_, stream_), "ncclSend");
+      if (recv_counts[r] > 0) check_nccl(ncclRecv(d + recv_offsets[r], recv_counts[r], ncclChar, r, comm_, stream_), "ncclRecv");
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    wait();
+  }
+
+  void reduce_scatter_sum_f32(const float* send, float* recv, const std::vector<uint64_t>& counts) override {
+    // NCCL's reduce-scatter takes equal blocks: each rank's block padded to the largest (zeros).
+    const uint64_t block = *std::max_element(counts.begin(), counts.end());
+    if (block == 0) return;
+    const uint64_t bytes = block * sizeof(float) * static_cast<uint64_t>(size_);
+    if (pad_bytes_ < bytes + block * sizeof(float)) {
+      if (pad_ != nullptr) check_cuda(cudaFree(pad_), "cudaFree");
+      pad_ = nullptr;
+      check_cuda(cudaMalloc(&pad_, bytes + block * sizeof(float)), "cudaMalloc");
+      pad_bytes_ = bytes + block * sizeof(float);
+    }
+    float* padded = static_cast<float*>(pad_);
+    float* out = padded + block * static_cast<uint64_t>(size_);
+    check_cuda(cudaMemsetAsync(padded, 0, bytes, stream_), "cudaMemsetAsync");
+    uint64_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      check_cuda(cudaMemcpyAsync(padded + block * static_cast<uint64_t>(r), send + at, counts[r] * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+      at += counts[r];
+    }
+    check_nccl(ncclReduceScatter(padded, out, block, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter");
+    check_cuda(cudaMemcpyAsync(recv, out, counts[rank_] * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+               "cudaMemcpyAsync");
+    wait();
+  }
+
+  void all_reduce_max_i32(int32_t* values, uint64_t count) override {
+    check_nccl(ncclAllReduce(values, values, count, ncclInt32, ncclMax, comm_, stream_), "ncclAllReduce");
+    wait();
+  }
+
+  void barrier() override {
+    wait();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  bool device_memory() const override { return true; }
+  void copy_to_host(void* dst, const void* src, uint64_t bytes) override { copy_kind(dst, src, bytes, cudaMemcpyDeviceToHost); }
+  void copy_from_host(void* dst, const void* src, uint64_t bytes) override {
+    copy_kind(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  void copy(void* dst, const void* src, uint64_t bytes) override { copy_kind(dst, src, bytes, cudaMemcpyDeviceToDevice); }
+  void* workspace(uint64_t bytes) override {
+    if (workspace_bytes_ < bytes) {
+      if (workspace_ != nullptr) check_cuda(cudaFree(workspace_), "cudaFree");
+      workspace_ = nullptr;
+      check_cuda(cudaMalloc(&workspace_, std::max<uint64_t>(bytes, 1)), "cudaMalloc");
+      workspace_bytes_ = bytes;
+    }
+    return workspace_;
+  }
+
+ private:
+  void wait() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void copy_kind(void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "cudaMemcpyAsync");
+    wait();
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = 0;
+  bool owns_mpi_ = false;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  uint64_t workspace_bytes_ = 0;
+  void* pad_ = nullptr;
+  uint64_t pad_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator() { return std::make_unique<NcclCommunicator>(); }
+
+}  // namespace renaissance

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Sharded steps over NCCL on a machine with 2 GPUs, Open MPI and NCCL (issue 16,
+# docs/distributed.md "NCCL"). NOT YET RUN ON GPUs: written and compiled on a machine without one.
+#
+# Builds the CLI with CUDA + MPI + NCCL (NCCL_ROOT=... for a non-system NCCL), then for K = 1, 2
+# and a few kinds (with clipping and a skipped NaN step) checks, by fingerprint of the whole state:
+#   mpirun -np K ... --distributed nccl --grad-reduce replicated  ==  the plain CUDA run
+#   mpirun -np K ... --distributed nccl --grad-reduce ordered     ==  --simulate-ranks K (CUDA)
+#   --grad-reduce fast at K = 2                                    ==  ordered (two summands)
+#   the plain CUDA run                                             ==  the plain CPU run
+# and the same with a bf16/fp16 model copy (adamw, lamb; --precision bf16 --stochastic-rounding
+# and --precision fp16), where also the K-rank NCCL run == the plain CPU run (replicated),
+# and prints arena_bytes_per_rank. Success: every line "ok", last line "gpu_dist: all checks
+# passed", exit 0. Any "FAIL" line: exit 1.
+#
+#   bash scripts/gpu_dist.sh            # BUILD=build-gpu-dist by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu-dist}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_MPI=ON \
+  -DRENAISSANCE_NCCL=ON -DRENAISSANCE_BUILD_TESTS=OFF ${NCCL_ROOT:+-DNCCL_ROOT=$NCCL_ROOT} >/dev/null
+ninja -C "$BUILD" renaissance_cli
+CLI=$BUILD/cli/renaissance
+nvidia-smi -L || true
+# NVLink multicast stays off (the device machines' rule); root may start mpirun in containers.
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE)
+PY=$(command -v python3)
+
+failures=0
+json_field() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
+run_fp() { "$@" --json | json_field fingerprint; }
+check() {  # check WHAT A B
+  if [[ "$2" == "$3" && -n "$2" ]]; then echo "ok   $1: $2"; else echo "FAIL $1: $2 != $3"; failures=$((failures + 1)); fi
+}
+
+for model in resnet50 gpt2_small; do
+  for kind in adamw lamb lars; do
+    args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
+          --nan-at 2 --max-grad-norm 0.05)
+    plain=$(run_fp "$CLI" "${args[@]}" --backend cuda)
+    if [[ "$model" == resnet50 ]]; then
+      check "$model $kind: CUDA == CPU" "$plain" "$(run_fp "$CLI" "${args[@]}" --backend cpu)"
+    fi
+    for K in 1 2; do
+      tag="$model $kind K=$K"
+      check "$tag replicated == plain" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$plain"
+      ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
+      check "$tag ordered == --simulate-ranks $K" "$ordered" "$(run_fp "$CLI" "${args[@]}" --backend cuda --simulate-ranks "$K")"
+      if [[ "$K" == 2 ]]; then
+        check "$tag fast == ordered" "$(run_fp "${MPIRUN[@]}" -np 2 "$CLI" "${args[@]}" --distributed nccl --grad-reduce fast)" "$ordered"
+      fi
+    done
+  done
+  # The model copy: the update sub-step writes the copy of its slice (cut tensors keep their
+  # rounding keys), W and the copy are all-gathered (docs/distributed.md "The model copy").
+  for prec in "bf16 --stochastic-rounding" "fp16"; do
+    for kind in adamw lamb; do
+      # shellcheck disable=SC2206  # prec is split on purpose into --precision's value and flag
+      args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
+            --nan-at 2 --max-grad-norm 0.05 --precision $prec)
+      plain=$(run_fp "$CLI" "${args[@]}" --backend cuda)
+      cpu=$(run_fp "$CLI" "${args[@]}" --backend cpu)
+      check "$model $kind $prec: CUDA == CPU" "$plain" "$cpu"
+      for K in 1 2; do
+        tag="$model $kind $prec K=$K"
+        check "$tag replicated == plain CPU" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$cpu"
+        ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
+        check "$tag ordered == --simulate-ranks $K" "$ordered" "$(run_fp "$CLI" "${args[@]}" --backend cuda --simulate-ranks "$K")"
+      done
+    done
+  done
+  for K in 1 2; do
+    bytes=$("${MPIRUN[@]}" -np "$K" "$CLI" run --model "$model" --optimizer adamw --steps 20 --distributed nccl \
+            --grad-reduce ordered --json | tee /dev/stderr | json_field arena_bytes_per_rank)
+    echo "info $model adamw K=$K: arena_bytes_per_rank $bytes"
+  done
+done
+
+if [[ $failures -ne 0 ]]; then
+  echo "gpu_dist: $failures check(s) FAILED"
+  exit 1
+fi
+echo "gpu_dist: all checks passed"
