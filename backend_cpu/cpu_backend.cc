@@ -154,10 +154,12 @@ class CpuBackend final : public Backend {
           if (node.kind != NodeKind::kRange || (node.w.count > 0) != (pass == 0)) continue;
           for (const Span* span : {&node.w, &node.g, &node.m, &node.v}) {
             if (span->count == 0) continue;
-            check_range(span->offset, span->count * sizeof(float));
+            // G of model-dtype gradients holds 2-byte elements.
+            const uint64_t size = span == &node.g && node.grad_dtype != Precision::kFp32 ? 2 : sizeof(float);
+            check_range(span->offset, span->count * size);
             char* base = arena_ + span->offset;
             parallel_blocks(threads_, span->count, tuning_.chunk_elements, [&](uint64_t b, uint64_t e) {
-              touch_pages(base + b * sizeof(float), (e - b) * sizeof(float), page_);
+              touch_pages(base + b * size, (e - b) * size, page_);
             }, tuning_.schedule);
           }
         }
@@ -215,6 +217,19 @@ class CpuBackend final : public Backend {
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {
     for (const GradientTarget& t : targets) {
+      if (t.dtype != Precision::kFp32) {
+        // Model-dtype gradients: the synthetic value rounded to nearest even (GradientTarget).
+        check_range(t.offset, t.count * sizeof(uint16_t));
+        uint16_t* h = reinterpret_cast<uint16_t*>(arena_ + t.offset);
+        const bool bf16 = t.dtype == Precision::kBf16;
+        parallel_blocks(threads_, t.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {
+          for (uint64_t i = begin; i < end; ++i) {
+            const float x = math::synthetic_gradient(seed, step, t.tensor, i, amplitude);
+            h[i] = bf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+          }
+        }, tuning_.schedule);
+        continue;
+      }
       check_range(t.offset, t.count * sizeof(float));
       float* g = reinterpret_cast<float*>(arena_ + t.offset);
       parallel_blocks(threads_, t.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {

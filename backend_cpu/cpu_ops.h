@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend_cpu/grad_dtype.h"
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
 #include "renaissance/scalars.h"
@@ -131,14 +132,16 @@ inline bool block_masked(const int32_t* mask, int32_t block) { return mask != nu
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
+  const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
+  const float* g = node.grad_dtype == Precision::kFp32 ? ctx.at<float>(node.g) : nullptr;
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
-    fn(w + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b, s, weight_group, l2);
+    const float* gb = fp32_grad(g_raw, node.grad_dtype, b, e) + b;
+    fn(w + b, gb, m ? m + b : nullptr, v ? v + b : nullptr, e - b, s, weight_group, l2);
     if (node.copy.c.count != 0) write_model_copy(ctx, node, b, e);
   };
   // With prefetch: the block in steps of kPrefetchStepElements, each step first asking for the
@@ -150,7 +153,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       const uint64_t ie = std::min(e, i + kPrefetchStepElements);
       const uint64_t pb = std::min(count, i + ahead), pe = std::min(count, ie + ahead);
       prefetch_floats(w, pb, pe);
-      prefetch_floats(g, pb, pe);
+      if (g) prefetch_floats(g, pb, pe);
       if (m) prefetch_floats(m, pb, pe);
       if (v) prefetch_floats(v, pb, pe);
       update(i, ie, s);
@@ -190,16 +193,24 @@ void for_tile_blocks(const CpuContext& ctx, const GraphNode& node, const NormTil
   }
 }
 
+// The elements [begin, end) of the group span that norm tiles [b, e) cover (consecutive tiles
+// lie in span order; what lies between them is padding).
+inline uint64_t tile_range_begin(const NormTile* tiles, uint64_t b) { return static_cast<uint64_t>(tiles[b].start); }
+inline uint64_t tile_range_end(const NormTile* tiles, uint64_t e) {
+  return static_cast<uint64_t>(tiles[e - 1].start + tiles[e - 1].length);
+}
+
 // Runs a tile-wise update over the node's norm tiles, kTilesPerBlock tiles per work item.
 inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
-  const float* g = ctx.at<float>(node.g);
+  const char* g_raw = ctx.at<char>(node.g);
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const float* ratio = ctx.at<float>(node.n);
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
+    const float* g = fp32_grad(g_raw, node.grad_dtype, tile_range_begin(tiles, b), tile_range_end(tiles, e));
     for_tile_blocks(ctx, node, tiles, b, e,
                     [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, m, v, tiles, tb, te, ratio, s); });
     if (node.copy.c.count != 0) {

@@ -95,8 +95,17 @@ HWY_EXPORT(GradNormPartials);
 HWY_EXPORT(CompiledTarget);
 
 void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
-  const float* g = ctx.at<float>(node.g);
   std::atomic<bool> found{false};
+  if (node.grad_dtype != Precision::kFp32) {
+    // Model-dtype gradients: the encodings themselves are checked (grad_dtype.h).
+    const uint16_t* h = ctx.at<uint16_t>(node.g);
+    parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
+      if (encoded_has_non_finite(node.grad_dtype, h + begin, end - begin)) found.store(true, std::memory_order_relaxed);
+    }, ctx.tuning.schedule);
+    ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
+    return;
+  }
+  const float* g = ctx.at<float>(node.g);
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
   if (const int32_t* mask = tensor_mask(ctx, node)) {
     // tensor_mask: the unmasked tensors' items only (a masked tensor's G is never looked at).
@@ -119,13 +128,17 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
 }
 
 void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
-  const float* g = ctx.at<float>(node.g);
+  const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
   double* partials = ctx.at<double>(node.norm.partials);
   const float* s = ctx.scalars.f32;
   const bool check = node.check_finite;
   std::atomic<bool> found{false};
   auto* fn = &HWY_DYNAMIC_DISPATCH(GradNormPartials);
   parallel_blocks(ctx.threads, node.norm.partials.count, 1, [&](uint64_t b, uint64_t e) {
+    // The widened tiles [b, e) of G (kGradNormTile elements each, the last one shorter).
+    const uint64_t begin = b * static_cast<uint64_t>(math::kGradNormTile);
+    const uint64_t end = std::min<uint64_t>(node.g.count, e * static_cast<uint64_t>(math::kGradNormTile));
+    const float* g = fp32_grad(g_raw, node.grad_dtype, begin, end);
     if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
   }, ctx.tuning.schedule);
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;

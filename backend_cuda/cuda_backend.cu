@@ -239,6 +239,12 @@ class CudaBackend final : public Backend {
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {
     for (const GradientTarget& t : targets) {
+      if (t.dtype != Precision::kFp32) {
+        check_range(t.offset, t.count * sizeof(uint16_t));
+        launch_synthetic_gradient_half(reinterpret_cast<uint16_t*>(arena_ + t.offset), t.count, seed, step, t.tensor,
+                                       amplitude, t.dtype == Precision::kBf16, launch_, origin());
+        continue;
+      }
       check_range(t.offset, t.count * sizeof(float));
       launch_synthetic_gradient(reinterpret_cast<float*>(arena_ + t.offset), t.count, seed, step, t.tensor,
                                 amplitude, launch_, origin());

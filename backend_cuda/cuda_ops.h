@@ -95,6 +95,9 @@ void launch_same_traffic(char* arena, const TrafficPass& pass, uint32_t key, uin
 // Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into g[0, count).
 void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
                                float amplitude, const LaunchConfig& launch, cudaStream_t stream);
+// The same values rounded to nearest even into bf16 (bf16) or fp16 encodings (model-dtype G).
+void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                                    float amplitude, bool bf16, const LaunchConfig& launch, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace renaissance

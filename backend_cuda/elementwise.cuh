@@ -12,6 +12,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
+#include "backend_cuda/grad_load.cuh"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -40,9 +41,10 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
   return node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) : nullptr;
 }
 
-// Rule on the four lanes of float4 q of w, g (and m, v when the rule has them).
-template <class Rule, bool kHasM, bool kHasV>
-__device__ __forceinline__ void update_float4(float4* __restrict__ w, const float4* __restrict__ g,
+// Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
+// through the reader of its encoding (grad_load.cuh).
+template <class Rule, bool kHasM, bool kHasV, class GQ>
+__device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
                                               float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
                                               const Coeffs<float>& c) {
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
@@ -60,14 +62,15 @@ __device__ __forceinline__ void update_float4(float4* __restrict__ w, const floa
 }
 
 // Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
-template <class Rule, bool kHasM, bool kHasV>
-__global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* __restrict__ g,
+template <class Rule, bool kHasM, bool kHasV, class G>
+__global__ void elementwise_update_kernel(float4* __restrict__ w, const G g_elements,
                                           float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
                                           const float* __restrict__ s, const int32_t* __restrict__ flags,
                                           bool weight_group) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
+  const auto g = g_elements.quads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
     update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c);
@@ -77,13 +80,14 @@ __global__ void elementwise_update_kernel(float4* __restrict__ w, const float4* 
 // H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
 // over items), each item with its group's scalar block. Items start on 64-element boundaries and
 // hold a multiple of 64 elements (plan.h): float4 only. One launch whatever H is.
-template <class Rule, bool kHasM, bool kHasV>
-__global__ void elementwise_items_kernel(float4* __restrict__ w, const float4* __restrict__ g,
+template <class Rule, bool kHasM, bool kHasV, class G>
+__global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_elements,
                                          float4* __restrict__ m, float4* __restrict__ v,
                                          const HyperItem* __restrict__ items, int64_t num_items,
                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
                                          bool weight_group, const int32_t* __restrict__ mask) {
   if (flags[kHasNonFinite] != 0) return;
+  const auto g = g_elements.quads();
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
     const HyperItem item = items[k];
     if (block_masked(mask, item.block)) continue;
@@ -101,22 +105,25 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
   if (n4 == 0) return;
   float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
   float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
-  if (node.hyper_items.count != 0) {
-    constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV>;
+  with_grad(ctx.arena, node, [&](auto g) {
+    using G = decltype(g);
+    if (node.hyper_items.count != 0) {
+      constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV, G>;
+      const int block = fit_block<kernel>(ctx.launch.block);
+      const int64_t items = static_cast<int64_t>(node.hyper_items.count);
+      kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
+          ctx.at<float4>(node.w), g, m, v, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
+          ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node));
+      RN_CUDA_CHECK_LAUNCH(name);
+      return;
+    }
+    constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G>;
     const int block = fit_block<kernel>(ctx.launch.block);
-    const int64_t items = static_cast<int64_t>(node.hyper_items.count);
-    kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
-        ctx.at<float4>(node.w), ctx.at<const float4>(node.g), m, v, ctx.at<const HyperItem>(node.hyper_items), items,
-        ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node));
+    const unsigned grid = grid_for(n4, block, ctx.launch);
+    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
+                                           node.group == Group::kWeight);
     RN_CUDA_CHECK_LAUNCH(name);
-    return;
-  }
-  constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV>;
-  const int block = fit_block<kernel>(ctx.launch.block);
-  const unsigned grid = grid_for(n4, block, ctx.launch);
-  kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), ctx.at<const float4>(node.g), m, v, n4,
-                                         ctx.scalars.f32, ctx.scalars.i32, node.group == Group::kWeight);
-  RN_CUDA_CHECK_LAUNCH(name);
+  });
 }
 
 }  // namespace cuda

@@ -14,6 +14,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
+#include "backend_cuda/grad_load.cuh"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/math/step_state.h"
 #include "renaissance/math/update_rules.h"
@@ -31,9 +32,13 @@ __device__ __forceinline__ bool not_finite(float x) {
 // bounded (see launch_CHECK_FINITE) and each thread makes several trips.
 constexpr int kCheckUnroll = 4;
 
-__global__ void check_finite_kernel(const float4* __restrict__ g, uint64_t n4, int32_t* __restrict__ flags,
+// G through the reader of its encoding (grad_load.cuh): a widened bf16 / fp16 value is NaN or
+// ±Inf exactly when its encoding is.
+template <class G>
+__global__ void check_finite_kernel(const G g_elements, uint64_t n4, int32_t* __restrict__ flags,
                                     unsigned* __restrict__ scratch) {
   bool bad = false;
+  const auto g = g_elements.quads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t q0 = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q0 < n4;
        q0 += kCheckUnroll * stride) {
@@ -107,8 +112,9 @@ constexpr int kGradNormBatch = 16;
 // and adds, in order, the squares in double of g*(1/scale) at j, j + 256, ... of the tile; then
 // the fixed halving tree (math::norm_lane_tree's additions). With `check`, every element is also
 // tested and the block votes as in check_finite_kernel.
+template <class G>
 __global__ void __launch_bounds__(kNormLanes)
-    grad_norm_partials_kernel(const float* __restrict__ g, uint64_t count, int64_t num_tiles,
+    grad_norm_partials_kernel(const G g, uint64_t count, int64_t num_tiles,
                               const float* __restrict__ s, bool check, int32_t* __restrict__ flags,
                               unsigned* __restrict__ scratch, double* __restrict__ partials) {
   __shared__ double lanes[kNormLanes];
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(kNormLanes)
     const uint64_t left = count - begin;
     const int64_t length = left < static_cast<uint64_t>(math::kGradNormTile) ? static_cast<int64_t>(left)
                                                                              : math::kGradNormTile;
-    const float* tg = g + begin;
+    const G tg = g + static_cast<int64_t>(begin);
     double acc = 0.0;
     for (int64_t base = j; base < length; base += static_cast<int64_t>(kGradNormBatch) * kNormLanes) {
       float x[kGradNormBatch];
@@ -189,10 +195,12 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   // Launched even without tiles (one block) when it must write the flag every step.
   unsigned grid = tile_grid(num_tiles, ctx.launch);
   if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / kNormLanes));
-  grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
-      ctx.at<const float>(node.g), node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32,
-      ctx.check_scratch, ctx.at<double>(node.norm.partials));
-  RN_CUDA_CHECK_LAUNCH("grad_norm_partials_kernel");
+  with_grad(ctx.arena, node, [&](auto g) {
+    grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
+        g, node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32, ctx.check_scratch,
+        ctx.at<double>(node.norm.partials));
+    RN_CUDA_CHECK_LAUNCH("grad_norm_partials_kernel");
+  });
 }
 
 void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
@@ -219,12 +227,14 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   // Launched even for an empty G (one block): the flag is written every step. The default grid
   // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
   // tickets number about a thousand, not one per 4 KB of gradients.
-  const int block = fit_block<&check_finite_kernel>(ctx.launch.block);
-  unsigned grid = grid_for((n4 + kCheckUnroll - 1) / kCheckUnroll, block, ctx.launch);
-  if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / block));
-  check_finite_kernel<<<grid, block, 0, ctx.stream>>>(
-      ctx.at<const float4>(node.g), n4, ctx.scalars.i32, ctx.check_scratch);
-  RN_CUDA_CHECK_LAUNCH("check_finite_kernel");
+  with_grad(ctx.arena, node, [&](auto g) {
+    constexpr auto kernel = &check_finite_kernel<decltype(g)>;
+    const int block = fit_block<kernel>(ctx.launch.block);
+    unsigned grid = grid_for((n4 + kCheckUnroll - 1) / kCheckUnroll, block, ctx.launch);
+    if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / block));
+    kernel<<<grid, block, 0, ctx.stream>>>(g, n4, ctx.scalars.i32, ctx.check_scratch);
+    RN_CUDA_CHECK_LAUNCH("check_finite_kernel");
+  });
 }
 
 }  // namespace cuda

@@ -18,8 +18,8 @@ constexpr int kUpdateBatch = 4;
 // One block per tile (grid-stride over tiles). A tile starts wherever its tensor does, so its
 // first and last few elements may share a float4 with the neighbouring tensor: those are done
 // one by one (never writing a neighbour's element), the aligned interior with float4 vectors.
-template <bool kNesterov>
-__global__ void lars_update_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+template <bool kNesterov, class G>
+__global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __restrict__ m,
                                    const NormTile* __restrict__ tiles, int64_t num_tiles,
                                    const float* __restrict__ eta, const float* __restrict__ s,
                                    const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
@@ -47,7 +47,7 @@ __global__ void lars_update_kernel(float* __restrict__ w, const float* __restric
       math::lars<ScalarPolicy, kNesterov>(w[i], g[i], m[i], lr_eta, c);
     }
     float4* w4 = reinterpret_cast<float4*>(w);
-    const float4* g4 = reinterpret_cast<const float4*>(g);
+    const auto g4 = g.quads();
     float4* m4 = reinterpret_cast<float4*>(m);
     const int64_t q_end = tail_begin / 4;
     for (int64_t q0 = head_end / 4 + tid; q0 < q_end; q0 += static_cast<int64_t>(kUpdateBatch) * threads) {
@@ -81,12 +81,15 @@ template <bool kNesterov>
 void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
-  const int block = fit_block<&lars_update_kernel<kNesterov>>(ctx.launch.block);
-  lars_update_kernel<kNesterov><<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
-      ctx.at<float>(node.w), ctx.at<const float>(node.g), ctx.at<float>(node.m), ctx.at<const NormTile>(node.norm.tiles),
-      num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32,
-      node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, node_mask(ctx, node));
-  RN_CUDA_CHECK_LAUNCH(name);
+  with_grad(ctx.arena, node, [&](auto g) {
+    constexpr auto kernel = &lars_update_kernel<kNesterov, decltype(g)>;
+    const int block = fit_block<kernel>(ctx.launch.block);
+    kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
+        ctx.at<float>(node.w), g, ctx.at<float>(node.m), ctx.at<const NormTile>(node.norm.tiles), num_tiles,
+        ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32,
+        node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, node_mask(ctx, node));
+    RN_CUDA_CHECK_LAUNCH(name);
+  });
 }
 
 }  // namespace

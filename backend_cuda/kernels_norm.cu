@@ -71,8 +71,9 @@ __device__ __forceinline__ bool quad_tile(const NormTile& tile) {
 // a quad x, y, z, w), then block_lane_tree. Whole aligned tiles load float4s, all 2*4 of them
 // before the first use; other tiles (a tensor's short last tile, or a tensor that starts off a
 // 16-byte boundary) load the same elements one by one, in the same order.
+template <class G>
 __global__ void __launch_bounds__(kNormLanes)
-    weight_and_gradient_partials_kernel(const float* __restrict__ w, const float* __restrict__ g,
+    weight_and_gradient_partials_kernel(const float* __restrict__ w, const G g,
                            const NormTile* __restrict__ tiles, int64_t num_tiles, const float* __restrict__ s,
                            const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
                            double* __restrict__ partials) {
@@ -86,11 +87,11 @@ __global__ void __launch_bounds__(kNormLanes)
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
     const float* tw = w + tile.start;
-    const float* tg = g + tile.start;
+    const G tg = g + tile.start;
     double aw = 0.0, ag = 0.0;
     if (quad_tile(tile)) {
       const float4* w4 = reinterpret_cast<const float4*>(tw);
-      const float4* g4 = reinterpret_cast<const float4*>(tg);
+      const auto g4 = tg.quads();
       float4 wr[kNormRounds], gr[kNormRounds];
 #pragma unroll
       for (int r = 0; r < kNormRounds; ++r) {
@@ -140,8 +141,9 @@ __device__ __forceinline__ void lamb_element(float w, float g, float& m, float& 
 // elements (the lane's quads, as above) and accumulates the squares of w and of the returned u
 // in increasing element order; then block_lane_tree. Whole aligned tiles: 4*4 float4 loads in
 // flight, float4 stores of m and v.
+template <class G>
 __global__ void __launch_bounds__(kNormLanes)
-    lamb_moment_partials_kernel(const float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+    lamb_moment_partials_kernel(const float* __restrict__ w, const G g, float* __restrict__ m,
                                 float* __restrict__ v, const NormTile* __restrict__ tiles, int64_t num_tiles,
                                 const float* __restrict__ s, const int32_t* __restrict__ flags,
                                 const int32_t* __restrict__ blocks, double* __restrict__ partials) {
@@ -155,13 +157,13 @@ __global__ void __launch_bounds__(kNormLanes)
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
     const float* tw = w + tile.start;
-    const float* tg = g + tile.start;
+    const G tg = g + tile.start;
     float* tm = m + tile.start;
     float* tv = v + tile.start;
     double aw = 0.0, au = 0.0;
     if (quad_tile(tile)) {
       const float4* w4 = reinterpret_cast<const float4*>(tw);
-      const float4* g4 = reinterpret_cast<const float4*>(tg);
+      const auto g4 = tg.quads();
       float4* m4 = reinterpret_cast<float4*>(tm);
       float4* v4 = reinterpret_cast<float4*>(tv);
       float4 wr[kNormRounds], gr[kNormRounds], mr[kNormRounds], vr[kNormRounds];
@@ -230,18 +232,20 @@ void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
   const int32_t* blocks = node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr;
-  if (node.norm_inputs == NormInputs::kLambMoments) {
-    lamb_moment_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
-        ctx.at<const float>(node.w), ctx.at<const float>(node.g), ctx.at<float>(node.m), ctx.at<float>(node.v),
-        ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32, ctx.scalars.i32, blocks,
-        ctx.at<double>(node.norm.partials));
-    RN_CUDA_CHECK_LAUNCH("lamb_moment_partials_kernel");
-    return;
-  }
-  weight_and_gradient_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
-      ctx.at<const float>(node.w), ctx.at<const float>(node.g), ctx.at<const NormTile>(node.norm.tiles), num_tiles,
-      ctx.scalars.f32, ctx.scalars.i32, blocks, ctx.at<double>(node.norm.partials));
-  RN_CUDA_CHECK_LAUNCH("weight_and_gradient_partials_kernel");
+  with_grad(ctx.arena, node, [&](auto g) {
+    if (node.norm_inputs == NormInputs::kLambMoments) {
+      lamb_moment_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
+          ctx.at<const float>(node.w), g, ctx.at<float>(node.m), ctx.at<float>(node.v),
+          ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32, ctx.scalars.i32, blocks,
+          ctx.at<double>(node.norm.partials));
+      RN_CUDA_CHECK_LAUNCH("lamb_moment_partials_kernel");
+      return;
+    }
+    weight_and_gradient_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
+        ctx.at<const float>(node.w), g, ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32,
+        ctx.scalars.i32, blocks, ctx.at<double>(node.norm.partials));
+    RN_CUDA_CHECK_LAUNCH("weight_and_gradient_partials_kernel");
+  });
 }
 
 void launch_NORM_TRUST_RATIO(const CudaContext& ctx, const GraphNode& node) {

@@ -4,6 +4,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
+#include "renaissance/math/precision.h"
 #include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/math/step_state.h"
 
@@ -35,7 +36,26 @@ __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count,
   }
 }
 
+// Model-dtype gradients: the synthetic value rounded to nearest even (bf16 when `bf16`, else fp16).
+__global__ void synthetic_gradient_half_kernel(uint16_t* __restrict__ g, uint64_t count, uint64_t seed,
+                                               uint64_t step, uint64_t tensor, float amplitude, bool bf16) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const float x = math::synthetic_gradient(seed, step, tensor, i, amplitude);
+    g[i] = bf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+  }
+}
+
 }  // namespace
+
+void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                                    float amplitude, bool bf16, const LaunchConfig& launch, cudaStream_t stream) {
+  if (count == 0) return;
+  const int block = fit_block<&synthetic_gradient_half_kernel>(launch.block);
+  synthetic_gradient_half_kernel<<<grid_for(count, block, launch), block, 0, stream>>>(g, count, seed, step, tensor,
+                                                                                       amplitude, bf16);
+  RN_CUDA_CHECK_LAUNCH("synthetic_gradient_half_kernel");
+}
 
 void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
   if (node.tensor_state.count != 0) {

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   double max_grad_norm = 0.0;  // clipping on every configuration when > 0 (compare_torch's clip rows)
   std::string precision = "fp32";  // issue 14: the bf16/fp16 model copy written by every step
   bool stochastic_rounding = false;
+  std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-grad-norm", max_grad_norm, "clip the global gradient norm to X (0: off)")->check(CLI::Range(0.0, 1e30));
   app.add_option("--precision", precision, "model copy: fp32 (none), bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--stochastic-rounding", stochastic_rounding, "round the model copy stochastically (needs bf16 or fp16)");
+  app.add_option("--grad-dtype", grad_dtype, "fp32, or model: gradients in the model dtype (needs bf16 or fp16)")
+      ->check(CLI::IsMember({"fp32", "model"}));
   app.add_flag("--verify-traffic", verify_traffic,
                "instead of timing: check that the same-traffic passes move bytes_per_param x params (a layout of "
                "weight-group tensors of multiples of 64 elements) and leave the state bit for bit as it was");
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
           options.check_finite = with_check;
           parse_precision(precision, &options.precision.precision);
           options.precision.rounding = stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
+          options.precision.model_dtype_gradients = grad_dtype == "model";
           Task task(params, options);
           task.optimizer(config);
           task.compile();
@@ -126,8 +130,8 @@ int main(int argc, char** argv) {
           }
           // The limit of this very step's access pattern, over this task's arena.
           const double limit_gbps = b.same_traffic_gbps(same_traffic_passes(task.plan(), kind, with_check), 20);
-          const double bytes = (bytes_per_param(kind, with_check) + (precision == "fp32" ? 0.0 : 2.0)) *
-                               static_cast<double>(param_count);  // + the model copy's 2 B write
+          // + the model copy's 2 B write, - 2 B per read of model-dtype gradients
+          const double bytes = bytes_per_param(kind, with_check, options.precision) * static_cast<double>(param_count);
           nlohmann::json row = {{"layout", layout_name},
                                 {"optimizer", kind_name},
                                 {"weight_decay_mode", l2 ? "l2" : "decoupled"},
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
                                 {"check_finite", with_check},
                                 {"precision", precision},
                                 {"rounding", stochastic_rounding ? "stochastic" : "nearest"},
+                                {"grad_dtype", grad_dtype == "model" ? precision : "fp32"},
                                 {"params", param_count},
                                 {"replays", replays},
                                 {"limit_gb_per_s", limit_gbps},

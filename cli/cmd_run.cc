@@ -323,6 +323,11 @@ int cmd_run(const RunOptions& o) {
   if (o.stochastic_rounding && run.precision.precision == Precision::kFp32) {
     throw_invalid("--stochastic-rounding needs --precision bf16 or fp16");
   }
+  // Not stored in a checkpoint (G is not part of it): a resume takes the flag as given.
+  run.precision.model_dtype_gradients = o.grad_dtype == "model";
+  if (run.precision.model_dtype_gradients && run.precision.precision == Precision::kFp32) {
+    throw_invalid("--grad-dtype model needs --precision bf16 or fp16");
+  }
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
@@ -330,9 +335,8 @@ int cmd_run(const RunOptions& o) {
 
   const int64_t numel = layout.total_numel();
   // The kind's traffic (and the check's read of G), plus the model copy's 2-byte write per
-  // parameter (gradients are still fp32, so the precision adds nothing else).
-  const double step_bytes_per_param =
-      bytes_per_param(kind, check_finite) + (run.precision.precision == Precision::kFp32 ? 0.0 : 2.0);
+  // parameter, less 2 B per read of G with --grad-dtype model.
+  const double step_bytes_per_param = bytes_per_param(kind, check_finite, run.precision);
   const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
   if (lead) run.on_step = [&](int done, double ms) { progress.update(done, ms); };
@@ -367,6 +371,7 @@ int cmd_run(const RunOptions& o) {
         {"check_finite", check_finite},
         {"precision", precision_name(run.precision.precision)},
         {"rounding", rounding_name(run.precision.rounding)},
+        {"grad_dtype", run.precision.model_dtype_gradients ? precision_name(run.precision.precision) : "fp32"},
         {"backend", backend_kind_name(r.backend)},
         {"backend_description", r.backend_description},
         {"threads", threads},

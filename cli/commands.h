@@ -70,6 +70,7 @@ struct RunOptions {
   bool no_check_finite = false;
   std::string precision = "fp32";    // --precision: fp32, or a bf16/fp16 model copy (issue 14)
   bool stochastic_rounding = false;  // --stochastic-rounding: of the copy, keyed by --seed
+  std::string grad_dtype = "fp32";   // --grad-dtype fp32|model: gradients in the model dtype (bf16/fp16)
   bool json = false;
   std::string checkpoint;     // save the state here (at the end, and every checkpoint_every steps)
   int checkpoint_every = 0;   // 0: only at the end

@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   run_cmd->add_flag("--stochastic-rounding", run.stochastic_rounding,
                     "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
+  run_cmd->add_option("--grad-dtype", run.grad_dtype,
+                      "With --precision bf16|fp16: model holds the gradients in the model dtype (2 B/param, widened "
+                      "exactly); fp32 (default) keeps fp32 gradients")
+      ->check(CLI::IsMember({"fp32", "model"}));
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
   run_cmd->add_option("--distributed", run.distributed,
                       "mpi: a sharded step over the ranks of mpirun (CPU ranks; docs/distributed.md)")

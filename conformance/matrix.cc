@@ -122,7 +122,7 @@ bool same_computation_as_another_cell(OptimizerKind kind, bool wd_on, WeightDeca
 std::string precision_spec(const PrecisionOptions& p) {
   if (p.precision == Precision::kFp32) return "";
   return std::string(" precision=") + precision_name(p.precision) + ":" + rounding_name(p.rounding) +
-         ":seed=" + std::to_string(p.seed);
+         ":seed=" + std::to_string(p.seed) + (p.model_dtype_gradients ? ":grad=model" : "");
 }
 
 }  // namespace
@@ -256,6 +256,18 @@ std::vector<Cell> cells(Tier tier) {
               Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
               c.precision = {prec, rounding, kSyntheticSeed};
               c.name += std::string(".") + precision_name(prec) + "." + rounding_name(rounding);
+              out.push_back(c);
+              // The same cell with gradients in the model dtype (the same inputs rounded to
+              // nearest even; no pattern of its own, so the cells after it keep theirs).
+              c.precision.model_dtype_gradients = true;
+              c.name += ".grad_model";
+              // fp16 gradients of up to 65536 would be inf (every step skipped): the loss scale
+              // an AMP run would have backed off to, still a power of two (exact unscaling).
+              if (prec == Precision::kFp16) {
+                c.loss_scale = 1024.0;
+                const size_t at = c.name.find("scale_2p16");
+                if (at != std::string::npos) c.name.replace(at, 10, "scale_2p10");
+              }
               out.push_back(c);
             }
           }

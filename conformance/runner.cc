@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "renaissance/math/precision.h"
 #include "renaissance/task.h"
 #include "tests/optimizer_cases.h"
 #include "tests/oracle_f32.h"
@@ -144,6 +145,32 @@ std::vector<ByteRange> gaps(const MemoryPlan& plan) {
   }
   std::sort(used.begin(), used.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
   return complement(used, plan.arena_bytes());
+}
+
+// Model-dtype gradient cells (PrecisionOptions::model_dtype_gradients): G holds each host
+// gradient rounded to nearest even in the model dtype, so the oracles are fed those values,
+// widened (exact), and Task::set_grad's own rounding of them changes nothing.
+uint16_t to_grad_dtype(const PrecisionOptions& p, float x) {
+  return p.precision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+}
+void round_grads_to_model_dtype(const PrecisionOptions& p, std::vector<std::vector<float>>* g) {
+  if (!p.model_dtype_gradients) return;
+  for (auto& tensor : *g) {
+    for (float& x : tensor) {
+      const uint16_t h = to_grad_dtype(p, x);
+      x = p.precision == Precision::kBf16 ? math::bf16_to_f32(h) : math::f16_to_f32(h);
+    }
+  }
+}
+// Writes `value` into element idx of parameter id's G through the raw arena upload, in G's dtype.
+void upload_gradient_element(Task& task, const PrecisionOptions& p, size_t id, uint64_t idx, float value) {
+  const uint64_t g = task.plan().tensor_offset(Family::kG, id);
+  if (p.model_dtype_gradients) {
+    const uint16_t h = to_grad_dtype(p, value);
+    task.backend().upload(g + idx * sizeof(uint16_t), &h, sizeof(h));
+  } else {
+    task.backend().upload(g + idx * sizeof(float), &value, sizeof(float));
+  }
 }
 
 uint32_t canary_word(uint64_t offset) { return 0xCA11AB1Eu ^ static_cast<uint32_t>(offset * 0x9E3779B1u); }
@@ -283,17 +310,20 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   for (int s = 0; s < cell.steps; ++s) {
     const std::string at = "step " + std::to_string(s);
     const double lr = cell.lr_at(s);
-    if (!cell.backend_gradients) make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
+    if (!cell.backend_gradients) {
+      make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
+      round_grads_to_model_dtype(cell.precision, &g);
+    }
     const Injection* inj = nullptr;
     for (const Injection& i : cell.injections) {
       if (i.step == s) inj = &i;
     }
-    uint64_t poison_offset = 0;
+    size_t poison_id = 0;
+    uint64_t poison_idx = 0;
     if (inj) {
-      const size_t id = site_id(inj->site);
-      const uint64_t idx = site_index(inj->site, id);
-      if (!cell.backend_gradients) g[id][idx] = inj->value;  // the oracle must skip the step as well
-      poison_offset = plan.tensor_offset(Family::kG, id) + idx * sizeof(float);
+      poison_id = site_id(inj->site);
+      poison_idx = site_index(inj->site, poison_id);
+      if (!cell.backend_gradients) g[poison_id][poison_idx] = inj->value;  // the oracle must skip the step as well
     }
     if (!cell.backend_gradients) {
       for (size_t k = 0; k < sample.size(); ++k) sample_g[k] = g[sample[k]];
@@ -309,7 +339,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
         for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, g[id].data());
       }
       // The poisoned element also goes in through the raw arena upload at its G offset.
-      if (inj) task.backend().upload(poison_offset, &inj->value, sizeof(float));
+      if (inj) upload_gradient_element(task, cell.precision, poison_id, poison_idx, inj->value);
       // Snapshots hold only what is compared: the frozen bytes before and after, plus the
       // oracle's tensors after (the whole arena after when CUDA is compared with the CPU).
       // Copying all 1.7 GB of a bert_base Adam arena twice per step would dominate the suite.
@@ -491,6 +521,7 @@ std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string*
       task.synthesize_gradients(kSyntheticSeed, static_cast<uint64_t>(s), static_cast<float>(cell.loss_scale));
     } else {
       make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
+      round_grads_to_model_dtype(cell.precision, &g);
       for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, g[id].data());
     }
     for (const Injection& inj : cell.injections) {
@@ -500,7 +531,7 @@ std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string*
                                                     : by_offset.back();
       const uint64_t n = static_cast<uint64_t>(params[id].numel());
       const uint64_t idx = inj.site == Site::kFirst ? 0 : (inj.site == Site::kMiddle ? n / 2 : n - 1);
-      task.backend().upload(plan.tensor_offset(Family::kG, id) + idx * sizeof(float), &inj.value, sizeof(float));
+      upload_gradient_element(task, cell.precision, id, idx, inj.value);
     }
     task.step();
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The mixed-precision checks of issue 14 on the GPU machine: builds with CUDA, runs the
 # precision unit tests (every kind x {bf16, fp16} x {nearest, stochastic} on CPU and CUDA, the
-# CUDA fingerprint against the CPU's) and fails if a CUDA cell skipped, then compares
+# CUDA fingerprint against the CPU's; with fp32 and with model-dtype gradients,
+# MixedPrecisionModelDtypeGrads) and fails if a CUDA cell skipped, then compares
 # `renaissance run` fingerprints of the model copy on cpu and cuda. Prints PRECISION OK at the end.
 # Golden fingerprints of the new conformance cells: scripts/record_golden.sh afterwards.
 #   scripts/gpu_precision.sh [BUILD_DIR]
@@ -24,7 +25,9 @@ if grep -E '^\[  SKIPPED \].*_cuda' "$log" | grep -v HighwayTargetsGiveTheSameFi
 fi
 echo "precision tests: $(grep -c '^\[       OK \].*_cuda' "$log") CUDA cells passed"
 grep -q '^\[  PASSED  \]' "$log" && ! grep -q '^\[  FAILED  \]' "$log" || { echo "FAIL: precision tests"; exit 1; }
-for p in "bf16" "fp16" "bf16 --stochastic-rounding" "fp16 --stochastic-rounding"; do
+for p in "bf16" "fp16" "bf16 --stochastic-rounding" "fp16 --stochastic-rounding" \
+         "bf16 --grad-dtype model" "fp16 --grad-dtype model" "bf16 --stochastic-rounding --grad-dtype model" \
+         "fp16 --stochastic-rounding --grad-dtype model"; do
   for kind in adamw lars lamb; do
     # shellcheck disable=SC2086
     cpu=$("$build/cli/renaissance" run --model resnet50 --optimizer $kind --steps 3 --nan-at 1 --backend cpu --precision $p --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["fingerprint"])')

@@ -44,6 +44,10 @@ add_test(NAME cli_run_checkpoint_resume_precision
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_resume_precision
                  -P ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume_precision.cmake)
 set_tests_properties(cli_run_checkpoint_resume_precision PROPERTIES LABELS cli TIMEOUT 120)
+add_test(NAME cli_run_grad_dtype
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/grad_dtype
+                 -P ${CMAKE_CURRENT_LIST_DIR}/grad_dtype.cmake)
+set_tests_properties(cli_run_grad_dtype PROPERTIES LABELS cli TIMEOUT 120)
 
 # audit: every kind, every available backend, all agree.
 rn_cli_test(cli_audit 0 "-DMATCH=all backends agree" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} audit --steps 4)

@@ -27,6 +27,11 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   if (precision.precision != plan.config().precision) {
     throw_invalid(std::string("the memory plan was not made for precision ") + precision_name(precision.precision));
   }
+  if (precision.model_dtype_gradients != plan.config().model_dtype_gradients) {
+    throw_invalid("the memory plan's gradient dtype differs from the precision options' model_dtype_gradients");
+  }
+  // Every node that reads G carries its encoding.
+  const Precision grad_dtype = precision.model_dtype_gradients ? precision.precision : Precision::kFp32;
   const PlanConfig need = plan_config_from_optimizer(config.kind);
   if (need.has_m != plan.config().has_m || need.has_v != plan.config().has_v ||
       need.has_n != plan.config().has_n) {
@@ -65,6 +70,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     partials.kind = NodeKind::kRange;
     partials.range_op = RangeOp::GRAD_NORM_PARTIALS;
     partials.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+    partials.grad_dtype = grad_dtype;
     partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
     partials.check_finite = check_finite;
     pre.push_back(partials);
@@ -82,6 +88,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
       check.kind = NodeKind::kRange;
       check.range_op = RangeOp::CHECK_FINITE;
       check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+      check.grad_dtype = grad_dtype;
       if (mask) {
         check.tensor_state = tensor_state;
         for (Group group : {Group::kBiasLike, Group::kWeight}) {
@@ -106,6 +113,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     node.weight_decay_mode = config.weight_decay_mode;
     node.w = plan.group_span(Family::kW, group);
     node.g = plan.group_span(Family::kG, group);
+    node.grad_dtype = grad_dtype;
     if (need.has_m) node.m = plan.group_span(Family::kM, group);
     if (need.has_v) node.v = plan.group_span(Family::kV, group);
     if (need.has_n) node.n = plan.group_span(Family::kN, group);

@@ -53,6 +53,17 @@ double bytes_per_param(OptimizerKind kind, bool check_finite) {
   return kind_info(kind).bytes_per_param + (check_finite ? 4.0 : 0.0);
 }
 
+double bytes_per_param(OptimizerKind kind, bool check_finite, const PrecisionOptions& precision) {
+  double bytes = bytes_per_param(kind, check_finite);
+  if (precision.precision == Precision::kFp32) return bytes;
+  bytes += 2.0;  // the copy's write
+  if (precision.model_dtype_gradients) {
+    const double kind_reads = kind_info(kind).norm == NormPass::kLarsTrustRatio ? 2.0 : 1.0;
+    bytes -= 2.0 * (kind_reads + (check_finite ? 1.0 : 0.0));
+  }
+  return bytes;
+}
+
 namespace {
 // The step computes in float32: a value finite as a double can still round to inf (1e39) or to
 // 0 (eps 1e-50), and a derived scalar can overflow even when its inputs do not (issue 12).

@@ -149,7 +149,25 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     }
   };
   place_family(Family::kW);
-  place_family(Family::kG);
+  if (config_.model_dtype_gradients) {
+    if (config_.precision == Precision::kFp32) {
+      throw_invalid("model-dtype gradients need a bf16 or fp16 precision (fp32 gradients are the fp32 default)");
+    }
+    // 2-byte G packed like C_MODEL_COPY: role r starts family-element-offset * 2 bytes in.
+    uint64_t cursor = offset;
+    for (int r = 0; r < kNumRoles; ++r) {
+      RegionInfo& info = regions_[family_region(Family::kG, static_cast<Role>(r))];
+      info.offset = cursor;
+      info.count = role_padded[r];
+      info.used = role_elems[r];
+      info.elem_size = sizeof(uint16_t);
+      info.allocated = true;
+      cursor += role_padded[r] * sizeof(uint16_t);
+    }
+    offset = round_up(cursor, kRegionAlignBytes);
+  } else {
+    place_family(Family::kG);
+  }
   set_state_slice(family_cursor);
   auto place_state = [&](Family family) {
     if (!state_sliced()) return place_family(family);
@@ -262,7 +280,7 @@ Span MemoryPlan::region_range(Region first, Region last) const {
   Span s;
   s.offset = regions_[first].offset;
   const RegionInfo& end = regions_[last];
-  s.count = (end.offset - s.offset) / sizeof(float) + end.count;
+  s.count = (end.offset - s.offset) / regions_[first].elem_size + end.count;
   return s;
 }
 
@@ -304,7 +322,8 @@ uint64_t MemoryPlan::tensor_offset(Family family, size_t id) const {
                                                                      : Role::kBnBias)];
     return first.offset + static_cast<uint64_t>(t.index_in_group) * sizeof(float);
   }
-  return regions_[family_region(family, Role::kBnBias)].offset + t.offset_in_family * sizeof(float);
+  const RegionInfo& first = regions_[family_region(family, Role::kBnBias)];
+  return first.offset + t.offset_in_family * first.elem_size;
 }
 
 std::string MemoryPlan::describe() const {

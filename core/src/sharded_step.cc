@@ -116,6 +116,9 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks) {
   if (ranks < 1) throw_invalid("--simulate-ranks must be >= 1, got " + std::to_string(ranks));
+  if (task.plan().config().model_dtype_gradients) {
+    throw_invalid("--simulate-ranks sums fp32 gradients; it does not take model-dtype gradients");
+  }
   const Span g = task.plan().region_range(G_BN_BIAS, G_DEEP_CONV);
   std::vector<float> sum(g.count), rank_g(g.count);
   for (int r = 0; r < ranks; ++r) {

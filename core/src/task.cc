@@ -133,8 +133,15 @@ void Task::compile() {
   if (options_.tensor_mask && options_.state_shard.world_size > 0) {
     throw_invalid("compile(): tensor_mask with a state shard is not supported yet");
   }
+  if (options_.tensor_mask && precision.model_dtype_gradients) {
+    throw_invalid("compile(): tensor_mask with model-dtype gradients is not supported yet");
+  }
+  if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
+    throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
+  }
   PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
   plan_config.precision = precision.precision;
+  plan_config.model_dtype_gradients = precision.model_dtype_gradients;
   plan_config.hyper_groups = hyper_groups();
   plan_config.tensor_mask = options_.tensor_mask;
   plan_ = MemoryPlan(params_, plan_config);
@@ -350,7 +357,40 @@ float* Task::weight(size_t id) {
 
 float* Task::grad(size_t id) {
   require_compiled("grad()");
-  return reinterpret_cast<float*>(static_cast<char*>(backend_->arena()) + plan_.tensor_offset(Family::kG, id));
+  if (grad_dtype() != Precision::kFp32) {
+    throw_invalid("grad(): the gradients are held in the model dtype (" + std::string(precision_name(grad_dtype())) +
+                  "); use grad_data()");
+  }
+  return static_cast<float*>(grad_data(id));
+}
+
+void* Task::grad_data(size_t id) {
+  require_compiled("grad_data()");
+  return static_cast<char*>(backend_->arena()) + plan_.tensor_offset(Family::kG, id);
+}
+
+Precision Task::grad_dtype() const {
+  return options_.precision.model_dtype_gradients ? options_.precision.precision : Precision::kFp32;
+}
+
+uint16_t Task::round_to_grad_dtype(float value) const {
+  return grad_dtype() == Precision::kBf16 ? math::f32_to_bf16_rne(value) : math::f32_to_f16_rne(value);
+}
+
+void Task::write_grad_encoded(size_t id, const uint16_t* src) {
+  require_compiled("write_grad_encoded()");
+  if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
+  if (grad_dtype() == Precision::kFp32) throw_invalid("write_grad_encoded(): the gradients are fp32 (use write)");
+  const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
+  if (count != 0) backend_->upload(plan_.tensor_offset(Family::kG, id), src, count * sizeof(uint16_t));
+}
+
+void Task::read_grad_encoded(size_t id, uint16_t* dst) {
+  require_compiled("read_grad_encoded()");
+  if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
+  if (grad_dtype() == Precision::kFp32) throw_invalid("read_grad_encoded(): the gradients are fp32 (use read)");
+  const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
+  if (count != 0) backend_->download(plan_.tensor_offset(Family::kG, id), dst, count * sizeof(uint16_t));
 }
 
 void Task::write(Family family, size_t id, const float* src) {
@@ -359,6 +399,12 @@ void Task::write(Family family, size_t id, const float* src) {
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
   if (family == Family::kM || family == Family::kV) return write_state_part(family, id, 0, count, src);
+  if (family == Family::kG && grad_dtype() != Precision::kFp32) {
+    // Model-dtype gradients: each float rounded to nearest even in the model dtype.
+    std::vector<uint16_t> h(count);
+    for (uint64_t i = 0; i < count; ++i) h[i] = round_to_grad_dtype(src[i]);
+    return write_grad_encoded(id, h.data());
+  }
   backend_->upload(plan_.tensor_offset(family, id), src, count * sizeof(float));
   if (family == Family::kW) refresh_model_copy(id);
 }
@@ -394,6 +440,14 @@ void Task::read(Family family, size_t id, float* dst) {
                   "the slice [" + std::to_string(plan_.state_begin()) + ", " + std::to_string(plan_.state_end()) +
                   ") of the optimizer state this rank holds; ShardedStep::read_state gathers it");
   }
+  if (family == Family::kG && grad_dtype() != Precision::kFp32) {
+    // Model-dtype gradients widen exactly (math/precision.h).
+    std::vector<uint16_t> h(count);
+    read_grad_encoded(id, h.data());
+    const bool bf16 = grad_dtype() == Precision::kBf16;
+    for (uint64_t i = 0; i < count; ++i) dst[i] = bf16 ? math::bf16_to_f32(h[i]) : math::f16_to_f32(h[i]);
+    return;
+  }
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
 }
 
@@ -404,7 +458,10 @@ void Task::synthesize(Family family, uint64_t seed, uint64_t step, float amplitu
   targets.reserve(params_.size());
   for (size_t id = 0; id < params_.size(); ++id) {
     const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-    if (count > 0) targets.push_back({plan_.tensor_offset(family, id), count, id});
+    if (count > 0) {
+      targets.push_back({plan_.tensor_offset(family, id), count, id,
+                         family == Family::kG ? grad_dtype() : Precision::kFp32});
+    }
   }
   backend_->fill_synthetic_gradients(targets, seed, step, amplitude);
   if (family == Family::kW) {
@@ -429,6 +486,10 @@ void Task::poison_gradient(size_t id, uint64_t index, float value) {
   if (index >= numel) {
     throw_invalid("poison_gradient(): index " + std::to_string(index) + " is outside parameter '" + param(id).name +
                   "' (" + std::to_string(numel) + " elements)");
+  }
+  if (grad_dtype() != Precision::kFp32) {
+    const uint16_t h = round_to_grad_dtype(value);
+    return backend_->upload(plan_.tensor_offset(Family::kG, id) + index * sizeof(uint16_t), &h, sizeof(h));
   }
   backend_->upload(plan_.tensor_offset(Family::kG, id) + index * sizeof(float), &value, sizeof(value));
 }

@@ -26,11 +26,13 @@ struct BackendOptions {
   bool cuda_graph = true;  // capture the step into one CUDA graph
 };
 
-// One G tensor to fill: `count` floats at byte `offset` of the arena, tensor number `tensor`.
+// One G tensor to fill: `count` elements at byte `offset` of the arena, tensor number `tensor`.
+// dtype kFp32: floats; kBf16 / kFp16: each synthetic value rounded to nearest even into 2 bytes.
 struct GradientTarget {
   uint64_t offset = 0;
   uint64_t count = 0;
   uint64_t tensor = 0;
+  Precision dtype = Precision::kFp32;
 };
 
 // One sweep of the same-traffic reference over `count` floats: every span listed is read at

@@ -82,6 +82,9 @@ struct GraphNode {
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
   // Ranges of one group in each family (same element count); G alone for CHECK_FINITE.
   Span w, g, m, v;
+  // The encoding of G's elements (PrecisionOptions::model_dtype_gradients): kFp32 (4-byte floats),
+  // or kBf16 / kFp16 2-byte encodings that every op widens exactly to fp32 before it computes.
+  Precision grad_dtype = Precision::kFp32;
   Span n;                  // per-tensor trust ratios of the group (norm kinds)
   NormTables norm;         // NORM_* nodes and the tile-wise updates that read the ratios
   NormInputs norm_inputs = NormInputs::kWeightAndGradient;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "renaissance/kinds.h"
+#include "renaissance/precision.h"
 
 namespace renaissance {
 
@@ -66,6 +67,10 @@ OptimizerConfig bench_config(OptimizerKind kind);
 // Ideal device-memory traffic of one step per fp32 parameter (kKindTable), plus 4 B when the
 // non-finite check reads G once more. The floor is this over the copy bandwidth.
 double bytes_per_param(OptimizerKind kind, bool check_finite);
+// The same with a precision: a bf16/fp16 model copy writes 2 B more; model-dtype gradients read
+// 2 B instead of 4 at every read of G (the check's, and the kind's: twice for LARS, once else).
+// AdamW with bf16 gradients and copy: 28 B (+2 B for the check).
+double bytes_per_param(OptimizerKind kind, bool check_finite, const PrecisionOptions& precision);
 
 // Validators shared by the builders, Task::set_lr and Task::set_loss_scale.
 void check_lr(double lr);

@@ -34,6 +34,10 @@ struct PlanConfig {
   bool has_v = false;
   bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
   Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
+  // bf16/fp16 only: the G family holds 2-byte model-dtype encodings, element j of G pairing with
+  // element j of W; its six role regions are packed one after another (no alignment gap between
+  // roles, each starts on a 128-byte boundary) so that a group span of G is contiguous.
+  bool model_dtype_gradients = false;
   // Hyperparameter groups H (ParamSpec::hyper_group < H). H > 1: inside each role region the
   // tensors follow (hyper group, declaration order), each (role, group) run padded to 64
   // elements; the scalar regions hold H blocks; T_HYPER_ITEMS and T_TENSOR_BLOCKS are placed

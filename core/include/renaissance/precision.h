@@ -15,6 +15,11 @@ struct PrecisionOptions {
   Precision precision = Precision::kFp32;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;  // the stochastic-rounding key's seed (unused with kNearest)
+  // bf16/fp16 only: the gradients G are held in the model dtype (2-byte encodings in W's layout,
+  // as the backward pass of a bf16/fp16 model writes them) instead of fp32. Every op widens them
+  // exactly to fp32 before it computes, so the bits equal an fp32-gradient task fed the widened
+  // values; the step reads 2 B/param of G instead of 4 (docs/math.md, "Mixed precision").
+  bool model_dtype_gradients = false;
 };
 
 inline const char* precision_name(Precision p) {

@@ -47,7 +47,7 @@ struct TaskOptions {
   // its gradient is not looked at by the non-finite check, and its step count does not advance.
   // Each tensor keeps its own applied-step count t_i (tensor_steps()): Adam-family bias
   // corrections and the stochastic-rounding key use t_i; step_count() stays the task-wide count
-  // of applied steps. Not yet with gradient-norm clipping, LAMB or a state shard (Error). Off
+  // of applied steps. Not yet with gradient-norm clipping, LAMB, a state shard or model-dtype gradients (Error). Off
   // (default): nothing changes (layout, bits, speed).
   bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
@@ -120,10 +120,20 @@ class Task {
   // The id of the parameter called `name`; throws when there is none.
   size_t find(const std::string& name) const;
 
-  // Pointers into the backend's memory (host for CPU, device for CUDA).
+  // Pointers into the backend's memory (host for CPU, device for CUDA). grad() throws when the
+  // gradients are in the model dtype; grad_data() points at G whatever its dtype (grad_dtype()).
   float* weight(size_t id);
   float* grad(size_t id);
-  // Host copies of one tensor (numel floats) in or out of any allocated family.
+  void* grad_data(size_t id);
+  // The encoding of G: kFp32, or the model dtype with PrecisionOptions::model_dtype_gradients.
+  Precision grad_dtype() const;
+  // Model-dtype gradients only (else Error(kInvalidArgument)): numel 2-byte bf16/fp16 encodings
+  // of parameter id's gradient in or out, bit for bit.
+  void write_grad_encoded(size_t id, const uint16_t* src);
+  void read_grad_encoded(size_t id, uint16_t* dst);
+  // Host copies of one tensor (numel floats) in or out of any allocated family. With model-dtype
+  // gradients, write(kG) rounds each float to nearest even in the model dtype and read(kG)
+  // widens exactly.
   void write(Family family, size_t id, const float* src);
   void read(Family family, size_t id, float* dst);
   void set_weight(size_t id, const float* src) { write(Family::kW, id, src); }
@@ -135,12 +145,14 @@ class Task {
   void read_model_copy(size_t id, uint16_t* dst);
 
   // Fills every G tensor with math::synthetic_gradient(seed, step, id, i, amplitude), on the
-  // backend (no host copy). Padding stays zero.
+  // backend (no host copy); with model-dtype gradients each value rounded to nearest even in the
+  // model dtype (the same bits on every backend). Padding stays zero.
   void synthesize_gradients(uint64_t seed, uint64_t step, float amplitude);
   // The same generator into every W tensor (synthetic initial weights), on the backend.
   void synthesize_weights(uint64_t seed, uint64_t step, float amplitude);
   // Sets element `index` of parameter id's gradient (a NaN there makes the non-finite check skip
-  // the step); throws when the index is outside the tensor.
+  // the step; with model-dtype gradients `value` is rounded to nearest even, so 1e6 is fp16 inf);
+  // throws when the index is outside the tensor.
   void poison_gradient(size_t id, uint64_t index, float value);
 
   void set_lr(double lr);             // every hyperparameter group
@@ -218,6 +230,7 @@ class Task {
   void check_group(int group, const char* what) const;
   void write_f32_slot(int slot, float value);
   void refresh_model_copy(size_t id);
+  uint16_t round_to_grad_dtype(float value) const;
   int32_t read_i32_slot(int slot);
   // The scalar blocks that hold group h's values (h itself, or with tensor_mask its tensors').
   std::vector<int> blocks_of_group(int group) const;
