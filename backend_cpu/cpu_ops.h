@@ -120,6 +120,12 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
 // The scalar block of hyperparameter group h (scalars.h).
 inline const float* scalar_block(const CpuContext& ctx, int32_t h) { return ctx.scalars.f32 + h * kNumScalarF32; }
 
+// TaskOptions::tensor_mask (graph.h): the mask array (block b = tensor b), or null without it.
+inline const int32_t* tensor_mask(const CpuContext& ctx, const GraphNode& node) {
+  return node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr;
+}
+inline bool block_masked(const int32_t* mask, int32_t block) { return mask != nullptr && mask[block] != 0; }
+
 // Runs an element-wise update over the node's group span, in chunk_elements blocks; with H > 1
 // hyperparameter groups, over the node's HyperItems (each with its block's scalars) in one
 // parallel loop of the same size in elements.
@@ -159,9 +165,11 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
     return;
   }
   const HyperItem* items = ctx.at<HyperItem>(node.hyper_items);
+  const int32_t* mask = tensor_mask(ctx, node);
   const uint64_t per_block = std::max<uint64_t>(1, ctx.tuning.chunk_elements / kHyperItemElements);
   parallel_blocks(ctx.threads, node.hyper_items.count, per_block, [&](uint64_t b, uint64_t e) {
     for (uint64_t k = b; k < e; ++k) {
+      if (block_masked(mask, items[k].block)) continue;
       const uint64_t start = static_cast<uint64_t>(items[k].start);
       block(start, start + static_cast<uint64_t>(items[k].count), scalar_block(ctx, items[k].block));
     }
@@ -175,11 +183,12 @@ void for_tile_blocks(const CpuContext& ctx, const GraphNode& node, const NormTil
                      uint64_t end, Fn&& fn) {
   if (node.tensor_blocks.count == 0) return fn(begin, end, ctx.scalars.f32);
   const int32_t* blocks = ctx.at<int32_t>(node.tensor_blocks);
+  const int32_t* mask = tensor_mask(ctx, node);
   while (begin < end) {
     const int32_t h = blocks[tiles[begin].tensor];
     uint64_t stop = begin + 1;
     while (stop < end && blocks[tiles[stop].tensor] == h) ++stop;
-    fn(begin, stop, scalar_block(ctx, h));
+    if (!block_masked(mask, h)) fn(begin, stop, scalar_block(ctx, h));
     begin = stop;
   }
 }

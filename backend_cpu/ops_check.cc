@@ -107,9 +107,23 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   }
   const float* g = ctx.at<float>(node.g);
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
-  parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
-    if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
-  }, ctx.tuning.schedule);
+  if (const int32_t* mask = tensor_mask(ctx, node)) {
+    // tensor_mask: the unmasked tensors' items only (a masked tensor's G is never looked at).
+    for (int group = 0; group < 2; ++group) {
+      const float* gg = ctx.at<float>(node.group_g[group]);
+      const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
+      parallel_blocks(ctx.threads, node.group_items[group].count, 1, [&](uint64_t b, uint64_t e) {
+        for (uint64_t k = b; k < e; ++k) {
+          if (block_masked(mask, items[k].block)) continue;
+          if (fn(gg + items[k].start, static_cast<size_t>(items[k].count))) found.store(true, std::memory_order_relaxed);
+        }
+      }, ctx.tuning.schedule);
+    }
+  } else {
+    parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
+      if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
+    }, ctx.tuning.schedule);
+  }
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
 

@@ -256,13 +256,17 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
   const ModelCopy& copy = node.copy;
   const float* w = ctx.at<float>(node.w);
   uint16_t* c = ctx.at<uint16_t>(copy.c);
-  const uint64_t t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
+  const uint64_t task_t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
+  // tensor_mask: each tensor's own count (graph.h); a masked tensor's copy is rewritten from its
+  // unchanged master with its unchanged key, so it keeps its bits.
+  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
   // The first tensor that ends after `begin` (tensors are in span order).
   auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
                              [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
   for (; it != copy.tensors.end() && it->begin < end; ++it) {
     const uint64_t lo = std::max(begin, it->begin);
     const uint64_t hi = std::min(end, it->begin + it->numel);
+    const uint64_t t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[it->param])) : task_t;
     round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, it->first + (lo - it->begin), copy.seed, t,
                      it->param);
   }

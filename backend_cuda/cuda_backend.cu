@@ -137,6 +137,13 @@ class CudaBackend final : public Backend {
     RN_CUDA_CHECK(cudaMemcpyAsync(arena_ + offset, src, bytes, cudaMemcpyHostToDevice, origin()));
   }
 
+  void upload_rows(uint64_t offset, uint64_t dst_pitch, const void* src, uint64_t row_bytes, uint64_t rows) override {
+    if (rows == 0 || row_bytes == 0) return;
+    check_range(offset, (rows - 1) * dst_pitch + row_bytes);
+    RN_CUDA_CHECK(cudaMemcpy2DAsync(arena_ + offset, dst_pitch, src, row_bytes, row_bytes, rows, cudaMemcpyHostToDevice,
+                                    origin()));
+  }
+
   void download(uint64_t offset, void* dst, uint64_t bytes) override {
     check_range(offset, bytes);
     if (bytes == 0) return;

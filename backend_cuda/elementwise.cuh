@@ -34,6 +34,13 @@ __device__ __forceinline__ const float* tensor_scalars(const float* s, const int
   return blocks == nullptr ? s : s + blocks[tensor] * kNumScalarF32;
 }
 
+// TaskOptions::tensor_mask (graph.h): is scalar block b (tensor b) masked? mask == nullptr: no mask.
+__device__ __forceinline__ bool block_masked(const int32_t* mask, int32_t b) { return mask != nullptr && mask[b] != 0; }
+// The node's mask array on the device, or nullptr without the flag.
+inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
+  return node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) : nullptr;
+}
+
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
 // through the reader of its encoding (grad_load.cuh).
 template <class Rule, bool kHasM, bool kHasV, class GQ>
@@ -78,11 +85,12 @@ __global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_eleme
                                          float4* __restrict__ m, float4* __restrict__ v,
                                          const HyperItem* __restrict__ items, int64_t num_items,
                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                         bool weight_group) {
+                                         bool weight_group, const int32_t* __restrict__ mask) {
   if (flags[kHasNonFinite] != 0) return;
   const auto g = g_elements.quads();
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
     const HyperItem item = items[k];
+    if (block_masked(mask, item.block)) continue;
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
@@ -105,7 +113,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
       const int64_t items = static_cast<int64_t>(node.hyper_items.count);
       kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
           ctx.at<float4>(node.w), g, m, v, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
-          ctx.scalars.i32, node.group == Group::kWeight);
+          ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node));
       RN_CUDA_CHECK_LAUNCH(name);
       return;
     }

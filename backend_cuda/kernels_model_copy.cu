@@ -37,11 +37,14 @@ __device__ __forceinline__ uint16_t round_master(float x, uint32_t r) {
 template <Precision kPrecision, Rounding kRounding>
 __global__ void model_copy_kernel(const float* __restrict__ w, uint16_t* __restrict__ c,
                                   const CopyPiece* __restrict__ pieces, int64_t count,
-                                  const int32_t* __restrict__ flags, uint64_t seed) {
+                                  const int32_t* __restrict__ flags, uint64_t seed,
+                                  const int32_t* __restrict__ tensor_steps) {
   if (flags[kHasNonFinite] != 0) return;  // a skipped step writes no copy (nor a master)
-  const uint32_t t = static_cast<uint32_t>(flags[kStep]);
+  const uint32_t task_t = static_cast<uint32_t>(flags[kStep]);
   for (int64_t p = blockIdx.x; p < count; p += gridDim.x) {
     const CopyPiece piece = pieces[p];
+    // tensor_mask: the tensor's own count (a masked tensor's copy is rewritten with its bits).
+    const uint32_t t = tensor_steps != nullptr ? static_cast<uint32_t>(tensor_steps[piece.param]) : task_t;
     // A piece of a tensor a sharded step cut may start inside a quad (first_index not a
     // multiple of 4): the quads are then counted from the block boundary `lead` elements before
     // it, and the elements of the first quad before the piece are not written.
@@ -81,7 +84,8 @@ void launch(const CudaContext& ctx, const GraphNode& node, const CopyPiece* piec
   constexpr auto kernel = &model_copy_kernel<kPrecision, kRounding>;
   const int block = fit_block<kernel>(ctx.launch.block);
   kernel<<<tile_grid(count, ctx.launch), block, 0, ctx.stream>>>(ctx.at<const float>(node.w), ctx.at<uint16_t>(node.copy.c),
-                                                                  pieces, count, ctx.scalars.i32, node.copy.seed);
+                                                                  pieces, count, ctx.scalars.i32, node.copy.seed,
+                                                                  node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr);
   RN_CUDA_CHECK_LAUNCH("model copy kernel");
 }
 

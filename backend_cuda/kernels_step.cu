@@ -18,6 +18,16 @@ __global__ void advance_step_kernel(int32_t* __restrict__ i32, float* __restrict
   math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
 }
 
+// tensor_mask: one thread per tensor (its count and corrections), thread 0 also the task-wide
+// counters; the parts write disjoint slots (math/step_state.h).
+__global__ void advance_tensor_steps_kernel(int32_t* __restrict__ i32, float* __restrict__ f32,
+                                            const double* __restrict__ f64, bool bias_correction, int n,
+                                            int32_t* __restrict__ tensor_state) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < n) math::advance_tensor_step(i32, f32, f64, bias_correction, b, tensor_state, tensor_state + n);
+  if (b == 0) math::advance_task_counters(i32);
+}
+
 __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count, uint64_t seed, uint64_t step,
                                           uint64_t tensor, float amplitude) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -48,6 +58,14 @@ void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, 
 }
 
 void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
+  if (node.tensor_state.count != 0) {
+    const int n = static_cast<int>(node.tensor_state.count / 2);
+    constexpr int kThreads = 128;
+    advance_tensor_steps_kernel<<<(n + kThreads - 1) / kThreads + (n == 0 ? 1 : 0), kThreads, 0, ctx.stream>>>(
+        ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, n, ctx.at<int32_t>(node.tensor_state));
+    RN_CUDA_CHECK_LAUNCH("advance_tensor_steps_kernel");
+    return;
+  }
   advance_step_kernel<<<1, 1, 0, ctx.stream>>>(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64,
                                                node.bias_correction, node.hyper_groups);
   RN_CUDA_CHECK_LAUNCH("advance_step_kernel");

@@ -2,7 +2,8 @@
 # GPU machine: builds the Python package with CUDA (`pip install .`, deps from the carried .deps/,
 # nanobind and scikit-build-core from the machine: no network, no build isolation) into
 # $BUILD/site, then runs the torch adapter's tests on the device: tests/python/test_torch_cuda.py
-# (CPU == CUDA fingerprints, GradScaler with an injected inf, stream ordering) and the CPU-side
+# (CPU == CUDA fingerprints, GradScaler with an injected inf, stream ordering), None gradients on
+# the device mask (tests/python/test_torch_none_grad.py, cpu and cuda) and the CPU-side
 # tests/python/test_torch_api.py on the same install (with pytest when the machine has it).
 # Logs go to $OUT (or gpu-python-out/); the last line is the one-line summary.
 #
@@ -36,7 +37,8 @@ export PYTHONPATH="$BUILD/site"
 "$PY" -c 'import renaissance, torch; print("renaissance", renaissance.__version__, "with_cuda", renaissance.with_cuda, "torch", torch.__version__, "cuda", torch.cuda.is_available())' \
   2>&1 | tee "$OUT/versions.log"
 if "$PY" -c 'import pytest' 2>/dev/null; then
-  timeout 300 "$PY" -m pytest "$ROOT/tests/python/test_torch_cuda.py" "$ROOT/tests/python/test_torch_api.py" -q -rs -s \
+  timeout 300 "$PY" -m pytest "$ROOT/tests/python/test_torch_cuda.py" "$ROOT/tests/python/test_torch_api.py" \
+    "$ROOT/tests/python/test_torch_none_grad.py" -q -rs -s \
     > "$OUT/pytest.log" 2>&1
   rc=$?
   tail -25 "$OUT/pytest.log"

@@ -38,6 +38,16 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     throw_invalid(std::string("the memory plan was not made for ") + optimizer_kind_name(config.kind));
   }
 
+  const bool mask = plan.config().tensor_mask;
+  if (mask && config.max_grad_norm > 0.0) {
+    throw_invalid("tensor_mask: gradient-norm clipping (max_grad_norm > 0) with a per-tensor mask is not supported yet");
+  }
+  if (mask && kind_info(config.kind).norm == NormPass::kLambTrustRatio) {
+    throw_invalid("tensor_mask: LAMB (its norm pass updates m and v) with a per-tensor mask is not supported yet");
+  }
+  const Span tensor_state = mask ? region_span(plan, S_TENSOR_INT32) : Span{};
+  const int blocks = plan.scalar_blocks();
+
   CompiledStep step;
   step.check_finite = check_finite;
   step.scalars_f32 = region_span(plan, S_SCALAR_FP32);
@@ -66,7 +76,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     pre.push_back(partials);
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
-    partials.hyper_groups = plan.config().hyper_groups;
+    partials.hyper_groups = blocks;
     GraphNode coefficient = partials;
     coefficient.kind = NodeKind::kCompute;
     coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
@@ -79,13 +89,21 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
       check.range_op = RangeOp::CHECK_FINITE;
       check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
       check.grad_dtype = grad_dtype;
+      if (mask) {
+        check.tensor_state = tensor_state;
+        for (Group group : {Group::kBiasLike, Group::kWeight}) {
+          check.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
+          check.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
+        }
+      }
       pre.push_back(check);
     }
     GraphNode advance;
     advance.kind = NodeKind::kCompute;
     advance.compute_op = ComputeOp::ADVANCE_STEP;
     advance.bias_correction = kind.bias_correction;
-    advance.hyper_groups = plan.config().hyper_groups;
+    advance.hyper_groups = blocks;
+    advance.tensor_state = tensor_state;
     pre.push_back(advance);
   }
 
@@ -99,8 +117,9 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     if (need.has_m) node.m = plan.group_span(Family::kM, group);
     if (need.has_v) node.v = plan.group_span(Family::kV, group);
     if (need.has_n) node.n = plan.group_span(Family::kN, group);
-    node.hyper_groups = plan.config().hyper_groups;
-    if (node.hyper_groups > 1) {
+    node.hyper_groups = blocks;
+    node.tensor_state = tensor_state;
+    if (plan.config().hyper_groups > 1 || mask) {
       node.hyper_items = plan.hyper_item_span(group);
       if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
     }

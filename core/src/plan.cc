@@ -54,6 +54,11 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   validate_param_specs(params);
   const int hyper = config_.hyper_groups;
   if (hyper < 1) throw_invalid("hyper_groups must be >= 1, got " + std::to_string(hyper));
+  const bool mask = config_.tensor_mask;
+  // With the mask every tensor is a run of its own (block = id): items never cross tensors.
+  const bool runs = hyper > 1 || mask;
+  if (mask && params.size() > static_cast<size_t>(INT32_MAX / kNumScalarF64)) throw_invalid("tensor_mask: too many parameters");
+  scalar_blocks_ = mask ? std::max<int>(1, static_cast<int>(params.size())) : hyper;
   for (const ParamSpec& p : params) {
     if (p.hyper_group < 0 || p.hyper_group >= hyper) {
       throw_invalid("parameter '" + p.name + "' has hyperparameter group " + std::to_string(p.hyper_group) +
@@ -68,7 +73,7 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   tensors_.resize(params.size());
   std::array<std::vector<size_t>, kNumRoles> by_role;
   for (size_t i = 0; i < params.size(); ++i) by_role[static_cast<int>(params[i].role)].push_back(i);
-  if (hyper > 1) {
+  if (runs) {
     for (auto& ids : by_role) {
       std::stable_sort(ids.begin(), ids.end(),
                        [&](size_t a, size_t b) { return params[a].hyper_group < params[b].hyper_group; });
@@ -99,10 +104,11 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     uint64_t run_start = cursor;
     int run_block = -1;
     for (size_t id : by_role[r]) {
-      if (hyper > 1 && params[id].hyper_group != run_block) {
+      const int block = mask ? static_cast<int>(id) : params[id].hyper_group;
+      if (runs && block != run_block) {
         if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
         run_start = cursor;
-        run_block = params[id].hyper_group;
+        run_block = block;
       }
       TensorInfo& t = tensors_[id];
       t.spec = params[id];
@@ -118,10 +124,11 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     role_padded[r] = round_up(cursor - family_cursor, kPadElements);
     family_cursor += role_padded[r];
   }
-  if (hyper > 1) {
+  if (runs) {
     tensor_blocks_.assign(static_cast<size_t>(group_index[1]), 0);
-    for (const TensorInfo& t : tensors_) {
-      if (group_of(t.spec.role) == Group::kWeight) tensor_blocks_[t.index_in_group] = t.spec.hyper_group;
+    for (size_t id = 0; id < tensors_.size(); ++id) {
+      const TensorInfo& t = tensors_[id];
+      if (group_of(t.spec.role) == Group::kWeight) tensor_blocks_[t.index_in_group] = block_of(id);
     }
   }
   group_tensor_count_ = group_index;
@@ -195,8 +202,8 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.precision != Precision::kFp32) {
     place(C_MODEL_COPY, family_cursor, family_cursor, sizeof(uint16_t));
   }
-  const uint64_t f32_slots = static_cast<uint64_t>(hyper) * kNumScalarF32;
-  const uint64_t f64_slots = static_cast<uint64_t>(hyper) * kNumScalarF64;
+  const uint64_t f32_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF32;
+  const uint64_t f64_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF64;
   place(S_SCALAR_FP32, f32_slots, f32_slots, sizeof(float));
   place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
   place(S_SCALAR_FP64, f64_slots, f64_slots, sizeof(double));
@@ -232,9 +239,13 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   const uint64_t g_count = region_range(G_BN_BIAS, G_DEEP_CONV).count;
   const uint64_t grad_tiles = math::grad_norm_tile_count(g_count);
   place(T_GRAD_NORM_PARTIALS, grad_tiles, grad_tiles, sizeof(double));
-  if (hyper > 1) {
+  if (runs) {
     place(T_HYPER_ITEMS, hyper_items_.size(), hyper_items_.size(), sizeof(HyperItem));
     place(T_TENSOR_BLOCKS, tensor_blocks_.size(), tensor_blocks_.size(), sizeof(int32_t));
+  }
+  if (mask) {
+    const uint64_t slots = 2 * static_cast<uint64_t>(tensors_.size());
+    place(S_TENSOR_INT32, slots, slots, sizeof(int32_t));
   }
   arena_bytes_ = offset;
 }
@@ -280,8 +291,12 @@ Span MemoryPlan::group_span(Family family, Group group) const {
                             family_region(family, Role::kDeepConv));
 }
 
+int MemoryPlan::block_of(size_t id) const {
+  return config_.tensor_mask ? static_cast<int>(id) : tensors_.at(id).spec.hyper_group;
+}
+
 Span MemoryPlan::hyper_item_span(Group group) const {
-  if (config_.hyper_groups == 1) return Span{};
+  if (config_.hyper_groups == 1 && !config_.tensor_mask) return Span{};
   const uint64_t skip = group == Group::kWeight ? hyper_item_count_[0] : 0;
   return Span{regions_[T_HYPER_ITEMS].offset + skip * sizeof(HyperItem), hyper_item_count_[static_cast<int>(group)]};
 }

@@ -151,6 +151,8 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
                   std::to_string(task.hyper_groups()) + ")");
   }
+  // The per-tensor mask walks the same kind of table (one item per tensor).
+  if (plan.config().tensor_mask) throw_invalid("a sharded step does not run a task with tensor_mask yet");
   layout_ = make_shard_layout(plan, comm.size());
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();

@@ -130,6 +130,12 @@ void Task::compile() {
   if (precision.precision == Precision::kFp32 && precision.rounding != Rounding::kNearest) {
     throw_invalid("compile(): stochastic rounding needs a bf16 or fp16 model copy (precision is fp32)");
   }
+  if (options_.tensor_mask && options_.state_shard.world_size > 0) {
+    throw_invalid("compile(): tensor_mask with a state shard is not supported yet");
+  }
+  if (options_.tensor_mask && precision.model_dtype_gradients) {
+    throw_invalid("compile(): tensor_mask with model-dtype gradients is not supported yet");
+  }
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }
@@ -137,6 +143,7 @@ void Task::compile() {
   plan_config.precision = precision.precision;
   plan_config.model_dtype_gradients = precision.model_dtype_gradients;
   plan_config.hyper_groups = hyper_groups();
+  plan_config.tensor_mask = options_.tensor_mask;
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
@@ -177,11 +184,74 @@ void Task::require_compiled(const char* what) const {
 }
 
 void Task::write_hyperparameters() {
+  if (plan_.config().tensor_mask) return write_all_hyperparameters();
   for (int h = 0; h < hyper_groups(); ++h) write_group_hyperparameters(h);
+}
+
+// tensor_mask: the host-owned slots of every block (one per tensor) from its group, in two copies
+// (fp32 slots before the bias corrections; fp64 slots before kGradNormD) whatever the number of
+// tensors: Backend::upload_rows. The values are exactly write_group_hyperparameters'.
+void Task::write_all_hyperparameters() {
+  const size_t n = plan_.num_params();
+  std::vector<float> f32(n * kBiasCorrection1);
+  std::vector<double> f64(n * kGradNormD);
+  for (size_t id = 0; id < n; ++id) {
+    const int group = params_[id].hyper_group;
+    const OptimizerConfig& config = group_config(group);
+    const double lr = this->lr(group);
+    float* s = f32.data() + id * kBiasCorrection1;
+    s[kLr] = static_cast<float>(lr);
+    s[kWeightDecay] = static_cast<float>(config.weight_decay);
+    s[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
+    s[kMomentum] = static_cast<float>(config.momentum);
+    s[kBeta1] = static_cast<float>(config.beta1);
+    s[kBeta2] = static_cast<float>(config.beta2);
+    s[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
+    s[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
+    s[kEps] = static_cast<float>(config.eps);
+    s[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
+    double* d = f64.data() + id * kGradNormD;
+    d[kBeta1D] = config.beta1;
+    d[kBeta2D] = config.beta2;
+    d[kWeightDecayD] = config.weight_decay;
+    d[kEpsD] = config.eps;
+    d[kTrustCoefficientD] = config.trust_coefficient;
+    d[kMaxGradNormD] = config.max_grad_norm;
+  }
+  static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), f32.data(),
+                        kBiasCorrection1 * sizeof(float), n);
+  backend_->upload_rows(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double), f64.data(),
+                        kGradNormD * sizeof(double), n);
+}
+
+void Task::set_group_lrs(const std::vector<double>& lrs) {
+  if (lrs.size() != groups_.size()) {
+    throw_invalid("set_group_lrs(): " + std::to_string(lrs.size()) + " learning rates for " + std::to_string(groups_.size()) + " groups");
+  }
+  for (double lr : lrs) check_lr(lr);
+  lr_ = lrs[0];
+  lrs_ = lrs;
+  if (!compiled()) return;
+  // Slots 0..2 (lr, wd, 1 - lr*wd) of every block in one copy.
+  const bool mask = plan_.config().tensor_mask;
+  const size_t blocks = static_cast<size_t>(plan_.scalar_blocks());
+  std::vector<float> rows(blocks * 3);
+  for (size_t b = 0; b < blocks; ++b) {
+    const int group = mask ? (b < params_.size() ? params_[b].hyper_group : 0) : static_cast<int>(b);
+    const double lr = this->lr(group);
+    const double wd = group_config(group).weight_decay;
+    rows[b * 3 + 0] = static_cast<float>(lr);
+    rows[b * 3 + 1] = static_cast<float>(wd);
+    rows[b * 3 + 2] = static_cast<float>(1.0 - lr * wd);
+  }
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), rows.data(),
+                        3 * sizeof(float), blocks);
 }
 
 // Block h of the scalar regions (scalars.h) from group h's configuration.
 void Task::write_group_hyperparameters(int group) {
+  if (plan_.config().tensor_mask) return write_all_hyperparameters();
   const OptimizerConfig& config = group_config(group);
   const double lr = this->lr(group);
   // Derived scalars are formed in double from the configured values and rounded once.
@@ -197,8 +267,6 @@ void Task::write_group_hyperparameters(int group) {
   f32[kEps] = static_cast<float>(config.eps);
   f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
   // Bias corrections are owned by the device (ADVANCE_STEP); leave them alone.
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset + group * kNumScalarF32 * sizeof(float), f32,
-                   kBiasCorrection1 * sizeof(float));
   double f64[kNumScalarF64] = {};
   f64[kBeta1D] = config.beta1;
   f64[kBeta2D] = config.beta2;
@@ -208,13 +276,26 @@ void Task::write_group_hyperparameters(int group) {
   f64[kMaxGradNormD] = config.max_grad_norm;
   // The last total norm (kGradNormD) is the device's: leave it alone.
   static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
-  backend_->upload(plan_.region(S_SCALAR_FP64).offset + group * kNumScalarF64 * sizeof(double), f64,
-                   kGradNormD * sizeof(double));
+  for (int b : blocks_of_group(group)) {
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + b * kNumScalarF32 * sizeof(float), f32,
+                     kBiasCorrection1 * sizeof(float));
+    backend_->upload(plan_.region(S_SCALAR_FP64).offset + b * kNumScalarF64 * sizeof(double), f64,
+                     kGradNormD * sizeof(double));
+  }
+}
+
+std::vector<int> Task::blocks_of_group(int group) const {
+  if (!plan_.config().tensor_mask) return {group};
+  std::vector<int> blocks;
+  for (size_t id = 0; id < params_.size(); ++id) {
+    if (params_[id].hyper_group == group) blocks.push_back(plan_.block_of(id));
+  }
+  return blocks;
 }
 
 // A task-wide float slot: the same value in every group's block (scalars.h).
 void Task::write_f32_slot(int slot, float value) {
-  for (int h = 0; h < hyper_groups(); ++h) {
+  for (int h = 0; h < plan_.scalar_blocks(); ++h) {
     backend_->upload(plan_.region(S_SCALAR_FP32).offset + (h * kNumScalarF32 + slot) * sizeof(float), &value,
                      sizeof(float));
   }
@@ -229,10 +310,7 @@ int32_t Task::read_i32_slot(int slot) {
 
 void Task::set_lr(double lr) {
   check_lr(lr);
-  lr_ = lr;
-  for (double& each : lrs_) each = lr;
-  if (!compiled()) return;
-  for (int h = 0; h < hyper_groups(); ++h) write_group_lr(h);
+  set_group_lrs(std::vector<double>(groups_.size(), lr));
 }
 
 void Task::set_lr(int group, double lr) {
@@ -244,12 +322,19 @@ void Task::set_lr(int group, double lr) {
 }
 
 void Task::write_group_lr(int group) {
+  if (plan_.config().tensor_mask) {  // every block in one copy (lr(0) is lr_, not lrs_[0])
+    std::vector<double> lrs(groups_.size());
+    for (int h = 0; h < hyper_groups(); ++h) lrs[h] = lr(h);
+    return set_group_lrs(lrs);
+  }
   // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
   static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_lr writes slots 0..2 at once");
   const double lr = this->lr(group);
   const double wd = group_config(group).weight_decay;
   const float f32[3] = {static_cast<float>(lr), static_cast<float>(wd), static_cast<float>(1.0 - lr * wd)};
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset + group * kNumScalarF32 * sizeof(float), f32, sizeof(f32));
+  for (int b : blocks_of_group(group)) {
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + b * kNumScalarF32 * sizeof(float), f32, sizeof(f32));
+  }
 }
 
 void Task::set_loss_scale(double scale) {
@@ -434,16 +519,65 @@ void Task::set_step_count(int64_t t) {
   backend_->upload(plan_.region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), &t32, sizeof(t32));
   // The corrections a run has after t applied steps: math::advance_step's values for t (the
   // next step recomputes them for t + 1 anyway), and the compiled arena's zeros for t = 0.
-  if (kind_info(config_.kind).bias_correction) {
-    static_assert(kBiasCorrection2 == kBiasCorrection1 + 1, "the two corrections are adjacent");
-    for (int h = 0; h < hyper_groups(); ++h) {
-      const OptimizerConfig& c = group_config(h);
-      const float bc[2] = {t32 == 0 ? 0.0f : math::bias_correction(c.beta1, t32),
-                           t32 == 0 ? 0.0f : math::bias_correction(c.beta2, t32)};
-      backend_->upload(plan_.region(S_SCALAR_FP32).offset + (h * kNumScalarF32 + kBiasCorrection1) * sizeof(float),
-                       bc, sizeof(bc));
-    }
+  if (options_.tensor_mask) {
+    set_tensor_steps(std::vector<int64_t>(params_.size(), t));
+    return;
   }
+  for (int h = 0; h < hyper_groups(); ++h) write_bias_corrections(h, group_config(h), t32);
+}
+
+// Block b's corrections after t applied steps: math::advance_step's values for t (the next step
+// recomputes them for t + 1 anyway), and the compiled arena's zeros for t = 0.
+void Task::write_bias_corrections(int block, const OptimizerConfig& c, int32_t t) {
+  if (!kind_info(config_.kind).bias_correction) return;
+  static_assert(kBiasCorrection2 == kBiasCorrection1 + 1, "the two corrections are adjacent");
+  const float bc[2] = {t == 0 ? 0.0f : math::bias_correction(c.beta1, t),
+                       t == 0 ? 0.0f : math::bias_correction(c.beta2, t)};
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset + (block * kNumScalarF32 + kBiasCorrection1) * sizeof(float),
+                   bc, sizeof(bc));
+}
+
+void Task::require_mask(const char* what) const {
+  require_compiled(what);
+  if (!options_.tensor_mask) throw_invalid(std::string(what) + ": the task was built without TaskOptions::tensor_mask");
+}
+
+int32_t* Task::tensor_mask() {
+  require_mask("tensor_mask()");
+  return reinterpret_cast<int32_t*>(static_cast<char*>(backend_->arena()) + plan_.region(S_TENSOR_INT32).offset);
+}
+
+void Task::set_tensor_mask(const std::vector<int32_t>& mask) {
+  require_mask("set_tensor_mask()");
+  if (mask.size() != params_.size()) {
+    throw_invalid("set_tensor_mask(): " + std::to_string(mask.size()) + " entries for " + std::to_string(params_.size()) + " parameters");
+  }
+  if (!mask.empty()) backend_->upload(plan_.region(S_TENSOR_INT32).offset, mask.data(), mask.size() * sizeof(int32_t));
+}
+
+std::vector<int64_t> Task::tensor_steps() {
+  require_mask("tensor_steps()");
+  std::vector<int32_t> steps(params_.size());
+  if (!steps.empty()) {
+    backend_->download(plan_.region(S_TENSOR_INT32).offset + params_.size() * sizeof(int32_t), steps.data(),
+                       steps.size() * sizeof(int32_t));
+  }
+  return std::vector<int64_t>(steps.begin(), steps.end());
+}
+
+void Task::set_tensor_steps(const std::vector<int64_t>& steps) {
+  require_mask("set_tensor_steps()");
+  if (steps.size() != params_.size()) {
+    throw_invalid("set_tensor_steps(): " + std::to_string(steps.size()) + " entries for " + std::to_string(params_.size()) + " parameters");
+  }
+  std::vector<int32_t> t32(steps.size());
+  for (size_t id = 0; id < steps.size(); ++id) {
+    if (steps[id] < 0 || steps[id] > INT32_MAX) throw_invalid("set_tensor_steps(): step " + std::to_string(steps[id]) + " must be in [0, 2^31)");
+    t32[id] = static_cast<int32_t>(steps[id]);
+  }
+  if (t32.empty()) return;
+  backend_->upload(plan_.region(S_TENSOR_INT32).offset + t32.size() * sizeof(int32_t), t32.data(), t32.size() * sizeof(int32_t));
+  for (size_t id = 0; id < t32.size(); ++id) write_bias_corrections(plan_.block_of(id), group_config(params_[id].hyper_group), t32[id]);
 }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }

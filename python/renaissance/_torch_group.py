@@ -6,6 +6,14 @@ scalar slots), so step() is one core step whatever the number of groups, and a g
 betas change without re-capture. The parameters' .data and .grad are re-pointed to views into
 the Task's W and G regions (DLPack tensors that keep the Task alive), so autograd accumulates
 straight into the arena. GroupBinding is the per-torch-group face of a SharedTask.
+
+A parameter whose .grad is None at step() is skipped as torch skips it: the Task is built with the
+core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask from `p.grad is None`
+(one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
+and state alone, keeps its gradient out of the non-finite check and does not advance its own step
+count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
+The core mask does not combine with clipping or LAMB yet: those Tasks keep the older way (zero the
+gradient, put W and the state back after the step; the Task's count advances for every parameter).
 """
 import warnings
 
@@ -43,8 +51,11 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
+        # The per-tensor mask where the core supports it (not with clipping or LAMB yet).
+        self.masked = kind != "lamb" and members[0][2].get("max_grad_norm") is None
         with _device_context(device):
-            task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups)
+            task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
+                              tensor_mask=self.masked)
             task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
             task.compile()
         self.task = task
@@ -56,7 +67,9 @@ class SharedTask:
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
         self.G_all = task.family_view("G", did)
-        self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per group (strided)
+        self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
+        self.mask = task.scalar_view("tensor_mask", did) if self.masked else None
+        self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
         self.bindings = []
 
     def is_view(self, j, g):
@@ -116,6 +129,10 @@ class SharedTask:
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
+        if self.masked:
+            self.write_mask(tuple(missing))
+            self.run_step()
+            return True
         saved = []
         with torch.no_grad():
             # A parameter without a gradient must not move: its G is zeroed (so it cannot make the
@@ -123,14 +140,44 @@ class SharedTask:
             for j in missing:
                 self.G[j].zero_()
                 saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V) if buf is not None])
-            if self.device.type == "cuda":
-                self.task.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
-            with _device_context(self.device):  # the Task's device, whichever is current
-                self.task.step()
+            self.run_step()
             for pairs in saved:
                 for view, copy in pairs:
                     view.copy_(copy)
         return True
+
+    def run_step(self):
+        if self.device.type == "cuda":
+            self.task.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        with _device_context(self.device):  # the Task's device, whichever is current
+            self.task.step()
+
+    def write_mask(self, missing):
+        """The device mask from the ids without a gradient: one copy, only when it changed. On
+        CUDA from pinned memory without blocking, on torch's current stream (the step's stream),
+        so it lands before the step reads it; torch keeps the pinned buffer until the copy ran."""
+        if missing == self.mask_written:
+            return
+        host = torch.zeros(len(self.params), dtype=torch.int32)
+        if missing:
+            host[list(missing)] = 1
+        with torch.no_grad():
+            if self.device.type == "cuda":
+                self.mask.copy_(host.pin_memory(), non_blocking=True)
+            else:
+                self.mask.copy_(host)
+        self.mask_written = missing
+
+    def step_tensors(self):
+        """Each parameter's `step` for the torch state: its own count (masked Task), else the
+        Task's count for every parameter."""
+        if self.masked:
+            return [torch.tensor(float(s)) for s in self.task.tensor_steps]
+        return [torch.tensor(float(self.task.step_count))] * len(self.params)
+
+    def flush_lrs(self):
+        """Every group's lr in one host-to-device copy (an lr schedule over many groups)."""
+        self.task.set_group_lrs([b.hyper["lr"] for b in self.bindings])
 
     def reapply_hyper(self):
         """Every group's scalars from the hyperparameters last applied (after a checkpoint load)."""
@@ -230,8 +277,10 @@ class GroupBinding:
     def set_scale(self, grad_scale):
         self.shared.set_scale(grad_scale)
 
-    def apply_hyper(self, kind, hyper):
-        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all."""
+    def apply_hyper(self, kind, hyper, lr_batch=None):
+        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all. With
+        `lr_batch` (a dict) an lr-only change is only recorded there (id(shared) -> shared): the
+        caller then writes every group's lr of that Task in one copy (flush_lrs)."""
         if kind != self.kind:
             raise ValueError(
                 "cannot change the optimizer of a param group from '%s' to '%s' after construction "
@@ -243,7 +292,9 @@ class GroupBinding:
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
         changed = {k for k in hyper if hyper[k] != self.hyper.get(k)}
-        if changed == {"lr"}:
+        if changed == {"lr"} and lr_batch is not None:
+            lr_batch[id(self.shared)] = self.shared
+        elif changed == {"lr"}:
             self.shared.task.set_group_lr(self.index, hyper["lr"])
         else:
             self.shared.task.set_group_hyper(self.index, kind, **hyper)

@@ -138,38 +138,44 @@ class _Base(Optimizer):
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             configs.append(self._core_config(group))
+        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
         for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
             if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
-            b.apply_hyper(kind, hyper)
+            b.apply_hyper(kind, hyper, lr_batch)
+        for shared in lr_batch.values():
+            shared.flush_lrs()
         for shared in self._shared():
             shared.step(grad_scale)
         return loss
 
     # ---- state ------------------------------------------------------------------------------
     def _refresh_state(self):
-        """self.state holds live views of M, V and each Task's applied-step count as `step`."""
+        """self.state holds live views of M, V and, as `step`, each parameter's applied-step count
+        (its own with the per-tensor mask; else its Task's)."""
         steps = {}
         for b in self._bindings:
             if "step" in b.state_names and id(b.shared) not in steps:
-                steps[id(b.shared)] = torch.tensor(float(b.shared.task.step_count))
-            step = steps.get(id(b.shared))
+                steps[id(b.shared)] = b.shared.step_tensors()
+            per = steps.get(id(b.shared))
             for j, p in enumerate(b.params):
-                st = b.state_of(j, step)
+                st = b.state_of(j, per[b.ids[j]] if per is not None else None)
                 if st:
                     self.state[p] = st
 
     def state_dict(self):
         """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
-        tensors are the live arena views (as torch's own state is live); 'step' is the group's
-        applied-step count (one per Task here, shared by its groups; torch keeps one per parameter)."""
+        tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
+        applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
+        under clipping or LAMB (no per-tensor mask yet) its Task's count."""
         self._refresh_state()
         return super().state_dict()
 
     def load_state_dict(self, state_dict):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
-        anything changes: group sizes, buffer shapes, one step count per group."""
+        anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
+        None gradients) need the per-tensor mask (not with clipping or LAMB yet)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
             raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
@@ -189,7 +195,10 @@ class _Base(Optimizer):
                                  "optimizer's (%s); build the optimizer with the same settings" %
                                  (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
             states = [state_dict["state"].get(k) for k in g["params"]]
+            per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
             steps = {_step_of(s) for s in states}
+            if len(steps) > 1 and b.shared.masked:
+                steps = {max(per_param)}  # the Task's count; each parameter keeps its own below
             if len(steps) > 1:
                 raise ValueError("load_state_dict: param group %d has parameters at different steps %s; this library "
                                  "keeps one step count per group" % (gi, sorted(x for x in steps if x is not None)))
@@ -204,21 +213,35 @@ class _Base(Optimizer):
                         raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
                     bufs.append((getattr(b, fam)[j], t))
-            plan.append((b, step, bufs))
-        shared_steps = {}  # the groups of one Task share its step count
-        for gi, (b, step, _) in enumerate(plan):
+            plan.append((b, step, bufs, per_param))
+        shared_steps = {}  # the groups of one Task share its step count (masked: the largest)
+        for b, step, _, _ in plan:
+            if b.shared.masked:
+                shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared)) or 0, step or 0)
+        for gi, (b, step, _, _) in enumerate(plan):
+            if b.shared.masked:
+                continue
             if shared_steps.setdefault(id(b.shared), step) != step:
                 raise ValueError("load_state_dict: param group %d is at step %s, another group of the same Task at %s; "
                                  "this library keeps one step count per Task (groups of one kind, weight-decay mode "
                                  "and clipping share it)" % (gi, step, shared_steps[id(b.shared)]))
         super().load_state_dict(state_dict)
+        tensor_steps = {}  # masked Tasks: every parameter's own count
         with torch.no_grad():
-            for b, step, bufs in plan:
+            for b, step, bufs, per_param in plan:
                 for view in (b.M or []) + (b.V or []):
                     view.zero_()
                 for view, t in bufs:
                     view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
-                b.shared.task.set_step_count(int(step or 0))
+                if b.shared.masked:
+                    counts = tensor_steps.setdefault(id(b.shared), (b.shared, [0] * len(b.shared.params)))[1]
+                    for j, s in zip(b.ids, per_param):
+                        counts[j] = int(s)
+                    b.shared.task.set_step_count(int(shared_steps[id(b.shared)]))
+                else:
+                    b.shared.task.set_step_count(int(step or 0))
+            for shared, counts in tensor_steps.values():
+                shared.task.set_tensor_steps(counts)
         self.state.clear()
         self._refresh_state()
         for b, group in zip(self._bindings, self.param_groups):

@@ -121,12 +121,13 @@ class PyTask {
  public:
   // `groups`: each parameter's hyperparameter group (ParamSpec::hyper_group); empty: all 0.
   PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
-         const std::vector<int>& groups) {
+         const std::vector<int>& groups, bool tensor_mask) {
     if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
     o.backend_options.threads = threads;
     o.check_finite = check_finite;
+    o.tensor_mask = tensor_mask;
     std::vector<ParamSpec> specs = to_specs(params);
     if (!groups.empty()) {
       if (groups.size() != specs.size()) {
@@ -295,7 +296,7 @@ class PyTask {
     if (name == "inv_loss_scale") {
       // One slot per hyperparameter group (scalars.h: task-wide scalars sit in every block): a
       // strided view of H elements; copy_ from a one-element tensor broadcasts into all.
-      const int64_t h = task_->plan().config().hyper_groups;
+      const int64_t h = task_->plan().scalar_blocks();  // H, or one block per tensor (tensor_mask)
       return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {h},
                                         device_id, kNumScalarF32));
     }
@@ -303,7 +304,14 @@ class PyTask {
       return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kStep * sizeof(int32_t), {1}, device_id));
     if (name == "has_non_finite")
       return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kHasNonFinite * sizeof(int32_t), {1}, device_id));
-    throw_invalid("scalar_view(): unknown slot '" + name + "' (inv_loss_scale, step, has_non_finite)");
+    if (name == "tensor_mask") {
+      // TaskOptions::tensor_mask: the int32 per parameter the step reads (nonzero: skip it).
+      const int32_t* base = task_->tensor_mask();  // throws without the flag
+      (void)base;
+      return nb::cast(arena_view<int32_t>(self, plan.region(S_TENSOR_INT32).offset,
+                                          {static_cast<int64_t>(task_->num_params())}, device_id));
+    }
+    throw_invalid("scalar_view(): unknown slot '" + name + "' (inv_loss_scale, step, has_non_finite, tensor_mask)");
   }
 
   // Sets the applied-step count t (a torch state_dict's `step`). The bias corrections need no
@@ -422,8 +430,9 @@ NB_MODULE(_core, m) {
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
   nb::class_<PyTask>(m, "Task")
-      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&>(), "params"_a,
-           "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>())
+      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool>(), "params"_a,
+           "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>(),
+           "tensor_mask"_a = false)
       .def("optimizer_groups", [](PyTask& t, const std::string& kind, const std::vector<nb::dict>& hypers) -> PyTask& {
              t.optimizer_groups(kind, hypers);
              return t;
@@ -433,6 +442,7 @@ NB_MODULE(_core, m) {
              t.set_group_hyper(group, kind, h);
            }, "group"_a, "kind"_a, "hyper"_a)
       .def("set_group_lr", [](PyTask& t, int group, double lr) { t.task().set_lr(group, lr); }, "group"_a, "lr"_a)
+      .def("set_group_lrs", [](PyTask& t, const std::vector<double>& lrs) { t.task().set_group_lrs(lrs); }, "lrs"_a)
       .def_prop_ro("hyper_groups", [](PyTask& t) { return t.task().hyper_groups(); })
       .def("fingerprint_of", [](PyTask& t, const std::vector<size_t>& ids) { return t.task().fingerprint(ids); },
            "ids"_a, "The fingerprint of the tensors `ids` only, in that order (Task::fingerprint(ids)).")
@@ -477,6 +487,10 @@ NB_MODULE(_core, m) {
              return nb::cast<PyTask&>(self).family_view(self, family, device_id);
            }, "family"_a, "device_id"_a = 0)
       .def("set_step_count", [](PyTask& t, int64_t n) { t.set_step_count(n); }, "step"_a)
+      // tensor_mask: each parameter's applied-step count, and setting them (with their bias
+      // corrections), e.g. from a torch state_dict whose parameters are at different steps.
+      .def_prop_ro("tensor_steps", [](PyTask& t) { return t.task().tensor_steps(); })
+      .def("set_tensor_steps", [](PyTask& t, const std::vector<int64_t>& s) { t.task().set_tensor_steps(s); }, "steps"_a)
       .def("set_stream", [](PyTask& t, uintptr_t stream) { t.task().set_launch_stream(reinterpret_cast<void*>(stream)); },
            "stream"_a, "CUDA: order each step with this cudaStream_t handle (torch's cuda_stream); 0: none");
 }

@@ -90,6 +90,11 @@ class Backend {
   virtual void* arena() = 0;
   virtual void upload(uint64_t offset, const void* src, uint64_t bytes) = 0;
   virtual void download(uint64_t offset, void* dst, uint64_t bytes) = 0;
+  // `rows` rows of row_bytes each, packed in src, to offset + r * dst_pitch: the same slots of
+  // many scalar blocks in one copy (CUDA: one cudaMemcpy2DAsync). The default loops upload().
+  virtual void upload_rows(uint64_t offset, uint64_t dst_pitch, const void* src, uint64_t row_bytes, uint64_t rows) {
+    for (uint64_t r = 0; r < rows; ++r) upload(offset + r * dst_pitch, static_cast<const char*>(src) + r * row_bytes, row_bytes);
+  }
 
   // Called once after compile() with the step it will run (CUDA captures its graph here).
   virtual void prepare(const CompiledStep& step) = 0;

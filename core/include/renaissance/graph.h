@@ -100,6 +100,14 @@ struct GraphNode {
   int hyper_groups = 1;
   Span hyper_items;
   Span tensor_blocks;
+  // TaskOptions::tensor_mask (plan.h): S_TENSOR_INT32, mask[count/2] then steps[count/2], on
+  // every node that reads it (empty without the flag). Scalar block b is tensor b's, so an item
+  // or tile of block b is skipped when mask[b] != 0; ADVANCE_STEP / CLIP_COEFFICIENT advance
+  // steps[b] of the unmasked tensors and form block b's corrections from it; the model copy's
+  // stochastic-rounding key uses steps[param]. CHECK_FINITE with the mask walks each group's
+  // items over that group's G span (group_g, group_items, indexed by Group), skipping masked ones.
+  Span tensor_state;
+  std::array<Span, 2> group_g{}, group_items{};
 };
 
 struct CompiledStep {

@@ -43,6 +43,11 @@ struct PlanConfig {
   // elements; the scalar regions hold H blocks; T_HYPER_ITEMS and T_TENSOR_BLOCKS are placed
   // after every other region. H = 1 is byte for byte the layout without groups.
   int hyper_groups = 1;
+  // Per-tensor mask (TaskOptions::tensor_mask): every tensor is its own 64-element-aligned run
+  // with its own scalar block (block = parameter id, holding its hyperparameter group's values),
+  // so work items are per tensor and hold a tensor's step-dependent scalars; S_TENSOR_INT32 holds
+  // the mask and the per-tensor step counts. Off: the layout is exactly as without it.
+  bool tensor_mask = false;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 
@@ -122,6 +127,10 @@ class MemoryPlan {
   const std::vector<HyperItem>& hyper_items() const { return hyper_items_; }
   Span hyper_item_span(Group group) const;
   const std::vector<int32_t>& tensor_blocks() const { return tensor_blocks_; }
+  // Scalar blocks of S_SCALAR_FP32/FP64: num_params (at least 1) with tensor_mask, else H.
+  int scalar_blocks() const { return scalar_blocks_; }
+  // The scalar block tensor `id` reads.
+  int block_of(size_t id) const;
 
   // A one-line summary per region, for logs and `renaissance run --verbose`.
   std::string describe() const;
@@ -138,6 +147,7 @@ class MemoryPlan {
   std::vector<HyperItem> hyper_items_;
   std::array<uint64_t, 2> hyper_item_count_{};  // items per group span (bias-like, weight)
   std::vector<int32_t> tensor_blocks_;
+  int scalar_blocks_ = 1;
   uint64_t arena_bytes_ = 0;
   uint64_t family_elements_ = 0;  // elements of one family, padding included
   uint64_t state_begin_ = 0, state_end_ = 0;

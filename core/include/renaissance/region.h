@@ -56,6 +56,9 @@ enum Region : int {
   // Only with H > 1 hyperparameter groups (plan.h), written once at compile():
   T_HYPER_ITEMS,    // HyperItem work items of the (role, group) runs: bias-like group, then weight
   T_TENSOR_BLOCKS,  // int32 scalar block per weight-group tensor (NormTile::tensor indexes it)
+  // Only with TaskOptions::tensor_mask (plan.h): int32 mask[num_params] (caller-written: nonzero
+  // skips the tensor), then int32 steps[num_params] (each tensor's applied steps, device-owned).
+  S_TENSOR_INT32,
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

@@ -41,6 +41,15 @@ struct TaskOptions {
   // bf16/fp16: keep a model copy of the weights besides the fp32 masters, written by every
   // applied step (docs/math.md, "Mixed precision"); fp32 (default): no copy.
   PrecisionOptions precision;
+  // Per-tensor mask (issue 13: torch's `.grad is None`): an int32 per parameter that the caller
+  // writes before a step (tensor_mask() / set_tensor_mask()) and the compiled step reads on the
+  // device. A masked (nonzero) tensor's W, M, V and model copy are left bit for bit as they were,
+  // its gradient is not looked at by the non-finite check, and its step count does not advance.
+  // Each tensor keeps its own applied-step count t_i (tensor_steps()): Adam-family bias
+  // corrections and the stochastic-rounding key use t_i; step_count() stays the task-wide count
+  // of applied steps. Not yet with gradient-norm clipping, LAMB, a state shard or model-dtype gradients (Error). Off
+  // (default): nothing changes (layout, bits, speed).
+  bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
   StateShard state_shard;
 };
@@ -148,6 +157,9 @@ class Task {
 
   void set_lr(double lr);             // every hyperparameter group
   void set_lr(int group, double lr);  // one group
+  // Every group's lr (lrs[h] for group h) in ONE host-to-device copy whatever H (and, with
+  // tensor_mask, whatever the number of tensors): what an lr schedule over many groups calls.
+  void set_group_lrs(const std::vector<double>& lrs);
   void set_loss_scale(double scale);
   double lr() const { return lr_; }  // group 0's
   double lr(int group) const;
@@ -164,6 +176,14 @@ class Task {
   // slot and, for the kinds with bias corrections, 1/(1-beta^t) as the device computes them.
   // With set_weight and write(kM/kV) this resumes a run from its state (replay `initial_step`).
   void set_step_count(int64_t t);
+  // tensor_mask only (else Error): the device's mask array (num_params int32, host memory on the
+  // CPU, device memory on CUDA; 0 = update, nonzero = skip), a host copy into it, and each
+  // tensor's applied-step count (set_tensor_steps sets counts and bias corrections, like
+  // set_step_count does per tensor). The mask persists across steps until written again.
+  int32_t* tensor_mask();
+  void set_tensor_mask(const std::vector<int32_t>& mask);
+  std::vector<int64_t> tensor_steps();
+  void set_tensor_steps(const std::vector<int64_t>& steps);
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
   bool last_step_skipped();
   // The total gradient norm ‖ĝ‖ (ĝ = g*(1/scale), before clipping) that the last step computed
@@ -206,11 +226,16 @@ class Task {
   void write_hyperparameters();
   void write_group_hyperparameters(int group);
   void write_group_lr(int group);
+  void write_all_hyperparameters();
   void check_group(int group, const char* what) const;
   void write_f32_slot(int slot, float value);
   void refresh_model_copy(size_t id);
   uint16_t round_to_grad_dtype(float value) const;
   int32_t read_i32_slot(int slot);
+  // The scalar blocks that hold group h's values (h itself, or with tensor_mask its tensors').
+  std::vector<int> blocks_of_group(int group) const;
+  void require_mask(const char* what) const;
+  void write_bias_corrections(int block, const OptimizerConfig& c, int32_t t);
   void require_whole_state(const char* what) const;
   // Writes elements [first, first + count) of tensor id of M or V; a sliced task keeps the part
   // inside its slice and drops the rest (every rank is given the whole tensor).

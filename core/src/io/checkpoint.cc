@@ -80,6 +80,7 @@ struct Decoded {
   std::vector<float> f32;
   std::vector<int32_t> i32;
   std::vector<double> f64;
+  std::vector<int32_t> tensor_steps;  // tensor_mask only
 };
 
 // PRECISION: the copy's dtype and the stochastic-rounding key (the step is in SCALARS). A
@@ -253,6 +254,17 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   scalars.raw(i32.data(), i32.size() * sizeof(int32_t));
   scalars.u32(static_cast<uint32_t>(f64.size()));
   scalars.raw(f64.data(), f64.size() * sizeof(double));
+  if (options_.tensor_mask) {
+    // tensor_mask: a block per tensor above, then each tensor's applied-step count (the mask is
+    // the caller's input, not state: it is not stored).
+    std::vector<int32_t> steps(params_.size());
+    if (!steps.empty()) {
+      backend_->download(plan_.region(S_TENSOR_INT32).offset + steps.size() * sizeof(int32_t), steps.data(),
+                         steps.size() * sizeof(int32_t));
+    }
+    scalars.u32(static_cast<uint32_t>(steps.size()));
+    scalars.raw(steps.data(), steps.size() * sizeof(int32_t));
+  }
 
   // A state section's payload, tensor by tensor in chunks, into `sink`; M and V through read_state.
   std::vector<float> chunk;
@@ -325,6 +337,7 @@ void Task::load(const std::string& path) {
     if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
   }
   max_bytes += 3 * 4 + (plan_.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan_.region(S_SCALAR_FP64).count * 8;
+  if (options_.tensor_mask) max_bytes += 4 + params_.size() * 4;  // the per-tensor steps
   // Checkpoints of another kind may hold more families (Adam: W, M, V): let those through so
   // that the error says which kind it is.
   max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
@@ -435,9 +448,11 @@ void Task::load(const std::string& path) {
 
   {
     // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
-    const uint64_t hyper = static_cast<uint64_t>(plan_.config().hyper_groups);
+    // With tensor_mask: a block per tensor (plan.h), then the per-tensor step counts.
+    const uint64_t hyper = static_cast<uint64_t>(plan_.scalar_blocks());
     const uint64_t want32 = hyper * kNumScalarF32, want64 = hyper * kNumScalarF64;
-    const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8);
+    const uint64_t tensor_steps = options_.tensor_mask ? params_.size() : 0;
+    const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
     Cursor c(v.payload, v.length, parser.where(Section::kScalars));
     auto slots = [&](uint64_t want, const char* what) {
       const uint32_t n = c.u32();
@@ -457,6 +472,14 @@ void Task::load(const std::string& path) {
     slots(want64, "fp64");
     d.f64.resize(want64);
     c.raw(d.f64.data(), d.f64.size() * sizeof(double));
+    if (options_.tensor_mask) {
+      slots(tensor_steps, "per-tensor step");
+      d.tensor_steps.resize(tensor_steps);
+      c.raw(d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
+      for (int32_t t : d.tensor_steps) {
+        if (t < 0) c.fail("a per-tensor step count is negative (" + std::to_string(t) + ")");
+      }
+    }
     c.expect_end();
     if (d.i32[kStep] != d.info.step || d.i32[kSkippedSteps] != d.info.skipped) {
       c.fail("step counts (" + std::to_string(d.i32[kStep]) + ", " + std::to_string(d.i32[kSkippedSteps]) +
@@ -510,6 +533,10 @@ void Task::load(const std::string& path) {
   backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
   backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
   backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
+  if (!d.tensor_steps.empty()) {
+    backend_->upload(plan_.region(S_TENSOR_INT32).offset + d.tensor_steps.size() * sizeof(int32_t),
+                     d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
+  }
   // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
   // them before the save, so they come out with the same bits; the bias corrections, the step
   // counters and the non-finite flag are device-owned state and keep the file's values. META

@@ -30,5 +30,29 @@ RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_b
   }
 }
 
+// TaskOptions::tensor_mask, in two parts so that CUDA runs one thread per tensor: the task-wide
+// counters as above (advance_task_counters), and block b (tensor b), which advances its own count
+// steps[b] and its corrections only when the step is applied and mask[b] == 0 (a masked tensor
+// keeps both). Neither part writes what the other reads (kHasNonFinite is read-only here).
+RN_HD void advance_task_counters(int32_t* i32) {
+  if (i32[kHasNonFinite] != 0) {
+    i32[kSkippedSteps] += 1;
+  } else {
+    i32[kStep] += 1;
+  }
+}
+RN_HD void advance_tensor_step(const int32_t* i32, float* f32, const double* f64, bool with_bias_correction, int b,
+                               const int32_t* mask, int32_t* steps) {
+  if (i32[kHasNonFinite] != 0 || mask[b] != 0) return;
+  const int32_t t = steps[b] + 1;
+  steps[b] = t;
+  if (with_bias_correction) {
+    float* s = f32 + b * kNumScalarF32;
+    const double* d = f64 + b * kNumScalarF64;
+    s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
+    s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
+  }
+}
+
 }  // namespace math
 }  // namespace renaissance
