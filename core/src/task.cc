@@ -2,6 +2,7 @@
 // the scalar regions in sync with the configured hyperparameters.
 #include "renaissance/task.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -183,6 +184,33 @@ void Task::require_compiled(const char* what) const {
   if (!compiled()) throw_invalid(std::string(what) + ": the task is not compiled; call compile() first");
 }
 
+// The host-owned slots of one scalar block (scalars.h) from a group's configuration: fp32 slots
+// [0, kBiasCorrection1) and fp64 slots [0, kGradNormD). Derived scalars are formed in double from
+// the configured values and rounded once. Every writer of a block goes through here; the bias
+// corrections and the last total norm are the device's and are not written.
+static void host_scalar_slots(const OptimizerConfig& config, double lr, double loss_scale, float* f32,
+                              double* f64) {
+  f32[kLr] = static_cast<float>(lr);
+  f32[kWeightDecay] = static_cast<float>(config.weight_decay);
+  f32[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
+  f32[kMomentum] = static_cast<float>(config.momentum);
+  f32[kBeta1] = static_cast<float>(config.beta1);
+  f32[kBeta2] = static_cast<float>(config.beta2);
+  f32[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
+  f32[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
+  f32[kEps] = static_cast<float>(config.eps);
+  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale);
+  f64[kBeta1D] = config.beta1;
+  f64[kBeta2D] = config.beta2;
+  f64[kWeightDecayD] = config.weight_decay;
+  f64[kEpsD] = config.eps;
+  f64[kTrustCoefficientD] = config.trust_coefficient;
+  f64[kMaxGradNormD] = config.max_grad_norm;
+}
+static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
+static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
+static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_group_lrs writes slots 0..2");
+
 void Task::write_hyperparameters() {
   if (plan_.config().tensor_mask) return write_all_hyperparameters();
   for (int h = 0; h < hyper_groups(); ++h) write_group_hyperparameters(h);
@@ -198,27 +226,9 @@ void Task::write_all_hyperparameters() {
   for (size_t id = 0; id < n; ++id) {
     const int group = params_[id].hyper_group;
     const OptimizerConfig& config = group_config(group);
-    const double lr = this->lr(group);
-    float* s = f32.data() + id * kBiasCorrection1;
-    s[kLr] = static_cast<float>(lr);
-    s[kWeightDecay] = static_cast<float>(config.weight_decay);
-    s[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
-    s[kMomentum] = static_cast<float>(config.momentum);
-    s[kBeta1] = static_cast<float>(config.beta1);
-    s[kBeta2] = static_cast<float>(config.beta2);
-    s[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
-    s[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
-    s[kEps] = static_cast<float>(config.eps);
-    s[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
-    double* d = f64.data() + id * kGradNormD;
-    d[kBeta1D] = config.beta1;
-    d[kBeta2D] = config.beta2;
-    d[kWeightDecayD] = config.weight_decay;
-    d[kEpsD] = config.eps;
-    d[kTrustCoefficientD] = config.trust_coefficient;
-    d[kMaxGradNormD] = config.max_grad_norm;
+    host_scalar_slots(config, this->lr(group), loss_scale_, f32.data() + id * kBiasCorrection1,
+                      f64.data() + id * kGradNormD);
   }
-  static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
   backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), f32.data(),
                         kBiasCorrection1 * sizeof(float), n);
   backend_->upload_rows(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double), f64.data(),
@@ -239,11 +249,10 @@ void Task::set_group_lrs(const std::vector<double>& lrs) {
   std::vector<float> rows(blocks * 3);
   for (size_t b = 0; b < blocks; ++b) {
     const int group = mask ? (b < params_.size() ? params_[b].hyper_group : 0) : static_cast<int>(b);
-    const double lr = this->lr(group);
-    const double wd = group_config(group).weight_decay;
-    rows[b * 3 + 0] = static_cast<float>(lr);
-    rows[b * 3 + 1] = static_cast<float>(wd);
-    rows[b * 3 + 2] = static_cast<float>(1.0 - lr * wd);
+    float f32[kBiasCorrection1];
+    double f64[kGradNormD];
+    host_scalar_slots(group_config(group), this->lr(group), loss_scale_, f32, f64);
+    std::copy_n(f32, 3, rows.data() + b * 3);
   }
   backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), rows.data(),
                         3 * sizeof(float), blocks);
@@ -253,29 +262,9 @@ void Task::set_group_lrs(const std::vector<double>& lrs) {
 void Task::write_group_hyperparameters(int group) {
   if (plan_.config().tensor_mask) return write_all_hyperparameters();
   const OptimizerConfig& config = group_config(group);
-  const double lr = this->lr(group);
-  // Derived scalars are formed in double from the configured values and rounded once.
-  float f32[kNumScalarF32] = {};
-  f32[kLr] = static_cast<float>(lr);
-  f32[kWeightDecay] = static_cast<float>(config.weight_decay);
-  f32[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
-  f32[kMomentum] = static_cast<float>(config.momentum);
-  f32[kBeta1] = static_cast<float>(config.beta1);
-  f32[kBeta2] = static_cast<float>(config.beta2);
-  f32[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
-  f32[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
-  f32[kEps] = static_cast<float>(config.eps);
-  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale_);
-  // Bias corrections are owned by the device (ADVANCE_STEP); leave them alone.
-  double f64[kNumScalarF64] = {};
-  f64[kBeta1D] = config.beta1;
-  f64[kBeta2D] = config.beta2;
-  f64[kWeightDecayD] = config.weight_decay;
-  f64[kEpsD] = config.eps;
-  f64[kTrustCoefficientD] = config.trust_coefficient;
-  f64[kMaxGradNormD] = config.max_grad_norm;
-  // The last total norm (kGradNormD) is the device's: leave it alone.
-  static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
+  float f32[kBiasCorrection1];
+  double f64[kGradNormD];
+  host_scalar_slots(config, this->lr(group), loss_scale_, f32, f64);
   for (int b : blocks_of_group(group)) {
     backend_->upload(plan_.region(S_SCALAR_FP32).offset + b * kNumScalarF32 * sizeof(float), f32,
                      kBiasCorrection1 * sizeof(float));
