@@ -267,15 +267,16 @@ int cmd_run(const RunOptions& o) {
     if (nccl && parsed && requested == BackendKind::kCpu) {
       throw_invalid("--distributed nccl --backend cpu: NCCL ranks run the CUDA backend; CPU ranks run with --distributed mpi");
     }
-#if !RENAISSANCE_WITH_MPI
-    throw_invalid("--distributed " + o.distributed + ": this build has no MPI communicator (install libopenmpi-dev and "
-                  "configure with -DRENAISSANCE_MPI=AUTO or ON)");
-#endif
+    // NCCL first: a build without MPI has no NCCL either, and the NCCL line says what it needs.
 #if !RENAISSANCE_WITH_NCCL
     if (nccl) {
       throw_invalid("--distributed nccl: this build has no NCCL communicator (configure with CUDA, MPI and NCCL found: "
                     "-DRENAISSANCE_NCCL=AUTO or ON, NCCL_ROOT=...)");
     }
+#endif
+#if !RENAISSANCE_WITH_MPI
+    throw_invalid("--distributed " + o.distributed + ": this build has no MPI communicator (install libopenmpi-dev and "
+                  "configure with -DRENAISSANCE_MPI=AUTO or ON)");
 #endif
   }
   std::unique_ptr<Communicator> comm;

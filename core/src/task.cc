@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #define XXH_INLINE_ALL
@@ -594,7 +595,9 @@ std::string Task::fingerprint(const std::vector<size_t>& ids) {
   for (size_t id : ids) {
     if (id >= params_.size()) throw_invalid("fingerprint(): parameter id " + std::to_string(id) + " is out of range");
   }
-  XXH3_state_t* state = XXH3_createState();
+  // Freed on every path: read() throws on a task that holds only a slice of the state.
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> holder(XXH3_createState(), &XXH3_freeState);
+  XXH3_state_t* state = holder.get();
   XXH3_64bits_reset(state);
   std::vector<float> buffer;
   for (Family family : {Family::kW, Family::kM, Family::kV}) {
@@ -617,7 +620,6 @@ std::string Task::fingerprint(const std::vector<size_t>& ids) {
   const int64_t t = step_count();
   XXH3_64bits_update(state, &t, sizeof(t));
   const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
   char text[17];
   std::snprintf(text, sizeof(text), "%016" PRIx64, hash);
   return text;

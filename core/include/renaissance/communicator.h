@@ -50,9 +50,16 @@ class Communicator {
   // a CUDA backend (true: NCCL). A sharded step stages its host-side arithmetic through the
   // copies and the workspace below; for host memory they are plain copies and a host buffer.
   virtual bool device_memory() const { return false; }
-  virtual void copy_to_host(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
-  virtual void copy_from_host(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
-  virtual void copy(void* dst, const void* src, uint64_t bytes) { std::memmove(dst, src, bytes); }
+  // (An empty copy may come with null pointers, e.g. an empty vector's data(): memcpy forbids those.)
+  virtual void copy_to_host(void* dst, const void* src, uint64_t bytes) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  virtual void copy_from_host(void* dst, const void* src, uint64_t bytes) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
+  virtual void copy(void* dst, const void* src, uint64_t bytes) {
+    if (bytes != 0) std::memmove(dst, src, bytes);
+  }
   // A buffer of at least `bytes` in the communicator's memory, valid until the next call.
   virtual void* workspace(uint64_t bytes) {
     if (host_workspace_.size() < bytes) host_workspace_.resize(bytes);
