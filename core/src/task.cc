@@ -595,17 +595,35 @@ std::string Task::fingerprint(const std::vector<size_t>& ids) {
   for (size_t id : ids) {
     if (id >= params_.size()) throw_invalid("fingerprint(): parameter id " + std::to_string(id) + " is out of range");
   }
-  // Freed on every path: read() throws on a task that holds only a slice of the state.
+  require_whole_state("fingerprint()");
+  return hash_state(ids, [this](Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
+    backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), dst, count * sizeof(float));
+  });
+}
+
+// The bytes every fingerprint hashes, in its order (W, M, V tensor by tensor in `ids` order, the
+// model copy, the step count), in pieces: the streaming hash does not depend on how the bytes are
+// split, and a gathered read holds one piece at a time.
+std::string Task::hash_state(const std::vector<size_t>& ids, const StateReader& read_mv) {
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> holder(XXH3_createState(), &XXH3_freeState);
   XXH3_state_t* state = holder.get();
   XXH3_64bits_reset(state);
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
   std::vector<float> buffer;
   for (Family family : {Family::kW, Family::kM, Family::kV}) {
     if (!plan_.has_family(family)) continue;
     for (size_t id : ids) {
-      buffer.resize(static_cast<size_t>(plan_.tensor(id).numel));
-      read(family, id, buffer.data());
-      XXH3_64bits_update(state, buffer.data(), buffer.size() * sizeof(float));
+      const uint64_t numel = static_cast<uint64_t>(plan_.tensor(id).numel);
+      for (uint64_t first = 0; first < numel; first += kPiece) {
+        const uint64_t n = std::min(kPiece, numel - first);
+        buffer.resize(static_cast<size_t>(n));
+        if (family == Family::kW) {
+          backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), buffer.data(), n * sizeof(float));
+        } else {
+          read_mv(family, id, first, n, buffer.data());
+        }
+        XXH3_64bits_update(state, buffer.data(), n * sizeof(float));
+      }
     }
   }
   // The model copy, when there is one (fp32 fingerprints are unchanged by its existence).

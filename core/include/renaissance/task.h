@@ -237,6 +237,9 @@ class Task {
   void require_mask(const char* what) const;
   void write_bias_corrections(int block, const OptimizerConfig& c, int32_t t);
   void require_whole_state(const char* what) const;
+  // The one definition of the fingerprint's bytes: W, M, V of `ids` (per family, in that order)
+  // in pieces, the model copy, the step count; M and V come through `read_mv`.
+  std::string hash_state(const std::vector<size_t>& ids, const StateReader& read_mv);
   // Writes elements [first, first + count) of tensor id of M or V; a sliced task keeps the part
   // inside its slice and drops the rest (every rank is given the whole tensor).
   void write_state_part(Family family, size_t id, uint64_t first, uint64_t count, const float* src);
