@@ -5,10 +5,10 @@
 #include <mpi.h>
 
 #include <climits>
-#include <exception>
 #include <string>
 #include <vector>
 
+#include "mpi_session.h"
 #include "renaissance/error.h"
 
 namespace renaissance {
@@ -31,29 +31,15 @@ std::vector<int> to_ints(const std::vector<uint64_t>& v, const char* what) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      MPI_Init(nullptr, nullptr);
-      owns_mpi_ = true;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  ~MpiCommunicator() override {
-    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
   std::string describe() const override {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(version, &len);
     std::string v(version, static_cast<size_t>(len));
     const size_t comma = v.find(',');
-    return "mpi (" + v.substr(0, comma) + ", " + std::to_string(size_) + " ranks)";
+    return "mpi (" + v.substr(0, comma) + ", " + std::to_string(mpi_.size()) + " ranks)";
   }
 
   void all_gather_v(void* buffer, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& counts) override {
@@ -81,9 +67,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
 
  private:
-  int rank_ = 0;
-  int size_ = 1;
-  bool owns_mpi_ = false;
+  MpiSession mpi_;
 };
 
 }  // namespace

@@ -11,10 +11,10 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <exception>
 #include <string>
 #include <vector>
 
+#include "mpi_session.h"
 #include "renaissance/error.h"
 
 namespace renaissance {
@@ -36,17 +36,9 @@ void check_nccl(ncclResult_t status, const char* what) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      MPI_Init(nullptr, nullptr);
-      owns_mpi_ = true;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
     // The local rank picks the GPU: ranks of one host share its devices.
     MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi_.rank(), MPI_INFO_NULL, &local);
     int local_rank = 0;
     MPI_Comm_rank(local, &local_rank);
     MPI_Comm_free(&local);
@@ -56,9 +48,9 @@ class NcclCommunicator final : public Communicator {
     device_ = local_rank % devices;
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
-    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (mpi_.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
-    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    check_nccl(ncclCommInitRank(&comm_, mpi_.size(), id, mpi_.rank()), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~NcclCommunicator() override {
@@ -66,22 +58,21 @@ class NcclCommunicator final : public Communicator {
     if (pad_ != nullptr) (void)cudaFree(pad_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
-    if (owns_mpi_ && std::uncaught_exceptions() == 0) MPI_Finalize();
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
   std::string describe() const override {
     int version = 0;
     (void)ncclGetVersion(&version);
-    return "nccl " + std::to_string(version) + " (" + std::to_string(size_) + " ranks, GPU " + std::to_string(device_) +
+    return "nccl " + std::to_string(version) + " (" + std::to_string(mpi_.size()) + " ranks, GPU " + std::to_string(device_) +
            " here)";
   }
 
   void all_gather_v(void* buffer, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& counts) override {
     char* b = static_cast<char*>(buffer);
     check_nccl(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < mpi_.size(); ++r) {
       if (counts[r] == 0) continue;
       check_nccl(ncclBroadcast(b + offsets[r], b + offsets[r], counts[r], ncclChar, r, comm_, stream_), "ncclBroadcast");
     }
@@ -95,7 +86,7 @@ class NcclCommunicator final : public Communicator {
     const char* s = static_cast<const char*>(send);
     char* d = static_cast<char*>(recv);
     check_nccl(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < mpi_.size(); ++r) {
       if (send_counts[r] > 0) check_nccl(ncclSend(s + send_offsets[r], send_counts[r], ncclChar, r, comm_, stream_), "ncclSend");
       if (recv_counts[r] > 0) check_nccl(ncclRecv(d + recv_offsets[r], recv_counts[r], ncclChar, r, comm_, stream_), "ncclRecv");
     }
@@ -107,7 +98,7 @@ class NcclCommunicator final : public Communicator {
     // NCCL's reduce-scatter takes equal blocks: each rank's block padded to the largest (zeros).
     const uint64_t block = *std::max_element(counts.begin(), counts.end());
     if (block == 0) return;
-    const uint64_t bytes = block * sizeof(float) * static_cast<uint64_t>(size_);
+    const uint64_t bytes = block * sizeof(float) * static_cast<uint64_t>(mpi_.size());
     if (pad_bytes_ < bytes + block * sizeof(float)) {
       if (pad_ != nullptr) check_cuda(cudaFree(pad_), "cudaFree");
       pad_ = nullptr;
@@ -115,16 +106,16 @@ class NcclCommunicator final : public Communicator {
       pad_bytes_ = bytes + block * sizeof(float);
     }
     float* padded = static_cast<float*>(pad_);
-    float* out = padded + block * static_cast<uint64_t>(size_);
+    float* out = padded + block * static_cast<uint64_t>(mpi_.size());
     check_cuda(cudaMemsetAsync(padded, 0, bytes, stream_), "cudaMemsetAsync");
     uint64_t at = 0;
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < mpi_.size(); ++r) {
       check_cuda(cudaMemcpyAsync(padded + block * static_cast<uint64_t>(r), send + at, counts[r] * sizeof(float),
                                  cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
       at += counts[r];
     }
     check_nccl(ncclReduceScatter(padded, out, block, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter");
-    check_cuda(cudaMemcpyAsync(recv, out, counts[rank_] * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+    check_cuda(cudaMemcpyAsync(recv, out, counts[mpi_.rank()] * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                "cudaMemcpyAsync");
     wait();
   }
@@ -163,10 +154,8 @@ class NcclCommunicator final : public Communicator {
     wait();
   }
 
-  int rank_ = 0;
-  int size_ = 1;
+  MpiSession mpi_;  // first: MPI ends after the NCCL communicator is destroyed
   int device_ = 0;
-  bool owns_mpi_ = false;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
