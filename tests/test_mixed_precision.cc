@@ -20,6 +20,7 @@
 #include "renaissance/math/precision.h"
 #include "renaissance/task.h"
 #include "tests/optimizer_cases.h"
+#include "tests/precision_cells.h"
 #include "tests/precision_oracle.h"
 #include "tests/test_util.h"
 
@@ -28,34 +29,9 @@ namespace {
 
 using precision_oracle::Fmt;
 
-struct Cell {
-  testing_util::KindCase kind;
-  Precision precision;
-  Rounding rounding;
-  BackendKind backend;
-};
-
-void PrintTo(const Cell& c, std::ostream* os) {
-  *os << c.kind.name << " " << precision_name(c.precision) << " " << rounding_name(c.rounding) << " "
-      << backend_kind_name(c.backend);
-}
-
-std::string cell_name(const ::testing::TestParamInfo<Cell>& info) {
-  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + rounding_name(info.param.rounding) +
-         "_" + backend_kind_name(info.param.backend);
-}
-
-std::vector<Cell> all_cells() {
-  std::vector<Cell> cells;
-  for (const auto& k : testing_util::all_kind_cases()) {
-    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
-      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
-        for (BackendKind b : testing_util::backends_under_test()) cells.push_back({k, p, r, b});
-      }
-    }
-  }
-  return cells;
-}
+using precision_cells::Cell;
+using precision_cells::all_cells;
+using precision_cells::cell_name;
 
 // Both groups, several tensors per role, and a 20003-element weight tensor starting 5 elements
 // into its region: it crosses the 16384-element CPU chunk and the 4096-element norm tiles at

@@ -24,6 +24,7 @@
 #include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/task.h"
 #include "tests/optimizer_cases.h"
+#include "tests/precision_cells.h"
 #include "tests/precision_oracle.h"
 #include "tests/test_util.h"
 
@@ -37,34 +38,9 @@ const char* variant_name(Variant v) {
   return v == Variant::kPlain ? "plain" : v == Variant::kClipAndScale ? "clip" : "groups";
 }
 
-struct Cell {
-  testing_util::KindCase kind;
-  Precision precision;
-  Rounding rounding;
-  BackendKind backend;
-};
-
-void PrintTo(const Cell& c, std::ostream* os) {
-  *os << c.kind.name << " " << precision_name(c.precision) << " " << rounding_name(c.rounding) << " "
-      << backend_kind_name(c.backend);
-}
-
-std::string cell_name(const ::testing::TestParamInfo<Cell>& info) {
-  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + rounding_name(info.param.rounding) +
-         "_" + backend_kind_name(info.param.backend);
-}
-
-std::vector<Cell> all_cells() {
-  std::vector<Cell> cells;
-  for (const auto& k : testing_util::all_kind_cases()) {
-    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
-      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
-        for (BackendKind b : testing_util::backends_under_test()) cells.push_back({k, p, r, b});
-      }
-    }
-  }
-  return cells;
-}
+using precision_cells::Cell;
+using precision_cells::all_cells;
+using precision_cells::cell_name;
 
 // Both groups, several tensors per role; w1 crosses the CPU chunk and the norm tiles at indices
 // that are not multiples of 4 (the 2-byte G's 128-byte role starts are exercised too). In
