@@ -44,29 +44,9 @@ std::vector<ParamSpec> grouped_params() {
   return p;
 }
 
-// Deterministic values in [-a, a) (a small LCG: the test owns its data).
-std::vector<float> values(uint32_t seed, int64_t n, float a) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = a * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a); }
 
-// Group h's configuration: every scalar the kind reads moved away from group 0's.
-OptimizerConfig group_config(const OptimizerConfig& base, int h) {
-  OptimizerConfig c = base;
-  c.lr = base.lr * (1.0 + 0.5 * h);
-  c.weight_decay = base.weight_decay * (1.0 + h);
-  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
-  c.beta1 = base.beta1 - 0.05 * h;
-  c.beta2 = base.beta2 - 0.004 * h;
-  c.eps = base.eps * (1.0 + h);
-  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
-  return c;
-}
+OptimizerConfig group_config(const OptimizerConfig& base, int h) { return testing_util::shifted_group_config(base, h); }
 
 TaskOptions options_for(BackendKind backend) {
   TaskOptions o;

@@ -39,16 +39,7 @@ TaskOptions cpu() {
   return o;
 }
 
-// Deterministic values in [-a, a) (a small LCG: the test owns its data).
-std::vector<float> values(uint32_t seed, int64_t n, float a) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = a * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a); }
 
 // The multi-group fingerprint from its definition (fingerprint.h), written separately here.
 std::string combined_by_definition(const std::vector<std::string>& fps) {

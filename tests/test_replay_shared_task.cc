@@ -17,6 +17,7 @@
 #include "renaissance/replay.h"
 #include "renaissance/safetensors.h"
 #include "renaissance/task.h"
+#include "tests/test_util.h"
 
 namespace renaissance {
 namespace {
@@ -29,16 +30,7 @@ TaskOptions cpu() {
   return o;
 }
 
-// Deterministic values in [-a, a) (the test owns its data).
-std::vector<float> values(uint32_t seed, int64_t n, float a) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 977u;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = a * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a, 977u); }
 
 struct Group {
   OptimizerConfig config;

@@ -55,15 +55,7 @@ bool masked(size_t id, int step) {
 }
 constexpr int kSteps = 7;
 
-std::vector<float> values(uint32_t seed, int64_t n, float a) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = a * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
+std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a); }
 uint32_t seed_of(const std::string& name) {
   uint32_t h = 2166136261u;
   for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
@@ -78,17 +70,7 @@ std::vector<float> read_family(Task& task, Family f, size_t id) {
   task.read(f, id, v.data());
   return v;
 }
-OptimizerConfig group_config(const OptimizerConfig& base, int h) {
-  OptimizerConfig c = base;
-  c.lr = base.lr * (1.0 + 0.5 * h);
-  c.weight_decay = base.weight_decay * (1.0 + h);
-  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
-  c.beta1 = base.beta1 - 0.05 * h;
-  c.beta2 = base.beta2 - 0.004 * h;
-  c.eps = base.eps * (1.0 + h);
-  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
-  return c;
-}
+OptimizerConfig group_config(const OptimizerConfig& base, int h) { return testing_util::shifted_group_config(base, h); }
 TaskOptions options_for(BackendKind backend, bool mask) {
   TaskOptions o;
   o.backend = backend;

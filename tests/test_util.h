@@ -60,6 +60,18 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a, const s
 
 // The repository root and its testdata/ folder (set by tests/CMakeLists.txt): tests read only
 // files that a clone of the repository has.
+// Deterministic values in [-a, a) from a small LCG keyed by `seed` (the tests own their data;
+// `offset` picks another stream of the same generator).
+inline std::vector<float> lcg_values(uint32_t seed, int64_t n, float a, uint32_t offset = 12345u) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed * 2654435761u + offset;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = a * (static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
+  }
+  return v;
+}
+
 inline std::string source_dir() { return RENAISSANCE_SOURCE_DIR; }
 inline std::string testdata_dir() { return RENAISSANCE_TESTDATA_DIR; }
 
