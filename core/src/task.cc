@@ -210,7 +210,7 @@ static void host_scalar_slots(const OptimizerConfig& config, double lr, double l
 }
 static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
-static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_group_lrs writes slots 0..2");
+static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "the lr writers copy slots 0..2");
 
 void Task::write_hyperparameters() {
   if (plan_.config().tensor_mask) return write_all_hyperparameters();
@@ -318,12 +318,11 @@ void Task::write_group_lr(int group) {
     return set_group_lrs(lrs);
   }
   // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
-  static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "set_lr writes slots 0..2 at once");
-  const double lr = this->lr(group);
-  const double wd = group_config(group).weight_decay;
-  const float f32[3] = {static_cast<float>(lr), static_cast<float>(wd), static_cast<float>(1.0 - lr * wd)};
+  float f32[kBiasCorrection1];
+  double f64[kGradNormD];
+  host_scalar_slots(group_config(group), this->lr(group), loss_scale_, f32, f64);
   for (int b : blocks_of_group(group)) {
-    backend_->upload(plan_.region(S_SCALAR_FP32).offset + b * kNumScalarF32 * sizeof(float), f32, sizeof(f32));
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + b * kNumScalarF32 * sizeof(float), f32, 3 * sizeof(float));
   }
 }
 
