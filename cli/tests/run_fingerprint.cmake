@@ -1,6 +1,7 @@
 # Shared by the ctest helpers (cmake -P) that compare `renaissance run` fingerprints: run_fp(VAR
 # ARGS...) runs `${CLI} run --model ${LAYOUT} --backend cpu --json ARGS` and sets VAR to the
-# printed fingerprint; a failed run is a fatal error with its message.
+# printed fingerprint; a failed run is a fatal error with its message. precision_cell below
+# spells a mixed-precision cell as run flags.
 function(run_fp out_var)
   execute_process(COMMAND ${CLI} run --model ${LAYOUT} --backend cpu --json ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -9,4 +10,20 @@ function(run_fp out_var)
   endif()
   string(JSON fp GET "${out}" fingerprint)
   set(${out_var} "${fp}" PARENT_SCOPE)
+endfunction()
+
+# precision_cell(CELL KIND_VAR PRECISION_VAR FLAGS_VAR): a cell "kind:bf16|fp16:nearest|stochastic"
+# as the optimizer kind and the `run` flags of its precision and rounding.
+function(precision_cell cell kind_var precision_var flags_var)
+  string(REPLACE ":" ";" parts "${cell}")
+  list(GET parts 0 kind)
+  list(GET parts 1 precision)
+  list(GET parts 2 rounding)
+  set(flags --precision ${precision})
+  if(rounding STREQUAL "stochastic")
+    list(APPEND flags --stochastic-rounding)
+  endif()
+  set(${kind_var} ${kind} PARENT_SCOPE)
+  set(${precision_var} ${precision} PARENT_SCOPE)
+  set(${flags_var} ${flags} PARENT_SCOPE)
 endfunction()
