@@ -58,6 +58,9 @@ OURS = {("model", "nearest"): ["--grad-dtype", "model"],
 # torch path -> (the ours configuration computing the same result: grad dtype, check), or None.
 TORCH_PATHS = {"masters": ("fp32", False), "masters+upcast": ("model", False), "masters+upcast+check": ("model", True),
                "bf16 fused": None, "bf16 fused eager": None}
+# Issue 14's torch figures (H200, torch 2.11, 2026-11-30), printed beside this run's.
+ISSUE14 = {("resnet50", "masters"): 0.331, ("gpt2_small", "masters"): 1.233,
+           ("resnet50", "bf16 fused"): 0.213, ("gpt2_small", "bf16 fused"): 0.665}
 BF16_FUSED_BYTES = 14.0  # bf16 g, w, m, v read, w, m, v written: the ideal of the bf16-state result
 
 
@@ -293,6 +296,9 @@ def print_table(rows, meta):
             "%.3f" % ratio if ratio else ""))
     # Issue 14's own comparison, as speed-ups: its torch figure (`masters`, fp32 gradients) against ours
     # with bf16 gradients (its 28 B/param mode).
+    for t in (r for r in rows if r["side"] == "torch" and r["ms"] and (r["layout"], r["path"].replace(" eager", "")) in ISSUE14):
+        print("%s: torch %s %.4f ms here; issue 14 measured %.3f ms (2026-11-30)" % (
+            t["layout"], t["path"], t["ms"], ISSUE14[(t["layout"], t["path"].replace(" eager", ""))]))
     for t in (r for r in rows if r["path"] == "masters" and r["ms"]):
         mine = [r for r in rows if r["layout"] == t["layout"] and r["side"] == "ours" and r["path"].startswith("bf16")]
         print("%s: speed-up over torch masters (%.4f ms / ours, bf16 grads): %s" % (t["layout"], t["ms"], ", ".join(
