@@ -441,3 +441,16 @@ def test_recorder_bf16_stochastic_replays(tmp_path):
     raw[-1] ^= 0x01
     (case / "expected.safetensors").write_bytes(bytes(raw))
     assert renaissance.replay(str(case))["passed"] is False
+
+
+def test_checkpoint_save_load_bf16(tmp_path):
+    """opt.save/opt.load: the masters, state and copy come back; .data (the copy) follows."""
+    model, opt, _ = trained_bf16()
+    opt.save(str(tmp_path / "run.ckpt"))
+    torch.manual_seed(14)
+    model2 = mlp().to(torch.bfloat16)  # other values
+    opt2 = rt.AdamW(model2.parameters(), lr=1e-2)
+    opt2.load(str(tmp_path / "run.ckpt"))
+    assert opt2.fingerprint() == opt.fingerprint()
+    for p, q in zip(model.parameters(), model2.parameters()):
+        assert same_bits(p, q) and same_bits(opt.state[p]["master_weight"], opt2.state[q]["master_weight"])
