@@ -95,6 +95,9 @@ def cnn():
 
 
 def twins(make, device, dtype=torch.bfloat16):
+    if device == "cuda":  # the twins' backward must be bit-identical: no nondeterministic conv kernels
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)
     a = make().to(device=device, dtype=dtype)
     b = make().to(device=device, dtype=dtype)
@@ -267,7 +270,10 @@ def test_fp16_grad_scaler_cuda():
     torch.manual_seed(7)
     model = torch.nn.Linear(32, 8).to(device="cuda", dtype=torch.float16)
     opt = rt.AdamW(model.parameters(), lr=1e-3)
-    scaler = torch.cuda.amp.GradScaler(init_scale=1024.0, growth_interval=1000)
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch 2.x
+        scaler = torch.amp.GradScaler("cuda", init_scale=1024.0, growth_interval=1000)
+    else:
+        scaler = torch.cuda.amp.GradScaler(init_scale=1024.0, growth_interval=1000)
     x = torch.randn(16, 32, device="cuda", dtype=torch.float16)
     for step in range(3):
         opt.zero_grad()
@@ -364,14 +370,15 @@ def test_state_dict_round_trip_keeps_masters():
             backward(m, xb, yb)
             o.step()
     assert opt2.fingerprint() == opt.fingerprint()
-    # Without the masters (dropped), they are the bf16 parameters widened: another fingerprint
-    # (the masters had bits below bf16's precision), the same copies.
+    # Without the masters (dropped, as in a torch state dict) each becomes its bf16 parameter
+    # widened, replacing masters that had bits below bf16's precision.
     for s in sd["state"].values():
         del s["master_weight"]
-    opt3 = rt.AdamW(model2.parameters(), lr=1e-2)
-    opt3.load_state_dict(sd)
-    for p in model2.parameters():
-        assert same_bits(opt3.state[p]["master_weight"], p.detach().float())
+    params2 = list(model2.parameters())
+    assert not all(same_bits(opt2.state[p]["master_weight"], p.detach().float()) for p in params2)
+    opt2.load_state_dict(sd)
+    for p in params2:
+        assert same_bits(opt2.state[p]["master_weight"], p.detach().float())
 
 
 def test_state_dict_to_and_from_torch_adamw():
@@ -454,3 +461,38 @@ def test_checkpoint_save_load_bf16(tmp_path):
     assert opt2.fingerprint() == opt.fingerprint()
     for p, q in zip(model.parameters(), model2.parameters()):
         assert same_bits(p, q) and same_bits(opt.state[p]["master_weight"], opt2.state[q]["master_weight"])
+
+
+# ---- the core module's precision options --------------------------------------------------------
+def rne_bf16(a):
+    """float32 -> bf16 encodings, round to nearest even (finite values), written with numpy."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_core_task_precision_options():
+    task = renaissance.Task([("w", (4, 33), "fc_weight"), ("b", (33,), "fc_bias")], precision="bf16",
+                            model_dtype_gradients=True)
+    task.optimizer("adamw", lr=1e-2)
+    task.compile()
+    assert (task.precision, task.rounding, task.seed, task.grad_dtype) == ("bf16", "nearest", 0, "bf16")
+    rng = np.random.default_rng(0)
+    task.set_weight("w", rng.standard_normal((4, 33)).astype(np.float32))
+    task.set_grad("w", rng.standard_normal((4, 33)).astype(np.float32))  # rounded to bf16 in G
+    g = task.get_grad_encoded("w")
+    assert g.dtype == np.uint16 and np.array_equal(task.get_grad("w").view(np.uint32) >> 16, g.astype(np.uint32))
+    task.step()
+    assert np.array_equal(task.get_model_copy("w"), rne_bf16(task.get_weight("w")))
+    assert task.view("C", 0).dtype == torch.bfloat16 and task.view("G", 1).dtype == torch.bfloat16
+    assert task.view("W", 0).dtype == torch.float32
+    with pytest.raises(ValueError, match="precision 'fp8'"):
+        renaissance.Task([("w", (2,), "fc_bias")], precision="fp8")
+    with pytest.raises(ValueError, match="rounding"):
+        renaissance.Task([("w", (2,), "fc_bias")], rounding="up")
+    t32 = renaissance.Task([("w", (2,), "fc_bias")], rounding="stochastic")
+    with pytest.raises(ValueError, match="stochastic rounding needs a bf16 or fp16"):
+        t32.optimizer("sgd", lr=0.1).compile()
+    plain = renaissance.Task([("w", (2,), "fc_bias")])
+    plain.optimizer("sgd", lr=0.1).compile()
+    with pytest.raises(ValueError, match="no model copy"):
+        plain.view("C", 0)
