@@ -496,3 +496,25 @@ def test_core_task_precision_options():
     plain.optimizer("sgd", lr=0.1).compile()
     with pytest.raises(ValueError, match="no model copy"):
         plain.view("C", 0)
+
+
+@pytest.mark.parametrize("cls", [lambda p: rt.SGD(p, lr=0.1, momentum=0.9, nesterov=True), lambda p: rt.Adam(p),
+                                 lambda p: rt.LARS(p, lr=0.5), lambda p: rt.Lion(p, lr=1e-3),
+                                 lambda p: rt.LAMB(p, lr=1e-2), lambda p: rt.AdamW(p, max_grad_norm=0.5)],
+                         ids=["sgd_nesterov", "adam", "lars", "lion", "lamb", "adamw_clip"])
+def test_every_class_keeps_copy_equal_to_rounded_masters(cls):
+    """Every kind with bf16 parameters (a zero-size one included): the parameters move, and with
+    nearest rounding each copy is its master rounded to nearest even (numpy's rounding above)."""
+    torch.manual_seed(15)
+    ps = [torch.nn.Parameter(torch.randn(*s).to(torch.bfloat16)) for s in ((24, 10), (10,), (0, 3))]
+    start = [bits(p).clone() for p in ps]
+    opt = cls(ps)
+    gen = torch.Generator().manual_seed(16)
+    for _ in range(3):
+        for p in ps:
+            p.grad.copy_(torch.randn(p.shape, generator=gen).to(torch.bfloat16))
+        opt.step()
+    assert not torch.equal(start[0], bits(ps[0])) and not torch.equal(start[1], bits(ps[1]))
+    for p in ps:
+        master = opt.state[p]["master_weight"].numpy()
+        assert np.array_equal(bits(p).numpy().view(np.uint16), rne_bf16(master))
