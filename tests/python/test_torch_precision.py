@@ -518,3 +518,28 @@ def test_every_class_keeps_copy_equal_to_rounded_masters(cls):
     for p in ps:
         master = opt.state[p]["master_weight"].numpy()
         assert np.array_equal(bits(p).numpy().view(np.uint16), rne_bf16(master))
+
+
+def test_recorder_fp16_loss_scale_and_skip_replays(tmp_path):
+    """fp16, nearest, under a loss scale with an overflowing (skipped) step: F16 gradients, the
+    scales and the skip replay to the recorded fingerprint and copies."""
+    torch.manual_seed(17)
+    ps = [torch.nn.Parameter(torch.randn(9, 7).to(torch.float16)), torch.nn.Parameter(torch.randn(7).to(torch.float16))]
+    opt = rt.Adam(ps, lr=1e-2, weight_decay=1e-3)
+    gen = torch.Generator().manual_seed(18)
+    case = tmp_path / "fp16_scaled"
+    with rt.Recorder(opt, case, steps=4) as rec:
+        for step, scale in enumerate((256.0, 256.0, 128.0, 128.0)):
+            for p in ps:
+                p.grad.copy_((torch.randn(p.shape, generator=gen) * scale).to(torch.float16))
+            if step == 1:
+                ps[1].grad[2] = torch.tensor(1e6).to(torch.float16)  # inf
+            opt.grad_scale = torch.tensor(scale)
+            opt.step()
+    assert opt._bindings[0].shared.task.skipped_steps == 1
+    meta = json.loads((case / "case.json").read_text())
+    assert meta["precision"] == "fp16" and meta["loss_scale_per_step"] == [256.0, 256.0, 128.0, 128.0]
+    assert st_header(case / "grads.safetensors")["step1/g0.1"]["dtype"] == "F16"
+    result = renaissance.replay(str(case))
+    assert result["passed"] is True and result["fingerprint"] == rec.fingerprint
+    assert (result["steps_applied"], result["steps_skipped"]) == (3, 1)
