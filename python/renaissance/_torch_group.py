@@ -78,6 +78,10 @@ class SharedTask:
         # The model copy (bf16/fp16 parameters): what .data views; None for fp32.
         self.C = [task.view("C", j, did) for j in range(n)] if precision != "fp32" else None
         self.G = [task.view("G", j, did) for j in range(n)]
+        for j, p in enumerate(self.params):  # the views .data and .grad become must keep the dtype
+            if self.weights[j].dtype != p.dtype or self.G[j].dtype != p.dtype:
+                raise RuntimeError("renaissance.torch: the Task's views are %s/%s for a %s parameter (a build "
+                                   "mismatch)" % (self.weights[j].dtype, self.G[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
