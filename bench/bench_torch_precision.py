@@ -117,6 +117,10 @@ def torch_step(path, shapes, device):
     master_grads = [m.grad for m in masters]
     opt = adamw(masters, device, graph)
     parts = []
+    # GradScaler's unscale/found_inf check runs on the fp32 master gradients (torch has no bf16
+    # version of _amp_foreach_non_finite_check_and_unscale_), so the upcast comes first.
+    if "+upcast" in path:
+        parts.append(lambda: copy_all(master_grads, model_grads))
     if path.endswith("+check"):
         found_inf = torch.zeros((), device=device)
         inv_scale = torch.ones((), device=device)
@@ -125,14 +129,12 @@ def torch_step(path, shapes, device):
         def check():
             found_inf.zero_()
             try:
-                torch._amp_foreach_non_finite_check_and_unscale_(model_grads, found_inf, inv_scale)
+                torch._amp_foreach_non_finite_check_and_unscale_(master_grads, found_inf, inv_scale)
             except (NotImplementedError, RuntimeError) as e:
                 if device == "cuda":
                     raise
                 raise Unavailable("no CPU found_inf check in torch %s" % torch.__version__) from e
         parts.append(check)
-    if "+upcast" in path:
-        parts.append(lambda: copy_all(master_grads, model_grads))
     parts.append(opt.step)
     parts.append(lambda: copy_all(model, masters))
 
