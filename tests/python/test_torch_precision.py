@@ -122,23 +122,22 @@ def backward(model, xb, yb):
 @pytest.mark.parametrize("make", [mlp, cnn], ids=["mlp", "cnn"])
 def test_bf16_bitwise_against_masters_reference(device, make):
     """30 steps of bf16 training: every parameter (the bf16 copy) and every master equal the
-    reference's bits after every step."""
-    ours_model, ref_model = twins(make, device)
+    reference's bits after every step. The reference is fed our gradients: a twin model's own
+    backward is not bit-identical on every machine (on the H200 host's Xeon, torch 2.11's CPU
+    bf16 matmuls gave the twin different gradients, 2026-12-01), and the optimizer is what is
+    under test here."""
+    torch.manual_seed(0)
+    ours_model = make().to(device=device, dtype=torch.bfloat16)
     x, y = digits(device, torch.bfloat16)
+    ref = MathAdamW([p.detach().float().clone() for p in ours_model.parameters()], lr=3e-3, weight_decay=0.05)
     opt = rt.AdamW(ours_model.parameters(), lr=3e-3, weight_decay=0.05, threads=1)
-    ref_params = list(ref_model.parameters())
-    ref = MathAdamW([p.detach().float().clone() for p in ref_params], lr=3e-3, weight_decay=0.05)
     for step, (xb, yb) in enumerate(batches(30, x, y)):
-        for model in (ours_model, ref_model):
-            backward(model, xb, yb)
+        backward(ours_model, xb, yb)
+        ref.step([p.grad for p in ours_model.parameters()])
         opt.step()
-        ref.step([p.grad for p in ref_params])
-        with torch.no_grad():
-            for p, w in zip(ref_params, ref.w):
-                p.copy_(w.to(torch.bfloat16))
-        for j, (p, q) in enumerate(zip(ours_model.parameters(), ref_params)):
+        for j, p in enumerate(ours_model.parameters()):
             assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
-            assert same_bits(p, q), "step %d parameter %d: the bf16 copy differs" % (step, j)
+            assert same_bits(p, ref.w[j].to(torch.bfloat16)), "step %d parameter %d: the bf16 copy differs" % (step, j)
             assert same_bits(opt.state[p]["master_weight"], ref.w[j]), "step %d parameter %d: master" % (step, j)
             assert same_bits(opt.state[p]["exp_avg_sq"], ref.v[j])
 
