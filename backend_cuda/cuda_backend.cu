@@ -371,7 +371,7 @@ class CudaBackend final : public Backend {
         ctx.stream = streams_[static_cast<int>(node.stream)];
         if (node.kind == NodeKind::kRange) {
           // An update with a model copy writes it itself (model_copy.cuh) through its table.
-          ctx.copy = CopyTables{};
+          ctx.copy = CopyLookup{};
           if (node.copy.c.count != 0) {
             const auto found = std::find_if(copy_tables_.begin(), copy_tables_.end(),
                                             [&](const NodeCopyTables& p) { return p.node == &node; });
@@ -396,7 +396,7 @@ class CudaBackend final : public Backend {
   struct NodeCopyTables {
     const GraphNode* node = nullptr;
     void* memory = nullptr;
-    CopyTables tables;
+    CopyLookup tables;
   };
   void release_copy_tables() {
     for (NodeCopyTables& p : copy_tables_) {
@@ -409,7 +409,7 @@ class CudaBackend final : public Backend {
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
         if (node.copy.c.count == 0) continue;
-        const std::vector<int32_t> chunks = model_copy_chunks(node.copy);
+        const std::vector<int32_t> chunks = copy_chunks(node.copy);
         NodeCopyTables entry;
         entry.node = &node;
         const size_t tensor_bytes = node.copy.tensors.size() * sizeof(CopyTensor);

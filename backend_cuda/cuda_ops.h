@@ -13,6 +13,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
+#include "renaissance/model_copy_key.h"
 #include "renaissance/scalars.h"
 
 namespace renaissance {
@@ -30,15 +31,6 @@ struct LaunchConfig {
   int sm_count = 1;           // multiprocessors of the device
 };
 
-// Elements of the span per entry of a model copy's chunk index.
-constexpr uint64_t kCopyChunk = 1024;
-// A node's model-copy table on the device: node.copy.tensors and their chunk index.
-struct CopyTables {
-  const CopyTensor* tensors = nullptr;
-  const int32_t* chunks = nullptr;
-  uint32_t count = 0;
-};
-
 struct CudaContext {
   char* arena = nullptr;
   ScalarPtrs scalars{};
@@ -48,7 +40,7 @@ struct CudaContext {
   // blocks-with-a-bad-value and blocks-done counts (see kernels_check.cu).
   unsigned* check_scratch = nullptr;
   // The node's model-copy table in device memory (prepare(); count 0 without a copy).
-  CopyTables copy{};
+  CopyLookup copy{};
 
   template <class T>
   T* at(const Span& span) const {
@@ -87,10 +79,6 @@ RN_RANGE_OPS(RN_DECLARE_CUDA_OP)
 RN_COMPUTE_OPS(RN_DECLARE_CUDA_OP)
 #undef RN_DECLARE_CUDA_OP
 
-// The model copy's lookup table of one update node (model_copy.cuh, kernels_model_copy.cu):
-// chunk k of the node's span (kCopyChunk elements) names the first of node.copy.tensors that ends
-// after the chunk's start, so a kernel finds an element's tensor (its rounding key) in a step or two.
-std::vector<int32_t> model_copy_chunks(const ModelCopy& copy);
 
 // One pass of the same-traffic reference over the arena (kernels_same_traffic.cu); every bit
 // stays as it was when key is 0, and sink (4 device bytes) is written only when it is not.
