@@ -9,6 +9,7 @@
 # in the repository root, before the tree is copied to the GPU machine. Without it, only "after".
 # Prints a table (the faster of two rounds; % floor = floor / step time) and, per layout, check
 # and gradient dtype, stochastic vs nearest. The bits are unchanged: scripts/gpu_precision.sh.
+# BEFORE_CUDA_DIR may also be a whole source tree (it has a CMakeLists.txt), built as it is.
 #   scripts/gpu_precision_bench.sh [BEFORE_CUDA_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +29,14 @@ build "$root" "$root/build-gpu-precision-bench"
 if [ -d "$before_dir" ]; then
   src=/tmp/rn-precision-before
   rm -rf "$src" && mkdir -p "$src"
-  tar --exclude='./build*' --exclude='./.git' --exclude="./$(basename "$before_dir")" -cf - . | tar -xf - -C "$src"
-  rm -rf "$src/backend_cuda" && cp -r "$before_dir" "$src/backend_cuda"
+  if [ -f "$before_dir/CMakeLists.txt" ]; then
+    # A whole source tree (e.g. `git archive c09f79b | tar -x -C before_tree`): the CUDA backend
+    # alone does not build against a core whose graph structures changed with it.
+    cp -r "$before_dir/." "$src/"
+  else
+    tar --exclude='./build*' --exclude='./.git' --exclude="./$(basename "$before_dir")" -cf - . | tar -xf - -C "$src"
+    rm -rf "$src/backend_cuda" && cp -r "$before_dir" "$src/backend_cuda"
+  fi
   build "$src" "$src/build"
   variants=(before after)
 else
