@@ -54,10 +54,7 @@ void PrintTo(const ProgramCase& c, std::ostream* os) { *os << c.kind.name << "/"
 std::vector<ProgramCase> program_cases() {
   std::vector<ProgramCase> cases;
   for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) {
-      if (kind_info(k.config.kind).norm == NormPass::kLambTrustRatio) continue;  // refused with the mask
-      cases.push_back({k, b});
-    }
+    for (const KindCase& k : testing_util::all_kind_cases()) cases.push_back({k, b});
   }
   return cases;
 }

@@ -42,9 +42,6 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
   if (mask && config.max_grad_norm > 0.0) {
     throw_invalid("tensor_mask: gradient-norm clipping (max_grad_norm > 0) with a per-tensor mask is not supported yet");
   }
-  if (mask && kind_info(config.kind).norm == NormPass::kLambTrustRatio) {
-    throw_invalid("tensor_mask: LAMB (its norm pass updates m and v) with a per-tensor mask is not supported yet");
-  }
   const Span tensor_state = mask ? region_span(plan, S_TENSOR_INT32) : Span{};
   // What the check and the updates read: the mask, and (H = 1) the per-tensor items it needs.
   const Span update_state = read_mask ? tensor_state : Span{};

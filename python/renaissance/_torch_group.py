@@ -12,7 +12,7 @@ core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask fro
 (one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
 and state alone, keeps its gradient out of the non-finite check and does not advance its own step
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
-The core mask does not combine with clipping or LAMB yet: those Tasks keep the older way (zero the
+The core mask does not combine with clipping yet: those Tasks keep the older way (zero the
 gradient, put W and the state back after the step; the Task's count advances for every parameter).
 """
 import warnings
@@ -51,8 +51,8 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it (not with clipping or LAMB yet).
-        self.masked = kind != "lamb" and members[0][2].get("max_grad_norm") is None
+        # The per-tensor mask where the core supports it (not with clipping yet).
+        self.masked = members[0][2].get("max_grad_norm") is None
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=self.masked)
