@@ -7,17 +7,22 @@
 // that disagree, and on NO GOLDEN: an audit that could not compare a kind with the recorded GPU
 // fingerprint has not vouched for it. Exit 2 stays for bad usage.
 // The runs themselves are defined in conformance/audit_cells.h, shared with the suite, so the
-// audit's cells are golden cells by construction.
+// audit's cells are golden cells by construction. A second table does the same for the suite's
+// mixed-precision cells (bf16/fp16 model copy, nearest/stochastic rounding, fp32 or model-dtype
+// gradients: audit_precision_cells()), recomputed with the suite's own cell_fingerprint(); a
+// wrong rounding shows there, since the fp32 kind rows never round.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "conformance/audit_cells.h"
+#include "conformance/cell_fingerprint.h"
 #include "conformance/golden.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
@@ -65,7 +70,7 @@ int cmd_audit(const AuditOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   bool all_agree = true;
   bool any_differs = false;
-  std::vector<std::string> no_golden;  // kinds the audit could not compare, with the reason
+  std::vector<std::string> no_golden;  // kinds and cells the audit could not compare, with the reason
   const conformance::Golden golden = conformance::load_golden(conformance::default_golden_path());
   report["golden"] = {{"path", golden.path}, {"usable", golden.usable}, {"why_not", golden.why_not},
                       {"recorded_on", golden.usable ? golden.machine_line() : ""}};
@@ -81,49 +86,80 @@ int cmd_audit(const AuditOptions& o) {
     for (const Column& c : columns) std::printf("  %-29s", c.label.c_str());
     std::printf("  agree\n");
   }
-  for (int k = 0; k < kNumOptimizerKinds; ++k) {
-    const OptimizerKind kind = static_cast<OptimizerKind>(k);
-    SyntheticRun run = conformance::audit_run(kind, o.steps);
-    const std::string cell = conformance::audit_cell_name(kind, o.steps);
-    const std::string spec = conformance::audit_cell_spec(run);
-    nlohmann::json row = {{"kind", optimizer_kind_name(kind)}, {"golden_cell", cell}};
+  // One row: the cell's fingerprint on every available column, compared with the golden file.
+  // `label` is what the table and the NO GOLDEN lines name (a kind, or a precision cell).
+  auto audit_row = [&](const std::string& label, const std::string& cell, const std::string& spec,
+                       const std::function<std::string(const Column&)>& fingerprint, int width, nlohmann::json* row) {
     nlohmann::json row_golden = nlohmann::json::object();
     std::string first;
     bool agree = true;
-    if (!o.json) std::printf("%-14s", optimizer_kind_name(kind));
+    bool missing = false;
+    if (!o.json) std::printf("%-*s", width, label.c_str());
     for (const Column& c : columns) {
       std::string fp = "n/a";
       std::string status = "NOT RUN";
       if (c.available) {
-        run.backend = c.backend;
-        run.threads = c.threads;
-        fp = run_synthetic(run).fingerprint;
+        fp = fingerprint(c);
         if (first.empty()) first = fp;
         agree = agree && fp == first;
-        row[c.label] = fp;
+        (*row)[c.label] = fp;
         status = golden_status(golden, cell, spec, fp);
         any_differs = any_differs || status == "DIFFERS";
-        if (status == "NO GOLDEN" && (no_golden.empty() || no_golden.back().rfind(optimizer_kind_name(kind), 0) != 0)) {
+        if (status == "NO GOLDEN" && !missing) {
+          missing = true;
           std::string why = golden.why_not;
           if (golden.usable) {
             const auto it = golden.cells.find(cell);
-            why = it == golden.cells.end() ? "the golden file has no cell " + cell + recorded_steps()
+            why = it == golden.cells.end() ? "the golden file has no cell " + cell +
+                                                 (cell.rfind("audit.", 0) == 0 ? recorded_steps() : "")
                                            : "cell " + cell + " was recorded for a different run (spec changed)";
           }
-          no_golden.push_back(std::string(optimizer_kind_name(kind)) + ": " + why);
+          no_golden.push_back(label + ": " + why);
         }
       } else {
-        row[c.label] = nullptr;
+        (*row)[c.label] = nullptr;
       }
       row_golden[c.label] = status;
       if (!o.json) std::printf("  %-16s %-12s", fp.c_str(), status.c_str());
     }
-    row["golden"] = row_golden;
-    row["agree"] = agree;
+    (*row)["golden"] = row_golden;
+    (*row)["agree"] = agree;
     all_agree = all_agree && agree;
-    rows.push_back(row);
     if (!o.json) std::printf("  %s\n", agree ? "yes" : "NO");
+  };
+  for (int k = 0; k < kNumOptimizerKinds; ++k) {
+    const OptimizerKind kind = static_cast<OptimizerKind>(k);
+    SyntheticRun run = conformance::audit_run(kind, o.steps);
+    const std::string cell = conformance::audit_cell_name(kind, o.steps);
+    nlohmann::json row = {{"kind", optimizer_kind_name(kind)}, {"golden_cell", cell}};
+    audit_row(optimizer_kind_name(kind), cell, conformance::audit_cell_spec(run), [&](const Column& c) {
+      run.backend = c.backend;
+      run.threads = c.threads;
+      return run_synthetic(run).fingerprint;
+    }, 14, &row);
+    rows.push_back(row);
   }
+  // The mixed-precision cells, named as the suite names them (kind.layout.....bf16.nearest
+  // [.grad_model]); their steps and inputs are the matrix's, not --steps.
+  const std::vector<conformance::Cell> precision_cells = conformance::audit_precision_cells();
+  size_t name_width = 4;
+  for (const conformance::Cell& c : precision_cells) name_width = std::max(name_width, c.name.size());
+  if (!o.json) {
+    std::printf("mixed precision: %zu conformance cells (bf16/fp16 model copy, nearest/stochastic rounding, fp32 or "
+                "model-dtype gradients; the matrix's own steps)\n%-*s",
+                precision_cells.size(), static_cast<int>(name_width), "cell");
+    for (const Column& c : columns) std::printf("  %-29s", c.label.c_str());
+    std::printf("  agree\n");
+  }
+  nlohmann::json precision_rows = nlohmann::json::array();
+  for (const conformance::Cell& cell : precision_cells) {
+    nlohmann::json row = {{"golden_cell", cell.name}};
+    audit_row(cell.name, cell.name, cell.spec(), [&](const Column& c) {
+      return conformance::cell_fingerprint(cell, c.backend, nullptr, c.threads);
+    }, static_cast<int>(name_width), &row);
+    precision_rows.push_back(row);
+  }
+  report["precision_rows"] = precision_rows;
   report["rows"] = rows;
   report["agree"] = all_agree;
   report["golden_differs"] = any_differs;
@@ -134,9 +170,12 @@ int cmd_audit(const AuditOptions& o) {
     if (!columns[2].available) std::printf("(cuda: n/a, no CUDA backend in this build or no device)\n");
     std::printf("%s\n", all_agree ? "all backends agree bit for bit" : "BACKENDS DISAGREE");
     if (any_differs) std::printf("GOLDEN MISMATCH: a fingerprint DIFFERS from the one recorded on the GPU\n");
-    for (const std::string& line : no_golden) std::printf("NO GOLDEN for %s\n", line.c_str());
+    // (At most 12 lines: an unrecorded file would otherwise name every one of the 150-odd rows.)
+    for (size_t i = 0; i < no_golden.size() && i < 12; ++i) std::printf("NO GOLDEN for %s\n", no_golden[i].c_str());
+    if (no_golden.size() > 12) std::printf("NO GOLDEN for %zu more (--json lists them)\n", no_golden.size() - 12);
     if (!no_golden.empty()) {
-      std::printf("AUDIT INCOMPLETE: %zu kind(s) could not be compared with the GPU recording\n", no_golden.size());
+      std::printf("AUDIT INCOMPLETE: %zu kind(s) or cell(s) could not be compared with the GPU recording\n",
+                  no_golden.size());
     }
   }
   return all_agree && !any_differs && no_golden.empty() ? kExitOk : kExitComparisonFailed;

@@ -177,8 +177,10 @@ int main(int argc, char** argv) {
   // ---- audit ----
   AuditOptions audit;
   CLI::App* audit_cmd = app.add_subcommand(
-      "audit", "Run every optimizer kind on every available backend; print fingerprints and whether they agree");
-  add_count(audit_cmd, "--steps", &audit.steps, 1, kMaxSteps, "Steps per run (default 8)");
+      "audit", "Run every optimizer kind, then the conformance suite's bf16/fp16 mixed-precision cells, on every "
+               "available backend; print fingerprints, whether they agree and whether they match the golden file");
+  add_count(audit_cmd, "--steps", &audit.steps, 1, kMaxSteps,
+            "Steps per kind run (default 8; the mixed-precision cells keep their own)");
   audit_cmd->add_flag("--json", audit.json, "Print the table as one JSON object");
 
   // ---- layouts ----

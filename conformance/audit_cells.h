@@ -6,10 +6,12 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
 #include "conformance/golden.h"
+#include "conformance/matrix.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
 
@@ -95,6 +97,18 @@ inline std::string audit_cell_spec(const cli::SyntheticRun& run) {
                 run.steps, static_cast<int>(run.schedule), run.warmup, run.loss_scale,
                 static_cast<unsigned long long>(run.seed), nan_at.c_str(), run.check_finite ? 1 : 0);
   return "cli-synthetic/1 layout=" + layout_digest(run.params) + " " + config_spec(run.config) + buf;
+}
+
+// The mixed-precision cells the audit also recomputes: the suite's own small-tier cells with a
+// bf16/fp16 model copy (every kind x layout x {bf16, fp16} x {nearest, stochastic} x gradients
+// {fp32, model dtype}), run by cell_fingerprint() exactly as the suite records them, so they are
+// golden cells by construction too. Their steps are the matrix's, whatever the audit's --steps.
+inline std::vector<Cell> audit_precision_cells() {
+  std::vector<Cell> out;
+  for (Cell& c : cells(Tier::kSmall)) {
+    if (c.precision.precision != Precision::kFp32) out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace conformance

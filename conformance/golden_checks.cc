@@ -191,6 +191,12 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
 //   emptied       a zero-byte file
 //   cell_removed  audit.sgd.steps4 deleted
 //   flipped       the last hex digit of audit.adam.steps4 changed
+// The mixed-precision cells the precision_* modes damage (conformance/CMakeLists.txt expects
+// `renaissance audit` to name them): a bf16 nearest cell with model-dtype gradients, and an fp16
+// stochastic one.
+constexpr const char* kTamperedPrecisionCell = "adamw.small_cnn.wd_on.sched.scale_2p16.nan_last.bf16.nearest.grad_model";
+constexpr const char* kRemovedPrecisionCell = "lamb.odd_sizes.wd_on.sched.scale_2p16.nan_middle.fp16.stochastic";
+
 int write_tampered_golden(const std::string& mode, const std::string& path) {
   if (&renaissance_embedded_golden_size == nullptr || renaissance_embedded_golden_size == 0) {
     std::cerr << "conformance_suite: no embedded golden file to tamper with\n";
@@ -206,6 +212,11 @@ int write_tampered_golden(const std::string& mode, const std::string& path) {
   } else if (mode == "flipped") {
     std::string& fp = j["cells"]["audit.adam.steps4"]["fingerprint"].get_ref<std::string&>();
     fp.back() = fp.back() == '0' ? '1' : '0';
+  } else if (mode == "precision_flipped") {  // a mixed-precision cell (cmd_audit.cc's second table)
+    std::string& fp = j["cells"][kTamperedPrecisionCell]["fingerprint"].get_ref<std::string&>();
+    fp.back() = fp.back() == '0' ? '1' : '0';
+  } else if (mode == "precision_removed") {
+    if (j["cells"].erase(kRemovedPrecisionCell) != 1) return 1;
   } else if (mode != "emptied") {
     std::cerr << "conformance_suite: unknown tamper mode " << mode << "\n";
     return 2;

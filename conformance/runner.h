@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/cell_fingerprint.h"  // cell_fingerprint(), with the gradient helpers run_cell uses
 #include "conformance/matrix.h"
 #include "renaissance/backend.h"
 
@@ -44,11 +45,6 @@ struct CellResult {
 // post-step snapshot, to show that the checks catch a write the step must not make.
 using Sabotage = std::function<void(Task& task, int step)>;
 CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage = {});
-
-// The same run with the same inputs on one backend, without oracle, guards or snapshots: only
-// the final Task::fingerprint() (and Backend::describe() in *description). Cheap enough to
-// repeat every small cell on every Highway target.
-std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string* description = nullptr);
 
 }  // namespace conformance
 }  // namespace renaissance

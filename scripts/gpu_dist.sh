@@ -9,7 +9,9 @@
 #   --grad-reduce fast at K = 2                                    ==  ordered (two summands)
 #   the plain CUDA run                                             ==  the plain CPU run
 # and the same with a bf16/fp16 model copy (adamw, lamb; --precision bf16 --stochastic-rounding
-# and --precision fp16), where also the K-rank NCCL run == the plain CPU run (replicated),
+# and --precision fp16), where also the K-rank NCCL run == the plain CPU run (replicated), and
+# with model-dtype gradients (--grad-dtype model: bf16 nearest, fp16 stochastic; fast == ordered
+# at K = 2 there too, its blocks widened on the host before ncclReduceScatter),
 # and prints arena_bytes_per_rank. Success: every line "ok", last line "gpu_dist: all checks
 # passed", exit 0. Any "FAIL" line: exit 1.
 #
@@ -54,7 +56,7 @@ for model in resnet50 gpt2_small; do
   done
   # The model copy: the update sub-step writes the copy of its slice (cut tensors keep their
   # rounding keys), W and the copy are all-gathered (docs/distributed.md "The model copy").
-  for prec in "bf16 --stochastic-rounding" "fp16"; do
+  for prec in "bf16 --stochastic-rounding" "fp16" "bf16 --grad-dtype model" "fp16 --stochastic-rounding --grad-dtype model"; do
     for kind in adamw lamb; do
       # shellcheck disable=SC2206  # prec is split on purpose into --precision's value and flag
       args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
@@ -67,6 +69,9 @@ for model in resnet50 gpt2_small; do
         check "$tag replicated == plain CPU" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$cpu"
         ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
         check "$tag ordered == --simulate-ranks $K" "$ordered" "$(run_fp "$CLI" "${args[@]}" --backend cuda --simulate-ranks "$K")"
+        if [[ "$K" == 2 && "$prec" == *grad-dtype* ]]; then
+          check "$tag fast == ordered" "$(run_fp "${MPIRUN[@]}" -np 2 "$CLI" "${args[@]}" --distributed nccl --grad-reduce fast)" "$ordered"
+        fi
       done
     done
   done

@@ -299,25 +299,5 @@ TEST(ShardMemory, RefusesHyperparameterGroups) {
   EXPECT_EQ(task.step_count(), 0);
 }
 
-// Model-dtype (2-byte) gradients are not reduced across ranks: refused, nothing run.
-TEST(ShardMemory, RefusesModelDtypeGradients) {
-  const Layout shard = load_layout_file(kShardLayout);
-  TaskOptions options;
-  options.backend = BackendKind::kCpu;
-  options.precision.precision = Precision::kBf16;
-  options.precision.model_dtype_gradients = true;
-  Task task(shard.params, options);
-  task.optimizer(AdamW().lr(1e-3));
-  task.compile();
-  auto comm = make_local_communicator();
-  try {
-    ShardedStep step(task, *comm, GradReduce::kReplicated);
-    FAIL() << "a sharded step of a task with bf16 gradients was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model dtype"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(task.step_count(), 0);
-}
-
 }  // namespace
 }  // namespace renaissance

@@ -51,6 +51,10 @@ set_tests_properties(cli_run_grad_dtype PROPERTIES LABELS cli TIMEOUT 120)
 
 # audit: every kind, every available backend, all agree.
 rn_cli_test(cli_audit 0 "-DMATCH=all backends agree" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} audit --steps 4)
+# The audit runs ~300 short CPU tasks (its mixed-precision table), each step a few OpenMP
+# regions: with libgomp's default spinning, a loaded 2-core machine (ctest --parallel) turns the
+# 1-3 s audit into a minute. Passive waiting changes no bit (the thread count does not either).
+set_tests_properties(cli_audit PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=passive)
 
 # replay: a passing case with --out, and a tolerance no float32 run meets (exit 1, still writes).
 rn_cli_test(cli_replay 0 "-DMATCH=PASS" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --

@@ -37,8 +37,10 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   layout.family_count = count;
   const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
   const uint64_t grad_tiles = static_cast<uint64_t>(math::grad_norm_tile_count(count));
-  // Norm tiles in family elements (their starts are relative to the weight group).
-  const uint64_t weight_start = (plan.group_span(Family::kG, Group::kWeight).offset - g.offset) / sizeof(float);
+  // Norm tiles in family elements (their starts are relative to the weight group). Counted in W,
+  // whose elements are always 4 bytes (G's are 2 with model-dtype gradients).
+  const uint64_t weight_start = (plan.group_span(Family::kW, Group::kWeight).offset -
+                                 plan.region_range(W_BN_BIAS, W_DEEP_CONV).offset) / sizeof(float);
   const std::vector<NormTile>& norm = plan.norm_tiles();
   auto norm_start = [&](size_t i) { return weight_start + static_cast<uint64_t>(norm[i].start); };
 

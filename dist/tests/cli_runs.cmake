@@ -2,7 +2,8 @@
 # mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal
 #   equal:   (lars, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
 #            fingerprint, ordered the --simulate-ranks K one (every kind: sharded_runs.cc); --json carries world_size, grad_reduce, comm_ms_per_step.
-#            The same at K = 2 with a model copy: --precision bf16 --stochastic-rounding (lamb).
+#            The same at K = 2 with a model copy: --precision bf16 --stochastic-rounding (lamb),
+#            and with model-dtype gradients: --precision fp16 --grad-dtype model (adamw).
 #   reshard: (lamb, clipping) a checkpoint saved at K = 2 (one gathered file) resumed at K = 1 and 3: replicated
 #            ends with the uninterrupted plain run's fingerprint; ordered at K = 3 with that of
 #            --simulate-ranks 3 resumed from the same file. Then (adamw) the same with a bf16
@@ -56,6 +57,14 @@ if(CASE STREQUAL "equal")
   expect_same("lamb bf16 stochastic K=2 replicated == plain" ${rep} ${plain})
   fingerprint(ord ${MPI_RUN} 2 ${CLI} run ${args} --distributed mpi --grad-reduce ordered)
   expect_same("lamb bf16 stochastic K=2 ordered == --simulate-ranks 2" ${ord} ${sim})
+  # Model-dtype gradients (fp16, each rank's G widened before the fp32 rank-order sum).
+  set(args ${COMMON} --optimizer adamw --steps 5 --nan-at 2 --max-grad-norm 0.05 --precision fp16 --grad-dtype model)
+  fingerprint(plain ${CLI} run ${args})
+  fingerprint(sim ${CLI} run ${args} --simulate-ranks 2)
+  fingerprint(rep ${MPI_RUN} 2 ${CLI} run ${args} --distributed mpi --grad-reduce replicated)
+  expect_same("adamw fp16 --grad-dtype model K=2 replicated == plain" ${rep} ${plain})
+  fingerprint(ord ${MPI_RUN} 2 ${CLI} run ${args} --distributed mpi --grad-reduce ordered)
+  expect_same("adamw fp16 --grad-dtype model K=2 ordered == --simulate-ranks 2" ${ord} ${sim})
   execute_process(COMMAND ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 2 --distributed mpi --grad-reduce fast --json
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
   if(NOT rc EQUAL 0 OR NOT out MATCHES "\"world_size\":3" OR NOT out MATCHES "\"grad_reduce\":\"fast\""

@@ -14,6 +14,14 @@ and state alone, keeps its gradient out of the non-finite check and does not adv
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
 The core mask does not combine with clipping yet: those Tasks keep the older way (zero the
 gradient, put W and the state back after the step; the Task's count advances for every parameter).
+
+bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
+parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
+stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
+.data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
+backward run on the copy and the step reads the gradients where autograd wrote them. The masters
+are torch state under 'master_weight'. The core mask does not take model-dtype gradients yet:
+such Tasks use the older way for a None gradient too (C is put back as well).
 """
 import warnings
 
@@ -38,9 +46,12 @@ def structure_key(kind, hyper, device):
 class SharedTask:
     """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
 
-    def __init__(self, members, kind, device, threads, state_names):
+    def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0):
         self.kind = kind
         self.device = device
+        self.precision = precision
+        if precision != "fp32":
+            state_names = dict(state_names, W="master_weight")  # the fp32 masters are state too
         self.state_names = state_names  # {"M": "exp_avg", ...}: families kept as torch state
         self.amp_used = False
         self.params = [p for params, _, _ in members for p in params]
@@ -51,18 +62,26 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it (not with clipping yet).
-        self.masked = members[0][2].get("max_grad_norm") is None
+        # The per-tensor mask where the core supports it (not with clipping or model-dtype
+        # gradients yet).
+        self.masked = members[0][2].get("max_grad_norm") is None and precision == "fp32"
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
-                              tensor_mask=self.masked)
+                              tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
+                              model_dtype_gradients=precision != "fp32")
             task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
             task.compile()
         self.task = task
         did = self.device_id
         n = len(self.params)
-        self.W = [task.view("W", j, did) for j in range(n)]
+        self.W = [task.view("W", j, did) for j in range(n)]  # fp32 (the masters with a model copy)
+        # The model copy (bf16/fp16 parameters): what .data views; None for fp32.
+        self.C = [task.view("C", j, did) for j in range(n)] if precision != "fp32" else None
         self.G = [task.view("G", j, did) for j in range(n)]
+        for j, p in enumerate(self.params):  # the views .data and .grad become must keep the dtype
+            if self.weights[j].dtype != p.dtype or self.G[j].dtype != p.dtype:
+                raise RuntimeError("renaissance.torch: the Task's views are %s/%s for a %s parameter (a build "
+                                   "mismatch)" % (self.weights[j].dtype, self.G[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
@@ -77,16 +96,30 @@ class SharedTask:
         # (torch only accepts a .grad of the parameter's shape) the address and layout decide.
         return g is self.G[j] or (g.data_ptr() == self.g_ptrs[j] and g.is_contiguous())
 
+    @property
+    def weights(self):
+        """The views .data points at: W, or the model copy C for bf16/fp16 parameters."""
+        return self.W if self.C is None else self.C
+
     def adopt(self):
-        """Copies every parameter (and any gradient) in, then re-points .data and .grad."""
+        """Copies every parameter (and any gradient) in, then re-points .data and .grad. A bf16/
+        fp16 parameter becomes its copy bit for bit, its master the same value widened (exact)."""
         with torch.no_grad():
             for j, p in enumerate(self.params):
                 self.W[j].copy_(p.detach())
+                if self.C is not None:
+                    self.C[j].copy_(p.detach())
                 if p.grad is not None:
                     self.G[j].copy_(p.grad.detach())
             for j, p in enumerate(self.params):
-                p.data = self.W[j]
+                p.data = self.weights[j]
                 p.grad = self.G[j]
+
+    def masters_from_params(self, ids=None):
+        """bf16/fp16: each master (W) set to its parameter's current value, widened exactly."""
+        with torch.no_grad():
+            for j in range(len(self.params)) if ids is None else ids:
+                self.W[j].copy_(self.C[j])
 
     def zero_grad(self):
         with torch.no_grad():
@@ -111,6 +144,7 @@ class SharedTask:
     def step(self, grad_scale):
         """One core step for every group. Returns False when no parameter has a gradient."""
         missing = []
+        foreign = []  # ids whose .grad is a tensor of autograd's, not our view: copied in below
         for j, p in enumerate(self.params):
             g = p.grad
             if g is self.G[j]:
@@ -118,14 +152,14 @@ class SharedTask:
             if g is None:
                 missing.append(j)
             elif not self.is_view(j, g):
-                if not _GRAD_COPY_WARNED[0]:
-                    _GRAD_COPY_WARNED[0] = True
-                    warnings.warn("renaissance.torch: a parameter's .grad is not the optimizer's gradient view; "
-                                  "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",
-                                  stacklevel=3)
-                with torch.no_grad():
-                    self.G[j].copy_(g.detach())
-                p.grad = self.G[j]
+                foreign.append(j)
+        if foreign:
+            if not _GRAD_COPY_WARNED[0]:
+                _GRAD_COPY_WARNED[0] = True
+                warnings.warn("renaissance.torch: a parameter's .grad is not the optimizer's gradient view; "
+                              "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",
+                              stacklevel=3)
+            self.copy_in(foreign)
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
@@ -139,12 +173,28 @@ class SharedTask:
             # step skip or enter a norm), and W and the state are put back after the step.
             for j in missing:
                 self.G[j].zero_()
-                saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V) if buf is not None])
+                saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V, self.C) if buf is not None])
             self.run_step()
             for pairs in saved:
                 for view, copy in pairs:
                     view.copy_(copy)
         return True
+
+    def copy_in(self, ids):
+        """Gradients autograd allocated itself (e.g. after zero_grad(set_to_none=True)) into the
+        arena's G, then .grad re-pointed to the view. One multi-tensor copy where torch has
+        torch._foreach_copy_ (2.1+): a copy_ per tensor is a launch per tensor, which on the H200
+        cost resnet50 0.4 ms a step (bench_torch_step.py --phases, 2026-12-01)."""
+        dst = [self.G[j] for j in ids]
+        src = [self.params[j].grad.detach() for j in ids]
+        with torch.no_grad():
+            if hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(dst, src)
+            else:
+                for d, g in zip(dst, src):
+                    d.copy_(g)
+        for j in ids:
+            self.params[j].grad = self.G[j]
 
     def run_step(self):
         if self.device.type == "cuda":
@@ -249,6 +299,28 @@ class GroupTask:
         """A host copy of the group's parameter `name` (its index in the group, as text)."""
         return _core._task_read(self.shared, family, self._b.ids[int(name)])
 
+    @property
+    def precision(self):
+        return self.shared.precision
+
+    @property
+    def rounding(self):
+        return self.shared.rounding
+
+    @property
+    def seed(self):
+        return self.shared.seed
+
+    @property
+    def grad_dtype(self):
+        return self.shared.grad_dtype
+
+    def read_encoded(self, family, name):
+        """Host uint16 encodings of the group's parameter `name`: "C" its model copy, "G" its
+        model-dtype gradient."""
+        j = self._b.ids[int(name)]
+        return self.shared.get_model_copy(j) if family == "C" else self.shared.get_grad_encoded(j)
+
 
 class GroupBinding:
     """One torch param group: hyperparameter group `index` of a SharedTask, its parameters the
@@ -267,6 +339,7 @@ class GroupBinding:
         self.device = shared.device
         sl = slice(first, first + len(self.params))
         self.W = shared.W[sl]
+        self.C = shared.C[sl] if shared.C is not None else None
         self.G = shared.G[sl]
         self.M = shared.M[sl] if shared.M is not None else None
         self.V = shared.V[sl] if shared.V is not None else None
@@ -307,8 +380,8 @@ class GroupBinding:
         st = {}
         if "step" in self.state_names:
             st["step"] = step_tensor
-        for fam, bufs in (("M", self.M), ("V", self.V)):
-            if bufs is not None:
+        for fam, bufs in (("W", self.W), ("M", self.M), ("V", self.V)):
+            if bufs is not None and fam in self.state_names:
                 st[self.state_names[fam]] = bufs[j]
         return st
 

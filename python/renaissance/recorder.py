@@ -7,6 +7,12 @@ and the final fingerprint as ``expected_fingerprint``. ``renaissance replay CASE
 the steps on any machine (a CPU-only CI, say) and fails unless it reaches the same bits: the
 GPU-less-CI workflow for PyTorch users.
 
+bf16/fp16 parameters (a model copy besides fp32 masters): the case gets the top-level keys
+``precision``, ``rounding`` and ``seed``, the gradients as the backward wrote them (BF16 / F16),
+the masters as the initial weights, and ``expected.safetensors`` with every parameter's final copy
+``c/{name}`` (compared bit for bit by the replay). The groups of one recording must share one
+precision, rounding and seed (a case has one).
+
     with Recorder(opt, "case_dir", steps=5):       # or rec = Recorder(...); it finishes by itself
         for x, y in batches:
             loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
@@ -42,6 +48,21 @@ def _read(task, family, name):
 def _config(task):
     return _core._task_config(task) if isinstance(task, _core.Task) else task.config()
 
+
+def _precision(task):
+    """(precision, rounding, seed) of a group's task; ("fp32", "nearest", 0) without a model copy."""
+    return str(task.precision), str(task.rounding), int(task.seed)
+
+
+def _read_encoded(task, family, name):
+    """uint16 encodings of a model copy ("C") or model-dtype gradient ("G")."""
+    if isinstance(task, _core.Task):
+        return task.get_model_copy(name) if family == "C" else task.get_grad_encoded(name)
+    return task.read_encoded(family, name)
+
+
+_ST_DTYPE = {"bf16": "BF16", "fp16": "F16"}
+
 # Hyperparameters that must stay as they were for the whole recording: the case has one
 # optimizer per group; only the learning rate is recorded per step.
 _FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient", "max_grad_norm",
@@ -49,10 +70,15 @@ _FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_co
 
 
 def _to_numpy(t):
-    """A host float32 copy of a torch tensor (the copy matters: arena views change at the next step)."""
-    a = t.detach().to("cpu").contiguous().numpy()
+    """A host copy of a torch gradient (the copy matters: arena views change at the next step):
+    float32, or a bf16/fp16 gradient's uint16 encodings, bit for bit."""
+    import torch
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16).numpy().view("uint16").copy()
+    a = t.numpy()
     if str(a.dtype) != "float32":
-        raise ValueError(f"Recorder: a {a.dtype} gradient; the replay format holds float32")
+        raise ValueError(f"Recorder: a {a.dtype} gradient; the replay format holds float32, bf16 and fp16")
     return a.copy()
 
 
@@ -124,6 +150,11 @@ class Recorder:
                 if other[1] is not core:
                     raise ValueError(f"Recorder: groups {other[0]} and {gi} clip with the same structure in different "
                                      "Tasks; a replay runs them in one Task and clips over both (record them separately)")
+        precisions = {_precision(g.task) for g in self._groups}
+        if len(precisions) > 1:
+            raise ValueError("Recorder: the groups differ in precision, rounding or seed %s; a replay case has one "
+                             "(record them separately)" % sorted(precisions))
+        self._precision = precisions.pop()
         self._names = [list(getattr(g, "names", None) or [n for n, _, _ in g.task.params]) for g in self._groups]
         self._grads = []    # per step: {case name: array}
         self._lrs = []      # per step: per group lr
@@ -232,6 +263,19 @@ class Recorder:
             "expected_fingerprint": self.fingerprint,
             "groups": [],
         }
+        precision, rounding, seed = self._precision
+        expected = []
+        if precision != "fp32":
+            case.update(precision=precision, rounding=rounding, seed=seed)
+            # The final state (an expected file names every parameter) and the final model copy,
+            # which the replay compares bit for bit.
+            for gi, g in enumerate(self._groups):
+                families = _families(g.task)
+                for name_ in self._names[gi]:
+                    case_name = f"g{gi}.{name_}"
+                    expected.append((case_name, _read(g.task, "W", name_)))
+                    expected.extend((f"{f.lower()}/{case_name}", _read(g.task, f, name_)) for f in families)
+                    expected.append((f"c/{case_name}", _read_encoded(g.task, "C", name_)))
         for gi, params in enumerate(self._params):
             config = dict((self._configs or [_config(g.task) for g in self._groups])[gi])
             if config["weight_decay_mode"] == "decoupled":
@@ -241,17 +285,22 @@ class Recorder:
                 group["initial_step"] = self._initial_steps[gi]
             case["groups"].append(group)
         grads = [(f"step{t}/{n}", a) for t, step in enumerate(self._grads) for n, a in step.items()]
-        self._write(case, grads)
+        self._write(case, grads, expected)
         return self.fingerprint
 
-    def _write(self, case, grads):
+    def _write(self, case, grads, expected=()):
         self._check_target(self.overwrite)  # again: the folder may have filled meanwhile
         parent = os.path.dirname(self.case_dir)
         tmp = tempfile.mkdtemp(prefix="." + os.path.basename(self.case_dir) + ".tmp-", dir=parent)
         try:
             meta = {"format": "renaissance-replay/2", "writer": "renaissance.torch.Recorder"}
             _core._write_safetensors(os.path.join(tmp, "init.safetensors"), self._init, meta)
-            _core._write_safetensors(os.path.join(tmp, "grads.safetensors"), grads, meta)
+            # Encoded (uint16) tensors are in the case's model dtype.
+            half = _ST_DTYPE.get(case.get("precision"), "F32")
+            dtypes = {n: half for n, a in list(grads) + list(expected) if str(a.dtype) == "uint16"}
+            _core._write_safetensors(os.path.join(tmp, "grads.safetensors"), grads, meta, dtypes)
+            if expected:
+                _core._write_safetensors(os.path.join(tmp, "expected.safetensors"), list(expected), meta, dtypes)
             with open(os.path.join(tmp, "case.json"), "w") as f:
                 json.dump(case, f, indent=1)
                 f.write("\n")

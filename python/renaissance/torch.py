@@ -25,6 +25,10 @@ _KINDS = {k["name"]: k for k in _core.kinds()}
 _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                 "differentiable": False, "fused": None}
 
+# Parameter dtypes the adapter takes, and the core precision of each (bf16/fp16: fp32 masters in
+# the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters").
+_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
 
 def _defaults_of(kind):
     return _KINDS[kind]["defaults"]
@@ -37,15 +41,26 @@ class _Base(Optimizer):
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
     _state_names = {}  # core family -> torch state key; "step": whether the state has a step
 
-    def __init__(self, params, defaults, threads=0):
+    def __init__(self, params, defaults, threads=0, master_weights=True, stochastic_rounding=False, seed=0):
         if not isinstance(threads, int) or threads < 0:
             raise ValueError("threads %r: must be an int >= 0 (0: all cores)" % (threads,))
+        for name, flag in (("master_weights", master_weights), ("stochastic_rounding", stochastic_rounding)):
+            if not isinstance(flag, bool):
+                raise ValueError("%s=%r: expected a bool" % (name, flag))
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
+            raise ValueError("seed=%r: expected an int in [0, 2**64)" % (seed,))
         for flag in self._flags:
             _check_flag(flag, defaults[flag], type(self).__name__)
         self._threads = threads
+        self._master_weights = master_weights
+        self._rounding = "stochastic" if stochastic_rounding else "nearest"
+        self._seed = seed
         self._bindings = []
         groups = _as_groups(params)
-        _validate_new(groups, [])
+        _validate_new(groups, [], master_weights)
+        if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
+            raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
+                             "parameters are all float32 (no copy to round)")
         # torch's constructor adds the groups one by one: bind them all at once afterwards, so
         # that the groups of one structural class share one Task.
         self._deferred = True
@@ -60,7 +75,7 @@ class _Base(Optimizer):
         existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
         group = dict(param_group)
         group["params"] = _param_list(group["params"])
-        _validate_new([group], existing)
+        _validate_new([group], existing, self._master_weights)
         n_before = len(self.param_groups)
         super().add_param_group(group)
         if getattr(self, "_deferred", False):
@@ -78,13 +93,21 @@ class _Base(Optimizer):
                 for flag in self._flags:
                     _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
                 kind, hyper = self._core_config(group)
+                precision = _PRECISION[group["params"][0].dtype]
                 key = structure_key(kind, hyper, group["params"][0].device) + (tuple(sorted(self._state_names_for(group).items())),)
+                key += (precision,)
+                if precision != "fp32" and self._rounding == "stochastic":
+                    # A Task of its own per group: the rounding key's parameter index is then the
+                    # index within the group, as a replay case (docs/replay-format.md) runs it.
+                    key += (i,)
                 classes.setdefault(key, []).append((i, self._roles(group), hyper))
             made = {}
             for key, members in classes.items():
-                kind, device = key[0], key[3]
+                kind, device, precision = key[0], key[3], key[5]
+                rounding = self._rounding if precision != "fp32" else "nearest"
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
-                                    kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]))
+                                    kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),
+                                    precision=precision, rounding=rounding, seed=self._seed)
                 first = 0
                 for h, (i, roles, hyper) in enumerate(members):
                     made[i] = GroupBinding(shared, h, first, self.param_groups[i]["params"], roles, hyper)
@@ -231,6 +254,10 @@ class _Base(Optimizer):
             for b, step, bufs, per_param in plan:
                 for view in (b.M or []) + (b.V or []):
                     view.zero_()
+                if b.C is not None:
+                    # bf16/fp16: a state without 'master_weight' (torch's own) gives masters equal
+                    # to the parameters as they are now (load the model's state dict first).
+                    b.shared.masters_from_params(b.ids)
                 for view, t in bufs:
                     view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
                 if b.shared.masked:
@@ -310,7 +337,7 @@ def _as_groups(params):
     return [{"params": params}]
 
 
-def _validate_new(groups, existing):
+def _validate_new(groups, existing, master_weights=True):
     """Every ValueError of the adapter's contract, before any parameter or task is touched."""
     seen = {id(p) for p in existing}
     intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
@@ -327,8 +354,16 @@ def _validate_new(groups, existing):
             devices.add(p.device)
             if len(devices) > 1:
                 raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(sorted(map(str, devices))))
-            if p.dtype != torch.float32:
-                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32 parameters only" % (tuple(p.shape), p.dtype))
+            if p.dtype not in _PRECISION:
+                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16 and float16 "
+                                 "parameters" % (tuple(p.shape), p.dtype))
+            if p.dtype != group["params"][0].dtype:
+                raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "
+                                 "dtype in a group of its own)" % (gi, group["params"][0].dtype, p.dtype))
+            if p.dtype != torch.float32 and not master_weights:
+                raise ValueError("parameter of shape %s is %s and master_weights=False: renaissance.torch updates "
+                                 "bf16/fp16 parameters only through fp32 master weights (master_weights=True)"
+                                 % (tuple(p.shape), p.dtype))
             if not p.is_contiguous():
                 raise ValueError("parameter of shape %s is not contiguous" % (tuple(p.shape),))
             if p.device.type not in ("cpu", "cuda"):
@@ -405,11 +440,12 @@ class SGD(_Base):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False, fused=None, decoupled_weight_decay=False,
-                 max_grad_norm=None, threads=0):
+                 max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
                         maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused,
                         decoupled_weight_decay=decoupled_weight_decay, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _state_names_for(self, group):
         # No momentum, no buffer (the kind sgd keeps no M).
@@ -435,11 +471,11 @@ class _AdamFamily(_Base):
     _kind = None
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                 differentiable, fused, max_grad_norm, threads):
+                 differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
                         max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
@@ -455,9 +491,10 @@ class Adam(_AdamFamily):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
-                 max_grad_norm=None, threads=0):
+                 max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads)
+                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed)
 
 
 class AdamW(_AdamFamily):
@@ -467,9 +504,10 @@ class AdamW(_AdamFamily):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
                  maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
-                 max_grad_norm=None, threads=0):
+                 max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads)
+                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed)
 
 
 class LARS(_Base):
@@ -481,10 +519,11 @@ class LARS(_Base):
     def __init__(self, params, lr=_defaults_of("lars")["lr"], momentum=_defaults_of("lars")["momentum"],
                  weight_decay=_defaults_of("lars")["weight_decay"],
                  trust_coefficient=_defaults_of("lars")["trust_coefficient"], eps=_defaults_of("lars")["eps"],
-                 nesterov=False, *, trust_ratio=None, max_grad_norm=None, threads=0):
+                 nesterov=False, *, trust_ratio=None, max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
                         eps=eps, nesterov=nesterov, trust_ratio=trust_ratio, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _roles(self, group):
         return _trust_roles(group)
@@ -504,9 +543,10 @@ class Lion(_Base):
 
     def __init__(self, params, lr=_defaults_of("lion")["lr"],
                  betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
-                 weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, threads=0):
+                 weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
@@ -523,10 +563,11 @@ class LAMB(_Base):
     def __init__(self, params, lr=_defaults_of("lamb")["lr"],
                  betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
                  eps=_defaults_of("lamb")["eps"], weight_decay=_defaults_of("lamb")["weight_decay"], *,
-                 trust_ratio=None, max_grad_norm=None, threads=0):
+                 trust_ratio=None, max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
                         max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _roles(self, group):
         return _trust_roles(group)

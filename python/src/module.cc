@@ -20,6 +20,7 @@
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "renaissance/optimizer.h"
+#include "renaissance/precision.h"
 #include "renaissance/replay.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"
@@ -120,14 +121,25 @@ nb::ndarray<nb::numpy, float> numpy_from(std::vector<float> data, const std::vec
 class PyTask {
  public:
   // `groups`: each parameter's hyperparameter group (ParamSpec::hyper_group); empty: all 0.
+  // `precision` "fp32" | "bf16" | "fp16", `rounding` "nearest" | "stochastic", `seed` and
+  // `model_dtype_gradients`: TaskOptions::precision (renaissance/precision.h); compile() refuses
+  // the combinations the core does not take (stochastic or model-dtype gradients with fp32).
   PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
-         const std::vector<int>& groups, bool tensor_mask) {
+         const std::vector<int>& groups, bool tensor_mask, const std::string& precision, const std::string& rounding,
+         uint64_t seed, bool model_dtype_gradients) {
     if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
     o.backend_options.threads = threads;
     o.check_finite = check_finite;
     o.tensor_mask = tensor_mask;
+    if (!parse_precision(precision, &o.precision.precision))
+      throw_invalid("precision '" + precision + "': expected fp32, bf16 or fp16");
+    if (rounding == "nearest") o.precision.rounding = Rounding::kNearest;
+    else if (rounding == "stochastic") o.precision.rounding = Rounding::kStochastic;
+    else throw_invalid("rounding '" + rounding + "': expected nearest or stochastic");
+    o.precision.seed = seed;
+    o.precision.model_dtype_gradients = model_dtype_gradients;
     std::vector<ParamSpec> specs = to_specs(params);
     if (!groups.empty()) {
       if (groups.size() != specs.size()) {
@@ -136,6 +148,7 @@ class PyTask {
       }
       for (size_t i = 0; i < specs.size(); ++i) specs[i].hyper_group = groups[i];
     }
+    precision_ = o.precision;
     task_ = std::make_unique<Task>(std::move(specs), o);
   }
 
@@ -235,6 +248,7 @@ class PyTask {
   }
 
   Task& task() { return *task_; }
+  const PrecisionOptions& precision_options() const { return precision_; }
 
   // --- arena views for renaissance.torch (P) ---
   // A DLPack tensor over `count` elements at byte `offset` of the arena, on the backend's device
@@ -243,41 +257,65 @@ class PyTask {
   template <class T>
   nb::ndarray<nb::pytorch, T> arena_view(nb::handle self, uint64_t offset, const std::vector<int64_t>& shape,
                                          int device_id, int64_t stride = 1) {
+    return nb::ndarray<nb::pytorch, T>(typed_view(self, offset, shape, device_id, sizeof(T), nb::dtype<T>(), stride));
+  }
+
+  // The 2-byte DLPack dtype of a bf16/fp16 encoding (torch takes both: torch.bfloat16, torch.float16).
+  static nb::dlpack::dtype half_dtype(Precision p) {
+    nb::dlpack::dtype d;
+    d.code = static_cast<uint8_t>(p == Precision::kBf16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float);
+    d.bits = 16;
+    d.lanes = 1;
+    return d;
+  }
+
+  // The untyped view under arena_view: `elem` bytes per element of DLPack type `dtype`.
+  nb::ndarray<nb::pytorch> typed_view(nb::handle self, uint64_t offset, const std::vector<int64_t>& shape, int device_id,
+                                      size_t elem, nb::dlpack::dtype dtype, int64_t stride = 1) {
     Task& t = *task_;
     if (!t.compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
     uint64_t count = 1;
     for (int64_t d : shape) count *= static_cast<uint64_t>(d);
     // A strided view (one dimension) spans (count - 1) * stride + 1 elements.
     if (stride != 1 && count > 0) count = (count - 1) * static_cast<uint64_t>(stride) + 1;
-    if (offset + count * sizeof(T) > t.plan().arena_bytes()) throw_invalid("view(): outside the arena");
+    if (offset + count * elem > t.plan().arena_bytes()) throw_invalid("view(): outside the arena");
     const bool cuda = t.backend().kind() == BackendKind::kCuda;
     std::vector<size_t> dims(shape.begin(), shape.end());
-    T* data = reinterpret_cast<T*>(static_cast<char*>(t.backend().arena()) + offset);
+    void* data = static_cast<char*>(t.backend().arena()) + offset;
     const int64_t strides[1] = {stride};
-    return nb::ndarray<nb::pytorch, T>(data, dims.size(), dims.data(), self, stride != 1 ? strides : nullptr,
-                                       nb::dtype<T>(),
-                                       cuda ? nb::device::cuda::value : nb::device::cpu::value,
-                                       cuda ? device_id : 0);
+    return nb::ndarray<nb::pytorch>(data, dims.size(), dims.data(), self, stride != 1 ? strides : nullptr, dtype,
+                                    cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? device_id : 0);
   }
 
-  // Parameter `which` of family "W", "G", "M" or "V", with the parameter's shape.
-  nb::ndarray<nb::pytorch, float> tensor_view(nb::handle self, const std::string& family, const nb::handle& which,
-                                              int device_id) {
+  // Parameter `which` of family "W", "G", "M" or "V" (float32; G in the model dtype when the
+  // task holds model-dtype gradients), or "C", the bf16/fp16 model copy, with its shape.
+  nb::ndarray<nb::pytorch> tensor_view(nb::handle self, const std::string& family, const nb::handle& which,
+                                       int device_id) {
+    const size_t id = id_of(which);
+    if (!task_->compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
+    const std::vector<int64_t>& shape = task_->param(id).shape;
+    if (family == "C") {
+      if (!task_->plan().has_model_copy()) throw_invalid("view(): this task has no model copy (precision fp32)");
+      return typed_view(self, task_->plan().model_copy_offset(id), shape, device_id, 2,
+                        half_dtype(task_->plan().config().precision));
+    }
     Family f;
     if (family == "W") f = Family::kW;
     else if (family == "G") f = Family::kG;
     else if (family == "M") f = Family::kM;
     else if (family == "V") f = Family::kV;
-    else throw_invalid("view(): family '" + family + "': expected W, G, M or V");
-    const size_t id = id_of(which);
-    if (!task_->compiled()) throw_invalid("view(): the task is not compiled; call compile() first");
+    else throw_invalid("view(): family '" + family + "': expected W, G, M, V or C");
     if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
-    return arena_view<float>(self, task_->plan().tensor_offset(f, id), task_->param(id).shape, device_id);
+    if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
+      return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));
+    }
+    return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, sizeof(float), nb::dtype<float>());
   }
 
   // The whole family as one flat tensor, padding included (padding is zero and stays zero under
   // zero_()): zero_grad() clears every gradient of the task with one op.
-  nb::ndarray<nb::pytorch, float> family_view(nb::handle self, const std::string& family, int device_id) {
+  // With model-dtype gradients G's view is in the model dtype (2 bytes an element).
+  nb::ndarray<nb::pytorch> family_view(nb::handle self, const std::string& family, int device_id) {
     Family f;
     if (family == "W") f = Family::kW;
     else if (family == "G") f = Family::kG;
@@ -285,7 +323,23 @@ class PyTask {
     if (!task_->compiled()) throw_invalid("family_view(): the task is not compiled; call compile() first");
     const Span span = task_->plan().region_range(family_region(f, static_cast<Role>(0)),
                                                  family_region(f, static_cast<Role>(kNumRoles - 1)));
-    return arena_view<float>(self, span.offset, {static_cast<int64_t>(span.count)}, device_id);
+    if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
+      return typed_view(self, span.offset, {static_cast<int64_t>(span.count)}, device_id, 2, half_dtype(task_->grad_dtype()));
+    }
+    return typed_view(self, span.offset, {static_cast<int64_t>(span.count)}, device_id, sizeof(float), nb::dtype<float>());
+  }
+
+  // Host copies of 2-byte encodings (numpy uint16): the model copy ("C") or model-dtype G.
+  nb::ndarray<nb::numpy, uint16_t> read_encoded(const std::string& family, const nb::handle& which) {
+    const size_t id = id_of(which);
+    const ParamSpec& p = task_->param(id);
+    auto* owned = new std::vector<uint16_t>(static_cast<size_t>(p.numel()));
+    nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<std::vector<uint16_t>*>(q); });
+    if (family == "C") task_->read_model_copy(id, owned->data());
+    else if (family == "G") task_->read_grad_encoded(id, owned->data());
+    else throw_invalid("read_encoded(): family '" + family + "': expected C or G");
+    std::vector<size_t> dims(p.shape.begin(), p.shape.end());
+    return nb::ndarray<nb::numpy, uint16_t>(owned->data(), dims.size(), dims.data(), owner);
   }
 
   // One scalar slot as a one-element tensor: "inv_loss_scale" (float32, what set_loss_scale
@@ -326,6 +380,7 @@ class PyTask {
 
  private:
   std::unique_ptr<Task> task_;
+  PrecisionOptions precision_;
 };
 
 nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance, bool* all_ok) {
@@ -431,9 +486,23 @@ NB_MODULE(_core, m) {
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
   nb::class_<PyTask>(m, "Task")
-      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool>(), "params"_a,
+      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool,
+                    const std::string&, const std::string&, uint64_t, bool>(), "params"_a,
            "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>(),
-           "tensor_mask"_a = false)
+           "tensor_mask"_a = false, "precision"_a = "fp32", "rounding"_a = "nearest", "seed"_a = 0,
+           "model_dtype_gradients"_a = false)
+      .def_prop_ro("precision", [](PyTask& t) { return std::string(precision_name(t.precision_options().precision)); })
+      .def_prop_ro("rounding", [](PyTask& t) { return std::string(rounding_name(t.precision_options().rounding)); })
+      .def_prop_ro("seed", [](PyTask& t) { return t.precision_options().seed; })
+      .def_prop_ro("grad_dtype", [](PyTask& t) {
+             return std::string(t.task().compiled() ? precision_name(t.task().grad_dtype())
+                                                    : t.precision_options().model_dtype_gradients
+                                                          ? precision_name(t.precision_options().precision) : "fp32");
+           })
+      .def("get_model_copy", [](PyTask& t, nb::handle w) { return t.read_encoded("C", w); }, "param"_a,
+           "A host copy of the bf16/fp16 model copy of one parameter (numpy uint16 encodings).")
+      .def("get_grad_encoded", [](PyTask& t, nb::handle w) { return t.read_encoded("G", w); }, "param"_a,
+           "Model-dtype gradients: a host copy of one parameter's gradient encodings (numpy uint16).")
       .def("optimizer_groups", [](PyTask& t, const std::string& kind, const std::vector<nb::dict>& hypers) -> PyTask& {
              t.optimizer_groups(kind, hypers);
              return t;
@@ -528,15 +597,30 @@ nb::dict task_config(PyTask& t, int group) {
   return d;
 }
 
-using HostArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
+// float32 arrays are written as F32; uint16 arrays (2-byte encodings: a model copy, model-dtype
+// gradients) need their dtype, "BF16" or "F16", in `dtypes` under their name.
 void py_write_safetensors(const std::string& path, const std::vector<std::pair<std::string, HostArray>>& tensors,
-                          const std::map<std::string, std::string>& metadata) {
+                          const std::map<std::string, std::string>& metadata,
+                          const std::map<std::string, std::string>& dtypes) {
   std::vector<StTensorView> views;
   for (const auto& [name, a] : tensors) {
     std::vector<int64_t> shape;
     for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
-    views.push_back({name, StDtype::kF32, shape, a.data()});
+    const auto named = dtypes.find(name);
+    StDtype dt = StDtype::kF32;
+    if (a.dtype() == nb::dtype<float>()) {
+      if (named != dtypes.end() && named->second != "F32")
+        throw_invalid("_write_safetensors: '" + name + "' is float32 but named " + named->second);
+    } else if (a.dtype() == nb::dtype<uint16_t>()) {
+      if (named == dtypes.end() || (named->second != "BF16" && named->second != "F16"))
+        throw_invalid("_write_safetensors: '" + name + "' holds uint16 encodings: its dtype (BF16 or F16) must be given");
+      dt = named->second == "BF16" ? StDtype::kBF16 : StDtype::kF16;
+    } else {
+      throw_invalid("_write_safetensors: '" + name + "' must be float32 or uint16");
+    }
+    views.push_back({name, dt, shape, a.data()});
   }
   nb::gil_scoped_release release;
   write_safetensors(path, views, metadata);
@@ -566,5 +650,7 @@ void renaissance_register_replay(nb::module_& m) {
           return t.read(replay_family(family), which);
         }, "task"_a, "family"_a, "param"_a, "A host copy (numpy float32) of one tensor of family W, G, M or V.");
   m.def("_write_safetensors", &py_write_safetensors, "path"_a, "tensors"_a, "metadata"_a,
-        "Writes (name, float32 array) pairs as safetensors, atomically (the core's writer).");
+        "dtypes"_a = std::map<std::string, std::string>(),
+        "Writes (name, array) pairs as safetensors, atomically (the core's writer): float32 as F32, uint16 "
+        "encodings as the BF16 or F16 that `dtypes` names.");
 }
