@@ -157,23 +157,31 @@ class CudaBackend final : public Backend {
     prepared_ = &step;
     prepared_nodes_ = step.node_count();
     if (!options_.cuda_graph) return;
-    RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue(step);
+      capture(step, &graph_, &graph_exec_);
     } catch (...) {
-      // End the broken capture so the stream is usable again, then report the first error.
-      cudaGraph_t broken = nullptr;
-      if (cudaStreamEndCapture(origin(), &broken) == cudaSuccess && broken != nullptr) (void)cudaGraphDestroy(broken);
-      (void)cudaGetLastError();
       prepared_ = nullptr;
       throw;
     }
-    RN_CUDA_CHECK(cudaStreamEndCapture(origin(), &graph_));
-    RN_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
-    RN_CUDA_CHECK(cudaGraphUpload(graph_exec_, origin()));
     size_t nodes = 0;
     RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
     graph_nodes_ = static_cast<int>(nodes);
+  }
+
+  // A tensor_mask task's masked program (Backend::prepare_alternate): a second graph beside the
+  // prepared one, so switching programs costs no capture after the first time.
+  void prepare_alternate(const CompiledStep& step) override {
+    release_alternate();
+    add_copy_tables(step);
+    alt_prepared_ = &step;
+    alt_nodes_ = step.node_count();
+    if (!options_.cuda_graph) return;
+    try {
+      capture(step, &alt_graph_, &alt_exec_);
+    } catch (...) {
+      alt_prepared_ = nullptr;
+      throw;
+    }
   }
 
   void execute(const CompiledStep& step) override {
@@ -185,6 +193,8 @@ class CudaBackend final : public Backend {
     }
     if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
+    } else if (alt_exec_ != nullptr && &step == alt_prepared_ && step.node_count() == alt_nodes_) {
+      RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
     } else {
       enqueue(step);
     }
@@ -342,6 +352,31 @@ class CudaBackend final : public Backend {
     graph_ = nullptr;
     graph_nodes_ = 0;
     prepared_ = nullptr;
+    release_alternate();
+  }
+  void release_alternate() {
+    if (alt_exec_ != nullptr) (void)cudaGraphExecDestroy(alt_exec_);
+    if (alt_graph_ != nullptr) (void)cudaGraphDestroy(alt_graph_);
+    alt_exec_ = nullptr;
+    alt_graph_ = nullptr;
+    alt_prepared_ = nullptr;
+  }
+
+  // Captures every node of `step` into *graph, instantiated and uploaded into *exec.
+  void capture(const CompiledStep& step, cudaGraph_t* graph, cudaGraphExec_t* exec) {
+    RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(step);
+    } catch (...) {
+      // End the broken capture so the stream is usable again, then report the first error.
+      cudaGraph_t broken = nullptr;
+      if (cudaStreamEndCapture(origin(), &broken) == cudaSuccess && broken != nullptr) (void)cudaGraphDestroy(broken);
+      (void)cudaGetLastError();
+      throw;
+    }
+    RN_CUDA_CHECK(cudaStreamEndCapture(origin(), graph));
+    RN_CUDA_CHECK(cudaGraphInstantiate(exec, *graph, 0));
+    RN_CUDA_CHECK(cudaGraphUpload(*exec, origin()));
   }
 
   // Enqueues every node of the step. The named graphs run one after another; inside one, nodes
@@ -406,6 +441,19 @@ class CudaBackend final : public Backend {
   }
   void upload_copy_tables(const CompiledStep& step) {
     release_copy_tables();
+    add_copy_tables(step);
+  }
+  // The copy tables of `step`'s nodes besides those already there (prepare_alternate); a table
+  // of one of its nodes from an earlier call is replaced.
+  void add_copy_tables(const CompiledStep& step) {
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        auto old = std::find_if(copy_tables_.begin(), copy_tables_.end(), [&](const NodeCopyTables& p) { return p.node == &node; });
+        if (old == copy_tables_.end()) continue;
+        if (old->memory != nullptr) (void)cudaFree(old->memory);
+        copy_tables_.erase(old);
+      }
+    }
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
         if (node.copy.c.count == 0) continue;
@@ -449,6 +497,11 @@ class CudaBackend final : public Backend {
   int graph_nodes_ = 0;
   const CompiledStep* prepared_ = nullptr;
   size_t prepared_nodes_ = 0;
+  // The step of prepare_alternate and its graph (released by prepare()).
+  cudaGraph_t alt_graph_ = nullptr;
+  cudaGraphExec_t alt_exec_ = nullptr;
+  const CompiledStep* alt_prepared_ = nullptr;
+  size_t alt_nodes_ = 0;
 };
 
 }  // namespace

@@ -24,13 +24,14 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
                                    const NormTile* __restrict__ tiles, int64_t num_tiles,
                                    const float* __restrict__ ratio, const float* __restrict__ s,
                                    const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
-                                   const Copy copy) {
+                                   const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   Coeffs<float> c = load_coeffs(s, true);
   const int tid = threadIdx.x;
   const int threads = blockDim.x;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
     const NormTile tile = tiles[t];
+    if (blocks != nullptr && block_masked(mask, blocks[tile.tensor])) continue;  // tensor_mask
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     const float* ts = tensor_scalars(s, blocks, tile.tensor);
     if (blocks != nullptr) c = load_coeffs(ts, true);
@@ -96,7 +97,8 @@ void launch_UPDATE_LAMB(const CudaContext& ctx, const GraphNode& node) {
     kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
         ctx.at<float>(node.w), ctx.at<const float>(node.m), ctx.at<const float>(node.v),
         ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32,
-        ctx.scalars.i32, node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, copy);
+        ctx.scalars.i32, node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr,
+        node_mask(ctx, node), copy);
     RN_CUDA_CHECK_LAUNCH("lamb update kernel");
   });
 }
