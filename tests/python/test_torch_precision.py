@@ -1,9 +1,9 @@
 """bf16/fp16 parameters in renaissance.torch (issue 14): fp32 masters in the arena, .data a view of
 the bf16/fp16 model copy, .grad a view of the model-dtype gradients.
 
-The references are written here in plain torch, never with the library: fp32 masters updated by
-docs/math.md's AdamW rule op by op (one float32 torch op per operation, no fused op), then copied
-to the model dtype with torch's .to() (round to nearest even). The library's parameters must equal
+The references are written here without the library: fp32 masters updated by docs/math.md's
+AdamW rule op by op (one numpy float32 operation per operation, no fused op), then copied to the
+model dtype with torch's .to() (round to nearest even). The library's parameters must equal
 them BIT FOR BIT. torch.optim.AdamW computes the update in another operation order (sqrt(v)/
 sqrt(1-b2^t), lr/(1-b1^t), fused multiply-adds on the CPU), so against it the test holds a
 tolerance (measured: see test_bf16_cnn_against_torch_adamw). Runs on CUDA too when the machine has
@@ -40,30 +40,37 @@ def pow_d(base, t):
 
 
 class MathAdamW:
-    """docs/math.md's adamw on fp32 masters, one float32 torch op per operation."""
+    """docs/math.md's adamw on fp32 masters, one numpy float32 operation per operation. numpy, not
+    torch: on the H200 host (Xeon, torch 2.11) torch's own CPU kernels gave other bits for the
+    same ops (2026-12-01), while numpy's float32 +, -, *, / and sqrt are single IEEE operations.
+    w, m, v are CPU torch tensors sharing the arrays' memory."""
 
     def __init__(self, masters, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        self.w = masters
-        self.m = [torch.zeros_like(w) for w in masters]
-        self.v = [torch.zeros_like(w) for w in masters]
+        self._w = [w.detach().cpu().float().numpy().copy() for w in masters]
+        self._m = [np.zeros_like(w) for w in self._w]
+        self._v = [np.zeros_like(w) for w in self._w]
+        self.w = [torch.from_numpy(a) for a in self._w]
+        self.m = [torch.from_numpy(a) for a in self._m]
+        self.v = [torch.from_numpy(a) for a in self._v]
         self.t = 0
         self.b1d, self.b2d = betas
-        self.lr, self.decay = f32(lr), f32(1.0 - lr * weight_decay)
-        self.b1, self.b2 = f32(betas[0]), f32(betas[1])
-        self.omb1, self.omb2 = f32(1.0 - betas[0]), f32(1.0 - betas[1])
-        self.eps = f32(eps)
+        f = np.float32
+        self.lr, self.decay = f(f32(lr)), f(f32(1.0 - lr * weight_decay))
+        self.b1, self.b2 = f(f32(betas[0])), f(f32(betas[1]))
+        self.omb1, self.omb2 = f(f32(1.0 - betas[0])), f(f32(1.0 - betas[1]))
+        self.eps = f(f32(eps))
 
-    @torch.no_grad()
     def step(self, grads, inv_scale=1.0):
         self.t += 1
-        bc1 = f32(1.0 / (1.0 - pow_d(self.b1d, self.t)))
-        bc2 = f32(1.0 / (1.0 - pow_d(self.b2d, self.t)))
-        for w, m, v, g in zip(self.w, self.m, self.v, grads):
-            g = g.float() * f32(inv_scale)
-            w.copy_(w * self.decay)
-            m.copy_((m * self.b1) + (g * self.omb1))
-            v.copy_((v * self.b2) + ((g * g) * self.omb2))
-            w.copy_(w - ((m * bc1) * self.lr) / (torch.sqrt(v * bc2) + self.eps))
+        f = np.float32
+        bc1 = f(f32(1.0 / (1.0 - pow_d(self.b1d, self.t))))
+        bc2 = f(f32(1.0 / (1.0 - pow_d(self.b2d, self.t))))
+        for w, m, v, g in zip(self._w, self._m, self._v, grads):
+            g = g.detach().float().cpu().numpy() * f(f32(inv_scale))
+            w[...] = w * self.decay
+            m[...] = (m * self.b1) + (g * self.omb1)
+            v[...] = (v * self.b2) + ((g * g) * self.omb2)
+            w[...] = w - ((m * bc1) * self.lr) / (np.sqrt(v * bc2) + self.eps)
 
 
 def bits(t):
