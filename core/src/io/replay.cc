@@ -160,7 +160,6 @@ void check_grad_tensor(const SafetensorsReader& file, const std::string& name, c
   check_tensor(file, name, shape, /*allow_f64=*/false);
 }
 
-
 }  // namespace
 
 namespace {
