@@ -3,8 +3,9 @@
 // of renaissance.torch. The reference never goes through the replay: each parameter alone in a
 // Task of the plain API, stepped only at the steps where it had a gradient and starting from its
 // own count, must end with the bits the masked replay gives it (a masked step is no step for that
-// tensor: W, M, V and its count stay). The case's fingerprint is rebuilt from those bits and the
-// Task-wide count. The loader's refusals name case.json / grads.safetensors and the key.
+// tensor: W, M, V and its count stay). The case's fingerprint is rebuilt from those bits, the
+// Task-wide count and the per-tensor counts (which it holds where they differ from the Task's).
+// The loader's refusals name case.json / grads.safetensors and the key.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -166,14 +167,17 @@ const std::vector<int64_t> kFinalCounts = {3 + 4, 3 + 3, 1 + 2, 3 + 4};
 constexpr int64_t kFinalTaskCount = kInitialStep + 4;
 
 // The case's fingerprint from the reference bits: a Task of all four tensors (two hyperparameter
-// groups, no mask) holding them and the Task-wide count, hashed per group and combined.
+// groups) holding them, the Task-wide count and the hand-counted per-tensor counts, hashed per
+// group and combined.
 std::string expected_fingerprint() {
   std::vector<ParamSpec> specs;
   for (const Param& p : kParams) {
     specs.push_back(p.spec);
     specs.back().hyper_group = static_cast<int>(p.group);
   }
-  Task task(specs, cpu());
+  TaskOptions options = cpu();
+  options.tensor_mask = true;
+  Task task(specs, options);
   task.optimizer_groups({config(0), config(1)});
   task.compile();
   for (size_t id = 0; id < kParams.size(); ++id) {
@@ -183,6 +187,7 @@ std::string expected_fingerprint() {
     task.write(Family::kV, id, r[2].data());
   }
   task.set_step_count(kFinalTaskCount);
+  task.set_tensor_steps(kFinalCounts);
   return combine_fingerprints({task.fingerprint({0, 1}), task.fingerprint({2, 3})});
 }
 
@@ -242,10 +247,11 @@ TEST(ReplayMask, TheLoaderRefusesWhatTheMaskCannotMean) {
            {"groups[1].initial_tensor_steps", "2 integers"});
   rejected([](nlohmann::json& j) { j["groups"][1]["expected_tensor_steps"] = {1, -2}; },
            {"groups[1].expected_tensor_steps[1]", "non-negative"});
-  // The core's mask does not combine with clipping or LAMB.
+  // The core's mask does not combine with clipping (it does with LAMB: that case loads).
   rejected([](nlohmann::json& j) { j["groups"][1]["optimizer"]["max_grad_norm"] = 1.0; },
            {"case.json", "groups[1]", "max_grad_norm", "per-tensor mask"});
-  rejected([](nlohmann::json& j) { j["groups"][0]["optimizer"] = {{"kind", "lamb"}}; }, {"groups[0]", "lamb"});
+  write_case(dir, "0123456789abcdef", kFinalCounts, [](nlohmann::json& j) { j["groups"][0]["optimizer"] = {{"kind", "lamb"}}; });
+  EXPECT_NO_THROW(load_replay_case(dir));
   rejected([](nlohmann::json& j) {
     j["format"] = kReplayFormat;
   }, {"case.json", "no_grad_per_step"});

@@ -1,8 +1,8 @@
 # renaissance.torch.Recorder with None gradients (issue 13): a run whose hidden layer has no
 # gradient on alternate steps (and, once, no parameter at all) records no_grad_per_step and the
 # per-tensor step counts, and renaissance.replay reproduces the recorded fingerprint and counts bit
-# for bit; the case holds no gradient for a masked parameter; a None gradient in a Task without
-# the per-tensor mask (clipping) is refused with nothing written. CPU only, a few seconds.
+# for bit (AdamW and LAMB); the case holds no gradient for a masked parameter; a None gradient in
+# a Task without the per-tensor mask (clipping) is refused with nothing written. CPU only, seconds.
 import json
 import os
 import struct
@@ -29,10 +29,10 @@ def tensor_names(path):
     return set(header)
 
 
-def frozen_run(**kw):
+def frozen_run(cls=None, **kw):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = rt.AdamW([{"params": model[0].parameters()},
+    opt = (cls or rt.AdamW)([{"params": model[0].parameters()},
                     {"params": model[2].parameters(), "lr": 1e-2, "weight_decay": 0.0}], lr=1e-3, threads=1, **kw)
     x, y = torch.randn(32, 12), torch.randint(0, 4, (32,))
     counter = [0]
@@ -81,6 +81,21 @@ def test_none_gradients_on_alternate_steps_replay_bit_for_bit(tmp_path):
         assert r["fingerprint"] == rec.fingerprint
         assert r["tensor_step_mismatches"] == []
         assert r["tensor_steps"] == {"g0.0": 3, "g0.1": 3, "g1.0": 7, "g1.1": 7}
+
+
+def test_lamb_with_none_gradients_replays(tmp_path):
+    """LAMB Tasks are masked too (per-tensor trust ratios and counts)."""
+    model, opt, train = frozen_run(rt.LAMB)
+    train(2)
+    case = str(tmp_path / "lamb")
+    with Recorder(opt, case, steps=3) as rec:
+        train(3)  # steps 2, 3 (hidden layer None), 4
+    c = case_json(case)
+    assert c["groups"][0]["optimizer"]["kind"] == "lamb"
+    assert c["no_grad_per_step"] == [[], ["g0.0", "g0.1"], []]
+    r = renaissance.replay(case)
+    assert r["fingerprint"] == rec.fingerprint == opt.fingerprint()
+    assert r["tensor_step_mismatches"] == [] and r["tensor_steps"]["g0.0"] == 3 and r["tensor_steps"]["g1.0"] == 5
 
 
 def test_a_wrong_mask_in_the_case_fails_the_replay(tmp_path):

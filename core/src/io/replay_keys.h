@@ -25,7 +25,7 @@ std::vector<int64_t> parse_tensor_steps(const nlohmann::json& v, const std::stri
 
 // no_grad_per_step: `steps` arrays of parameter names of the case (no repeats within a step),
 // into rc.no_grad as ids; then the groups that need the mask are checked against what the core's
-// mask supports (not with max_grad_norm nor LAMB). rc.params and rc.groups must be parsed.
+// mask supports (not with max_grad_norm). rc.params and rc.groups must be parsed.
 void parse_no_grad(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc);
 void check_mask_support(const std::string& case_path, const ReplayCase& rc);
 
