@@ -1,7 +1,7 @@
 // `renaissance replay CASE_DIR`: re-runs a recorded case (docs/replay-format.md) on a
 // backend, prints the per-tensor error against expected.safetensors, checks the final
-// fingerprint bitwise against case.json's expected_fingerprint (format 2), and optionally writes
-// the result. The whole case is validated before anything runs; output is written atomically.
+// fingerprint bitwise against case.json's expected_fingerprint (format 2) and the per-tensor step
+// counts against expected_tensor_steps, and optionally writes the result. The whole case is validated before anything runs; output is written atomically.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,9 +56,10 @@ int cmd_replay(const ReplayOptions& o) {
                 r.backend.c_str());
     for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
       const ReplayGroup& g = rc.groups[gi];
-      std::printf("  group %zu (task %zu): %s, %zu tensors, step count %lld -> %lld, fingerprint %s\n", gi,
-                  r.group_task[gi], optimizer_kind_name(g.config.kind), g.num_params, static_cast<long long>(g.initial_step),
-                  static_cast<long long>(r.group_step_counts[gi]), r.group_fingerprints[gi].c_str());
+      std::printf("  group %zu (task %zu%s): %s, %zu tensors, step count %lld -> %lld, fingerprint %s\n", gi,
+                  r.group_task[gi], r.group_masked[gi] ? ", per-tensor mask" : "", optimizer_kind_name(g.config.kind),
+                  g.num_params, static_cast<long long>(g.initial_step), static_cast<long long>(r.group_step_counts[gi]),
+                  r.group_fingerprints[gi].c_str());
     }
   }
   int status = kExitOk;
@@ -93,6 +94,13 @@ int cmd_replay(const ReplayOptions& o) {
   if (!rc.expected_fingerprint.empty()) {
     std::printf("expected fingerprint %s: %s\n", rc.expected_fingerprint.c_str(), fingerprint_ok ? "MATCH" : "MISMATCH");
   }
+  // Per-tensor step counts (no_grad_per_step cases): the fingerprint holds the Task's count only.
+  bool tensor_steps_given = false;
+  for (const ReplayGroup& g : rc.groups) tensor_steps_given = tensor_steps_given || !g.expected_tensor_steps.empty();
+  const std::vector<std::string> step_mismatches = tensor_step_mismatches(rc, r);
+  if (tensor_steps_given) {
+    std::printf("expected tensor step counts: %s\n", step_mismatches.empty() ? "MATCH" : "MISMATCH");
+  }
   if (!o.out.empty()) {
     // Written even when the comparison failed: the result is what one inspects then.
     as_system_failure([&] { write_replay_result(o.out, rc, r); });
@@ -105,6 +113,14 @@ int cmd_replay(const ReplayOptions& o) {
     // Bits, not a tolerance: the recorded run and this replay did not compute the same state.
     std::fprintf(stderr, "renaissance replay: %s: fingerprint mismatch: expected %s (case.json), got %s\n",
                  io::printable(rc.name).c_str(), rc.expected_fingerprint.c_str(), r.fingerprint.c_str());
+    status = kExitComparisonFailed;
+  }
+  if (!step_mismatches.empty()) {
+    std::string list;
+    for (size_t i = 0; i < step_mismatches.size() && i < 4; ++i) list += (i ? "; " : "") + io::printable(step_mismatches[i]);
+    if (step_mismatches.size() > 4) list += "; ... (" + std::to_string(step_mismatches.size()) + " in all)";
+    std::fprintf(stderr, "renaissance replay: %s: tensor step count mismatch: %s\n", io::printable(rc.name).c_str(),
+                 list.c_str());
     status = kExitComparisonFailed;
   }
   return status;

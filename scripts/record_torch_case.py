@@ -10,6 +10,11 @@ then 5 recorded steps. The case's expected_fingerprint is what the recording run
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_h200 --device cuda
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_cpu --standin
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_clip_cpu --max-grad-norm 0.1
+    /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_frozen_cpu --freeze-alternate
+
+--freeze-alternate leaves the hidden layer without gradients (.grad = None) at every odd step,
+unrecorded ones included, so the case starts with per-tensor step counts that differ and masks
+that layer in some recorded steps (no_grad_per_step, issue 13).
 
 --standin records with tests/python/recorder_standin.StandinAdamW (host copies, CPU only) in
 place of renaissance.torch.AdamW, for a machine where renaissance.torch is not there yet.
@@ -31,6 +36,8 @@ def main():
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--max-grad-norm", type=float, default=None,
                     help="clip over both groups (one shared Task): testdata/recorded/torch_adamw_clip_cpu")
+    ap.add_argument("--freeze-alternate", action="store_true",
+                    help="no gradient for the hidden layer at odd steps: testdata/recorded/torch_adamw_frozen_cpu")
     args = ap.parse_args()
 
     from renaissance.recorder import Recorder
@@ -51,10 +58,16 @@ def main():
                 **({} if args.max_grad_norm is None else {"max_grad_norm": args.max_grad_norm}))
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
 
+    counter = [0]
+
     def train(steps):
         for _ in range(steps):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
+            if args.freeze_alternate and counter[0] % 2 == 1:
+                for p in model[0].parameters():
+                    p.grad = None  # torch skips it, and so does the optimizer's per-tensor mask
+            counter[0] += 1
             opt.step()
             sched.step()
 

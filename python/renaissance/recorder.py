@@ -13,6 +13,13 @@ the masters as the initial weights, and ``expected.safetensors`` with every para
 ``c/{name}`` (compared bit for bit by the replay). The groups of one recording must share one
 precision, rounding and seed (a case has one).
 
+Parameters whose ``.grad`` is None at a step (a frozen branch, an unused embedding): where their
+Task runs with the core's per-tensor mask (renaissance.torch does, except under clipping and for
+bf16/fp16 parameters), the step's ``no_grad_per_step`` entry names them and the case holds no gradient for
+them; the groups' per-tensor step counts go in as ``initial_tensor_steps`` (where they differ
+from the group's count) and ``expected_tensor_steps``. The replay masks those parameters in those
+steps. Elsewhere a None gradient is refused (the case cannot describe how such a Task stepped).
+
     with Recorder(opt, "case_dir", steps=5):       # or rec = Recorder(...); it finishes by itself
         for x, y in batches:
             loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
@@ -67,6 +74,28 @@ _ST_DTYPE = {"bf16": "BF16", "fp16": "F16"}
 # optimizer per group; only the learning rate is recorded per step.
 _FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient", "max_grad_norm",
           "weight_decay_mode")
+
+
+def _tensor_steps(task):
+    """Each parameter's own applied-step count where the group's Task runs with the per-tensor
+    mask (TaskOptions::tensor_mask), else None (every parameter has the Task's count)."""
+    if isinstance(task, _core.Task):
+        try:
+            return [int(s) for s in task.tensor_steps]
+        except Exception:  # the core refuses tensor_steps without the mask
+            return None
+    # A GroupTask of renaissance.torch: its SharedTask says whether the mask is on.
+    binding = getattr(task, "_b", None)
+    if binding is None or not getattr(binding.shared, "masked", False):
+        return None
+    counts = task.shared.tensor_steps
+    return [int(counts[i]) for i in binding.ids]
+
+
+def _core_task(task):
+    """The core Task that steps a group: a GroupTask's shared Task, or the Task itself."""
+    core = getattr(task, "shared", None)
+    return task if core is None else core
 
 
 def _to_numpy(t):
@@ -140,12 +169,17 @@ class Recorder:
         # structure that stepped in different Tasks (other devices, separate Tasks) would clip
         # differently in the replay: refused.
         core_of = {}
+        # The groups the replay puts in one Task (its key: kind, weight-decay mode, clipping, step
+        # count), per key the core Tasks they come from: a step that leaves one of those Tasks
+        # without any gradient (not stepped) and not another is refused in _step (the replay
+        # would step them as one).
+        self._replay_task = []
         for gi, g in enumerate(self._groups):
             config = _config(g.task)
+            key = (config["kind"], config["weight_decay_mode"], config["max_grad_norm"], int(g.task.step_count))
+            self._replay_task.append(key)
             if config["max_grad_norm"] > 0:
-                key = (config["kind"], config["weight_decay_mode"], config["max_grad_norm"], int(g.task.step_count))
-                core = getattr(g.task, "shared", None)  # a GroupTask's shared Task, or the Task itself
-                core = g.task if core is None else core
+                core = _core_task(g.task)
                 other = core_of.setdefault(key, (gi, core))
                 if other[1] is not core:
                     raise ValueError(f"Recorder: groups {other[0]} and {gi} clip with the same structure in different "
@@ -157,10 +191,13 @@ class Recorder:
         self._precision = precisions.pop()
         self._names = [list(getattr(g, "names", None) or [n for n, _, _ in g.task.params]) for g in self._groups]
         self._grads = []    # per step: {case name: array}
+        self._no_grad = []  # per step: the case names of the parameters whose .grad was None
         self._lrs = []      # per step: per group lr
         self._scales = []   # per step
         self._configs = None
         self._params, self._init, self._initial_steps = [], [], []
+        # Per group: each parameter's own count where its Task has the per-tensor mask, else None.
+        self._initial_tensor_steps = []
         _sync(self._groups)
         for gi, g in enumerate(self._groups):
             task = g.task
@@ -174,6 +211,7 @@ class Recorder:
                     self._init.append((f"{f.lower()}/{case_name}", _read(task, f, name_)))
             self._params.append(params)
             self._initial_steps.append(int(task.step_count))
+            self._initial_tensor_steps.append(_tensor_steps(task))
         # Hook opt.step: an instance attribute over the class's method, removed when finished.
         self._had_own_step = "step" in vars(opt)
         self._saved_step = vars(opt).get("step")
@@ -200,17 +238,35 @@ class Recorder:
         self.finish()
         return False
 
+    def _refuse(self, message):
+        self._unhook()
+        self.finished = True
+        raise ValueError(f"Recorder: {message} (recording stopped, nothing written)")
+
     def _step(self, *args, **kwargs):
-        grads = {}
+        grads, no_grad = {}, []
+        has_grad = {}  # per core Task: whether any of its parameters has a gradient (else not stepped)
         for gi, g in enumerate(self._groups):
+            core = id(_core_task(g.task))
+            has_grad.setdefault(core, False)
             for name_, p in zip(self._names[gi], g.params):
                 if p.grad is None:
-                    self._unhook()
-                    self.finished = True
-                    raise ValueError(f"Recorder: parameter {name_} of group {gi} has no gradient at step "
-                                     f"{len(self._grads)}; a replay case has no per-tensor mask (recording stopped, "
-                                     "nothing written)")
+                    if self._initial_tensor_steps[gi] is None:
+                        self._refuse(f"parameter {name_} of group {gi} has no gradient at step {len(self._grads)}, and "
+                                     "its Task runs without the per-tensor mask (max_grad_norm or bf16/fp16: "
+                                     "the parameter is put back after a step a replay case cannot describe)")
+                    no_grad.append(f"g{gi}.{name_}")
+                    continue
+                has_grad[core] = True
                 grads[f"g{gi}.{name_}"] = _to_numpy(p.grad)
+        if no_grad:
+            stepped = {}  # replay Task key -> whether its core Tasks step this time
+            for gi, g in enumerate(self._groups):
+                was = stepped.setdefault(self._replay_task[gi], has_grad[id(_core_task(g.task))])
+                if was != has_grad[id(_core_task(g.task))]:
+                    self._refuse(f"at step {len(self._grads)} group {gi}'s Task has no gradient at all (not stepped) "
+                                 "and another Task of the same structure does, or the other way round; a replay runs "
+                                 "them as one Task")
         scale = _torch_loss_scale(self._opt, kwargs)
         result = self._inner_step(*args, **kwargs)
         _sync(self._groups)
@@ -234,6 +290,7 @@ class Recorder:
                 raise ValueError(f"Recorder: the groups stepped with different loss scales {sorted(task_scales)}")
             scale = task_scales.pop()
         self._grads.append(grads)
+        self._no_grad.append(no_grad)
         self._lrs.append([float(t.lr) for t in tasks])
         self._scales.append(scale)
         if len(self._grads) == self.steps:
@@ -276,6 +333,13 @@ class Recorder:
                     expected.append((case_name, _read(g.task, "W", name_)))
                     expected.extend((f"{f.lower()}/{case_name}", _read(g.task, f, name_)) for f in families)
                     expected.append((f"c/{case_name}", _read_encoded(g.task, "C", name_)))
+        # Per-tensor counts only where the run had None gradients or began with counts that differ
+        # from the groups' own: every other case stays as it was (no mask in the replay).
+        masked_run = any(self._no_grad) or any(
+            steps is not None and any(s != self._initial_steps[gi] for s in steps)
+            for gi, steps in enumerate(self._initial_tensor_steps))
+        if masked_run:
+            case["no_grad_per_step"] = self._no_grad
         for gi, params in enumerate(self._params):
             config = dict((self._configs or [_config(g.task) for g in self._groups])[gi])
             if config["weight_decay_mode"] == "decoupled":
@@ -283,6 +347,11 @@ class Recorder:
             group = {"optimizer": config, "params": params, "lr_per_step": [lrs[gi] for lrs in self._lrs]}
             if self._initial_steps[gi]:
                 group["initial_step"] = self._initial_steps[gi]
+            initial = self._initial_tensor_steps[gi]
+            if masked_run and initial is not None:
+                if any(s != self._initial_steps[gi] for s in initial):
+                    group["initial_tensor_steps"] = initial
+                group["expected_tensor_steps"] = _tensor_steps(self._groups[gi].task)
             case["groups"].append(group)
         grads = [(f"step{t}/{n}", a) for t, step in enumerate(self._grads) for n, a in step.items()]
         self._write(case, grads, expected)

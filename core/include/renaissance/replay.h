@@ -30,6 +30,11 @@ struct ReplayGroup {
   size_t first_param = 0;           // the group's parameters are params[first_param, +num_params)
   size_t num_params = 0;
   int64_t initial_step = 0;  // applied steps the initial state was taken at
+  // Format 2's per-tensor step counts (issue 13, torch's per-parameter `step` after None
+  // gradients): each parameter's applied-step count in the initial state (empty: initial_step
+  // for every one) and the one the replay must end with (empty: not checked). Either makes the
+  // group's Task run with TaskOptions::tensor_mask.
+  std::vector<int64_t> initial_tensor_steps, expected_tensor_steps;
 };
 
 struct ReplayCase {
@@ -39,6 +44,10 @@ struct ReplayCase {
   std::vector<ReplayGroup> groups;  // one in format 1
   int64_t steps = 0;
   std::vector<double> loss_scale_per_step;  // `steps` entries (1 when not given)
+  // Format 2's no_grad_per_step (issue 13): per step, the ids of the parameters that had no
+  // gradient (torch's `.grad is None`), ascending; empty when the case masks nothing. Such a
+  // parameter has no step{t}/NAME in grads.safetensors and is masked in that step.
+  std::vector<std::vector<size_t>> no_grad;
   std::vector<ParamSpec> params;            // every group's, in group order; names unique in the case
   std::vector<std::vector<float>> init;     // per parameter
   // Format 2's initial optimizer state (init.safetensors m/NAME, v/NAME): per parameter, empty
@@ -64,6 +73,11 @@ struct ReplayCase {
 
   // The group parameter `id` belongs to.
   const ReplayGroup& group_of(size_t id) const;
+  // Whether parameter `id` had no gradient at step t (no_grad_per_step).
+  bool masked(int64_t step, size_t id) const;
+  // Whether group gi's Task must run with the per-tensor mask: some parameter of the group is
+  // masked in some step, or the group gives per-tensor step counts.
+  bool group_needs_mask(size_t gi) const;
 
   static std::string grad_name(int64_t step, const std::string& param) {
     return "step" + std::to_string(step) + "/" + param;
@@ -90,6 +104,9 @@ struct ReplayResult {
   std::vector<std::string> group_fingerprints;  // Task::fingerprint() of each group
   std::vector<int64_t> group_step_counts;       // each group's final applied-step count
   std::vector<size_t> group_task;               // the Task each group ran in (replay_tasks' index)
+  std::vector<bool> group_masked;               // whether that Task ran with TaskOptions::tensor_mask
+  // Per parameter: its applied-step count at the end (its group's count where the Task has no mask).
+  std::vector<int64_t> tensor_steps;
   size_t num_tasks = 0;
   bool has_m = false;  // some group's kind keeps M (V)
   bool has_v = false;
@@ -109,7 +126,10 @@ std::vector<std::vector<size_t>> replay_tasks(const ReplayCase& replay);
 
 // Runs the case on fresh Tasks, one per entry of replay_tasks, each group a hyperparameter group
 // of its Task: each group's initial weights, state and step count, then per step and Task
-// set_loss_scale, each group's set_lr and gradients, one step().
+// set_loss_scale, each group's set_lr and gradients, one step(). A Task whose groups need the
+// mask (group_needs_mask) runs with TaskOptions::tensor_mask: per-tensor initial counts, and per
+// step the mask from no_grad (a masked parameter's G zeroed, not read from the file); a Task all
+// of whose parameters are masked in a step is not stepped, as renaissance.torch does not step it.
 ReplayResult run_replay(const ReplayCase& replay, const TaskOptions& options);
 
 struct TensorComparison {
@@ -126,6 +146,10 @@ struct TensorComparison {
 
 // Whether the result has the case's expected fingerprint (true when the case has none).
 bool fingerprint_matches(const ReplayCase& replay, const ReplayResult& result);
+
+// The parameters whose final step count differs from their group's expected_tensor_steps, as
+// "NAME: expected A, got B" (empty when every group that gives them matches, or none does).
+std::vector<std::string> tensor_step_mismatches(const ReplayCase& replay, const ReplayResult& result);
 
 // Compares a result with expected.safetensors (empty when the case has none), in tensor order.
 std::vector<TensorComparison> compare_replay(const ReplayCase& replay, const ReplayResult& result);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/src/io/file_checks.h"
+#include "core/src/io/replay_keys.h"
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
 #include "renaissance/layout.h"
@@ -159,34 +160,6 @@ void check_grad_tensor(const SafetensorsReader& file, const std::string& name, c
   check_tensor(file, name, shape, /*allow_f64=*/false);
 }
 
-// Format 2's precision, rounding and seed keys (all optional; fp32, nearest, 0).
-PrecisionOptions parse_precision_keys(const nlohmann::json& j, const std::string& case_path) {
-  PrecisionOptions p;
-  if (j.contains("precision")) {
-    const nlohmann::json& v = j["precision"];
-    if (!v.is_string() || !parse_precision(v.get<std::string>(), &p.precision)) {
-      throw_format(case_path + ": precision must be \"fp32\", \"bf16\" or \"fp16\", got " + v.dump());
-    }
-  }
-  if (j.contains("rounding")) {
-    const nlohmann::json& v = j["rounding"];
-    const std::string r = v.is_string() ? v.get<std::string>() : std::string();
-    if (r == "nearest") p.rounding = Rounding::kNearest;
-    else if (r == "stochastic") p.rounding = Rounding::kStochastic;
-    else throw_format(case_path + ": rounding must be \"nearest\" or \"stochastic\", got " + v.dump());
-    if (p.precision == Precision::kFp32) {
-      throw_format(case_path + ": rounding needs precision \"bf16\" or \"fp16\" (an fp32 case has no model copy)");
-    }
-  }
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) {
-      throw_format(case_path + ": seed must be a non-negative integer below 2^64, got " + j["seed"].dump());
-    }
-    p.seed = j["seed"].get<uint64_t>();
-  }
-  return p;
-}
-
 }  // namespace
 
 namespace {
@@ -238,8 +211,9 @@ void parse_format1(const nlohmann::json& j, const std::string& case_path, Replay
   check_keys(j, {"format", "name", "optimizer", "steps", "lr_per_step", "loss_scale_per_step", "params"}, case_path,
              "format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params",
              j.contains("groups") || j.contains("initial_step") || j.contains("expected_fingerprint") ||
-                     j.contains("precision") || j.contains("rounding") || j.contains("seed")
-                 ? std::string("; groups, initial_step, expected_fingerprint, precision, rounding and seed need format \"") +
+                     j.contains("precision") || j.contains("rounding") || j.contains("seed") || j.contains("no_grad_per_step")
+                 ? std::string("; groups, initial_step, expected_fingerprint, precision, rounding, seed and no_grad_per_step "
+                               "need format \"") +
                        kReplayFormat2 + "\""
                  : std::string());
   if (!j.contains("optimizer")) throw_format(case_path + ": missing key 'optimizer'");
@@ -262,15 +236,15 @@ void parse_format1(const nlohmann::json& j, const std::string& case_path, Replay
 
 void parse_format2(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
   check_keys(j, {"format", "name", "steps", "loss_scale_per_step", "initial_step", "expected_fingerprint", "groups",
-                 "precision", "rounding", "seed"},
+                 "precision", "rounding", "seed", "no_grad_per_step"},
              case_path,
              "format, name, steps, loss_scale_per_step, initial_step, expected_fingerprint, groups, precision, rounding, "
-             "seed",
+             "seed, no_grad_per_step",
              j.contains("optimizer") || j.contains("params") || j.contains("lr_per_step")
                  ? std::string("; in format 2, optimizer, params and lr_per_step belong to each entry of groups")
                  : std::string());
   rc.steps = parse_steps(j, case_path);
-  rc.precision = parse_precision_keys(j, case_path);
+  rc.precision = replay_keys::parse_precision_keys(j, case_path);
   rc.loss_scale_per_step = j.contains("loss_scale_per_step")
                                ? parse_per_step(j["loss_scale_per_step"], "loss_scale_per_step", rc.steps, case_path,
                                                 &check_loss_scale)
@@ -294,8 +268,8 @@ void parse_format2(const nlohmann::json& j, const std::string& case_path, Replay
     const std::string key = "groups[" + std::to_string(i) + "]";
     const std::string where = case_path + ": " + key;
     if (!gj.is_object()) throw_format(where + " must be an object with optimizer and params");
-    check_keys(gj, {"optimizer", "params", "lr_per_step", "initial_step"}, where,
-               "optimizer, params, lr_per_step, initial_step");
+    check_keys(gj, {"optimizer", "params", "lr_per_step", "initial_step", "initial_tensor_steps", "expected_tensor_steps"},
+               where, "optimizer, params, lr_per_step, initial_step, initial_tensor_steps, expected_tensor_steps");
     if (!gj.contains("optimizer")) throw_format(where + ": missing key 'optimizer'");
     ReplayGroup g;
     g.config = parse_optimizer(gj["optimizer"], where + ".optimizer");
@@ -318,6 +292,16 @@ void parse_format2(const nlohmann::json& j, const std::string& case_path, Replay
     }
     g.first_param = rc.params.size();
     g.num_params = params.size();
+    // Per-tensor counts (issue 13). The initial ones leave the case's steps room in the int32
+    // counter, as initial_step does.
+    if (gj.contains("initial_tensor_steps")) {
+      g.initial_tensor_steps = replay_keys::parse_tensor_steps(gj["initial_tensor_steps"], where + ".initial_tensor_steps",
+                                                               g.num_params, INT32_MAX - rc.steps);
+    }
+    if (gj.contains("expected_tensor_steps")) {
+      g.expected_tensor_steps = replay_keys::parse_tensor_steps(gj["expected_tensor_steps"], where + ".expected_tensor_steps",
+                                                                g.num_params, INT32_MAX);
+    }
     for (ParamSpec& p : params) rc.params.push_back(std::move(p));
     rc.groups.push_back(std::move(g));
   }
@@ -326,6 +310,8 @@ void parse_format2(const nlohmann::json& j, const std::string& case_path, Replay
   } catch (const Error& e) {
     throw_format(case_path + ": groups: " + e.what());
   }
+  if (j.contains("no_grad_per_step")) replay_keys::parse_no_grad(j["no_grad_per_step"], case_path, rc);
+  replay_keys::check_mask_support(case_path, rc);
 }
 
 }  // namespace
@@ -421,15 +407,28 @@ ReplayCase load_replay_case(const std::string& dir_in) {
     }
   }
 
-  // grads.safetensors: step{t}/{name} for every step and parameter, F32, declared shapes.
+  // grads.safetensors: step{t}/{name} for every step and parameter, F32, declared shapes; none
+  // for a parameter that had no gradient at that step (no_grad_per_step).
   rc.grads = std::make_shared<SafetensorsReader>(dir + "/grads.safetensors");
+  size_t wanted_count = 0;
   for (int64_t t = 0; t < rc.steps; ++t) {
-    for (const ParamSpec& p : rc.params) check_grad_tensor(*rc.grads, ReplayCase::grad_name(t, p.name), p.shape, rc.precision.precision);
+    for (size_t id = 0; id < rc.params.size(); ++id) {
+      const std::string name = ReplayCase::grad_name(t, rc.params[id].name);
+      if (!rc.masked(t, id)) {
+        check_grad_tensor(*rc.grads, name, rc.params[id].shape, rc.precision.precision);
+        ++wanted_count;
+      } else if (rc.grads->has(name)) {
+        throw_format(rc.grads->display_name() + ": tensor " + sq(name) + " is there, but case.json's no_grad_per_step[" +
+                     std::to_string(t) + "] says " + sq(rc.params[id].name) + " had no gradient at that step");
+      }
+    }
   }
-  if (rc.grads->tensors().size() != static_cast<size_t>(rc.steps) * rc.params.size()) {
+  if (rc.grads->tensors().size() != wanted_count) {
     std::set<std::string> wanted;
     for (int64_t t = 0; t < rc.steps; ++t) {
-      for (const ParamSpec& p : rc.params) wanted.insert(ReplayCase::grad_name(t, p.name));
+      for (size_t id = 0; id < rc.params.size(); ++id) {
+        if (!rc.masked(t, id)) wanted.insert(ReplayCase::grad_name(t, rc.params[id].name));
+      }
     }
     for (const auto& kv : rc.grads->tensors()) {
       if (!wanted.count(kv.first)) {
@@ -541,6 +540,7 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
   };
   std::vector<Place> place(rc.groups.size());
   std::vector<std::unique_ptr<Task>> tasks;
+  std::vector<bool> task_masked(classes.size(), false);  // runs with TaskOptions::tensor_mask
   for (size_t ti = 0; ti < classes.size(); ++ti) {
     std::vector<ParamSpec> specs;
     std::vector<OptimizerConfig> configs;
@@ -555,6 +555,9 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
     }
     TaskOptions task_options = options;
     task_options.precision = rc.precision;  // the case's model copy (a stochastic case: one group per task, see above)
+    // The per-tensor mask only where the case needs it: the other cases run exactly as before.
+    for (size_t gi : classes[ti]) task_masked[ti] = task_masked[ti] || rc.group_needs_mask(gi);
+    task_options.tensor_mask = task_masked[ti];
     auto task = std::make_unique<Task>(std::move(specs), task_options);
     if (configs.size() == 1) task->optimizer(configs.front());
     else task->optimizer_groups(configs);
@@ -572,11 +575,36 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
     // The groups of one task share their initial_step (replay_tasks).
     const int64_t initial_step = rc.groups[classes[ti].front()].initial_step;
     if (initial_step != 0) task->set_step_count(initial_step);
+    if (task_masked[ti]) {  // each tensor's own count where its group gives them (else initial_step)
+      std::vector<int64_t> counts(task->num_params(), initial_step);
+      for (size_t gi : classes[ti]) {
+        const ReplayGroup& g = rc.groups[gi];
+        for (size_t k = 0; k < g.initial_tensor_steps.size(); ++k) counts[place[gi].first_id + k] = g.initial_tensor_steps[k];
+      }
+      task->set_tensor_steps(counts);
+    }
     tasks.push_back(std::move(task));
   }
   for (int64_t t = 0; t < rc.steps; ++t) {
     for (size_t ti = 0; ti < classes.size(); ++ti) {
       Task& task = *tasks[ti];
+      if (task_masked[ti]) {
+        // The parameters without a gradient this step; a Task with none left is not stepped (its
+        // count stays), as renaissance.torch does not step a Task without any gradient.
+        std::vector<int32_t> mask(task.num_params(), 0);
+        size_t masked = 0;
+        for (size_t gi : classes[ti]) {
+          const ReplayGroup& g = rc.groups[gi];
+          for (size_t k = 0; k < g.num_params; ++k) {
+            if (rc.masked(t, g.first_param + k)) {
+              mask[place[gi].first_id + k] = 1;
+              ++masked;
+            }
+          }
+        }
+        if (masked != 0 && masked == mask.size()) continue;
+        task.set_tensor_mask(mask);
+      }
       task.set_loss_scale(rc.loss_scale_per_step[static_cast<size_t>(t)]);
       for (size_t gi : classes[ti]) {
         const ReplayGroup& g = rc.groups[gi];
@@ -586,7 +614,10 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
         for (size_t k = 0; k < g.num_params; ++k) {
           const std::string name = ReplayCase::grad_name(t, rc.params[g.first_param + k].name);
           std::vector<float> grad;
-          if (rc.grads->info(name).dtype == StDtype::kF32) {
+          if (rc.masked(t, g.first_param + k)) {
+            // No gradient in the file; the masked step does not read G, zeros keep it defined.
+            grad.assign(static_cast<size_t>(rc.params[g.first_param + k].numel()), 0.0f);
+          } else if (rc.grads->info(name).dtype == StDtype::kF32) {
             grad = rc.grads->read_f32(name);
           } else {  // model-dtype gradients, widened exactly
             const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
@@ -609,8 +640,11 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
     const ReplayGroup& g = rc.groups[gi];
     Task& task = *tasks[place[gi].task];
     r.group_task.push_back(place[gi].task);
+    r.group_masked.push_back(task_masked[place[gi].task]);
     const int64_t count = task.step_count();
     r.group_step_counts.push_back(count);
+    const std::vector<int64_t> own = task_masked[place[gi].task] ? task.tensor_steps() : std::vector<int64_t>();
+    for (size_t k = 0; k < g.num_params; ++k) r.tensor_steps.push_back(own.empty() ? count : own[place[gi].first_id + k]);
     std::vector<size_t> ids;
     for (size_t k = 0; k < g.num_params; ++k) ids.push_back(place[gi].first_id + k);
     // A group's fingerprint is what a task holding only it prints (fingerprint(ids)).

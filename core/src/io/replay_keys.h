@@ -1,0 +1,33 @@
+// Format 2's optional keys, parsed and checked here so that replay.cc stays about the rest of the
+// format: precision / rounding / seed (issue 14) and the per-tensor mask keys (issue 13: steps in
+// which some parameters had no gradient, and per-tensor step counts). Private to the replay
+// reader (core/src/io/replay.cc); docs/replay-format.md has the keys.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "renaissance/replay.h"
+
+namespace renaissance {
+namespace replay_keys {
+
+// precision, rounding and seed (all optional; fp32, nearest, 0).
+PrecisionOptions parse_precision_keys(const nlohmann::json& j, const std::string& case_path);
+
+
+// The group object's initial_tensor_steps / expected_tensor_steps (`key`): one integer per
+// parameter of the group, each at most `max` (the int32 step counter's room).
+std::vector<int64_t> parse_tensor_steps(const nlohmann::json& v, const std::string& where, size_t num_params,
+                                        int64_t max);
+
+// no_grad_per_step: `steps` arrays of parameter names of the case (no repeats within a step),
+// into rc.no_grad as ids; then the groups that need the mask are checked against what the core's
+// mask supports (not with max_grad_norm). rc.params and rc.groups must be parsed.
+void parse_no_grad(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc);
+void check_mask_support(const std::string& case_path, const ReplayCase& rc);
+
+}  // namespace replay_keys
+}  // namespace renaissance
