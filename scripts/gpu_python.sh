@@ -4,7 +4,8 @@
 # $BUILD/site, then runs the torch adapter's tests on the device: tests/python/test_torch_cuda.py
 # (CPU == CUDA fingerprints, GradScaler with an injected inf, stream ordering), None gradients on
 # the device mask (tests/python/test_torch_none_grad.py, cpu and cuda), bf16/fp16 parameters
-# (tests/python/test_torch_precision.py, cpu and cuda) and the CPU-side
+# (tests/python/test_torch_precision.py, cpu and cuda), the Recorder with None gradients
+# (tests/python/test_recorder_none_grad.py) and the CPU-side
 # tests/python/test_torch_api.py on the same install (with pytest when the machine has it).
 # Logs go to $OUT (or gpu-python-out/); the last line is the one-line summary.
 #
@@ -39,7 +40,7 @@ export PYTHONPATH="$BUILD/site"
   2>&1 | tee "$OUT/versions.log"
 if "$PY" -c 'import pytest' 2>/dev/null; then
   timeout 300 "$PY" -m pytest "$ROOT/tests/python/test_torch_cuda.py" "$ROOT/tests/python/test_torch_api.py" \
-    "$ROOT/tests/python/test_torch_none_grad.py" "$ROOT/tests/python/test_torch_precision.py" -q -rs -s \
+    "$ROOT/tests/python/test_torch_none_grad.py" "$ROOT/tests/python/test_torch_precision.py" "$ROOT/tests/python/test_recorder_none_grad.py" -q -rs -s \
     > "$OUT/pytest.log" 2>&1
   rc=$?
   tail -25 "$OUT/pytest.log"

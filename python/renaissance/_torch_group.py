@@ -65,6 +65,7 @@ class SharedTask:
         # The per-tensor mask where the core supports it (not with clipping or model-dtype
         # gradients yet).
         self.masked = members[0][2].get("max_grad_norm") is None and precision == "fp32"
+        self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
@@ -121,7 +122,12 @@ class SharedTask:
             for j in range(len(self.params)) if ids is None else ids:
                 self.W[j].copy_(self.C[j])
 
-    def zero_grad(self):
+    def zero_grad(self, set_to_none):
+        self.grads_released = set_to_none  # step() then expects autograd's tensors: no warning
+        if set_to_none:
+            for p in self.params:
+                p.grad = None
+            return
         with torch.no_grad():
             self.G_all.zero_()
         for j, (p, g) in enumerate(zip(self.params, self.G)):
@@ -154,7 +160,7 @@ class SharedTask:
             elif not self.is_view(j, g):
                 foreign.append(j)
         if foreign:
-            if not _GRAD_COPY_WARNED[0]:
+            if not self.grads_released and not _GRAD_COPY_WARNED[0]:
                 _GRAD_COPY_WARNED[0] = True
                 warnings.warn("renaissance.torch: a parameter's .grad is not the optimizer's gradient view; "
                               "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",

@@ -137,10 +137,14 @@ class _Base(Optimizer):
 
     # ---- step -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none=True):
-        """Zeroes the gradients in place in the arena (one op per group). `.grad` stays the
-        optimizer's view even with set_to_none=True (never None): see docs/python.md."""
+        """torch's semantics: set_to_none=True (the default, as in torch 2.x) sets every `.grad`
+        to None, so the next backward hands over fresh gradients and step() copies them into the
+        arena in one multi-tensor copy; set_to_none=False zeroes G in place (one op per Task) and
+        `.grad` stays the view, into which backward then accumulates. On the H200 the first is
+        the faster training step (autograd's accumulate is an add per parameter, the copy-in
+        one multi-tensor copy): see docs/python.md."""
         for shared in self._shared():
-            shared.zero_grad()
+            shared.zero_grad(set_to_none)
 
     @torch.no_grad()
     def step(self, closure=None, **kwargs):

@@ -59,8 +59,8 @@ def test_parameters_and_gradients_are_arena_views():
     for j, p in enumerate(ps):
         assert same_bits(torch.from_numpy(b.task.get_weight(j)), p)  # the step moved p itself
         assert not same_bits(p, before[j])
-    # autograd accumulates into the view
-    opt.zero_grad()
+    # autograd accumulates into the view (after an in-place zero_grad)
+    opt.zero_grad(set_to_none=False)
     (ps[0] * 2.0).sum().backward()
     assert ps[0].grad.data_ptr() == b.G[0].data_ptr()
     assert np.array_equal(b.task.get_grad(0), np.full((6, 5), 2.0, np.float32))
@@ -70,12 +70,32 @@ def test_zero_grad_keeps_views_and_zeroes_in_place():
     ps = params()
     opt = rt.SGD(ps, lr=0.1, momentum=0.9)
     feed(ps, 0)
-    for set_to_none in (False, True):
-        feed(ps, 1)
-        opt.zero_grad(set_to_none=set_to_none)
-        for j, p in enumerate(ps):
-            assert p.grad is not None and p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
-            assert not p.grad.any()
+    feed(ps, 1)
+    opt.zero_grad(set_to_none=False)
+    for j, p in enumerate(ps):
+        assert p.grad is not None and p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
+        assert not p.grad.any()
+
+
+def test_zero_grad_set_to_none_copies_autograd_gradients_in():
+    """torch's default zero_grad(): .grad becomes None, backward makes fresh tensors, step()
+    copies them into the arena (no warning) and re-points .grad; the bits equal the in-place run."""
+    import warnings
+    runs = []
+    for set_to_none in (True, False):
+        ps = params()
+        opt = rt.AdamW(ps, lr=1e-2)
+        for s in range(3):
+            opt.zero_grad(set_to_none=set_to_none)
+            assert all((p.grad is None) == set_to_none for p in ps)
+            sum(((p * g).sum() for p, g in zip(ps, grads(s)))).backward()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # the copy-in after zero_grad(None) must not warn
+                opt.step()
+            for j, p in enumerate(ps):
+                assert p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
+        runs.append([bits(p.detach()) for p in ps] + [bits(opt.state[p]["exp_avg_sq"]) for p in ps])
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
 
 
 def reference_run(ps, opt, steps):

@@ -310,7 +310,7 @@ def test_none_gradient_leaves_bf16_parameter_alone(device):
     gen = torch.Generator().manual_seed(9)
     for step in range(3):
         gs = [torch.randn(40, 8, generator=gen).to(device=device, dtype=torch.bfloat16) for _ in ps]
-        opt.zero_grad()  # .grad back to the gradient views after the None
+        opt.zero_grad(set_to_none=False)  # .grad back to the gradient views after the None
         for p, g in zip(ps, gs):
             p.grad.copy_(g)
         for q, g in zip((qs[0], qs[2]), (gs[0], gs[2])):
