@@ -46,7 +46,8 @@ def structure_key(kind, hyper, device):
 class SharedTask:
     """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
 
-    def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0):
+    def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0,
+                 sharded=False):
         self.kind = kind
         self.device = device
         self.precision = precision
@@ -65,6 +66,8 @@ class SharedTask:
         # The per-tensor mask where the core supports it (not with clipping, LAMB or model-dtype
         # gradients yet).
         self.masked = kind != "lamb" and members[0][2].get("max_grad_norm") is None and precision == "fp32"
+        self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
+        self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
@@ -200,7 +203,7 @@ class SharedTask:
         if self.device.type == "cuda":
             self.task.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
         with _device_context(self.device):  # the Task's device, whichever is current
-            self.task.step()
+            (self.task if self.sharded is None else self.sharded).step()
 
     def write_mask(self, missing):
         """The device mask from the ids without a gradient: one copy, only when it changed. On

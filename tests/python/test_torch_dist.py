@@ -1,0 +1,194 @@
+"""renaissance.torch with a torch.distributed process group (issue #16; docs/distributed.md,
+"torch.distributed"): K = 2 and 3 CPU processes on gloo, spawned with torch.multiprocessing.
+
+- replicated: every rank feeds the same full gradient; after the steps every rank's parameters
+  and (gathered) state are bit for bit those of one process running the same optimizer;
+- ordered: rank r feeds its own gradient; the result is bit for bit one process fed
+  (g_0 + g_1 + ... + g_{K-1}) / K, summed left to right in fp32 here (the core's
+  --simulate-ranks rule, written independently of the library);
+- wrong use is a clear error: ranks that build different optimizers, a rank that does not
+  pass process_group (the others' handshake times out with a message), bad arguments.
+"""
+import datetime
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import renaissance.torch as rt
+
+# Big enough (about 61k elements, 4 grad-norm tiles of 16384) that K = 3 gives every rank a
+# non-empty slice; the layout check in the worker makes sure of it.
+SHAPES = [(256, 128), (128,), (64, 32, 3, 3), (300,), (40, 250)]
+STEPS = 3
+
+# (name, class, keywords, parameter dtype): every class; clipping (a cross-slice norm), LARS and
+# LAMB (per-tensor norms across slices), bf16 parameters (the model copy's all-gather).
+CASES = [
+    ("sgd", rt.SGD, dict(lr=0.1, momentum=0.9, weight_decay=1e-4), torch.float32),
+    ("adam", rt.Adam, dict(lr=1e-2, weight_decay=1e-3), torch.float32),
+    ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
+    ("adamw_clip", rt.AdamW, dict(lr=1e-2, max_grad_norm=0.5), torch.float32),
+    ("lars", rt.LARS, dict(lr=0.1), torch.float32),
+    ("lion", rt.Lion, dict(lr=1e-3, weight_decay=0.1), torch.float32),
+    ("lamb", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
+    ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+]
+
+
+def make_params(dtype):
+    g = torch.Generator().manual_seed(1)
+    return [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype)) for s in SHAPES]
+
+
+def rank_grads(step, rank, dtype):
+    """Rank `rank`'s gradient of step `step` (replicated mode: every rank uses rank 0's)."""
+    g = torch.Generator().manual_seed(1000 + 97 * step + rank)
+    return [torch.randn(*s, generator=g).to(dtype) for s in SHAPES]
+
+
+def ordered_mean(step, k, dtype):
+    """(g_0 + ... + g_{k-1}) / k in fp32, left to right; back to the parameter dtype (bf16:
+    round to nearest even, as the core's GradCodec does)."""
+    per = [rank_grads(step, r, dtype) for r in range(k)]
+    out = []
+    for i in range(len(SHAPES)):
+        acc = per[0][i].float()
+        for r in range(1, k):
+            acc = acc + per[r][i].float()
+        out.append((acc / float(k)).to(dtype))
+    return out
+
+
+def run(cls, kw, dtype, grads_of, **dist_kw):
+    """STEPS steps; returns every parameter's and state buffer's bits (int views)."""
+    ps = make_params(dtype)
+    opt = cls(ps, threads=1, **kw, **dist_kw)
+    for s in range(STEPS):
+        for p, g in zip(ps, grads_of(s)):
+            p.grad.copy_(g)
+        opt.step()
+    state = opt.state_dict()["state"]
+    out = {"p%d" % i: bits(p.detach()) for i, p in enumerate(ps)}
+    for i, st in state.items():
+        for key, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                out["s%d.%s" % (i, key)] = bits(t)
+            elif key == "step":
+                out["s%d.step" % i] = np.array([float(t)])
+    out["fingerprint"] = opt.fingerprint()
+    return out, opt
+
+
+def bits(t):
+    t = t.detach().contiguous()
+    return (t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)).numpy().copy()
+
+
+def _init(rank, k, init_file, timeout_s=30):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=k,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _worker_steps(rank, k, init_file, out_dir, mode):
+    _init(rank, k, init_file)
+    torch.set_num_threads(1)
+    results = {}
+    for name, cls, kw, dtype in CASES:
+        src = 0 if mode == "replicated" else rank
+        res, opt = run(cls, kw, dtype, lambda s: rank_grads(s, src, dtype),
+                       process_group=dist.group.WORLD, grad_reduce=mode)
+        layout = opt._shared()[0].sharded.layout
+        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+        results[name] = res
+    torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
+    dist.destroy_process_group()
+
+
+def spawn(fn, k, tmp_path, *args):
+    init_file = str(tmp_path / "init")
+    mp.spawn(fn, args=(k, init_file, str(tmp_path)) + args, nprocs=k, join=True)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("mode", ["replicated", "ordered"])
+def test_sharded_equals_one_process(tmp_path, k, mode):
+    spawn(_worker_steps, k, tmp_path, mode)
+    ranks = [torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(k)]
+    for name, cls, kw, dtype in CASES:
+        if mode == "replicated":
+            want, _ = run(cls, kw, dtype, lambda s: rank_grads(s, 0, dtype))
+        else:
+            want, _ = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype))
+        for r, got in enumerate(ranks):
+            got = got[name]
+            assert sorted(got) == sorted(want), (name, r)
+            for key in want:
+                if key == "fingerprint":
+                    assert got[key] == want[key], (name, r)
+                else:
+                    assert np.array_equal(got[key], want[key]), "%s rank %d of %d (%s): %s differs" % (name, r, k, mode, key)
+
+
+def test_ordered_is_not_the_replicated_mean(tmp_path):
+    """The ordered reference differs from rank 0's gradient alone (else the ordered test could
+    not tell a missing reduction apart)."""
+    a, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, lambda s: ordered_mean(s, 2, torch.float32))
+    b, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, lambda s: rank_grads(s, 0, torch.float32))
+    assert not np.array_equal(a["p0"], b["p0"])
+
+
+def _worker_mismatch(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    shapes = SHAPES if rank == 0 else SHAPES[:-1]  # rank 1 has one parameter fewer
+    ps = [torch.nn.Parameter(torch.zeros(*s)) for s in shapes]
+    try:
+        rt.AdamW(ps, process_group=dist.group.WORLD)
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_ranks_with_other_optimizers_fail_clearly(tmp_path):
+    spawn(_worker_mismatch, 2, tmp_path)
+    for r in range(2):
+        msg = (tmp_path / ("rank%d.txt" % r)).read_text()
+        assert "built another optimizer" in msg, msg
+
+
+def _worker_missing_group(rank, k, init_file, out_dir):
+    _init(rank, k, init_file, timeout_s=3)
+    ps = make_params(torch.float32)
+    try:
+        # Rank 1 forgets process_group: it builds a one-process optimizer, and rank 0's
+        # handshake waits for it in vain.
+        rt.AdamW(ps, process_group=dist.group.WORLD if rank == 0 else None)
+        msg = "no error"
+    except RuntimeError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+
+
+def test_rank_without_process_group_fails_clearly(tmp_path):
+    spawn(_worker_missing_group, 2, tmp_path)
+    msg = (tmp_path / "rank0.txt").read_text()
+    assert "handshake failed" in msg and "process_group=" in msg, msg
+    assert (tmp_path / "rank1.txt").read_text() == "no error"
+
+
+def test_bad_arguments():
+    ps = make_params(torch.float32)
+    with pytest.raises(ValueError, match="grad_reduce='sum'"):
+        rt.AdamW(ps, grad_reduce="sum")
+    with pytest.raises(ValueError, match="needs a process_group"):
+        rt.AdamW(ps, grad_reduce="ordered")
+    if not dist.is_initialized():
+        with pytest.raises(ValueError, match="not initialized"):
+            rt.AdamW(ps, process_group=object())
