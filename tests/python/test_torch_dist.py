@@ -36,6 +36,9 @@ CASES = [
     ("lion", rt.Lion, dict(lr=1e-3, weight_decay=0.1), torch.float32),
     ("lamb", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
     ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+    # Rank 0's gradient of step 1 holds a NaN in rank 0's slice: every rank must skip that step
+    # (the non-finite flag's max over ranks), as one process does.
+    ("adamw_nan", rt.AdamW, dict(lr=1e-2), torch.float32),
 ]
 
 
@@ -44,16 +47,19 @@ def make_params(dtype):
     return [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype)) for s in SHAPES]
 
 
-def rank_grads(step, rank, dtype):
+def rank_grads(step, rank, dtype, nan=False):
     """Rank `rank`'s gradient of step `step` (replicated mode: every rank uses rank 0's)."""
     g = torch.Generator().manual_seed(1000 + 97 * step + rank)
-    return [torch.randn(*s, generator=g).to(dtype) for s in SHAPES]
+    out = [torch.randn(*s, generator=g).to(dtype) for s in SHAPES]
+    if nan and step == 1 and rank == 0:
+        out[0][0, 0] = float("nan")
+    return out
 
 
-def ordered_mean(step, k, dtype):
+def ordered_mean(step, k, dtype, nan=False):
     """(g_0 + ... + g_{k-1}) / k in fp32, left to right; back to the parameter dtype (bf16:
     round to nearest even, as the core's GradCodec does)."""
-    per = [rank_grads(step, r, dtype) for r in range(k)]
+    per = [rank_grads(step, r, dtype, nan) for r in range(k)]
     out = []
     for i in range(len(SHAPES)):
         acc = per[0][i].float()
@@ -99,7 +105,8 @@ def _worker_steps(rank, k, init_file, out_dir, mode):
     results = {}
     for name, cls, kw, dtype in CASES:
         src = 0 if mode == "replicated" else rank
-        res, opt = run(cls, kw, dtype, lambda s: rank_grads(s, src, dtype),
+        nan = name.endswith("_nan")
+        res, opt = run(cls, kw, dtype, lambda s: rank_grads(s, src, dtype, nan),
                        process_group=dist.group.WORLD, grad_reduce=mode)
         layout = opt._shared()[0].sharded.layout
         assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
@@ -119,10 +126,12 @@ def test_sharded_equals_one_process(tmp_path, k, mode):
     spawn(_worker_steps, k, tmp_path, mode)
     ranks = [torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(k)]
     for name, cls, kw, dtype in CASES:
+        nan = name.endswith("_nan")
         if mode == "replicated":
-            want, _ = run(cls, kw, dtype, lambda s: rank_grads(s, 0, dtype))
+            want, opt = run(cls, kw, dtype, lambda s: rank_grads(s, 0, dtype, nan))
         else:
-            want, _ = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype))
+            want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
+        assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
         for r, got in enumerate(ranks):
             got = got[name]
             assert sorted(got) == sorted(want), (name, r)
