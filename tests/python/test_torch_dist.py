@@ -183,6 +183,7 @@ def _worker_missing_group(rank, k, init_file, out_dir):
         msg = str(e)
     with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
         f.write(msg)
+    dist.destroy_process_group()
 
 
 def test_rank_without_process_group_fails_clearly(tmp_path):
