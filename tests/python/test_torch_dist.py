@@ -39,6 +39,9 @@ CASES = [
     # Rank 0's gradient of step 1 holds a NaN in rank 0's slice: every rank must skip that step
     # (the non-finite flag's max over ranks), as one process does.
     ("adamw_nan", rt.AdamW, dict(lr=1e-2), torch.float32),
+    # Two param groups (one Task, and one sharded step, each): their collectives interleave in
+    # group order on every rank.
+    ("adamw_groups", rt.AdamW, dict(lr=1e-2, groups=True), torch.float32),
 ]
 
 
@@ -72,7 +75,9 @@ def ordered_mean(step, k, dtype, nan=False):
 def run(cls, kw, dtype, grads_of, **dist_kw):
     """STEPS steps; returns every parameter's and state buffer's bits (int views)."""
     ps = make_params(dtype)
-    opt = cls(ps, threads=1, **kw, **dist_kw)
+    kw = dict(kw)
+    groups = [{"params": ps[:2], "lr": 3e-3}, {"params": ps[2:]}] if kw.pop("groups", False) else ps
+    opt = cls(groups, threads=1, **kw, **dist_kw)
     for s in range(STEPS):
         for p, g in zip(ps, grads_of(s)):
             p.grad.copy_(g)
