@@ -110,9 +110,15 @@ def check_group(process_group, grad_reduce):
         return
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("process_group given but torch.distributed is not initialized (init_process_group first)")
+    if process_group is getattr(dist.GroupMember, "NON_GROUP_MEMBER", None):  # new_group() on a non-member
+        raise ValueError("process_group: this process (global rank %d) is not a member of the group"
+                         % dist.get_rank())
     if not isinstance(process_group, dist.ProcessGroup):
         raise TypeError("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
                         "dist.new_group(...)), got %s" % type(process_group).__name__)
+    if dist.get_rank(process_group) < 0:
+        raise ValueError("process_group: this process (global rank %d) is not a member of the group"
+                         % dist.get_rank())
 
 
 def _signature(optimizer_name, grad_reduce, shared_tasks):
@@ -140,8 +146,6 @@ def attach(optimizer_name, shared_tasks, process_group, grad_reduce):
     device = shared_tasks[0].device
     size = dist.get_world_size(process_group)
     rank = dist.get_rank(process_group)
-    if rank < 0:
-        raise ValueError("process_group: this process is not a member of the group")
     mine = torch.tensor([size] + _signature(optimizer_name, grad_reduce, shared_tasks), dtype=torch.int64)
     if dist.get_backend(process_group) == "nccl":
         mine = mine.to(device)

@@ -176,6 +176,26 @@ def test_ranks_with_other_optimizers_fail_clearly(tmp_path):
         assert "built another optimizer" in msg, msg
 
 
+def _worker_not_member(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    pair = dist.new_group([0, 1])  # a collective of all ranks; rank 2 is not in it
+    try:
+        rt.AdamW(make_params(torch.float32), process_group=pair)
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_rank_outside_the_group_fails_clearly(tmp_path):
+    spawn(_worker_not_member, 3, tmp_path)
+    assert (tmp_path / "rank0.txt").read_text() == "no error"
+    assert (tmp_path / "rank1.txt").read_text() == "no error"
+    assert "global rank 2) is not a member" in (tmp_path / "rank2.txt").read_text()
+
+
 def _worker_missing_group(rank, k, init_file, out_dir):
     _init(rank, k, init_file, timeout_s=3)
     ps = make_params(torch.float32)
