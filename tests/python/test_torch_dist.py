@@ -115,6 +115,8 @@ def _worker_steps(rank, k, init_file, out_dir, mode):
                        process_group=dist.group.WORLD, grad_reduce=mode)
         layout = opt._shared()[0].sharded.layout
         assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+        if name == "adamw":
+            opt.save(os.path.join(out_dir, "adamw%d.ckpt" % rank))  # a collective: the whole state
         results[name] = res
     torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     dist.destroy_process_group()
@@ -139,6 +141,17 @@ def test_sharded_equals_one_process(tmp_path, k, mode):
         else:
             want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
         assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
+        if name == "adamw":
+            # Each rank's checkpoint is the whole state: an optimizer over a world of one
+            # (another K) loads it and holds the reference's bits.
+            _init(0, 1, str(tmp_path / "init1"))
+            try:
+                for r in range(k):
+                    one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
+                    one.load(str(tmp_path / ("adamw%d.ckpt" % r)))
+                    assert one.fingerprint() == want["fingerprint"], r
+            finally:
+                dist.destroy_process_group()
         for r, got in enumerate(ranks):
             got = got[name]
             assert sorted(got) == sorted(want), (name, r)
