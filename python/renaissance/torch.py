@@ -127,14 +127,15 @@ class _Base(Optimizer):
         for i in indices:
             made[i].trust_ratio = self.param_groups[i].get("trust_ratio")  # what the roles were made from
         new_tasks = list({id(b.shared): b.shared for b in made.values()}.values())
-        for shared in new_tasks:
-            shared.adopt()
         if self._process_group is not None:
+            # Before adopt(): a failed handshake leaves the parameters as they were.
             try:
                 _torch_dist.attach(type(self).__name__, new_tasks, self._process_group, self._grad_reduce)
             except Exception:
                 del self.param_groups[n_before:]
                 raise
+        for shared in new_tasks:
+            shared.adopt()
         self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
 

@@ -174,11 +174,13 @@ def _worker_mismatch(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
     shapes = SHAPES if rank == 0 else SHAPES[:-1]  # rank 1 has one parameter fewer
     ps = [torch.nn.Parameter(torch.zeros(*s)) for s in shapes]
+    before = [p.data_ptr() for p in ps]
     try:
         rt.AdamW(ps, process_group=dist.group.WORLD)
         msg = "no error"
     except ValueError as e:
         msg = str(e)
+    assert all(p.data_ptr() == d and p.grad is None for p, d in zip(ps, before))  # left as they were
     with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
         f.write(msg)
     dist.destroy_process_group()
