@@ -153,27 +153,35 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
-    upload_copy_pieces(step);
+    upload_copy_tables(step);
     prepared_ = &step;
     prepared_nodes_ = step.node_count();
     if (!options_.cuda_graph) return;
-    RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue(step);
+      capture(step, &graph_, &graph_exec_);
     } catch (...) {
-      // End the broken capture so the stream is usable again, then report the first error.
-      cudaGraph_t broken = nullptr;
-      if (cudaStreamEndCapture(origin(), &broken) == cudaSuccess && broken != nullptr) (void)cudaGraphDestroy(broken);
-      (void)cudaGetLastError();
       prepared_ = nullptr;
       throw;
     }
-    RN_CUDA_CHECK(cudaStreamEndCapture(origin(), &graph_));
-    RN_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
-    RN_CUDA_CHECK(cudaGraphUpload(graph_exec_, origin()));
     size_t nodes = 0;
     RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
     graph_nodes_ = static_cast<int>(nodes);
+  }
+
+  // A tensor_mask task's masked program (Backend::prepare_alternate): a second graph beside the
+  // prepared one, so switching programs costs no capture after the first time.
+  void prepare_alternate(const CompiledStep& step) override {
+    release_alternate();
+    add_copy_tables(step);
+    alt_prepared_ = &step;
+    alt_nodes_ = step.node_count();
+    if (!options_.cuda_graph) return;
+    try {
+      capture(step, &alt_graph_, &alt_exec_);
+    } catch (...) {
+      alt_prepared_ = nullptr;
+      throw;
+    }
   }
 
   void execute(const CompiledStep& step) override {
@@ -185,6 +193,8 @@ class CudaBackend final : public Backend {
     }
     if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
+    } else if (alt_exec_ != nullptr && &step == alt_prepared_ && step.node_count() == alt_nodes_) {
+      RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
     } else {
       enqueue(step);
     }
@@ -323,7 +333,7 @@ class CudaBackend final : public Backend {
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
-    release_copy_pieces();
+    release_copy_tables();
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
     if (launch_in_ != nullptr) (void)cudaEventDestroy(launch_in_);
     if (launch_out_ != nullptr) (void)cudaEventDestroy(launch_out_);
@@ -342,6 +352,31 @@ class CudaBackend final : public Backend {
     graph_ = nullptr;
     graph_nodes_ = 0;
     prepared_ = nullptr;
+    release_alternate();
+  }
+  void release_alternate() {
+    if (alt_exec_ != nullptr) (void)cudaGraphExecDestroy(alt_exec_);
+    if (alt_graph_ != nullptr) (void)cudaGraphDestroy(alt_graph_);
+    alt_exec_ = nullptr;
+    alt_graph_ = nullptr;
+    alt_prepared_ = nullptr;
+  }
+
+  // Captures every node of `step` into *graph, instantiated and uploaded into *exec.
+  void capture(const CompiledStep& step, cudaGraph_t* graph, cudaGraphExec_t* exec) {
+    RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(step);
+    } catch (...) {
+      // End the broken capture so the stream is usable again, then report the first error.
+      cudaGraph_t broken = nullptr;
+      if (cudaStreamEndCapture(origin(), &broken) == cudaSuccess && broken != nullptr) (void)cudaGraphDestroy(broken);
+      (void)cudaGetLastError();
+      throw;
+    }
+    RN_CUDA_CHECK(cudaStreamEndCapture(origin(), graph));
+    RN_CUDA_CHECK(cudaGraphInstantiate(exec, *graph, 0));
+    RN_CUDA_CHECK(cudaGraphUpload(*exec, origin()));
   }
 
   // Enqueues every node of the step. The named graphs run one after another; inside one, nodes
@@ -370,13 +405,15 @@ class CudaBackend final : public Backend {
       for (const GraphNode& node : graph) {
         ctx.stream = streams_[static_cast<int>(node.stream)];
         if (node.kind == NodeKind::kRange) {
-          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
+          // An update with a model copy writes it itself (model_copy.cuh) through its table.
+          ctx.copy = CopyLookup{};
           if (node.copy.c.count != 0) {
-            const auto found = std::find_if(copy_pieces_.begin(), copy_pieces_.end(),
-                                            [&](const CopyPieces& p) { return p.node == &node; });
-            if (found == copy_pieces_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a model-copy step was not prepared");
-            launch_model_copy(ctx, node, found->pieces, found->count);
+            const auto found = std::find_if(copy_tables_.begin(), copy_tables_.end(),
+                                            [&](const NodeCopyTables& p) { return p.node == &node; });
+            if (found == copy_tables_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a model-copy step was not prepared");
+            ctx.copy = found->tables;
           }
+          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
         } else {
           kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
         }
@@ -389,39 +426,59 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The piece table of each update node with a model copy, in device memory (prepare()).
-  struct CopyPieces {
+  // The model-copy table of each update node with a copy, in device memory (prepare()): the
+  // node's CopyTensor list followed by its chunk index, in one allocation.
+  struct NodeCopyTables {
     const GraphNode* node = nullptr;
-    CopyPiece* pieces = nullptr;
-    int64_t count = 0;
+    void* memory = nullptr;
+    CopyLookup tables;
   };
-  void release_copy_pieces() {
-    for (CopyPieces& p : copy_pieces_) {
-      if (p.pieces != nullptr) (void)cudaFree(p.pieces);
+  void release_copy_tables() {
+    for (NodeCopyTables& p : copy_tables_) {
+      if (p.memory != nullptr) (void)cudaFree(p.memory);
     }
-    copy_pieces_.clear();
+    copy_tables_.clear();
   }
-  void upload_copy_pieces(const CompiledStep& step) {
-    release_copy_pieces();
+  void upload_copy_tables(const CompiledStep& step) {
+    release_copy_tables();
+    add_copy_tables(step);
+  }
+  // The copy tables of `step`'s nodes besides those already there (prepare_alternate); a table
+  // of one of its nodes from an earlier call is replaced.
+  void add_copy_tables(const CompiledStep& step) {
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        auto old = std::find_if(copy_tables_.begin(), copy_tables_.end(), [&](const NodeCopyTables& p) { return p.node == &node; });
+        if (old == copy_tables_.end()) continue;
+        if (old->memory != nullptr) (void)cudaFree(old->memory);
+        copy_tables_.erase(old);
+      }
+    }
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
         if (node.copy.c.count == 0) continue;
-        const std::vector<CopyPiece> pieces = model_copy_pieces(node.copy);
-        CopyPieces entry;
+        const std::vector<int32_t> chunks = copy_chunks(node.copy);
+        NodeCopyTables entry;
         entry.node = &node;
-        entry.count = static_cast<int64_t>(pieces.size());
-        if (!pieces.empty()) {
-          RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&entry.pieces), pieces.size() * sizeof(CopyPiece)));
-          copy_pieces_.push_back(entry);
-          RN_CUDA_CHECK(cudaMemcpy(entry.pieces, pieces.data(), pieces.size() * sizeof(CopyPiece), cudaMemcpyHostToDevice));
+        const size_t tensor_bytes = node.copy.tensors.size() * sizeof(CopyTensor);
+        const size_t bytes = tensor_bytes + chunks.size() * sizeof(int32_t);
+        if (!node.copy.tensors.empty()) {
+          RN_CUDA_CHECK(cudaMalloc(&entry.memory, bytes));
+          copy_tables_.push_back(entry);  // owned from here, freed by release_copy_tables
+          char* base = static_cast<char*>(entry.memory);
+          RN_CUDA_CHECK(cudaMemcpy(base, node.copy.tensors.data(), tensor_bytes, cudaMemcpyHostToDevice));
+          RN_CUDA_CHECK(cudaMemcpy(base + tensor_bytes, chunks.data(), chunks.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+          copy_tables_.back().tables.tensors = reinterpret_cast<const CopyTensor*>(base);
+          copy_tables_.back().tables.chunks = reinterpret_cast<const int32_t*>(base + tensor_bytes);
+          copy_tables_.back().tables.count = static_cast<uint32_t>(node.copy.tensors.size());
         } else {
-          copy_pieces_.push_back(entry);
+          copy_tables_.push_back(entry);  // no tensor in this node's part: nothing to write
         }
       }
     }
   }
 
-  std::vector<CopyPieces> copy_pieces_;
+  std::vector<NodeCopyTables> copy_tables_;
   BackendOptions options_;
   LaunchConfig launch_;
   int device_ = 0;
@@ -440,6 +497,11 @@ class CudaBackend final : public Backend {
   int graph_nodes_ = 0;
   const CompiledStep* prepared_ = nullptr;
   size_t prepared_nodes_ = 0;
+  // The step of prepare_alternate and its graph (released by prepare()).
+  cudaGraph_t alt_graph_ = nullptr;
+  cudaGraphExec_t alt_exec_ = nullptr;
+  const CompiledStep* alt_prepared_ = nullptr;
+  size_t alt_nodes_ = 0;
 };
 
 }  // namespace

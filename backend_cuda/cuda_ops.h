@@ -13,6 +13,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
+#include "renaissance/model_copy_key.h"
 #include "renaissance/scalars.h"
 
 namespace renaissance {
@@ -38,6 +39,8 @@ struct CudaContext {
   // Two counters owned by the backend (outside the arena), zero between steps: CHECK_FINITE's
   // blocks-with-a-bad-value and blocks-done counts (see kernels_check.cu).
   unsigned* check_scratch = nullptr;
+  // The node's model-copy table in device memory (prepare(); count 0 without a copy).
+  CopyLookup copy{};
 
   template <class T>
   T* at(const Span& span) const {
@@ -76,16 +79,6 @@ RN_RANGE_OPS(RN_DECLARE_CUDA_OP)
 RN_COMPUTE_OPS(RN_DECLARE_CUDA_OP)
 #undef RN_DECLARE_CUDA_OP
 
-// The model copy (kernels_model_copy.cu): a group cut into pieces of one tensor each, and the
-// kernel that rounds the group's new masters into the copy after its update.
-struct CopyPiece {
-  uint64_t begin = 0;        // first element in the group span
-  uint64_t first_index = 0;  // its index in its tensor
-  uint32_t length = 0;
-  uint32_t param = 0;        // the tensor's parameter id
-};
-std::vector<CopyPiece> model_copy_pieces(const ModelCopy& copy);
-void launch_model_copy(const CudaContext& ctx, const GraphNode& node, const CopyPiece* pieces, int64_t count);
 
 // One pass of the same-traffic reference over the arena (kernels_same_traffic.cu); every bit
 // stays as it was when key is 0, and sink (4 device bytes) is written only when it is not.

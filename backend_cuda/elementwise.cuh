@@ -3,7 +3,8 @@
 // each of the four lanes. Group spans start on 256-byte boundaries and hold a multiple of 64
 // elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
 // node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
-// exceed 2^31 elements.
+// exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each thread rounds its four new
+// masters into C straight from registers: one pass over W.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
 #include "backend_cuda/grad_load.cuh"
+#include "backend_cuda/model_copy.cuh"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -42,11 +44,11 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
 }
 
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
-// through the reader of its encoding (grad_load.cuh).
-template <class Rule, bool kHasM, bool kHasV, class GQ>
+// through the reader of its encoding (grad_load.cuh); the new masters go to the copy too.
+template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
 __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
                                               float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
-                                              const Coeffs<float>& c) {
+                                              const Coeffs<float>& c, const Copy& copy) {
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
   float4 wv = w[q];
   const float4 gv = g[q];
@@ -59,33 +61,35 @@ __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g
   w[q] = wv;
   if (kHasM) m[q] = mv;
   if (kHasV) v[q] = vv;
+  copy.quad(4 * q, wv);
 }
 
 // Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
-template <class Rule, bool kHasM, bool kHasV, class G>
+template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void elementwise_update_kernel(float4* __restrict__ w, const G g_elements,
                                           float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
                                           const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                          bool weight_group) {
+                                          bool weight_group, const Copy copy) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const auto g = g_elements.quads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c);
+    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
   }
 }
 
 // H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
 // over items), each item with its group's scalar block. Items start on 64-element boundaries and
 // hold a multiple of 64 elements (plan.h): float4 only. One launch whatever H is.
-template <class Rule, bool kHasM, bool kHasV, class G>
+// A masked item is skipped whole: neither its masters nor its copy are written.
+template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_elements,
                                          float4* __restrict__ m, float4* __restrict__ v,
                                          const HyperItem* __restrict__ items, int64_t num_items,
                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                         bool weight_group, const int32_t* __restrict__ mask) {
+                                         bool weight_group, const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   const auto g = g_elements.quads();
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
@@ -94,7 +98,9 @@ __global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_eleme
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
-    for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c);
+    for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) {
+      update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
+    }
   }
 }
 
@@ -105,25 +111,26 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
   if (n4 == 0) return;
   float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
   float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
-  with_grad(ctx.arena, node, [&](auto g) {
+  with_grad(ctx.arena, node, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
     using G = decltype(g);
+    using Copy = decltype(copy);
     if (node.hyper_items.count != 0) {
-      constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV, G>;
+      constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV, G, Copy>;
       const int block = fit_block<kernel>(ctx.launch.block);
       const int64_t items = static_cast<int64_t>(node.hyper_items.count);
       kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
           ctx.at<float4>(node.w), g, m, v, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
-          ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node));
+          ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node), copy);
       RN_CUDA_CHECK_LAUNCH(name);
       return;
     }
-    constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G>;
+    constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G, Copy>;
     const int block = fit_block<kernel>(ctx.launch.block);
     const unsigned grid = grid_for(n4, block, ctx.launch);
     kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
-                                           node.group == Group::kWeight);
+                                           node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);
-  });
+  }); });
 }
 
 }  // namespace cuda

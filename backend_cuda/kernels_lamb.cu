@@ -17,17 +17,21 @@ namespace {
 constexpr int kUpdateBatch = 4;
 
 // As lars_update_kernel: a tile's unaligned head and tail element by element (never touching a
-// neighbouring tensor's element), the aligned interior in float4 batches.
+// neighbouring tensor's element), the aligned interior in float4 batches; the model copy from
+// the new masters in registers (model_copy.cuh).
+template <class Copy>
 __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restrict__ m, const float* __restrict__ v,
                                    const NormTile* __restrict__ tiles, int64_t num_tiles,
                                    const float* __restrict__ ratio, const float* __restrict__ s,
-                                   const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks) {
+                                   const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
+                                   const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   Coeffs<float> c = load_coeffs(s, true);
   const int tid = threadIdx.x;
   const int threads = blockDim.x;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
     const NormTile tile = tiles[t];
+    if (blocks != nullptr && block_masked(mask, blocks[tile.tensor])) continue;  // tensor_mask
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     const float* ts = tensor_scalars(s, blocks, tile.tensor);
     if (blocks != nullptr) c = load_coeffs(ts, true);
@@ -37,8 +41,14 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
     int64_t head_end = (begin + 3) & ~int64_t{3};
     int64_t tail_begin = end & ~int64_t{3};
     if (head_end >= tail_begin) head_end = tail_begin = end;
-    for (int64_t i = begin + tid; i < head_end; i += threads) math::lamb_apply<ScalarPolicy>(w[i], m[i], v[i], lr_r, c);
-    for (int64_t i = tail_begin + tid; i < end; i += threads) math::lamb_apply<ScalarPolicy>(w[i], m[i], v[i], lr_r, c);
+    for (int64_t i = begin + tid; i < head_end; i += threads) {
+      math::lamb_apply<ScalarPolicy>(w[i], m[i], v[i], lr_r, c);
+      copy.one(static_cast<uint64_t>(i), w[i]);
+    }
+    for (int64_t i = tail_begin + tid; i < end; i += threads) {
+      math::lamb_apply<ScalarPolicy>(w[i], m[i], v[i], lr_r, c);
+      copy.one(static_cast<uint64_t>(i), w[i]);
+    }
     float4* w4 = reinterpret_cast<float4*>(w);
     const float4* m4 = reinterpret_cast<const float4*>(m);
     const float4* v4 = reinterpret_cast<const float4*>(v);
@@ -63,6 +73,7 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
           math::lamb_apply<ScalarPolicy>(wr[k].z, mr[k].z, vr[k].z, lr_r, c);
           math::lamb_apply<ScalarPolicy>(wr[k].w, mr[k].w, vr[k].w, lr_r, c);
           w4[q] = wr[k];
+          copy.quad(4 * static_cast<uint64_t>(q), wr[k]);
         }
       }
     }
@@ -80,12 +91,16 @@ struct LambBiasRule {
 void launch_UPDATE_LAMB(const CudaContext& ctx, const GraphNode& node) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
-  const int block = fit_block<&lamb_update_kernel>(ctx.launch.block);
-  lamb_update_kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
-      ctx.at<float>(node.w), ctx.at<const float>(node.m), ctx.at<const float>(node.v),
-      ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32,
-      ctx.scalars.i32, node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr);
-  RN_CUDA_CHECK_LAUNCH("lamb update kernel");
+  with_copy(ctx, node, [&](auto copy) {
+    constexpr auto kernel = &lamb_update_kernel<decltype(copy)>;
+    const int block = fit_block<kernel>(ctx.launch.block);
+    kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
+        ctx.at<float>(node.w), ctx.at<const float>(node.m), ctx.at<const float>(node.v),
+        ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.at<const float>(node.n), ctx.scalars.f32,
+        ctx.scalars.i32, node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr,
+        node_mask(ctx, node), copy);
+    RN_CUDA_CHECK_LAUNCH("lamb update kernel");
+  });
 }
 
 void launch_UPDATE_LAMB_BIAS(const CudaContext& ctx, const GraphNode& node) {

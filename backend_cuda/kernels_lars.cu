@@ -17,13 +17,15 @@ constexpr int kUpdateBatch = 4;
 
 // One block per tile (grid-stride over tiles). A tile starts wherever its tensor does, so its
 // first and last few elements may share a float4 with the neighbouring tensor: those are done
-// one by one (never writing a neighbour's element), the aligned interior with float4 vectors.
-template <bool kNesterov, class G>
+// one by one (never writing a neighbour's element), the aligned interior with float4 vectors. The
+// model copy is written from the new masters in registers (model_copy.cuh); a masked tile writes
+// neither.
+template <bool kNesterov, class G, class Copy>
 __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __restrict__ m,
                                    const NormTile* __restrict__ tiles, int64_t num_tiles,
                                    const float* __restrict__ eta, const float* __restrict__ s,
                                    const int32_t* __restrict__ flags, const int32_t* __restrict__ blocks,
-                                   const int32_t* __restrict__ mask) {
+                                   const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   Coeffs<float> c = load_coeffs(s, true);
   const int tid = threadIdx.x;
@@ -42,9 +44,11 @@ __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __re
     if (head_end >= tail_begin) head_end = tail_begin = end;  // no whole float4: all scalar
     for (int64_t i = begin + tid; i < head_end; i += threads) {
       math::lars<ScalarPolicy, kNesterov>(w[i], g[i], m[i], lr_eta, c);
+      copy.one(static_cast<uint64_t>(i), w[i]);
     }
     for (int64_t i = tail_begin + tid; i < end; i += threads) {
       math::lars<ScalarPolicy, kNesterov>(w[i], g[i], m[i], lr_eta, c);
+      copy.one(static_cast<uint64_t>(i), w[i]);
     }
     float4* w4 = reinterpret_cast<float4*>(w);
     const auto g4 = g.quads();
@@ -71,6 +75,7 @@ __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __re
           math::lars<ScalarPolicy, kNesterov>(wr[k].w, gr[k].w, mr[k].w, lr_eta, c);
           w4[q] = wr[k];
           m4[q] = mr[k];
+          copy.quad(4 * static_cast<uint64_t>(q), wr[k]);
         }
       }
     }
@@ -81,15 +86,15 @@ template <bool kNesterov>
 void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
-  with_grad(ctx.arena, node, [&](auto g) {
-    constexpr auto kernel = &lars_update_kernel<kNesterov, decltype(g)>;
+  with_grad(ctx.arena, node, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
+    constexpr auto kernel = &lars_update_kernel<kNesterov, decltype(g), decltype(copy)>;
     const int block = fit_block<kernel>(ctx.launch.block);
     kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
         ctx.at<float>(node.w), g, ctx.at<float>(node.m), ctx.at<const NormTile>(node.norm.tiles), num_tiles,
         ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32,
-        node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, node_mask(ctx, node));
+        node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, node_mask(ctx, node), copy);
     RN_CUDA_CHECK_LAUNCH(name);
-  });
+  }); });
 }
 
 }  // namespace

@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kNormLanes)
     lamb_moment_partials_kernel(const float* __restrict__ w, const G g, float* __restrict__ m,
                                 float* __restrict__ v, const NormTile* __restrict__ tiles, int64_t num_tiles,
                                 const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                const int32_t* __restrict__ blocks, double* __restrict__ partials) {
+                                const int32_t* __restrict__ blocks, double* __restrict__ partials,
+                                const int32_t* __restrict__ mask) {
   if (flags[kHasNonFinite] != 0) return;
   __shared__ LaneScratch sh;
   Coeffs<float> c = load_coeffs(s, true);
@@ -154,6 +155,9 @@ __global__ void __launch_bounds__(kNormLanes)
   int buf = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
+    // tensor_mask: a masked tensor keeps m and v (the whole block skips the tile; its partials are
+    // left as they were and its ratio is never read).
+    if (blocks != nullptr && block_masked(mask, blocks[tile.tensor])) continue;
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
     const float* tw = w + tile.start;
@@ -237,7 +241,7 @@ void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
       lamb_moment_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
           ctx.at<const float>(node.w), g, ctx.at<float>(node.m), ctx.at<float>(node.v),
           ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32, ctx.scalars.i32, blocks,
-          ctx.at<double>(node.norm.partials));
+          ctx.at<double>(node.norm.partials), node_mask(ctx, node));
       RN_CUDA_CHECK_LAUNCH("lamb_moment_partials_kernel");
       return;
     }

@@ -10,6 +10,7 @@
 //   bench_step --backend cuda --layouts resnet50,gpt2_small --kinds adamw,lars --replays 100
 //   bench_step --backend cuda --kinds sgd_momentum --weight-decay-mode l2   (torch.optim.SGD's decay)
 //   bench_step --layouts bench/traffic_layout.json --verify-traffic   (a ctest: no timing, see below)
+//   bench_step --backend cuda --kinds adamw --tensor-mask clear   (renaissance.torch's Task, no None grad)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   std::string precision = "fp32";  // issue 14: the bf16/fp16 model copy written by every step
   bool stochastic_rounding = false;
   std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
+  std::string tensor_mask = "none";
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -76,6 +78,10 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-traffic", verify_traffic,
                "instead of timing: check that the same-traffic passes move bytes_per_param x params (a layout of "
                "weight-group tensors of multiples of 64 elements) and leave the state bit for bit as it was");
+  // TaskOptions::tensor_mask (what renaissance.torch builds): none (without it), clear (with it,
+  // nothing masked: the unmasked program) or set (the masked program over a mask of zeros).
+  app.add_option("--tensor-mask", tensor_mask, "none, clear or set: the per-tensor mask's programs (default none)")
+      ->check(CLI::IsMember({"none", "clear", "set"}));
   CLI11_PARSE(app, argc, argv);
 
   bool failed = false;
@@ -96,6 +102,10 @@ int main(int argc, char** argv) {
         const bool l2 = wd_mode == "l2" && kind_info(kind).allows_l2;
         if (l2) config.weight_decay_mode = WeightDecayMode::kL2;
         config.max_grad_norm = max_grad_norm;
+        if (tensor_mask != "none" && (kind_info(kind).norm == NormPass::kLambTrustRatio || max_grad_norm > 0.0)) {
+          std::fprintf(stderr, "bench_step: %s: no per-tensor mask with LAMB or clipping yet; skipped\n", kind_name.c_str());
+          continue;
+        }
         for (bool with_check : checks) {
           TaskOptions options;
           options.backend = backend;
@@ -104,10 +114,14 @@ int main(int argc, char** argv) {
           parse_precision(precision, &options.precision.precision);
           options.precision.rounding = stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
           options.precision.model_dtype_gradients = grad_dtype == "model";
+          options.tensor_mask = tensor_mask != "none";
           Task task(params, options);
           task.optimizer(config);
           task.compile();
           task.synthesize_gradients(1, 0, 1e-3f);
+          if (tensor_mask == "set") task.tensor_mask_written(true);
+          // One step through the task: it prepares the program it runs (Task::step_program).
+          if (options.tensor_mask && !verify_traffic) task.step();
           Backend& b = task.backend();
           if (verify_traffic) {
             // The limit is only a limit of this step if it moves what the step moves, and it may
@@ -141,6 +155,7 @@ int main(int argc, char** argv) {
                                 {"precision", precision},
                                 {"rounding", stochastic_rounding ? "stochastic" : "nearest"},
                                 {"grad_dtype", grad_dtype == "model" ? precision : "fp32"},
+                                {"tensor_mask", tensor_mask},
                                 {"params", param_count},
                                 {"replays", replays},
                                 {"limit_gb_per_s", limit_gbps},
@@ -148,8 +163,8 @@ int main(int argc, char** argv) {
                                 {"launches_per_step", b.launches_per_step()}};
           for (bool synced : {false, true}) {
             if (timing != "both" && (timing == "synced") != synced) continue;
-            b.timed_steps(task.compiled_step(), warmup, synced);
-            const double ms = median(b.timed_steps(task.compiled_step(), replays, synced));
+            b.timed_steps(task.step_program(), warmup, synced);
+            const double ms = median(b.timed_steps(task.step_program(), replays, synced));
             const double gbps = bytes / (ms * 1e-3) / 1e9;
             const std::string suffix = synced ? "_synced" : "";
             row["ms_per_step" + suffix] = ms;

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Step time of the bf16/fp16 model copy on the GPU machine (issue 14), before and after the CUDA
-# copy kernel drew one Philox block per four elements (commit 0210e1e): bench_step --backend cuda
-# for adamw on resnet50, bert_base, gpt2_small with the check on and off, fp32 and
-# {bf16, fp16} x {nearest, stochastic}. "after" builds this tree; "before" builds a copy of it
-# whose backend_cuda/kernels_model_copy.cu is replaced by BEFORE_KERNEL (the file at 0210e1e~1:
-#   git show 0210e1e~1:backend_cuda/kernels_model_copy.cu > before_kernels_model_copy.cu
-# in the repository root, before the tree is copied to the GPU machine). Without it, only "after".
-# Prints one line per configuration and a table; the bits are unchanged (scripts/gpu_precision.sh).
-#   scripts/gpu_precision_bench.sh [BEFORE_KERNEL]
+# Step time of the bf16/fp16 model copy on the GPU machine (issue 14) as a share of the
+# same-traffic floor: bench_step --backend cuda for adamw on resnet50, bert_base, gpt2_small,
+# check on and off, fp32 and {bf16, fp16} x {nearest, stochastic} with fp32 gradients, and bf16
+# x {nearest, stochastic} with bf16 gradients (--grad-dtype model). "after" builds this tree.
+# "before" (optional) builds a copy of this tree whose backend_cuda/ is replaced by the directory
+# BEFORE_CUDA_DIR, e.g. the CUDA backend before the copy was fused into the update kernels:
+#   mkdir before_backend_cuda && git archive c09f79b backend_cuda | tar -x --strip-components=1 -C before_backend_cuda
+# in the repository root, before the tree is copied to the GPU machine. Without it, only "after".
+# Prints a table (the faster of two rounds; % floor = floor / step time) and, per layout, check
+# and gradient dtype, stochastic vs nearest. The bits are unchanged: scripts/gpu_precision.sh.
+# BEFORE_CUDA_DIR may also be a whole source tree (it has a CMakeLists.txt), built as it is.
+#   scripts/gpu_precision_bench.sh [BEFORE_CUDA_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
-before_kernel="${1:-before_kernels_model_copy.cu}"
+before_dir="${1:-before_backend_cuda}"
 deps=()
 if [ -d .deps ]; then
   deps=(-DRENAISSANCE_DEPS_DIR="$root/.deps" -DCMAKE_PREFIX_PATH="$root/.deps")
@@ -23,15 +26,21 @@ build() {  # build SRC DIR: bench_step with CUDA
 }
 variants=(after)
 build "$root" "$root/build-gpu-precision-bench"
-if [ -f "$before_kernel" ]; then
+if [ -d "$before_dir" ]; then
   src=/tmp/rn-precision-before
   rm -rf "$src" && mkdir -p "$src"
-  tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "$src"
-  cp "$before_kernel" "$src/backend_cuda/kernels_model_copy.cu"
+  if [ -f "$before_dir/CMakeLists.txt" ]; then
+    # A whole source tree (e.g. `git archive c09f79b | tar -x -C before_tree`): the CUDA backend
+    # alone does not build against a core whose graph structures changed with it.
+    cp -r "$before_dir/." "$src/"
+  else
+    tar --exclude='./build*' --exclude='./.git' --exclude="./$(basename "$before_dir")" -cf - . | tar -xf - -C "$src"
+    rm -rf "$src/backend_cuda" && cp -r "$before_dir" "$src/backend_cuda"
+  fi
   build "$src" "$src/build"
   variants=(before after)
 else
-  echo "(no $before_kernel: measuring the current kernel only)"
+  echo "(no $before_dir: measuring the current tree only)"
 fi
 out="$root/build-gpu-precision-bench/precision-bench.jsonl"
 : > "$out"
@@ -39,7 +48,8 @@ for round in 1 2; do
   for v in "${variants[@]}"; do
     bin="$root/build-gpu-precision-bench/bench/bench_step"
     [ "$v" = before ] && bin=/tmp/rn-precision-before/build/bench/bench_step
-    for p in "fp32" "bf16" "fp16" "bf16 --stochastic-rounding" "fp16 --stochastic-rounding"; do
+    for p in "fp32" "bf16" "bf16 --stochastic-rounding" "fp16" "fp16 --stochastic-rounding" \
+             "bf16 --grad-dtype model" "bf16 --stochastic-rounding --grad-dtype model"; do
       # shellcheck disable=SC2086
       "$bin" --backend cuda --layouts resnet50,bert_base,gpt2_small --kinds adamw --replays 200 --timing enqueued \
         --precision $p | sed "s/^{/{\"variant\":\"$v\",\"round\":$round,/" >> "$out"
@@ -49,14 +59,25 @@ done
 python3 - "$out" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-best = {}
+best, floor = {}, {}
 for r in rows:  # the faster of the two rounds of each configuration
-    k = (r["layout"], r["check_finite"], r["precision"], r["rounding"], r["variant"])
-    best[k] = min(best.get(k, 1e9), r["ms_per_step"])
-    best[k + ("floor",)] = r["floor_ms"]
-print(f'{"layout":11} {"check":5} {"precision":17} {"before ms":>9} {"after ms":>9} {"floor ms":>9} {"% floor":>8}')
-for k in sorted({k[:4] for k in best if len(k) == 5}):
-    b, a, f = best.get(k + ("before",)), best.get(k + ("after",)), best.get(k + ("after", "floor"))
-    print(f'{k[0]:11} {str(k[1]):5} {k[2] + " " + k[3]:17} {b if b is None else round(b, 4)!s:>9} {a:9.4f} {f:9.4f} {100 * f / a:7.1f}%')
+    k = (r["layout"], r["check_finite"], r.get("grad_dtype", "fp32"), r["precision"], r["rounding"])
+    best[k + (r["variant"],)] = min(best.get(k + (r["variant"],), 1e9), r["ms_per_step"])
+    if r["variant"] == "after":
+        floor[k] = r["floor_ms"]
+print(f'{"layout":11} {"check":5} {"grads":5} {"copy":15} {"before ms":>9} {"after ms":>9} {"floor ms":>9} '
+      f'{"% before":>8} {"% after":>8}')
+for k in sorted(floor):
+    b, a, f = best.get(k + ("before",)), best[k + ("after",)], floor[k]
+    pb = "-" if b is None else f"{100 * f / b:.1f}%"
+    print(f'{k[0]:11} {str(k[1]):5} {k[2]:5} {k[3] + " " + k[4]:15} {"-" if b is None else round(b, 4)!s:>9} '
+          f'{a:9.4f} {f:9.4f} {pb:>8} {100 * f / a:7.1f}%')
+print("\nstochastic vs nearest (after; step-time ratio, target <= 1.03):")
+for k in sorted(floor):
+    if k[4] != "stochastic":
+        continue
+    near = best.get(k[:4] + ("nearest", "after"))
+    if near:
+        print(f'  {k[0]:11} check={str(k[1]):5} grads={k[2]:5} {k[3]}: {best[k + ("after",)] / near:.3f}')
 EOF
 echo "PRECISION BENCH DONE ($out)"

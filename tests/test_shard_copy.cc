@@ -113,15 +113,16 @@ TEST_F(CutCopy, EveryCutRoundsTheBitsOfOneDevice) {
   }
 }
 
-// The CUDA copy kernel on cut tensor lists (GPU only; skipped without a device): three ranks'
-// lists, cut anywhere as above, each attached to a node the backend runs (CHECK_FINITE over a
-// zero G: the backend launches the copy kernel after any range node that carries a copy), give
-// every element the defined bits. Covers pieces that start inside a Philox block.
-TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
-  if (!backend_available(BackendKind::kCuda)) GTEST_SKIP() << "no CUDA device";
-  std::unique_ptr<Backend> backend = create_backend(BackendKind::kCuda, BackendOptions{});
-  const uint64_t c_off = kGroup * 4, s_off = (c_off + kGroup * 2 + 255) / 256 * 256, g_off = s_off + 256;
-  backend->allocate_arena(g_off + 1024);
+// The fused copy writer of an update node on cut tensor lists (CUDA: skipped without a device;
+// CPU below): three ranks' lists, cut anywhere as above, each attached to an UPDATE_SGD node over
+// the whole group with lr 0 and a zero G (the masters stay exactly as they are: w * 1 - 0 * 0),
+// give every element the defined bits and leave every element outside the lists alone. Covers
+// cuts that start inside a Philox block and quads shared by two cut lists.
+void check_cut_update_nodes(BackendKind kind) {
+  std::unique_ptr<Backend> backend = create_backend(kind, BackendOptions{});
+  const uint64_t c_off = kGroup * 4, s_off = (c_off + kGroup * 2 + 255) / 256 * 256, f_off = s_off + 256,
+                 g_off = f_off + 256;
+  backend->allocate_arena(g_off + kGroup * 4);
   std::vector<float> w(kGroup);
   std::mt19937 gen(9);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
@@ -129,8 +130,13 @@ TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
   backend->upload(0, w.data(), kGroup * 4);
   const int32_t scalars[kNumScalarI32] = {kT, 0};
   backend->upload(s_off, scalars, sizeof(scalars));
-  const std::vector<float> zeros(256, 0.0f);
-  backend->upload(g_off, zeros.data(), 1024);
+  float f32[kNumScalarF32] = {};  // lr 0; the decay factor, 1/loss scale and clip coefficient 1
+  f32[kDecayFactor] = 1.0f;
+  f32[kInvLossScale] = 1.0f;
+  f32[kClipCoefficient] = 1.0f;
+  backend->upload(f_off, f32, sizeof(f32));
+  const std::vector<float> zeros(kGroup, 0.0f);
+  backend->upload(g_off, zeros.data(), kGroup * 4);
   const std::vector<std::pair<uint64_t, uint64_t>> cuts = {{1, 4098}, {3, 4126}, {6, 4227}, {4103, 8322}, {4113, 12423}};
   for (Precision p : {Precision::kBf16, Precision::kFp16}) {
     for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
@@ -145,11 +151,13 @@ TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
         backend->upload(c_off, unset.data(), kGroup * 2);
         CompiledStep step;
         step.scalars_i32 = Span{s_off, kNumScalarI32};
+        step.scalars_f32 = Span{f_off, kNumScalarF32};
         for (const auto& part : {std::make_pair(uint64_t{0}, cut.first), cut, std::make_pair(cut.second, kGroup)}) {
           GraphNode node;
           node.kind = NodeKind::kRange;
-          node.range_op = RangeOp::CHECK_FINITE;
-          node.g = Span{g_off, 256};
+          node.range_op = RangeOp::UPDATE_SGD;
+          node.group = Group::kWeight;
+          node.g = Span{g_off, kGroup};
           node.w = Span{0, kGroup};
           node.copy = cut_model_copy(whole, part.first, part.second, false);
           step.graphs[static_cast<int>(GraphId::kOptimizer)].push_back(node);
@@ -171,6 +179,14 @@ TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
     }
   }
 }
+
+TEST(CutCopyCuda, CutPiecesRoundTheBitsOfOneDevice) {
+  if (!backend_available(BackendKind::kCuda)) GTEST_SKIP() << "no CUDA device";
+  check_cut_update_nodes(BackendKind::kCuda);
+}
+
+// The same cut lists on update nodes of the CPU backend (run_elementwise's update-and-copy steps).
+TEST(CutCopyCpu, UpdateNodesOnCutListsRoundTheBitsOfOneDevice) { check_cut_update_nodes(BackendKind::kCpu); }
 
 // An empty cut keeps no tensor and, moved, an empty span.
 TEST(CutModelCopy, EmptyRange) {

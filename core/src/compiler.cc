@@ -19,10 +19,10 @@ Span region_span(const MemoryPlan& plan, Region r) {
   return Span{info.offset, info.count};
 }
 
-}  // namespace
-
-CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
-                          const PrecisionOptions& precision) {
+// read_mask false: compile_unmasked_step (graph.h), the program of a tensor_mask plan while no
+// tensor is masked: the check and the updates do not read the mask (H = 1: no items either).
+CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                     const PrecisionOptions& precision, bool read_mask) {
   config.validate();
   if (precision.precision != plan.config().precision) {
     throw_invalid(std::string("the memory plan was not made for precision ") + precision_name(precision.precision));
@@ -42,10 +42,10 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
   if (mask && config.max_grad_norm > 0.0) {
     throw_invalid("tensor_mask: gradient-norm clipping (max_grad_norm > 0) with a per-tensor mask is not supported yet");
   }
-  if (mask && kind_info(config.kind).norm == NormPass::kLambTrustRatio) {
-    throw_invalid("tensor_mask: LAMB (its norm pass updates m and v) with a per-tensor mask is not supported yet");
-  }
   const Span tensor_state = mask ? region_span(plan, S_TENSOR_INT32) : Span{};
+  // What the check and the updates read: the mask, and (H = 1) the per-tensor items it needs.
+  const Span update_state = read_mask ? tensor_state : Span{};
+  const bool items = plan.config().hyper_groups > 1 || (mask && read_mask);
   const int blocks = plan.scalar_blocks();
 
   CompiledStep step;
@@ -89,7 +89,7 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
       check.range_op = RangeOp::CHECK_FINITE;
       check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
       check.grad_dtype = grad_dtype;
-      if (mask) {
+      if (mask && read_mask) {
         check.tensor_state = tensor_state;
         for (Group group : {Group::kBiasLike, Group::kWeight}) {
           check.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
@@ -118,8 +118,8 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     if (need.has_v) node.v = plan.group_span(Family::kV, group);
     if (need.has_n) node.n = plan.group_span(Family::kN, group);
     node.hyper_groups = blocks;
-    node.tensor_state = tensor_state;
-    if (plan.config().hyper_groups > 1 || mask) {
+    node.tensor_state = update_state;
+    if (items) {
       node.hyper_items = plan.hyper_item_span(group);
       if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
     }
@@ -176,6 +176,19 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
     opt.push_back(node);
   }
   return step;
+}
+
+}  // namespace
+
+CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                          const PrecisionOptions& precision) {
+  return compile(plan, config, check_finite, precision, true);
+}
+
+CompiledStep compile_unmasked_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                                   const PrecisionOptions& precision) {
+  if (!plan.config().tensor_mask) throw_invalid("compile_unmasked_step: the plan has no tensor_mask");
+  return compile(plan, config, check_finite, precision, false);
 }
 
 }  // namespace renaissance

@@ -442,7 +442,7 @@ void ShardedStep::step() {
     backend.synchronize();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
   }
-  // CUDA looks up a model-copy node's piece table by the node: the update sub-step is prepared
+  // CUDA looks up a model-copy node's copy table by the node: the update sub-step is prepared
   // once, here, where it no longer moves.
   if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !update_prepared_) {
     backend.prepare(update_);

@@ -150,6 +150,12 @@ void Task::compile() {
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
   step_ = compile_step(plan_, config_, options_.check_finite, precision);
+  // tensor_mask: the unmasked program runs until a step may have a masked tensor (task.h).
+  unmasked_step_ = options_.tensor_mask ? compile_unmasked_step(plan_, config_, options_.check_finite, precision)
+                                        : CompiledStep{};
+  alternate_prepared_ = false;
+  mask_clear_ = true;
+  steps_equal_ = true;
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
   backend->allocate_arena(plan_.arena_bytes());
@@ -178,7 +184,7 @@ void Task::compile() {
   write_f32_slot(kClipCoefficient, 1.0f);
   // A sliced task never runs the whole step (its M/V spans leave the slice): ShardedStep
   // prepares the backend with its sub-steps instead.
-  if (!plan_.state_sliced()) backend_->prepare(step_);
+  if (!plan_.state_sliced()) backend_->prepare(options_.tensor_mask ? unmasked_step_ : step_);
 }
 
 void Task::require_compiled(const char* what) const {
@@ -485,8 +491,25 @@ void Task::poison_gradient(size_t id, uint64_t index, float value) {
 
 void Task::step() {
   require_whole_state("step()");
-  backend_->execute(step_);
+  backend_->execute(program_for_step());
 }
+
+const CompiledStep& Task::step_program() const {
+  return options_.tensor_mask && mask_clear_ && steps_equal_ ? unmasked_step_ : step_;
+}
+
+const CompiledStep& Task::program_for_step() {
+  if (!masked_program_next()) return step_program();
+  if (!alternate_prepared_) {
+    backend_->prepare_alternate(step_);
+    alternate_prepared_ = true;
+  }
+  // A masked tensor's count stays behind (the device decides, the host cannot tell without a sync).
+  steps_equal_ = false;
+  return step_;
+}
+
+bool Task::masked_program_next() const { return options_.tensor_mask && compiled() && !(mask_clear_ && steps_equal_); }
 
 void Task::set_launch_stream(void* stream) {
   require_compiled("set_launch_stream()");
@@ -496,7 +519,7 @@ void Task::set_launch_stream(void* stream) {
 std::vector<double> Task::timed_steps(int count) {
   require_whole_state("timed_steps()");
   if (count < 0) throw_invalid("timed_steps: count must be >= 0, got " + std::to_string(count));
-  return backend_->timed_steps(step_, count);
+  return backend_->timed_steps(program_for_step(), count);
 }
 
 int64_t Task::step_count() { return read_i32_slot(kStep); }
@@ -533,6 +556,7 @@ void Task::require_mask(const char* what) const {
 
 int32_t* Task::tensor_mask() {
   require_mask("tensor_mask()");
+  mask_clear_ = false;  // the caller may write anything through it (tensor_mask_written says what)
   return reinterpret_cast<int32_t*>(static_cast<char*>(backend_->arena()) + plan_.region(S_TENSOR_INT32).offset);
 }
 
@@ -542,6 +566,12 @@ void Task::set_tensor_mask(const std::vector<int32_t>& mask) {
     throw_invalid("set_tensor_mask(): " + std::to_string(mask.size()) + " entries for " + std::to_string(params_.size()) + " parameters");
   }
   if (!mask.empty()) backend_->upload(plan_.region(S_TENSOR_INT32).offset, mask.data(), mask.size() * sizeof(int32_t));
+  mask_clear_ = std::all_of(mask.begin(), mask.end(), [](int32_t m) { return m == 0; });
+}
+
+void Task::tensor_mask_written(bool any_set) {
+  require_mask("tensor_mask_written()");
+  mask_clear_ = !any_set;
 }
 
 std::vector<int64_t> Task::tensor_steps() {
@@ -567,6 +597,8 @@ void Task::set_tensor_steps(const std::vector<int64_t>& steps) {
   if (t32.empty()) return;
   backend_->upload(plan_.region(S_TENSOR_INT32).offset + t32.size() * sizeof(int32_t), t32.data(), t32.size() * sizeof(int32_t));
   for (size_t id = 0; id < t32.size(); ++id) write_bias_corrections(plan_.block_of(id), group_config(params_[id].hyper_group), t32[id]);
+  const int64_t t = step_count();
+  steps_equal_ = std::all_of(t32.begin(), t32.end(), [t](int32_t s) { return s == t; });
 }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }
@@ -636,6 +668,21 @@ std::string Task::hash_state(const std::vector<size_t>& ids, const StateReader& 
   }
   const int64_t t = step_count();
   XXH3_64bits_update(state, &t, sizeof(t));
+  // tensor_mask: each tensor's count is state too, but only where it says more than t: counts that
+  // all equal t add no bytes, so such a task prints what the same run without the mask prints
+  // (and a replay case recorded through renaissance.torch still matches). Else the counts of
+  // `ids` in that order, as int64.
+  if (options_.tensor_mask && !ids.empty()) {
+    std::vector<int32_t> all(params_.size());
+    backend_->download(plan_.region(S_TENSOR_INT32).offset + all.size() * sizeof(int32_t), all.data(),
+                       all.size() * sizeof(int32_t));
+    if (std::any_of(ids.begin(), ids.end(), [&](size_t id) { return all[id] != t; })) {
+      for (size_t id : ids) {
+        const int64_t steps = all[id];
+        XXH3_64bits_update(state, &steps, sizeof(steps));
+      }
+    }
+  }
   const uint64_t hash = XXH3_64bits_digest(state);
   char text[17];
   std::snprintf(text, sizeof(text), "%016" PRIx64, hash);

@@ -12,7 +12,7 @@ core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask fro
 (one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
 and state alone, keeps its gradient out of the non-finite check and does not advance its own step
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
-The core mask does not combine with clipping or LAMB yet: those Tasks keep the older way (zero the
+The core mask does not combine with clipping yet: those Tasks keep the older way (zero the
 gradient, put W and the state back after the step; the Task's count advances for every parameter).
 
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
@@ -63,9 +63,9 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it (not with clipping, LAMB or model-dtype
+        # The per-tensor mask where the core supports it (not with clipping or model-dtype
         # gradients yet).
-        self.masked = kind != "lamb" and members[0][2].get("max_grad_norm") is None and precision == "fp32"
+        self.masked = members[0][2].get("max_grad_norm") is None and precision == "fp32"
         self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         with _device_context(device):
@@ -219,6 +219,9 @@ class SharedTask:
                 self.mask.copy_(host.pin_memory(), non_blocking=True)
             else:
                 self.mask.copy_(host)
+        # The Task runs its unmasked program (the speed of a Task without the mask) while it
+        # knows that no entry is set and every parameter's count equals its own.
+        self.task.tensor_mask_written(bool(missing))
         self.mask_written = missing
 
     def step_tensors(self):

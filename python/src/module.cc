@@ -359,9 +359,10 @@ class PyTask {
     if (name == "has_non_finite")
       return nb::cast(arena_view<int32_t>(self, plan.region(S_SCALAR_INT32).offset + kHasNonFinite * sizeof(int32_t), {1}, device_id));
     if (name == "tensor_mask") {
-      // TaskOptions::tensor_mask: the int32 per parameter the step reads (nonzero: skip it).
-      const int32_t* base = task_->tensor_mask();  // throws without the flag
-      (void)base;
+      // TaskOptions::tensor_mask: the int32 per parameter the step reads (nonzero: skip it). Who
+      // writes through the view says what it wrote with tensor_mask_written (Task::tensor_mask
+      // is not called: the task would then assume a set mask and run the masked program).
+      if (!plan.config().tensor_mask) throw_invalid("scalar_view('tensor_mask'): the task was built without tensor_mask");
       return nb::cast(arena_view<int32_t>(self, plan.region(S_TENSOR_INT32).offset,
                                           {static_cast<int64_t>(task_->num_params())}, device_id));
     }
@@ -565,6 +566,9 @@ NB_MODULE(_core, m) {
       // corrections), e.g. from a torch state_dict whose parameters are at different steps.
       .def_prop_ro("tensor_steps", [](PyTask& t) { return t.task().tensor_steps(); })
       .def("set_tensor_steps", [](PyTask& t, const std::vector<int64_t>& s) { t.task().set_tensor_steps(s); }, "steps"_a)
+      .def("tensor_mask_written", [](PyTask& t, bool any_set) { t.task().tensor_mask_written(any_set); }, "any_set"_a,
+           "After writing the tensor_mask view: whether any entry is nonzero (Task::tensor_mask_written)")
+      .def_prop_ro("masked_program_next", [](PyTask& t) { return t.task().masked_program_next(); })
       .def("set_stream", [](PyTask& t, uintptr_t stream) { t.task().set_launch_stream(reinterpret_cast<void*>(stream)); },
            "stream"_a, "CUDA: order each step with this cudaStream_t handle (torch's cuda_stream); 0: none");
 }

@@ -148,10 +148,33 @@ def test_checkpoint_keeps_per_parameter_steps(tmp_path):
 
 
 def test_clipping_keeps_the_task_wide_count():
-    """Clipping (and LAMB) have no per-tensor mask yet: the parameter is still not moved, the
+    """Clipping has no per-tensor mask yet: the parameter is still not moved, the
     Task's one count advances (documented), and differing torch steps are refused."""
     ps = params("cpu")
     opt = rt.AdamW(ps, lr=1e-2, max_grad_norm=1.0)
     assert not opt._shared()[0].masked
     train(ps, opt, 0, 3, "cpu")
     assert {int(s["step"]) for s in opt.state_dict()["state"].values()} == {3}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unmasked_program_until_the_first_none_gradient(device):
+    """While every parameter gets a gradient the Task runs its unmasked program (the speed of a
+    Task without the mask), from the first None gradient on the masked one; the bits are those of
+    a run that took the masked program from the start."""
+    kw = dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    ps, qs = params(device), params(device)
+    ours, ref = rt.AdamW(ps, **kw), rt.AdamW(qs, **kw)
+    task, ref_task = ours._shared()[0].task, ref._shared()[0].task
+    ref_task.tensor_mask_written(True)  # the reference: the masked program over a mask of zeros
+    for s in range(5):
+        for ps_, opt in ((ps, ours), (qs, ref)):
+            for j, p in enumerate(ps_):
+                p.grad = None if (s == 3 and j == 2) else grad(j, s, device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                opt.step()
+        assert task.masked_program_next == (s >= 3), s
+        assert ref_task.masked_program_next
+    assert ours.fingerprint() == ref.fingerprint()
+    assert [int(v["step"]) for v in ours.state_dict()["state"].values()] == [5, 5, 4, 5, 5]

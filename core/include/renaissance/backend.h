@@ -100,6 +100,10 @@ class Backend {
   virtual void prepare(const CompiledStep& step) = 0;
   // Runs one whole step. Asynchronous on CUDA; download() synchronizes.
   virtual void execute(const CompiledStep& step) = 0;
+  // A second step this backend may be given to execute() besides the prepared one (a tensor_mask
+  // task's masked program, prepared when first needed); kept until the next prepare(). CUDA
+  // captures it into a second graph; the CPU has nothing to prepare.
+  virtual void prepare_alternate(const CompiledStep& step) { (void)step; }
   virtual void synchronize() = 0;
 
   // Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into each listed G tensor,

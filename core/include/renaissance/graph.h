@@ -131,4 +131,14 @@ struct CompiledStep {
 CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
                           const PrecisionOptions& precision = {});
 
+// TaskOptions::tensor_mask (plan.h) only: the program a mask task runs while no tensor is masked
+// and every tensor's step count equals the task's (Task::step decides; docs/design.md). The
+// non-finite check and the updates are the nodes of a task without the mask on the same layout
+// (H = 1: chunked over the group spans, block 0; H > 1: the per-tensor items without the mask
+// read), and ADVANCE_STEP is compile_step's (it reads the mask, all zeros here, and advances every
+// tensor's count and corrections, so a later masked step finds them right). On a mask of zeros
+// and equal counts it gives compile_step's bits.
+CompiledStep compile_unmasked_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
+                                   const PrecisionOptions& precision = {});
+
 }  // namespace renaissance

@@ -47,7 +47,7 @@ struct TaskOptions {
   // its gradient is not looked at by the non-finite check, and its step count does not advance.
   // Each tensor keeps its own applied-step count t_i (tensor_steps()): Adam-family bias
   // corrections and the stochastic-rounding key use t_i; step_count() stays the task-wide count
-  // of applied steps. Not yet with gradient-norm clipping, LAMB, a state shard or model-dtype gradients (Error). Off
+  // of applied steps. Not yet with gradient-norm clipping, a state shard or model-dtype gradients (Error). Off
   // (default): nothing changes (layout, bits, speed).
   bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
@@ -180,8 +180,27 @@ class Task {
   // CPU, device memory on CUDA; 0 = update, nonzero = skip), a host copy into it, and each
   // tensor's applied-step count (set_tensor_steps sets counts and bias corrections, like
   // set_step_count does per tensor). The mask persists across steps until written again.
+  //
+  // While the task knows that no entry of the mask is set and every tensor's count equals the
+  // task's, step() runs the unmasked program (compile_unmasked_step: the speed and the bits of a
+  // task without the mask); the first step with a mask that may be set runs the masked program
+  // (CUDA: a second graph, captured then) and the task stays there until the counts are known to
+  // be equal again (set_step_count, set_tensor_steps or load make them so) with the mask known
+  // clear. set_tensor_mask() tells the task what it wrote;
+  // tensor_mask() hands out the array, so the task assumes a set mask from then on, unless the
+  // caller says what it wrote with tensor_mask_written().
   int32_t* tensor_mask();
   void set_tensor_mask(const std::vector<int32_t>& mask);
+  // After writing the array through tensor_mask() (or a view of it, e.g. renaissance.torch):
+  // whether any entry is nonzero. The step's bits do not depend on it, only its speed, as long as
+  // `any_set` is true whenever an entry is set.
+  void tensor_mask_written(bool any_set);
+  // Whether the next step() runs the masked program (false without tensor_mask).
+  bool masked_program_next() const;
+  // The program the next step() runs: compiled_step(), or a tensor_mask task's unmasked program
+  // (graph.h) while it applies. A tensor_mask task prepares its masked program on the first step()
+  // that runs it: what a benchmark times through Backend::timed_steps after one step().
+  const CompiledStep& step_program() const;
   std::vector<int64_t> tensor_steps();
   void set_tensor_steps(const std::vector<int64_t>& steps);
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
@@ -257,6 +276,17 @@ class Task {
   RunSettings run_settings_;
   MemoryPlan plan_;
   CompiledStep step_;
+  // tensor_mask only: the program step() runs while no tensor is masked (graph.h), prepared at
+  // compile(); step_ (the masked program) is prepared on its first use (alternate_prepared_).
+  // mask_clear_: the host knows every mask entry is 0; steps_equal_: it knows every tensor's
+  // count equals the task's (both hold after compile(): the arena starts at zero).
+  CompiledStep unmasked_step_;
+  bool alternate_prepared_ = false;
+  bool mask_clear_ = true;
+  bool steps_equal_ = true;
+  // The program the next step runs (step_, or unmasked_step_); prepares step_ when first needed
+  // and, when it is the masked one, forgets that the counts are equal.
+  const CompiledStep& program_for_step();
   std::unique_ptr<Backend> backend_;
 };
 

@@ -536,6 +536,9 @@ void Task::load(const std::string& path) {
   if (!d.tensor_steps.empty()) {
     backend_->upload(plan_.region(S_TENSOR_INT32).offset + d.tensor_steps.size() * sizeof(int32_t),
                      d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
+    // The unmasked program may run again when every count is the task's (task.h).
+    steps_equal_ = std::all_of(d.tensor_steps.begin(), d.tensor_steps.end(),
+                               [&](int32_t t) { return t == d.i32[kStep]; });
   }
   // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
   // them before the save, so they come out with the same bits; the bias corrections, the step

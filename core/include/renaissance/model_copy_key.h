@@ -1,0 +1,122 @@
+// How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) finds the
+// model-copy bits of its four new masters (issue 14): the tensor of each element, its index in
+// that tensor and the stochastic-rounding words math/precision.h's sr_random_word assigns it.
+// Host and device code (RN_HD): the CUDA update kernels call it (backend_cuda/model_copy.cuh),
+// and tests/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
+// definitions, on layouts whose tensors start off multiples of 4, share quads and are cut.
+//
+// The lookup: a node's CopyTensor list (span order) and a chunk index (copy_chunks: per
+// kCopyChunk span elements, the first tensor that ends after the chunk's start). A lookup reads
+// one chunk entry and scans forward, which is one step inside a large tensor.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "renaissance/graph.h"
+#include "renaissance/math/host_device.h"
+#include "renaissance/math/precision.h"
+
+namespace renaissance {
+
+// Span elements per entry of a model copy's chunk index.
+constexpr uint64_t kCopyChunk = 1024;
+
+// A node's model-copy table: node.copy.tensors and their chunk index (in the memory of whoever
+// reads it: host vectors in tests, device memory on CUDA).
+struct CopyLookup {
+  const CopyTensor* tensors = nullptr;
+  const int32_t* chunks = nullptr;
+  uint32_t count = 0;
+
+  // The tensor holding span element e, or count when e is padding (outside every tensor).
+  RN_HD uint32_t find(uint64_t e) const {
+    if (count == 0) return 0;
+    uint32_t i = static_cast<uint32_t>(chunks[e / kCopyChunk]);
+    while (i < count && tensors[i].begin + tensors[i].numel <= e) ++i;
+    return i < count && tensors[i].begin <= e ? i : count;
+  }
+};
+
+// The chunk index of a ModelCopy: entry k is the first tensor ending after k * kCopyChunk. It
+// covers the copy span and any tensor beyond it (a tile node cut to a rank keeps group
+// coordinates).
+inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) {
+  uint64_t span = copy.c.count;
+  for (const CopyTensor& t : copy.tensors) span = t.begin + t.numel > span ? t.begin + t.numel : span;
+  if (copy.tensors.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("model copy: too many tensors");
+  std::vector<int32_t> chunks((span + kCopyChunk - 1) / kCopyChunk);
+  size_t i = 0;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    while (i < copy.tensors.size() && copy.tensors[i].begin + copy.tensors[i].numel <= k * kCopyChunk) ++i;
+    chunks[k] = static_cast<int32_t>(i);
+  }
+  return chunks;
+}
+
+// One master x rounded into the copy's format with random word r (unused when nearest).
+template <Precision kPrecision, Rounding kRounding>
+RN_HD uint16_t round_copy(float x, uint32_t r) {
+  if (kRounding == Rounding::kNearest) {
+    return kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+  }
+  return kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
+}
+
+// The applied step that keys a tensor's rounding: its own count with tensor_mask (steps != null),
+// else the task's.
+RN_HD uint64_t copy_step(const int32_t* steps, uint32_t task_t, uint32_t param) {
+  return steps != nullptr ? static_cast<uint32_t>(steps[param]) : task_t;
+}
+
+// Word p (0..7) of two consecutive Philox blocks, without indexing an array by a variable (which
+// would put the blocks in local memory on a GPU).
+RN_HD uint32_t copy_word(const math::Philox4x32& a, const math::Philox4x32& b, uint32_t p) {
+  const math::Philox4x32& x = p < 4 ? a : b;
+  const uint32_t j = p & 3u;
+  return j == 0 ? x.v[0] : j == 1 ? x.v[1] : j == 2 ? x.v[2] : x.v[3];
+}
+
+// Span element e's copy bits into *out; false (nothing to write) when e is padding.
+template <Precision kPrecision, Rounding kRounding>
+RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e,
+                    float x, uint16_t* out) {
+  const uint32_t i = lookup.find(e);
+  if (i == lookup.count) return false;
+  const CopyTensor& t = lookup.tensors[i];
+  uint32_t r = 0;
+  if (kRounding == Rounding::kStochastic) {
+    r = math::sr_random_word(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e - t.begin));
+  }
+  *out = round_copy<kPrecision, kRounding>(x, r);
+  return true;
+}
+
+// Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true, with one
+// Philox call when the quad is one block of the tensor, two when the tensor's block grid is
+// shifted against the arena's. false: the quad meets a tensor boundary or padding, and the
+// caller writes it element by element with copy_one.
+template <Precision kPrecision, Rounding kRounding>
+RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
+                     float x0, float x1, float x2, float x3, uint16_t out[4]) {
+  const uint32_t i = lookup.find(e0);
+  if (i == lookup.count || e0 + 4 > lookup.tensors[i].begin + lookup.tensors[i].numel) return false;
+  const CopyTensor& t = lookup.tensors[i];
+  const uint64_t index = t.first + (e0 - t.begin);
+  uint32_t r[4] = {0, 0, 0, 0};
+  if (kRounding == Rounding::kStochastic) {
+    const uint64_t step = copy_step(steps, task_t, t.param);
+    const math::Philox4x32 a = math::sr_random_block(seed, step, t.param, index >> 2);
+    const uint32_t s = static_cast<uint32_t>(index & 3u);
+    const math::Philox4x32 b = s == 0 ? a : math::sr_random_block(seed, step, t.param, (index >> 2) + 1);
+    for (uint32_t j = 0; j < 4; ++j) r[j] = copy_word(a, b, s + j);
+  }
+  out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
+  out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);
+  out[2] = round_copy<kPrecision, kRounding>(x2, r[2]);
+  out[3] = round_copy<kPrecision, kRounding>(x3, r[3]);
+  return true;
+}
+
+}  // namespace renaissance

@@ -1,0 +1,121 @@
+// The fused model copy's lookup and key (renaissance/model_copy_key.h), the functions the CUDA
+// update kernels call for every quad they update, run here on the CPU against the scalar
+// definitions of math/precision.h: for every quad of a span whose tensors start off multiples of
+// 4, share quads, are cut (first != 0), sit beyond 2^32 Philox blocks or across the counter's
+// low-word wrap, with padding between them, the bits of copy_quad (or of copy_one where a quad
+// meets a boundary) are round(x, sr_random_word(seed, t, param, index in tensor)), and padding is
+// never written. With tensor_mask each tensor's own count keys it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "renaissance/math/precision.h"
+#include "renaissance/model_copy_key.h"
+
+namespace renaissance {
+namespace {
+
+constexpr uint64_t kSeed = 0x0123456789abcdefULL;
+constexpr uint32_t kTaskStep = 0x80000003u;  // a t above 2^31: the key takes its low 32 bits unsigned
+
+ModelCopy test_copy() {
+  ModelCopy copy;
+  copy.tensors = {
+      {0, 5, 3, 0},                             // shares quad 1 with the next tensor
+      {5, 20003, 1, 0},                         // its blocks are shifted by 3 against the arena's
+      {20040, 2, 0, 0},                         // after padding; half a quad
+      {20042, 1030, 5, 7},                      // a cut tensor (first 7) across a chunk boundary
+      {21072, 4099, 6, (uint64_t{1} << 34) + 1},  // block counter above 2^32
+      {25171, 61, 2, 4 * uint64_t{0xffffffffu} - 6},  // its blocks cross the counter's low-word wrap
+  };
+  copy.c.count = 25280;  // padding after the last tensor too
+  return copy;
+}
+
+float master(uint64_t e) {  // ordinary values, exact bf16/fp16 ties, fp16 overflow, a NaN and infinities
+  if (e % 97 == 11) return math::f32_from_bits(0x7fc00001u);
+  if (e % 89 == 7) return e % 2 ? -INFINITY : INFINITY;
+  if (e % 7 == 3) return math::f32_from_bits(0x3f808000u + ((e % 3) << 16));
+  if (e % 11 == 5) return 65510.0f + static_cast<float>(e % 5) * 4.0f;
+  return static_cast<float>(e % 1000) * 1.37e-3f - 0.6f;
+}
+
+// The scalar definition of element e's copy bits; false where e is padding.
+bool expected(const ModelCopy& copy, Precision p, Rounding r, const int32_t* steps, uint64_t e, uint16_t* out) {
+  for (const CopyTensor& t : copy.tensors) {
+    if (e < t.begin || e >= t.begin + t.numel) continue;
+    const uint64_t step = steps ? static_cast<uint32_t>(steps[t.param]) : kTaskStep;
+    const uint32_t word = math::sr_random_word(kSeed, step, t.param, t.first + (e - t.begin));
+    const float x = master(e);
+    if (r == Rounding::kNearest) *out = p == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+    else *out = p == Precision::kBf16 ? math::f32_to_bf16_sr(x, word) : math::f32_to_f16_sr(x, word);
+    return true;
+  }
+  return false;
+}
+
+template <Precision kP, Rounding kR>
+void check_every_quad(const int32_t* steps) {
+  const ModelCopy copy = test_copy();
+  const std::vector<int32_t> chunks = copy_chunks(copy);
+  const CopyLookup lookup{copy.tensors.data(), chunks.data(), static_cast<uint32_t>(copy.tensors.size())};
+  uint64_t fast = 0, shifted = 0, mismatches = 0, padding = 0;
+  for (uint64_t e0 = 0; e0 < copy.c.count; e0 += 4) {
+    uint16_t got[4] = {0, 0, 0, 0};
+    bool written[4] = {false, false, false, false};
+    if (copy_quad<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, master(e0), master(e0 + 1), master(e0 + 2),
+                          master(e0 + 3), got)) {
+      ++fast;
+      const uint32_t i = lookup.find(e0);
+      if ((copy.tensors[i].first + (e0 - copy.tensors[i].begin)) % 4 != 0) ++shifted;
+      for (bool& w : written) w = true;
+    } else {
+      for (int j = 0; j < 4; ++j) written[j] = copy_one<kP, kR>(lookup, kSeed, steps, kTaskStep, e0 + j, master(e0 + j), &got[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      uint16_t want = 0;
+      const bool in_tensor = expected(copy, kP, kR, steps, e0 + j, &want);
+      padding += in_tensor ? 0 : 1;
+      if (written[j] != in_tensor || (in_tensor && got[j] != want)) {
+        if (++mismatches <= 5) {
+          ADD_FAILURE() << "element " << e0 + j << ": written " << written[j] << " (want " << in_tensor << "), bits 0x"
+                        << std::hex << got[j] << " want 0x" << want << std::dec;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+  // The layout exercises both fast paths (one and two Philox blocks per quad) and padding.
+  EXPECT_GT(fast, 5000u);
+  EXPECT_GT(shifted, 4000u);
+  EXPECT_EQ(padding, 32u + 48u);  // 20008 .. 20040 and 25232 .. 25280
+}
+
+TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {
+  const ModelCopy copy = test_copy();
+  const std::vector<int32_t> chunks = copy_chunks(copy);
+  ASSERT_EQ(chunks.size(), (copy.c.count + kCopyChunk - 1) / kCopyChunk);
+  EXPECT_EQ(chunks[0], 0);
+  EXPECT_EQ(chunks[1], 1);                // element 1024 lies in tensor 1
+  EXPECT_EQ(chunks[19], 1);               // 19456 .. 20479: tensor 1 ends at 20008
+  EXPECT_EQ(chunks[20], 3);               // 20480: tensor 3 (20042 .. 21072)
+  EXPECT_EQ(chunks[24], 4);               // 24576: tensor 4 (21072 .. 25171)
+}
+
+TEST(ModelCopyKey, EveryQuadHasTheScalarDefinitionsBits) {
+  check_every_quad<Precision::kBf16, Rounding::kNearest>(nullptr);
+  check_every_quad<Precision::kFp16, Rounding::kNearest>(nullptr);
+  check_every_quad<Precision::kBf16, Rounding::kStochastic>(nullptr);
+  check_every_quad<Precision::kFp16, Rounding::kStochastic>(nullptr);
+}
+
+TEST(ModelCopyKey, TensorMaskKeysEachTensorWithItsOwnCount) {
+  const int32_t steps[7] = {4, 9, 1, 0, 7, 2, 3};  // by param id
+  check_every_quad<Precision::kBf16, Rounding::kStochastic>(steps);
+  check_every_quad<Precision::kFp16, Rounding::kStochastic>(steps);
+}
+
+}  // namespace
+}  // namespace renaissance
