@@ -89,6 +89,23 @@ class TorchCommunicator:
     def barrier(self):
         dist.barrier(group=self.group)
 
+    def check_missing(self, missing, n):
+        """A parameter without a gradient is put back after the step on the ranks where it has
+        none: on all or none of them, or the ranks' parameters would drift apart. One small
+        all_reduce per step (the flags' max and, negated, their min)."""
+        flags = torch.zeros(2 * n, dtype=torch.int32)
+        for j in missing:
+            flags[j] = 1
+            flags[n + j] = -1
+        flags = flags.to(self.device) if dist.get_backend(self.group) == "nccl" else flags
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        flags = flags.cpu()
+        differ = [j for j in range(n) if int(flags[j]) != -int(flags[n + j])]
+        if differ:
+            raise ValueError("renaissance.torch: parameter(s) %s have a gradient on some ranks of the process group "
+                             "and none (None) on others; under a process_group every rank must leave out the same "
+                             "parameters" % differ)
+
     # Device memory only (a CUDA task): the staging copies and the workspace, through torch.
     def copy(self, dst, dst_device, src, src_device, nbytes):
         self._view(dst, nbytes, dst_device).copy_(self._view(src, nbytes, src_device))

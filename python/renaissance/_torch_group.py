@@ -163,6 +163,8 @@ class SharedTask:
                               "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",
                               stacklevel=3)
             self.copy_in(foreign)
+        if self.sharded is not None:  # every rank must leave out the same parameters
+            self.sharded_comm.check_missing(missing, len(self.params))
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)

@@ -193,6 +193,31 @@ def test_ranks_with_other_optimizers_fail_clearly(tmp_path):
         assert "built another optimizer" in msg, msg
 
 
+def _worker_none_on_one_rank(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, process_group=dist.group.WORLD)
+    for p, g in zip(ps, rank_grads(0, 0, torch.float32)):
+        p.grad.copy_(g)
+    if rank == 1:
+        ps[3].grad = None  # only rank 1 leaves parameter 3 out
+    try:
+        opt.step()
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
+    spawn(_worker_none_on_one_rank, 2, tmp_path)
+    for r in range(2):
+        msg = (tmp_path / ("rank%d.txt" % r)).read_text()
+        assert "parameter(s) [3] have a gradient on some ranks" in msg, msg
+
+
 def _worker_not_member(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
     pair = dist.new_group([0, 1])  # a collective of all ranks; rank 2 is not in it
