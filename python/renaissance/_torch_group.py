@@ -46,7 +46,8 @@ def structure_key(kind, hyper, device):
 class SharedTask:
     """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
 
-    def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0):
+    def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0,
+                 sharded=False):
         self.kind = kind
         self.device = device
         self.precision = precision
@@ -66,6 +67,8 @@ class SharedTask:
         # gradients yet).
         self.masked = members[0][2].get("max_grad_norm") is None and precision == "fp32"
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
+        self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
+        self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
@@ -166,6 +169,8 @@ class SharedTask:
                               "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",
                               stacklevel=3)
             self.copy_in(foreign)
+        if self.sharded is not None:  # every rank must leave out the same parameters
+            self.sharded_comm.check_missing(missing, len(self.params))
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
@@ -206,7 +211,7 @@ class SharedTask:
         if self.device.type == "cuda":
             self.task.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
         with _device_context(self.device):  # the Task's device, whichever is current
-            self.task.step()
+            (self.task if self.sharded is None else self.sharded).step()
 
     def write_mask(self, missing):
         """The device mask from the ids without a gradient: one copy, only when it changed. On

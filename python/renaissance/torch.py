@@ -15,6 +15,7 @@ import torch
 from torch.optim.optimizer import Optimizer
 
 from . import _core
+from . import _torch_dist
 from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
 
 __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
@@ -41,7 +42,12 @@ class _Base(Optimizer):
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
     _state_names = {}  # core family -> torch state key; "step": whether the state has a step
 
-    def __init__(self, params, defaults, threads=0, master_weights=True, stochastic_rounding=False, seed=0):
+    def __init__(self, params, defaults, threads=0, master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
+        # A sharded data-parallel step over a torch.distributed group (_torch_dist.py).
+        _torch_dist.check_group(process_group, grad_reduce)
+        self._process_group = process_group
+        self._grad_reduce = grad_reduce
         if not isinstance(threads, int) or threads < 0:
             raise ValueError("threads %r: must be an int >= 0 (0: all cores)" % (threads,))
         for name, flag in (("master_weights", master_weights), ("stochastic_rounding", stochastic_rounding)):
@@ -100,6 +106,8 @@ class _Base(Optimizer):
                     # A Task of its own per group: the rounding key's parameter index is then the
                     # index within the group, as a replay case (docs/replay-format.md) runs it.
                     key += (i,)
+                if self._process_group is not None:
+                    key += ("sharded", i)  # a sharded step runs one hyperparameter group per Task
                 classes.setdefault(key, []).append((i, self._roles(group), hyper))
             made = {}
             for key, members in classes.items():
@@ -107,7 +115,8 @@ class _Base(Optimizer):
                 rounding = self._rounding if precision != "fp32" else "nearest"
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
                                     kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),
-                                    precision=precision, rounding=rounding, seed=self._seed)
+                                    precision=precision, rounding=rounding, seed=self._seed,
+                                    sharded=self._process_group is not None)
                 first = 0
                 for h, (i, roles, hyper) in enumerate(members):
                     made[i] = GroupBinding(shared, h, first, self.param_groups[i]["params"], roles, hyper)
@@ -117,7 +126,15 @@ class _Base(Optimizer):
             raise
         for i in indices:
             made[i].trust_ratio = self.param_groups[i].get("trust_ratio")  # what the roles were made from
-        for shared in {id(b.shared): b.shared for b in made.values()}.values():
+        new_tasks = list({id(b.shared): b.shared for b in made.values()}.values())
+        if self._process_group is not None:
+            # Before adopt(): a failed handshake leaves the parameters as they were.
+            try:
+                _torch_dist.attach(type(self).__name__, new_tasks, self._process_group, self._grad_reduce)
+            except Exception:
+                del self.param_groups[n_before:]
+                raise
+        for shared in new_tasks:
             shared.adopt()
         self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
@@ -196,6 +213,7 @@ class _Base(Optimizer):
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
         under clipping (no per-tensor mask yet) its Task's count."""
+        self._gather_state()
         self._refresh_state()
         return super().state_dict()
 
@@ -293,7 +311,16 @@ class _Base(Optimizer):
         16 hex digits; several: renaissance.combine_fingerprints of the groups' fingerprints in
         group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md).
         A group's fingerprint is that of its tensors alone with its Task's step count."""
+        self._gather_state()
         return _core.combine_fingerprints([b.task.fingerprint() for b in self._bindings])
+
+    def _gather_state(self):
+        """With a process_group: every rank updated only its slice of M and V; all-gather them so
+        that the whole-state reads (state_dict, fingerprint, save) see one device's state. A
+        collective: every rank of the group calls it."""
+        for shared in self._shared():
+            if shared.sharded is not None:
+                shared.sharded.gather_state()
 
     def _paths(self, path):
         path = str(path)
@@ -304,7 +331,9 @@ class _Base(Optimizer):
 
     def save(self, path):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
-        `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several."""
+        `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
+        With a process_group: a collective; every rank writes the same whole state to its `path`."""
+        self._gather_state()
         for shared, p in zip(self._shared(), self._paths(path)):
             shared.task.save(p)
 
@@ -445,11 +474,13 @@ class SGD(_Base):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False, fused=None, decoupled_weight_decay=False,
                  max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
                         maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused,
                         decoupled_weight_decay=decoupled_weight_decay, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _state_names_for(self, group):
         # No momentum, no buffer (the kind sgd keeps no M).
@@ -475,11 +506,13 @@ class _AdamFamily(_Base):
     _kind = None
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                 differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed):
+                 differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
+                 process_group, grad_reduce):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
                         max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
@@ -496,9 +529,11 @@ class Adam(_AdamFamily):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed)
+                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
 
 class AdamW(_AdamFamily):
@@ -509,9 +544,11 @@ class AdamW(_AdamFamily):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
                  maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
                  max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed)
+                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
 
 class LARS(_Base):
@@ -524,10 +561,12 @@ class LARS(_Base):
                  weight_decay=_defaults_of("lars")["weight_decay"],
                  trust_coefficient=_defaults_of("lars")["trust_coefficient"], eps=_defaults_of("lars")["eps"],
                  nesterov=False, *, trust_ratio=None, max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
                         eps=eps, nesterov=nesterov, trust_ratio=trust_ratio, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _roles(self, group):
         return _trust_roles(group)
@@ -548,9 +587,11 @@ class Lion(_Base):
     def __init__(self, params, lr=_defaults_of("lion")["lr"],
                  betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
                  weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
@@ -568,10 +609,12 @@ class LAMB(_Base):
                  betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
                  eps=_defaults_of("lamb")["eps"], weight_decay=_defaults_of("lamb")["weight_decay"], *,
                  trust_ratio=None, max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
                         max_grad_norm=max_grad_norm)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _roles(self, group):
         return _trust_roles(group)

@@ -470,6 +470,10 @@ void translate(const std::exception_ptr& p, void*) {
 }
 
 }  // namespace
+
+// The core Task of a renaissance._core.Task object (python/src/torch_dist.cc, T).
+Task& py_task_of(nb::handle task) { return nb::cast<PyTask&>(task).task(); }
+
 }  // namespace renaissance
 
 NB_MODULE(_core, m) {
@@ -483,6 +487,7 @@ NB_MODULE(_core, m) {
   // owned, not leaked, so nanobind's shutdown leak report would only alarm users.
   nb::set_leak_warnings(false);
   void renaissance_register_replay(nanobind::module_&); renaissance_register_replay(m);  // --- replay (R) ---, at the end
+  void renaissance_register_dist(nanobind::module_&); renaissance_register_dist(m);  // torch.distributed (T): torch_dist.cc
 
   m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");

@@ -1,0 +1,183 @@
+"""renaissance.torch over a torch.distributed process group (issue #16; docs/distributed.md,
+"torch.distributed", and docs/python.md).
+
+The core's ShardedStep does the arithmetic: the partition of every family over the K ranks (a
+pure function of the plan and K), the rank-order fp32 sum of the `ordered` gradients, the
+canonical combination of the per-tile norm partials, the slice's update. This module only gives
+it a Communicator: TorchCommunicator runs each collective with torch.distributed on views of the
+buffers the core passes (renaissance._core._raw_view), so any backend torch has (gloo on the CPU,
+NCCL on GPUs) moves the bytes, and none of them adds anything up: `ordered` never uses torch's
+all_reduce, whose order is the backend's.
+"""
+import torch
+import torch.distributed as dist
+
+from . import _core
+
+GRAD_REDUCE = ("replicated", "ordered", "fast")
+
+
+def _global_rank(group, r):
+    """torch 1.13's collectives name ranks globally; the core names them within the group."""
+    if group is None or group is dist.group.WORLD:
+        return r
+    if hasattr(dist, "get_global_rank"):
+        return dist.get_global_rank(group, r)
+    return dist.distributed_c10d._get_global_rank(group, r)
+
+
+class TorchCommunicator:
+    """The methods renaissance._core._ShardedStep calls (python/src/torch_dist.cc): addresses
+    are ints, ranges are bytes. Host memory for a CPU task, the task's CUDA device for a CUDA one."""
+
+    def __init__(self, group, device):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.device = device
+        self.device_id = device.index if device.type == "cuda" else -1
+        self.peers = [_global_rank(group, r) for r in range(self.size)]
+        self._workspace = None
+
+    def describe(self):
+        return "torch.distributed (%s, %d ranks)" % (dist.get_backend(self.group), self.size)
+
+    def _view(self, ptr, nbytes, on_device=True):
+        return _core._raw_view(ptr, nbytes, self.device_id if on_device else -1)
+
+    def all_gather_v(self, buf, offsets, counts):
+        # Rank r's block broadcast from r, in rank order: the blocks may differ in size, which
+        # torch's all_gather does not take (NCCL's neither; the core's NCCL communicator does the same).
+        for r in range(self.size):
+            if counts[r]:
+                dist.broadcast(self._view(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
+
+    def all_to_all_v(self, send, send_offsets, send_counts, recv, recv_offsets, recv_counts):
+        # Point to point, batched (gloo and NCCL both take it); the own block is a local copy.
+        ops = []
+        for r in range(self.size):
+            if r == self.rank:
+                if send_counts[r]:
+                    self._view(recv + recv_offsets[r], recv_counts[r]).copy_(
+                        self._view(send + send_offsets[r], send_counts[r]))
+                continue
+            if recv_counts[r]:
+                ops.append(dist.P2POp(dist.irecv, self._view(recv + recv_offsets[r], recv_counts[r]),
+                                      self.peers[r], self.group))
+            if send_counts[r]:
+                ops.append(dist.P2POp(dist.isend, self._view(send + send_offsets[r], send_counts[r]),
+                                      self.peers[r], self.group))
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+    def reduce_scatter_sum_f32(self, send, recv, counts):
+        # `fast`: the backend's own sum (gloo has no reduce_scatter: an all_reduce of a copy,
+        # then this rank's block). No bitwise promise, as in the core.
+        total = sum(counts)
+        whole = self._view(send, 4 * total).view(torch.float32).clone()
+        dist.all_reduce(whole, op=dist.ReduceOp.SUM, group=self.group)
+        first = sum(counts[:self.rank])
+        mine = counts[self.rank]
+        if mine:
+            self._view(recv, 4 * mine).view(torch.float32).copy_(whole[first:first + mine])
+
+    def all_reduce_max_i32(self, values, count):
+        if count:
+            dist.all_reduce(self._view(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
+
+    def barrier(self):
+        dist.barrier(group=self.group)
+
+    def check_missing(self, missing, n):
+        """A parameter without a gradient is put back after the step on the ranks where it has
+        none: on all or none of them, or the ranks' parameters would drift apart. One small
+        all_reduce per step (the flags' max and, negated, their min)."""
+        flags = torch.zeros(2 * n, dtype=torch.int32)
+        for j in missing:
+            flags[j] = 1
+            flags[n + j] = -1
+        flags = flags.to(self.device) if dist.get_backend(self.group) == "nccl" else flags
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        flags = flags.cpu()
+        differ = [j for j in range(n) if int(flags[j]) != -int(flags[n + j])]
+        if differ:
+            raise ValueError("renaissance.torch: parameter(s) %s have a gradient on some ranks of the process group "
+                             "and none (None) on others; under a process_group every rank must leave out the same "
+                             "parameters" % differ)
+
+    # Device memory only (a CUDA task): the staging copies and the workspace, through torch.
+    def copy(self, dst, dst_device, src, src_device, nbytes):
+        self._view(dst, nbytes, dst_device).copy_(self._view(src, nbytes, src_device))
+
+    def workspace(self, nbytes):
+        if self._workspace is None or self._workspace.numel() < nbytes:
+            self._workspace = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=self.device)
+        return self._workspace.data_ptr()
+
+
+def check_group(process_group, grad_reduce):
+    """The constructor's checks of the distributed arguments, before anything is built."""
+    if grad_reduce not in GRAD_REDUCE:
+        raise ValueError("grad_reduce=%r: expected one of %s" % (grad_reduce, ", ".join(GRAD_REDUCE)))
+    if process_group is None:
+        if grad_reduce != "replicated":
+            raise ValueError("grad_reduce=%r needs a process_group (without one the optimizer is one process)"
+                             % (grad_reduce,))
+        return
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError("process_group given but torch.distributed is not initialized (init_process_group first)")
+    if process_group is getattr(dist.GroupMember, "NON_GROUP_MEMBER", None):  # new_group() on a non-member
+        raise ValueError("process_group: this process (global rank %d) is not a member of the group"
+                         % dist.get_rank())
+    if not isinstance(process_group, dist.ProcessGroup):
+        raise TypeError("process_group must be a torch.distributed ProcessGroup (e.g. dist.group.WORLD or "
+                        "dist.new_group(...)), got %s" % type(process_group).__name__)
+    if dist.get_rank(process_group) < 0:
+        raise ValueError("process_group: this process (global rank %d) is not a member of the group"
+                         % dist.get_rank())
+
+
+def _signature(optimizer_name, grad_reduce, shared_tasks):
+    """What every rank must agree on, as int64s: the class, the mode, and every Task's parameter
+    shapes and kind (a rank with other parameters or another mode would exchange wrong bytes)."""
+    words = [len(optimizer_name), sum(ord(c) * (i + 1) for i, c in enumerate(optimizer_name)),
+             GRAD_REDUCE.index(grad_reduce), len(shared_tasks)]
+    for s in shared_tasks:
+        words.append(len(s.params))
+        words.append(sum(ord(c) * (i + 1) for i, c in enumerate(s.kind + "/" + s.precision)))
+        for p in s.params:
+            words.append(p.dim())
+            words.extend(int(d) for d in p.shape)
+    # Folded to a fixed length (all ranks must send equal sizes): count, then a polynomial hash.
+    h = 0
+    for w in words:
+        h = (h * 1000003 + w + 1) % (2 ** 61 - 1)
+    return [len(words), h]
+
+
+def attach(optimizer_name, shared_tasks, process_group, grad_reduce):
+    """Checks that every rank of the group builds the same optimizer, then gives each Task a
+    sharded step over the group (SharedTask.run_step runs it). A collective: every rank of
+    the group constructs its optimizer at the same point."""
+    device = shared_tasks[0].device
+    size = dist.get_world_size(process_group)
+    rank = dist.get_rank(process_group)
+    mine = torch.tensor([size] + _signature(optimizer_name, grad_reduce, shared_tasks), dtype=torch.int64)
+    if dist.get_backend(process_group) == "nccl":
+        mine = mine.to(device)
+    seen = [torch.zeros_like(mine) for _ in range(size)]
+    try:
+        dist.all_gather(seen, mine, group=process_group)
+    except RuntimeError as e:
+        raise RuntimeError("renaissance.torch: the process group's handshake failed (%s). Every rank of the group "
+                           "must construct the same optimizer with process_group= at the same point" % e) from e
+    for r, other in enumerate(seen):
+        if not torch.equal(other.cpu(), mine.cpu()):
+            raise ValueError("renaissance.torch: rank %d of the process group built another optimizer than rank %d "
+                             "(world size, class, grad_reduce, parameter shapes or groups differ): every rank must "
+                             "build the same one" % (r, rank))
+    for s in shared_tasks:
+        comm = TorchCommunicator(process_group, device)
+        s.sharded = _core._ShardedStep(s.task, comm, rank, size, grad_reduce)
+        s.sharded_comm = comm

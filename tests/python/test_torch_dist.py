@@ -1,0 +1,271 @@
+"""renaissance.torch with a torch.distributed process group (issue #16; docs/distributed.md,
+"torch.distributed"): K = 2 and 3 CPU processes on gloo, spawned with torch.multiprocessing.
+
+- replicated: every rank feeds the same full gradient; after the steps every rank's parameters
+  and (gathered) state are bit for bit those of one process running the same optimizer;
+- ordered (and fast at K = 2): rank r feeds its own gradient; the result is bit for bit one process fed
+  (g_0 + g_1 + ... + g_{K-1}) / K, summed left to right in fp32 here (the core's
+  --simulate-ranks rule, written independently of the library);
+- wrong use is a clear error: ranks that build different optimizers, a rank that does not
+  pass process_group (the others' handshake times out with a message), bad arguments.
+"""
+import datetime
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import renaissance.torch as rt
+
+# Big enough (about 61k elements, 4 grad-norm tiles of 16384) that K = 3 gives every rank a
+# non-empty slice; the layout check in the worker makes sure of it.
+SHAPES = [(256, 128), (128,), (64, 32, 3, 3), (300,), (40, 250)]
+STEPS = 3
+
+# (name, class, keywords, parameter dtype): every class; clipping (a cross-slice norm), LARS and
+# LAMB (per-tensor norms across slices), bf16 parameters (the model copy's all-gather).
+CASES = [
+    ("sgd", rt.SGD, dict(lr=0.1, momentum=0.9, weight_decay=1e-4), torch.float32),
+    ("adam", rt.Adam, dict(lr=1e-2, weight_decay=1e-3), torch.float32),
+    ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
+    ("adamw_clip", rt.AdamW, dict(lr=1e-2, max_grad_norm=0.5), torch.float32),
+    ("lars", rt.LARS, dict(lr=0.1), torch.float32),
+    ("lion", rt.Lion, dict(lr=1e-3, weight_decay=0.1), torch.float32),
+    ("lamb", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
+    ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+    # Rank 0's gradient of step 1 holds a NaN in rank 0's slice: every rank must skip that step
+    # (the non-finite flag's max over ranks), as one process does.
+    ("adamw_nan", rt.AdamW, dict(lr=1e-2), torch.float32),
+    # Two param groups (one Task, and one sharded step, each): their collectives interleave in
+    # group order on every rank.
+    ("adamw_groups", rt.AdamW, dict(lr=1e-2, groups=True), torch.float32),
+]
+
+
+def make_params(dtype):
+    g = torch.Generator().manual_seed(1)
+    return [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype)) for s in SHAPES]
+
+
+def rank_grads(step, rank, dtype, nan=False):
+    """Rank `rank`'s gradient of step `step` (replicated mode: every rank uses rank 0's)."""
+    g = torch.Generator().manual_seed(1000 + 97 * step + rank)
+    out = [torch.randn(*s, generator=g).to(dtype) for s in SHAPES]
+    if nan and step == 1 and rank == 0:
+        out[0][0, 0] = float("nan")
+    return out
+
+
+def ordered_mean(step, k, dtype, nan=False):
+    """(g_0 + ... + g_{k-1}) / k in fp32, left to right; back to the parameter dtype (bf16:
+    round to nearest even, as the core's GradCodec does)."""
+    per = [rank_grads(step, r, dtype, nan) for r in range(k)]
+    out = []
+    for i in range(len(SHAPES)):
+        acc = per[0][i].float()
+        for r in range(1, k):
+            acc = acc + per[r][i].float()
+        out.append((acc / float(k)).to(dtype))
+    return out
+
+
+def run(cls, kw, dtype, grads_of, **dist_kw):
+    """STEPS steps; returns every parameter's and state buffer's bits (int views)."""
+    ps = make_params(dtype)
+    kw = dict(kw)
+    groups = [{"params": ps[:2], "lr": 3e-3}, {"params": ps[2:]}] if kw.pop("groups", False) else ps
+    opt = cls(groups, threads=1, **kw, **dist_kw)
+    for s in range(STEPS):
+        for p, g in zip(ps, grads_of(s)):
+            p.grad.copy_(g)
+        opt.step()
+    state = opt.state_dict()["state"]
+    out = {"p%d" % i: bits(p.detach()) for i, p in enumerate(ps)}
+    for i, st in state.items():
+        for key, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                out["s%d.%s" % (i, key)] = bits(t)
+            elif key == "step":
+                out["s%d.step" % i] = np.array([float(t)])
+    out["fingerprint"] = opt.fingerprint()
+    return out, opt
+
+
+def bits(t):
+    t = t.detach().contiguous()
+    return (t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)).numpy().copy()
+
+
+def _init(rank, k, init_file, timeout_s=30):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=k,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _worker_steps(rank, k, init_file, out_dir, mode):
+    _init(rank, k, init_file)
+    torch.set_num_threads(1)
+    results = {}
+    for name, cls, kw, dtype in CASES:
+        src = 0 if mode == "replicated" else rank
+        nan = name.endswith("_nan")
+        res, opt = run(cls, kw, dtype, lambda s: rank_grads(s, src, dtype, nan),
+                       process_group=dist.group.WORLD, grad_reduce=mode)
+        layout = opt._shared()[0].sharded.layout
+        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+        if name == "adamw":
+            opt.save(os.path.join(out_dir, "adamw%d.ckpt" % rank))  # a collective: the whole state
+        results[name] = res
+    torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
+    dist.destroy_process_group()
+
+
+def spawn(fn, k, tmp_path, *args):
+    init_file = str(tmp_path / "init")
+    mp.spawn(fn, args=(k, init_file, str(tmp_path)) + args, nprocs=k, join=True)
+
+
+# fast (torch's all_reduce): no bitwise promise in general, but at K = 2 a sum of two floats is
+# the same in either order, so it must equal ordered there.
+@pytest.mark.parametrize("k, mode", [(2, "replicated"), (3, "replicated"), (2, "ordered"), (3, "ordered"),
+                                     (2, "fast")])
+def test_sharded_equals_one_process(tmp_path, k, mode):
+    spawn(_worker_steps, k, tmp_path, mode)
+    ranks = [torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(k)]
+    for name, cls, kw, dtype in CASES:
+        nan = name.endswith("_nan")
+        if mode == "replicated":
+            want, opt = run(cls, kw, dtype, lambda s: rank_grads(s, 0, dtype, nan))
+        else:
+            want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
+        assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
+        if name == "adamw":
+            # Each rank's checkpoint is the whole state: an optimizer over a world of one
+            # (another K) loads it and holds the reference's bits.
+            _init(0, 1, str(tmp_path / "init1"))
+            try:
+                for r in range(k):
+                    one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
+                    one.load(str(tmp_path / ("adamw%d.ckpt" % r)))
+                    assert one.fingerprint() == want["fingerprint"], r
+            finally:
+                dist.destroy_process_group()
+        for r, got in enumerate(ranks):
+            got = got[name]
+            assert sorted(got) == sorted(want), (name, r)
+            for key in want:
+                if key == "fingerprint":
+                    assert got[key] == want[key], (name, r)
+                else:
+                    assert np.array_equal(got[key], want[key]), "%s rank %d of %d (%s): %s differs" % (name, r, k, mode, key)
+
+
+def test_ordered_is_not_the_replicated_mean(tmp_path):
+    """The ordered reference differs from rank 0's gradient alone (else the ordered test could
+    not tell a missing reduction apart)."""
+    a, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, lambda s: ordered_mean(s, 2, torch.float32))
+    b, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, lambda s: rank_grads(s, 0, torch.float32))
+    assert not np.array_equal(a["p0"], b["p0"])
+
+
+def _worker_mismatch(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    shapes = SHAPES if rank == 0 else SHAPES[:-1]  # rank 1 has one parameter fewer
+    ps = [torch.nn.Parameter(torch.zeros(*s)) for s in shapes]
+    before = [p.data_ptr() for p in ps]
+    try:
+        rt.AdamW(ps, process_group=dist.group.WORLD)
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    assert all(p.data_ptr() == d and p.grad is None for p, d in zip(ps, before))  # left as they were
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_ranks_with_other_optimizers_fail_clearly(tmp_path):
+    spawn(_worker_mismatch, 2, tmp_path)
+    for r in range(2):
+        msg = (tmp_path / ("rank%d.txt" % r)).read_text()
+        assert "built another optimizer" in msg, msg
+
+
+def _worker_none_on_one_rank(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, process_group=dist.group.WORLD)
+    for p, g in zip(ps, rank_grads(0, 0, torch.float32)):
+        p.grad.copy_(g)
+    if rank == 1:
+        ps[3].grad = None  # only rank 1 leaves parameter 3 out
+    try:
+        opt.step()
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
+    spawn(_worker_none_on_one_rank, 2, tmp_path)
+    for r in range(2):
+        msg = (tmp_path / ("rank%d.txt" % r)).read_text()
+        assert "parameter(s) [3] have a gradient on some ranks" in msg, msg
+
+
+def _worker_not_member(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    pair = dist.new_group([0, 1])  # a collective of all ranks; rank 2 is not in it
+    try:
+        rt.AdamW(make_params(torch.float32), process_group=pair)
+        msg = "no error"
+    except ValueError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_rank_outside_the_group_fails_clearly(tmp_path):
+    spawn(_worker_not_member, 3, tmp_path)
+    assert (tmp_path / "rank0.txt").read_text() == "no error"
+    assert (tmp_path / "rank1.txt").read_text() == "no error"
+    assert "global rank 2) is not a member" in (tmp_path / "rank2.txt").read_text()
+
+
+def _worker_missing_group(rank, k, init_file, out_dir):
+    _init(rank, k, init_file, timeout_s=3)
+    ps = make_params(torch.float32)
+    try:
+        # Rank 1 forgets process_group: it builds a one-process optimizer, and rank 0's
+        # handshake waits for it in vain.
+        rt.AdamW(ps, process_group=dist.group.WORLD if rank == 0 else None)
+        msg = "no error"
+    except RuntimeError as e:
+        msg = str(e)
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_rank_without_process_group_fails_clearly(tmp_path):
+    spawn(_worker_missing_group, 2, tmp_path)
+    msg = (tmp_path / "rank0.txt").read_text()
+    assert "handshake failed" in msg and "process_group=" in msg, msg
+    assert (tmp_path / "rank1.txt").read_text() == "no error"
+
+
+def test_bad_arguments():
+    ps = make_params(torch.float32)
+    with pytest.raises(ValueError, match="grad_reduce='sum'"):
+        rt.AdamW(ps, grad_reduce="sum")
+    with pytest.raises(ValueError, match="needs a process_group"):
+        rt.AdamW(ps, grad_reduce="ordered")
+    if not dist.is_initialized():
+        with pytest.raises(ValueError, match="not initialized"):
+            rt.AdamW(ps, process_group=object())
