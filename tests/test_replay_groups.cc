@@ -33,12 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TaskOptions cpu() {
-  TaskOptions o;
-  o.backend = BackendKind::kCpu;
-  return o;
-}
-
 std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a); }
 
 // The multi-group fingerprint from its definition (fingerprint.h), written separately here.
@@ -87,7 +81,7 @@ std::string write_two_group_case(const std::string& dir) {
   const std::vector<GroupDef> groups = two_groups();
   std::vector<std::unique_ptr<Task>> tasks;
   for (size_t g = 0; g < groups.size(); ++g) {
-    tasks.push_back(std::make_unique<Task>(groups[g].params, cpu()));
+    tasks.push_back(std::make_unique<Task>(groups[g].params, testing_util::cpu_task_options()));
     tasks[g]->optimizer(groups[g].config);
     tasks[g]->compile();
     for (size_t k = 0; k < groups[g].params.size(); ++k) {
@@ -202,7 +196,7 @@ TEST(SetStepCount, EqualsARunThatTookThoseSteps) {
   const std::vector<ParamSpec> params = {{"w", {9, 4}, Role::kDeepConv}, {"b", {4}, Role::kBnBias}};
   OptimizerConfig c = default_config(OptimizerKind::kAdamW);
   c.lr = 1e-2;
-  Task ran(params, cpu()), resumed(params, cpu()), unstepped(params, cpu());
+  Task ran(params, testing_util::cpu_task_options()), resumed(params, testing_util::cpu_task_options()), unstepped(params, testing_util::cpu_task_options());
   for (Task* t : {&ran, &resumed, &unstepped}) {
     t->optimizer(c);
     t->compile();
@@ -264,7 +258,7 @@ TEST_F(ReplayGroups, ReplaysToTheUninterruptedRunsFingerprint) {
   ASSERT_EQ(rc.format, 2);
   ASSERT_EQ(rc.groups.size(), 2u);
   EXPECT_EQ(rc.expected_fingerprint, expected_);
-  const ReplayResult r = run_replay(rc, cpu());
+  const ReplayResult r = run_replay(rc, testing_util::cpu_task_options());
   EXPECT_EQ(r.fingerprint, expected_);
   EXPECT_TRUE(fingerprint_matches(rc, r));
   EXPECT_EQ(r.group_step_counts, (std::vector<int64_t>{kPrefix + kSteps, kPrefix + kSteps - 1}));
@@ -295,7 +289,7 @@ TEST_F(ReplayGroups, AWrongFingerprintDoesNotMatch) {
   j["expected_fingerprint"] = f;
   set_case_json(j);
   const ReplayCase rc = load_replay_case(dir_);
-  EXPECT_FALSE(fingerprint_matches(rc, run_replay(rc, cpu())));
+  EXPECT_FALSE(fingerprint_matches(rc, run_replay(rc, testing_util::cpu_task_options())));
 }
 
 TEST_F(ReplayGroups, WithoutTheInitialStateOrStepTheBitsDiffer) {
@@ -303,11 +297,11 @@ TEST_F(ReplayGroups, WithoutTheInitialStateOrStepTheBitsDiffer) {
   nlohmann::json j = case_json();
   j.erase("initial_step");
   set_case_json(j);
-  EXPECT_NE(run_replay(load_replay_case(dir_), cpu()).fingerprint, expected_);
+  EXPECT_NE(run_replay(load_replay_case(dir_), testing_util::cpu_task_options()).fingerprint, expected_);
   j["initial_step"] = kPrefix;
   set_case_json(j);
   edit_init([](auto& t) { t.erase("v/g0.w"); t.erase("v/g0.b"); });
-  EXPECT_NE(run_replay(load_replay_case(dir_), cpu()).fingerprint, expected_);
+  EXPECT_NE(run_replay(load_replay_case(dir_), testing_util::cpu_task_options()).fingerprint, expected_);
 }
 
 TEST_F(ReplayGroups, ATamperedGradientChangesTheFingerprint) {
@@ -327,7 +321,7 @@ TEST_F(ReplayGroups, ATamperedGradientChangesTheFingerprint) {
   }
   write_safetensors(dir_ + "/grads.safetensors", views);
   const ReplayCase rc = load_replay_case(dir_);
-  EXPECT_FALSE(fingerprint_matches(rc, run_replay(rc, cpu())));
+  EXPECT_FALSE(fingerprint_matches(rc, run_replay(rc, testing_util::cpu_task_options())));
 }
 
 // ---- every new validation error names the file and the key ----
@@ -469,7 +463,7 @@ TEST(RecordedCases, ReplayToTheirRecordedFingerprint) {
     if (!e.is_directory()) continue;
     const ReplayCase rc = load_replay_case(e.path().string());
     ASSERT_EQ(rc.expected_fingerprint.size(), 16u) << e.path();
-    EXPECT_EQ(run_replay(rc, cpu()).fingerprint, rc.expected_fingerprint) << e.path();
+    EXPECT_EQ(run_replay(rc, testing_util::cpu_task_options()).fingerprint, rc.expected_fingerprint) << e.path();
     ++count;
   }
   EXPECT_GE(count, 1);

@@ -30,12 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TaskOptions cpu() {
-  TaskOptions o;
-  o.backend = BackendKind::kCpu;
-  return o;
-}
-
 std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a, 4099u); }
 
 // Two AdamW groups (one Task in the replay: same structure and initial_step 3), four tensors.
@@ -81,7 +75,7 @@ std::vector<float> init_v(size_t id) {
 // Parameter id alone, through the API: its own initial count, stepped only where it had a
 // gradient and the Task's step was not skipped. Returns W, M, V.
 std::vector<std::vector<float>> reference(size_t id) {
-  Task task({kParams[id].spec}, cpu());
+  Task task({kParams[id].spec}, testing_util::cpu_task_options());
   task.optimizer(config(kParams[id].group));
   task.compile();
   task.set_weight(0, init_w(id).data());
@@ -175,7 +169,7 @@ std::string expected_fingerprint() {
     specs.push_back(p.spec);
     specs.back().hyper_group = static_cast<int>(p.group);
   }
-  TaskOptions options = cpu();
+  TaskOptions options = testing_util::cpu_task_options();
   options.tensor_mask = true;
   Task task(specs, options);
   task.optimizer_groups({config(0), config(1)});
@@ -200,7 +194,7 @@ TEST(ReplayMask, MaskedStepsLeaveEachTensorAsIfItHadNotStepped) {
   const ReplayCase rc = load_replay_case(dir);
   EXPECT_TRUE(rc.masked(1, 2) && rc.masked(5, 0) && !rc.masked(0, 2));
   EXPECT_EQ(replay_tasks(rc), (std::vector<std::vector<size_t>>{{0, 1}}));
-  const ReplayResult r = run_replay(rc, cpu());
+  const ReplayResult r = run_replay(rc, testing_util::cpu_task_options());
   EXPECT_EQ(r.group_masked, (std::vector<bool>{true, true}));
   for (size_t id = 0; id < kParams.size(); ++id) {
     const std::vector<std::vector<float>> ref = reference(id);
@@ -222,7 +216,7 @@ TEST(ReplayMask, AWrongExpectedTensorCountIsReported) {
   wrong[2] += 1;
   write_case(dir, expected_fingerprint(), wrong);
   const ReplayCase rc = load_replay_case(dir);
-  const ReplayResult r = run_replay(rc, cpu());
+  const ReplayResult r = run_replay(rc, testing_util::cpu_task_options());
   EXPECT_EQ(tensor_step_mismatches(rc, r), (std::vector<std::string>{"g1.w: expected 4, got 3"}));
   fs::remove_all(dir);
 }

@@ -24,12 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TaskOptions cpu() {
-  TaskOptions o;
-  o.backend = BackendKind::kCpu;
-  return o;
-}
-
 std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a, 977u); }
 
 struct Group {
@@ -82,7 +76,7 @@ std::string reference(bool shared) {
       }
       configs.push_back(gs[m[h]].config);
     }
-    tasks.push_back(std::make_unique<Task>(specs, cpu()));
+    tasks.push_back(std::make_unique<Task>(specs, testing_util::cpu_task_options()));
     tasks.back()->optimizer_groups(configs);
     tasks.back()->compile();
     for (size_t id = 0; id < specs.size(); ++id) {
@@ -154,7 +148,7 @@ TEST(ReplaySharedTask, ClippingOverGroupsReplaysToTheSharedTasksBits) {
   write_case(dir, shared);
   const ReplayCase rc = load_replay_case(dir);
   EXPECT_EQ(replay_tasks(rc), (std::vector<std::vector<size_t>>{{0, 1}, {2}}));
-  const ReplayResult r = run_replay(rc, cpu());
+  const ReplayResult r = run_replay(rc, testing_util::cpu_task_options());
   EXPECT_EQ(r.num_tasks, 2u);
   EXPECT_EQ(r.group_task, (std::vector<size_t>{0, 0, 1}));
   EXPECT_EQ(r.fingerprint, shared);

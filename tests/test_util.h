@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "renaissance/backend.h"
+#include "renaissance/task.h"
 
 namespace renaissance {
 namespace testing_util {
@@ -21,6 +22,13 @@ inline std::vector<BackendKind> backends_under_test() {
 #else
   return {BackendKind::kCpu};
 #endif
+}
+
+// TaskOptions on the CPU backend, everything else default (the replay tests' reference Tasks).
+inline TaskOptions cpu_task_options() {
+  TaskOptions o;
+  o.backend = BackendKind::kCpu;
+  return o;
 }
 
 inline std::string backend_param_name(const ::testing::TestParamInfo<BackendKind>& info) {
