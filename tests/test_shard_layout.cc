@@ -13,6 +13,7 @@
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/shard.h"
 #include "renaissance/task.h"
+#include "tests/shard_test_util.h"
 
 namespace renaissance {
 namespace {
@@ -96,19 +97,7 @@ TEST(ShardedStep, WorldOfOneEqualsTaskStep) {
       config.max_grad_norm = 0.05;
       task.optimizer(config);
       task.compile();
-      task.synthesize_weights(99, 0, 0.05f);
-      auto comm = make_local_communicator();
-      ShardedStep step(task, *comm, mode);
-      for (uint64_t t = 0; t < 3; ++t) {
-        task.synthesize_gradients(rank_gradient_seed(5, 0), t, 0.01f);
-        if (sharded) {
-          step.step();
-        } else {
-          task.step();
-        }
-      }
-      step.gather_state();
-      fp[sharded] = task.fingerprint();
+      fp[sharded] = testing_util::three_steps_fingerprint(task, mode, sharded != 0);
     }
     EXPECT_EQ(fp[0], fp[1]) << grad_reduce_name(mode);
   }

@@ -19,6 +19,7 @@
 #include "renaissance/math/precision.h"
 #include "renaissance/shard.h"
 #include "renaissance/task.h"
+#include "tests/shard_test_util.h"
 
 namespace renaissance {
 namespace {
@@ -124,20 +125,7 @@ TEST(ShardModelGrads, WorldOfOneEqualsTaskStep) {
       std::string fp[2];
       for (int sharded = 0; sharded < 2; ++sharded) {
         std::unique_ptr<Task> owned = make_task(layout, p);
-        Task& task = *owned;
-        task.synthesize_weights(99, 0, 0.05f);
-        auto comm = make_local_communicator();
-        ShardedStep step(task, *comm, mode);
-        for (uint64_t t = 0; t < 3; ++t) {
-          task.synthesize_gradients(rank_gradient_seed(5, 0), t, 0.01f);
-          if (sharded) {
-            step.step();
-          } else {
-            task.step();
-          }
-        }
-        step.gather_state();
-        fp[sharded] = task.fingerprint();
+        fp[sharded] = testing_util::three_steps_fingerprint(*owned, mode, sharded != 0);
       }
       EXPECT_EQ(fp[0], fp[1]) << precision_name(p) << " " << grad_reduce_name(mode);
     }
