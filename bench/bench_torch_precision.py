@@ -144,25 +144,11 @@ def torch_step(path, shapes, device):
     return step, (opt, masters, model, model_grads)
 
 
-def captured(step):
-    """The step captured in one CUDA graph (after warm-up steps on a side stream, as torch asks)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay, graph
-
-
 def time_torch(path, shapes, device, replays):
     step, keep = torch_step(path, shapes, device)
     if device == "cuda":
         if not path.endswith("eager"):
-            step, graph = captured(step)
+            step, graph = compare_torch.captured(step)
         ms = compare_torch.time_cuda(step, replays, synced=False)
     else:  # the CPU step is synchronous: a steady clock around each
         step()

@@ -189,17 +189,24 @@ def torch_step_function(kind, layout, impl, max_grad_norm, device="cuda"):
         for part in parts:
             part()
     if impl.endswith("graph"):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        return graph.replay, (graph, opt, params)
+        replay, graph = captured(step)
+        return replay, (graph, opt, params)
     return step, (opt, params)
+
+
+def captured(step):
+    """`step` captured in one CUDA graph (after warm-up steps on a side stream, as torch asks):
+    the graph's replay and the graph (keep it alive)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay, graph
 
 
 def host_syncs(step):
