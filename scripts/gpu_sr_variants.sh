@@ -3,8 +3,8 @@
 # variants of backend_cuda/model_copy.cuh's SrVariant, picked per process by
 # $RENAISSANCE_CUDA_SR_VARIANT, against nearest rounding. On the GPU machine:
 #  1. builds bench_step and renaissance_cli with CUDA (tests off; deps from .deps if present);
-#  2. bits: `renaissance run` fingerprints (adamw, 3 steps with a NaN step, bf16 stochastic with
-#     fp32 gradients and fp16 stochastic with fp16 gradients, on resnet50 and on a layout whose
+#  2. bits: `renaissance run` fingerprints (adamw, 3 steps with a NaN step; bf16 stochastic on
+#     resnet50, and bf16 stochastic and fp16 stochastic with fp16 gradients on a layout whose
 #     tensors start off multiples of 4) under every variant must equal the CPU's; any difference
 #     fails the script (SR VARIANTS FAIL), as does an unknown variant name being accepted;
 #  3. speed: 3 interleaved rounds of bench_step --backend cuda --kinds adamw for nearest and each
@@ -18,7 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
-build="${1:-build-gpu-sr-variants}"
+# The build dir of scripts/gpu_precision_bench.sh (same options): on a warm machine that ran it,
+# only what changed is rebuilt.
+build="${1:-build-gpu-precision-bench}"
 read -ra variants <<< "${SR_VARIANTS:-default bounds early cold_bounds}"
 deps=()
 if [ -d .deps ]; then
@@ -46,21 +48,30 @@ cat > "$odd" <<'EOF'
  {"name": "e.weight", "shape": [3, 3, 3, 11], "role": "first_conv"}
 ]}
 EOF
-fp() { "$cli" run "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["fingerprint"])'; }
+# The fingerprint of a run, and on CUDA the variant its backend says it built ("-" for none).
+fp() {
+  "$cli" run "$@" --json | python3 -c 'import json,re,sys; j=json.load(sys.stdin)
+m=re.search(r"sr_variant=(\w+)", j["backend_description"]); print(j["fingerprint"], m.group(1) if m else "-")'
+}
 bad=0 checked=0
-for model in resnet50 "$odd"; do
-  for p in "bf16 --stochastic-rounding" "fp16 --stochastic-rounding --grad-dtype model"; do
-    # shellcheck disable=SC2206
-    args=(--model "$model" --optimizer adamw --steps 3 --nan-at 1 --precision $p)
-    want=$(fp "${args[@]}" --backend cpu)
-    line="$(basename "$model") adamw $p: cpu $want"
-    for v in "${variants[@]}"; do
-      got=$(RENAISSANCE_CUDA_SR_VARIANT=$v fp "${args[@]}" --backend cuda)
-      checked=$((checked + 1))
-      if [ "$got" != "$want" ]; then line+=" | $v DIFFERS $got"; bad=1; fi
-    done
-    echo "$line"
+# resnet50 at scale; the odd layout for the boundary and shifted-block paths, with both copy
+# formats and both gradient readers.
+for case in "resnet50|bf16 --stochastic-rounding" "$odd|bf16 --stochastic-rounding" \
+            "$odd|fp16 --stochastic-rounding --grad-dtype model"; do
+  model=${case%%|*} p=${case#*|}
+  # shellcheck disable=SC2206
+  args=(--model "$model" --optimizer adamw --steps 3 --nan-at 1 --precision $p)
+  want=$(fp "${args[@]}" --backend cpu)
+  want=${want% -}
+  line="$(basename "$model") adamw $p: cpu $want"
+  for v in "${variants[@]}"; do
+    got=$(RENAISSANCE_CUDA_SR_VARIANT=$v fp "${args[@]}" --backend cuda)
+    named=${got##* } got=${got% *}
+    checked=$((checked + 1))
+    if [ "$got" != "$want" ]; then line+=" | $v DIFFERS $got"; bad=1; fi
+    if [ "$named" != "$([ "$v" = default ] && echo - || echo "$v")" ]; then line+=" | $v ran as $named"; bad=1; fi
   done
+  echo "$line"
 done
 # A misspelt variant must fail rather than measure the default.
 if RENAISSANCE_CUDA_SR_VARIANT=nonsense "$cli" run --model "$odd" --optimizer adamw --steps 1 --backend cuda \
