@@ -72,16 +72,29 @@ def ordered_mean(step, k, dtype, nan=False):
     return out
 
 
-def run(cls, kw, dtype, grads_of, **dist_kw):
-    """STEPS steps; returns every parameter's and state buffer's bits (int views)."""
+def run(cls, kw, dtype, grads_of, steps=STEPS, **dist_kw):
+    """`steps` steps; returns every parameter's and state buffer's bits (int views)."""
     ps = make_params(dtype)
     kw = dict(kw)
     groups = [{"params": ps[:2], "lr": 3e-3}, {"params": ps[2:]}] if kw.pop("groups", False) else ps
     opt = cls(groups, threads=1, **kw, **dist_kw)
-    for s in range(STEPS):
+    advance(opt, ps, grads_of, range(steps))
+    return collect(opt, ps), opt
+
+
+def advance(opt, ps, grads_of, steps):
+    for s in steps:
         for p, g in zip(ps, grads_of(s)):
-            p.grad.copy_(g)
+            if g is None:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
         opt.step()
+
+
+def collect(opt, ps):
     state = opt.state_dict()["state"]
     out = {"p%d" % i: bits(p.detach()) for i, p in enumerate(ps)}
     for i, st in state.items():
@@ -91,7 +104,7 @@ def run(cls, kw, dtype, grads_of, **dist_kw):
             elif key == "step":
                 out["s%d.step" % i] = np.array([float(t)])
     out["fingerprint"] = opt.fingerprint()
-    return out, opt
+    return out
 
 
 def bits(t):
@@ -116,7 +129,9 @@ def _worker_steps(rank, k, init_file, out_dir, mode):
         layout = opt._shared()[0].sharded.layout
         assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
         if name == "adamw":
-            opt.save(os.path.join(out_dir, "adamw%d.ckpt" % rank))  # a collective: the whole state
+            opt.save(os.path.join(out_dir, "adamw.ckpt"))  # a collective: the whole state, from rank 0
+            # Memory per rank: the arena holds M and V for this rank's slice only.
+            res["arena"] = opt._shared()[0].task.arena_bytes
         results[name] = res
     torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     dist.destroy_process_group()
@@ -142,16 +157,22 @@ def test_sharded_equals_one_process(tmp_path, k, mode):
             want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
         assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
         if name == "adamw":
-            # Each rank's checkpoint is the whole state: an optimizer over a world of one
-            # (another K) loads it and holds the reference's bits.
+            # The checkpoint is the whole state: an optimizer over a world of one (another K)
+            # loads it and holds the reference's bits.
             _init(0, 1, str(tmp_path / "init1"))
             try:
-                for r in range(k):
-                    one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
-                    one.load(str(tmp_path / ("adamw%d.ckpt" % r)))
-                    assert one.fingerprint() == want["fingerprint"], r
+                one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
+                one.load(str(tmp_path / "adamw.ckpt"))
+                assert one.fingerprint() == want["fingerprint"]
             finally:
                 dist.destroy_process_group()
+            # Every rank's arena is smaller than one process's by M and V outside its slice
+            # (2 families x 4 bytes x the elements other ranks own, up to alignment padding).
+            whole = opt._shared()[0].task.arena_bytes
+            for r in range(k):
+                arena = ranks[r][name].pop("arena")
+                print("arena bytes, adamw, K=%d rank %d: %d (one process: %d)" % (k, r, arena, whole))
+                assert arena < whole - 8 * (sum(int(np.prod(s)) for s in SHAPES) // k) // 2, (r, arena, whole)
         for r, got in enumerate(ranks):
             got = got[name]
             assert sorted(got) == sorted(want), (name, r)
