@@ -356,7 +356,7 @@ class _Base(Optimizer):
     def save(self, path):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
         `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
-        With a process_group: a collective; every rank writes the same whole state to its `path`."""
+        With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
         self._gather_state()
         for shared, p in zip(self._shared(), self._paths(path)):
             if shared.sliced:

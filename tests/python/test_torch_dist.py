@@ -290,3 +290,89 @@ def test_bad_arguments():
     if not dist.is_initialized():
         with pytest.raises(ValueError, match="not initialized"):
             rt.AdamW(ps, process_group=object())
+
+
+MORE = 2  # steps after the checkpoint
+
+
+def _worker_save_k2(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, threads=1, lr=1e-2, weight_decay=0.05, process_group=dist.group.WORLD)
+    advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS))
+    opt.save(os.path.join(out_dir, "k2.ckpt"))
+    sd = opt.state_dict()  # gathered: every rank holds the whole state
+    if rank == 0:
+        torch.save({"params": [p.detach().clone() for p in ps], "sd": sd}, os.path.join(out_dir, "k2.pt"))
+    dist.barrier()  # no rank leaves while another still runs a collective
+    dist.destroy_process_group()
+
+
+def _worker_continue_k3(rank, k, init_file, out_dir):
+    """Continues the K = 2 run at K = 3, from its checkpoint (load) and from its state dict
+    (load_state_dict: each rank keeps its slice of the whole buffers)."""
+    _init(rank, k, init_file)
+    saved = torch.load(os.path.join(out_dir, "k2.pt"))
+    out = {}
+    for how in ("load", "load_state_dict"):
+        ps = make_params(torch.float32)
+        opt = rt.AdamW(ps, threads=1, lr=1e-2, weight_decay=0.05, process_group=dist.group.WORLD)
+        if how == "load":
+            opt.load(os.path.join(out_dir, "k2.ckpt"))
+        else:
+            with torch.no_grad():
+                for p, v in zip(ps, saved["params"]):
+                    p.copy_(v)
+            opt.load_state_dict(saved["sd"])
+        advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS, STEPS + MORE))
+        out[how] = collect(opt, ps)
+    torch.save(out, os.path.join(out_dir, "k3_rank%d.pt" % rank))
+    dist.barrier()  # no rank leaves while another still runs a collective
+    dist.destroy_process_group()
+
+
+def test_checkpoint_at_k2_continues_at_k3(tmp_path):
+    want, _ = run(rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32,
+                  lambda s: rank_grads(s, 0, torch.float32), steps=STEPS + MORE)
+    spawn(_worker_save_k2, 2, tmp_path)
+    # A fresh file:// rendezvous for K = 3.
+    mp.spawn(_worker_continue_k3, args=(3, str(tmp_path / "init3"), str(tmp_path)), nprocs=3, join=True)
+    for r in range(3):
+        ranks = torch.load(str(tmp_path / ("k3_rank%d.pt" % r)))
+        for how, got in ranks.items():
+            assert sorted(got) == sorted(want), (how, r)
+            for key in want:
+                same = got[key] == want[key] if key == "fingerprint" else np.array_equal(got[key], want[key])
+                assert same, "K=2 -> K=3 via %s, rank %d: %s differs" % (how, r, key)
+
+
+def _none_grads(s):
+    g = rank_grads(s, 0, torch.float32)
+    if s == STEPS - 1:
+        # Every rank leaves parameter 3 out of the last step (a later step would differ: the group
+        # counts steps per Task, one process per parameter, so p3's bias correction would not match).
+        g[3] = None
+    return g
+
+
+def _worker_none_everywhere(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, threads=1, lr=1e-2, process_group=dist.group.WORLD)
+    advance(opt, ps, _none_grads, range(STEPS))
+    torch.save(collect(opt, ps), os.path.join(out_dir, "rank%d.pt" % rank))
+    dist.barrier()  # no rank leaves while another still runs a collective
+    dist.destroy_process_group()
+
+
+def test_none_gradient_on_every_rank_keeps_its_state(tmp_path):
+    """A parameter every rank leaves out does not move, its M and V (sliced over the ranks)
+    included: they equal one process's, which skips it through the per-tensor mask."""
+    want, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, _none_grads)
+    spawn(_worker_none_everywhere, 2, tmp_path)
+    for r in range(2):
+        got = torch.load(str(tmp_path / ("rank%d.pt" % r)))
+        for key in want:
+            if key.endswith(".step") or key == "fingerprint":
+                continue  # one process counts steps per parameter (mask); the group per Task
+            assert np.array_equal(got[key], want[key]), "rank %d: %s differs" % (r, key)
