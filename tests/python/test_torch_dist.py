@@ -10,6 +10,7 @@
   pass process_group (the others' handshake times out with a message), bad arguments.
 """
 import datetime
+import gc
 import os
 
 import numpy as np
@@ -292,11 +293,21 @@ def test_bad_arguments():
             rt.AdamW(ps, process_group=object())
 
 
+def _finish():
+    # Everything the optimizers held is freed before the group goes (left to the interpreter's
+    # exit, a gloo process sometimes aborted), and no rank leaves while another still runs a
+    # collective.
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 MORE = 2  # steps after the checkpoint
 
 
 def _worker_save_k2(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
+    torch.set_num_threads(1)
     ps = make_params(torch.float32)
     opt = rt.AdamW(ps, threads=1, lr=1e-2, weight_decay=0.05, process_group=dist.group.WORLD)
     advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS))
@@ -304,14 +315,15 @@ def _worker_save_k2(rank, k, init_file, out_dir):
     sd = opt.state_dict()  # gathered: every rank holds the whole state
     if rank == 0:
         torch.save({"params": [p.detach().clone() for p in ps], "sd": sd}, os.path.join(out_dir, "k2.pt"))
-    dist.barrier()  # no rank leaves while another still runs a collective
-    dist.destroy_process_group()
+    del sd, opt
+    _finish()
 
 
 def _worker_continue_k3(rank, k, init_file, out_dir):
     """Continues the K = 2 run at K = 3, from its checkpoint (load) and from its state dict
     (load_state_dict: each rank keeps its slice of the whole buffers)."""
     _init(rank, k, init_file)
+    torch.set_num_threads(1)
     saved = torch.load(os.path.join(out_dir, "k2.pt"))
     out = {}
     for how in ("load", "load_state_dict"):
@@ -327,8 +339,7 @@ def _worker_continue_k3(rank, k, init_file, out_dir):
         advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS, STEPS + MORE))
         out[how] = collect(opt, ps)
     torch.save(out, os.path.join(out_dir, "k3_rank%d.pt" % rank))
-    dist.barrier()  # no rank leaves while another still runs a collective
-    dist.destroy_process_group()
+    _finish()
 
 
 def test_checkpoint_at_k2_continues_at_k3(tmp_path):
@@ -357,12 +368,12 @@ def _none_grads(s):
 
 def _worker_none_everywhere(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
+    torch.set_num_threads(1)
     ps = make_params(torch.float32)
     opt = rt.AdamW(ps, threads=1, lr=1e-2, process_group=dist.group.WORLD)
     advance(opt, ps, _none_grads, range(STEPS))
     torch.save(collect(opt, ps), os.path.join(out_dir, "rank%d.pt" % rank))
-    dist.barrier()  # no rank leaves while another still runs a collective
-    dist.destroy_process_group()
+    _finish()
 
 
 def test_none_gradient_on_every_rank_keeps_its_state(tmp_path):
