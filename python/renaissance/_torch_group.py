@@ -47,7 +47,7 @@ class SharedTask:
     """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
 
     def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0,
-                 sharded=False):
+                 sharded=False, state_shard=None):
         self.kind = kind
         self.device = device
         self.precision = precision
@@ -69,10 +69,15 @@ class SharedTask:
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
+        # (rank, K) under a process group: the arena holds M and V for this rank's slice only
+        # (TaskOptions::state_shard); they have no per-parameter views, the sharded step's
+        # collective reads and the Task's sliced writes stand in (renaissance/torch.py).
+        self.sliced = state_shard is not None
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
-                              model_dtype_gradients=precision != "fp32")
+                              model_dtype_gradients=precision != "fp32",
+                              state_shard=list(state_shard) if self.sliced else [])
             task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
             task.compile()
         self.task = task
@@ -86,8 +91,8 @@ class SharedTask:
             if self.weights[j].dtype != p.dtype or self.G[j].dtype != p.dtype:
                 raise RuntimeError("renaissance.torch: the Task's views are %s/%s for a %s parameter (a build "
                                    "mismatch)" % (self.weights[j].dtype, self.G[j].dtype, p.dtype))
-        self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names else None
-        self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names else None
+        self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
+        self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
@@ -185,10 +190,16 @@ class SharedTask:
             for j in missing:
                 self.G[j].zero_()
                 saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V, self.C) if buf is not None])
+                if self.sliced:  # M and V have no views: whole copies gathered (every rank has the same `missing`)
+                    saved[-1] += [((fam, j), self.sharded.read_state(fam, j)) for fam in ("M", "V")
+                                  if fam in self.state_names]
             self.run_step()
             for pairs in saved:
                 for view, copy in pairs:
-                    view.copy_(copy)
+                    if isinstance(view, tuple):
+                        self.task.set_state(view[0], view[1], copy)  # this rank's slice of it
+                    else:
+                        view.copy_(copy)
         return True
 
     def copy_in(self, ids):
@@ -288,6 +299,9 @@ class GroupTask:
         return self.shared.backend
 
     def fingerprint(self):
+        s = self._b.shared
+        if s.sliced:  # a collective; a sharded Task runs one group, so its ids are all of them
+            return s.sharded.fingerprint()
         return self.shared.fingerprint_of(self._b.ids)
 
     def get_weight(self, j):

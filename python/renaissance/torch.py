@@ -11,7 +11,9 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 """
 import math
 
+import numpy as np
 import torch
+import torch.distributed as dist
 from torch.optim.optimizer import Optimizer
 
 from . import _core
@@ -116,7 +118,9 @@ class _Base(Optimizer):
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
                                     kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),
                                     precision=precision, rounding=rounding, seed=self._seed,
-                                    sharded=self._process_group is not None)
+                                    sharded=self._process_group is not None,
+                                    state_shard=None if self._process_group is None else
+                                    (dist.get_rank(self._process_group), dist.get_world_size(self._process_group)))
                 first = 0
                 for h, (i, roles, hyper) in enumerate(members):
                     made[i] = GroupBinding(shared, h, first, self.param_groups[i]["params"], roles, hyper)
@@ -215,7 +219,18 @@ class _Base(Optimizer):
         under clipping (no per-tensor mask yet) its Task's count."""
         self._gather_state()
         self._refresh_state()
-        return super().state_dict()
+        sd = super().state_dict()
+        # Sliced Tasks (process_group): M and V gathered per parameter (collective, in order).
+        index = 0
+        for b in self._bindings:
+            for j in range(len(b.params)):
+                if b.shared.sliced:
+                    st = sd["state"].setdefault(index, {})
+                    for fam in ("M", "V"):
+                        if fam in b.state_names:
+                            st[b.state_names[fam]] = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
+                index += 1
+        return sd
 
     def load_state_dict(self, state_dict):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
@@ -257,7 +272,7 @@ class _Base(Optimizer):
                     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(b.params[j].shape):
                         raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
-                    bufs.append((getattr(b, fam)[j], t))
+                    bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j], t))
             plan.append((b, step, bufs, per_param))
         shared_steps = {}  # the groups of one Task share its step count (masked: the largest)
         for b, step, _, _ in plan:
@@ -280,7 +295,16 @@ class _Base(Optimizer):
                     # bf16/fp16: a state without 'master_weight' (torch's own) gives masters equal
                     # to the parameters as they are now (load the model's state dict first).
                     b.shared.masters_from_params(b.ids)
+                if b.shared.sliced:  # no views: the Task keeps this rank's slice of each write
+                    for j, p in zip(b.ids, b.params):
+                        for fam in ("M", "V"):
+                            if fam in b.state_names:
+                                b.shared.task.set_state(fam, j, np.zeros(tuple(p.shape), dtype=np.float32))
                 for view, t in bufs:
+                    if isinstance(view, tuple):
+                        b.shared.task.set_state(view[0], view[1],
+                                                t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy())
+                        continue
                     view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
                 if b.shared.masked:
                     counts = tensor_steps.setdefault(id(b.shared), (b.shared, [0] * len(b.shared.params)))[1]
@@ -319,7 +343,7 @@ class _Base(Optimizer):
         that the whole-state reads (state_dict, fingerprint, save) see one device's state. A
         collective: every rank of the group calls it."""
         for shared in self._shared():
-            if shared.sharded is not None:
+            if shared.sharded is not None and not shared.sliced:
                 shared.sharded.gather_state()
 
     def _paths(self, path):
@@ -332,10 +356,13 @@ class _Base(Optimizer):
     def save(self, path):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
         `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
-        With a process_group: a collective; every rank writes the same whole state to its `path`."""
+        With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
         self._gather_state()
         for shared, p in zip(self._shared(), self._paths(path)):
-            shared.task.save(p)
+            if shared.sliced:
+                shared.sharded.save(p)  # gathered; written by the group's rank 0
+            else:
+                shared.task.save(p)
 
     def load(self, path):
         """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""

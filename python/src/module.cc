@@ -126,7 +126,7 @@ class PyTask {
   // the combinations the core does not take (stochastic or model-dtype gradients with fp32).
   PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
          const std::vector<int>& groups, bool tensor_mask, const std::string& precision, const std::string& rounding,
-         uint64_t seed, bool model_dtype_gradients) {
+         uint64_t seed, bool model_dtype_gradients, const std::vector<int>& state_shard) {
     if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
@@ -140,6 +140,13 @@ class PyTask {
     else throw_invalid("rounding '" + rounding + "': expected nearest or stochastic");
     o.precision.seed = seed;
     o.precision.model_dtype_gradients = model_dtype_gradients;
+    // TaskOptions::state_shard: {rank, K} holds M and V for that rank's slice only (a task under
+    // a process group, python/renaissance/_torch_dist.py); empty: whole.
+    if (!state_shard.empty()) {
+      if (state_shard.size() != 2) throw_invalid("state_shard: expected (rank, world_size)");
+      o.state_shard.rank = state_shard[0];
+      o.state_shard.world_size = state_shard[1];
+    }
     std::vector<ParamSpec> specs = to_specs(params);
     if (!groups.empty()) {
       if (groups.size() != specs.size()) {
@@ -306,6 +313,9 @@ class PyTask {
     else if (family == "V") f = Family::kV;
     else throw_invalid("view(): family '" + family + "': expected W, G, M, V or C");
     if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
+    // A sliced task's M and V hold only its slice: no whole-tensor view (ShardedStep reads them).
+    if ((f == Family::kM || f == Family::kV) && task_->plan().state_sliced())
+      throw_invalid("view(): this task holds only a slice of " + family + " (state_shard); read it through its sharded step");
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
       return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));
     }
@@ -498,10 +508,17 @@ NB_MODULE(_core, m) {
 
   nb::class_<PyTask>(m, "Task")
       .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool,
-                    const std::string&, const std::string&, uint64_t, bool>(), "params"_a,
+                    const std::string&, const std::string&, uint64_t, bool, const std::vector<int>&>(), "params"_a,
            "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>(),
            "tensor_mask"_a = false, "precision"_a = "fp32", "rounding"_a = "nearest", "seed"_a = 0,
-           "model_dtype_gradients"_a = false)
+           "model_dtype_gradients"_a = false, "state_shard"_a = std::vector<int>())
+      .def_prop_ro("arena_bytes", [](PyTask& t) { return t.task().plan().arena_bytes(); },
+                   "Bytes of the task's arena (a state_shard task: M and V of its slice only).")
+      .def("set_state", [](PyTask& t, const std::string& family, nb::handle w, nb::ndarray<nb::ro> a) {
+             if (family != "M" && family != "V") throw_invalid("set_state(): family '" + family + "': expected M or V");
+             t.write(family == "M" ? Family::kM : Family::kV, w, a, "set_state");
+           }, "family"_a, "param"_a, "values"_a,
+           "Writes one parameter's M or V (float32, its shape); a state_shard task keeps the part in its slice.")
       .def_prop_ro("precision", [](PyTask& t) { return std::string(precision_name(t.precision_options().precision)); })
       .def_prop_ro("rounding", [](PyTask& t) { return std::string(rounding_name(t.precision_options().rounding)); })
       .def_prop_ro("seed", [](PyTask& t) { return t.precision_options().seed; })

@@ -10,6 +10,7 @@
   pass process_group (the others' handshake times out with a message), bad arguments.
 """
 import datetime
+import gc
 import os
 
 import numpy as np
@@ -72,16 +73,29 @@ def ordered_mean(step, k, dtype, nan=False):
     return out
 
 
-def run(cls, kw, dtype, grads_of, **dist_kw):
-    """STEPS steps; returns every parameter's and state buffer's bits (int views)."""
+def run(cls, kw, dtype, grads_of, steps=STEPS, **dist_kw):
+    """`steps` steps; returns every parameter's and state buffer's bits (int views)."""
     ps = make_params(dtype)
     kw = dict(kw)
     groups = [{"params": ps[:2], "lr": 3e-3}, {"params": ps[2:]}] if kw.pop("groups", False) else ps
     opt = cls(groups, threads=1, **kw, **dist_kw)
-    for s in range(STEPS):
+    advance(opt, ps, grads_of, range(steps))
+    return collect(opt, ps), opt
+
+
+def advance(opt, ps, grads_of, steps):
+    for s in steps:
         for p, g in zip(ps, grads_of(s)):
-            p.grad.copy_(g)
+            if g is None:
+                p.grad = None
+            elif p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
         opt.step()
+
+
+def collect(opt, ps):
     state = opt.state_dict()["state"]
     out = {"p%d" % i: bits(p.detach()) for i, p in enumerate(ps)}
     for i, st in state.items():
@@ -91,7 +105,7 @@ def run(cls, kw, dtype, grads_of, **dist_kw):
             elif key == "step":
                 out["s%d.step" % i] = np.array([float(t)])
     out["fingerprint"] = opt.fingerprint()
-    return out, opt
+    return out
 
 
 def bits(t):
@@ -116,7 +130,9 @@ def _worker_steps(rank, k, init_file, out_dir, mode):
         layout = opt._shared()[0].sharded.layout
         assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
         if name == "adamw":
-            opt.save(os.path.join(out_dir, "adamw%d.ckpt" % rank))  # a collective: the whole state
+            opt.save(os.path.join(out_dir, "adamw.ckpt"))  # a collective: the whole state, from rank 0
+            # Memory per rank: the arena holds M and V for this rank's slice only.
+            res["arena"] = opt._shared()[0].task.arena_bytes
         results[name] = res
     torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     dist.destroy_process_group()
@@ -142,16 +158,22 @@ def test_sharded_equals_one_process(tmp_path, k, mode):
             want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
         assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
         if name == "adamw":
-            # Each rank's checkpoint is the whole state: an optimizer over a world of one
-            # (another K) loads it and holds the reference's bits.
+            # The checkpoint is the whole state: an optimizer over a world of one (another K)
+            # loads it and holds the reference's bits.
             _init(0, 1, str(tmp_path / "init1"))
             try:
-                for r in range(k):
-                    one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
-                    one.load(str(tmp_path / ("adamw%d.ckpt" % r)))
-                    assert one.fingerprint() == want["fingerprint"], r
+                one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
+                one.load(str(tmp_path / "adamw.ckpt"))
+                assert one.fingerprint() == want["fingerprint"]
             finally:
                 dist.destroy_process_group()
+            # Every rank's arena is smaller than one process's by M and V outside its slice
+            # (2 families x 4 bytes x the elements other ranks own, up to alignment padding).
+            whole = opt._shared()[0].task.arena_bytes
+            for r in range(k):
+                arena = ranks[r][name].pop("arena")
+                print("arena bytes, adamw, K=%d rank %d: %d (one process: %d)" % (k, r, arena, whole))
+                assert arena < whole - 8 * (sum(int(np.prod(s)) for s in SHAPES) // k) // 2, (r, arena, whole)
         for r, got in enumerate(ranks):
             got = got[name]
             assert sorted(got) == sorted(want), (name, r)
@@ -269,3 +291,99 @@ def test_bad_arguments():
     if not dist.is_initialized():
         with pytest.raises(ValueError, match="not initialized"):
             rt.AdamW(ps, process_group=object())
+
+
+def _finish():
+    # Everything the optimizers held is freed before the group goes (left to the interpreter's
+    # exit, a gloo process sometimes aborted), and no rank leaves while another still runs a
+    # collective.
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+MORE = 2  # steps after the checkpoint
+
+
+def _worker_save_k2(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    torch.set_num_threads(1)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, threads=1, lr=1e-2, weight_decay=0.05, process_group=dist.group.WORLD)
+    advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS))
+    opt.save(os.path.join(out_dir, "k2.ckpt"))
+    sd = opt.state_dict()  # gathered: every rank holds the whole state
+    if rank == 0:
+        torch.save({"params": [p.detach().clone() for p in ps], "sd": sd}, os.path.join(out_dir, "k2.pt"))
+    del sd, opt
+    _finish()
+
+
+def _worker_continue_k3(rank, k, init_file, out_dir):
+    """Continues the K = 2 run at K = 3, from its checkpoint (load) and from its state dict
+    (load_state_dict: each rank keeps its slice of the whole buffers)."""
+    _init(rank, k, init_file)
+    torch.set_num_threads(1)
+    saved = torch.load(os.path.join(out_dir, "k2.pt"))
+    out = {}
+    for how in ("load", "load_state_dict"):
+        ps = make_params(torch.float32)
+        opt = rt.AdamW(ps, threads=1, lr=1e-2, weight_decay=0.05, process_group=dist.group.WORLD)
+        if how == "load":
+            opt.load(os.path.join(out_dir, "k2.ckpt"))
+        else:
+            with torch.no_grad():
+                for p, v in zip(ps, saved["params"]):
+                    p.copy_(v)
+            opt.load_state_dict(saved["sd"])
+        advance(opt, ps, lambda s: rank_grads(s, 0, torch.float32), range(STEPS, STEPS + MORE))
+        out[how] = collect(opt, ps)
+    torch.save(out, os.path.join(out_dir, "k3_rank%d.pt" % rank))
+    _finish()
+
+
+def test_checkpoint_at_k2_continues_at_k3(tmp_path):
+    want, _ = run(rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32,
+                  lambda s: rank_grads(s, 0, torch.float32), steps=STEPS + MORE)
+    spawn(_worker_save_k2, 2, tmp_path)
+    # A fresh file:// rendezvous for K = 3.
+    mp.spawn(_worker_continue_k3, args=(3, str(tmp_path / "init3"), str(tmp_path)), nprocs=3, join=True)
+    for r in range(3):
+        ranks = torch.load(str(tmp_path / ("k3_rank%d.pt" % r)))
+        for how, got in ranks.items():
+            assert sorted(got) == sorted(want), (how, r)
+            for key in want:
+                same = got[key] == want[key] if key == "fingerprint" else np.array_equal(got[key], want[key])
+                assert same, "K=2 -> K=3 via %s, rank %d: %s differs" % (how, r, key)
+
+
+def _none_grads(s):
+    g = rank_grads(s, 0, torch.float32)
+    if s == STEPS - 1:
+        # Every rank leaves parameter 3 out of the last step (a later step would differ: the group
+        # counts steps per Task, one process per parameter, so p3's bias correction would not match).
+        g[3] = None
+    return g
+
+
+def _worker_none_everywhere(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    torch.set_num_threads(1)
+    ps = make_params(torch.float32)
+    opt = rt.AdamW(ps, threads=1, lr=1e-2, process_group=dist.group.WORLD)
+    advance(opt, ps, _none_grads, range(STEPS))
+    torch.save(collect(opt, ps), os.path.join(out_dir, "rank%d.pt" % rank))
+    _finish()
+
+
+def test_none_gradient_on_every_rank_keeps_its_state(tmp_path):
+    """A parameter every rank leaves out does not move, its M and V (sliced over the ranks)
+    included: they equal one process's, which skips it through the per-tensor mask."""
+    want, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, _none_grads)
+    spawn(_worker_none_everywhere, 2, tmp_path)
+    for r in range(2):
+        got = torch.load(str(tmp_path / ("rank%d.pt" % r)))
+        for key in want:
+            if key.endswith(".step") or key == "fingerprint":
+                continue  # one process counts steps per parameter (mask); the group per Task
+            assert np.array_equal(got[key], want[key]), "rank %d: %s differs" % (r, key)
