@@ -81,8 +81,10 @@ __device__ __forceinline__ void finish_vote(bool block_bad, int32_t* flags, unsi
 
 // tensor_mask (graph.h): the unmasked tensors' items of both groups (bias-like items first, then
 // weight items), one block per item (grid-stride), each over its group's G span; same vote.
-__global__ void check_finite_items_kernel(const float4* __restrict__ g_bias, const HyperItem* __restrict__ bias_items,
-                                          int64_t bias_count, const float4* __restrict__ g_weight,
+// G is read through its encoding's reader (grad_load.cuh), as in check_finite_kernel.
+template <class G>
+__global__ void check_finite_items_kernel(const G g_bias_elements, const HyperItem* __restrict__ bias_items,
+                                          int64_t bias_count, const G g_weight_elements,
                                           const HyperItem* __restrict__ weight_items, int64_t weight_count,
                                           const int32_t* __restrict__ mask, int32_t* __restrict__ flags,
                                           unsigned* __restrict__ scratch) {
@@ -91,7 +93,7 @@ __global__ void check_finite_items_kernel(const float4* __restrict__ g_bias, con
     const bool bias = k < bias_count;
     const HyperItem item = bias ? bias_items[k] : weight_items[k - bias_count];
     if (mask[item.block] != 0) continue;
-    const float4* g = bias ? g_bias : g_weight;
+    const auto g = (bias ? g_bias_elements : g_weight_elements).quads();
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
     for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) {
@@ -214,13 +216,22 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   if (node.tensor_state.count != 0) {
     const int64_t bias = static_cast<int64_t>(node.group_items[0].count);
     const int64_t weight = static_cast<int64_t>(node.group_items[1].count);
-    const int block = fit_block<&check_finite_items_kernel>(ctx.launch.block);
-    // At least one block: the flag is written every step.
-    check_finite_items_kernel<<<tile_grid(std::max<int64_t>(bias + weight, 1), ctx.launch), block, 0, ctx.stream>>>(
-        ctx.at<const float4>(node.group_g[0]), ctx.at<const HyperItem>(node.group_items[0]), bias,
-        ctx.at<const float4>(node.group_g[1]), ctx.at<const HyperItem>(node.group_items[1]), weight,
-        ctx.at<const int32_t>(node.tensor_state), ctx.scalars.i32, ctx.check_scratch);
-    RN_CUDA_CHECK_LAUNCH("check_finite_items_kernel");
+    // The two groups' G spans through the reader of the node's encoding (as with_grad).
+    GraphNode bias_node = node;
+    bias_node.g = node.group_g[0];
+    GraphNode weight_node = node;
+    weight_node.g = node.group_g[1];
+    with_grad(ctx.arena, bias_node, [&](auto g_bias) {
+      const auto g_weight = decltype(g_bias){reinterpret_cast<decltype(g_bias.p)>(ctx.arena + weight_node.g.offset)};
+      constexpr auto kernel = &check_finite_items_kernel<decltype(g_bias)>;
+      const int block = fit_block<kernel>(ctx.launch.block);
+      // At least one block: the flag is written every step.
+      kernel<<<tile_grid(std::max<int64_t>(bias + weight, 1), ctx.launch), block, 0, ctx.stream>>>(
+          g_bias, ctx.at<const HyperItem>(node.group_items[0]), bias, g_weight,
+          ctx.at<const HyperItem>(node.group_items[1]), weight, ctx.at<const int32_t>(node.tensor_state),
+          ctx.scalars.i32, ctx.check_scratch);
+      RN_CUDA_CHECK_LAUNCH("check_finite_items_kernel");
+    });
     return;
   }
   const uint64_t n4 = node.g.count / 4;  // G spans are multiples of 64 elements

@@ -309,12 +309,6 @@ TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
   Task shard(one, sliced);
   shard.optimizer(AdamW().lr(1e-3));
   EXPECT_THROW(shard.compile(), Error);
-  TaskOptions bf16_grads = options_for(BackendKind::kCpu, true);
-  bf16_grads.precision.precision = Precision::kBf16;
-  bf16_grads.precision.model_dtype_gradients = true;
-  Task narrow(one, bf16_grads);
-  narrow.optimizer(AdamW().lr(1e-3));
-  EXPECT_THROW(narrow.compile(), Error);
   Task masked_task(one, options_for(BackendKind::kCpu, true));
   masked_task.optimizer(AdamW().lr(1e-3));
   masked_task.compile();

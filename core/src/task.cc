@@ -135,9 +135,6 @@ void Task::compile() {
   if (options_.tensor_mask && options_.state_shard.world_size > 0) {
     throw_invalid("compile(): tensor_mask with a state shard is not supported yet");
   }
-  if (options_.tensor_mask && precision.model_dtype_gradients) {
-    throw_invalid("compile(): tensor_mask with model-dtype gradients is not supported yet");
-  }
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }

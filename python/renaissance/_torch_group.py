@@ -20,8 +20,9 @@ parameters' dtype, written by every applied step from the new masters (rounded t
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
 .data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
-are torch state under 'master_weight'. The core mask does not take model-dtype gradients yet:
-such Tasks use the older way for a None gradient too (C is put back as well).
+are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
+leaves the master, the state and C as they were, and the parameter's own count (C is put back
+only in the older way, with clipping or a sharded step).
 """
 import warnings
 
@@ -63,9 +64,9 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it (not with clipping or model-dtype
-        # gradients yet).
-        self.masked = members[0][2].get("max_grad_norm") is None and precision == "fp32"
+        # The per-tensor mask where the core supports it (fp32 or model-dtype gradients; not with
+        # clipping yet).
+        self.masked = members[0][2].get("max_grad_norm") is None
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)

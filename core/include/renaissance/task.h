@@ -47,7 +47,7 @@ struct TaskOptions {
   // its gradient is not looked at by the non-finite check, and its step count does not advance.
   // Each tensor keeps its own applied-step count t_i (tensor_steps()): Adam-family bias
   // corrections and the stochastic-rounding key use t_i; step_count() stays the task-wide count
-  // of applied steps. Not yet with gradient-norm clipping, a state shard or model-dtype gradients (Error). Off
+  // of applied steps. Not yet with gradient-norm clipping or a state shard (Error); fp32 or model-dtype G. Off
   // (default): nothing changes (layout, bits, speed).
   bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
