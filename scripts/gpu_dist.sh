@@ -16,17 +16,25 @@
 # passed", exit 0. Any "FAIL" line: exit 1.
 #
 #   bash scripts/gpu_dist.sh            # BUILD=build-gpu-dist by default
+#   MODELS=resnet50 KINDS="adamw lamb" PRECS="bf16 --grad-dtype model" bash scripts/gpu_dist.sh
+#                                       # a subset when device time is short (PRECS: "|"-separated)
+#   BUILD_TESTS=ON: renaissance_tests is built in the same build dir too (the caller runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu-dist}
+deps=()  # the GPU machines have no Highway or xxHash: the carried .deps/ (scripts/make_gpu_deps.sh)
+if [ -d .deps ]; then
+  deps=(-DRENAISSANCE_DEPS_DIR="$PWD/.deps" -DCMAKE_PREFIX_PATH="$PWD/.deps")
+  export LD_LIBRARY_PATH="$PWD/.deps/lib:$PWD/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_MPI=ON \
-  -DRENAISSANCE_NCCL=ON -DRENAISSANCE_BUILD_TESTS=OFF ${NCCL_ROOT:+-DNCCL_ROOT=$NCCL_ROOT} >/dev/null
-ninja -C "$BUILD" renaissance_cli
+  -DRENAISSANCE_NCCL=ON -DRENAISSANCE_BUILD_TESTS="${BUILD_TESTS:-OFF}" ${NCCL_ROOT:+-DNCCL_ROOT=$NCCL_ROOT} "${deps[@]}" >/dev/null
+if [ "${BUILD_TESTS:-OFF}" = ON ]; then ninja -C "$BUILD" renaissance_cli renaissance_tests; else ninja -C "$BUILD" renaissance_cli; fi
 CLI=$BUILD/cli/renaissance
 nvidia-smi -L || true
 # NVLink multicast stays off (the device machines' rule); root may start mpirun in containers.
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE)
+MPIRUN=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
 PY=$(command -v python3)
 
 failures=0
@@ -36,8 +44,12 @@ check() {  # check WHAT A B
   if [[ "$2" == "$3" && -n "$2" ]]; then echo "ok   $1: $2"; else echo "FAIL $1: $2 != $3"; failures=$((failures + 1)); fi
 }
 
-for model in resnet50 gpt2_small; do
-  for kind in adamw lamb lars; do
+read -ra models <<< "${MODELS:-resnet50 gpt2_small}"
+read -ra kinds <<< "${KINDS:-adamw lamb lars}"
+precs=("bf16 --stochastic-rounding" "fp16" "bf16 --grad-dtype model" "fp16 --stochastic-rounding --grad-dtype model")
+[ -n "${PRECS:-}" ] && IFS='|' read -ra precs <<< "$PRECS"
+for model in "${models[@]}"; do
+  for kind in "${kinds[@]}"; do
     args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
           --nan-at 2 --max-grad-norm 0.05)
     plain=$(run_fp "$CLI" "${args[@]}" --backend cuda)
@@ -56,7 +68,7 @@ for model in resnet50 gpt2_small; do
   done
   # The model copy: the update sub-step writes the copy of its slice (cut tensors keep their
   # rounding keys), W and the copy are all-gathered (docs/distributed.md "The model copy").
-  for prec in "bf16 --stochastic-rounding" "fp16" "bf16 --grad-dtype model" "fp16 --stochastic-rounding --grad-dtype model"; do
+  for prec in "${precs[@]}"; do
     for kind in adamw lamb; do
       # shellcheck disable=SC2206  # prec is split on purpose into --precision's value and flag
       args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
