@@ -2,8 +2,8 @@
 // MPI. Every call is enqueued on the communicator's stream and waited for, so calls complete in
 // order as MPI's do; the sharded step synchronises its backend before each call. Variable blocks
 // (all_gather_v) are grouped broadcasts; the all-to-all is grouped send/recv; the reduce-scatter
-// pads every rank's block to the largest. NOT YET RUN ON GPUs: compiled against NCCL's headers
-// only (docs/distributed.md, "NCCL"); scripts/gpu_dist.sh is the check for a 2-GPU machine.
+// pads every rank's block to the largest. Run once on 2x H200 (2026-12-01, a subset of
+// scripts/gpu_dist.sh: every check passed; docs/distributed.md, "NCCL"); untuned.
 #include "renaissance/nccl_communicator.h"
 
 #include <cuda_runtime.h>
