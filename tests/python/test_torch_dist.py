@@ -192,20 +192,30 @@ def test_ordered_is_not_the_replicated_mean(tmp_path):
     assert not np.array_equal(a["p0"], b["p0"])
 
 
+def _error_message(call, errors=(ValueError,)):
+    """The message of the error call() raises, or "no error"."""
+    try:
+        call()
+    except errors as e:
+        return str(e)
+    return "no error"
+
+
+def _report_and_leave(out_dir, rank, msg):
+    """A wrong-use worker's last act: its rank's message into out_dir, then leave the group."""
+    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
 def _worker_mismatch(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
     shapes = SHAPES if rank == 0 else SHAPES[:-1]  # rank 1 has one parameter fewer
     ps = [torch.nn.Parameter(torch.zeros(*s)) for s in shapes]
     before = [p.data_ptr() for p in ps]
-    try:
-        rt.AdamW(ps, process_group=dist.group.WORLD)
-        msg = "no error"
-    except ValueError as e:
-        msg = str(e)
+    msg = _error_message(lambda: rt.AdamW(ps, process_group=dist.group.WORLD))
     assert all(p.data_ptr() == d and p.grad is None for p, d in zip(ps, before))  # left as they were
-    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
-        f.write(msg)
-    dist.destroy_process_group()
+    _report_and_leave(out_dir, rank, msg)
 
 
 def test_ranks_with_other_optimizers_fail_clearly(tmp_path):
@@ -223,14 +233,7 @@ def _worker_none_on_one_rank(rank, k, init_file, out_dir):
         p.grad.copy_(g)
     if rank == 1:
         ps[3].grad = None  # only rank 1 leaves parameter 3 out
-    try:
-        opt.step()
-        msg = "no error"
-    except ValueError as e:
-        msg = str(e)
-    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
-        f.write(msg)
-    dist.destroy_process_group()
+    _report_and_leave(out_dir, rank, _error_message(opt.step))
 
 
 def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
@@ -243,14 +246,7 @@ def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
 def _worker_not_member(rank, k, init_file, out_dir):
     _init(rank, k, init_file)
     pair = dist.new_group([0, 1])  # a collective of all ranks; rank 2 is not in it
-    try:
-        rt.AdamW(make_params(torch.float32), process_group=pair)
-        msg = "no error"
-    except ValueError as e:
-        msg = str(e)
-    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
-        f.write(msg)
-    dist.destroy_process_group()
+    _report_and_leave(out_dir, rank, _error_message(lambda: rt.AdamW(make_params(torch.float32), process_group=pair)))
 
 
 def test_rank_outside_the_group_fails_clearly(tmp_path):
@@ -263,16 +259,11 @@ def test_rank_outside_the_group_fails_clearly(tmp_path):
 def _worker_missing_group(rank, k, init_file, out_dir):
     _init(rank, k, init_file, timeout_s=3)
     ps = make_params(torch.float32)
-    try:
-        # Rank 1 forgets process_group: it builds a one-process optimizer, and rank 0's
-        # handshake waits for it in vain.
-        rt.AdamW(ps, process_group=dist.group.WORLD if rank == 0 else None)
-        msg = "no error"
-    except RuntimeError as e:
-        msg = str(e)
-    with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
-        f.write(msg)
-    dist.destroy_process_group()
+    # Rank 1 forgets process_group: it builds a one-process optimizer, and rank 0's handshake
+    # waits for it in vain.
+    msg = _error_message(lambda: rt.AdamW(ps, process_group=dist.group.WORLD if rank == 0 else None),
+                         errors=(RuntimeError,))
+    _report_and_leave(out_dir, rank, msg)
 
 
 def test_rank_without_process_group_fails_clearly(tmp_path):
