@@ -14,7 +14,6 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
-#include "backend_cuda/model_copy.cuh"
 #include "renaissance/error.h"
 #include "renaissance/plan.h"
 
@@ -87,9 +86,6 @@ class CudaBackend final : public Backend {
     launch_.sm_count = prop.multiProcessorCount;
     std::ostringstream os;
     os << "cuda (" << prop.name << ", sm_" << prop.major << prop.minor << ")";
-    // $RENAISSANCE_CUDA_SR_VARIANT is read here, so a bad value fails at construction rather than
-    // inside a graph capture, and a benchmark row says which variant it timed.
-    if (sr_variant() != SrVariant::kDefault) os << " sr_variant=" << sr_variant_name(sr_variant());
     description_ = os.str();
     try {
       // Blocking streams (not cudaStreamNonBlocking): work a user puts on the legacy default

@@ -4,8 +4,7 @@
 // elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
 // node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
 // exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each thread rounds its four new
-// masters into C straight from registers: one pass over W. A stochastic copy's kernel (H = 1)
-// is built as model_copy.cuh's SrVariant says; every variant computes the same bits.
+// masters into C straight from registers: one pass over W.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,18 +45,10 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
 
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
 // through the reader of its encoding (grad_load.cuh); the new masters go to the copy too.
-// How update_float4 hands its masters to the copy (model_copy.cuh's SrVariant): kAfter, the
-// words after the update (the default); kEarly, the words (tensor lookup, Philox) before the
-// loads, so their latency overlaps the loads'; kCold, as kAfter with the rare element-by-element
-// path out of line. The bits are the same.
-enum class CopyPath { kAfter, kEarly, kCold };
-
-template <class Rule, bool kHasM, bool kHasV, CopyPath kPath = CopyPath::kAfter, class GQ, class Copy>
+template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
 __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
                                               float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
                                               const Coeffs<float>& c, const Copy& copy) {
-  QuadWords words;
-  if constexpr (kPath == CopyPath::kEarly) words = copy.words(4 * q);
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
   float4 wv = w[q];
   const float4 gv = g[q];
@@ -70,49 +61,23 @@ __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g
   w[q] = wv;
   if (kHasM) m[q] = mv;
   if (kHasV) v[q] = vv;
-  if constexpr (kPath == CopyPath::kEarly) {
-    copy.quad(4 * q, wv, words);
-  } else if constexpr (kPath == CopyPath::kCold) {
-    copy.quad_cold(4 * q, wv);
-  } else {
-    copy.quad(4 * q, wv);
-  }
+  copy.quad(4 * q, wv);
 }
 
-// The grid-stride loop of elementwise_update_kernel (and of its bounded twin).
-template <class Rule, bool kHasM, bool kHasV, CopyPath kPath, class G, class Copy>
-__device__ __forceinline__ void elementwise_update(float4* __restrict__ w, const G g_elements,
-                                                   float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
-                                                   const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                                   bool weight_group, const Copy& copy) {
+// Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
+template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
+__global__ void elementwise_update_kernel(float4* __restrict__ w, const G g_elements,
+                                          float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
+                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
+                                          bool weight_group, const Copy copy) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const auto g = g_elements.quads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-    update_float4<Rule, kHasM, kHasV, kPath>(w, g, m, v, q, c, copy);
+    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
   }
-}
-
-// Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
-template <class Rule, bool kHasM, bool kHasV, CopyPath kPath, class G, class Copy>
-__global__ void elementwise_update_kernel(float4* __restrict__ w, const G g_elements,
-                                          float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
-                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                          bool weight_group, const Copy copy) {
-  elementwise_update<Rule, kHasM, kHasV, kPath>(w, g_elements, m, v, n4, s, flags, weight_group, copy);
-}
-
-// The same under launch bounds (SrVariant::kBounds, kColdBounds): at most kBoundsThreads per
-// block (fit_block clamps a larger cuda_block; no bit depends on the block size), registers
-// capped so that kBoundsMinBlocks blocks fit on a multiprocessor.
-template <class Rule, bool kHasM, bool kHasV, CopyPath kPath, class G, class Copy>
-__global__ void __launch_bounds__(kBoundsThreads, kBoundsMinBlocks)
-    elementwise_update_kernel_bounded(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
-                                      float4* __restrict__ v, uint64_t n4, const float* __restrict__ s,
-                                      const int32_t* __restrict__ flags, bool weight_group, const Copy copy) {
-  elementwise_update<Rule, kHasM, kHasV, kPath>(w, g_elements, m, v, n4, s, flags, weight_group, copy);
 }
 
 // H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
@@ -139,12 +104,6 @@ __global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_eleme
   }
 }
 
-// A kernel as a type, so that a generic lambda can take it as a compile-time constant.
-template <auto kKernel>
-struct KernelTag {
-  static constexpr auto value = kKernel;
-};
-
 // Launches Rule over the node's group span (w, g and, when the rule has them, m and v).
 template <class Rule, bool kHasM, bool kHasV>
 void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const char* name) {
@@ -165,28 +124,12 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
       RN_CUDA_CHECK_LAUNCH(name);
       return;
     }
-    auto run = [&](auto kernel_tag) {
-      constexpr auto kernel = decltype(kernel_tag)::value;
-      const int block = fit_block<kernel>(ctx.launch.block);
-      const unsigned grid = grid_for(n4, block, ctx.launch);
-      kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
-                                             node.group == Group::kWeight, copy);
-      RN_CUDA_CHECK_LAUNCH(name);
-    };
-    // Only a stochastic copy has variants (nearest and no copy: one kernel, as before).
-    if constexpr (Copy::kStochastic) {
-      switch (sr_variant()) {
-        case SrVariant::kBounds:
-          return run(KernelTag<&elementwise_update_kernel_bounded<Rule, kHasM, kHasV, CopyPath::kAfter, G, Copy>>{});
-        case SrVariant::kEarly:
-          return run(KernelTag<&elementwise_update_kernel<Rule, kHasM, kHasV, CopyPath::kEarly, G, Copy>>{});
-        case SrVariant::kColdBounds:
-          return run(KernelTag<&elementwise_update_kernel_bounded<Rule, kHasM, kHasV, CopyPath::kCold, G, Copy>>{});
-        case SrVariant::kDefault:
-          break;
-      }
-    }
-    run(KernelTag<&elementwise_update_kernel<Rule, kHasM, kHasV, CopyPath::kAfter, G, Copy>>{});
+    constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G, Copy>;
+    const int block = fit_block<kernel>(ctx.launch.block);
+    const unsigned grid = grid_for(n4, block, ctx.launch);
+    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
+                                           node.group == Group::kWeight, copy);
+    RN_CUDA_CHECK_LAUNCH(name);
   }); });
 }
 

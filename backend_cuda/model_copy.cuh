@@ -17,64 +17,14 @@
 namespace renaissance {
 namespace cuda {
 
-// How the element-wise update kernel (elementwise.cuh) of a stochastic copy is built:
-//   kDefault: the words are computed after the update, from the new masters' quad;
-//   kBounds:  the same code under __launch_bounds__(kBoundsThreads, kBoundsMinBlocks), which caps
-//             registers so that as many blocks stay resident as with nearest rounding;
-//   kEarly:   the tensor lookup and the Philox words first, so their latency overlaps the loads;
-//   kColdBounds: kBounds with the rare element-by-element path (a quad that meets a tensor
-//             boundary) an out-of-line call, so the cap spills less on the common path.
-// (ptxas for sm_90, adamw: default 56 registers; bounds 48 with ~100 B of spills; early 55-56;
-// cold_bounds 48 with ~40 B.)
-enum class SrVariant { kDefault, kBounds, kEarly, kColdBounds };
-constexpr int kBoundsThreads = 256;
-constexpr int kBoundsMinBlocks = 5;
-
-// $RENAISSANCE_CUDA_SR_VARIANT (default, bounds, early, cold_bounds; unset or empty: default),
-// read once per process. Anything else is an error rather than a silent default: a benchmark of
-// a misspelt variant would measure the default.
-inline SrVariant sr_variant() {
-  static const SrVariant variant = [] {
-    const char* env = std::getenv("RENAISSANCE_CUDA_SR_VARIANT");
-    if (env == nullptr || *env == 0 || std::strcmp(env, "default") == 0) return SrVariant::kDefault;
-    if (std::strcmp(env, "bounds") == 0) return SrVariant::kBounds;
-    if (std::strcmp(env, "early") == 0) return SrVariant::kEarly;
-    if (std::strcmp(env, "cold_bounds") == 0) return SrVariant::kColdBounds;
-    throw_invalid(std::string("RENAISSANCE_CUDA_SR_VARIANT: unknown variant '") + env +
-                  "' (default, bounds, early or cold_bounds)");
-  }();
-  return variant;
-}
-
-inline const char* sr_variant_name(SrVariant v) {
-  switch (v) {
-    case SrVariant::kBounds: return "bounds";
-    case SrVariant::kEarly: return "early";
-    case SrVariant::kColdBounds: return "cold_bounds";
-    case SrVariant::kDefault: break;
-  }
-  return "default";
-}
-
-// The words of a quad (CopyWriter::words), carried from before the loads to the store.
-struct QuadWords {
-  uint32_t r[4];
-  bool whole;  // the quad lies inside one tensor (else: element by element)
-};
-
 // A kernel without a model copy: every call compiles to nothing.
 struct NoCopy {
-  static constexpr bool kStochastic = false;
   __device__ __forceinline__ void one(uint64_t, float) const {}
   __device__ __forceinline__ void quad(uint64_t, float4) const {}
-  __device__ __forceinline__ QuadWords words(uint64_t) const { return QuadWords{}; }
-  __device__ __forceinline__ void quad(uint64_t, float4, const QuadWords&) const {}
-  __device__ __forceinline__ void quad_cold(uint64_t, float4) const {}
 };
 
 template <Precision kPrecision, Rounding kRounding>
 struct CopyWriter {
-  static constexpr bool kStochastic = kRounding == Rounding::kStochastic;
   uint16_t* c;                  // the node's copy span; element e pairs with element e of node.w
   CopyLookup lookup;            // the node's tensors and chunk index, in device memory
   uint64_t seed;
@@ -93,57 +43,18 @@ struct CopyWriter {
   __device__ __forceinline__ void quad(uint64_t e0, float4 x) const {
     uint16_t out[4];
     if (copy_quad<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), e0, x.x, x.y, x.z, x.w, out)) {
-      store4(e0, out);
+      if ((reinterpret_cast<uintptr_t>(c + e0) & 7u) == 0) {
+        *reinterpret_cast<ushort4*>(c + e0) = make_ushort4(out[0], out[1], out[2], out[3]);
+      } else {
+        for (int j = 0; j < 4; ++j) c[e0 + j] = out[j];
+      }
       return;
     }
-    ones(e0, x);
-  }
-
-  // quad(e0, x) whose rare element-by-element path (a quad that meets a tensor boundary or
-  // padding) is an out-of-line call, so that its registers do not count against the common path
-  // (SrVariant::kColdBounds).
-  __device__ __forceinline__ void quad_cold(uint64_t e0, float4 x) const {
-    uint16_t out[4];
-    if (copy_quad<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), e0, x.x, x.y, x.z, x.w, out)) {
-      store4(e0, out);
-      return;
-    }
-    ones_cold(e0, x);
-  }
-
-  // The words of span elements e0 .. e0+3, before their masters are known (SrVariant::kEarly).
-  __device__ __forceinline__ QuadWords words(uint64_t e0) const {
-    QuadWords q{{0, 0, 0, 0}, false};
-    q.whole = copy_quad_words<kRounding>(lookup, seed, tensor_steps, task_t(), e0, q.r);
-    return q;
-  }
-
-  // quad(e0, x) with the words computed earlier by words(e0): the same bits.
-  __device__ __forceinline__ void quad(uint64_t e0, float4 x, const QuadWords& q) const {
-    if (q.whole) {
-      uint16_t out[4];
-      round_copy_quad<kPrecision, kRounding>(q.r, x.x, x.y, x.z, x.w, out);
-      store4(e0, out);
-      return;
-    }
-    ones(e0, x);
-  }
-
- private:
-  __device__ __forceinline__ void store4(uint64_t e0, const uint16_t out[4]) const {
-    if ((reinterpret_cast<uintptr_t>(c + e0) & 7u) == 0) {
-      *reinterpret_cast<ushort4*>(c + e0) = make_ushort4(out[0], out[1], out[2], out[3]);
-    } else {
-      for (int j = 0; j < 4; ++j) c[e0 + j] = out[j];
-    }
-  }
-  __device__ __forceinline__ void ones(uint64_t e0, float4 x) const {
     one(e0, x.x);
     one(e0 + 1, x.y);
     one(e0 + 2, x.z);
     one(e0 + 3, x.w);
   }
-  __device__ __noinline__ void ones_cold(uint64_t e0, float4 x) const { ones(e0, x); }
 };
 
 // Calls launch(writer) with the copy writer of the node (NoCopy without a model copy): one

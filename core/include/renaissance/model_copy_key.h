@@ -93,46 +93,29 @@ RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* step
   return true;
 }
 
-// The stochastic-rounding words of span elements e0 .. e0+3 inside one tensor into r[4] (left
-// as they are when nearest), with one Philox call when the quad is one block of the tensor, two
-// when the tensor's block grid is shifted against the arena's. false: the quad meets a tensor
-// boundary or padding, and the caller writes it element by element with copy_one. Apart from
-// copy_quad so that a kernel may compute the words before its loads (model_copy.cuh's
-// SrVariant::kEarly): the words do not depend on the masters.
-template <Rounding kRounding>
-RN_HD bool copy_quad_words(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t,
-                           uint64_t e0, uint32_t r[4]) {
+// Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true, with one
+// Philox call when the quad is one block of the tensor, two when the tensor's block grid is
+// shifted against the arena's. false: the quad meets a tensor boundary or padding, and the
+// caller writes it element by element with copy_one.
+template <Precision kPrecision, Rounding kRounding>
+RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
+                     float x0, float x1, float x2, float x3, uint16_t out[4]) {
   const uint32_t i = lookup.find(e0);
   if (i == lookup.count || e0 + 4 > lookup.tensors[i].begin + lookup.tensors[i].numel) return false;
+  const CopyTensor& t = lookup.tensors[i];
+  const uint64_t index = t.first + (e0 - t.begin);
+  uint32_t r[4] = {0, 0, 0, 0};
   if (kRounding == Rounding::kStochastic) {
-    const CopyTensor& t = lookup.tensors[i];
-    const uint64_t index = t.first + (e0 - t.begin);
     const uint64_t step = copy_step(steps, task_t, t.param);
     const math::Philox4x32 a = math::sr_random_block(seed, step, t.param, index >> 2);
     const uint32_t s = static_cast<uint32_t>(index & 3u);
     const math::Philox4x32 b = s == 0 ? a : math::sr_random_block(seed, step, t.param, (index >> 2) + 1);
     for (uint32_t j = 0; j < 4; ++j) r[j] = copy_word(a, b, s + j);
   }
-  return true;
-}
-
-// Masters x0 .. x3 rounded with the words of copy_quad_words into out[4].
-template <Precision kPrecision, Rounding kRounding>
-RN_HD void round_copy_quad(const uint32_t r[4], float x0, float x1, float x2, float x3, uint16_t out[4]) {
   out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
   out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);
   out[2] = round_copy<kPrecision, kRounding>(x2, r[2]);
   out[3] = round_copy<kPrecision, kRounding>(x3, r[3]);
-}
-
-// Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true; false as
-// copy_quad_words.
-template <Precision kPrecision, Rounding kRounding>
-RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
-                     float x0, float x1, float x2, float x3, uint16_t out[4]) {
-  uint32_t r[4] = {0, 0, 0, 0};
-  if (!copy_quad_words<kRounding>(lookup, seed, steps, task_t, e0, r)) return false;
-  round_copy_quad<kPrecision, kRounding>(r, x0, x1, x2, x3, out);
   return true;
 }
 
