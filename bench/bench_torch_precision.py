@@ -37,7 +37,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 
@@ -151,13 +150,7 @@ def time_torch(path, shapes, device, replays):
             step, graph = compare_torch.captured(step)
         ms = compare_torch.time_cuda(step, replays, synced=False)
     else:  # the CPU step is synchronous: a steady clock around each
-        step()
-        times = []
-        for _ in range(replays):
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-        ms = statistics.median(times)
+        ms = compare_torch.median_host_ms(step, replays, warmup=1)
     del step, keep
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -271,14 +271,20 @@ def time_torch_gpu(kind, layout, impl, replays, slow_replays, max_grad_norm):
 def time_torch_cpu(kind, layout, impl, threads, replays, max_grad_norm):
     torch.set_num_threads(threads)
     step, keep = torch_step_function(kind, layout, impl, max_grad_norm, device="cpu")
-    for _ in range(2):
+    ms = median_host_ms(step, replays)
+    del keep
+    return ms
+
+
+def median_host_ms(step, replays, warmup=2):
+    """Median ms of a synchronous (CPU) step, a steady clock around each after `warmup` steps."""
+    for _ in range(warmup):
         step()
     times = []
     for _ in range(replays):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e3)
-    del keep
     return statistics.median(times)
 
 
