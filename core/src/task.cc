@@ -492,7 +492,7 @@ void Task::step() {
 }
 
 const CompiledStep& Task::step_program() const {
-  return options_.tensor_mask && mask_clear_ && steps_equal_ ? unmasked_step_ : step_;
+  return options_.tensor_mask && !masked_program_next() ? unmasked_step_ : step_;
 }
 
 const CompiledStep& Task::program_for_step() {
@@ -670,14 +670,9 @@ std::string Task::hash_state(const std::vector<size_t>& ids, const StateReader& 
   // (and a replay case recorded through renaissance.torch still matches). Else the counts of
   // `ids` in that order, as int64.
   if (options_.tensor_mask && !ids.empty()) {
-    std::vector<int32_t> all(params_.size());
-    backend_->download(plan_.region(S_TENSOR_INT32).offset + all.size() * sizeof(int32_t), all.data(),
-                       all.size() * sizeof(int32_t));
+    const std::vector<int64_t> all = tensor_steps();
     if (std::any_of(ids.begin(), ids.end(), [&](size_t id) { return all[id] != t; })) {
-      for (size_t id : ids) {
-        const int64_t steps = all[id];
-        XXH3_64bits_update(state, &steps, sizeof(steps));
-      }
+      for (size_t id : ids) XXH3_64bits_update(state, &all[id], sizeof(all[id]));
     }
   }
   const uint64_t hash = XXH3_64bits_digest(state);
