@@ -65,10 +65,9 @@ class SharedTask:
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
         # The per-tensor mask where the core supports it (fp32 or model-dtype gradients; not with
-        # clipping yet).
-        self.masked = members[0][2].get("max_grad_norm") is None
+        # clipping, nor under a sharded step (_torch_dist.py) yet).
+        self.masked = members[0][2].get("max_grad_norm") is None and not sharded
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
-        self.masked = self.masked and not sharded  # nor with a sharded step yet (_torch_dist.py)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
         # (TaskOptions::state_shard); they have no per-parameter views, the sharded step's
