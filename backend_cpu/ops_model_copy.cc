@@ -18,6 +18,7 @@
 
 #include "backend_cpu/model_copy.h"
 #include "renaissance/math/precision.h"
+#include "renaissance/model_copy_key.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace renaissance {
@@ -29,13 +30,8 @@ namespace {
 template <Precision kPrecision, Rounding kRounding>
 void round_scalar(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
   for (uint64_t i = 0; i < n; ++i) {
-    const float x = w[i];
-    if (kRounding == Rounding::kNearest) {
-      c[i] = kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
-    } else {
-      const uint32_t r = math::sr_random_word(seed, t, param, first + i);
-      c[i] = kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
-    }
+    const uint32_t r = kRounding == Rounding::kNearest ? 0u : math::sr_random_word(seed, t, param, first + i);
+    c[i] = round_copy<kPrecision, kRounding>(w[i], r);
   }
 }
 
