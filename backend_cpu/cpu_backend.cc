@@ -225,7 +225,7 @@ class CpuBackend final : public Backend {
         parallel_blocks(threads_, t.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {
           for (uint64_t i = begin; i < end; ++i) {
             const float x = math::synthetic_gradient(seed, step, t.tensor, i, amplitude);
-            h[i] = bf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+            h[i] = math::f32_to_half_rne(bf16, x);
           }
         }, tuning_.schedule);
         continue;

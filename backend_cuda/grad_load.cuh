@@ -34,7 +34,7 @@ template <Precision kFormat>
 struct GradHalf {
   const uint16_t* p;
   __device__ __forceinline__ static float widen(uint16_t h) {
-    return kFormat == Precision::kBf16 ? math::bf16_to_f32(h) : math::f16_to_f32(h);
+    return math::half_to_f32(kFormat == Precision::kBf16, h);
   }
   __device__ __forceinline__ float operator[](int64_t i) const { return widen(p[i]); }
   __device__ __forceinline__ GradHalf operator+(int64_t off) const { return GradHalf{p + off}; }

@@ -42,7 +42,7 @@ __global__ void synthetic_gradient_half_kernel(uint16_t* __restrict__ g, uint64_
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     const float x = math::synthetic_gradient(seed, step, tensor, i, amplitude);
-    g[i] = bf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+    g[i] = math::f32_to_half_rne(bf16, x);
   }
 }
 

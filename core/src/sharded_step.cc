@@ -67,12 +67,12 @@ struct GradCodec {
     }
     uint16_t h;
     std::memcpy(&h, static_cast<const char*>(base) + i * bytes, sizeof h);
-    return dtype == Precision::kBf16 ? math::bf16_to_f32(h) : math::f16_to_f32(h);
+    return math::half_to_f32(dtype == Precision::kBf16, h);
   }
   void store(void* base, uint64_t i, float x) const {
     char* at = static_cast<char*>(base) + i * bytes;
     if (dtype == Precision::kFp32) return static_cast<void>(std::memcpy(at, &x, sizeof x));
-    const uint16_t h = dtype == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+    const uint16_t h = math::f32_to_half_rne(dtype == Precision::kBf16, x);
     std::memcpy(at, &h, sizeof h);
   }
 };

@@ -366,7 +366,7 @@ Precision Task::grad_dtype() const {
 }
 
 uint16_t Task::round_to_grad_dtype(float value) const {
-  return grad_dtype() == Precision::kBf16 ? math::f32_to_bf16_rne(value) : math::f32_to_f16_rne(value);
+  return math::f32_to_half_rne(grad_dtype() == Precision::kBf16, value);
 }
 
 void Task::write_grad_encoded(size_t id, const uint16_t* src) {
@@ -409,7 +409,7 @@ void Task::refresh_model_copy(size_t id) {
   std::vector<uint16_t> c(n);
   read(Family::kW, id, w.data());
   const bool bf16 = options_.precision.precision == Precision::kBf16;
-  for (size_t i = 0; i < n; ++i) c[i] = bf16 ? math::f32_to_bf16_rne(w[i]) : math::f32_to_f16_rne(w[i]);
+  for (size_t i = 0; i < n; ++i) c[i] = math::f32_to_half_rne(bf16, w[i]);
   if (n != 0) backend_->upload(plan_.model_copy_offset(id), c.data(), n * sizeof(uint16_t));
 }
 
@@ -437,7 +437,7 @@ void Task::read(Family family, size_t id, float* dst) {
     std::vector<uint16_t> h(count);
     read_grad_encoded(id, h.data());
     const bool bf16 = grad_dtype() == Precision::kBf16;
-    for (uint64_t i = 0; i < count; ++i) dst[i] = bf16 ? math::bf16_to_f32(h[i]) : math::f16_to_f32(h[i]);
+    for (uint64_t i = 0; i < count; ++i) dst[i] = math::half_to_f32(bf16, h[i]);
     return;
   }
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));

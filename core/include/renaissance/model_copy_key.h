@@ -59,7 +59,7 @@ inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) {
 template <Precision kPrecision, Rounding kRounding>
 RN_HD uint16_t round_copy(float x, uint32_t r) {
   if (kRounding == Rounding::kNearest) {
-    return kPrecision == Precision::kBf16 ? math::f32_to_bf16_rne(x) : math::f32_to_f16_rne(x);
+    return math::f32_to_half_rne(kPrecision == Precision::kBf16, x);
   }
   return kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
 }

@@ -101,6 +101,11 @@ RN_HD uint16_t f32_to_f16_rne(float x) {
 // for normal fp16) the sum carries exactly when (r >> (32 - k)) + those bits reaches 2^k, so
 // only the top k bits of r matter; that is how it is computed. The next value above the
 // largest finite one is inf: |x| beyond it may round to inf, with that probability.
+// The 2-byte format chosen at run time (bf16 when `bf16`, else fp16): exact widening and
+// round-to-nearest-even, the one place that picks between the two definitions above.
+RN_HD float half_to_f32(bool bf16, uint16_t h) { return bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+RN_HD uint16_t f32_to_half_rne(bool bf16, float x) { return bf16 ? f32_to_bf16_rne(x) : f32_to_f16_rne(x); }
+
 RN_HD uint16_t f32_to_bf16_sr(float x, uint32_t r) {
   const uint32_t u = f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
