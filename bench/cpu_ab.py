@@ -51,8 +51,11 @@ VARIANTS = {
     "no-thp": {"RENAISSANCE_CPU_HUGEPAGES": "0"},
     "chunk4k": {"RENAISSANCE_CPU_CHUNK": "4096"},
     "chunk64k": {"RENAISSANCE_CPU_CHUNK": "65536"},
+    "chunk256k": {"RENAISSANCE_CPU_CHUNK": "262144"},   # 1 MiB per stream and block
     "interleaved": {"RENAISSANCE_CPU_SCHEDULE": "interleaved"},
     "static": {"RENAISSANCE_CPU_SCHEDULE": "static"},    # the default until 2026-12-01
+    "prefetch256": {"RENAISSANCE_CPU_PREFETCH": "256"},      # 1 KiB ahead: one prefetch step
+    "prefetch512": {"RENAISSANCE_CPU_PREFETCH": "512"},      # 2 KiB ahead
     "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
     "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
     "unroll2": {"RENAISSANCE_CPU_UNROLL": "2"},   # 2 and 4 SIMD vectors per loop iteration
