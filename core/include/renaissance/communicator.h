@@ -60,6 +60,9 @@ class Communicator {
   virtual void copy(void* dst, const void* src, uint64_t bytes) {
     if (bytes != 0) std::memmove(dst, src, bytes);
   }
+  // Waits until the calls so far have completed, their results visible to the backend's next
+  // work (nothing to wait for where every call returns complete: MPI, local).
+  virtual void wait() {}
   // A buffer of at least `bytes` in the communicator's memory, valid until the next call.
   virtual void* workspace(uint64_t bytes) {
     if (host_workspace_.size() < bytes) host_workspace_.resize(bytes);

@@ -10,6 +10,7 @@
 
 #include "renaissance/communicator.h"
 #include "renaissance/graph.h"
+#include "renaissance/math/rank_reduction.h"
 #include "renaissance/plan.h"
 #include "renaissance/task.h"
 
@@ -61,13 +62,12 @@ constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
   return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
 }
 
-// The reduction of GradReduce::kOrdered, written once (docs/distributed.md): the K ranks' values
-// of one element are added to a running fp32 sum in rank order r = 0, 1, ..., K-1, left to right
-// (sum = value of rank 0, then ordered_rank_add for r = 1, ...), and the sum is divided by K
-// (a division, not a multiplication by 1/K). The distributed step and the single-process
-// simulation both reduce through these two, so they cannot drift apart.
-inline float ordered_rank_add(float running_sum, float rank_value) { return running_sum + rank_value; }
-inline float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<float>(ranks); }
+// The reduction of GradReduce::kOrdered, written once (math/rank_reduction.h, for the host and
+// the device): the K ranks' values of one element summed in fp32 in rank order, then divided by
+// K. The distributed step (Backend::reduce_ranks) and the single-process simulation both reduce
+// through these two, so they cannot drift apart.
+using math::ordered_rank_add;
+using math::ordered_rank_mean;
 
 // The single-process simulation of an ordered K-rank step's input: fills G with the rank-order
 // sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
@@ -116,7 +116,10 @@ class ShardedStep {
   GradReduce mode_;
   ShardLayout layout_;
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
-  std::vector<float> scratch_;  // the reduction's host buffer
+  // Makes the backend's work so far and the communicator's calls so far visible to each other,
+  // where stream order does not already (a communicator not on the backend's stream).
+  void join();
+  bool stream_ordered_ = false;  // Communicator::order_on_stream(backend's stream) said yes
   uint64_t reduce_chunk_ = kReduceChunk;
   bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
   double comm_seconds_ = 0.0;
