@@ -8,7 +8,6 @@
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
 // rank over the gathered partials, so every rank holds the values one device computes.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "renaissance/error.h"
@@ -110,14 +109,14 @@ CompiledStep empty_like(const CompiledStep& step) {
   return s;
 }
 
+// Brackets one communication phase of the step (Communicator::begin_timing / end_timing).
 class CommTimer {
  public:
-  explicit CommTimer(double* total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~CommTimer() { *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  explicit CommTimer(Communicator& comm) : comm_(comm) { comm_.begin_timing(); }
+  ~CommTimer() { comm_.end_timing(); }
 
  private:
-  double* total_;
-  std::chrono::steady_clock::time_point start_;
+  Communicator& comm_;
 };
 
 }  // namespace
@@ -164,6 +163,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   // The per-tensor mask walks the same kind of table (one item per tensor).
   if (plan.config().tensor_mask) throw_invalid("a sharded step does not run a task with tensor_mask yet");
   layout_ = make_shard_layout(plan, comm.size());
+  timed_base_ = comm.timed_seconds();
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
   check_ = empty_like(step);
@@ -373,6 +373,8 @@ void ShardedStep::reduce_gradients() {
   join();
 }
 
+void ShardedStep::bind() { stream_ordered_ = comm_.order_on_stream(task_.backend().stream()); }
+
 void ShardedStep::join() {
   if (stream_ordered_) return;
   task_.backend().synchronize();
@@ -408,17 +410,18 @@ void ShardedStep::gather_doubles(Region region, bool norm_tiles, uint64_t per_ti
 }
 
 void ShardedStep::step() {
+  bind();
   Backend& backend = task_.backend();
   const CompiledStep& step = task_.compiled_step();
   // Each collective comes after the backend's work before it and the backend's next work after
   // the collective (join(): host waits only where the communicator is not on the backend's stream).
   {
-    CommTimer t(&comm_seconds_);
+    CommTimer t(comm_);
     reduce_gradients();
   }
   backend.execute(check_);
   {
-    CommTimer t(&comm_seconds_);
+    CommTimer t(comm_);
     join();
     if (step.check_finite) {
       int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(backend.arena()) + step.scalars_i32.offset) +
@@ -430,7 +433,7 @@ void ShardedStep::step() {
   }
   backend.execute(combine_);
   if (!task_.plan().norm_tiles().empty()) {
-    CommTimer t(&comm_seconds_);
+    CommTimer t(comm_);
     join();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
     join();
@@ -442,7 +445,7 @@ void ShardedStep::step() {
     update_prepared_ = true;
   }
   backend.execute(update_);
-  CommTimer t(&comm_seconds_);
+  CommTimer t(comm_);
   join();
   gather_family(Family::kW);
   if (task_.plan().has_model_copy()) gather_model_copy();
@@ -467,7 +470,8 @@ void ShardedStep::gather_state() {
     throw_invalid("gather_state(): this rank holds only its slice of M and V (TaskOptions::state_shard); use the "
                   "collective read_state(), fingerprint() or save()");
   }
-  CommTimer t(&comm_seconds_);
+  bind();
+  CommTimer t(comm_);
   join();
   if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
   if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
@@ -491,6 +495,7 @@ void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t 
     counts[r] = (hi - lo) * sizeof(float);
   }
   const int me = comm_.rank();
+  bind();
   if (counts[me] > 0) {
     task_.backend().download(plan.tensor_offset(family, id) + first * sizeof(float) + offsets[me],
                              reinterpret_cast<char*>(dst) + offsets[me], counts[me]);

@@ -102,8 +102,10 @@ class ShardedStep {
   // range per round (default kReduceChunk); tests make it small to run many rounds.
   void set_reduce_chunk(uint64_t elements);
   static constexpr uint64_t kReduceChunk = uint64_t{1} << 18;
-  // Seconds spent in collectives and the gradient reduction so far.
-  double comm_seconds() const { return comm_seconds_; }
+  // Seconds spent in collectives and the gradient reduction since this step was built
+  // (Communicator::timed_seconds: the host's clock for MPI, CUDA events on the stream for NCCL,
+  // which waits for the work timed so far).
+  double comm_seconds() const { return comm_.timed_seconds() - timed_base_; }
 
  private:
   void reduce_gradients();
@@ -119,10 +121,13 @@ class ShardedStep {
   // Makes the backend's work so far and the communicator's calls so far visible to each other,
   // where stream order does not already (a communicator not on the backend's stream).
   void join();
-  bool stream_ordered_ = false;  // Communicator::order_on_stream(backend's stream) said yes
+  // Puts the communicator on the backend's stream (Communicator::order_on_stream), before each
+  // public collective method: another step may share the communicator.
+  void bind();
+  bool stream_ordered_ = false;  // the communicator said yes
   uint64_t reduce_chunk_ = kReduceChunk;
   bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
-  double comm_seconds_ = 0.0;
+  double timed_base_ = 0.0;  // comm_.timed_seconds() when this step was built
 };
 
 }  // namespace renaissance
