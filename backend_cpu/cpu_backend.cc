@@ -238,6 +238,15 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Every element is independent (math::rank_reduce_element): the blocks' split over threads
+  // changes no bit. The pointers may lie outside the arena (a host communicator's workspace).
+  void reduce_ranks(const math::RankReduce& op) override {
+    if (op.count == 0) return;
+    parallel_blocks(threads_, op.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {
+      for (uint64_t i = begin; i < end; ++i) math::rank_reduce_element(op, i);
+    }, tuning_.schedule);
+  }
+
  private:
   void check_range(uint64_t offset, uint64_t bytes) const {
     if (offset > bytes_ || bytes > bytes_ - offset) {

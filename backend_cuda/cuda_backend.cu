@@ -318,6 +318,13 @@ class CudaBackend final : public Backend {
     return traffic_bytes(passes) / (static_cast<double>(*std::min_element(ms.begin(), ms.end())) * 1e-3) / 1e9;
   }
 
+  // On the step stream (every execute() joins its streams there), no host wait.
+  void reduce_ranks(const math::RankReduce& op) override {
+    if (op.count == 0) return;
+    launch_rank_reduce(op, launch_, origin());
+  }
+  void* stream() override { return origin(); }
+
   cudaStream_t origin() const { return streams_[static_cast<int>(StreamKind::kUpdate)]; }
 
  private:

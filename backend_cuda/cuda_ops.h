@@ -92,5 +92,8 @@ void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t
 void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
                                     float amplitude, bool bf16, const LaunchConfig& launch, cudaStream_t stream);
 
+// Backend::reduce_ranks: one thread per element (math::rank_reduce_element), grid-stride.
+void launch_rank_reduce(const math::RankReduce& op, const LaunchConfig& launch, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace renaissance

@@ -163,6 +163,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
     if (sharded) {
       const auto start = std::chrono::steady_clock::now();
       sharded->step();
+      task.backend().synchronize();  // (CUDA: step() returns with its work queued on the stream)
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     } else {
       ms = task.timed_steps(1).at(0);

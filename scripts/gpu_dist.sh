@@ -12,13 +12,17 @@
 # and the same with a bf16/fp16 model copy (adamw, lamb; --precision bf16 --stochastic-rounding
 # and --precision fp16), where also the K-rank NCCL run == the plain CPU run (replicated), and
 # with model-dtype gradients (--grad-dtype model: bf16 nearest, fp16 stochastic; fast == ordered
-# at K = 2 there too, its blocks widened on the host before ncclReduceScatter),
-# and prints arena_bytes_per_rank. Success: every line "ok", last line "gpu_dist: all checks
+# at K = 2 there too, its blocks widened on the device before ncclReduceScatter),
+# and prints a performance table ("perf" lines: ms per step and comm_ms_per_step of resnet50 and
+# gpt2_small AdamW at K = 1 plain, K = 1 nccl, K = 2 nccl replicated / ordered / fast; rank 0's
+# arena_bytes_per_rank). Success: every check line "ok", last line "gpu_dist: all checks
 # passed", exit 0. Any "FAIL" line: exit 1.
 #
 #   bash scripts/gpu_dist.sh            # BUILD=build-gpu-dist by default
 #   MODELS=resnet50 KINDS="adamw lamb" PRECS="bf16 --grad-dtype model" bash scripts/gpu_dist.sh
 #                                       # a subset when device time is short (PRECS: "|"-separated)
+#   CHECKS=0 bash scripts/gpu_dist.sh   # the performance table only (PERF_MODELS, PERF_STEPS)
+#   KS=1 ...                            # one GPU: K = 1 only (checks and table)
 #   BUILD_TESTS=ON: renaissance_tests is built in the same build dir too (the caller runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +53,8 @@ read -ra models <<< "${MODELS:-resnet50 gpt2_small}"
 read -ra kinds <<< "${KINDS:-adamw lamb lars}"
 precs=("bf16 --stochastic-rounding" "fp16" "bf16 --grad-dtype model" "fp16 --stochastic-rounding --grad-dtype model")
 [ -n "${PRECS:-}" ] && IFS='|' read -ra precs <<< "$PRECS"
+[[ "${CHECKS:-1}" == 0 ]] && models=()
+read -ra ks <<< "${KS:-1 2}"  # KS=1 on a machine with one GPU (two ranks cannot share one in NCCL)
 for model in "${models[@]}"; do
   for kind in "${kinds[@]}"; do
     args=(run --model "$model" --optimizer "$kind" --steps 6 --seed 3 --loss-scale 128 --schedule cosine --warmup 1
@@ -57,7 +63,7 @@ for model in "${models[@]}"; do
     if [[ "$model" == resnet50 ]]; then
       check "$model $kind: CUDA == CPU" "$plain" "$(run_fp "$CLI" "${args[@]}" --backend cpu)"
     fi
-    for K in 1 2; do
+    for K in "${ks[@]}"; do
       tag="$model $kind K=$K"
       check "$tag replicated == plain" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$plain"
       ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
@@ -77,7 +83,7 @@ for model in "${models[@]}"; do
       plain=$(run_fp "$CLI" "${args[@]}" --backend cuda)
       cpu=$(run_fp "$CLI" "${args[@]}" --backend cpu)
       check "$model $kind $prec: CUDA == CPU" "$plain" "$cpu"
-      for K in 1 2; do
+      for K in "${ks[@]}"; do
         tag="$model $kind $prec K=$K"
         check "$tag replicated == plain CPU" "$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce replicated)" "$cpu"
         ordered=$(run_fp "${MPIRUN[@]}" -np "$K" "$CLI" "${args[@]}" --distributed nccl --grad-reduce ordered)
@@ -88,13 +94,35 @@ for model in "${models[@]}"; do
       done
     done
   done
-  for K in 1 2; do
-    # (not `tee /dev/stderr`: with stderr redirected to a log file, reopening it truncated the log
-    # and lost every "ok" line of the first 2x H200 run, 2026-12-01)
-    json=$("${MPIRUN[@]}" -np "$K" "$CLI" run --model "$model" --optimizer adamw --steps 20 --distributed nccl \
-            --grad-reduce ordered --json)
-    echo "info $model adamw K=$K: arena_bytes_per_rank $(json_field arena_bytes_per_rank <<< "$json")" \
-         "comm_ms_per_step $(json_field comm_ms_per_step <<< "$json") ms_per_step $(json_field ms_per_step <<< "$json")"
+done
+
+# The performance table (issue 16): AdamW fp32, --steps PERF_STEPS (default 50), per model:
+# ms_per_step (median over the steps; plain: CUDA events around each step; nccl: the host's wall
+# time of ShardedStep::step() until its stream is done, so collectives, the reduction and the
+# sub-steps), its minimum, and comm_ms_per_step (CUDA events on the stream around the
+# communication phases: collectives and the reduction kernels between them, not the sub-steps).
+perf() {  # perf LABEL CMD...: one row (a run that fails counts as a failed check)
+  local json
+  if ! json=$("${@:2}" --json); then
+    echo "FAIL perf $model $1: the run failed"
+    failures=$((failures + 1))
+    return 0
+  fi
+  "$PY" -c 'import json,sys
+j = json.loads(sys.stdin.read().strip().splitlines()[-1])
+comm = "%.3f" % j["comm_ms_per_step"] if "comm_ms_per_step" in j else "-"
+print("perf %-10s %-18s %9.3f %9.3f %9s %14d" % (sys.argv[1], sys.argv[2], j["ms_per_step"], j["ms_per_step_min"], comm,
+                                               j["arena_bytes_per_rank"]))' "$model" "$1" <<< "$json"
+}
+printf "perf %-10s %-18s %9s %9s %9s %14s\n" model run ms/step min_ms comm_ms arena_bytes
+read -ra perf_models <<< "${PERF_MODELS:-resnet50 gpt2_small}"
+for model in "${perf_models[@]}"; do
+  pargs=(run --model "$model" --optimizer adamw --steps "${PERF_STEPS:-50}" --seed 3)
+  perf "K=1 plain" "$CLI" "${pargs[@]}" --backend cuda
+  perf "K=1 nccl ordered" "${MPIRUN[@]}" -np 1 "$CLI" "${pargs[@]}" --distributed nccl --grad-reduce ordered
+  [[ " ${ks[*]} " == *" 2 "* ]] || continue
+  for mode in replicated ordered fast; do
+    perf "K=2 nccl $mode" "${MPIRUN[@]}" -np 2 "$CLI" "${pargs[@]}" --distributed nccl --grad-reduce "$mode"
   done
 done
 

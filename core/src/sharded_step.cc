@@ -8,7 +8,6 @@
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
 // rank over the gathered partials, so every rank holds the values one device computes.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "renaissance/error.h"
@@ -52,31 +51,6 @@ uint64_t grad_element_bytes(const MemoryPlan& plan) {
   return plan.config().model_dtype_gradients ? sizeof(uint16_t) : sizeof(float);
 }
 
-// G's encoding as a reduction sees it (docs/distributed.md, "Model-dtype gradients"): a rank's
-// value is widened exactly to fp32 before it enters the rank-order sum, and the fp32 mean is
-// rounded to nearest even back into the model dtype, because G holds that dtype and the step
-// widens it again (exactly). fp32 gradients pass through both unchanged.
-struct GradCodec {
-  Precision dtype = Precision::kFp32;
-  uint64_t bytes = sizeof(float);
-  float load(const void* base, uint64_t i) const {
-    if (dtype == Precision::kFp32) {
-      float x;
-      std::memcpy(&x, static_cast<const char*>(base) + i * bytes, sizeof x);
-      return x;
-    }
-    uint16_t h;
-    std::memcpy(&h, static_cast<const char*>(base) + i * bytes, sizeof h);
-    return math::half_to_f32(dtype == Precision::kBf16, h);
-  }
-  void store(void* base, uint64_t i, float x) const {
-    char* at = static_cast<char*>(base) + i * bytes;
-    if (dtype == Precision::kFp32) return static_cast<void>(std::memcpy(at, &x, sizeof x));
-    const uint16_t h = math::f32_to_half_rne(dtype == Precision::kBf16, x);
-    std::memcpy(at, &h, sizeof h);
-  }
-};
-GradCodec grad_codec(const Task& task) { return {task.grad_dtype(), grad_element_bytes(task.plan())}; }
 
 // The node cut to this rank: element-wise updates and the check to the slice, tile-wise nodes
 // to the owned tiles. A rank that owns nothing of a node keeps it with empty spans: the check
@@ -135,14 +109,14 @@ CompiledStep empty_like(const CompiledStep& step) {
   return s;
 }
 
+// Brackets one communication phase of the step (Communicator::begin_timing / end_timing).
 class CommTimer {
  public:
-  explicit CommTimer(double* total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~CommTimer() { *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  explicit CommTimer(Communicator& comm) : comm_(comm) { comm_.begin_timing(); }
+  ~CommTimer() { comm_.end_timing(); }
 
  private:
-  double* total_;
-  std::chrono::steady_clock::time_point start_;
+  Communicator& comm_;
 };
 
 }  // namespace
@@ -152,20 +126,22 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks) {
   if (ranks < 1) throw_invalid("--simulate-ranks must be >= 1, got " + std::to_string(ranks));
   // Model-dtype gradients: each rank's values widened exactly, summed in fp32, the mean rounded
-  // to nearest even into G's dtype (GradCodec), as ShardedStep's ordered reduction does.
-  const GradCodec codec = grad_codec(task);
+  // to nearest even into G's dtype (math::load_grad / store_grad), as ShardedStep's ordered
+  // reduction (Backend::reduce_ranks) does.
+  const Precision dtype = task.grad_dtype();
+  const uint64_t bytes = grad_element_bytes(task.plan());
   const Span g = task.plan().region_range(G_BN_BIAS, G_DEEP_CONV);
   std::vector<float> sum(g.count);
-  std::vector<char> rank_g(g.count * codec.bytes);
+  std::vector<char> rank_g(g.count * bytes);
   for (int r = 0; r < ranks; ++r) {
     task.synthesize_gradients(rank_gradient_seed(seed, r), step, amplitude);
     task.backend().download(g.offset, rank_g.data(), rank_g.size());
     for (uint64_t i = 0; i < g.count; ++i) {
-      const float x = codec.load(rank_g.data(), i);
+      const float x = math::load_grad(dtype, rank_g.data(), i);
       sum[i] = r == 0 ? x : ordered_rank_add(sum[i], x);
     }
   }
-  for (uint64_t i = 0; i < g.count; ++i) codec.store(rank_g.data(), i, ordered_rank_mean(sum[i], ranks));
+  for (uint64_t i = 0; i < g.count; ++i) math::store_grad(dtype, rank_g.data(), i, ordered_rank_mean(sum[i], ranks));
   task.backend().upload(g.offset, rank_g.data(), rank_g.size());
 }
 
@@ -187,6 +163,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   // The per-tensor mask walks the same kind of table (one item per tensor).
   if (plan.config().tensor_mask) throw_invalid("a sharded step does not run a task with tensor_mask yet");
   layout_ = make_shard_layout(plan, comm.size());
+  timed_base_ = comm.timed_seconds();
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
   check_ = empty_like(step);
@@ -255,51 +232,41 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
 // slice of M and V, and a few MiB (docs/distributed.md, "Memory per rank"). G's elements are
 // fp32 or, with model-dtype gradients, 2-byte encodings: the collectives move them as they are
 // (E bytes each), every sum and mean is formed in fp32 on widened values, and the result is
-// stored in G's dtype (GradCodec).
+// stored in G's dtype. The arithmetic runs on the backend (Backend::reduce_ranks, over G and the
+// communicator's workspace), so on CUDA nothing goes through the host.
 void ShardedStep::reduce_gradients() {
   if (mode_ == GradReduce::kReplicated) return;
+  Backend& backend = task_.backend();
   const int K = comm_.size();
   const RankShard& me = shard();
-  const GradCodec codec = grad_codec(task_);
-  const uint64_t E = codec.bytes;
+  const Precision dtype = task_.grad_dtype();
+  const uint64_t E = grad_element_bytes(task_.plan());
   const uint64_t g0 = task_.plan().region_range(G_BN_BIAS, G_DEEP_CONV).offset;
-  char* g = static_cast<char*>(task_.backend().arena()) + g0;
+  char* g = static_cast<char*>(backend.arena()) + g0;
   const uint64_t C = reduce_chunk_;
-  const float k = static_cast<float>(K);
   std::vector<uint64_t> so(K), sc(K), ro(K), rc(K);
   // Elements of range [lo, hi) in round j.
   auto in_round = [&](uint64_t lo, uint64_t hi, uint64_t j) {
     const uint64_t off = j * C;
     return hi - lo > off ? std::min(C, hi - lo - off) : uint64_t{0};
   };
-  // fp32 values of G elements [at, at + n) written into G in its dtype.
-  std::vector<char> encoded;
-  auto put = [&](uint64_t at, const float* values, uint64_t n) {
-    if (n == 0) return;
-    if (E == sizeof(float)) return comm_.copy_from_host(g + at * E, values, n * E);
-    encoded.resize(n * E);
-    for (uint64_t i = 0; i < n; ++i) codec.store(encoded.data(), i, values[i]);
-    comm_.copy_from_host(g + at * E, encoded.data(), n * E);
-  };
   if (mode_ == GradReduce::kOrdered) {
     // Every rank sends each rank r its own gradient over r's range [begin, grad_end), a round at
     // a time; rank q's part lands at q * (this round's count) of the landing buffer.
     uint64_t longest = 0;
     for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.grad_end - o.begin);
-    // A sum is written into G at once unless another rank still sends from that element: those
+    // A mean is written into G at once unless another rank still sends from that element: those
     // of the head of this range (in earlier ranks' halos) and of its halo (in later ranks'
-    // slices) wait in `head` and `tail` until the last round (less than one grad-norm tile each).
+    // slices) wait, encoded, in `head` and `tail` of the workspace until the last round (less
+    // than one grad-norm tile each).
     uint64_t head_end = me.begin;
     for (int r = 0; r < comm_.rank(); ++r) head_end = std::max(head_end, std::min(layout_.ranks[r].grad_end, me.grad_end));
     const uint64_t tail_begin = std::max(me.end, head_end);
-    std::vector<float> head(head_end - me.begin), tail(me.grad_end - tail_begin);
-    // The all-to-all lands in the communicator's memory; the sums are formed on the host (a copy
-    // of it for device memory) and written back into G with the communicator's copies.
     const uint64_t most = std::min(C, longest);
-    char* landed = static_cast<char*>(comm_.workspace(static_cast<uint64_t>(K) * most * E));
-    if (comm_.device_memory()) scratch_.resize((static_cast<size_t>(K) * most * E + 3) / sizeof(float));
-    const char* in = comm_.device_memory() ? reinterpret_cast<const char*>(scratch_.data()) : landed;
-    std::vector<float> sums(most);
+    char* landed = static_cast<char*>(
+        comm_.workspace((static_cast<uint64_t>(K) * most + (head_end - me.begin) + (me.grad_end - tail_begin)) * E));
+    char* head = landed + static_cast<uint64_t>(K) * most * E;
+    char* tail = head + (head_end - me.begin) * E;
     for (uint64_t j = 0; j * C < longest; ++j) {
       const uint64_t mine = in_round(me.begin, me.grad_end, j), off = j * C;
       for (int r = 0; r < K; ++r) {
@@ -310,39 +277,65 @@ void ShardedStep::reduce_gradients() {
         ro[r] = static_cast<uint64_t>(r) * mine * E;
         rc[r] = mine * E;
       }
+      join();
       comm_.all_to_all_v(g, so, sc, landed, ro, rc);
-      if (comm_.device_memory()) comm_.copy_to_host(scratch_.data(), landed, static_cast<uint64_t>(K) * mine * E);
-      for (uint64_t i = 0; i < mine; ++i) {
-        float sum = codec.load(in, i);
-        for (int r = 1; r < K; ++r) sum = ordered_rank_add(sum, codec.load(in, static_cast<uint64_t>(r) * mine + i));
-        sums[i] = ordered_rank_mean(sum, K);
-        const uint64_t p = me.begin + off + i;
-        if (p < head_end) head[p - me.begin] = sums[i];
-        if (p >= tail_begin) tail[p - tail_begin] = sums[i];
-      }
-      // The sums no other rank still sends from, [lo, hi), go into G now.
-      const uint64_t lo = std::max(me.begin + off, head_end), hi = std::min(me.begin + off + mine, tail_begin);
-      if (hi > lo) put(lo, sums.data() + (lo - me.begin - off), hi - lo);
+      join();
+      // This round's elements [rb, re) of G: the means of [lo, hi) into `dst` at element lo - at.
+      const uint64_t rb = me.begin + off, re = rb + mine;
+      auto mean = [&](uint64_t lo, uint64_t hi, char* dst, uint64_t at) {
+        lo = std::max(lo, rb);
+        hi = std::min(hi, re);
+        if (hi <= lo) return;
+        math::RankReduce op;
+        op.blocks = landed;
+        op.stride = mine;
+        op.first = lo - rb;
+        op.count = hi - lo;
+        op.summands = K;
+        op.divisor = K;
+        op.in = op.out = dtype;
+        op.dst = dst + (lo - at) * E;
+        backend.reduce_ranks(op);
+      };
+      mean(me.begin, head_end, head, me.begin);
+      mean(head_end, tail_begin, g, 0);  // the means no other rank still sends from: into G now
+      mean(tail_begin, me.grad_end, tail, tail_begin);
     }
-    put(me.begin, head.data(), head.size());
-    put(tail_begin, tail.data(), tail.size());
+    join();
+    comm_.copy(g + me.begin * E, head, (head_end - me.begin) * E);
+    comm_.copy(g + tail_begin * E, tail, (me.grad_end - tail_begin) * E);
+    join();
     return;
   }
-  // kFast: the engine's reduce-scatter of the slices (fp32: model-dtype blocks are widened on the
-  // host first), a round at a time (each rank's block of the round packed after the previous
-  // one), / K; then the halo (the rest of the last owned grad-norm tile) from the ranks that own
-  // those elements.
+  // kFast: the engine's reduce-scatter of the slices (fp32: model-dtype blocks are widened
+  // first), a round at a time (each rank's block of the round packed after the previous one),
+  // / K into G's dtype; then the halo (the rest of the last owned grad-norm tile) from the ranks
+  // that own those elements.
   uint64_t longest = 0;
   for (const RankShard& o : layout_.ranks) longest = std::max(longest, o.end - o.begin);
   std::vector<uint64_t> counts(K);
-  // The packed blocks and the reduced one in the communicator's memory; the division on the host.
+  // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end), packed (E bytes an
+  // element, G's own encoding); it receives the other ranks' slices ∩ its own halo in place.
+  uint64_t halo_bytes = 0;
+  for (int r = 0; r < K; ++r) {
+    const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
+    const uint64_t slo = std::max(me.begin, other.end), shi = std::min(me.end, other.grad_end);
+    so[r] = halo_bytes;
+    if (shi > slo) halo_bytes += (shi - slo) * E;
+    sc[r] = halo_bytes - so[r];
+    const uint64_t rlo = std::max(other.begin, me.end), rhi = std::min(other.end, me.grad_end);
+    ro[r] = rhi > rlo ? rlo * E : 0;
+    rc[r] = rhi > rlo ? (rhi - rlo) * E : 0;
+  }
+  // The packed blocks, the reduced one and the halo's send buffer (a valid address when nothing
+  // is sent: one float more) in the communicator's memory.
   const uint64_t most = std::min(C, longest);
-  float* pack = static_cast<float*>(comm_.workspace((static_cast<uint64_t>(K) + 1) * most * sizeof(float)));
+  float* pack = static_cast<float*>(
+      comm_.workspace((static_cast<uint64_t>(K) + 1) * most * sizeof(float) + halo_bytes + sizeof(float)));
   float* reduced = pack + static_cast<uint64_t>(K) * most;
-  scratch_.resize(most);
-  std::vector<char> raw;
-  std::vector<float> widened;
+  char* send = reinterpret_cast<char*>(reduced + most);
   for (uint64_t j = 0; j * C < longest; ++j) {
+    join();
     uint64_t packed = 0;
     for (int r = 0; r < K; ++r) {
       const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
@@ -351,40 +344,41 @@ void ShardedStep::reduce_gradients() {
       if (E == sizeof(float)) {
         comm_.copy(pack + packed, block, counts[r] * sizeof(float));
       } else {
-        raw.resize(counts[r] * E);
-        widened.resize(counts[r]);
-        comm_.copy_to_host(raw.data(), block, counts[r] * E);
-        for (uint64_t i = 0; i < counts[r]; ++i) widened[i] = codec.load(raw.data(), i);
-        comm_.copy_from_host(pack + packed, widened.data(), counts[r] * sizeof(float));
+        math::RankReduce widen;  // one summand, no division: each value widened as it is
+        widen.blocks = block;
+        widen.count = counts[r];
+        widen.in = dtype;
+        widen.dst = pack + packed;
+        backend.reduce_ranks(widen);
       }
       packed += counts[r];
     }
+    join();
     comm_.reduce_scatter_sum_f32(pack, reduced, counts);
-    const uint64_t mine = counts[comm_.rank()];
-    comm_.copy_to_host(scratch_.data(), reduced, mine * sizeof(float));
-    for (uint64_t i = 0; i < mine; ++i) scratch_[i] = scratch_[i] / k;
-    put(me.begin + j * C, scratch_.data(), mine);
+    join();
+    math::RankReduce divide;  // the engine's sum / K, into G's dtype
+    divide.blocks = reduced;
+    divide.count = counts[comm_.rank()];
+    divide.divisor = K;
+    divide.out = dtype;
+    divide.dst = g + (me.begin + j * C) * E;
+    backend.reduce_ranks(divide);
   }
-  // What this rank sends to r: its slice ∩ r's halo [r.end, r.grad_end), packed (E bytes an
-  // element, G's own encoding); it receives the other ranks' slices ∩ its own halo in place.
-  std::vector<char> halo;
+  join();
   for (int r = 0; r < K; ++r) {
-    const RankShard& other = layout_.ranks[static_cast<size_t>(r)];
-    const uint64_t slo = std::max(me.begin, other.end), shi = std::min(me.end, other.grad_end);
-    so[r] = halo.size();
-    if (shi > slo) {
-      halo.resize(halo.size() + (shi - slo) * E);
-      comm_.copy_to_host(halo.data() + so[r], g + slo * E, (shi - slo) * E);
-    }
-    sc[r] = halo.size() - so[r];
-    const uint64_t rlo = std::max(other.begin, me.end), rhi = std::min(other.end, me.grad_end);
-    ro[r] = rhi > rlo ? rlo * E : 0;
-    rc[r] = rhi > rlo ? (rhi - rlo) * E : 0;
+    const uint64_t slo = std::max(me.begin, layout_.ranks[static_cast<size_t>(r)].end);
+    if (sc[r] > 0) comm_.copy(send + so[r], g + slo * E, sc[r]);
   }
-  halo.resize(halo.size() + sizeof(float));  // a valid address when nothing is sent
-  char* send = static_cast<char*>(comm_.workspace(halo.size()));
-  comm_.copy_from_host(send, halo.data(), halo.size());
   comm_.all_to_all_v(send, so, sc, g, ro, rc);
+  join();
+}
+
+void ShardedStep::bind() { stream_ordered_ = comm_.order_on_stream(task_.backend().stream()); }
+
+void ShardedStep::join() {
+  if (stream_ordered_) return;
+  task_.backend().synchronize();
+  comm_.wait();
 }
 
 void ShardedStep::gather_family(Family family) {
@@ -416,31 +410,33 @@ void ShardedStep::gather_doubles(Region region, bool norm_tiles, uint64_t per_ti
 }
 
 void ShardedStep::step() {
+  bind();
   Backend& backend = task_.backend();
   const CompiledStep& step = task_.compiled_step();
-  // Each collective waits for the backend's work before it (a no-op on the CPU; on CUDA the
-  // sub-steps run on the backend's streams and the communicator on its own).
+  // Each collective comes after the backend's work before it and the backend's next work after
+  // the collective (join(): host waits only where the communicator is not on the backend's stream).
   {
-    CommTimer t(&comm_seconds_);
-    backend.synchronize();
+    CommTimer t(comm_);
     reduce_gradients();
   }
   backend.execute(check_);
   {
-    CommTimer t(&comm_seconds_);
-    backend.synchronize();
+    CommTimer t(comm_);
+    join();
     if (step.check_finite) {
       int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(backend.arena()) + step.scalars_i32.offset) +
                       kHasNonFinite;
       comm_.all_reduce_max_i32(flag, 1);
     }
     if (step.clip) gather_doubles(T_GRAD_NORM_PARTIALS, false, 1);
+    join();
   }
   backend.execute(combine_);
   if (!task_.plan().norm_tiles().empty()) {
-    CommTimer t(&comm_seconds_);
-    backend.synchronize();
+    CommTimer t(comm_);
+    join();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
+    join();
   }
   // CUDA looks up a model-copy node's copy table by the node: the update sub-step is prepared
   // once, here, where it no longer moves.
@@ -449,10 +445,11 @@ void ShardedStep::step() {
     update_prepared_ = true;
   }
   backend.execute(update_);
-  CommTimer t(&comm_seconds_);
-  backend.synchronize();
+  CommTimer t(comm_);
+  join();
   gather_family(Family::kW);
   if (task_.plan().has_model_copy()) gather_model_copy();
+  join();
 }
 
 // The copy pairs element j of the W family with element j of C_MODEL_COPY (2 bytes each): each
@@ -473,10 +470,12 @@ void ShardedStep::gather_state() {
     throw_invalid("gather_state(): this rank holds only its slice of M and V (TaskOptions::state_shard); use the "
                   "collective read_state(), fingerprint() or save()");
   }
-  CommTimer t(&comm_seconds_);
-  task_.backend().synchronize();
+  bind();
+  CommTimer t(comm_);
+  join();
   if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
   if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
+  join();
 }
 
 void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
@@ -496,6 +495,7 @@ void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t 
     counts[r] = (hi - lo) * sizeof(float);
   }
   const int me = comm_.rank();
+  bind();
   if (counts[me] > 0) {
     task_.backend().download(plan.tensor_offset(family, id) + first * sizeof(float) + offsets[me],
                              reinterpret_cast<char*>(dst) + offsets[me], counts[me]);

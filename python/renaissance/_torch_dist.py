@@ -110,6 +110,11 @@ class TorchCommunicator:
     def copy(self, dst, dst_device, src, src_device, nbytes):
         self._view(dst, nbytes, dst_device).copy_(self._view(src, nbytes, src_device))
 
+    def synchronize(self):
+        """The core's ShardedStep runs its reduction on the task's CUDA stream: it waits here for
+        torch's collectives and copies before that stream reads what they wrote."""
+        torch.cuda.synchronize(self.device)
+
     def workspace(self, nbytes):
         if self._workspace is None or self._workspace.numel() < nbytes:
             self._workspace = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=self.device)

@@ -73,6 +73,10 @@ class PyCommunicator final : public Communicator {
     if (!device_) return Communicator::copy(dst, src, bytes);
     if (bytes != 0) impl_.attr("copy")(address(dst), true, address(src), true, bytes);
   }
+  // Device memory: torch's collectives and copies run on torch's streams, not the backend's.
+  void wait() override {
+    if (device_) impl_.attr("synchronize")();
+  }
   void* workspace(uint64_t bytes) override {
     if (!device_) return Communicator::workspace(bytes);
     return reinterpret_cast<void*>(nb::cast<uintptr_t>(impl_.attr("workspace")(bytes)));

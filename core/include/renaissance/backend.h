@@ -10,6 +10,7 @@
 
 #include "renaissance/graph.h"
 #include "renaissance/kinds.h"
+#include "renaissance/math/rank_reduction.h"
 #include "renaissance/plan.h"
 
 namespace renaissance {
@@ -139,6 +140,17 @@ class Backend {
     }
     return ms;
   }
+
+  // One pass of a sharded step's gradient reduction (math::RankReduce: the rank-order mean of the
+  // landed blocks, or the fast path's widening / division by K) over memory of this backend: the
+  // arena or a device-memory communicator's workspace (ShardedStep). Enqueued as a step is: on
+  // CUDA after the work already on stream(), without a host wait; the CPU runs it at once.
+  virtual void reduce_ranks(const math::RankReduce& op) = 0;
+
+  // The CUDA stream (a cudaStream_t) every execute(), upload() and reduce_ranks() ends on: work
+  // enqueued there later runs after them (a communicator enqueues its collectives there).
+  // nullptr on the CPU, whose calls return when their work is done.
+  virtual void* stream() { return nullptr; }
 
   // CUDA only (a no-op elsewhere): order each execute() after the work already queued on the
   // caller's stream `stream` (a cudaStream_t; nullptr: none), and everything queued there later

@@ -5,13 +5,14 @@
 //
 // Implementations: LocalCommunicator (a world of one, in the runtime), MpiCommunicator (dist/,
 // built when Open MPI is found) and NcclCommunicator (dist/, built when NCCL is found; device
-// buffers, not yet run on GPUs). On NCCL: all_gather_v maps to
-// grouped ncclBroadcast (NCCL's all-gather needs equal counts), all_to_all_v to grouped
-// ncclSend/ncclRecv, reduce_scatter_sum_f32 to ncclReduceScatter on padded counts, the max to
-// ncclAllReduce(ncclMax), each enqueued on the communicator's stream and waited for.
+// buffers). On NCCL: all_gather_v maps to grouped ncclBroadcast (NCCL's all-gather needs equal
+// counts), all_to_all_v to grouped ncclSend/ncclRecv, reduce_scatter_sum_f32 to
+// ncclReduceScatter on padded counts, the max to ncclAllReduce(ncclMax), each enqueued on the
+// backend's stream (order_on_stream) with no host wait.
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -60,6 +61,27 @@ class Communicator {
   virtual void copy(void* dst, const void* src, uint64_t bytes) {
     if (bytes != 0) std::memmove(dst, src, bytes);
   }
+  // Waits until the calls so far have completed, their results visible to the backend's next
+  // work (nothing to wait for where every call returns complete: MPI, local).
+  virtual void wait() {}
+  // Orders the calls from now on with the work of a backend whose calls end on `stream`
+  // (Backend::stream(): a cudaStream_t, nullptr for a host backend). True: every call runs after
+  // the backend's work enqueued before it, and the backend's later work runs after the call,
+  // with no host wait (the sharded step then waits only where the host reads a value). False:
+  // the caller joins them itself (Backend::synchronize(), wait()). A host-memory communicator
+  // with a host backend is ordered by construction: both return when their work is done.
+  virtual bool order_on_stream(void* stream) { return !device_memory() && stream == nullptr; }
+
+  // The sharded step's communication time (ShardedStep::comm_seconds): begin_timing() and
+  // end_timing() bracket one phase (its collectives and the reduction's arithmetic between them);
+  // timed_seconds() is the total of the phases so far. The base clocks the host, which is
+  // honest where the calls return complete; the NCCL communicator records CUDA events on its
+  // stream instead (the phases' time on the device) and timed_seconds() waits for them.
+  virtual void begin_timing() { timing_start_ = std::chrono::steady_clock::now(); }
+  virtual void end_timing() {
+    timed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - timing_start_).count();
+  }
+  virtual double timed_seconds() { return timed_; }
   // A buffer of at least `bytes` in the communicator's memory, valid until the next call.
   virtual void* workspace(uint64_t bytes) {
     if (host_workspace_.size() < bytes) host_workspace_.resize(bytes);
@@ -68,6 +90,8 @@ class Communicator {
 
  private:
   std::vector<char> host_workspace_;
+  std::chrono::steady_clock::time_point timing_start_;
+  double timed_ = 0.0;
 };
 
 // A world of one rank: every collective is the identity (a sharded step at K = 1 and tests).

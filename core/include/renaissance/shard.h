@@ -10,6 +10,7 @@
 
 #include "renaissance/communicator.h"
 #include "renaissance/graph.h"
+#include "renaissance/math/rank_reduction.h"
 #include "renaissance/plan.h"
 #include "renaissance/task.h"
 
@@ -61,13 +62,12 @@ constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
   return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
 }
 
-// The reduction of GradReduce::kOrdered, written once (docs/distributed.md): the K ranks' values
-// of one element are added to a running fp32 sum in rank order r = 0, 1, ..., K-1, left to right
-// (sum = value of rank 0, then ordered_rank_add for r = 1, ...), and the sum is divided by K
-// (a division, not a multiplication by 1/K). The distributed step and the single-process
-// simulation both reduce through these two, so they cannot drift apart.
-inline float ordered_rank_add(float running_sum, float rank_value) { return running_sum + rank_value; }
-inline float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<float>(ranks); }
+// The reduction of GradReduce::kOrdered, written once (math/rank_reduction.h, for the host and
+// the device): the K ranks' values of one element summed in fp32 in rank order, then divided by
+// K. The distributed step (Backend::reduce_ranks) and the single-process simulation both reduce
+// through these two, so they cannot drift apart.
+using math::ordered_rank_add;
+using math::ordered_rank_mean;
 
 // The single-process simulation of an ordered K-rank step's input: fills G with the rank-order
 // sum of the K ranks' synthetic gradients divided by K, exactly as GradReduce::kOrdered forms it.
@@ -102,8 +102,10 @@ class ShardedStep {
   // range per round (default kReduceChunk); tests make it small to run many rounds.
   void set_reduce_chunk(uint64_t elements);
   static constexpr uint64_t kReduceChunk = uint64_t{1} << 18;
-  // Seconds spent in collectives and the gradient reduction so far.
-  double comm_seconds() const { return comm_seconds_; }
+  // Seconds spent in collectives and the gradient reduction since this step was built
+  // (Communicator::timed_seconds: the host's clock for MPI, CUDA events on the stream for NCCL,
+  // which waits for the work timed so far).
+  double comm_seconds() const { return comm_.timed_seconds() - timed_base_; }
 
  private:
   void reduce_gradients();
@@ -116,10 +118,16 @@ class ShardedStep {
   GradReduce mode_;
   ShardLayout layout_;
   CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
-  std::vector<float> scratch_;  // the reduction's host buffer
+  // Makes the backend's work so far and the communicator's calls so far visible to each other,
+  // where stream order does not already (a communicator not on the backend's stream).
+  void join();
+  // Puts the communicator on the backend's stream (Communicator::order_on_stream), before each
+  // public collective method: another step may share the communicator.
+  void bind();
+  bool stream_ordered_ = false;  // the communicator said yes
   uint64_t reduce_chunk_ = kReduceChunk;
   bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
-  double comm_seconds_ = 0.0;
+  double timed_base_ = 0.0;  // comm_.timed_seconds() when this step was built
 };
 
 }  // namespace renaissance
