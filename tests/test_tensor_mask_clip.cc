@@ -3,8 +3,8 @@
 // device). The oracle is what renaissance.torch's fallback does: the SAME mask-enabled layout with
 // no tensor masked, the masked tensors' G zeroed, and their W, M, V (and so the copy, rounded to
 // nearest from W) and per-tensor counts put back after the step. The masked task must give the
-// same bits (W, M, V, copy, grad norm, counts) while its masked tensors' stale G holds NaN: the
-// clip norm and the non-finite check read a masked tensor as +0.0, never what its G holds. The
+// same bits (W, M, V, copy, grad norm, counts) while its masked tensors' stale G holds NaN or
+// large values: the clip norm and the non-finite check read a masked tensor as +0.0. The
 // patterns include a step before any mask (the clear program, also compared with a task without
 // the flag), a masked tensor that straddles grad-norm tiles, and a step with everything masked.
 #include <gtest/gtest.h>
@@ -139,10 +139,14 @@ uint64_t bits(double x) {
   return u;
 }
 
-// A stale gradient no check may look at: NaN in every element (fp32, or the bf16 encoding).
-void write_stale_nan(Task& task, size_t id) {
+// A stale gradient neither the check nor the norm may look at: at even steps NaN in every element
+// (fp32, or the bf16 encoding; a look skips the step), at odd steps large finite values (a
+// look moves the norm).
+void write_stale(Task& task, size_t id, int step) {
   const size_t n = static_cast<size_t>(task.param(id).numel());
-  if (task.grad_dtype() == Precision::kFp32) {
+  if (step % 2 == 1) {
+    task.set_grad(id, testing_util::lcg_values(seed_of(task.param(id).name) + 7u, static_cast<int64_t>(n), 64.0f).data());
+  } else if (task.grad_dtype() == Precision::kFp32) {
     task.set_grad(id, std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()).data());
   } else {
     task.write_grad_encoded(id, std::vector<uint16_t>(n, 0x7fc0).data());
@@ -176,7 +180,7 @@ TEST_P(TensorMaskClipTest, MaskedStepIsTheZeroedAndRestoredStep) {
       mask[id] = masked(id, step) ? 1 : 0;
       const std::vector<float> g = grads_of(params[id], step);
       if (mask[id]) {
-        write_stale_nan(*task, id);
+        write_stale(*task, id, step);
         oracle->set_grad(id, std::vector<float>(g.size(), 0.0f).data());
         before[id] = snapshot(*oracle, id);
       } else {
