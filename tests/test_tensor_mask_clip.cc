@@ -217,7 +217,9 @@ TEST_P(TensorMaskClipTest, MaskedStepIsTheZeroedAndRestoredStep) {
     }
     clipping_seen = clipping_seen || task->last_grad_norm() > 1.0;
     for (size_t id = 0; id < params.size(); ++id) {
-      if (mask[id]) EXPECT_TRUE(same(snapshot(*task, id), before[id])) << params[id].name << " changed at step " << step;
+      if (mask[id]) {
+        EXPECT_TRUE(same(snapshot(*task, id), before[id])) << params[id].name << " changed at step " << step;
+      }
       EXPECT_TRUE(same(snapshot(*task, id), snapshot(*oracle, id))) << params[id].name << " at step " << step;
     }
     EXPECT_EQ(task->tensor_steps(), taken) << "step " << step;
