@@ -3,7 +3,8 @@
 // skipped, decided without the host looking at the data). With gradient-norm clipping the check
 // is fused into GRAD_NORM_PARTIALS (tile partials of ‖g*(1/scale)‖² in the canonical order of
 // math/norm_reduction.h, each tile checked and squared while it is in cache), and
-// CLIP_COEFFICIENT turns the partials into the total norm and the coefficient.
+// CLIP_COEFFICIENT turns the partials into the total norm and the coefficient. With the tensor
+// mask the fused pass reads a masked tensor's elements as +0.0 (the bits of a zeroed G).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_check.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -80,6 +81,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "backend_cpu/cpu_ops.h"
@@ -143,6 +145,58 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
 
+namespace {
+
+// An element range [begin, end) of the node's G span.
+struct ElementRun {
+  uint64_t begin, end;
+};
+
+// tensor_mask: the runs of the node's G span that belong to masked tensors, in increasing order
+// (each group's items, from its offset in the span; the bias-like group lies first). Empty when
+// nothing is masked, or without the mask.
+std::vector<ElementRun> masked_runs(const CpuContext& ctx, const GraphNode& node) {
+  std::vector<ElementRun> runs;
+  const int32_t* mask = tensor_mask(ctx, node);
+  if (mask == nullptr) return runs;
+  const uint64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  for (int group = 0; group < 2; ++group) {
+    const uint64_t first = (node.group_g[group].offset - node.g.offset) / element_bytes;
+    const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
+    for (uint64_t k = 0; k < node.group_items[group].count; ++k) {
+      if (!block_masked(mask, items[k].block)) continue;
+      const uint64_t begin = first + static_cast<uint64_t>(items[k].start);
+      const uint64_t end = begin + static_cast<uint64_t>(items[k].count);
+      if (!runs.empty() && runs.back().end == begin) {
+        runs.back().end = end;
+      } else {
+        runs.push_back({begin, end});
+      }
+    }
+  }
+  return runs;
+}
+
+// The fp32 gradient of elements [begin, end) with the masked runs' elements +0.0, in the
+// calling thread's buffer (the same pointer convention as fp32_grad). A +0.0 adds +0.0 to a
+// partial sum and is finite, so the partials and the check see what a zeroed G would give.
+const float* masked_fp32_grad(const char* g_raw, Precision dtype, uint64_t begin, uint64_t end,
+                              const std::vector<ElementRun>& runs) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < end - begin) buffer.resize(end - begin);
+  const float* g = fp32_grad(g_raw, dtype, begin, end);
+  std::copy(g + begin, g + end, buffer.data());
+  auto run = std::upper_bound(runs.begin(), runs.end(), begin,
+                              [](uint64_t at, const ElementRun& r) { return at < r.end; });
+  for (; run != runs.end() && run->begin < end; ++run) {
+    const uint64_t from = std::max(run->begin, begin), to = std::min(run->end, end);
+    std::fill(buffer.data() + (from - begin), buffer.data() + (to - begin), 0.0f);
+  }
+  return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(buffer.data()) - begin * sizeof(float));
+}
+
+}  // namespace
+
 void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
   double* partials = ctx.at<double>(node.norm.partials);
@@ -150,11 +204,13 @@ void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   const bool check = node.check_finite;
   std::atomic<bool> found{false};
   auto* fn = &HWY_DYNAMIC_DISPATCH(GradNormPartials);
+  const std::vector<ElementRun> runs = masked_runs(ctx, node);
   parallel_blocks(ctx.threads, node.norm.partials.count, 1, [&](uint64_t b, uint64_t e) {
     // The widened tiles [b, e) of G (kGradNormTile elements each, the last one shorter).
     const uint64_t begin = b * static_cast<uint64_t>(math::kGradNormTile);
     const uint64_t end = std::min<uint64_t>(node.g.count, e * static_cast<uint64_t>(math::kGradNormTile));
-    const float* g = fp32_grad(g_raw, node.grad_dtype, begin, end);
+    const float* g = runs.empty() ? fp32_grad(g_raw, node.grad_dtype, begin, end)
+                                  : masked_fp32_grad(g_raw, node.grad_dtype, begin, end, runs);
     if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
   }, ctx.tuning.schedule);
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
@@ -182,7 +238,18 @@ void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
 // counter (math::advance_step): with clipping this node replaces ADVANCE_STEP.
 void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
   if (!ctx.step_skipped()) clip_coefficient(ctx, node);
-  math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
+  if (node.tensor_state.count == 0) {
+    math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
+    return;
+  }
+  // tensor_mask: each tensor's own count (block b = tensor b), as run_ADVANCE_STEP.
+  int32_t* state = ctx.at<int32_t>(node.tensor_state);
+  const int n = static_cast<int>(node.tensor_state.count / 2);
+  for (int b = 0; b < n; ++b) {
+    math::advance_tensor_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, b, state,
+                              state + n);
+  }
+  math::advance_task_counters(ctx.scalars.i32);
 }
 
 const char* current_simd_target() {

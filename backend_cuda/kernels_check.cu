@@ -110,15 +110,54 @@ using math::kNormLanes;
 // Loads in flight per thread in the grad-norm kernel, consumed in order.
 constexpr int kGradNormBatch = 16;
 
+// tensor_mask (graph.h): which elements of the node's G span belong to masked tensors. The
+// grad-norm tiles cross tensor boundaries, so the kernel finds each element's work item: the
+// items of a group are disjoint and in span order, and a thread's elements come in increasing
+// order, so a cursor per group (placed by binary search at the thread's first element of each
+// tile) only moves forward.
+struct GradMask {
+  const int32_t* mask = nullptr;  // nullptr: no element is masked (no tensor_mask, or its clear program)
+  const HyperItem* items[2] = {nullptr, nullptr};  // bias-like, weight (Group order)
+  int64_t count[2] = {0, 0};
+  int64_t first[2] = {0, 0};  // the group span's first element in the node's G span
+};
+
+// The first item of a group that ends after element `local` of the group span.
+__device__ __forceinline__ int64_t first_item_ending_after(const HyperItem* items, int64_t count, int64_t local) {
+  int64_t lo = 0, hi = count;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (items[mid].start + items[mid].count <= local) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Is element e of the G span in a masked tensor? The weight group lies after the bias-like one;
+// padding between or after the groups belongs to no item.
+__device__ __forceinline__ bool masked_element(const GradMask& gm, int64_t e, int64_t* cursor) {
+  const int group = e >= gm.first[1] ? 1 : 0;
+  const int64_t local = e - gm.first[group];
+  const HyperItem* items = gm.items[group];
+  int64_t k = cursor[group];
+  while (k < gm.count[group] && items[k].start + items[k].count <= local) ++k;
+  cursor[group] = k;
+  return k < gm.count[group] && items[k].start <= local && gm.mask[items[k].block] != 0;
+}
+
 // One block of kNormLanes threads per grad-norm tile (grid-stride over tiles): thread j is lane j
 // and adds, in order, the squares in double of g*(1/scale) at j, j + 256, ... of the tile; then
 // the fixed halving tree (math::norm_lane_tree's additions). With `check`, every element is also
-// tested and the block votes as in check_finite_kernel.
+// tested and the block votes as in check_finite_kernel. With a GradMask, a masked tensor's
+// element is read as +0.0 (it adds +0.0 and is finite: the bits of a zeroed G).
 template <class G>
 __global__ void __launch_bounds__(kNormLanes)
     grad_norm_partials_kernel(const G g, uint64_t count, int64_t num_tiles,
                               const float* __restrict__ s, bool check, int32_t* __restrict__ flags,
-                              unsigned* __restrict__ scratch, double* __restrict__ partials) {
+                              unsigned* __restrict__ scratch, double* __restrict__ partials, const GradMask gm) {
   __shared__ double lanes[kNormLanes];
   const math::Coeffs<float> c = math::make_coeffs<float>(s, true, [](float x) { return x; });
   const int j = threadIdx.x;
@@ -129,6 +168,14 @@ __global__ void __launch_bounds__(kNormLanes)
     const int64_t length = left < static_cast<uint64_t>(math::kGradNormTile) ? static_cast<int64_t>(left)
                                                                              : math::kGradNormTile;
     const G tg = g + static_cast<int64_t>(begin);
+    int64_t cursor[2] = {0, 0};
+    if (gm.mask != nullptr) {
+      const int64_t at = static_cast<int64_t>(begin) + j;
+      for (int group = 0; group < 2; ++group) {
+        const int64_t local = at - gm.first[group];
+        cursor[group] = first_item_ending_after(gm.items[group], gm.count[group], local < 0 ? 0 : local);
+      }
+    }
     double acc = 0.0;
     for (int64_t base = j; base < length; base += static_cast<int64_t>(kGradNormBatch) * kNormLanes) {
       float x[kGradNormBatch];
@@ -136,6 +183,9 @@ __global__ void __launch_bounds__(kNormLanes)
       for (int k = 0; k < kGradNormBatch; ++k) {
         const int64_t idx = base + static_cast<int64_t>(k) * kNormLanes;
         x[k] = idx < length ? tg[idx] : 0.0f;
+        if (gm.mask != nullptr && idx < length && masked_element(gm, static_cast<int64_t>(begin) + idx, cursor)) {
+          x[k] = 0.0f;
+        }
       }
 #pragma unroll
       for (int k = 0; k < kGradNormBatch; ++k) {
@@ -164,12 +214,27 @@ __global__ void __launch_bounds__(kNormLanes)
 // the step (math::advance_step): with clipping this node replaces ADVANCE_STEP.
 constexpr int kCoefficientBlock = math::kGradNormSumLanes;
 
+// tensor_mask (tensor_state non-null, n tensors): the threads advance the per-tensor counts as
+// advance_tensor_steps_kernel does, thread 0 the task-wide counters (disjoint slots).
+__device__ __forceinline__ void advance_clipped_step(int32_t* i32, float* f32, const double* f64,
+                                                     bool bias_correction, int hyper_groups,
+                                                     int32_t* tensor_state, int n) {
+  if (tensor_state == nullptr) {
+    if (threadIdx.x == 0) math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
+    return;
+  }
+  for (int b = threadIdx.x; b < n; b += blockDim.x) {
+    math::advance_tensor_step(i32, f32, f64, bias_correction, b, tensor_state, tensor_state + n);
+  }
+  if (threadIdx.x == 0) math::advance_task_counters(i32);
+}
+
 __global__ void __launch_bounds__(kCoefficientBlock)
     clip_coefficient_kernel(const double* __restrict__ partials, int64_t num_tiles, int32_t* __restrict__ i32,
                             float* __restrict__ f32, double* __restrict__ f64, bool bias_correction,
-                            int hyper_groups) {
+                            int hyper_groups, int32_t* __restrict__ tensor_state, int tensors) {
   if (i32[kHasNonFinite] != 0) {
-    if (threadIdx.x == 0) math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
+    advance_clipped_step(i32, f32, f64, bias_correction, hyper_groups, tensor_state, tensors);
     return;
   }
   __shared__ double lanes[kCoefficientBlock];
@@ -186,8 +251,9 @@ __global__ void __launch_bounds__(kCoefficientBlock)
     // Task-wide: the same coefficient in every hyperparameter block (scalars.h).
     const float coefficient = math::clip_coefficient(total, f64[kMaxGradNormD]);
     for (int h = 0; h < hyper_groups; ++h) f32[h * kNumScalarF32 + kClipCoefficient] = coefficient;
-    math::advance_step(i32, f32, f64, bias_correction, hyper_groups);
   }
+  // Then the step counters (they share no slot with the coefficient and the total).
+  advance_clipped_step(i32, f32, f64, bias_correction, hyper_groups, tensor_state, tensors);
 }
 
 }  // namespace
@@ -197,10 +263,20 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   // Launched even without tiles (one block) when it must write the flag every step.
   unsigned grid = tile_grid(num_tiles, ctx.launch);
   if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / kNormLanes));
+  GradMask gm;
+  if (node.tensor_state.count != 0) {
+    const uint64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+    gm.mask = ctx.at<const int32_t>(node.tensor_state);
+    for (int group = 0; group < 2; ++group) {
+      gm.items[group] = ctx.at<const HyperItem>(node.group_items[group]);
+      gm.count[group] = static_cast<int64_t>(node.group_items[group].count);
+      gm.first[group] = static_cast<int64_t>((node.group_g[group].offset - node.g.offset) / element_bytes);
+    }
+  }
   with_grad(ctx.arena, node, [&](auto g) {
     grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
         g, node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32, ctx.check_scratch,
-        ctx.at<double>(node.norm.partials));
+        ctx.at<double>(node.norm.partials), gm);
     RN_CUDA_CHECK_LAUNCH("grad_norm_partials_kernel");
   });
 }
@@ -208,7 +284,9 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
 void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
   clip_coefficient_kernel<<<1, kCoefficientBlock, 0, ctx.stream>>>(
       ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.i32,
-      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
+      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups,
+      node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr,
+      static_cast<int>(node.tensor_state.count / 2));
   RN_CUDA_CHECK_LAUNCH("clip_coefficient_kernel");
 }
 

@@ -39,9 +39,6 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
   }
 
   const bool mask = plan.config().tensor_mask;
-  if (mask && config.max_grad_norm > 0.0) {
-    throw_invalid("tensor_mask: gradient-norm clipping (max_grad_norm > 0) with a per-tensor mask is not supported yet");
-  }
   const Span tensor_state = mask ? region_span(plan, S_TENSOR_INT32) : Span{};
   // What the check and the updates read: the mask, and (H = 1) the per-tensor items it needs.
   const Span update_state = read_mask ? tensor_state : Span{};
@@ -73,6 +70,16 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     partials.grad_dtype = grad_dtype;
     partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
     partials.check_finite = check_finite;
+    if (mask && read_mask) {
+      // tensor_mask: a masked tensor's elements are read as +0.0, in the check and in the norm
+      // (torch's clip_grad_norm_ sees only the parameters that have a .grad); the tiles keep
+      // their canonical order, so the bits are those of the same step with that G zeroed.
+      partials.tensor_state = tensor_state;
+      for (Group group : {Group::kBiasLike, Group::kWeight}) {
+        partials.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
+        partials.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
+      }
+    }
     pre.push_back(partials);
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
@@ -81,6 +88,8 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     coefficient.kind = NodeKind::kCompute;
     coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
     coefficient.bias_correction = kind.bias_correction;
+    // tensor_mask: the per-tensor counts advance as ADVANCE_STEP advances them, in both programs.
+    coefficient.tensor_state = tensor_state;
     pre.push_back(coefficient);
   } else {
     if (check_finite) {

@@ -64,9 +64,10 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it (fp32 or model-dtype gradients; not with
-        # clipping, nor under a sharded step (_torch_dist.py) yet).
-        self.masked = members[0][2].get("max_grad_norm") is None and not sharded
+        # The per-tensor mask where the core supports it: every kind, precision and clipping (the
+        # clip norm leaves masked tensors out, as clip_grad_norm_ does parameters without a
+        # .grad); not under a sharded step (_torch_dist.py) yet.
+        self.masked = not sharded
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
@@ -183,7 +184,7 @@ class SharedTask:
             self.write_mask(tuple(missing))
             self.run_step()
             return True
-        saved = []
+        saved = []  # the sharded step's way (no mask there): one count for every parameter
         with torch.no_grad():
             # A parameter without a gradient must not move: its G is zeroed (so it cannot make the
             # step skip or enter a norm), and W and the state are put back after the step.

@@ -216,7 +216,7 @@ class _Base(Optimizer):
         """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
-        under clipping (no per-tensor mask yet) its Task's count."""
+        under a process group's sharded step (no per-tensor mask yet) its Task's count."""
         self._gather_state()
         self._refresh_state()
         sd = super().state_dict()
@@ -235,7 +235,7 @@ class _Base(Optimizer):
     def load_state_dict(self, state_dict):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
         anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
-        None gradients) need the per-tensor mask (not with clipping yet)."""
+        None gradients) need the per-tensor mask (not under a process group's sharded step yet)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
             raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))

@@ -1,8 +1,8 @@
 # renaissance.torch.Recorder with None gradients (issue 13): a run whose hidden layer has no
 # gradient on alternate steps (and, once, no parameter at all) records no_grad_per_step and the
 # per-tensor step counts, and renaissance.replay reproduces the recorded fingerprint and counts bit
-# for bit (AdamW and LAMB); the case holds no gradient for a masked parameter; a None gradient in
-# a Task without the per-tensor mask (clipping) is refused with nothing written. CPU only, seconds.
+# for bit (AdamW and LAMB, and AdamW with max_grad_norm: the clip norm leaves the masked
+# parameters out); the case holds no gradient for a masked parameter. CPU only, seconds.
 import json
 import os
 import struct
@@ -132,12 +132,21 @@ def test_a_wrong_mask_in_the_case_fails_the_replay(tmp_path):
     assert r["tensor_step_mismatches"] == ["g0.0: expected 2, got 3", "g0.1: expected 2, got 3"]
 
 
-def test_a_none_gradient_without_the_mask_is_refused(tmp_path):
-    """Clipping Tasks put a None-gradient parameter back instead of masking it: not a case."""
-    model, opt, train = frozen_run(max_grad_norm=1.0)
-    case = tmp_path / "clip"
-    Recorder(opt, str(case), steps=3)
+def test_clipping_with_none_gradients_replays_bit_for_bit(tmp_path):
+    """Clipping Tasks carry the per-tensor mask: the case records no_grad_per_step and the
+    replay (one norm over the Task's unmasked gradients, both groups) gives the same bits."""
+    model, opt, train = frozen_run(max_grad_norm=0.05)
+    assert all(s.masked for s in opt._shared())
     train(1)  # step 0: every gradient there
-    with pytest.raises(ValueError, match="without the per-tensor mask"):
-        train(1)  # step 1: the hidden layer None
-    assert not case.exists() and "step" not in vars(opt)
+    case = str(tmp_path / "clip")
+    with Recorder(opt, case, steps=4) as rec:
+        train(4)  # steps 1-4: the hidden layer None at 1 and 3
+    c = case_json(case)
+    assert [g["optimizer"]["max_grad_norm"] for g in c["groups"]] == [0.05, 0.05]
+    assert c["no_grad_per_step"] == [["g0.0", "g0.1"], [], ["g0.0", "g0.1"], []]
+    assert c["groups"][0]["expected_tensor_steps"] == [3, 3]
+    for threads in (1, 2):
+        r = renaissance.replay(case, threads=threads)
+        assert r["fingerprint"] == rec.fingerprint == opt.fingerprint()
+        assert r["tensor_step_mismatches"] == []
+        assert r["tensor_steps"] == {"g0.0": 3, "g0.1": 3, "g1.0": 5, "g1.1": 5}

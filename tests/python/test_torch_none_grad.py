@@ -147,14 +147,36 @@ def test_checkpoint_keeps_per_parameter_steps(tmp_path):
     assert [int(s["step"]) for s in opt.state_dict()["state"].values()] == steps4 == expected_steps(4)
 
 
-def test_clipping_keeps_the_task_wide_count():
-    """Clipping has no per-tensor mask yet: the parameter is still not moved, the
-    Task's one count advances (documented), and differing torch steps are refused."""
-    ps = params("cpu")
-    opt = rt.AdamW(ps, lr=1e-2, max_grad_norm=1.0)
-    assert not opt._shared()[0].masked
-    train(ps, opt, 0, 3, "cpu")
-    assert {int(s["step"]) for s in opt.state_dict()["state"].values()} == {3}
+@pytest.mark.parametrize("device", DEVICES)
+def test_clipping_with_none_gradients_follows_torch(device):
+    """Clipping Tasks carry the mask too: the global norm leaves a None-gradient parameter out
+    (its stale G in the arena is not read), as torch.nn.utils.clip_grad_norm_ over the parameters
+    that have a .grad does, and each parameter keeps its own `step`."""
+    kw = dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    ps, qs = params(device), params(device)
+    ours, theirs = rt.AdamW(ps, max_grad_norm=1.0, **kw), torch.optim.AdamW(qs, **kw)
+    assert ours._shared()[0].masked
+    clipped = 0
+    for s in range(STEPS):
+        # Every step a gradient, alternate steps without parameters 1 and 3 (their G keeps the
+        # last one they had); the norm is far above 1, so every step clips.
+        for j, (p, q) in enumerate(zip(ps, qs)):
+            g = grad(j, s, device) * 4 if (s % 2 == 0 or j not in (1, 3)) else None
+            p.grad = g
+            q.grad = None if g is None else g.clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ours.step()
+        norm = torch.nn.utils.clip_grad_norm_([q for q in qs if q.grad is not None], 1.0)
+        clipped += float(norm) > 1.0
+        theirs.step()
+    assert clipped == STEPS
+    sd = ours.state_dict()["state"]
+    expected = [STEPS if j not in (1, 3) else (STEPS + 1) // 2 for j in range(len(SHAPES))]
+    for j, (p, q) in enumerate(zip(ps, qs)):
+        assert int(sd[j]["step"]) == int(theirs.state[q]["step"]) == expected[j]
+        assert close(p, q), j
+        assert close(sd[j]["exp_avg"], theirs.state[q]["exp_avg"]) and close(sd[j]["exp_avg_sq"], theirs.state[q]["exp_avg_sq"])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -105,7 +105,9 @@ struct GraphNode {
   // or tile of block b is skipped when mask[b] != 0; ADVANCE_STEP / CLIP_COEFFICIENT advance
   // steps[b] of the unmasked tensors and form block b's corrections from it; the model copy's
   // stochastic-rounding key uses steps[param]. CHECK_FINITE with the mask walks each group's
-  // items over that group's G span (group_g, group_items, indexed by Group), skipping masked ones.
+  // items over that group's G span (group_g, group_items, indexed by Group), skipping masked ones;
+  // GRAD_NORM_PARTIALS with the mask keeps its tiles over node.g and finds each element's item
+  // from the same tables, reading a masked tensor's elements as +0.0 (check and norm alike).
   Span tensor_state;
   std::array<Span, 2> group_g{}, group_items{};
 };
@@ -133,11 +135,12 @@ CompiledStep compile_step(const MemoryPlan& plan, const OptimizerConfig& config,
 
 // TaskOptions::tensor_mask (plan.h) only: the program a mask task runs while no tensor is masked
 // and every tensor's step count equals the task's (Task::step decides; docs/design.md). The
-// non-finite check and the updates are the nodes of a task without the mask on the same layout
-// (H = 1: chunked over the group spans, block 0; H > 1: the per-tensor items without the mask
-// read), and ADVANCE_STEP is compile_step's (it reads the mask, all zeros here, and advances every
-// tensor's count and corrections, so a later masked step finds them right). On a mask of zeros
-// and equal counts it gives compile_step's bits.
+// non-finite check (with clipping: and the norm partials) and the updates are the nodes of a task
+// without the mask on the same layout (H = 1: chunked over the group spans, block 0; H > 1: the
+// per-tensor items without the mask read), and ADVANCE_STEP (or CLIP_COEFFICIENT) is
+// compile_step's (it reads the mask, all zeros here, and advances every tensor's count and
+// corrections, so a later masked step finds them right). On a mask of zeros and equal counts it
+// gives compile_step's bits.
 CompiledStep compile_unmasked_step(const MemoryPlan& plan, const OptimizerConfig& config, bool check_finite,
                                    const PrecisionOptions& precision = {});
 

@@ -311,7 +311,6 @@ void parse_format2(const nlohmann::json& j, const std::string& case_path, Replay
     throw_format(case_path + ": groups: " + e.what());
   }
   if (j.contains("no_grad_per_step")) replay_keys::parse_no_grad(j["no_grad_per_step"], case_path, rc);
-  replay_keys::check_mask_support(case_path, rc);
 }
 
 }  // namespace

@@ -120,20 +120,5 @@ void parse_no_grad(const nlohmann::json& j, const std::string& case_path, Replay
   if (any) rc.no_grad = std::move(no_grad);  // empty: the case masks nothing (the plain path)
 }
 
-void check_mask_support(const std::string& case_path, const ReplayCase& rc) {
-  for (size_t gi = 0; gi < rc.groups.size(); ++gi) {
-    if (!rc.group_needs_mask(gi)) continue;
-    const OptimizerConfig& c = rc.groups[gi].config;
-    // The core's per-tensor mask (TaskOptions::tensor_mask) refuses clipping; renaissance.torch
-    // steps such Tasks another way (G zeroed, W and state put back, one shared count), which a
-    // case does not describe.
-    if (c.max_grad_norm > 0.0) {
-      throw_format(case_path + ": groups[" + std::to_string(gi) + "] (" + optimizer_kind_name(c.kind) +
-                   ", max_grad_norm) has parameters without gradients (no_grad_per_step) or per-tensor step counts; "
-                   "the per-tensor mask does not support max_grad_norm");
-    }
-  }
-}
-
 }  // namespace replay_keys
 }  // namespace renaissance

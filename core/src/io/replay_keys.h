@@ -24,10 +24,8 @@ std::vector<int64_t> parse_tensor_steps(const nlohmann::json& v, const std::stri
                                         int64_t max);
 
 // no_grad_per_step: `steps` arrays of parameter names of the case (no repeats within a step),
-// into rc.no_grad as ids; then the groups that need the mask are checked against what the core's
-// mask supports (not with max_grad_norm). rc.params and rc.groups must be parsed.
+// into rc.no_grad as ids. rc.params and rc.groups must be parsed.
 void parse_no_grad(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc);
-void check_mask_support(const std::string& case_path, const ReplayCase& rc);
 
 }  // namespace replay_keys
 }  // namespace renaissance
