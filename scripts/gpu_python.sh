@@ -3,7 +3,8 @@
 # nanobind and scikit-build-core from the machine: no network, no build isolation) into
 # $BUILD/site, then runs the torch adapter's tests on the device: tests/python/test_torch_cuda.py
 # (CPU == CUDA fingerprints, GradScaler with an injected inf, stream ordering), None gradients on
-# the device mask (tests/python/test_torch_none_grad.py, cpu and cuda), bf16/fp16 parameters
+# the device mask (tests/python/test_torch_none_grad.py and, with bf16/fp16 parameters,
+# test_torch_none_grad_dtype.py; cpu and cuda), bf16/fp16 parameters
 # (tests/python/test_torch_precision.py, cpu and cuda), the Recorder with None gradients
 # (tests/python/test_recorder_none_grad.py) and the CPU-side
 # tests/python/test_torch_api.py on the same install (with pytest when the machine has it).
@@ -40,7 +41,7 @@ export PYTHONPATH="$BUILD/site"
   2>&1 | tee "$OUT/versions.log"
 if "$PY" -c 'import pytest' 2>/dev/null; then
   timeout 300 "$PY" -m pytest "$ROOT/tests/python/test_torch_cuda.py" "$ROOT/tests/python/test_torch_api.py" \
-    "$ROOT/tests/python/test_torch_none_grad.py" "$ROOT/tests/python/test_torch_precision.py" "$ROOT/tests/python/test_recorder_none_grad.py" -q -rs -s \
+    "$ROOT/tests/python/test_torch_none_grad.py" "$ROOT/tests/python/test_torch_none_grad_dtype.py" "$ROOT/tests/python/test_torch_precision.py" "$ROOT/tests/python/test_recorder_none_grad.py" -q -rs -s \
     > "$OUT/pytest.log" 2>&1
   rc=$?
   tail -25 "$OUT/pytest.log"
