@@ -54,7 +54,8 @@ VARIANTS = {
     "chunk256k": {"RENAISSANCE_CPU_CHUNK": "262144"},   # 1 MiB per stream and block
     "interleaved": {"RENAISSANCE_CPU_SCHEDULE": "interleaved"},
     "static": {"RENAISSANCE_CPU_SCHEDULE": "static"},    # the default until 2026-12-01
-    "prefetch256": {"RENAISSANCE_CPU_PREFETCH": "256"},      # 1 KiB ahead: one prefetch step
+    "no-prefetch": {"RENAISSANCE_CPU_PREFETCH": "0"},        # the default until 2026-12-01
+    "prefetch256": {"RENAISSANCE_CPU_PREFETCH": "256"},      # 1 KiB ahead: the default
     "prefetch512": {"RENAISSANCE_CPU_PREFETCH": "512"},      # 2 KiB ahead
     "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
     "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
