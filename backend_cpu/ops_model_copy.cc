@@ -6,8 +6,8 @@
 // formulas (RNE, stochastic rounding, Philox-4x32-10) with the same integer operations, so every
 // target computes the scalar definition's bits; tests/test_model_copy_simd.cc checks this per
 // target on ties, subnormals, overflow, NaN/Inf and random inputs. Philox runs on Lanes()
-// counters at once (one per block of four elements) and its four output words are interleaved
-// back into element order, as sr_random_block assigns them.
+// counters at once (one per block of eight elements) and the eight 16-bit halves of its output
+// are interleaved back into element order, as sr_random_word assigns them.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_model_copy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -172,26 +172,32 @@ void round_vector(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint6
   if (kRounding == Rounding::kNearest) {
     for (; i + lanes <= n; i += lanes) RoundStore<kPrecision, kRounding>(w + i, c + i, K(0));
   } else {
-    // Scalar up to the first element of a Philox block, then 4 * lanes elements per Philox call.
-    const uint64_t to_block = (4 - (first & 3u)) & 3u;  // elements before the next multiple of 4
+    // Scalar up to the first element of a Philox block, then 8 * lanes elements per Philox call.
+    constexpr uint64_t kB = math::kSrBlockElements;
+    const uint64_t to_block = (kB - first % kB) % kB;  // elements before the next multiple of 8
     const uint64_t head = to_block < n ? to_block : n;
     round_scalar<kPrecision, kRounding>(w, c, head, first, seed, t, param);
     i = head;
+    const hn::Rebind<uint16_t, DU> d16;
     HWY_ALIGN uint32_t words[HWY_MAX_BYTES];  // 4 words per lane: at least 4 * lanes
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      const uint64_t block = (first + i) >> 2;
+    const uint16_t* halves = reinterpret_cast<const uint16_t*>(words);
+    for (; i + kB * lanes <= n; i += kB * lanes) {
+      const uint64_t block = (first + i) / kB;
       const uint32_t lo = static_cast<uint32_t>(block);
       if (lo > UINT32_MAX - (lanes - 1)) {  // the counter's low word would wrap inside the vector
-        round_scalar<kPrecision, kRounding>(w + i, c + i, 4 * lanes, first + i, seed, t, param);
+        round_scalar<kPrecision, kRounding>(w + i, c + i, kB * lanes, first + i, seed, t, param);
         continue;
       }
       VU v[4];
       Philox(hn::Iota(du, lo), static_cast<uint32_t>(block >> 32), param, static_cast<uint32_t>(t),
              static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), v);
-      // Element 4b + j takes word j of block b: interleaving the four outputs is element order.
+      // Element 8b + h takes half h of block b: the low (h even) or high (h odd) 16 bits of word
+      // h / 2. Interleaving the four outputs puts the words in block order; read as 16-bit
+      // numbers (little-endian, as every Highway target), they are then in element order.
       hn::StoreInterleaved4(v[0], v[1], v[2], v[3], du, words);
-      for (uint64_t j = 0; j < 4; ++j) {
-        RoundStore<kPrecision, kRounding>(w + i + j * lanes, c + i + j * lanes, hn::Load(du, words + j * lanes));
+      for (uint64_t j = 0; j < kB; ++j) {
+        const VU rnd = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, halves + j * lanes)));  // r16 << 16
+        RoundStore<kPrecision, kRounding>(w + i + j * lanes, c + i + j * lanes, rnd);
       }
     }
   }
