@@ -26,11 +26,23 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace {
 
-// The scalar definition, for heads and tails shorter than a vector (and the HWY_SCALAR target).
+// The scalar definition, for heads and tails shorter than a vector (and the HWY_SCALAR target):
+// sr_random_word's bits, with each Philox block drawn once for the (up to 8) elements that share
+// it, so a head of a tensor whose index is off a multiple of 8 costs one call, not one per element.
 template <Precision kPrecision, Rounding kRounding>
 void round_scalar(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
+  math::Philox4x32 block{};
+  uint64_t drawn = UINT64_MAX;  // the block number in `block`
   for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t r = kRounding == Rounding::kNearest ? 0u : math::sr_random_word(seed, t, param, first + i);
+    uint32_t r = 0;
+    if (kRounding == Rounding::kStochastic) {
+      const uint64_t index = first + i;
+      if (index / math::kSrBlockElements != drawn) {
+        drawn = index / math::kSrBlockElements;
+        block = math::sr_random_block(seed, t, param, drawn);
+      }
+      r = math::sr_block_word(block, static_cast<uint32_t>(index % math::kSrBlockElements));
+    }
     c[i] = round_copy<kPrecision, kRounding>(w[i], r);
   }
 }
