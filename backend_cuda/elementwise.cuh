@@ -69,7 +69,10 @@ template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
 __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
                                               float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
                                               const Coeffs<float>& c, const Copy& copy) {
-  copy.quad(4 * q, update_quad<Rule, kHasM, kHasV>(w, g, m, v, q, c));
+  // The update first, then the copy's index (computing 4 * q first kept it live across the
+  // update: one register more than before the octet writer existed).
+  const float4 wv = update_quad<Rule, kHasM, kHasV>(w, g, m, v, q, c);
+  copy.quad(4 * q, wv);
 }
 
 // Octet o (quads 2o and 2o+1): the stochastic copy writer's unit (model_copy.cuh, kOctet), one

@@ -69,15 +69,18 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
           }
         }
 #pragma unroll
-        for (int k = 0; k < kUpdateBatch; ++k) {
-          const int64_t q = 2 * (o0 + static_cast<int64_t>(k / 2) * threads) + (k & 1);
-          if (q < 2 * o_end) {
-            math::lamb_apply<ScalarPolicy>(wr[k].x, mr[k].x, vr[k].x, lr_r, c);
-            math::lamb_apply<ScalarPolicy>(wr[k].y, mr[k].y, vr[k].y, lr_r, c);
-            math::lamb_apply<ScalarPolicy>(wr[k].z, mr[k].z, vr[k].z, lr_r, c);
-            math::lamb_apply<ScalarPolicy>(wr[k].w, mr[k].w, vr[k].w, lr_r, c);
-            w4[q] = wr[k];
-            if (k & 1) copy.octet(4 * static_cast<uint64_t>(q - 1), wr[k - 1], wr[k]);
+        for (int p = 0; p < kUpdateBatch / 2; ++p) {
+          const int64_t o = o0 + static_cast<int64_t>(p) * threads;
+          if (o < o_end) {
+#pragma unroll
+            for (int k = 2 * p; k < 2 * p + 2; ++k) {
+              math::lamb_apply<ScalarPolicy>(wr[k].x, mr[k].x, vr[k].x, lr_r, c);
+              math::lamb_apply<ScalarPolicy>(wr[k].y, mr[k].y, vr[k].y, lr_r, c);
+              math::lamb_apply<ScalarPolicy>(wr[k].z, mr[k].z, vr[k].z, lr_r, c);
+              math::lamb_apply<ScalarPolicy>(wr[k].w, mr[k].w, vr[k].w, lr_r, c);
+              w4[2 * o + (k - 2 * p)] = wr[k];
+            }
+            copy.octet(8 * static_cast<uint64_t>(o), wr[2 * p], wr[2 * p + 1]);
           }
         }
       }

@@ -75,10 +75,12 @@ struct CopyWriter {
         packed.w = out[6] | (static_cast<uint32_t>(out[7]) << 16);
         *reinterpret_cast<uint4*>(c + e0) = packed;
       } else {
+#pragma unroll
         for (int j = 0; j < 8; ++j) c[e0 + j] = out[j];
       }
       return;
     }
+#pragma unroll
     for (int j = 0; j < 8; ++j) one(e0 + j, x[j]);
   }
 };

@@ -22,6 +22,14 @@
 
 namespace renaissance {
 
+// Fully unrolled loops over a unit's elements on the GPU, so the per-element arrays stay in
+// registers (a rolled loop puts them in local memory); nothing on the host.
+#if defined(__CUDACC__)
+#define RN_COPY_UNROLL _Pragma("unroll")
+#else
+#define RN_COPY_UNROLL
+#endif
+
 // Span elements per entry of a model copy's chunk index.
 constexpr uint64_t kCopyChunk = 1024;
 
@@ -73,8 +81,12 @@ RN_HD uint64_t copy_step(const int32_t* steps, uint32_t task_t, uint32_t param) 
 }
 
 // Half h (0..15) of two consecutive Philox blocks a, b as a rounding word (math::sr_block_word).
+// The words are selected by value: choosing a reference to a or b would make the GPU keep both
+// blocks in local memory.
 RN_HD uint32_t copy_word(const math::Philox4x32& a, const math::Philox4x32& b, uint32_t h) {
-  return math::sr_block_word(h < 8 ? a : b, h & 7u);
+  const uint32_t j = (h >> 1) & 3u;
+  const uint32_t wa = math::sr_block_output(a, j), wb = math::sr_block_output(b, j);
+  return math::sr_half_word(h < 8 ? wa : wb, h);
 }
 
 // Span element e's copy bits into *out; false (nothing to write) when e is padding.
@@ -101,6 +113,7 @@ RN_HD void copy_words(uint64_t seed, uint64_t step, uint32_t param, uint64_t ind
   const uint32_t s = static_cast<uint32_t>(index % math::kSrBlockElements);
   const math::Philox4x32 a = math::sr_random_block(seed, step, param, block);
   const math::Philox4x32 b = s + kN <= math::kSrBlockElements ? a : math::sr_random_block(seed, step, param, block + 1);
+  RN_COPY_UNROLL
   for (int j = 0; j < kN; ++j) r[j] = copy_word(a, b, s + static_cast<uint32_t>(j));
 }
 
@@ -138,6 +151,7 @@ RN_HD bool copy_octet(const CopyLookup& lookup, uint64_t seed, const int32_t* st
   if (kRounding == Rounding::kStochastic) {
     copy_words<8>(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
   }
+  RN_COPY_UNROLL
   for (int j = 0; j < 8; ++j) out[j] = round_copy<kPrecision, kRounding>(x[j], r[j]);
   return true;
 }

@@ -181,12 +181,16 @@ RN_HD Philox4x32 sr_random_block(uint64_t seed, uint64_t t, uint32_t param, uint
   return philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), param,
                        static_cast<uint32_t>(t), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
-// Half h (0..7) of a block, as a rounding word (r16 << 16). Selected with comparisons, not by
-// indexing the array with a variable (which would put the block in local memory on a GPU).
+// Output word j (0..3) of a block, selected with comparisons, not by indexing the array with a
+// variable (which would put the block in local memory on a GPU).
+RN_HD uint32_t sr_block_output(const Philox4x32& b, uint32_t j) {
+  return j == 0 ? b.v[0] : j == 1 ? b.v[1] : j == 2 ? b.v[2] : b.v[3];
+}
+// The rounding word (r16 << 16) of half h (0..7) of a block whose output word h / 2 is w.
+RN_HD uint32_t sr_half_word(uint32_t w, uint32_t h) { return (h & 1u) ? (w & 0xffff0000u) : (w << 16); }
+// Half h (0..7) of a block, as a rounding word.
 RN_HD uint32_t sr_block_word(const Philox4x32& b, uint32_t h) {
-  const uint32_t j = (h >> 1) & 3u;
-  const uint32_t w = j == 0 ? b.v[0] : j == 1 ? b.v[1] : j == 2 ? b.v[2] : b.v[3];
-  return (h & 1u) ? (w & 0xffff0000u) : (w << 16);
+  return sr_half_word(sr_block_output(b, (h >> 1) & 3u), h);
 }
 // The rounding word r16 << 16 of element `index`.
 RN_HD uint32_t sr_random_word(uint64_t seed, uint64_t t, uint32_t param, uint64_t index) {
