@@ -1,9 +1,9 @@
 // The fused model copy's lookup and key (renaissance/model_copy_key.h), the functions the CUDA
-// update kernels call for every quad they update, run here on the CPU against the scalar
-// definitions of math/precision.h: for every quad of a span whose tensors start off multiples of
-// 8 (a quad then takes words from two Philox blocks), share quads, are cut (first != 0), sit
+// update kernels call for every quad (nearest) or octet (stochastic) they update, run here on the
+// CPU against the scalar definitions of math/precision.h: for every quad and every octet of a span
+// whose tensors start off multiples of 8, share quads and octets, are cut (first != 0), sit
 // beyond 2^32 Philox blocks or across the counter's low-word wrap, with padding between them, the
-// bits of copy_quad (or of copy_one where a quad meets a boundary) are
+// bits of copy_quad / copy_octet (or of copy_one where a unit meets a boundary) are
 // round(x, sr_random_word(seed, t, param, index in tensor)), and padding is never written. With
 // tensor_mask each tensor's own count keys it.
 #include <gtest/gtest.h>
@@ -57,7 +57,7 @@ bool expected(const ModelCopy& copy, Precision p, Rounding r, const int32_t* ste
   return false;
 }
 
-// Every quad (kN = 4 span elements, copy_quad) against the scalar definition.
+// Every unit of kN span elements (4: copy_quad, 8: copy_octet) against the scalar definition.
 template <Precision kP, Rounding kR, int kN>
 void check_every_unit(const int32_t* steps) {
   const ModelCopy copy = test_copy();
@@ -69,7 +69,12 @@ void check_every_unit(const int32_t* steps) {
     bool written[kN] = {};
     float x[kN];
     for (int j = 0; j < kN; ++j) x[j] = master(e0 + j);
-    const bool whole = copy_quad<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, x[0], x[1], x[2], x[3], got);
+    bool whole;
+    if constexpr (kN == 4) {
+      whole = copy_quad<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, x[0], x[1], x[2], x[3], got);
+    } else {
+      whole = copy_octet<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, x, got);
+    }
     if (whole) {
       ++fast;
       const uint32_t i = lookup.find(e0);
@@ -100,6 +105,7 @@ void check_every_unit(const int32_t* steps) {
 template <Precision kP, Rounding kR>
 void check_every_quad(const int32_t* steps) {
   check_every_unit<kP, kR, 4>(steps);
+  check_every_unit<kP, kR, 8>(steps);
 }
 
 TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {

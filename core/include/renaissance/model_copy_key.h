@@ -1,11 +1,11 @@
-// How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) finds
-// the model-copy bits of its new masters (issue 14): the tensor of each element, its index in
-// that tensor and the stochastic-rounding words math/precision.h's sr_random_word assigns it (one
-// Philox call per 8 elements of a tensor, so a quad takes half of one call, or of two when its
-// tensor starts off a multiple of 8).
+// How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) or, with
+// stochastic rounding, an octet (e0 .. e0+7, e0 a multiple of 8) finds the model-copy bits of its
+// new masters (issue 14): the tensor of each element, its index in that tensor and the
+// stochastic-rounding words math/precision.h's sr_random_word assigns it (one Philox call per 8
+// elements of a tensor).
 // Host and device code (RN_HD): the CUDA update kernels call it (backend_cuda/model_copy.cuh),
 // and tests/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
-// definitions, on layouts whose tensors start off multiples of 8, share quads and are cut.
+// definitions, on layouts whose tensors start off multiples of 8, share quads and octets and are cut.
 //
 // The lookup: a node's CopyTensor list (span order) and a chunk index (copy_chunks: per
 // kCopyChunk span elements, the first tensor that ends after the chunk's start). A lookup reads
@@ -134,6 +134,25 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);
   out[2] = round_copy<kPrecision, kRounding>(x2, r[2]);
   out[3] = round_copy<kPrecision, kRounding>(x3, r[3]);
+  return true;
+}
+
+// Span elements e0 .. e0+7 (two consecutive quads; the stochastic writer's unit) inside one
+// tensor: their copy bits into out[8] and true, with one Philox call when the octet is one block
+// of the tensor, two when the tensor's block grid is shifted against the arena's. false: the
+// octet meets a tensor boundary or padding (the caller writes it element by element).
+template <Precision kPrecision, Rounding kRounding>
+RN_HD bool copy_octet(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
+                      const float x[8], uint16_t out[8]) {
+  const uint32_t i = lookup.find(e0);
+  if (i == lookup.count || e0 + 8 > lookup.tensors[i].begin + lookup.tensors[i].numel) return false;
+  const CopyTensor& t = lookup.tensors[i];
+  uint32_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (kRounding == Rounding::kStochastic) {
+    copy_words<8>(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
+  }
+  RN_COPY_UNROLL
+  for (int j = 0; j < 8; ++j) out[j] = round_copy<kPrecision, kRounding>(x[j], r[j]);
   return true;
 }
 
