@@ -4,8 +4,7 @@
 // elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
 // node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
 // exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each thread rounds its four new
-// masters into C straight from registers: one pass over W. With stochastic rounding a thread
-// takes an octet (two consecutive float4) instead, so that one Philox call serves it.
+// masters into C straight from registers: one pass over W.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,10 +44,11 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
 }
 
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
-// through the reader of its encoding (grad_load.cuh). Returns the new masters.
-template <class Rule, bool kHasM, bool kHasV, class GQ>
-__device__ __forceinline__ float4 update_quad(float4* __restrict__ w, const GQ g, float4* __restrict__ m,
-                                              float4* __restrict__ v, uint64_t q, const Coeffs<float>& c) {
+// through the reader of its encoding (grad_load.cuh); the new masters go to the copy too.
+template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
+__device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
+                                              float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
+                                              const Coeffs<float>& c, const Copy& copy) {
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
   float4 wv = w[q];
   const float4 gv = g[q];
@@ -61,29 +61,7 @@ __device__ __forceinline__ float4 update_quad(float4* __restrict__ w, const GQ g
   w[q] = wv;
   if (kHasM) m[q] = mv;
   if (kHasV) v[q] = vv;
-  return wv;
-}
-
-// One quad, its new masters to the copy (nearest rounding or no copy).
-template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
-__device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
-                                              float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
-                                              const Coeffs<float>& c, const Copy& copy) {
-  // The update first, then the copy's index (computing 4 * q first kept it live across the
-  // update: one register more than before the octet writer existed).
-  const float4 wv = update_quad<Rule, kHasM, kHasV>(w, g, m, v, q, c);
   copy.quad(4 * q, wv);
-}
-
-// Octet o (quads 2o and 2o+1): the stochastic copy writer's unit (model_copy.cuh, kOctet), one
-// Philox call for the eight new masters.
-template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
-__device__ __forceinline__ void update_octet(float4* __restrict__ w, const GQ g, float4* __restrict__ m,
-                                             float4* __restrict__ v, uint64_t o, const Coeffs<float>& c,
-                                             const Copy& copy) {
-  const float4 a = update_quad<Rule, kHasM, kHasV>(w, g, m, v, 2 * o, c);
-  const float4 b = update_quad<Rule, kHasM, kHasV>(w, g, m, v, 2 * o + 1, c);
-  copy.octet(8 * o, a, b);
 }
 
 // Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
@@ -97,14 +75,8 @@ __global__ void elementwise_update_kernel(float4* __restrict__ w, const G g_elem
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const auto g = g_elements.quads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  if constexpr (Copy::kOctet) {  // n4 is a multiple of 16: whole octets
-    for (uint64_t o = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < n4 / 2; o += stride) {
-      update_octet<Rule, kHasM, kHasV>(w, g, m, v, o, c, copy);
-    }
-  } else {
-    for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-      update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
-    }
+  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
+    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
   }
 }
 
@@ -124,18 +96,10 @@ __global__ void elementwise_items_kernel(float4* __restrict__ w, const G g_eleme
     const HyperItem item = items[k];
     if (block_masked(mask, item.block)) continue;
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
-    if constexpr (Copy::kOctet) {
-      const uint64_t first = static_cast<uint64_t>(item.start) / 8;
-      const uint64_t end = first + static_cast<uint64_t>(item.count) / 8;
-      for (uint64_t o = first + threadIdx.x; o < end; o += blockDim.x) {
-        update_octet<Rule, kHasM, kHasV>(w, g, m, v, o, c, copy);
-      }
-    } else {
-      const uint64_t first = static_cast<uint64_t>(item.start) / 4;
-      const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
-      for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) {
-        update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
-      }
+    const uint64_t first = static_cast<uint64_t>(item.start) / 4;
+    const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
+    for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) {
+      update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
     }
   }
 }
@@ -162,7 +126,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     }
     constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G, Copy>;
     const int block = fit_block<kernel>(ctx.launch.block);
-    const unsigned grid = grid_for(Copy::kOctet ? n4 / 2 : n4, block, ctx.launch);  // a thread per quad or octet
+    const unsigned grid = grid_for(n4, block, ctx.launch);
     kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
                                            node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);

@@ -38,10 +38,8 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
     const float lr_r = math::lamb_lr_ratio(ts[kLr], ratio[tile.tensor]);
     const int64_t begin = tile.start;
     const int64_t end = begin + tile.length;
-    // Aligned to a quad, or to an octet for the stochastic copy writer (one Philox call per octet).
-    constexpr int64_t kAlign = Copy::kOctet ? 8 : 4;
-    int64_t head_end = (begin + kAlign - 1) & ~(kAlign - 1);
-    int64_t tail_begin = end & ~(kAlign - 1);
+    int64_t head_end = (begin + 3) & ~int64_t{3};
+    int64_t tail_begin = end & ~int64_t{3};
     if (head_end >= tail_begin) head_end = tail_begin = end;
     for (int64_t i = begin + tid; i < head_end; i += threads) {
       math::lamb_apply<ScalarPolicy>(w[i], m[i], v[i], lr_r, c);
@@ -54,38 +52,6 @@ __global__ void lamb_update_kernel(float* __restrict__ w, const float* __restric
     float4* w4 = reinterpret_cast<float4*>(w);
     const float4* m4 = reinterpret_cast<const float4*>(m);
     const float4* v4 = reinterpret_cast<const float4*>(v);
-    if constexpr (Copy::kOctet) {
-      // The stochastic copy: kUpdateBatch / 2 octets (kUpdateBatch quads) per thread and pass.
-      const int64_t o_end = tail_begin / 8;
-      for (int64_t o0 = head_end / 8 + tid; o0 < o_end; o0 += static_cast<int64_t>(kUpdateBatch / 2) * threads) {
-        float4 wr[kUpdateBatch], mr[kUpdateBatch], vr[kUpdateBatch];
-#pragma unroll
-        for (int k = 0; k < kUpdateBatch; ++k) {
-          const int64_t q = 2 * (o0 + static_cast<int64_t>(k / 2) * threads) + (k & 1);
-          if (q < 2 * o_end) {
-            wr[k] = w4[q];
-            mr[k] = m4[q];
-            vr[k] = v4[q];
-          }
-        }
-#pragma unroll
-        for (int p = 0; p < kUpdateBatch / 2; ++p) {
-          const int64_t o = o0 + static_cast<int64_t>(p) * threads;
-          if (o < o_end) {
-#pragma unroll
-            for (int k = 2 * p; k < 2 * p + 2; ++k) {
-              math::lamb_apply<ScalarPolicy>(wr[k].x, mr[k].x, vr[k].x, lr_r, c);
-              math::lamb_apply<ScalarPolicy>(wr[k].y, mr[k].y, vr[k].y, lr_r, c);
-              math::lamb_apply<ScalarPolicy>(wr[k].z, mr[k].z, vr[k].z, lr_r, c);
-              math::lamb_apply<ScalarPolicy>(wr[k].w, mr[k].w, vr[k].w, lr_r, c);
-              w4[2 * o + (k - 2 * p)] = wr[k];
-            }
-            copy.octet(8 * static_cast<uint64_t>(o), wr[2 * p], wr[2 * p + 1]);
-          }
-        }
-      }
-      continue;
-    }
     const int64_t q_end = tail_begin / 4;
     for (int64_t q0 = head_end / 4 + tid; q0 < q_end; q0 += static_cast<int64_t>(kUpdateBatch) * threads) {
       float4 wr[kUpdateBatch], mr[kUpdateBatch], vr[kUpdateBatch];

@@ -39,10 +39,8 @@ __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __re
     const float lr_eta = math::lars_lr_eta(ts[kLr], eta[tile.tensor]);
     const int64_t begin = tile.start;
     const int64_t end = begin + tile.length;
-    // Aligned to a quad, or to an octet for the stochastic copy writer (one Philox call per octet).
-    constexpr int64_t kAlign = Copy::kOctet ? 8 : 4;
-    int64_t head_end = (begin + kAlign - 1) & ~(kAlign - 1);  // first aligned element
-    int64_t tail_begin = end & ~(kAlign - 1);         // end of the aligned interior
+    int64_t head_end = (begin + 3) & ~int64_t{3};  // first aligned element
+    int64_t tail_begin = end & ~int64_t{3};         // end of the aligned interior
     if (head_end >= tail_begin) head_end = tail_begin = end;  // no whole float4: all scalar
     for (int64_t i = begin + tid; i < head_end; i += threads) {
       math::lars<ScalarPolicy, kNesterov>(w[i], g[i], m[i], lr_eta, c);
@@ -55,36 +53,6 @@ __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __re
     float4* w4 = reinterpret_cast<float4*>(w);
     const auto g4 = g.quads();
     float4* m4 = reinterpret_cast<float4*>(m);
-    if constexpr (Copy::kOctet) {
-      // The stochastic copy: kUpdateBatch / 2 octets (kUpdateBatch quads) per thread and pass.
-      const int64_t o_end = tail_begin / 8;
-      for (int64_t o0 = head_end / 8 + tid; o0 < o_end; o0 += static_cast<int64_t>(kUpdateBatch / 2) * threads) {
-        float4 wr[kUpdateBatch], gr[kUpdateBatch], mr[kUpdateBatch];
-#pragma unroll
-        for (int k = 0; k < kUpdateBatch; ++k) {
-          const int64_t q = 2 * (o0 + static_cast<int64_t>(k / 2) * threads) + (k & 1);
-          if (q < 2 * o_end) {
-            wr[k] = w4[q];
-            gr[k] = g4[q];
-            mr[k] = m4[q];
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < kUpdateBatch; ++k) {
-          const int64_t q = 2 * (o0 + static_cast<int64_t>(k / 2) * threads) + (k & 1);
-          if (q < 2 * o_end) {
-            math::lars<ScalarPolicy, kNesterov>(wr[k].x, gr[k].x, mr[k].x, lr_eta, c);
-            math::lars<ScalarPolicy, kNesterov>(wr[k].y, gr[k].y, mr[k].y, lr_eta, c);
-            math::lars<ScalarPolicy, kNesterov>(wr[k].z, gr[k].z, mr[k].z, lr_eta, c);
-            math::lars<ScalarPolicy, kNesterov>(wr[k].w, gr[k].w, mr[k].w, lr_eta, c);
-            w4[q] = wr[k];
-            m4[q] = mr[k];
-            if (k & 1) copy.octet(4 * static_cast<uint64_t>(q - 1), wr[k - 1], wr[k]);
-          }
-        }
-      }
-      continue;
-    }
     const int64_t q_end = tail_begin / 4;
     for (int64_t q0 = head_end / 4 + tid; q0 < q_end; q0 += static_cast<int64_t>(kUpdateBatch) * threads) {
       float4 wr[kUpdateBatch], gr[kUpdateBatch], mr[kUpdateBatch];

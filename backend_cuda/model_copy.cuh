@@ -5,9 +5,6 @@
 // code, tested on the CPU against math/precision.h's scalar definitions); this file only stores
 // the bits: an 8-byte store for a quad inside one tensor, element by element where a quad meets
 // a tensor boundary (H = 1 packs tensors back to back, plan.cc) or padding (never written).
-// The stochastic writer (kOctet) takes two consecutive quads at once, an octet aligned to 8 in the
-// span, because one Philox call draws the bits of 8 elements of a tensor: a kernel whose Copy has
-// kOctet walks octets (update_octet); with nearest rounding or no copy it walks quads as before.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,15 +19,12 @@ namespace cuda {
 
 // A kernel without a model copy: every call compiles to nothing.
 struct NoCopy {
-  static constexpr bool kOctet = false;
-  __device__ __forceinline__ void octet(uint64_t, float4, float4) const {}
   __device__ __forceinline__ void one(uint64_t, float) const {}
   __device__ __forceinline__ void quad(uint64_t, float4) const {}
 };
 
 template <Precision kPrecision, Rounding kRounding>
 struct CopyWriter {
-  static constexpr bool kOctet = kRounding == Rounding::kStochastic;
   uint16_t* c;                  // the node's copy span; element e pairs with element e of node.w
   CopyLookup lookup;            // the node's tensors and chunk index, in device memory
   uint64_t seed;
@@ -60,28 +54,6 @@ struct CopyWriter {
     one(e0 + 1, x.y);
     one(e0 + 2, x.z);
     one(e0 + 3, x.w);
-  }
-
-  // Span elements e0 .. e0+7 (e0 a multiple of 8) whose new masters are a (the first quad) and b.
-  __device__ __forceinline__ void octet(uint64_t e0, float4 a, float4 b) const {
-    const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    uint16_t out[8];
-    if (copy_octet<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), e0, x, out)) {
-      if ((reinterpret_cast<uintptr_t>(c + e0) & 15u) == 0) {
-        uint4 packed;
-        packed.x = out[0] | (static_cast<uint32_t>(out[1]) << 16);
-        packed.y = out[2] | (static_cast<uint32_t>(out[3]) << 16);
-        packed.z = out[4] | (static_cast<uint32_t>(out[5]) << 16);
-        packed.w = out[6] | (static_cast<uint32_t>(out[7]) << 16);
-        *reinterpret_cast<uint4*>(c + e0) = packed;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) c[e0 + j] = out[j];
-      }
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) one(e0 + j, x[j]);
   }
 };
 
