@@ -133,7 +133,11 @@ struct ResetSupportedTargets {
 };
 
 TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
-  const bool have_golden = g_golden.usable;
+  // While recording (--record-golden) after a deliberate change of the math, the old file holds
+  // fingerprints that are stale on purpose: every target is compared with the default one then
+  // (the recorded file is checked against the GPU by the Cuda.* test of the same run).
+  const bool recording = !g_options.record_path.empty();
+  const bool have_golden = g_golden.usable && !recording;
   if (!have_golden && !golden_optional()) ADD_FAILURE() << "NO GOLDEN: " << g_golden.why_not;
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_FALSE(targets.empty());
