@@ -44,7 +44,7 @@ struct CpuTuning {
   // static at 2 and 16 threads on resnet50, bert_base and gpt2_small (bench/RESULTS.md).
   CpuSchedule schedule = CpuSchedule::kDynamic;
   // 256 elements (1 KiB per array) ahead by default: on the H200 host's Xeon, bench/cpu_ab.py
-  // (2026-12-01, two calls, interleaved rounds, medians) measured it 1.00-1.10x faster than no
+  // (2026-12-01, two calls, interleaved rounds, medians) measured it 1.01-1.08x faster than no
   // prefetch at 2 threads in 5 of 6 layout runs (bert_base once 0.99x) and 1.06-1.07x at 16
   // threads; farther distances (1024, 4096) were slower. Same bits (cpu_ab checks fingerprints).
   uint64_t prefetch_elements = 256;
