@@ -17,6 +17,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/task.h"
+#include "tests/mask_test_util.h"
 #include "tests/optimizer_cases.h"
 #include "tests/test_util.h"
 
@@ -56,23 +57,19 @@ TaskOptions options_for(BackendKind backend) {
 }
 
 // Weights of parameter `name` (seeded by name, so every task of a comparison gets the same).
-uint32_t seed_of(const std::string& name) {
-  uint32_t h = 2166136261u;
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
-  return h;
-}
+using testing_util::name_seed;
 
 void init_weights(Task& task) {
   for (size_t id = 0; id < task.num_params(); ++id) {
     const ParamSpec& p = task.param(id);
-    task.set_weight(id, values(seed_of(p.name), p.numel(), 0.5f).data());
+    task.set_weight(id, values(name_seed(p.name), p.numel(), 0.5f).data());
   }
 }
 
 void set_grads(Task& task, int step) {
   for (size_t id = 0; id < task.num_params(); ++id) {
     const ParamSpec& p = task.param(id);
-    task.set_grad(id, values(seed_of(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f).data());
+    task.set_grad(id, values(name_seed(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f).data());
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/task.h"
+#include "tests/mask_test_util.h"
 #include "tests/optimizer_cases.h"
 #include "tests/test_util.h"
 
@@ -55,16 +56,9 @@ bool masked(size_t id, int step) {
 }
 constexpr int kSteps = 7;
 
-std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a); }
-uint32_t seed_of(const std::string& name) {
-  uint32_t h = 2166136261u;
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
-  return h;
-}
-std::vector<float> weights_of(const ParamSpec& p) { return values(seed_of(p.name), p.numel(), 0.5f); }
-std::vector<float> grads_of(const ParamSpec& p, int step) {
-  return values(seed_of(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f);
-}
+using testing_util::name_seed;
+std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
+std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
 std::vector<float> read_family(Task& task, Family f, size_t id) {
   std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
   task.read(f, id, v.data());

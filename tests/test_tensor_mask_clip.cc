@@ -19,6 +19,7 @@
 
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/task.h"
+#include "tests/mask_test_util.h"
 #include "tests/optimizer_cases.h"
 #include "tests/test_util.h"
 
@@ -53,15 +54,9 @@ bool masked(size_t id, int step) {
 }
 constexpr int kSteps = 7;
 
-uint32_t seed_of(const std::string& name) {
-  uint32_t h = 2166136261u;
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
-  return h;
-}
-std::vector<float> weights_of(const ParamSpec& p) { return testing_util::lcg_values(seed_of(p.name), p.numel(), 0.5f); }
-std::vector<float> grads_of(const ParamSpec& p, int step) {
-  return testing_util::lcg_values(seed_of(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f);
-}
+using testing_util::name_seed;
+std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
+std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
 
 struct ClipCase {
   KindCase kind;
@@ -95,40 +90,14 @@ std::unique_ptr<Task> make_task(const ClipCase& c, bool mask) {
   return task;
 }
 
-// W, M, V as floats and the model copy's encodings, of tensor id.
-struct Snapshot {
-  std::vector<std::vector<float>> families;
-  std::vector<uint16_t> copy;
-};
-const Family kStateFamilies[] = {Family::kW, Family::kM, Family::kV};
-Snapshot snapshot(Task& task, size_t id) {
-  Snapshot s;
-  for (Family f : kStateFamilies) {
-    if (!task.plan().has_family(f)) continue;
-    std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-    task.read(f, id, v.data());
-    s.families.push_back(v);
-  }
-  if (task.plan().has_model_copy()) {
-    s.copy.resize(static_cast<size_t>(task.param(id).numel()));
-    task.read_model_copy(id, s.copy.data());
-  }
-  return s;
-}
-::testing::AssertionResult same(const Snapshot& a, const Snapshot& b) {
-  if (a.families.size() != b.families.size()) return ::testing::AssertionFailure() << "different families";
-  for (size_t k = 0; k < a.families.size(); ++k) {
-    auto r = same_bits(a.families[k], b.families[k]);
-    if (!r) return r << " (family " << k << ")";
-  }
-  if (a.copy != b.copy) return ::testing::AssertionFailure() << "model copies differ";
-  return ::testing::AssertionSuccess();
-}
+using Snapshot = testing_util::TensorSnapshot;
+Snapshot snapshot(Task& task, size_t id) { return testing_util::snapshot_tensor(task, id); }
+::testing::AssertionResult same(const Snapshot& a, const Snapshot& b) { return testing_util::same_snapshot(a, b); }
 // W, then M and V where the kind has them: what the fallback writes back (W's write refreshes
 // the copy by nearest rounding, which is how the copy was made).
 void restore(Task& task, size_t id, const Snapshot& s) {
   size_t k = 0;
-  for (Family f : kStateFamilies) {
+  for (Family f : testing_util::kSnapshotFamilies) {
     if (!task.plan().has_family(f)) continue;
     task.write(f, id, s.families[k++].data());
   }
@@ -145,7 +114,7 @@ uint64_t bits(double x) {
 void write_stale(Task& task, size_t id, int step) {
   const size_t n = static_cast<size_t>(task.param(id).numel());
   if (step % 2 == 1) {
-    task.set_grad(id, testing_util::lcg_values(seed_of(task.param(id).name) + 7u, static_cast<int64_t>(n), 64.0f).data());
+    task.set_grad(id, testing_util::lcg_values(name_seed(task.param(id).name) + 7u, static_cast<int64_t>(n), 64.0f).data());
   } else if (task.grad_dtype() == Precision::kFp32) {
     task.set_grad(id, std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()).data());
   } else {

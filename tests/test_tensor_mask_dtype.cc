@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "renaissance/task.h"
+#include "tests/mask_test_util.h"
 #include "tests/optimizer_cases.h"
 #include "tests/test_util.h"
 
@@ -36,15 +37,8 @@ std::vector<ParamSpec> dtype_params() {
 bool masked(size_t id, int step) { return step == 3 || (id * 3 + static_cast<size_t>(step)) % 3 == 0; }
 constexpr int kSteps = 5;
 
-uint32_t seed_of(const std::string& name) {
-  uint32_t h = 2166136261u;
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
-  return h;
-}
-std::vector<float> weights_of(const ParamSpec& p) { return testing_util::lcg_values(seed_of(p.name), p.numel(), 0.5f); }
-std::vector<float> grads_of(const ParamSpec& p, int step) {
-  return testing_util::lcg_values(seed_of(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f);
-}
+std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
+std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
 
 struct DtypeCase {
   KindCase kind;
@@ -65,30 +59,9 @@ TaskOptions options_for(const DtypeCase& c, bool mask) {
   return o;
 }
 
-// W, M, V as floats and the model copy's encodings, of tensor id.
-struct Snapshot {
-  std::vector<std::vector<float>> families;
-  std::vector<uint16_t> copy;
-};
-Snapshot snapshot(Task& task, size_t id) {
-  Snapshot s;
-  for (Family f : {Family::kW, Family::kM, Family::kV}) {
-    if (!task.plan().has_family(f)) continue;
-    std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-    task.read(f, id, v.data());
-    s.families.push_back(v);
-  }
-  s.copy.resize(static_cast<size_t>(task.param(id).numel()));
-  task.read_model_copy(id, s.copy.data());
-  return s;
-}
-bool same(const Snapshot& a, const Snapshot& b) {
-  if (a.families.size() != b.families.size() || a.copy != b.copy) return false;
-  for (size_t k = 0; k < a.families.size(); ++k) {
-    if (!same_bits(a.families[k], b.families[k])) return false;
-  }
-  return true;
-}
+using Snapshot = testing_util::TensorSnapshot;
+Snapshot snapshot(Task& task, size_t id) { return testing_util::snapshot_tensor(task, id); }
+bool same(const Snapshot& a, const Snapshot& b) { return testing_util::same_snapshot(a, b); }
 
 class TensorMaskDtypeTest : public ::testing::TestWithParam<DtypeCase> {};
 
