@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "renaissance/task.h"
+#include "tests/optimizer_cases.h"
 #include "tests/test_util.h"
 
 namespace renaissance {
@@ -25,6 +27,16 @@ inline std::vector<float> named_weights(const ParamSpec& p) { return lcg_values(
 // The gradient of parameter p at step `step` (0-based).
 inline std::vector<float> named_grads(const ParamSpec& p, int step) {
   return lcg_values(name_seed(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f);
+}
+
+// A cell of the mask tests that sweep kinds x precisions x backends.
+struct KindPrecisionCase {
+  KindCase kind;
+  Precision precision;
+  BackendKind backend;
+};
+inline void PrintTo(const KindPrecisionCase& c, std::ostream* os) {
+  *os << c.kind.name << "/" << precision_name(c.precision) << "/" << backend_kind_name(c.backend);
 }
 
 // W, then M and V where the kind has them, as floats, and the model copy's encodings (if any),

@@ -58,14 +58,7 @@ using testing_util::name_seed;
 std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
 std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
 
-struct ClipCase {
-  KindCase kind;
-  Precision precision;
-  BackendKind backend;
-};
-void PrintTo(const ClipCase& c, std::ostream* os) {
-  *os << c.kind.name << "/" << precision_name(c.precision) << "/" << backend_kind_name(c.backend);
-}
+using ClipCase = testing_util::KindPrecisionCase;
 
 TaskOptions options_for(const ClipCase& c, bool mask) {
   TaskOptions o;

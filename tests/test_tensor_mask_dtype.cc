@@ -40,14 +40,7 @@ constexpr int kSteps = 5;
 std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
 std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
 
-struct DtypeCase {
-  KindCase kind;
-  Precision precision;
-  BackendKind backend;
-};
-void PrintTo(const DtypeCase& c, std::ostream* os) {
-  *os << c.kind.name << "/" << precision_name(c.precision) << "/" << backend_kind_name(c.backend);
-}
+using DtypeCase = testing_util::KindPrecisionCase;
 
 TaskOptions options_for(const DtypeCase& c, bool mask) {
   TaskOptions o;
