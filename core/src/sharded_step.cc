@@ -114,6 +114,13 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     // An element-wise update over per-tensor items (the masked program): the spans stay whole
     // (the items address elements from the group's start), the items shrink to the slice's.
     node->hyper_items = items_in_slice(plan, node->hyper_items, (node->g.offset - g0) / ge, s);
+    if (node->hyper_items.count == 0) {
+      // No item of this group in the slice: nothing to update (a node without items would walk
+      // the whole group span).
+      node->w.count = node->g.count = node->m.count = node->v.count = 0;
+      node->copy.c.count = 0;
+      node->copy.tensors.clear();
+    }
     return;
   }
   // Element-wise over one span of G (the check) or of one group in every family.
@@ -190,7 +197,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   }
   // TaskOptions::tensor_mask: both programs are cut (the mask is whole on every rank, as are the
   // per-tensor counts, which the compute nodes advance whole); step() runs the one Task::step
-  // would run.
+  // would run. Only the masked program is placed below: the unmasked one touches the same slice.
   layout_ = make_shard_layout(plan, comm.size());
   timed_base_ = comm.timed_seconds();
   const RankShard& s = shard();
@@ -227,6 +234,18 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
               const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
               hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
             }
+            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+              const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
+              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
+            }
+          } else if (node.kind == NodeKind::kRange && node.hyper_items.count > 0) {
+            // An update over the slice's items (tensor_mask) keeps its group's whole spans: for
+            // the placement, they shrink to the items' elements.
+            const HyperItem* items = plan.hyper_items().data() +
+                                     (node.hyper_items.offset - plan.region(T_HYPER_ITEMS).offset) / sizeof(HyperItem);
+            const HyperItem& last = items[node.hyper_items.count - 1];
+            const uint64_t lo = static_cast<uint64_t>(items[0].start);
+            const uint64_t hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.count);
             for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
               const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
               if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);

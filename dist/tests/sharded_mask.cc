@@ -1,5 +1,6 @@
 // Run under `mpirun -np K` (dist/CMakeLists.txt, K = 1..3): the per-tensor None-gradient mask
-// (TaskOptions::tensor_mask) in a sharded step. Every rank sets the same mask each step, over a
+// (TaskOptions::tensor_mask) in a sharded step, each rank holding its slice of M and V
+// (TaskOptions::state_shard; once also the whole state). Every rank sets the same mask each step, over a
 // pattern of nothing, one tensor, all, alternate tensors and nothing again (the first masked
 // step switches programs, docs/design.md "Two programs"); the references are computed on rank 0
 // by one Task without any sharding code:
@@ -52,8 +53,9 @@ std::vector<int32_t> mask_at(int t, size_t n) {
   return mask;
 }
 
-std::unique_ptr<Task> make_task(const Layout& layout, const Case& c) {
+std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
   TaskOptions options;
+  options.state_shard = shard;
   options.backend = BackendKind::kCpu;
   options.backend_options.threads = 1;
   options.tensor_mask = true;
@@ -87,10 +89,13 @@ struct Result {
   std::vector<int64_t> steps;
 };
 
-// One run: sharded over comm when comm != null, else one Task (masked or not).
+// One run: sharded over comm when comm != null (each rank holding its slice of M and V, as
+// renaissance.torch's ranks do, or the whole state), else one Task (masked or not).
 Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads, int ranks,
-           bool masked = true) {
-  std::unique_ptr<Task> task = make_task(layout, c);
+           bool masked = true, bool sliced = true) {
+  StateShard shard;
+  if (comm != nullptr && sliced) shard = StateShard{comm->rank(), comm->size()};
+  std::unique_ptr<Task> task = make_task(layout, c, shard);
   std::unique_ptr<ShardedStep> sharded;
   if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
   const int rank = comm != nullptr ? comm->rank() : 0;
@@ -183,6 +188,8 @@ int main(int argc, char** argv) {
                                                       ": every rank holds the same state and counts");
     }
     if (K <= 2) check(got[2].fingerprint == got[1].fingerprint, tag + " fast " + got[2].fingerprint + " == ordered");
+    const Result whole = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn, K, true, false);
+    check(bytes_of(whole) == bytes_of(got[1]), tag + " ordered with the whole M and V on every rank == with slices");
     if (!lead) continue;
     const Result plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame, 1);
     check(got[0].fingerprint == plain.fingerprint && got[0].steps == plain.steps,
