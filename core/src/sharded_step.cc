@@ -203,6 +203,8 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
   cut_program(step, &programs_[0]);
+  // (Built after a masked step, step_program() is the masked program again: [1] then gives its
+  // bits, which on a mask of zeros and equal counts are the unmasked one's, at its speed.)
   if (plan.config().tensor_mask) cut_program(task.step_program(), &programs_[1]);
   const CompiledStep& check_ = programs_[0].check;
   const CompiledStep& combine_ = programs_[0].combine;
@@ -506,8 +508,15 @@ void ShardedStep::step() {
   }
   // CUDA looks up a model-copy node's copy table by the node: the update sub-step is prepared
   // once, here, where it no longer moves.
+  // A tensor_mask task's second program is prepared as the alternate: prepare() would drop the
+  // first one's copy tables.
   if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !program.update_prepared) {
-    backend.prepare(update_);
+    SubSteps& other = programs_[unmasked ? 0 : 1];
+    if (other.update_prepared) {
+      backend.prepare_alternate(update_);
+    } else {
+      backend.prepare(update_);
+    }
     program.update_prepared = true;
   }
   backend.execute(update_);
