@@ -11,6 +11,8 @@
 // sgd_momentum, with and without clipping, and adamw with a bf16 stochastic model copy. The
 // NaN in a masked tensor's G is ignored, one in an unmasked tensor's skips the step. The
 // masked reference differs from the unmasked one (else the mask would be tested by nothing).
+// `sharded_mask LAYOUT cuda` (a build with NCCL; scripts/gpu_shardmask.sh): CUDA ranks joined by
+// NCCL, the references on rank 0's GPU, the checks between ranks over MPI.
 // Exit 0 only when every check passed.
 #include <cstdio>
 #include <cstring>
@@ -21,6 +23,9 @@
 
 #include "renaissance/layout.h"
 #include "renaissance/mpi_communicator.h"
+#ifdef RN_WITH_NCCL
+#include "renaissance/nccl_communicator.h"
+#endif
 #include "renaissance/shard.h"
 #include "renaissance/task.h"
 
@@ -31,6 +36,7 @@ namespace {
 constexpr uint64_t kSeed = 11;
 constexpr int kSteps = 6;
 constexpr float kAmplitude = 0.01f * 256.0f;  // gradients as scaled by a loss scale of 256
+BackendKind g_backend = BackendKind::kCpu;     // every Task's (argv[2] == "cuda": CUDA)
 
 struct Case {
   OptimizerKind kind;
@@ -56,7 +62,7 @@ std::vector<int32_t> mask_at(int t, size_t n) {
 std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
   TaskOptions options;
   options.state_shard = shard;
-  options.backend = BackendKind::kCpu;
+  options.backend = g_backend;
   options.backend_options.threads = 1;
   options.tensor_mask = true;
   options.precision = c.precision;
@@ -156,11 +162,26 @@ std::string counts_text(const std::vector<int64_t>& steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -np K sharded_mask LAYOUT.json\n");
+  const bool cuda = argc == 3 && std::strcmp(argv[2], "cuda") == 0;
+  if (argc != 2 && !cuda) {
+    std::fprintf(stderr, "usage: mpirun -np K sharded_mask LAYOUT.json [cuda]\n");
     return 2;
   }
+  // `comm` checks between ranks (host memory); `steps` joins the sharded steps: the same MPI
+  // communicator for CPU ranks, NCCL for CUDA ranks (made before any Task: it picks the GPU).
   std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> nccl;
+  if (cuda) {
+#ifdef RN_WITH_NCCL
+    nccl = make_nccl_communicator();
+    g_backend = BackendKind::kCuda;
+#else
+    std::fprintf(stderr, "sharded_mask: this build has no NCCL communicator\n");
+    return 2;
+#endif
+  }
+  Communicator* steps = cuda ? nccl.get() : comm.get();
+  if (comm->rank() == 0) std::printf("sharded steps over %s\n", steps->describe().c_str());
   const int K = comm->size();
   const bool lead = comm->rank() == 0;
   const Layout layout = load_layout_file(argv[1]);
@@ -183,12 +204,12 @@ int main(int argc, char** argv) {
     Result got[3];
     for (int m = 0; m < 3; ++m) {
       const Grads grads = modes[m] == GradReduce::kReplicated ? Grads::kSame : Grads::kOwn;
-      got[m] = run(layout, c, comm.get(), modes[m], grads, K);
+      got[m] = run(layout, c, steps, modes[m], grads, K);
       check(ranks_agree(*comm, bytes_of(got[m])), tag + " " + grad_reduce_name(modes[m]) +
                                                       ": every rank holds the same state and counts");
     }
     if (K <= 2) check(got[2].fingerprint == got[1].fingerprint, tag + " fast " + got[2].fingerprint + " == ordered");
-    const Result whole = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn, K, true, false);
+    const Result whole = run(layout, c, steps, GradReduce::kOrdered, Grads::kOwn, K, true, false);
     check(bytes_of(whole) == bytes_of(got[1]), tag + " ordered with the whole M and V on every rank == with slices");
     if (!lead) continue;
     const Result plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame, 1);
