@@ -12,8 +12,9 @@ core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask fro
 (one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
 and state alone, keeps its gradient out of the non-finite check and does not advance its own step
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
-The core mask does not combine with clipping yet: those Tasks keep the older way (zero the
-gradient, put W and the state back after the step; the Task's count advances for every parameter).
+Clipping included (the clip norm reads a masked tensor's G as zeros). Only a sharded step's Tasks
+(process_group) keep the older way (zero the gradient, put W and the state back after the step;
+the Task's count advances for every parameter).
 
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
@@ -22,7 +23,7 @@ stochastically), and its gradients in the model dtype (PrecisionOptions::model_d
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
 are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
 leaves the master, the state and C as they were, and the parameter's own count (C is put back
-only in the older way, with clipping or a sharded step).
+only in the older way, under a sharded step).
 """
 import warnings
 
