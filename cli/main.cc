@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "model"}));
   run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
   run_cmd->add_option("--distributed", run.distributed,
-                      "mpi: a sharded step over the ranks of mpirun (CPU ranks; docs/distributed.md)")
+                      "mpi (CPU ranks) or nccl (CUDA ranks, one GPU each): a sharded step over the ranks of mpirun "
+                      "(docs/distributed.md)")
       ->type_name("ENGINE");
   run_cmd->add_option("--grad-reduce", run.grad_reduce,
                       "With --distributed: replicated, ordered (default; rank-order sum / K) or fast (reduce-scatter)")

@@ -7,7 +7,8 @@
 #     gpt2_small, the same timing (events, steps enqueued, medians), two rounds (JSON after each);
 #  2. bench/bench_torch_step.py --phases --profile: the step inside a training step (its table),
 #     then zero_grad / forward / backward / step of the whole iteration for torch fused
-#     (set_to_none True and False) and renaissance.torch (in-place zero_grad, grads set to None),
+#     (set_to_none True and False) and renaissance.torch (its default zero_grad(): grads set to None,
+#     copied in by step(); and set_to_none=False, zeroed in place),
 #     interleaved, resnet50 (batch 32, then 64) and GPT-2 small, and the kernels that differ.
 # One CMake build (Release, CUDA, deps from the carried .deps/ as scripts/gpu_bench.sh) makes both
 # bench_step and the Python extension; the package is laid out in $BUILD/site from python/renaissance

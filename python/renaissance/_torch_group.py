@@ -12,8 +12,9 @@ core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask fro
 (one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
 and state alone, keeps its gradient out of the non-finite check and does not advance its own step
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
-Under a torch.distributed process group the sharded step runs the same mask (every rank must
-leave out the same parameters), so each parameter keeps its own count there too.
+Clipping included (the clip norm reads a masked tensor's G as zeros). Under a torch.distributed
+process group the sharded step runs the same mask (every rank must leave out the same
+parameters), so each parameter keeps its own count there too.
 
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
