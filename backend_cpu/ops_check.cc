@@ -160,13 +160,19 @@ std::vector<ElementRun> masked_runs(const CpuContext& ctx, const GraphNode& node
   const int32_t* mask = tensor_mask(ctx, node);
   if (mask == nullptr) return runs;
   const uint64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  const int64_t count = static_cast<int64_t>(node.g.count);
   for (int group = 0; group < 2; ++group) {
-    const uint64_t first = (node.group_g[group].offset - node.g.offset) / element_bytes;
+    // Signed, and each run clipped to the node's span: a sharded step's node covers only its
+    // rank's tiles, which may start inside the group (ShardedStep cuts node.g, not the tables).
+    const int64_t first = (static_cast<int64_t>(node.group_g[group].offset) - static_cast<int64_t>(node.g.offset)) /
+                          static_cast<int64_t>(element_bytes);
     const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
     for (uint64_t k = 0; k < node.group_items[group].count; ++k) {
       if (!block_masked(mask, items[k].block)) continue;
-      const uint64_t begin = first + static_cast<uint64_t>(items[k].start);
-      const uint64_t end = begin + static_cast<uint64_t>(items[k].count);
+      const int64_t b = std::max<int64_t>(0, first + items[k].start);
+      const int64_t e = std::min<int64_t>(count, first + items[k].start + items[k].count);
+      if (e <= b) continue;
+      const uint64_t begin = static_cast<uint64_t>(b), end = static_cast<uint64_t>(e);
       if (!runs.empty() && runs.back().end == begin) {
         runs.back().end = end;
       } else {

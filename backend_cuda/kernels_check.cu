@@ -270,7 +270,9 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
     for (int group = 0; group < 2; ++group) {
       gm.items[group] = ctx.at<const HyperItem>(node.group_items[group]);
       gm.count[group] = static_cast<int64_t>(node.group_items[group].count);
-      gm.first[group] = static_cast<int64_t>((node.group_g[group].offset - node.g.offset) / element_bytes);
+      // Signed: a sharded step's node starts inside the group (ShardedStep cuts node.g to its tiles).
+      gm.first[group] = (static_cast<int64_t>(node.group_g[group].offset) - static_cast<int64_t>(node.g.offset)) /
+                        static_cast<int64_t>(element_bytes);
     }
   }
   with_grad(ctx.arena, node, [&](auto g) {

@@ -28,6 +28,27 @@ bool parse_grad_reduce(const std::string& text, GradReduce* out) {
   return false;
 }
 
+namespace {
+
+// The start (in family elements) of the HyperItem holding element c, or c when none does
+// (padding, or past the last item).
+uint64_t item_start_at_or_below(const MemoryPlan& plan, uint64_t c) {
+  const uint64_t family = plan.region_range(W_BN_BIAS, W_DEEP_CONV).offset;
+  const uint64_t items_base = plan.region(T_HYPER_ITEMS).offset;
+  for (Group group : {Group::kBiasLike, Group::kWeight}) {
+    const uint64_t first = (plan.group_span(Family::kW, group).offset - family) / sizeof(float);
+    const Span items = plan.hyper_item_span(group);
+    const HyperItem* all = plan.hyper_items().data() + (items.offset - items_base) / sizeof(HyperItem);
+    for (uint64_t k = 0; k < items.count; ++k) {
+      const uint64_t b = first + static_cast<uint64_t>(all[k].start), e = b + static_cast<uint64_t>(all[k].count);
+      if (c > b && c < e) return b;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
 ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   if (world_size < 1) throw_invalid("a world needs at least one rank, got " + std::to_string(world_size));
   ShardLayout layout;
@@ -57,6 +78,9 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
       const size_t i = static_cast<size_t>(it - norm.begin()) - 1;
       if (c > norm_start(i) && c < norm_start(i) + static_cast<uint64_t>(norm[i].length)) c = norm_start(i);
     }
+    // TaskOptions::tensor_mask: a cut inside a HyperItem moves down to its start, so that a rank's
+    // masked sub-steps walk whole items (ShardedStep). Weight-group items start on norm tiles.
+    if (plan.config().tensor_mask) c = item_start_at_or_below(plan, c);
     cuts[static_cast<size_t>(r)] = c;
   }
   auto first_norm_tile_at_or_after = [&](uint64_t e) {

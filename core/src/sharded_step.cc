@@ -55,10 +55,32 @@ uint64_t grad_element_bytes(const MemoryPlan& plan) {
 // The node cut to this rank: element-wise updates and the check to the slice, tile-wise nodes
 // to the owned tiles. A rank that owns nothing of a node keeps it with empty spans: the check
 // must still write this rank's flag (0) before the flags are combined.
+// TaskOptions::tensor_mask: the items of `items` (a group's HyperItems, starts relative to the
+// group's first element `group_first` of the family) that lie in [s.begin, s.end). The layout
+// cuts a mask plan on item starts (make_shard_layout), so no item is split.
+Span items_in_slice(const MemoryPlan& plan, Span items, uint64_t group_first, const RankShard& s) {
+  const uint64_t base = (items.offset - plan.region(T_HYPER_ITEMS).offset) / sizeof(HyperItem);
+  const HyperItem* all = plan.hyper_items().data() + base;
+  uint64_t first = 0;
+  while (first < items.count && group_first + static_cast<uint64_t>(all[first].start) < s.begin) ++first;
+  uint64_t last = first;
+  while (last < items.count && group_first + static_cast<uint64_t>(all[last].start) < s.end) ++last;
+  return Span{items.offset + first * sizeof(HyperItem), last - first};
+}
+
 void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   if (node->kind != NodeKind::kRange) return;
   const uint64_t g0 = plan.region_range(G_BN_BIAS, G_DEEP_CONV).offset;
   const uint64_t ge = grad_element_bytes(plan);  // G's element: 4 bytes, or 2 in the model dtype
+  // The masked check walks each group's items over the group's whole G span: only the items of
+  // the slice stay (the rest of G is not reduced on this rank). (GRAD_NORM_PARTIALS keeps its
+  // tables whole: it reads them only to zero the masked tensors' elements of its own tiles.)
+  if (node->range_op == RangeOp::CHECK_FINITE && node->tensor_state.count > 0) {
+    for (int group = 0; group < 2; ++group) {
+      node->group_items[group] =
+          items_in_slice(plan, node->group_items[group], (node->group_g[group].offset - g0) / ge, s);
+    }
+  }
   if (node->range_op == RangeOp::GRAD_NORM_PARTIALS) {
     const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
     const uint64_t first = static_cast<uint64_t>(s.grad_tile_begin) * tile;
@@ -85,6 +107,19 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
         hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
       }
       node->copy = cut_model_copy(node->copy, lo, hi, false);
+    }
+    return;
+  }
+  if (node->hyper_items.count > 0) {
+    // An element-wise update over per-tensor items (the masked program): the spans stay whole
+    // (the items address elements from the group's start), the items shrink to the slice's.
+    node->hyper_items = items_in_slice(plan, node->hyper_items, (node->g.offset - g0) / ge, s);
+    if (node->hyper_items.count == 0) {
+      // No item of this group in the slice: nothing to update (a node without items would walk
+      // the whole group span).
+      node->w.count = node->g.count = node->m.count = node->v.count = 0;
+      node->copy.c.count = 0;
+      node->copy.tensors.clear();
     }
     return;
   }
@@ -160,32 +195,20 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
                   std::to_string(task.hyper_groups()) + ")");
   }
-  // The per-tensor mask walks the same kind of table (one item per tensor).
-  if (plan.config().tensor_mask) throw_invalid("a sharded step does not run a task with tensor_mask yet");
+  // TaskOptions::tensor_mask: both programs are cut (the mask is whole on every rank, as are the
+  // per-tensor counts, which the compute nodes advance whole); step() runs the one Task::step
+  // would run. Only the masked program is placed below: the unmasked one touches the same slice.
   layout_ = make_shard_layout(plan, comm.size());
   timed_base_ = comm.timed_seconds();
   const RankShard& s = shard();
   const CompiledStep& step = task.compiled_step();
-  check_ = empty_like(step);
-  combine_ = empty_like(step);
-  update_ = empty_like(step);
-  // Sub-steps keep the single-device node order: range nodes of the pre-step graph, its compute
-  // node, the norm graph's tile partials, its ratios, then the updates. A node stays
-  // in the graph it came from, so that a backend that joins its streams between graphs (CUDA)
-  // orders the sub-step's parts as the whole step does.
-  auto add = [&](CompiledStep* sub, GraphId graph, GraphNode node) {
-    cut_node(&node, plan, s);
-    sub->graphs[static_cast<int>(graph)].push_back(node);
-  };
-  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kPreStep)]) {
-    add(node.kind == NodeKind::kRange ? &check_ : &combine_, GraphId::kPreStep, node);
-  }
-  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kNorms)]) {
-    add(node.kind == NodeKind::kRange ? &combine_ : &update_, GraphId::kNorms, node);
-  }
-  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) {
-    add(&update_, GraphId::kOptimizer, node);
-  }
+  cut_program(step, &programs_[0]);
+  // (Built after a masked step, step_program() is the masked program again: [1] then gives its
+  // bits, which on a mask of zeros and equal counts are the unmasked one's, at its speed.)
+  if (plan.config().tensor_mask) cut_program(task.step_program(), &programs_[1]);
+  const CompiledStep& check_ = programs_[0].check;
+  const CompiledStep& combine_ = programs_[0].combine;
+  const CompiledStep& update_ = programs_[0].update;
   if (plan.state_sliced()) {
     // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).
     if (plan.state_begin() != s.begin || plan.state_end() != s.end) {
@@ -217,6 +240,18 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
               const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
               if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
             }
+          } else if (node.kind == NodeKind::kRange && node.hyper_items.count > 0) {
+            // An update over the slice's items (tensor_mask) keeps its group's whole spans: for
+            // the placement, they shrink to the items' elements.
+            const HyperItem* items = plan.hyper_items().data() +
+                                     (node.hyper_items.offset - plan.region(T_HYPER_ITEMS).offset) / sizeof(HyperItem);
+            const HyperItem& last = items[node.hyper_items.count - 1];
+            const uint64_t lo = static_cast<uint64_t>(items[0].start);
+            const uint64_t hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.count);
+            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+              const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
+              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
+            }
           }
           all.graphs[graph].push_back(node);
         }
@@ -224,6 +259,31 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     }
     // (CPU page placement; the CUDA backend runs the sub-steps without a captured graph.)
     if (!device) task.backend().prepare(all);
+  }
+}
+
+// Sub-steps keep the single-device node order: range nodes of the pre-step graph, its compute
+// node, the norm graph's tile partials, its ratios, then the updates. A node stays in the graph it
+// came from, so that a backend that joins its streams between graphs (CUDA) orders the sub-step's
+// parts as the whole step does.
+void ShardedStep::cut_program(const CompiledStep& step, SubSteps* out) {
+  const MemoryPlan& plan = task_.plan();
+  const RankShard& s = shard();
+  out->check = empty_like(step);
+  out->combine = empty_like(step);
+  out->update = empty_like(step);
+  auto add = [&](CompiledStep* sub, GraphId graph, GraphNode node) {
+    cut_node(&node, plan, s);
+    sub->graphs[static_cast<int>(graph)].push_back(node);
+  };
+  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kPreStep)]) {
+    add(node.kind == NodeKind::kRange ? &out->check : &out->combine, GraphId::kPreStep, node);
+  }
+  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kNorms)]) {
+    add(node.kind == NodeKind::kRange ? &out->combine : &out->update, GraphId::kNorms, node);
+  }
+  for (const GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) {
+    add(&out->update, GraphId::kOptimizer, node);
   }
 }
 
@@ -413,6 +473,14 @@ void ShardedStep::step() {
   bind();
   Backend& backend = task_.backend();
   const CompiledStep& step = task_.compiled_step();
+  // The program Task::step would run (the host state that decides it is the same on every rank
+  // when every rank sets the same mask); a masked step forgets that the counts are equal.
+  const bool unmasked = task_.plan().config().tensor_mask && !task_.masked_program_next();
+  if (task_.plan().config().tensor_mask && !unmasked) task_.note_masked_step();
+  SubSteps& program = programs_[unmasked ? 1 : 0];
+  const CompiledStep& check_ = program.check;
+  const CompiledStep& combine_ = program.combine;
+  const CompiledStep& update_ = program.update;
   // Each collective comes after the backend's work before it and the backend's next work after
   // the collective (join(): host waits only where the communicator is not on the backend's stream).
   {
@@ -440,9 +508,16 @@ void ShardedStep::step() {
   }
   // CUDA looks up a model-copy node's copy table by the node: the update sub-step is prepared
   // once, here, where it no longer moves.
-  if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !update_prepared_) {
-    backend.prepare(update_);
-    update_prepared_ = true;
+  // A tensor_mask task's second program is prepared as the alternate: prepare() would drop the
+  // first one's copy tables.
+  if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !program.update_prepared) {
+    SubSteps& other = programs_[unmasked ? 0 : 1];
+    if (other.update_prepared) {
+      backend.prepare_alternate(update_);
+    } else {
+      backend.prepare(update_);
+    }
+    program.update_prepared = true;
   }
   backend.execute(update_);
   CommTimer t(comm_);

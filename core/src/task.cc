@@ -132,9 +132,6 @@ void Task::compile() {
   if (precision.precision == Precision::kFp32 && precision.rounding != Rounding::kNearest) {
     throw_invalid("compile(): stochastic rounding needs a bf16 or fp16 model copy (precision is fp32)");
   }
-  if (options_.tensor_mask && options_.state_shard.world_size > 0) {
-    throw_invalid("compile(): tensor_mask with a state shard is not supported yet");
-  }
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }

@@ -90,8 +90,8 @@ class TorchCommunicator:
         dist.barrier(group=self.group)
 
     def check_missing(self, missing, n):
-        """A parameter without a gradient is put back after the step on the ranks where it has
-        none: on all or none of them, or the ranks' parameters would drift apart. One small
+        """A parameter without a gradient is masked on the ranks where it has none: on all or
+        none of them (every rank's mask must be the same), or the ranks' parameters would drift apart. One small
         all_reduce per step (the flags' max and, negated, their min)."""
         flags = torch.zeros(2 * n, dtype=torch.int32)
         for j in missing:

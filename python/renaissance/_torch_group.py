@@ -12,9 +12,9 @@ core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask fro
 (one small host-to-device copy, only when the pattern changed; no sync): the device leaves its W
 and state alone, keeps its gradient out of the non-finite check and does not advance its own step
 count, so its later Adam bias corrections use its own count as torch's per-parameter `step` does.
-Clipping included (the clip norm reads a masked tensor's G as zeros). Only a sharded step's Tasks
-(process_group) keep the older way (zero the gradient, put W and the state back after the step;
-the Task's count advances for every parameter).
+Clipping included (the clip norm reads a masked tensor's G as zeros). Under a torch.distributed
+process group the sharded step runs the same mask (every rank must leave out the same
+parameters), so each parameter keeps its own count there too.
 
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
@@ -22,8 +22,7 @@ stochastically), and its gradients in the model dtype (PrecisionOptions::model_d
 .data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
 are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
-leaves the master, the state and C as they were, and the parameter's own count (C is put back
-only in the older way, under a sharded step).
+leaves the master, the state and C as they were, and the parameter's own count.
 """
 import warnings
 
@@ -65,10 +64,10 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask where the core supports it: every kind, precision and clipping (the
-        # clip norm leaves masked tensors out, as clip_grad_norm_ does parameters without a
-        # .grad); not under a sharded step (_torch_dist.py) yet.
-        self.masked = not sharded
+        # The per-tensor mask: every kind, precision and clipping (the clip norm leaves masked
+        # tensors out, as clip_grad_norm_ does parameters without a .grad), under a sharded step
+        # (_torch_dist.py) too, where every rank writes the same mask (check_missing).
+        self.masked = True
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
@@ -181,27 +180,8 @@ class SharedTask:
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
-        if self.masked:
-            self.write_mask(tuple(missing))
-            self.run_step()
-            return True
-        saved = []  # the sharded step's way (no mask there): one count for every parameter
-        with torch.no_grad():
-            # A parameter without a gradient must not move: its G is zeroed (so it cannot make the
-            # step skip or enter a norm), and W and the state are put back after the step.
-            for j in missing:
-                self.G[j].zero_()
-                saved.append([(buf[j], buf[j].clone()) for buf in (self.W, self.M, self.V, self.C) if buf is not None])
-                if self.sliced:  # M and V have no views: whole copies gathered (every rank has the same `missing`)
-                    saved[-1] += [((fam, j), self.sharded.read_state(fam, j)) for fam in ("M", "V")
-                                  if fam in self.state_names]
-            self.run_step()
-            for pairs in saved:
-                for view, copy in pairs:
-                    if isinstance(view, tuple):
-                        self.task.set_state(view[0], view[1], copy)  # this rank's slice of it
-                    else:
-                        view.copy_(copy)
+        self.write_mask(tuple(missing))
+        self.run_step()
         return True
 
     def copy_in(self, ids):

@@ -15,7 +15,7 @@ precision, rounding and seed (a case has one).
 
 Parameters whose ``.grad`` is None at a step (a frozen branch, an unused embedding): where their
 Task runs with the core's per-tensor mask (renaissance.torch does, also for bf16/fp16 parameters
-and under clipping, except under a sharded step), the step's ``no_grad_per_step`` entry names them
+and under clipping and a sharded step), the step's ``no_grad_per_step`` entry names them
 and the case holds no gradient for them; the groups' per-tensor step counts go in as ``initial_tensor_steps`` (where they differ
 from the group's count) and ``expected_tensor_steps``. The replay masks those parameters in those
 steps. Elsewhere a None gradient is refused (the case cannot describe how such a Task stepped).
@@ -253,8 +253,8 @@ class Recorder:
                 if p.grad is None:
                     if self._initial_tensor_steps[gi] is None:
                         self._refuse(f"parameter {name_} of group {gi} has no gradient at step {len(self._grads)}, and "
-                                     "its Task runs without the per-tensor mask (a sharded step: "
-                                     "the parameter is put back after a step a replay case cannot describe)")
+                                     "its Task runs without the per-tensor mask (a replay case cannot describe "
+                                     "how such a Task stepped)")
                     no_grad.append(f"g{gi}.{name_}")
                     continue
                 has_grad[core] = True

@@ -6,6 +6,8 @@
 - ordered (and fast at K = 2): rank r feeds its own gradient; the result is bit for bit one process fed
   (g_0 + g_1 + ... + g_{K-1}) / K, summed left to right in fp32 here (the core's
   --simulate-ranks rule, written independently of the library);
+- None gradients (every rank alike) on alternate steps: one process's bits through the per-tensor
+  mask, each parameter's `step` its own (torch's);
 - wrong use is a clear error: ranks that build different optimizers, a rank that does not
   pass process_group (the others' handshake times out with a message), bad arguments.
 """
@@ -348,33 +350,64 @@ def test_checkpoint_at_k2_continues_at_k3(tmp_path):
                 assert same, "K=2 -> K=3 via %s, rank %d: %s differs" % (how, r, key)
 
 
-def _none_grads(s):
-    g = rank_grads(s, 0, torch.float32)
-    if s == STEPS - 1:
-        # Every rank leaves parameter 3 out of the last step (a later step would differ: the group
-        # counts steps per Task, one process per parameter, so p3's bias correction would not match).
-        g[3] = None
-    return g
+# None gradients on alternate steps (every rank alike): step -> the parameters left out.
+NONE_AT = {1: (1, 3), 2: (0, 2, 4), 3: (3,)}
+NONE_STEPS = 4
+# The kinds whose step reads the per-parameter count (Adam's bias corrections), with clipping (a
+# masked tensor is left out of the norm), a per-tensor norm (LAMB), bf16 (the model copy).
+NONE_CASES = [
+    ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
+    ("adamw_clip", rt.AdamW, dict(lr=1e-2, max_grad_norm=0.5), torch.float32),
+    ("lamb", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
+    ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+]
 
 
-def _worker_none_everywhere(rank, k, init_file, out_dir):
+def _with_nones(grads, s):
+    return [None if i in NONE_AT.get(s, ()) else g for i, g in enumerate(grads)]
+
+
+def _worker_nones(rank, k, init_file, out_dir, mode):
     _init(rank, k, init_file)
     torch.set_num_threads(1)
-    ps = make_params(torch.float32)
-    opt = rt.AdamW(ps, threads=1, lr=1e-2, process_group=dist.group.WORLD)
-    advance(opt, ps, _none_grads, range(STEPS))
-    torch.save(collect(opt, ps), os.path.join(out_dir, "rank%d.pt" % rank))
+    results = {}
+    for name, cls, kw, dtype in NONE_CASES:
+        src = 0 if mode == "replicated" else rank
+        res, opt = run(cls, kw, dtype, lambda s: _with_nones(rank_grads(s, src, dtype), s), steps=NONE_STEPS,
+                       process_group=dist.group.WORLD, grad_reduce=mode)
+        layout = opt._shared()[0].sharded.layout
+        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+        results[name] = res
+    torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     _finish()
 
 
-def test_none_gradient_on_every_rank_keeps_its_state(tmp_path):
-    """A parameter every rank leaves out does not move, its M and V (sliced over the ranks)
-    included: they equal one process's, which skips it through the per-tensor mask."""
-    want, _ = run(rt.AdamW, dict(lr=1e-2), torch.float32, _none_grads)
-    spawn(_worker_none_everywhere, 2, tmp_path)
-    for r in range(2):
-        got = torch.load(str(tmp_path / ("rank%d.pt" % r)))
-        for key in want:
-            if key.endswith(".step") or key == "fingerprint":
-                continue  # one process counts steps per parameter (mask); the group per Task
-            assert np.array_equal(got[key], want[key]), "rank %d: %s differs" % (r, key)
+@pytest.mark.parametrize("k, mode", [(2, "replicated"), (3, "ordered")])
+def test_none_gradients_on_alternate_steps(tmp_path, k, mode):
+    """Parameters every rank leaves out (None) on alternate steps: W, the (sliced) state, each
+    parameter's own `step` and the fingerprint equal one process's (which skips them through the
+    per-tensor mask), and the `step`s are torch's own optimizer's."""
+    spawn(_worker_nones, k, tmp_path, mode)
+    ranks = [torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(k)]
+    for name, cls, kw, dtype in NONE_CASES:
+        if mode == "replicated":
+            grads = lambda s: _with_nones(rank_grads(s, 0, dtype), s)
+        else:
+            grads = lambda s: _with_nones(ordered_mean(s, k, dtype), s)
+        want, _ = run(cls, kw, dtype, grads, steps=NONE_STEPS)
+        for r, got in enumerate(ranks):
+            assert sorted(got[name]) == sorted(want), (name, r)
+            for key in want:
+                same = got[name][key] == want[key] if key == "fingerprint" else np.array_equal(got[name][key], want[key])
+                assert same, "%s K=%d %s, rank %d: %s differs" % (name, k, mode, r, key)
+    # torch's own AdamW counts each parameter's applied steps.
+    ps = make_params(torch.float32)
+    ref = torch.optim.AdamW(ps, lr=1e-2)
+    for s in range(NONE_STEPS):
+        for p, g in zip(ps, _with_nones(rank_grads(s, 0, torch.float32), s)):
+            p.grad = None if g is None else g.clone()
+        ref.step()
+    torch_steps = [float(ref.state[p]["step"]) for p in ps]
+    assert torch_steps == [3.0, 3.0, 3.0, 2.0, 3.0]
+    for r, got in enumerate(ranks):
+        assert [float(got["adamw"]["s%d.step" % i][0]) for i in range(len(ps))] == torch_steps, r

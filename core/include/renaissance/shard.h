@@ -117,7 +117,15 @@ class ShardedStep {
   Communicator& comm_;
   GradReduce mode_;
   ShardLayout layout_;
-  CompiledStep check_, combine_, update_;  // the three sub-steps of this rank
+  // The three sub-steps of this rank, cut from one program of the Task: [0] its compiled step,
+  // [1] (TaskOptions::tensor_mask) its unmasked program, run while Task::masked_program_next()
+  // says no, so that every rank switches programs at the step one device would.
+  struct SubSteps {
+    CompiledStep check, combine, update;
+    bool update_prepared = false;  // CUDA with a model copy: update prepared (step())
+  };
+  SubSteps programs_[2];
+  void cut_program(const CompiledStep& step, SubSteps* out);
   // Makes the backend's work so far and the communicator's calls so far visible to each other,
   // where stream order does not already (a communicator not on the backend's stream).
   void join();
@@ -126,7 +134,6 @@ class ShardedStep {
   void bind();
   bool stream_ordered_ = false;  // the communicator said yes
   uint64_t reduce_chunk_ = kReduceChunk;
-  bool update_prepared_ = false;  // CUDA with a model copy: update_ prepared (step())
   double timed_base_ = 0.0;  // comm_.timed_seconds() when this step was built
 };
 

@@ -197,6 +197,9 @@ class Task {
   void tensor_mask_written(bool any_set);
   // Whether the next step() runs the masked program (false without tensor_mask).
   bool masked_program_next() const;
+  // A sharded step (ShardedStep::step) ran the masked program instead of step(): a masked
+  // tensor's count may now stay behind, as after step() (program_for_step).
+  void note_masked_step() { steps_equal_ = false; }
   // The program the next step() runs: compiled_step(), or a tensor_mask task's unmasked program
   // (graph.h) while it applies. A tensor_mask task prepares its masked program on the first step()
   // that runs it: what a benchmark times through Backend::timed_steps after one step().
