@@ -64,10 +64,6 @@ class SharedTask:
             for p, role in zip(params, roles):
                 specs.append((str(len(specs)), [int(d) for d in p.shape], role))
                 groups.append(h)
-        # The per-tensor mask: every kind, precision and clipping (the clip norm leaves masked
-        # tensors out, as clip_grad_norm_ does parameters without a .grad), under a sharded step
-        # (_torch_dist.py) too, where every rank writes the same mask (check_missing).
-        self.masked = True
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
@@ -76,7 +72,7 @@ class SharedTask:
         self.sliced = state_shard is not None
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
-                              tensor_mask=self.masked, precision=precision, rounding=rounding, seed=seed,
+                              tensor_mask=True, precision=precision, rounding=rounding, seed=seed,
                               model_dtype_gradients=precision != "fp32",
                               state_shard=list(state_shard) if self.sliced else [])
             task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
@@ -97,7 +93,11 @@ class SharedTask:
         self.g_ptrs = [g.data_ptr() for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
-        self.mask = task.scalar_view("tensor_mask", did) if self.masked else None
+        # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
+        # norm leaves masked tensors out, as clip_grad_norm_ does parameters without a .grad), and
+        # under a sharded step (_torch_dist.py) too, where every rank writes the same mask
+        # (check_missing).
+        self.mask = task.scalar_view("tensor_mask", did)
         self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
         self.bindings = []
 
@@ -226,11 +226,8 @@ class SharedTask:
         self.mask_written = missing
 
     def step_tensors(self):
-        """Each parameter's `step` for the torch state: its own count (masked Task), else the
-        Task's count for every parameter."""
-        if self.masked:
-            return [torch.tensor(float(s)) for s in self.task.tensor_steps]
-        return [torch.tensor(float(self.task.step_count))] * len(self.params)
+        """Each parameter's `step` for the torch state: its own count (the per-tensor mask)."""
+        return [torch.tensor(float(s)) for s in self.task.tensor_steps]
 
     def flush_lrs(self):
         """Every group's lr in one host-to-device copy (an lr schedule over many groups)."""

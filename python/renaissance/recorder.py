@@ -84,9 +84,9 @@ def _tensor_steps(task):
             return [int(s) for s in task.tensor_steps]
         except Exception:  # the core refuses tensor_steps without the mask
             return None
-    # A GroupTask of renaissance.torch: its SharedTask says whether the mask is on.
+    # A GroupTask of renaissance.torch: its SharedTask always runs with the mask.
     binding = getattr(task, "_b", None)
-    if binding is None or not getattr(binding.shared, "masked", False):
+    if binding is None:
         return None
     counts = task.shared.tensor_steps
     return [int(counts[i]) for i in binding.ids]

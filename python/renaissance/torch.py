@@ -256,13 +256,7 @@ class _Base(Optimizer):
                                  (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
             states = [state_dict["state"].get(k) for k in g["params"]]
             per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
-            steps = {_step_of(s) for s in states}
-            if len(steps) > 1 and b.shared.masked:
-                steps = {max(per_param)}  # the Task's count; each parameter keeps its own below
-            if len(steps) > 1:
-                raise ValueError("load_state_dict: param group %d has parameters at different steps %s; this library "
-                                 "keeps one step count per group" % (gi, sorted(x for x in steps if x is not None)))
-            step = steps.pop()
+            step = max(per_param, default=0)  # the Task's count; each parameter keeps its own below
             bufs = []  # a buffer the state lacks (or holds as None) starts at zero, as in torch
             for j, s in enumerate(states):
                 for fam, key in b.state_names.items():
@@ -274,19 +268,11 @@ class _Base(Optimizer):
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
                     bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j], t))
             plan.append((b, step, bufs, per_param))
-        shared_steps = {}  # the groups of one Task share its step count (masked: the largest)
+        shared_steps = {}  # the groups of one Task: its count is the largest of their parameters'
         for b, step, _, _ in plan:
-            if b.shared.masked:
-                shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared)) or 0, step or 0)
-        for gi, (b, step, _, _) in enumerate(plan):
-            if b.shared.masked:
-                continue
-            if shared_steps.setdefault(id(b.shared), step) != step:
-                raise ValueError("load_state_dict: param group %d is at step %s, another group of the same Task at %s; "
-                                 "this library keeps one step count per Task (groups of one kind, weight-decay mode "
-                                 "and clipping share it)" % (gi, step, shared_steps[id(b.shared)]))
+            shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared), 0), step)
         super().load_state_dict(state_dict)
-        tensor_steps = {}  # masked Tasks: every parameter's own count
+        tensor_steps = {}  # every parameter's own count, per Task
         with torch.no_grad():
             for b, step, bufs, per_param in plan:
                 for view in (b.M or []) + (b.V or []):
@@ -306,13 +292,10 @@ class _Base(Optimizer):
                                                 t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy())
                         continue
                     view.copy_(t.detach().to(device=view.device, dtype=torch.float32))
-                if b.shared.masked:
-                    counts = tensor_steps.setdefault(id(b.shared), (b.shared, [0] * len(b.shared.params)))[1]
-                    for j, s in zip(b.ids, per_param):
-                        counts[j] = int(s)
-                    b.shared.task.set_step_count(int(shared_steps[id(b.shared)]))
-                else:
-                    b.shared.task.set_step_count(int(step or 0))
+                counts = tensor_steps.setdefault(id(b.shared), (b.shared, [0] * len(b.shared.params)))[1]
+                for j, s in zip(b.ids, per_param):
+                    counts[j] = int(s)
+                b.shared.task.set_step_count(int(shared_steps[id(b.shared)]))
             for shared, counts in tensor_steps.values():
                 shared.task.set_tensor_steps(counts)
         self.state.clear()

@@ -48,7 +48,7 @@ def bits32(t):
 def test_none_gradients_keep_per_parameter_steps_in_the_model_dtype(device, dtype):
     ps = params(device, dtype)
     opt = rt.AdamW(ps, lr=1e-2, weight_decay=0.1)
-    assert opt._shared()[0].masked
+    assert opt._shared()[0].task.tensor_steps is not None
     alone = [(p, rt.AdamW([p], lr=1e-2, weight_decay=0.1)) for p in params(device, dtype)]
     for s in range(STEPS):
         held = {}
