@@ -98,48 +98,29 @@ HWY_EXPORT(CompiledTarget);
 
 void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   std::atomic<bool> found{false};
-  if (node.grad_dtype != Precision::kFp32) {
-    // Model-dtype gradients: the encodings themselves are checked (grad_dtype.h).
-    if (const int32_t* mask = tensor_mask(ctx, node)) {
-      // tensor_mask: the unmasked tensors' encodings only, as for fp32 G below.
-      for (int group = 0; group < 2; ++group) {
-        const uint16_t* gg = ctx.at<uint16_t>(node.group_g[group]);
-        const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
-        parallel_blocks(ctx.threads, node.group_items[group].count, 1, [&](uint64_t b, uint64_t e) {
-          for (uint64_t k = b; k < e; ++k) {
-            if (block_masked(mask, items[k].block)) continue;
-            if (encoded_has_non_finite(node.grad_dtype, gg + items[k].start, static_cast<size_t>(items[k].count))) {
-              found.store(true, std::memory_order_relaxed);
-            }
-          }
-        }, ctx.tuning.schedule);
-      }
-    } else {
-      const uint16_t* h = ctx.at<uint16_t>(node.g);
-      parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
-        if (encoded_has_non_finite(node.grad_dtype, h + begin, end - begin)) found.store(true, std::memory_order_relaxed);
-      }, ctx.tuning.schedule);
-    }
-    ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
-    return;
-  }
-  const float* g = ctx.at<float>(node.g);
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
+  // Whether elements [at, at + n) of G span s hold a NaN or Inf: fp32 values, or model-dtype
+  // encodings checked as they are (grad_dtype.h).
+  auto has_non_finite = [&](const Span& s, uint64_t at, uint64_t n) {
+    if (node.grad_dtype != Precision::kFp32) return encoded_has_non_finite(node.grad_dtype, ctx.at<uint16_t>(s) + at, n);
+    return fn(ctx.at<float>(s) + at, static_cast<size_t>(n));
+  };
   if (const int32_t* mask = tensor_mask(ctx, node)) {
     // tensor_mask: the unmasked tensors' items only (a masked tensor's G is never looked at).
     for (int group = 0; group < 2; ++group) {
-      const float* gg = ctx.at<float>(node.group_g[group]);
       const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
       parallel_blocks(ctx.threads, node.group_items[group].count, 1, [&](uint64_t b, uint64_t e) {
         for (uint64_t k = b; k < e; ++k) {
           if (block_masked(mask, items[k].block)) continue;
-          if (fn(gg + items[k].start, static_cast<size_t>(items[k].count))) found.store(true, std::memory_order_relaxed);
+          if (has_non_finite(node.group_g[group], static_cast<uint64_t>(items[k].start), static_cast<uint64_t>(items[k].count))) {
+            found.store(true, std::memory_order_relaxed);
+          }
         }
       }, ctx.tuning.schedule);
     }
   } else {
     parallel_blocks(ctx.threads, node.g.count, ctx.tuning.chunk_elements, [&](uint64_t begin, uint64_t end) {
-      if (fn(g + begin, end - begin)) found.store(true, std::memory_order_relaxed);
+      if (has_non_finite(node.g, begin, end - begin)) found.store(true, std::memory_order_relaxed);
     }, ctx.tuning.schedule);
   }
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
