@@ -56,7 +56,7 @@ struct CpuTuning {
 // Elements per update-and-copy step of a block when the node writes a model copy: the update of
 // a step is followed at once by the rounding of its new masters (write_model_copy), while the
 // step's w (4 KiB) is still in L1, so W is not fetched from memory a second time. A multiple of
-// every SIMD width and of 4 (a Philox block), so no step adds a scalar head or tail of its own.
+// every SIMD width and of 8 (a Philox block), so no step adds a scalar head or tail of its own.
 constexpr uint64_t kCopyStepElements = 1024;
 
 // Elements of one prefetch step in run_elementwise: a multiple of every SIMD width (so splitting

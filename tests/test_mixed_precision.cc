@@ -100,12 +100,16 @@ std::vector<uint16_t> expected_copy(const Cell& cell, const std::vector<float>& 
     if (cell.rounding == Rounding::kNearest) {
       out[i] = precision_oracle::oracle_rne(fmt, w[i]);
     } else {
-      // docs/math.md: counter (i/4 low, i/4 high, p, t), key (seed low, seed high), word i%4.
-      const uint64_t q = i / 4;
+      // docs/math.md: counter (i/8 low, i/8 high, p, t), key (seed low, seed high); r16 is the
+      // 16-bit half i%8 of the output (low half of word (i%8)/2 for even i%8, high for odd),
+      // handed to the rounding as the 32-bit word r16 << 16.
+      const uint64_t q = i / 8;
       const math::Philox4x32 block = math::philox4x32_10(
           static_cast<uint32_t>(q), static_cast<uint32_t>(q >> 32), p, static_cast<uint32_t>(t),
           static_cast<uint32_t>(kSeed & 0xffffffffu), static_cast<uint32_t>(kSeed >> 32));
-      out[i] = precision_oracle::oracle_sr(fmt, w[i], block.v[i % 4]);
+      const uint32_t word = block.v[(i % 8) / 2];
+      const uint32_t r16 = i % 2 == 0 ? word & 0xffffu : word >> 16;
+      out[i] = precision_oracle::oracle_sr(fmt, w[i], r16 << 16);
     }
   }
   return out;

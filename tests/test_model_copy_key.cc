@@ -1,10 +1,11 @@
 // The fused model copy's lookup and key (renaissance/model_copy_key.h), the functions the CUDA
 // update kernels call for every quad they update, run here on the CPU against the scalar
 // definitions of math/precision.h: for every quad of a span whose tensors start off multiples of
-// 4, share quads, are cut (first != 0), sit beyond 2^32 Philox blocks or across the counter's
-// low-word wrap, with padding between them, the bits of copy_quad (or of copy_one where a quad
-// meets a boundary) are round(x, sr_random_word(seed, t, param, index in tensor)), and padding is
-// never written. With tensor_mask each tensor's own count keys it.
+// 8 (a quad then takes words from two Philox blocks), share quads, are cut (first != 0), sit
+// beyond 2^32 Philox blocks or across the counter's low-word wrap, with padding between them, the
+// bits of copy_quad (or of copy_one where a quad meets a boundary) are
+// round(x, sr_random_word(seed, t, param, index in tensor)), and padding is never written. With
+// tensor_mask each tensor's own count keys it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +25,7 @@ ModelCopy test_copy() {
   ModelCopy copy;
   copy.tensors = {
       {0, 5, 3, 0},                             // shares quad 1 with the next tensor
-      {5, 20003, 1, 0},                         // its blocks are shifted by 3 against the arena's
+      {5, 20003, 1, 0},                         // its blocks are shifted by 5 against the arena's
       {20040, 2, 0, 0},                         // after padding; half a quad
       {20042, 1030, 5, 7},                      // a cut tensor (first 7) across a chunk boundary
       {21072, 4099, 6, (uint64_t{1} << 34) + 1},  // block counter above 2^32
@@ -56,41 +57,49 @@ bool expected(const ModelCopy& copy, Precision p, Rounding r, const int32_t* ste
   return false;
 }
 
-template <Precision kP, Rounding kR>
-void check_every_quad(const int32_t* steps) {
+// Every quad (kN = 4 span elements, copy_quad) against the scalar definition.
+template <Precision kP, Rounding kR, int kN>
+void check_every_unit(const int32_t* steps) {
   const ModelCopy copy = test_copy();
   const std::vector<int32_t> chunks = copy_chunks(copy);
   const CopyLookup lookup{copy.tensors.data(), chunks.data(), static_cast<uint32_t>(copy.tensors.size())};
   uint64_t fast = 0, shifted = 0, mismatches = 0, padding = 0;
-  for (uint64_t e0 = 0; e0 < copy.c.count; e0 += 4) {
-    uint16_t got[4] = {0, 0, 0, 0};
-    bool written[4] = {false, false, false, false};
-    if (copy_quad<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, master(e0), master(e0 + 1), master(e0 + 2),
-                          master(e0 + 3), got)) {
+  for (uint64_t e0 = 0; e0 < copy.c.count; e0 += kN) {
+    uint16_t got[kN] = {};
+    bool written[kN] = {};
+    float x[kN];
+    for (int j = 0; j < kN; ++j) x[j] = master(e0 + j);
+    const bool whole = copy_quad<kP, kR>(lookup, kSeed, steps, kTaskStep, e0, x[0], x[1], x[2], x[3], got);
+    if (whole) {
       ++fast;
       const uint32_t i = lookup.find(e0);
-      if ((copy.tensors[i].first + (e0 - copy.tensors[i].begin)) % 4 != 0) ++shifted;
+      if ((copy.tensors[i].first + (e0 - copy.tensors[i].begin)) % math::kSrBlockElements != 0) ++shifted;
       for (bool& w : written) w = true;
     } else {
-      for (int j = 0; j < 4; ++j) written[j] = copy_one<kP, kR>(lookup, kSeed, steps, kTaskStep, e0 + j, master(e0 + j), &got[j]);
+      for (int j = 0; j < kN; ++j) written[j] = copy_one<kP, kR>(lookup, kSeed, steps, kTaskStep, e0 + j, x[j], &got[j]);
     }
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kN; ++j) {
       uint16_t want = 0;
       const bool in_tensor = expected(copy, kP, kR, steps, e0 + j, &want);
       padding += in_tensor ? 0 : 1;
       if (written[j] != in_tensor || (in_tensor && got[j] != want)) {
         if (++mismatches <= 5) {
-          ADD_FAILURE() << "element " << e0 + j << ": written " << written[j] << " (want " << in_tensor << "), bits 0x"
-                        << std::hex << got[j] << " want 0x" << want << std::dec;
+          ADD_FAILURE() << "unit " << kN << " element " << e0 + j << ": written " << written[j] << " (want "
+                        << in_tensor << "), bits 0x" << std::hex << got[j] << " want 0x" << want << std::dec;
         }
       }
     }
   }
   EXPECT_EQ(mismatches, 0u);
-  // The layout exercises both fast paths (one and two Philox blocks per quad) and padding.
-  EXPECT_GT(fast, 5000u);
-  EXPECT_GT(shifted, 4000u);
+  // The layout exercises both fast paths (one and two Philox blocks per unit) and padding.
+  EXPECT_GT(fast, 20000u / kN);
+  EXPECT_GT(shifted, 16000u / kN);
   EXPECT_EQ(padding, 32u + 48u);  // 20008 .. 20040 and 25232 .. 25280
+}
+
+template <Precision kP, Rounding kR>
+void check_every_quad(const int32_t* steps) {
+  check_every_unit<kP, kR, 4>(steps);
 }
 
 TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {
@@ -104,7 +113,7 @@ TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {
   EXPECT_EQ(chunks[24], 4);               // 24576: tensor 4 (21072 .. 25171)
 }
 
-TEST(ModelCopyKey, EveryQuadHasTheScalarDefinitionsBits) {
+TEST(ModelCopyKey, EveryQuadAndOctetHasTheScalarDefinitionsBits) {
   check_every_quad<Precision::kBf16, Rounding::kNearest>(nullptr);
   check_every_quad<Precision::kFp16, Rounding::kNearest>(nullptr);
   check_every_quad<Precision::kBf16, Rounding::kStochastic>(nullptr);

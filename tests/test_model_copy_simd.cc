@@ -101,8 +101,9 @@ TEST(ModelCopySimd, EveryTargetEqualsTheScalarDefinition) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_FALSE(targets.empty());
   std::ostringstream exercised;
-  // (first index, seed, t, param): a block-aligned start; starts 1..3 into a block; an index past
-  // 2^34 (the counter's high word); a block number whose low word wraps within one vector.
+  // (first index, seed, t, param): a block-aligned start; starts 1, 2, 3, 5 and 7 into an
+  // 8-element block; an index past 2^35 (the counter's high word); a block number whose low word
+  // wraps within one vector.
   struct Key {
     uint64_t first, seed, t;
     uint32_t param;
@@ -111,8 +112,9 @@ TEST(ModelCopySimd, EveryTargetEqualsTheScalarDefinition) {
                       {1, 0x0123456789abcdefull, 7, 3},
                       {2, 42, 1000, 12},
                       {3, 0xffffffffffffffffull, 0xffffffffull, 0xffffffffu},
-                      {(1ull << 34) + 5, 9, 2, 1},
-                      {(0xffffffffull - 5) * 4 + 1, 5, 3, 2}};
+                      {5, 11, 4, 7},
+                      {(1ull << 35) + 7, 9, 2, 1},
+                      {(0xffffffffull - 5) * 8 + 1, 5, 3, 2}};
   for (int64_t target : targets) {
     SCOPED_TRACE(hwy::TargetName(target));
     ResetSupportedTargets reset;

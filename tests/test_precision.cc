@@ -178,18 +178,59 @@ TEST(Precision, Philox4x32x10KnownAnswers) {
   }
 }
 
-// The key layout of docs/math.md: counter (index/4 low, index/4 high, param, t), key (seed low,
-// seed high), word index%4; every component of the key changes the word.
+// The key layout of docs/math.md: counter (index/8 low, index/8 high, param, t), key (seed low,
+// seed high), 16-bit half index%8 (half 2 = low 16 bits of word 1), handed to the rounding as
+// r16 << 16; every component of the key changes the word.
 TEST(Precision, StochasticRoundingKey) {
-  const uint64_t seed = 0x0123456789abcdefULL, index = (uint64_t{5} << 34) + 4 * 77 + 2;
+  const uint64_t seed = 0x0123456789abcdefULL, index = (uint64_t{5} << 35) + 8 * 77 + 2;
   const math::Philox4x32 block = math::philox4x32_10(77 + 0u, 5u, 9u, 3u, 0x89abcdefu, 0x01234567u);
-  EXPECT_EQ(math::sr_random_word(seed, 3, 9, index), block.v[2]);
+  EXPECT_EQ(math::sr_random_word(seed, 3, 9, index), block.v[1] << 16);
   const uint32_t w = math::sr_random_word(seed, 3, 9, index);
   EXPECT_NE(math::sr_random_word(seed, 4, 9, index), w);
   EXPECT_NE(math::sr_random_word(seed, 3, 10, index), w);
   EXPECT_NE(math::sr_random_word(seed, 3, 9, index + 1), w);
-  EXPECT_NE(math::sr_random_word(seed, 3, 9, index + 4), w);
+  EXPECT_NE(math::sr_random_word(seed, 3, 9, index + 8), w);
   EXPECT_NE(math::sr_random_word(seed ^ (uint64_t{1} << 40), 3, 9, index), w);
+}
+
+// One Philox call serves eight elements: element 8b + h draws half h of block b's output (word
+// h/2, its low 16 bits for even h, its high 16 bits for odd h), so the eight elements of an
+// octet take eight different halves of one call, and element 8(b+1) starts the next counter.
+// Only the top 16 bits of the rounding word are ever set.
+TEST(Precision, StochasticRoundingDrawsHalvesOfOneCallPerOctet) {
+  const uint64_t seed = 0xfeedface12345678ULL, t = 0x1234567890ULL;  // t: only its low 32 bits count
+  const uint32_t param = 41;
+  for (uint64_t b : {uint64_t{0}, uint64_t{3}, uint64_t{0xffffffffu}, (uint64_t{7} << 32) + 9}) {
+    const math::Philox4x32 out = math::philox4x32_10(static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32),
+                                                     param, 0x34567890u, 0x12345678u, 0xfeedfaceu);
+    const math::Philox4x32 next = math::philox4x32_10(static_cast<uint32_t>(b + 1),
+                                                      static_cast<uint32_t>((b + 1) >> 32), param, 0x34567890u,
+                                                      0x12345678u, 0xfeedfaceu);
+    const uint32_t halves[8] = {out.v[0] & 0xffffu, out.v[0] >> 16, out.v[1] & 0xffffu, out.v[1] >> 16,
+                                out.v[2] & 0xffffu, out.v[2] >> 16, out.v[3] & 0xffffu, out.v[3] >> 16};
+    for (uint32_t h = 0; h < 8; ++h) {
+      const uint32_t r = math::sr_random_word(seed, t, param, 8 * b + h);
+      EXPECT_EQ(r, halves[h] << 16) << "block " << b << " half " << h;
+      EXPECT_EQ(r & 0xffffu, 0u);
+    }
+    // Element 8(b+1) uses the next counter's low half of word 0, not a half of this call.
+    EXPECT_EQ(math::sr_random_word(seed, t, param, 8 * b + 8), (next.v[0] & 0xffffu) << 16);
+    // The eight halves are eight different draws (true of these blocks; a repeat would mean two
+    // elements share a half).
+    for (uint32_t h = 0; h < 8; ++h) {
+      for (uint32_t k = h + 1; k < 8; ++k) EXPECT_NE(halves[h], halves[k]) << h << " " << k;
+    }
+  }
+  // bf16 adds r16 itself: a master 1 + 0x7fff / 2^23 (just under halfway) rounds up exactly when
+  // r16 >= 0x8001, i.e. decided by the draw's 16 bits.
+  const float x = math::f32_from_bits(0x3f807fffu);
+  EXPECT_EQ(math::f32_to_bf16_sr(x, 0x80010000u), 0x3f81);
+  EXPECT_EQ(math::f32_to_bf16_sr(x, 0x80000000u), 0x3f80);
+  // fp16 normal adds r16 >> 3: 1 + 1/2^11 (exactly 1/2 ulp, 0x1000 below the fp16 ulp of 2^13)
+  // rounds up exactly when r16 >> 3 >= 0x1000, i.e. r16 >= 0x8000.
+  const float y = math::f32_from_bits(0x3f801000u);
+  EXPECT_EQ(math::f32_to_f16_sr(y, 0x80000000u), 0x3c01);
+  EXPECT_EQ(math::f32_to_f16_sr(y, 0x7fff0000u), 0x3c00);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // A sharded step's cut of the model copy (cut_model_copy, issue #16 with #14): the CPU backend's
 // copy writer run on the cut pieces of a group gives every element the bits math/precision.h
 // defines for its (seed, t, tensor, index in the tensor), for cuts anywhere: inside a
-// 4-element stochastic-rounding block, at a tensor's edge, past a vector's width. The expected
+// 8-element stochastic-rounding block, at a tensor's edge, past a vector's width. The expected
 // bits come from the scalar definitions and the test's own tensor bookkeeping, not from the
 // CopyTensor list under test.
 #include <gtest/gtest.h>
@@ -117,7 +117,7 @@ TEST_F(CutCopy, EveryCutRoundsTheBitsOfOneDevice) {
 // CPU below): three ranks' lists, cut anywhere as above, each attached to an UPDATE_SGD node over
 // the whole group with lr 0 and a zero G (the masters stay exactly as they are: w * 1 - 0 * 0),
 // give every element the defined bits and leave every element outside the lists alone. Covers
-// cuts that start inside a Philox block and quads shared by two cut lists.
+// cuts that start inside a Philox block and quads / octets shared by two cut lists.
 void check_cut_update_nodes(BackendKind kind) {
   std::unique_ptr<Backend> backend = create_backend(kind, BackendOptions{});
   const uint64_t c_off = kGroup * 4, s_off = (c_off + kGroup * 2 + 255) / 256 * 256, f_off = s_off + 256,

@@ -2,7 +2,7 @@
 // ModelCopy cut to elements [lo, hi) of its group. Each tensor keeps its stochastic-rounding key
 // (param, index within the tensor): a cut tensor records the index of its first kept element in
 // CopyTensor::first, so a rank rounds exactly the bits one device rounds for those elements,
-// also where the cut falls inside a 4-element Philox block.
+// also where the cut falls inside an 8-element Philox block.
 #include <algorithm>
 
 #include "renaissance/shard.h"

@@ -1,9 +1,11 @@
-// How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) finds the
-// model-copy bits of its four new masters (issue 14): the tensor of each element, its index in
-// that tensor and the stochastic-rounding words math/precision.h's sr_random_word assigns it.
+// How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) finds
+// the model-copy bits of its new masters (issue 14): the tensor of each element, its index in
+// that tensor and the stochastic-rounding words math/precision.h's sr_random_word assigns it (one
+// Philox call per 8 elements of a tensor, so a quad takes half of one call, or of two when its
+// tensor starts off a multiple of 8).
 // Host and device code (RN_HD): the CUDA update kernels call it (backend_cuda/model_copy.cuh),
 // and tests/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
-// definitions, on layouts whose tensors start off multiples of 4, share quads and are cut.
+// definitions, on layouts whose tensors start off multiples of 8, share quads and are cut.
 //
 // The lookup: a node's CopyTensor list (span order) and a chunk index (copy_chunks: per
 // kCopyChunk span elements, the first tensor that ends after the chunk's start). A lookup reads
@@ -19,6 +21,14 @@
 #include "renaissance/math/precision.h"
 
 namespace renaissance {
+
+// Fully unrolled loops over a unit's elements on the GPU, so the per-element arrays stay in
+// registers (a rolled loop puts them in local memory); nothing on the host.
+#if defined(__CUDACC__)
+#define RN_COPY_UNROLL _Pragma("unroll")
+#else
+#define RN_COPY_UNROLL
+#endif
 
 // Span elements per entry of a model copy's chunk index.
 constexpr uint64_t kCopyChunk = 1024;
@@ -70,12 +80,13 @@ RN_HD uint64_t copy_step(const int32_t* steps, uint32_t task_t, uint32_t param) 
   return steps != nullptr ? static_cast<uint32_t>(steps[param]) : task_t;
 }
 
-// Word p (0..7) of two consecutive Philox blocks, without indexing an array by a variable (which
-// would put the blocks in local memory on a GPU).
-RN_HD uint32_t copy_word(const math::Philox4x32& a, const math::Philox4x32& b, uint32_t p) {
-  const math::Philox4x32& x = p < 4 ? a : b;
-  const uint32_t j = p & 3u;
-  return j == 0 ? x.v[0] : j == 1 ? x.v[1] : j == 2 ? x.v[2] : x.v[3];
+// Half h (0..15) of two consecutive Philox blocks a, b as a rounding word (math::sr_block_word).
+// The words are selected by value: choosing a reference to a or b would make the GPU keep both
+// blocks in local memory.
+RN_HD uint32_t copy_word(const math::Philox4x32& a, const math::Philox4x32& b, uint32_t h) {
+  const uint32_t j = (h >> 1) & 3u;
+  const uint32_t wa = math::sr_block_output(a, j), wb = math::sr_block_output(b, j);
+  return math::sr_half_word(h < 8 ? wa : wb, h);
 }
 
 // Span element e's copy bits into *out; false (nothing to write) when e is padding.
@@ -93,24 +104,31 @@ RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* step
   return true;
 }
 
-// Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true, with one
-// Philox call when the quad is one block of the tensor, two when the tensor's block grid is
-// shifted against the arena's. false: the quad meets a tensor boundary or padding, and the
-// caller writes it element by element with copy_one.
+// The rounding words of n <= 8 consecutive elements index .. index+n-1 of one tensor into r[0..n):
+// one Philox call when they lie in one 8-element block (index a multiple of 8 for n = 8), two
+// when the tensor's block grid is shifted against the arena's.
+template <int kN>
+RN_HD void copy_words(uint64_t seed, uint64_t step, uint32_t param, uint64_t index, uint32_t r[kN]) {
+  const uint64_t block = index / math::kSrBlockElements;
+  const uint32_t s = static_cast<uint32_t>(index % math::kSrBlockElements);
+  const math::Philox4x32 a = math::sr_random_block(seed, step, param, block);
+  const math::Philox4x32 b = s + kN <= math::kSrBlockElements ? a : math::sr_random_block(seed, step, param, block + 1);
+  RN_COPY_UNROLL
+  for (int j = 0; j < kN; ++j) r[j] = copy_word(a, b, s + static_cast<uint32_t>(j));
+}
+
+// Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true (stochastic:
+// one or two Philox calls, copy_words). false: the quad meets a tensor boundary or padding, and
+// the caller writes it element by element with copy_one.
 template <Precision kPrecision, Rounding kRounding>
 RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
                      float x0, float x1, float x2, float x3, uint16_t out[4]) {
   const uint32_t i = lookup.find(e0);
   if (i == lookup.count || e0 + 4 > lookup.tensors[i].begin + lookup.tensors[i].numel) return false;
   const CopyTensor& t = lookup.tensors[i];
-  const uint64_t index = t.first + (e0 - t.begin);
   uint32_t r[4] = {0, 0, 0, 0};
   if (kRounding == Rounding::kStochastic) {
-    const uint64_t step = copy_step(steps, task_t, t.param);
-    const math::Philox4x32 a = math::sr_random_block(seed, step, t.param, index >> 2);
-    const uint32_t s = static_cast<uint32_t>(index & 3u);
-    const math::Philox4x32 b = s == 0 ? a : math::sr_random_block(seed, step, t.param, (index >> 2) + 1);
-    for (uint32_t j = 0; j < 4; ++j) r[j] = copy_word(a, b, s + j);
+    copy_words<4>(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
   }
   out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
   out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);

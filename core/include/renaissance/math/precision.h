@@ -164,20 +164,38 @@ RN_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c
   return Philox4x32{{c0, c1, c2, c3}};
 }
 
-// The random word of element `index` of parameter `param` at applied step `t` (the step being
-// applied, 1 for the first) under `seed`: one Philox call serves four consecutive elements of
-// a tensor. Key = (seed low 32 bits, seed high 32 bits); counter = (index / 4 low 32 bits,
-// index / 4 high 32 bits, param, t low 32 bits); the word is output word index % 4. Keyed by
-// the tensor's own element index, never an arena offset, so layouts, groups, chunks, launch
-// shapes and shards all draw the same bits.
-// The four words of elements 4*block .. 4*block+3 (a caller walking a tensor in order draws each
-// block once).
+// The random draw of element `index` of parameter `param` at applied step `t` (the step being
+// applied, 1 for the first) under `seed` is a 16-bit number r16: one Philox call serves eight
+// consecutive elements of a tensor. Key = (seed low 32 bits, seed high 32 bits); counter =
+// (index / 8 low 32 bits, index / 8 high 32 bits, param, t low 32 bits); r16 is half index % 8
+// of the 128-bit output, half h being the low (h even) or high (h odd) 16 bits of word h / 2.
+// Keyed by the tensor's own element index, never an arena offset, so layouts, groups, chunks,
+// launch shapes and shards all draw the same bits. The rounding functions above take a 32-bit
+// word r; the draw hands them r = r16 << 16, so bf16 adds r16 itself, normal fp16 its top 13
+// bits (r16 >> 3) and fp16 subnormal results resolve probabilities to 2^-16.
+constexpr uint64_t kSrBlockElements = 8;  // elements per Philox call
+
+// The Philox output of elements 8*block .. 8*block+7 (a caller walking a tensor in order draws
+// each block once).
 RN_HD Philox4x32 sr_random_block(uint64_t seed, uint64_t t, uint32_t param, uint64_t block) {
   return philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), param,
                        static_cast<uint32_t>(t), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
+// Output word j (0..3) of a block, selected with comparisons, not by indexing the array with a
+// variable (which would put the block in local memory on a GPU).
+RN_HD uint32_t sr_block_output(const Philox4x32& b, uint32_t j) {
+  return j == 0 ? b.v[0] : j == 1 ? b.v[1] : j == 2 ? b.v[2] : b.v[3];
+}
+// The rounding word (r16 << 16) of half h (0..7) of a block whose output word h / 2 is w.
+RN_HD uint32_t sr_half_word(uint32_t w, uint32_t h) { return (h & 1u) ? (w & 0xffff0000u) : (w << 16); }
+// Half h (0..7) of a block, as a rounding word.
+RN_HD uint32_t sr_block_word(const Philox4x32& b, uint32_t h) {
+  return sr_half_word(sr_block_output(b, (h >> 1) & 3u), h);
+}
+// The rounding word r16 << 16 of element `index`.
 RN_HD uint32_t sr_random_word(uint64_t seed, uint64_t t, uint32_t param, uint64_t index) {
-  return sr_random_block(seed, t, param, index >> 2).v[index & 3u];
+  return sr_block_word(sr_random_block(seed, t, param, index / kSrBlockElements),
+                       static_cast<uint32_t>(index % kSrBlockElements));
 }
 
 }  // namespace math
