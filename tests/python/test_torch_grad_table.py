@@ -184,3 +184,26 @@ def test_zero_grad_false_after_in_place_steps_zeroes_every_grad():
     shared = opt._bindings[0].shared
     for j, p in enumerate(ps):
         assert p.grad is shared.G[j] and not p.grad.any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name,dtype", [("adamw", torch.float32), ("lamb", torch.float32), ("lars", torch.float32),
+                                        ("adamw_clip", torch.float32), ("adamw", torch.bfloat16),
+                                        ("adamw", torch.float16)])
+def test_cpu_equals_cuda_through_the_table(name, dtype):
+    """The same gradient values handed over as fresh tensors (read in place on both devices): the
+    CPU and CUDA Tasks end with the same fingerprint and bits. The gradients are made on the CPU
+    and moved, so both devices see the same values (a CUDA backward's are not the CPU's bits)."""
+    runs = []
+    for device in ("cpu", "cuda"):
+        ps = params(device, dtype)
+        opt = MAKERS[name](ps)
+        for s in range(STEPS):
+            opt.zero_grad()
+            for p, c in zip(ps, coefficients(s, "cpu", dtype)):
+                p.grad = (c * 3.0).to(device)  # a fresh tensor per step, on the parameter's device
+            opt.step()
+        assert opt._bindings[0].shared.in_place_steps == STEPS
+        runs.append((opt.fingerprint(), state_bits(opt, ps)))
+    assert runs[0][0] == runs[1][0]
+    assert all(np.array_equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
