@@ -110,6 +110,18 @@ inline void prefetch_floats(const float* x, uint64_t begin, uint64_t end) {
   constexpr uint64_t kLine = 16;  // floats per 64-byte line
   for (uint64_t i = begin; i < end; i += kLine) __builtin_prefetch(x + i, 0, 2);
 }
+// The same for 2-byte elements (model-dtype G, the model copy); `write` asks for the line in a
+// writable state (the copy is only stored to).
+inline void prefetch_halves(const uint16_t* x, uint64_t begin, uint64_t end, bool write) {
+  constexpr uint64_t kLine = 32;  // halves per 64-byte line
+  for (uint64_t i = begin; i < end; i += kLine) {
+    if (write) {
+      __builtin_prefetch(x + i, 1, 2);
+    } else {
+      __builtin_prefetch(x + i, 0, 2);
+    }
+  }
+}
 
 // The two shapes of a per-target update function, so that each update op's run_* is one line:
 // - element-wise over one chunk: the arrays at the chunk's start (m, v null where the kind has
@@ -165,6 +177,8 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
+  const uint16_t* g_half = g ? nullptr : ctx.at<uint16_t>(node.g);  // bf16 / fp16 encodings
+  const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.
     for (uint64_t i = b; i < e;) {
@@ -185,6 +199,8 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       const uint64_t pb = std::min(count, i + ahead), pe = std::min(count, ie + ahead);
       prefetch_floats(w, pb, pe);
       if (g) prefetch_floats(g, pb, pe);
+      if (g_half) prefetch_halves(g_half, pb, pe, false);
+      if (c) prefetch_halves(c, pb, pe, true);
       if (m) prefetch_floats(m, pb, pe);
       if (v) prefetch_floats(v, pb, pe);
       update(i, ie, s);

@@ -18,14 +18,13 @@
 namespace renaissance {
 namespace cpu {
 
-// dst[i] = the float value of encoding src[i] (exact: every bf16 / fp16 value is a float).
-inline void widen_grad(Precision dtype, const uint16_t* src, uint64_t n, float* dst) {
-  if (dtype == Precision::kBf16) {
-    for (uint64_t i = 0; i < n; ++i) dst[i] = math::bf16_to_f32(src[i]);
-  } else {
-    for (uint64_t i = 0; i < n; ++i) dst[i] = math::f16_to_f32(src[i]);
-  }
-}
+// dst[i] = the float value of encoding src[i] (exact: every bf16 / fp16 value is a float), the
+// bits of math/precision.h's scalar definitions. Vectorised per Highway target
+// (ops_widen_grad.cc; hwy::SetSupportedTargetsForTest restricts the dispatch).
+void widen_grad(Precision dtype, const uint16_t* src, uint64_t n, float* dst);
+
+// The name of the Highway target widen_grad dispatches to now.
+const char* widen_grad_target();
 
 // Is any of the n encodings a NaN or an infinity? (Exactly when its widened float is not finite:
 // widening keeps the all-ones exponent of NaN and inf and maps every other encoding to a finite.)
