@@ -177,7 +177,8 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
-  const uint16_t* g_half = g ? nullptr : ctx.at<uint16_t>(node.g);  // bf16 / fp16 encodings
+  const uint16_t* g_half = node.grad_dtype != Precision::kFp32 && node.grad_table.count == 0
+                               ? ctx.at<uint16_t>(node.g) : nullptr;  // bf16 / fp16 encodings in the arena
   const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.
