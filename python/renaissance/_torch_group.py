@@ -104,6 +104,11 @@ class SharedTask:
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
         self.g_ptrs_tuple = tuple(self.g_ptrs)
+        # What a .grad read in place must match (readable): one dtype and device per Task; an
+        # empty tensor goes through the copy path (its data_ptr may be null).
+        self.g_dtype = self.G[0].dtype if self.G else None
+        self.g_device = self.G[0].device if self.G else None
+        self.g_numel = [g.numel() if g.numel() > 0 else -1 for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
         # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
@@ -175,10 +180,10 @@ class SharedTask:
 
     def readable(self, j, g):
         """Whether the step can read gradient g of parameter j in place through the table: G's
-        dtype and device, dense and contiguous, the parameter's numel."""
-        G = self.G[j]
-        return (g.layout == torch.strided and g.dtype == G.dtype and g.device == G.device and g.numel() == G.numel()
-                and g.numel() > 0 and g.is_contiguous())
+        dtype and device, dense and contiguous, the parameter's numel (cheap checks first: this
+        runs per parameter per step)."""
+        return (g.dtype is self.g_dtype and g.numel() == self.g_numel[j] and g.layout is torch.strided
+                and g.device == self.g_device and g.is_contiguous())
 
     def step(self, grad_scale):
         """One core step for every group. Returns False when no parameter has a gradient."""
@@ -188,17 +193,16 @@ class SharedTask:
         # gradient (masked: never read for the update, but a valid address whatever reads) and
         # a copied-in one; the tensor's own for a .grad read in place.
         ptrs = list(self.g_ptrs) if self.use_table else None
+        G, use_table = self.G, self.use_table
         for j, p in enumerate(self.params):
             g = p.grad
-            if g is self.G[j]:
+            if g is G[j]:
                 continue
             if g is None:
                 missing.append(j)
-            elif self.is_view(j, g):
-                continue
-            elif self.use_table and self.readable(j, g):
-                ptrs[j] = g.data_ptr()
-            else:
+            elif use_table and self.readable(j, g):
+                ptrs[j] = g.data_ptr()  # the view's own address when g is (a copy of) the view
+            elif not self.is_view(j, g):
                 foreign.append(j)
         if foreign:
             if not self.grads_released and not _GRAD_COPY_WARNED[0]:
