@@ -20,6 +20,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/math/precision.h"
+#include "renaissance/model_copy_key.h"
 #include "renaissance/task.h"
 #include "tests/mask_test_util.h"
 #include "tests/optimizer_cases.h"
@@ -219,6 +220,35 @@ std::string table_case_name(const ::testing::TestParamInfo<TableCase>& info) {
          backend_kind_name(c.backend);
 }
 INSTANTIATE_TEST_SUITE_P(Kinds, GradientTableTest, ::testing::ValuesIn(table_cases()), table_case_name);
+
+// GradTableRef (model_copy_key.h), the lookup the CUDA readers run on the device and the CPU's
+// fast path, on the host against a brute-force scan: tensors straddling chunk boundaries, empty
+// tensors, padding between tensors and at the end, a tensor cut (first > 0).
+TEST(GradTableLookup, AddressesMatchABruteForceScan) {
+  std::vector<CopyTensor> tensors;
+  uint64_t at = 3;  // padding first
+  for (uint64_t numel : {1000u, 0u, 1u, 2049u, 4u, 0u, 77u, 1024u}) {
+    tensors.push_back({at, numel, static_cast<uint32_t>(tensors.size()), tensors.size() == 3 ? 5u : 0u});
+    at += numel + (numel % 3);  // sometimes back to back, sometimes a gap
+  }
+  const uint64_t span = at + 61;
+  const std::vector<int32_t> chunks = tensor_chunks(tensors, span);
+  std::vector<uint64_t> table(tensors.size());
+  for (size_t k = 0; k < table.size(); ++k) table[k] = (uint64_t{1} << 40) * (k + 1);
+  GradTableRef ref{CopyLookup{tensors.data(), chunks.data(), static_cast<uint32_t>(tensors.size())}, table.data()};
+  for (uint32_t elem : {4u, 2u}) {
+    for (uint64_t e = 0; e < span; ++e) {
+      uint64_t want = 0, want_run = 0;
+      for (const CopyTensor& t : tensors) {
+        if (e < t.begin || e >= t.begin + t.numel) continue;
+        want = table[t.param] + (t.first + e - t.begin) * elem;
+        if (e + 4 <= t.begin + t.numel) want_run = want;
+      }
+      ASSERT_EQ(ref.address(e, elem), want) << "element " << e;
+      ASSERT_EQ(ref.run_address(e, 4, elem), want_run) << "element " << e;
+    }
+  }
+}
 
 // The refusals: the accessors of a task built without the flag, a table of the wrong size or with
 // a null address, and a state shard (a sharded step reduces gradients in the arena's G).
