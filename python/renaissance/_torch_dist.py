@@ -186,3 +186,32 @@ def attach(optimizer_name, shared_tasks, process_group, grad_reduce):
         comm = TorchCommunicator(process_group, device)
         s.sharded = _core._ShardedStep(s.task, comm, rank, size, grad_reduce)
         s.sharded_comm = comm
+
+
+# ---- renaissance.torch.Recorder under a process group (recorder.py) ----------------------------
+# Small collectives of the Recorder's own, on the optimizer's group: every rank calls them at the
+# same points (the Recorder's constructor, each recorded step, finish), as it calls step().
+
+def _carrier(group, tensor):
+    """NCCL moves device tensors only; gloo host tensors."""
+    if dist.get_backend(group) == "nccl":
+        return tensor.to(torch.device("cuda", torch.cuda.current_device()))
+    return tensor
+
+
+def all_gather_words(group, words):
+    """Every rank's list of int64 `words` (the same length on every rank), in rank order."""
+    mine = _carrier(group, torch.tensor([int(w) for w in words], dtype=torch.int64))
+    seen = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(seen, mine, group=group)
+    return [[int(w) for w in t.cpu()] for t in seen]
+
+
+def gather_bytes(group, data):
+    """Rank 0 of the group gets every rank's `data` (a flat uint8 host tensor of the same length
+    on every rank), in rank order; the other ranks get None."""
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    mine = _carrier(group, data)
+    out = [torch.empty_like(mine) for _ in range(size)] if rank == 0 else None
+    dist.gather(mine, gather_list=out, dst=_global_rank(group, 0), group=group)
+    return None if out is None else [t.cpu() for t in out]

@@ -20,6 +20,28 @@ and the case holds no gradient for them; the groups' per-tensor step counts go i
 from the group's count) and ``expected_tensor_steps``. The replay masks those parameters in those
 steps. Elsewhere a None gradient is refused (the case cannot describe how such a Task stepped).
 
+Under a torch.distributed process group (renaissance.torch's ``process_group=``; issue 16): every
+rank of the group constructs the Recorder with the same arguments at the same point and steps as
+usual; the Recorder's reads are collectives (the gathered M and V of ShardedStep::read_state,
+the gathered fingerprint), so every rank must reach the constructor, each step and the finish
+together. Rank 0 of the group alone checks and writes ``case_dir`` (the other ranks' ``case_dir``
+is not looked at); every rank gets ``fingerprint``, and a refusal or rank 0's failure to write
+raises on every rank. The case is a one-process case: ``renaissance replay CASE_DIR`` re-runs it
+on one process, and its ``expected_fingerprint`` is the one-process run's (the sharded step's
+bits are one process's). At the start every rank's parameters must equal rank 0's (compared by a
+64-bit digest: the case holds one set).
+
+- ``grad_reduce="replicated"``: the step's gradient is every rank's own ``.grad``, which must be
+  the same on every rank; the Recorder compares the ranks' digests at each step and refuses
+  when they differ, then records rank 0's.
+- ``grad_reduce="ordered"``: the step's gradient is the rank-order fp32 mean of the ranks'
+  gradients, (g_0 + ... + g_{K-1}) / K, rounded to nearest even into bf16/fp16 gradients. Rank 0
+  gathers every rank's gradients (one collective per step, K times the gradients' bytes on rank 0)
+  and records that mean, formed as the core forms it (math/rank_reduction.h); the case's
+  gradients are then the mean, not rank 0's ``.grad``.
+- ``grad_reduce="fast"``: refused at construction (torch's all_reduce sums in the backend's own
+  order, which no case can reproduce); nothing is written.
+
     with Recorder(opt, "case_dir", steps=5):       # or rec = Recorder(...); it finishes by itself
         for x, y in batches:
             loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()
@@ -30,10 +52,13 @@ It wraps ``opt.step`` (restored when it finishes) and needs from the optimizer o
 task's parameter names; when absent, the task's own names in order). Everything recorded is kept
 in host memory until the case is written (steps x the model's size, float32).
 """
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+
+import numpy as np
 
 from . import _core
 
@@ -139,6 +164,105 @@ def _torch_loss_scale(opt, kwargs):
     return None
 
 
+def _digest(items):
+    """A 64-bit digest (signed, for an int64 collective) of (name, array) pairs: their names,
+    shapes, dtypes and bytes. Equal digests on two ranks: equal bits (up to a 2**-64 chance)."""
+    h = hashlib.blake2b(digest_size=8)
+    for name, a in items:
+        h.update(("%s|%s|%s|" % (name, a.dtype.str, a.shape)).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _widen(a, precision):
+    """A gradient as the core loads it: float32, or bf16/fp16 encodings (uint16) widened exactly."""
+    if precision == "fp32":
+        return a
+    if precision == "bf16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.view(np.float16).astype(np.float32)
+
+
+def _narrow(x, precision):
+    """float32 stored as the gradient's encoding, rounded to nearest even (the core's store_grad)."""
+    if precision == "fp32":
+        return x
+    if precision == "fp16":
+        return x.astype(np.float16).view(np.uint16)  # IEEE round to nearest even, subnormals, inf
+    b = x.view(np.uint32).astype(np.uint64)
+    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    quiet_nan = ((b >> 16) | 0x40).astype(np.uint16)  # a NaN stays a NaN (the step is skipped)
+    return np.where(np.isnan(x), quiet_nan, rounded)
+
+
+def _ordered_mean(per_rank, precision):
+    """grad_reduce="ordered"'s gradient from the K ranks' gradients of one parameter (docs/
+    distributed.md, core/include/renaissance/math/rank_reduction.h): each widened to fp32, added
+    left to right in rank order in fp32, divided by K (a division), stored in the gradient's
+    encoding rounded to nearest even. numpy's float32 add and divide are IEEE single operations."""
+    with np.errstate(all="ignore"):  # inf - inf is a NaN here as in the core (the step is skipped)
+        total = _widen(per_rank[0], precision).astype(np.float32, copy=True)
+        for a in per_rank[1:]:
+            total = np.add(total, _widen(a, precision), dtype=np.float32)
+        return _narrow(np.divide(total, np.float32(len(per_rank)), dtype=np.float32), precision)
+
+
+class _Group:
+    """The optimizer's torch.distributed process group, as the Recorder uses it (module doc,
+    "Under a process group"). Every rank constructs the Recorder; rank 0 of the group writes."""
+
+    def __init__(self, opt, groups):
+        import torch.distributed as dist
+        from . import _torch_dist
+        self.comm = _torch_dist
+        self.group = opt._process_group
+        self.mode = getattr(opt, "_grad_reduce", "replicated")
+        self.rank = dist.get_rank(self.group)
+        self.size = dist.get_world_size(self.group)
+        if self.mode == "fast":
+            raise ValueError("Recorder: grad_reduce='fast' sums the ranks' gradients with torch.distributed's "
+                             "all_reduce, in an order the backend chooses, so no replay case can reproduce the "
+                             "step bit for bit; record with grad_reduce='ordered' (the rank-order mean is recorded "
+                             "exactly) or 'replicated' (nothing written)")
+        for g in groups:
+            binding = getattr(g.task, "_b", None)
+            if binding is None or binding.shared.sharded is None or not binding.shared.sliced:
+                raise TypeError("Recorder: a process_group optimizer whose groups are not renaissance.torch's "
+                                "sharded Tasks (nothing written)")
+
+    def agree(self, words):
+        """Every rank's words (the same number on every rank), in rank order: a collective."""
+        return self.comm.all_gather_words(self.group, words)
+
+    def gather(self, arrays):
+        """Rank 0: every rank's arrays (the same shapes and dtypes on every rank), per rank in
+        rank order; the other ranks: None. One collective of the arrays' bytes."""
+        import torch
+        if not arrays:
+            return [[] for _ in range(self.size)] if self.rank == 0 else None
+        flat = np.concatenate([np.ascontiguousarray(a).view(np.uint8).ravel() for a in arrays])
+        blocks = self.comm.gather_bytes(self.group, torch.from_numpy(flat))
+        if blocks is None:
+            return None
+        out = []
+        for block in blocks:
+            data, at, mine = block.numpy(), 0, []
+            for a in arrays:
+                mine.append(data[at:at + a.nbytes].view(a.dtype).reshape(a.shape))
+                at += a.nbytes
+            out.append(mine)
+        return out
+
+
+def _state(task, family, name):
+    """A host copy of one parameter's M or V: under a process group gathered from the ranks that
+    hold its slices (ShardedStep::read_state, a collective), else the task's own."""
+    binding = getattr(task, "_b", None)
+    if binding is not None and binding.shared.sliced:
+        return binding.shared.sharded.read_state(family, binding.ids[int(name)])
+    return _read(task, family, name)
+
+
 class Recorder:
     """Records ``steps`` optimizer steps of ``opt`` into ``case_dir`` (see the module doc).
 
@@ -155,7 +279,18 @@ class Recorder:
         if not groups:
             raise TypeError("Recorder: the optimizer has no _renaissance_groups (a renaissance.torch optimizer is needed)")
         self.case_dir = os.path.abspath(os.fspath(case_dir))
-        self._check_target(overwrite)
+        # Under a process group (renaissance.torch's process_group=): every rank records, rank 0
+        # of the group alone checks case_dir and writes (the module doc).
+        self._dist = _Group(opt, groups) if getattr(opt, "_process_group", None) is not None else None
+        self._writes = self._dist is None or self._dist.rank == 0
+        target_error = None
+        try:
+            if self._writes:
+                self._check_target(overwrite)
+        except FileExistsError as e:
+            if self._dist is None:
+                raise
+            target_error = e  # raised below on every rank, once the ranks have compared notes
         self.steps = steps
         self.overwrite = overwrite
         self.name = name if name is not None else os.path.basename(self.case_dir)
@@ -199,6 +334,8 @@ class Recorder:
         # Per group: each parameter's own count where its Task has the per-tensor mask, else None.
         self._initial_tensor_steps = []
         _sync(self._groups)
+        if self._dist is not None:
+            self._agree_at_start(target_error)
         for gi, g in enumerate(self._groups):
             task = g.task
             families = _families(task)
@@ -206,9 +343,11 @@ class Recorder:
             for name_, shape, role in task.params:
                 case_name = f"g{gi}.{name_}"
                 params.append({"name": case_name, "shape": list(shape), "role": role})
-                self._init.append((case_name, _read(task, "W", name_)))
-                for f in families:  # the state, as the core holds it
-                    self._init.append((f"{f.lower()}/{case_name}", _read(task, f, name_)))
+                init = [(case_name, _read(task, "W", name_))]
+                for f in families:  # the state, as the core holds it (gathered under a process group)
+                    init.append((f"{f.lower()}/{case_name}", _state(task, f, name_)))
+                if self._writes:  # the other ranks of a process group only take part in the gather
+                    self._init.extend(init)
             self._params.append(params)
             self._initial_steps.append(int(task.step_count))
             self._initial_tensor_steps.append(_tensor_steps(task))
@@ -217,6 +356,58 @@ class Recorder:
         self._saved_step = vars(opt).get("step")
         self._inner_step = opt.step
         opt.step = self._step
+
+    def _agree_at_start(self, target_error):
+        """Under a process group, before the first collective read: every rank passed the same
+        `steps`, rank 0 may write case_dir, and every rank starts from rank 0's parameters (the
+        case holds one set; the sharded step assumes it). Any failure: the same error on every rank."""
+        params = []
+        for gi, g in enumerate(self._groups):
+            for name_, _, _ in g.task.params:
+                params.append((f"w{gi}.{name_}", _read(g.task, "W", name_)))
+                if self._precision[0] != "fp32":
+                    params.append((f"c{gi}.{name_}", _read_encoded(g.task, "C", name_)))
+        seen = self._dist.agree([self.steps, target_error is None, _digest(params)])
+        steps = [w[0] for w in seen]
+        if len(set(steps)) > 1:
+            raise ValueError(f"Recorder: the ranks of the process group pass different steps {steps}; every rank "
+                             "records the same steps (nothing written)")
+        if not seen[0][1]:
+            if target_error is not None:
+                raise target_error
+            raise FileExistsError("Recorder: the process group's rank 0 refused case_dir (its error says why); "
+                                  "nothing written")
+        differ = [r for r, w in enumerate(seen) if w[2] != seen[0][2]]
+        if differ:
+            raise ValueError(f"Recorder: the parameters of rank(s) {differ} differ from rank 0's at the start of the "
+                             "recording; every rank of a process group starts from the same parameters (as with "
+                             "DDP), and a case holds one set (nothing written)")
+
+    def _agree_on_step(self, grads, no_grad):
+        """Under a process group, before the step: every rank leaves out the same parameters and,
+        with grad_reduce="replicated", holds the same gradients (else rank 0's gradients are not
+        what the step used); with "ordered", rank 0 gets every rank's gradients and records the
+        step's real gradient, their rank-order mean. Returns what rank 0 records ({} elsewhere)."""
+        t = len(self._grads)
+        replicated = self._dist.mode == "replicated"
+        items = list(grads.items())  # in group order, the same on every rank
+        seen = self._dist.agree([_digest((n, np.zeros(0)) for n in no_grad), _digest(items) if replicated else 0])
+        differ = [r for r, w in enumerate(seen) if w[0] != seen[0][0]]
+        if differ:
+            self._refuse(f"at step {t} rank(s) {differ} leave out (None gradient) other parameters than rank 0; "
+                         "under a process_group every rank must leave out the same parameters")
+        differ = [r for r, w in enumerate(seen) if w[1] != seen[0][1]]
+        if differ:
+            self._refuse(f"at step {t} the gradients of rank(s) {differ} differ from rank 0's; grad_reduce="
+                         "'replicated' steps with every rank's own gradient as the full reduced one, so every rank "
+                         "must hold the same (all-reduce them first, or use grad_reduce='ordered')")
+        if replicated:
+            return grads if self._writes else {}
+        per_rank = self._dist.gather([a for _, a in items])
+        if per_rank is None:
+            return {}
+        precision = self._precision[0]
+        return {n: _ordered_mean([arrays[i] for arrays in per_rank], precision) for i, (n, _) in enumerate(items)}
 
     def _check_target(self, overwrite):
         if os.path.lexists(self.case_dir):
@@ -259,6 +450,8 @@ class Recorder:
                     continue
                 has_grad[core] = True
                 grads[f"g{gi}.{name_}"] = _to_numpy(p.grad)
+        if self._dist is not None:  # before any refusal below: the ranks refuse alike or not at all
+            grads = self._agree_on_step(grads, no_grad)
         if no_grad:
             stepped = {}  # replay Task key -> whether its core Tasks step this time
             for gi, g in enumerate(self._groups):
@@ -331,7 +524,7 @@ class Recorder:
                 for name_ in self._names[gi]:
                     case_name = f"g{gi}.{name_}"
                     expected.append((case_name, _read(g.task, "W", name_)))
-                    expected.extend((f"{f.lower()}/{case_name}", _read(g.task, f, name_)) for f in families)
+                    expected.extend((f"{f.lower()}/{case_name}", _state(g.task, f, name_)) for f in families)
                     expected.append((f"c/{case_name}", _read_encoded(g.task, "C", name_)))
         # Per-tensor counts only where the run had None gradients or began with counts that differ
         # from the groups' own: every other case stays as it was (no mask in the replay).
@@ -354,7 +547,21 @@ class Recorder:
                 group["expected_tensor_steps"] = _tensor_steps(self._groups[gi].task)
             case["groups"].append(group)
         grads = [(f"step{t}/{n}", a) for t, step in enumerate(self._grads) for n, a in step.items()]
-        self._write(case, grads, expected)
+        if self._dist is None:
+            self._write(case, grads, expected)
+            return self.fingerprint
+        # Rank 0 writes; every rank learns whether it did (a failure raises on every rank).
+        error = None
+        if self._writes:
+            try:
+                self._write(case, grads, expected)
+            except Exception as e:  # re-raised below, after the other ranks heard of it
+                error = e
+        written = self._dist.agree([error is None])[0][0]
+        if error is not None:
+            raise error
+        if not written:
+            raise RuntimeError("Recorder: the process group's rank 0 failed to write the case (its error says why)")
         return self.fingerprint
 
     def _write(self, case, grads, expected=()):

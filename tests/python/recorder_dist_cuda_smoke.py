@@ -1,0 +1,84 @@
+"""GPU smoke test of renaissance.torch.Recorder under a torch.distributed NCCL process group
+(issues 13/16; recorder.py, "Under a torch.distributed process group"): a world of ONE rank on one
+GPU. It exercises the CUDA side of the Recorder's own collectives (the int64 agreement words and
+the ordered gradients' gather go through NCCL on the device) and the gathered reads of a CUDA
+sharded Task; each case, recorded on the GPU with a None-gradient step, must replay on the CPU
+to its expected_fingerprint, which must be the plain CUDA optimizer's (no process group).
+
+Not collected by pytest (no test_ prefix): run it on a CUDA install of the package, e.g.
+    scripts/gpu_python.sh && PYTHONPATH=build-gpu-python/site python3 tests/python/recorder_dist_cuda_smoke.py
+Last line: "recorder_dist cuda smoke: PASS (N cases)" or "... FAIL ..." (exit status 1).
+"""
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+import renaissance
+import renaissance.torch as rt
+
+SHAPES = [(256, 128), (128,), (64, 32, 3, 3), (300,)]
+CASES = [
+    ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
+    ("lamb_clip", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
+    ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+]
+STEPS = 3
+
+
+def run(cls, kw, dtype, case_dir=None, **dist_kw):
+    """Two steps, then STEPS recorded ones (when case_dir is given); parameter 1 has no gradient
+    at the second recorded step. Returns the final fingerprint."""
+    g = torch.Generator().manual_seed(1)
+    ps = [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype).cuda()) for s in SHAPES]
+    opt = cls(ps, **kw, **dist_kw)
+    rec = None
+    for step in range(2 + STEPS):
+        if step == 2 and case_dir is not None:
+            rec = rt.Recorder(opt, case_dir, steps=STEPS)
+        gg = torch.Generator().manual_seed(100 + step)
+        for i, p in enumerate(ps):
+            grad = torch.randn(*p.shape, generator=gg).to(dtype).cuda()
+            p.grad = None if (step == 3 and i == 1) else grad
+        opt.step()
+    torch.cuda.synchronize()
+    fp = opt.fingerprint()
+    if rec is not None and rec.fingerprint != fp:
+        raise AssertionError("the Recorder's fingerprint %s is not the optimizer's %s" % (rec.fingerprint, fp))
+    return fp
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("recorder_dist cuda smoke: no GPU")
+        return 1
+    torch.cuda.set_device(0)
+    work = tempfile.mkdtemp()
+    dist.init_process_group("nccl", init_method="file://" + os.path.join(work, "init"), rank=0, world_size=1)
+    failures = []
+    for name, cls, kw, dtype in CASES:
+        want = run(cls, kw, dtype)
+        for mode in ("replicated", "ordered"):
+            case = os.path.join(work, "%s_%s" % (name, mode))
+            try:
+                got = run(cls, kw, dtype, case, process_group=dist.group.WORLD, grad_reduce=mode)
+                r = renaissance.replay(case, backend="cpu", tolerance=0.0)
+                ok = got == want and r["fingerprint"] == want and r["passed"] in (None, True)
+                detail = "plain %s recorded %s cpu replay %s" % (want, got, r["fingerprint"])
+            except Exception as e:  # reported as a failure of this case
+                ok, detail = False, "%s: %s" % (type(e).__name__, e)
+            print("%-11s %-10s %s %s" % (name, mode, detail, "ok" if ok else "DIFFERS"))
+            if not ok:
+                failures.append("%s/%s" % (name, mode))
+    dist.destroy_process_group()
+    if failures:
+        print("recorder_dist cuda smoke: FAIL (%s)" % ", ".join(failures))
+        return 1
+    print("recorder_dist cuda smoke: PASS (%d cases)" % (2 * len(CASES)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
