@@ -149,27 +149,42 @@ inline const int32_t* tensor_mask(const CpuContext& ctx, const GraphNode& node) 
 }
 inline bool block_masked(const int32_t* mask, int32_t block) { return mask != nullptr && mask[block] != 0; }
 
+// The node's G: its arena span, or with a gradient table the tensors' own memory (grad_dtype.h).
+inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
+  GradSource src;
+  src.g = ctx.at<char>(node.g);
+  src.dtype = node.grad_dtype;
+  if (node.grad_table.count != 0) {
+    src.table.table = ctx.at<uint64_t>(node.grad_table);
+    src.table.lookup = CopyLookup{node.grad_tensors.data(), node.grad_chunks.data(),
+                                  static_cast<uint32_t>(node.grad_tensors.size())};
+  }
+  return src;
+}
+
 // Runs an element-wise update over the node's group span, in chunk_elements blocks; with H > 1
 // hyperparameter groups, over the node's HyperItems (each with its block's scalars) in one
 // parallel loop of the same size in elements.
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
-  const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
-  const float* g = node.grad_dtype == Precision::kFp32 ? ctx.at<float>(node.g) : nullptr;
+  const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
+  // Prefetched only where it is the arena's fp32 G (a table's tensors lie anywhere).
+  const float* g = node.grad_dtype == Precision::kFp32 && node.grad_table.count == 0 ? ctx.at<float>(node.g) : nullptr;
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
-  const uint16_t* g_half = g ? nullptr : ctx.at<uint16_t>(node.g);  // bf16 / fp16 encodings
+  const uint16_t* g_half = node.grad_dtype != Precision::kFp32 && node.grad_table.count == 0
+                               ? ctx.at<uint16_t>(node.g) : nullptr;  // bf16 / fp16 encodings in the arena
   const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.
     for (uint64_t i = b; i < e;) {
       const uint64_t ie = copy ? std::min(e, i + kCopyStepElements) : e;
-      const float* gi = fp32_grad(g_raw, node.grad_dtype, i, ie) + i;
+      const float* gi = fp32_grad(g_src, i, ie) + i;
       fn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, ie - i, s, weight_group, l2);
       if (copy) write_model_copy(ctx, node, i, ie);
       i = ie;
@@ -237,13 +252,13 @@ inline uint64_t tile_range_end(const NormTile* tiles, uint64_t e) {
 inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
-  const char* g_raw = ctx.at<char>(node.g);
+  const GradSource g_src = grad_source(ctx, node);
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const float* ratio = ctx.at<float>(node.n);
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    const float* g = fp32_grad(g_raw, node.grad_dtype, tile_range_begin(tiles, b), tile_range_end(tiles, e));
+    const float* g = fp32_grad(g_src, tile_range_begin(tiles, b), tile_range_end(tiles, e));
     for_tile_blocks(ctx, node, tiles, b, e, [&](uint64_t tb, uint64_t te, const float* s) {
       if (node.copy.c.count == 0) return fn(w, g, m, v, tiles, tb, te, ratio, s);
       // With a model copy, tile by tile, each tile rounded right after its update (in cache);

@@ -3,13 +3,17 @@
 // per-thread buffer one block at a time, right before the op computes on it. The block is small
 // (at most a chunk or a few norm tiles), so it stays in cache: memory still sees one read of G,
 // at 2 bytes per element. The math is then exactly the fp32-gradient math on the widened values.
+// With a gradient table (TaskOptions::gradient_table) the same blocks come from each tensor's own
+// memory (GradSource below).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "renaissance/graph.h"
 #include "renaissance/math/precision.h"
+#include "renaissance/model_copy_key.h"
 
 namespace renaissance {
 namespace cpu {
@@ -41,6 +45,53 @@ inline const float* fp32_grad(const char* g, Precision dtype, uint64_t begin, ui
   thread_local std::vector<float> buffer;
   if (buffer.size() < end - begin) buffer.resize(end - begin);
   widen_grad(dtype, reinterpret_cast<const uint16_t*>(g) + begin, end - begin, buffer.data());
+  return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(buffer.data()) - begin * sizeof(float));
+}
+
+// Where a node's ops read G: the node's arena span (`g`, `dtype` encodings), or with
+// TaskOptions::gradient_table each tensor's own memory through the table (`table.table` non-null;
+// graph.h, model_copy_key.h's GradTableRef). Made by cpu_ops.h's grad_source.
+struct GradSource {
+  const char* g = nullptr;
+  Precision dtype = Precision::kFp32;
+  GradTableRef table;
+};
+
+// fp32_grad for a GradSource: the same pointer convention (p[i] for i in [begin, end)). Through
+// the table, a block inside one fp32 tensor is that tensor's own memory; any other block is
+// gathered (and widened) run by run into the calling thread's buffer, padding as +0.0, as the
+// arena's padding G reads.
+inline const float* fp32_grad(const GradSource& src, uint64_t begin, uint64_t end) {
+  if (src.table.table == nullptr) return fp32_grad(src.g, src.dtype, begin, end);
+  const uint32_t elem = src.dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  if (src.dtype == Precision::kFp32) {
+    if (const uint64_t at = src.table.run_address(begin, end - begin, elem)) {
+      return reinterpret_cast<const float*>(static_cast<uintptr_t>(at - begin * sizeof(float)));
+    }
+  }
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < end - begin) buffer.resize(end - begin);
+  const CopyLookup& lookup = src.table.lookup;
+  for (uint64_t e = begin; e < end;) {
+    const uint32_t i = lookup.first_ending_after(e);
+    float* out = buffer.data() + (e - begin);
+    if (i == lookup.count || lookup.tensors[i].begin > e) {  // padding up to the next tensor
+      const uint64_t stop = i == lookup.count ? end : std::min<uint64_t>(end, lookup.tensors[i].begin);
+      std::fill(out, out + (stop - e), 0.0f);
+      e = stop;
+      continue;
+    }
+    const CopyTensor& t = lookup.tensors[i];
+    const uint64_t stop = std::min<uint64_t>(end, t.begin + t.numel);
+    const uint64_t at = src.table.table[t.param] + (t.first + (e - t.begin)) * elem;
+    if (src.dtype == Precision::kFp32) {
+      const float* from = reinterpret_cast<const float*>(static_cast<uintptr_t>(at));
+      std::copy(from, from + (stop - e), out);
+    } else {
+      widen_grad(src.dtype, reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(at)), stop - e, out);
+    }
+    e = stop;
+  }
   return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(buffer.data()) - begin * sizeof(float));
 }
 

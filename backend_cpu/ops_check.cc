@@ -101,7 +101,15 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   auto* fn = &HWY_DYNAMIC_DISPATCH(ChunkHasNonFinite);
   // Whether elements [at, at + n) of G span s hold a NaN or Inf: fp32 values, or model-dtype
   // encodings checked as they are (grad_dtype.h).
+  // With a gradient table the elements are read through it (widened: a widened value is NaN or
+  // Inf exactly when its encoding is), at their place in node.g (which holds both groups' spans).
+  const GradSource g_src = grad_source(ctx, node);
   auto has_non_finite = [&](const Span& s, uint64_t at, uint64_t n) {
+    if (node.grad_table.count != 0) {
+      const uint64_t elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+      const uint64_t b = (s.offset - node.g.offset) / elem + at;
+      return fn(fp32_grad(g_src, b, b + n) + b, static_cast<size_t>(n));
+    }
     if (node.grad_dtype != Precision::kFp32) return encoded_has_non_finite(node.grad_dtype, ctx.at<uint16_t>(s) + at, n);
     return fn(ctx.at<float>(s) + at, static_cast<size_t>(n));
   };
@@ -167,11 +175,11 @@ std::vector<ElementRun> masked_runs(const CpuContext& ctx, const GraphNode& node
 // The fp32 gradient of elements [begin, end) with the masked runs' elements +0.0, in the
 // calling thread's buffer (the same pointer convention as fp32_grad). A +0.0 adds +0.0 to a
 // partial sum and is finite, so the partials and the check see what a zeroed G would give.
-const float* masked_fp32_grad(const char* g_raw, Precision dtype, uint64_t begin, uint64_t end,
+const float* masked_fp32_grad(const GradSource& src, uint64_t begin, uint64_t end,
                               const std::vector<ElementRun>& runs) {
   thread_local std::vector<float> buffer;
   if (buffer.size() < end - begin) buffer.resize(end - begin);
-  const float* g = fp32_grad(g_raw, dtype, begin, end);
+  const float* g = fp32_grad(src, begin, end);
   std::copy(g + begin, g + end, buffer.data());
   auto run = std::upper_bound(runs.begin(), runs.end(), begin,
                               [](uint64_t at, const ElementRun& r) { return at < r.end; });
@@ -185,7 +193,7 @@ const float* masked_fp32_grad(const char* g_raw, Precision dtype, uint64_t begin
 }  // namespace
 
 void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
-  const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
+  const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
   double* partials = ctx.at<double>(node.norm.partials);
   const float* s = ctx.scalars.f32;
   const bool check = node.check_finite;
@@ -196,8 +204,7 @@ void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
     // The widened tiles [b, e) of G (kGradNormTile elements each, the last one shorter).
     const uint64_t begin = b * static_cast<uint64_t>(math::kGradNormTile);
     const uint64_t end = std::min<uint64_t>(node.g.count, e * static_cast<uint64_t>(math::kGradNormTile));
-    const float* g = runs.empty() ? fp32_grad(g_raw, node.grad_dtype, begin, end)
-                                  : masked_fp32_grad(g_raw, node.grad_dtype, begin, end, runs);
+    const float* g = runs.empty() ? fp32_grad(g_src, begin, end) : masked_fp32_grad(g_src, begin, end, runs);
     if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
   }, ctx.tuning.schedule);
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;

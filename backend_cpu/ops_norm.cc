@@ -139,14 +139,14 @@ HWY_EXPORT(LambMomentPartials);
 void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
   const float* w = ctx.at<float>(node.w);
-  const char* g_raw = ctx.at<char>(node.g);  // node.grad_dtype encodings (grad_dtype.h)
+  const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
   const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
   double* partials = ctx.at<double>(node.norm.partials);
   switch (node.norm_inputs) {
     case NormInputs::kWeightAndGradient: {
       auto* fn = &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-        const float* g = fp32_grad(g_raw, node.grad_dtype, tile_range_begin(tiles, b), tile_range_end(tiles, e));
+        const float* g = fp32_grad(g_src, tile_range_begin(tiles, b), tile_range_end(tiles, e));
         for_tile_blocks(ctx, node, tiles, b, e,
                         [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, tiles, tb, te, s, partials); });
       }, ctx.tuning.schedule);
@@ -157,7 +157,7 @@ void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
       float* v = ctx.at<float>(node.v);
       auto* fn = &HWY_DYNAMIC_DISPATCH(LambMomentPartials);
       parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-        const float* g = fp32_grad(g_raw, node.grad_dtype, tile_range_begin(tiles, b), tile_range_end(tiles, e));
+        const float* g = fp32_grad(g_src, tile_range_begin(tiles, b), tile_range_end(tiles, e));
         for_tile_blocks(ctx, node, tiles, b, e,
                         [&](uint64_t tb, uint64_t te, const float* s) { fn(w, g, m, v, tiles, tb, te, s, partials); });
       }, ctx.tuning.schedule);

@@ -413,12 +413,15 @@ class CudaBackend final : public Backend {
         ctx.stream = streams_[static_cast<int>(node.stream)];
         if (node.kind == NodeKind::kRange) {
           // An update with a model copy writes it itself (model_copy.cuh) through its table.
+          // With a gradient table, G is read through it (grad_load.cuh) with the node's tensors.
           ctx.copy = CopyLookup{};
-          if (node.copy.c.count != 0) {
+          ctx.grads = GradTableRef{};
+          if (node.copy.c.count != 0 || node.grad_table.count != 0) {
             const auto found = std::find_if(copy_tables_.begin(), copy_tables_.end(),
                                             [&](const NodeCopyTables& p) { return p.node == &node; });
             if (found == copy_tables_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a model-copy step was not prepared");
             ctx.copy = found->tables;
+            if (node.grad_table.count != 0) ctx.grads = GradTableRef{found->grads, ctx.at<const uint64_t>(node.grad_table)};
           }
           kRangeOps[static_cast<int>(node.range_op)](ctx, node);
         } else {
@@ -435,16 +438,35 @@ class CudaBackend final : public Backend {
 
   // The model-copy table of each update node with a copy, in device memory (prepare()): the
   // node's CopyTensor list followed by its chunk index, in one allocation.
+  // With a gradient table also the node's G tensor list and chunk index (graph.h), likewise.
   struct NodeCopyTables {
     const GraphNode* node = nullptr;
     void* memory = nullptr;
     CopyLookup tables;
+    void* grad_memory = nullptr;
+    CopyLookup grads;
   };
   void release_copy_tables() {
     for (NodeCopyTables& p : copy_tables_) {
       if (p.memory != nullptr) (void)cudaFree(p.memory);
+      if (p.grad_memory != nullptr) (void)cudaFree(p.grad_memory);
     }
     copy_tables_.clear();
+  }
+  // A tensor list and its chunk index in one device allocation (*memory; null when empty).
+  static CopyLookup upload_lookup(const std::vector<CopyTensor>& tensors, const std::vector<int32_t>& chunks,
+                                  void** memory) {
+    CopyLookup lookup;
+    if (tensors.empty()) return lookup;
+    const size_t tensor_bytes = tensors.size() * sizeof(CopyTensor);
+    RN_CUDA_CHECK(cudaMalloc(memory, tensor_bytes + chunks.size() * sizeof(int32_t)));
+    char* base = static_cast<char*>(*memory);
+    RN_CUDA_CHECK(cudaMemcpy(base, tensors.data(), tensor_bytes, cudaMemcpyHostToDevice));
+    RN_CUDA_CHECK(cudaMemcpy(base + tensor_bytes, chunks.data(), chunks.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    lookup.tensors = reinterpret_cast<const CopyTensor*>(base);
+    lookup.chunks = reinterpret_cast<const int32_t*>(base + tensor_bytes);
+    lookup.count = static_cast<uint32_t>(tensors.size());
+    return lookup;
   }
   void upload_copy_tables(const CompiledStep& step) {
     release_copy_tables();
@@ -458,28 +480,21 @@ class CudaBackend final : public Backend {
         auto old = std::find_if(copy_tables_.begin(), copy_tables_.end(), [&](const NodeCopyTables& p) { return p.node == &node; });
         if (old == copy_tables_.end()) continue;
         if (old->memory != nullptr) (void)cudaFree(old->memory);
+        if (old->grad_memory != nullptr) (void)cudaFree(old->grad_memory);
         copy_tables_.erase(old);
       }
     }
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
-        if (node.copy.c.count == 0) continue;
-        const std::vector<int32_t> chunks = copy_chunks(node.copy);
-        NodeCopyTables entry;
+        if (node.copy.c.count == 0 && node.grad_table.count == 0) continue;
+        // Owned from here (freed by release_copy_tables); a node part without tensors gets an
+        // empty lookup (nothing to write; its G elements are all padding).
+        copy_tables_.push_back(NodeCopyTables{});
+        NodeCopyTables& entry = copy_tables_.back();
         entry.node = &node;
-        const size_t tensor_bytes = node.copy.tensors.size() * sizeof(CopyTensor);
-        const size_t bytes = tensor_bytes + chunks.size() * sizeof(int32_t);
-        if (!node.copy.tensors.empty()) {
-          RN_CUDA_CHECK(cudaMalloc(&entry.memory, bytes));
-          copy_tables_.push_back(entry);  // owned from here, freed by release_copy_tables
-          char* base = static_cast<char*>(entry.memory);
-          RN_CUDA_CHECK(cudaMemcpy(base, node.copy.tensors.data(), tensor_bytes, cudaMemcpyHostToDevice));
-          RN_CUDA_CHECK(cudaMemcpy(base + tensor_bytes, chunks.data(), chunks.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-          copy_tables_.back().tables.tensors = reinterpret_cast<const CopyTensor*>(base);
-          copy_tables_.back().tables.chunks = reinterpret_cast<const int32_t*>(base + tensor_bytes);
-          copy_tables_.back().tables.count = static_cast<uint32_t>(node.copy.tensors.size());
-        } else {
-          copy_tables_.push_back(entry);  // no tensor in this node's part: nothing to write
+        if (node.copy.c.count != 0) entry.tables = upload_lookup(node.copy.tensors, copy_chunks(node.copy), &entry.memory);
+        if (node.grad_table.count != 0) {
+          entry.grads = upload_lookup(node.grad_tensors, node.grad_chunks, &entry.grad_memory);
         }
       }
     }

@@ -41,6 +41,9 @@ struct CudaContext {
   unsigned* check_scratch = nullptr;
   // The node's model-copy table in device memory (prepare(); count 0 without a copy).
   CopyLookup copy{};
+  // TaskOptions::gradient_table: the node's tensors and chunk index in device memory and the
+  // S_GRAD_TABLE array (prepare(); table null without the flag): G is read through them.
+  GradTableRef grads{};
 
   template <class T>
   T* at(const Span& span) const {

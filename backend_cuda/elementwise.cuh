@@ -111,7 +111,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
   if (n4 == 0) return;
   float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
   float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
-  with_grad(ctx.arena, node, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
+  with_grad(ctx.arena, node, ctx.grads, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
     using G = decltype(g);
     using Copy = decltype(copy);
     if (node.hyper_items.count != 0) {

@@ -13,6 +13,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "renaissance/graph.h"
 #include "renaissance/math/precision.h"
+#include "renaissance/model_copy_key.h"
 
 namespace renaissance {
 namespace cuda {
@@ -50,10 +51,61 @@ struct GradHalf {
 using GradBf16 = GradHalf<Precision::kBf16>;
 using GradF16 = GradHalf<Precision::kFp16>;
 
+// TaskOptions::gradient_table (graph.h): G read through the per-parameter address table. Element
+// i of the reader is element base + i of the node's G span; model_copy_key.h's GradTableRef finds
+// its tensor and address (padding reads +0.0, as the arena's zero padding does). quads() loads a
+// quad as one vector only where its four elements lie in one tensor at an aligned address
+// (16 bytes fp32, 8 bytes bf16/fp16), else element by element: the same values either way.
+template <Precision kFormat>
+struct GradTabled {
+  GradTableRef ref;
+  int64_t base;
+  static constexpr uint32_t kElem = kFormat == Precision::kFp32 ? 4u : 2u;
+  __device__ __forceinline__ static float load(uint64_t at) {
+    if (at == 0) return 0.0f;
+    if (kFormat == Precision::kFp32) return *reinterpret_cast<const float*>(at);
+    return math::half_to_f32(kFormat == Precision::kBf16, *reinterpret_cast<const uint16_t*>(at));
+  }
+  __device__ __forceinline__ float operator[](int64_t i) const {
+    return load(ref.address(static_cast<uint64_t>(base + i), kElem));
+  }
+  __device__ __forceinline__ GradTabled operator+(int64_t off) const { return GradTabled{ref, base + off}; }
+  struct Quads {
+    GradTableRef ref;
+    int64_t base;
+    __device__ __forceinline__ float4 operator[](int64_t q) const {
+      const uint64_t e0 = static_cast<uint64_t>(base + 4 * q);
+      const uint64_t at = ref.run_address(e0, 4, kElem);
+      if (at != 0 && at % (4 * kElem) == 0) {
+        if (kFormat == Precision::kFp32) return *reinterpret_cast<const float4*>(at);
+        const ushort4 h = *reinterpret_cast<const ushort4*>(at);
+        const bool bf16 = kFormat == Precision::kBf16;
+        return make_float4(math::half_to_f32(bf16, h.x), math::half_to_f32(bf16, h.y), math::half_to_f32(bf16, h.z),
+                           math::half_to_f32(bf16, h.w));
+      }
+      return make_float4(load(ref.address(e0, kElem)), load(ref.address(e0 + 1, kElem)),
+                         load(ref.address(e0 + 2, kElem)), load(ref.address(e0 + 3, kElem)));
+    }
+  };
+  __device__ __forceinline__ Quads quads() const { return Quads{ref, base}; }
+};
+
 // Calls launch(grad) with the reader of the node's G for its encoding (one kernel instantiation
-// per encoding).
+// per encoding): with a gradient table (table.table non-null: the node's tensors and chunk index
+// in device memory, CudaContext::grads) the table's reader, else the arena span's.
 template <class Launch>
-void with_grad(const char* arena, const GraphNode& node, Launch&& launch) {
+void with_grad(const char* arena, const GraphNode& node, const GradTableRef& table, Launch&& launch) {
+  if (table.table != nullptr) {
+    switch (node.grad_dtype) {
+      case Precision::kBf16:
+        return launch(GradTabled<Precision::kBf16>{table, 0});
+      case Precision::kFp16:
+        return launch(GradTabled<Precision::kFp16>{table, 0});
+      case Precision::kFp32:
+        break;
+    }
+    return launch(GradTabled<Precision::kFp32>{table, 0});
+  }
   const char* g = arena + node.g.offset;
   switch (node.grad_dtype) {
     case Precision::kBf16:

@@ -275,7 +275,7 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
                         static_cast<int64_t>(element_bytes);
     }
   }
-  with_grad(ctx.arena, node, [&](auto g) {
+  with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
     grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
         g, node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32, ctx.check_scratch,
         ctx.at<double>(node.norm.partials), gm);
@@ -296,13 +296,14 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   if (node.tensor_state.count != 0) {
     const int64_t bias = static_cast<int64_t>(node.group_items[0].count);
     const int64_t weight = static_cast<int64_t>(node.group_items[1].count);
-    // The two groups' G spans through the reader of the node's encoding (as with_grad).
-    GraphNode bias_node = node;
-    bias_node.g = node.group_g[0];
-    GraphNode weight_node = node;
-    weight_node.g = node.group_g[1];
-    with_grad(ctx.arena, bias_node, [&](auto g_bias) {
-      const auto g_weight = decltype(g_bias){reinterpret_cast<decltype(g_bias.p)>(ctx.arena + weight_node.g.offset)};
+    // The two groups' G spans: the node's reader (arena or gradient table) moved to each group's
+    // first element in node.g (group_g lie inside it).
+    const int64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+    const int64_t bias_first = (static_cast<int64_t>(node.group_g[0].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
+    const int64_t weight_first = (static_cast<int64_t>(node.group_g[1].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
+    with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
+      const auto g_bias = g + bias_first;
+      const auto g_weight = g + weight_first;
       constexpr auto kernel = &check_finite_items_kernel<decltype(g_bias)>;
       const int block = fit_block<kernel>(ctx.launch.block);
       // At least one block: the flag is written every step.
@@ -318,7 +319,7 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   // Launched even for an empty G (one block): the flag is written every step. The default grid
   // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
   // tickets number about a thousand, not one per 4 KB of gradients.
-  with_grad(ctx.arena, node, [&](auto g) {
+  with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
     constexpr auto kernel = &check_finite_kernel<decltype(g)>;
     const int block = fit_block<kernel>(ctx.launch.block);
     unsigned grid = grid_for((n4 + kCheckUnroll - 1) / kCheckUnroll, block, ctx.launch);

@@ -86,7 +86,7 @@ template <bool kNesterov>
 void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
-  with_grad(ctx.arena, node, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
+  with_grad(ctx.arena, node, ctx.grads, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
     constexpr auto kernel = &lars_update_kernel<kNesterov, decltype(g), decltype(copy)>;
     const int block = fit_block<kernel>(ctx.launch.block);
     kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(

@@ -19,13 +19,19 @@ synced (a sync after every iteration, as the table above):
   torch fused, set_to_none=True    torch 2.x's default: backward hands its fresh gradient over
   torch fused, set_to_none=False   zeroed in place; backward ADDS into the kept .grad
   renaissance, zero_grad()         ours, the default (set_to_none=True, as torch): .grad set to None;
-                                   step() copies autograd's fresh gradients in with one _foreach_copy_
+                                   step() reads autograd's fresh gradients in place (the Task's
+                                   gradient table: no copy, no zeroing)
   renaissance, set_to_none=False   G zeroed in place in the arena; backward adds into the views
 --profile: per variant, the CUDA kernels of 3 iterations by name (torch.profiler), and the kernels
 whose time differs most from the first variant's.
+--bench-step PATH (with --phases): also the C++ bench_step time of each phase model's layout
+(adamw, check on, enqueued medians) and, last, a short table against issue 13's targets: ours
+with the default zero_grad() within 5 % of bench_step on the step, and the whole iteration
+(enqueued) never slower than torch fused with torch's default zero_grad(); then one verdict line.
 
 usage: python3 bench/bench_torch_step.py [--iters 20] [--warmup 5] [--models resnet50,gpt2_small]
             [--phases] [--no-sides] [--rounds 5] [--phase-iters 10] [--profile] [--json-out FILE]
+            [--bench-step BUILD/bench/bench_step]
        python3 bench/bench_torch_step.py --quick [--phases --profile]   (CPU, tiny stand-in models:
             tests the script; torch's foreach AdamW stands in where this torch has no fused one)
 Needs a CUDA build of the package (scripts/gpu_python.sh or scripts/gpu_torchbench.sh install one;
@@ -34,6 +40,7 @@ PYTHONPATH=BUILD/site).
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -333,6 +340,50 @@ def print_phases(out):
         print()
 
 
+def bench_step_ms(path, spec, device, replays=200):
+    """The C++ step of a phase model's layout (the built-in layout of that name; the batch does
+    not change it): bench_step's enqueued median, adamw with the check on."""
+    layout = spec.partition(":")[0]
+    cmd = [path, "--backend", device, "--layouts", layout, "--kinds", "adamw", "--check", "on", "--replays",
+           str(replays), "--timing", "enqueued"]
+    if device == "cpu":
+        cmd += ["--threads", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return rows[-1]["ms_per_step"]
+
+
+OURS, OURS_ARENA = "renaissance, zero_grad()", "renaissance, set_to_none=False"
+TORCH, TORCH_KEPT = "torch fused, set_to_none=True", "torch fused, set_to_none=False"
+
+
+def print_targets(phases):
+    """The short table of issue 13's targets (enqueued medians) and one verdict line; returns
+    whether every target is met."""
+    print("\n### issue 13 targets (enqueued medians, ms)\n")
+    print("| model | bench_step | ours step (default zero_grad) | / bench_step (<= 1.05) | ours step, set_to_none=False "
+          "| torch fused step | ours iteration | torch fused iteration | ours vs torch (<= 0 %) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    met = True
+    for out in phases:
+        v = {name: modes["enqueued"] for name, modes in out["variants"].items()}
+        cpp = out.get("bench_step_ms")
+        ratio = v[OURS]["step"] / cpp if cpp else float("nan")
+        diff = 100 * (v[OURS]["iteration"] / v[TORCH]["iteration"] - 1)
+        met = met and cpp is not None and ratio <= 1.05 and diff <= 0.0
+        print("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %+.2f %% |" % (
+            out["model"], "%.3f" % cpp if cpp else "n/a", v[OURS]["step"], ratio, v[OURS_ARENA]["step"],
+            v[TORCH]["step"], v[OURS]["iteration"], v[TORCH]["iteration"], diff))
+    print()
+    if met:
+        print("bench_torch_step: SUCCESS: the default zero_grad() step is within 5 % of bench_step and the iteration "
+              "is not slower than torch fused, on every model")
+    else:
+        print("bench_torch_step: NOT MET: see the table above (step / bench_step > 1.05, or the iteration slower "
+              "than torch fused)")
+    return met
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=20)
@@ -346,6 +397,7 @@ def main():
     ap.add_argument("--phase-iters", type=int, default=10, help="--phases: timed iterations per round, variant and mode")
     ap.add_argument("--profile", action="store_true", help="--phases: also the kernels per variant (torch.profiler)")
     ap.add_argument("--quick", action="store_true", help="CPU, tiny stand-in models, few iterations (tests the script)")
+    ap.add_argument("--bench-step", help="--phases: the bench_step binary; adds the C++ step and the targets' table")
     args = ap.parse_args()
     if args.quick:
         device = "cpu"
@@ -380,6 +432,10 @@ def main():
             except ImportError as e:
                 print("%s: phases skipped: %s" % (spec, e))
                 continue
+            if args.bench_step and not args.quick:
+                out["bench_step_ms"] = bench_step_ms(args.bench_step, spec, device)
+            elif args.bench_step:  # the tiny stand-ins are not the built-in layouts: no C++ figure
+                out["bench_step_ms"] = None
             phases.append(out)
             save()
             print_phases(out)
@@ -387,6 +443,8 @@ def main():
     for note in sorted(STAND_INS):
         print("CPU stand-in: %s" % note)
     save()
+    if args.phases and args.bench_step and phases:
+        print_targets(phases)
     return 0
 
 

@@ -9,6 +9,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
+#include "renaissance/model_copy_key.h"
 
 namespace renaissance {
 
@@ -17,6 +18,26 @@ namespace {
 Span region_span(const MemoryPlan& plan, Region r) {
   const RegionInfo& info = plan.region(r);
   return Span{info.offset, info.count};
+}
+
+// TaskOptions::gradient_table: the node reads G span node.g through S_GRAD_TABLE; its tensors
+// (those whose G lies in node.g) in span order with their chunk index (graph.h).
+void attach_grad_table(const MemoryPlan& plan, GraphNode& node) {
+  if (!plan.config().gradient_table) return;
+  node.grad_table = region_span(plan, S_GRAD_TABLE);
+  const uint64_t elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  std::vector<std::pair<uint64_t, uint32_t>> order;  // (begin in node.g, id)
+  for (size_t id = 0; id < plan.num_params(); ++id) {
+    const uint64_t at = plan.tensor_offset(Family::kG, id);
+    if (at < node.g.offset || at >= node.g.offset + node.g.count * elem) continue;
+    order.push_back({(at - node.g.offset) / elem, static_cast<uint32_t>(id)});
+  }
+  std::sort(order.begin(), order.end());
+  node.grad_tensors.clear();
+  for (const auto& entry : order) {
+    node.grad_tensors.push_back({entry.first, static_cast<uint64_t>(plan.tensor(entry.second).numel), entry.second, 0});
+  }
+  node.grad_chunks = tensor_chunks(node.grad_tensors, node.g.count);
 }
 
 // read_mask false: compile_unmasked_step (graph.h), the program of a tensor_mask plan while no
@@ -80,7 +101,11 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
         partials.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
       }
     }
+    attach_grad_table(plan, partials);
     pre.push_back(partials);
+    partials.grad_table = Span{};  // the coefficient reads no G
+    partials.grad_tensors.clear();
+    partials.grad_chunks.clear();
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
     partials.hyper_groups = blocks;
@@ -105,6 +130,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
           check.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
         }
       }
+      attach_grad_table(plan, check);
       pre.push_back(check);
     }
     GraphNode advance;
@@ -132,6 +158,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
       node.hyper_items = plan.hyper_item_span(group);
       if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
     }
+    attach_grad_table(plan, node);
     return node;
   };
 

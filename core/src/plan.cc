@@ -247,6 +247,10 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     const uint64_t slots = 2 * static_cast<uint64_t>(tensors_.size());
     place(S_TENSOR_INT32, slots, slots, sizeof(int32_t));
   }
+  if (config_.gradient_table) {
+    const uint64_t slots = tensors_.size();
+    place(S_GRAD_TABLE, slots, slots, sizeof(uint64_t));
+  }
   arena_bytes_ = offset;
 }
 

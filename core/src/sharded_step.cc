@@ -190,6 +190,10 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
                          : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
+  // The ranks reduce each other's gradients in the arena's G (Backend::reduce_ranks).
+  if (plan.config().gradient_table) {
+    throw_invalid("a sharded step reduces gradients in the arena's G: a task with gradient_table cannot run one");
+  }
   // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
   if (task.hyper_groups() > 1) {
     throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +

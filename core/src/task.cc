@@ -140,6 +140,11 @@ void Task::compile() {
   plan_config.model_dtype_gradients = precision.model_dtype_gradients;
   plan_config.hyper_groups = hyper_groups();
   plan_config.tensor_mask = options_.tensor_mask;
+  plan_config.gradient_table = options_.gradient_table;
+  if (options_.gradient_table && options_.state_shard.world_size > 0) {
+    throw_invalid("compile(): gradient_table is for single-device tasks; a state shard (sharded step) reduces the "
+                  "gradients in the arena's G");
+  }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
@@ -173,6 +178,7 @@ void Task::compile() {
                     plan_.tensor_blocks().size() * sizeof(int32_t));
   }
   backend_ = std::move(backend);
+  if (options_.gradient_table) reset_gradient_table();  // the arena's own G until written
   write_hyperparameters();
   // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
   write_f32_slot(kClipCoefficient, 1.0f);

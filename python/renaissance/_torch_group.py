@@ -16,6 +16,16 @@ Clipping included (the clip norm reads a masked tensor's G as zeros). Under a to
 process group the sharded step runs the same mask (every rank must leave out the same
 parameters), so each parameter keeps its own count there too.
 
+Gradients autograd allocated itself (after zero_grad(set_to_none=True), torch 2.x's default) are
+read where they are (issue 13): the Task is built with the core's gradient table
+(TaskOptions::gradient_table), one address per parameter that the compiled step reads on the
+device at run time, and step() writes the table from the `.grad` tensors (one small host-to-device
+copy, only when an address changed; no sync, no re-capture). No copy into G, no zeroing; `.grad`
+stays autograd's tensor. A `.grad` the step cannot read in place (another dtype or device, not
+contiguous) is copied into G and re-pointed to its view, as before. Under a process group the
+sharded step reduces gradients in G: there the Task has no table and every foreign `.grad` is
+copied in.
+
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
@@ -70,11 +80,13 @@ class SharedTask:
         # (TaskOptions::state_shard); they have no per-parameter views, the sharded step's
         # collective reads and the Task's sliced writes stand in (renaissance/torch.py).
         self.sliced = state_shard is not None
+        # The gradient table on single-device Tasks (a sharded step reduces gradients in G).
+        self.use_table = not sharded
         with _device_context(device):
             task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
                               tensor_mask=True, precision=precision, rounding=rounding, seed=seed,
                               model_dtype_gradients=precision != "fp32",
-                              state_shard=list(state_shard) if self.sliced else [])
+                              state_shard=list(state_shard) if self.sliced else [], gradient_table=self.use_table)
             task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
             task.compile()
         self.task = task
@@ -91,6 +103,12 @@ class SharedTask:
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
         self.g_ptrs = [g.data_ptr() for g in self.G]
+        self.g_ptrs_tuple = tuple(self.g_ptrs)
+        # What a .grad read in place must match (readable): one dtype and device per Task; an
+        # empty tensor goes through the copy path (its data_ptr may be null).
+        self.g_dtype = self.G[0].dtype if self.G else None
+        self.g_device = self.G[0].device if self.G else None
+        self.g_numel = [g.numel() if g.numel() > 0 else -1 for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
         # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
@@ -99,6 +117,10 @@ class SharedTask:
         # (check_missing).
         self.mask = task.scalar_view("tensor_mask", did)
         self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
+        # The gradient table (int64 addresses) and what it holds: compile() wrote the G views'.
+        self.table = task.scalar_view("gradient_table", did) if self.use_table else None
+        self.table_written = tuple(self.g_ptrs)
+        self.in_place_steps = 0  # steps that read at least one .grad in place (tests look)
         self.bindings = []
 
     def is_view(self, j, g):
@@ -156,16 +178,30 @@ class SharedTask:
             self.task.set_loss_scale(1.0)
             self.amp_used = False
 
+    def readable(self, j, g):
+        """Whether the step can read gradient g of parameter j in place through the table: G's
+        dtype and device, dense and contiguous, the parameter's numel (cheap checks first: this
+        runs per parameter per step)."""
+        return (g.dtype is self.g_dtype and g.numel() == self.g_numel[j] and g.layout is torch.strided
+                and g.device == self.g_device and g.is_contiguous())
+
     def step(self, grad_scale):
         """One core step for every group. Returns False when no parameter has a gradient."""
         missing = []
         foreign = []  # ids whose .grad is a tensor of autograd's, not our view: copied in below
+        # The table: each parameter's gradient address. The G view's for a view, a missing
+        # gradient (masked: never read for the update, but a valid address whatever reads) and
+        # a copied-in one; the tensor's own for a .grad read in place.
+        ptrs = list(self.g_ptrs) if self.use_table else None
+        G, use_table = self.G, self.use_table
         for j, p in enumerate(self.params):
             g = p.grad
-            if g is self.G[j]:
+            if g is G[j]:
                 continue
             if g is None:
                 missing.append(j)
+            elif use_table and self.readable(j, g):
+                ptrs[j] = g.data_ptr()  # the view's own address when g is (a copy of) the view
             elif not self.is_view(j, g):
                 foreign.append(j)
         if foreign:
@@ -181,12 +217,35 @@ class SharedTask:
             return False
         self.set_scale(grad_scale)
         self.write_mask(tuple(missing))
+        if self.use_table:
+            self.write_table(tuple(ptrs))
+        # A .grad read in place stays autograd's tensor (not re-pointed to the view). It lives at
+        # least until the step has read it: p.grad holds it until the next zero_grad or backward,
+        # and once released, torch's caching allocator hands its block out again only to work
+        # ordered after the step on the stream it was freed on (the current stream, which the step
+        # runs on). On the CPU the step has finished when step() returns.
         self.run_step()
         return True
 
+    def write_table(self, ptrs):
+        """The device's gradient table from the addresses: one copy, only when one changed. As
+        write_mask: on CUDA from pinned memory without blocking, on torch's current stream (the
+        step's), so it lands before the step reads it; no host sync, no re-capture."""
+        if ptrs != self.table_written:
+            host = torch.tensor(ptrs, dtype=torch.int64)
+            with torch.no_grad():
+                if self.device.type == "cuda":
+                    self.table.copy_(host.pin_memory(), non_blocking=True)
+                else:
+                    self.table.copy_(host)
+            self.table_written = ptrs
+        if ptrs != self.g_ptrs_tuple:
+            self.in_place_steps += 1
+
     def copy_in(self, ids):
-        """Gradients autograd allocated itself (e.g. after zero_grad(set_to_none=True)) into the
-        arena's G, then .grad re-pointed to the view. One multi-tensor copy where torch has
+        """Gradients the step cannot read in place (without the gradient table: any tensor
+        autograd allocated itself, e.g. after zero_grad(set_to_none=True)) into the arena's G,
+        then .grad re-pointed to the view. One multi-tensor copy where torch has
         torch._foreach_copy_ (2.1+): a copy_ per tensor is a launch per tensor, which on the H200
         cost resnet50 0.4 ms a step (bench_torch_step.py --phases, 2026-12-01)."""
         dst = [self.G[j] for j in ids]

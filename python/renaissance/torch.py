@@ -159,11 +159,11 @@ class _Base(Optimizer):
     # ---- step -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none=True):
         """torch's semantics: set_to_none=True (the default, as in torch 2.x) sets every `.grad`
-        to None, so the next backward hands over fresh gradients and step() copies them into the
-        arena in one multi-tensor copy; set_to_none=False zeroes G in place (one op per Task) and
-        `.grad` stays the view, into which backward then accumulates. On the H200 the first is
-        the faster training step (autograd's accumulate is an add per parameter, the copy-in
-        one multi-tensor copy): see docs/python.md."""
+        to None, so the next backward hands over fresh gradients, which step() reads where they are
+        through the Task's gradient table (no copy, no zeroing; `.grad` stays autograd's tensor);
+        set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
+        zeroed view, into which backward then accumulates. The first is the cheaper training step
+        (autograd's accumulate is an add per parameter): see docs/python.md."""
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 

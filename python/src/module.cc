@@ -126,13 +126,14 @@ class PyTask {
   // the combinations the core does not take (stochastic or model-dtype gradients with fp32).
   PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
          const std::vector<int>& groups, bool tensor_mask, const std::string& precision, const std::string& rounding,
-         uint64_t seed, bool model_dtype_gradients, const std::vector<int>& state_shard) {
+         uint64_t seed, bool model_dtype_gradients, const std::vector<int>& state_shard, bool gradient_table) {
     if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
     o.backend_options.threads = threads;
     o.check_finite = check_finite;
     o.tensor_mask = tensor_mask;
+    o.gradient_table = gradient_table;
     if (!parse_precision(precision, &o.precision.precision))
       throw_invalid("precision '" + precision + "': expected fp32, bf16 or fp16");
     if (rounding == "nearest") o.precision.rounding = Rounding::kNearest;
@@ -376,7 +377,14 @@ class PyTask {
       return nb::cast(arena_view<int32_t>(self, plan.region(S_TENSOR_INT32).offset,
                                           {static_cast<int64_t>(task_->num_params())}, device_id));
     }
-    throw_invalid("scalar_view(): unknown slot '" + name + "' (inv_loss_scale, step, has_non_finite, tensor_mask)");
+    if (name == "gradient_table") {
+      // TaskOptions::gradient_table: the address per parameter the step reads its gradient from,
+      // as int64 (torch has no uint64 through DLPack; addresses are below 2^63).
+      if (!plan.config().gradient_table) throw_invalid("scalar_view('gradient_table'): the task was built without gradient_table");
+      return nb::cast(arena_view<int64_t>(self, plan.region(S_GRAD_TABLE).offset,
+                                          {static_cast<int64_t>(task_->num_params())}, device_id));
+    }
+    throw_invalid("scalar_view(): unknown slot '" + name + "' (inv_loss_scale, step, has_non_finite, tensor_mask, gradient_table)");
   }
 
   // Sets the applied-step count t (a torch state_dict's `step`). The bias corrections need no
@@ -508,10 +516,10 @@ NB_MODULE(_core, m) {
 
   nb::class_<PyTask>(m, "Task")
       .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool,
-                    const std::string&, const std::string&, uint64_t, bool, const std::vector<int>&>(), "params"_a,
+                    const std::string&, const std::string&, uint64_t, bool, const std::vector<int>&, bool>(), "params"_a,
            "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>(),
            "tensor_mask"_a = false, "precision"_a = "fp32", "rounding"_a = "nearest", "seed"_a = 0,
-           "model_dtype_gradients"_a = false, "state_shard"_a = std::vector<int>())
+           "model_dtype_gradients"_a = false, "state_shard"_a = std::vector<int>(), "gradient_table"_a = false)
       .def_prop_ro("arena_bytes", [](PyTask& t) { return t.task().plan().arena_bytes(); },
                    "Bytes of the task's arena (a state_shard task: M and V of its slice only).")
       .def("set_state", [](PyTask& t, const std::string& family, nb::handle w, nb::ndarray<nb::ro> a) {

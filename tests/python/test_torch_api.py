@@ -77,23 +77,30 @@ def test_zero_grad_keeps_views_and_zeroes_in_place():
         assert not p.grad.any()
 
 
-def test_zero_grad_set_to_none_copies_autograd_gradients_in():
-    """torch's default zero_grad(): .grad becomes None, backward makes fresh tensors, step()
-    copies them into the arena (no warning) and re-points .grad; the bits equal the in-place run."""
+def test_zero_grad_set_to_none_reads_autograd_gradients_in_place():
+    """torch's default zero_grad(): .grad becomes None, backward makes fresh tensors, and step()
+    reads them where they are through the Task's gradient table (no copy, no warning, .grad
+    stays autograd's tensor); set_to_none=False re-points .grad to the zeroed views, into which
+    backward accumulates. Both give the bits of the in-place run."""
     import warnings
     runs = []
     for set_to_none in (True, False):
         ps = params()
         opt = rt.AdamW(ps, lr=1e-2)
+        shared = opt._bindings[0].shared
         for s in range(3):
             opt.zero_grad(set_to_none=set_to_none)
             assert all((p.grad is None) == set_to_none for p in ps)
             sum(((p * g).sum() for p, g in zip(ps, grads(s)))).backward()
+            autograds = [p.grad for p in ps]
             with warnings.catch_warnings():
-                warnings.simplefilter("error")  # the copy-in after zero_grad(None) must not warn
+                warnings.simplefilter("error")  # reading autograd's gradients must not warn
                 opt.step()
             for j, p in enumerate(ps):
-                assert p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
+                assert p.grad is autograds[j]  # never re-pointed
+                on_view = p.grad.data_ptr() == opt._bindings[0].G[j].data_ptr()
+                assert on_view != set_to_none
+        assert shared.in_place_steps == (3 if set_to_none else 0)
         runs.append([bits(p.detach()) for p in ps] + [bits(opt.state[p]["exp_avg_sq"]) for p in ps])
     assert all(np.array_equal(a, b) for a, b in zip(*runs))
 
@@ -105,11 +112,16 @@ def reference_run(ps, opt, steps):
 
 
 def test_replaced_gradient_is_copied_in_and_repointed():
+    """A .grad the step cannot read in place (here: not contiguous) is copied into G, with a
+    warning, and .grad re-pointed to the view."""
     ps, qs = params(), params()
     a, b = rt.AdamW(ps, lr=1e-2), rt.AdamW(qs, lr=1e-2)
     feed(ps, 0)
     for q, g in zip(qs, grads(0)):
-        q.grad = g.clone()  # a foreign tensor, not the view
+        # a foreign tensor, not the view, and strided: [::2] of a tensor twice the size
+        wide = torch.stack([g, torch.full_like(g, float("nan"))], dim=-1).reshape(*g.shape[:-1], 2 * g.shape[-1])
+        q.grad = wide[..., ::2] if g.dim() > 0 else g.clone().t()
+        assert q.grad.dim() == 0 or not q.grad.is_contiguous()
     import renaissance._torch_group as tg
     tg._GRAD_COPY_WARNED[0] = False
     with pytest.warns(UserWarning, match="copied in"):

@@ -110,6 +110,14 @@ struct GraphNode {
   // from the same tables, reading a masked tensor's elements as +0.0 (check and norm alike).
   Span tensor_state;
   std::array<Span, 2> group_g{}, group_items{};
+  // TaskOptions::gradient_table (plan.h) on every node that reads G (empty without it): the
+  // S_GRAD_TABLE span (a uint64 address per parameter), the tensors of node.g in span order
+  // (begin: element of node.g; first 0) and their chunk index (model_copy_key.h's tensor_chunks).
+  // Element e of node.g is then element first + (e - begin) of its tensor's gradient at
+  // table[param]; an element in no tensor (padding) reads +0.0.
+  Span grad_table;
+  std::vector<CopyTensor> grad_tensors;
+  std::vector<int32_t> grad_chunks;
 };
 
 struct CompiledStep {

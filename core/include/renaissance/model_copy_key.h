@@ -40,30 +40,62 @@ struct CopyLookup {
   const int32_t* chunks = nullptr;
   uint32_t count = 0;
 
-  // The tensor holding span element e, or count when e is padding (outside every tensor).
-  RN_HD uint32_t find(uint64_t e) const {
+  // The first tensor that ends after span element e (count when none does); e must lie in the
+  // span the chunk index covers.
+  RN_HD uint32_t first_ending_after(uint64_t e) const {
     if (count == 0) return 0;
     uint32_t i = static_cast<uint32_t>(chunks[e / kCopyChunk]);
     while (i < count && tensors[i].begin + tensors[i].numel <= e) ++i;
+    return i;
+  }
+  // The tensor holding span element e, or count when e is padding (outside every tensor).
+  RN_HD uint32_t find(uint64_t e) const {
+    if (count == 0) return 0;
+    const uint32_t i = first_ending_after(e);
     return i < count && tensors[i].begin <= e ? i : count;
   }
 };
 
-// The chunk index of a ModelCopy: entry k is the first tensor ending after k * kCopyChunk. It
-// covers the copy span and any tensor beyond it (a tile node cut to a rank keeps group
-// coordinates).
-inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) {
-  uint64_t span = copy.c.count;
-  for (const CopyTensor& t : copy.tensors) span = t.begin + t.numel > span ? t.begin + t.numel : span;
-  if (copy.tensors.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("model copy: too many tensors");
+// The chunk index of a tensor list in span order over a span of `span` elements: entry k is the
+// first tensor ending after k * kCopyChunk. It covers the span and any tensor beyond it. Used for
+// the model copy (copy_chunks) and for the gradient table (GraphNode::grad_chunks).
+inline std::vector<int32_t> tensor_chunks(const std::vector<CopyTensor>& tensors, uint64_t span) {
+  for (const CopyTensor& t : tensors) span = t.begin + t.numel > span ? t.begin + t.numel : span;
+  if (tensors.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("tensor list: too many tensors");
   std::vector<int32_t> chunks((span + kCopyChunk - 1) / kCopyChunk);
   size_t i = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
-    while (i < copy.tensors.size() && copy.tensors[i].begin + copy.tensors[i].numel <= k * kCopyChunk) ++i;
+    while (i < tensors.size() && tensors[i].begin + tensors[i].numel <= k * kCopyChunk) ++i;
     chunks[k] = static_cast<int32_t>(i);
   }
   return chunks;
 }
+
+// The chunk index of a ModelCopy over its copy span (a tile node cut to a rank keeps group
+// coordinates, so tensors may lie beyond it).
+inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) { return tensor_chunks(copy.tensors, copy.c.count); }
+
+// TaskOptions::gradient_table: a node's G read through the per-parameter address table (graph.h,
+// GraphNode::grad_table). grad_address(e) is the address of span element e's gradient (element
+// bytes `elem` each), or 0 when e is padding, which reads +0.0. Host and device code.
+struct GradTableRef {
+  CopyLookup lookup;
+  const uint64_t* table = nullptr;  // S_GRAD_TABLE: one address per parameter
+
+  RN_HD uint64_t address(uint64_t e, uint32_t elem) const {
+    const uint32_t i = lookup.find(e);
+    if (i == lookup.count) return 0;
+    const CopyTensor& t = lookup.tensors[i];
+    return table[t.param] + (t.first + (e - t.begin)) * elem;
+  }
+  // The address of elements e .. e+n-1 when they lie in one tensor, else 0.
+  RN_HD uint64_t run_address(uint64_t e, uint64_t n, uint32_t elem) const {
+    const uint32_t i = lookup.find(e);
+    if (i == lookup.count || e + n > lookup.tensors[i].begin + lookup.tensors[i].numel) return 0;
+    const CopyTensor& t = lookup.tensors[i];
+    return table[t.param] + (t.first + (e - t.begin)) * elem;
+  }
+};
 
 // One master x rounded into the copy's format with random word r (unused when nearest).
 template <Precision kPrecision, Rounding kRounding>

@@ -48,6 +48,9 @@ struct PlanConfig {
   // so work items are per tensor and hold a tensor's step-dependent scalars; S_TENSOR_INT32 holds
   // the mask and the per-tensor step counts. Off: the layout is exactly as without it.
   bool tensor_mask = false;
+  // TaskOptions::gradient_table: S_GRAD_TABLE holds a uint64 address per tensor (its gradient),
+  // placed after every other region, and the step reads G through it. Off: nothing changes.
+  bool gradient_table = false;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 

@@ -59,6 +59,9 @@ enum Region : int {
   // Only with TaskOptions::tensor_mask (plan.h): int32 mask[num_params] (caller-written: nonzero
   // skips the tensor), then int32 steps[num_params] (each tensor's applied steps, device-owned).
   S_TENSOR_INT32,
+  // Only with TaskOptions::gradient_table (plan.h): uint64 address per parameter of its gradient
+  // (numel elements in G's encoding, contiguous), read by the step on the device at run time.
+  S_GRAD_TABLE,
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

@@ -52,6 +52,16 @@ struct TaskOptions {
   bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
   StateShard state_shard;
+  // Gradient table (issue 13: step() reads autograd's own gradient tensors): a uint64 per
+  // parameter in the arena's scalar area (gradient_table() / set_gradient_table()) holding the
+  // address of that parameter's gradient, numel contiguous elements in G's encoding (fp32, or
+  // bf16/fp16 with model_dtype_gradients), in the backend's memory (host on the CPU, device on
+  // CUDA). Every op that reads G (check, norms, updates) reads it through the table on the device
+  // at run time (CUDA: inside the captured graph; changing an entry needs no re-capture and no
+  // host sync). compile() fills it with the arena's own G addresses, so a task that never writes
+  // it steps exactly as without the flag; the results are bit for bit those of the same bytes in
+  // G. Refused with a state shard (a sharded step reduces gradients in G). Off: nothing changes.
+  bool gradient_table = false;
 };
 
 // Reads elements [first, first + count) of tensor `id` of family M or V into dst, from wherever
@@ -204,6 +214,14 @@ class Task {
   // (graph.h) while it applies. A tensor_mask task prepares its masked program on the first step()
   // that runs it: what a benchmark times through Backend::timed_steps after one step().
   const CompiledStep& step_program() const;
+  // gradient_table only (else Error): the table itself (num_params uint64 addresses in the
+  // backend's memory, read by the next step), a host copy into it, and the arena's own G
+  // addresses back into it (what compile() writes). While an entry points outside the arena,
+  // writes into the arena's G (set_grad, synthesize_gradients, poison_gradient) are not what the
+  // step reads for that parameter. Each address must stay valid until the step that reads it ran.
+  uint64_t* gradient_table();
+  void set_gradient_table(const std::vector<uint64_t>& addresses);
+  void reset_gradient_table();
   std::vector<int64_t> tensor_steps();
   void set_tensor_steps(const std::vector<int64_t>& steps);
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
@@ -257,6 +275,7 @@ class Task {
   // The scalar blocks that hold group h's values (h itself, or with tensor_mask its tensors').
   std::vector<int> blocks_of_group(int group) const;
   void require_mask(const char* what) const;
+  void require_gradient_table(const char* what) const;
   void write_bias_corrections(int block, const OptimizerConfig& c, int32_t t);
   void require_whole_state(const char* what) const;
   // The one definition of the fingerprint's bytes: W, M, V of `ids` (per family, in that order)
