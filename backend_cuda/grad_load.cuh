@@ -21,7 +21,7 @@ namespace cuda {
 struct GradF32 {
   const float* p;
   __device__ __forceinline__ float operator[](int64_t i) const { return p[i]; }
-  __device__ __forceinline__ GradF32 operator+(int64_t off) const { return GradF32{p + off}; }
+  __host__ __device__ __forceinline__ GradF32 operator+(int64_t off) const { return GradF32{p + off}; }
   struct Quads {
     const float4* p;
     __device__ __forceinline__ float4 operator[](int64_t q) const { return p[q]; }
@@ -38,7 +38,7 @@ struct GradHalf {
     return math::half_to_f32(kFormat == Precision::kBf16, h);
   }
   __device__ __forceinline__ float operator[](int64_t i) const { return widen(p[i]); }
-  __device__ __forceinline__ GradHalf operator+(int64_t off) const { return GradHalf{p + off}; }
+  __host__ __device__ __forceinline__ GradHalf operator+(int64_t off) const { return GradHalf{p + off}; }
   struct Quads {
     const ushort4* p;
     __device__ __forceinline__ float4 operator[](int64_t q) const {
@@ -69,7 +69,7 @@ struct GradTabled {
   __device__ __forceinline__ float operator[](int64_t i) const {
     return load(ref.address(static_cast<uint64_t>(base + i), kElem));
   }
-  __device__ __forceinline__ GradTabled operator+(int64_t off) const { return GradTabled{ref, base + off}; }
+  __host__ __device__ __forceinline__ GradTabled operator+(int64_t off) const { return GradTabled{ref, base + off}; }
   struct Quads {
     GradTableRef ref;
     int64_t base;
