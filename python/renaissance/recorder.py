@@ -174,37 +174,13 @@ def _digest(items):
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
-def _widen(a, precision):
-    """A gradient as the core loads it: float32, or bf16/fp16 encodings (uint16) widened exactly."""
-    if precision == "fp32":
-        return a
-    if precision == "bf16":
-        return (a.astype(np.uint32) << 16).view(np.float32)
-    return a.view(np.float16).astype(np.float32)
-
-
-def _narrow(x, precision):
-    """float32 stored as the gradient's encoding, rounded to nearest even (the core's store_grad)."""
-    if precision == "fp32":
-        return x
-    if precision == "fp16":
-        return x.astype(np.float16).view(np.uint16)  # IEEE round to nearest even, subnormals, inf
-    b = x.view(np.uint32).astype(np.uint64)
-    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-    quiet_nan = ((b >> 16) | 0x40).astype(np.uint16)  # a NaN stays a NaN (the step is skipped)
-    return np.where(np.isnan(x), quiet_nan, rounded)
-
-
 def _ordered_mean(per_rank, precision):
-    """grad_reduce="ordered"'s gradient from the K ranks' gradients of one parameter (docs/
-    distributed.md, core/include/renaissance/math/rank_reduction.h): each widened to fp32, added
-    left to right in rank order in fp32, divided by K (a division), stored in the gradient's
-    encoding rounded to nearest even. numpy's float32 add and divide are IEEE single operations."""
-    with np.errstate(all="ignore"):  # inf - inf is a NaN here as in the core (the step is skipped)
-        total = _widen(per_rank[0], precision).astype(np.float32, copy=True)
-        for a in per_rank[1:]:
-            total = np.add(total, _widen(a, precision), dtype=np.float32)
-        return _narrow(np.divide(total, np.float32(len(per_rank)), dtype=np.float32), precision)
+    """grad_reduce="ordered"'s gradient from the K ranks' gradients of one parameter (float32, or
+    bf16/fp16 encodings as uint16): the core's own rank reduction (math/rank_reduction.h: widened,
+    added in rank order in fp32, divided by K, stored rounded to nearest even)."""
+    shape = per_rank[0].shape
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in per_rank]
+    return _core._ordered_rank_mean(flat, precision).reshape(shape)
 
 
 class _Group:

@@ -14,12 +14,15 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "renaissance/communicator.h"
 #include "renaissance/error.h"
+#include "renaissance/math/rank_reduction.h"
+#include "renaissance/precision.h"
 #include "renaissance/shard.h"
 #include "renaissance/task.h"
 
@@ -122,6 +125,42 @@ nb::ndarray<nb::pytorch, uint8_t> raw_view(uintptr_t ptr, uint64_t nbytes, int d
                                            cuda ? device_id : 0);
 }
 
+// grad_reduce="ordered"'s gradient of one parameter from its K ranks' gradients (host arrays of
+// the same length: float32, or the uint16 encodings of a bf16 / fp16 gradient): the core's own
+// math::rank_reduce_element, as Backend::reduce_ranks runs it (the rank-order fp32 sum divided by
+// K, stored in the gradient's encoding). renaissance.torch.Recorder records it under a process group.
+nb::object rank_order_mean(const std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>& ranks,
+                             const std::string& precision) {
+  Precision dtype;
+  if (!parse_precision(precision, &dtype)) throw_invalid("ordered_rank_mean: precision '" + precision + "'");
+  if (ranks.empty()) throw_invalid("ordered_rank_mean: no rank's gradient");
+  const bool f32 = dtype == Precision::kFp32;
+  const size_t elem = f32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t n = ranks[0].size();
+  std::vector<char> blocks(ranks.size() * n * elem);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].size() != n || ranks[r].dtype() != (f32 ? nb::dtype<float>() : nb::dtype<uint16_t>())) {
+      throw_invalid("ordered_rank_mean: every rank's gradient must hold " + std::to_string(n) + " " +
+                    (f32 ? "float32 values" : "uint16 encodings"));
+    }
+    if (n > 0) std::memcpy(blocks.data() + r * n * elem, ranks[r].data(), n * elem);
+  }
+  auto* out = new std::vector<char>(n * elem);
+  nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
+  math::RankReduce op;
+  op.blocks = blocks.data();
+  op.stride = n;
+  op.count = n;
+  op.summands = static_cast<int>(ranks.size());
+  op.divisor = static_cast<int>(ranks.size());
+  op.in = op.out = dtype;
+  op.dst = out->data();
+  for (uint64_t i = 0; i < n; ++i) math::rank_reduce_element(op, i);
+  const size_t dims[1] = {n};
+  if (f32) return nb::cast(nb::ndarray<nb::numpy, float>(reinterpret_cast<float*>(out->data()), 1, dims, owner));
+  return nb::cast(nb::ndarray<nb::numpy, uint16_t>(reinterpret_cast<uint16_t*>(out->data()), 1, dims, owner));
+}
+
 }  // namespace
 }  // namespace renaissance
 
@@ -130,6 +169,9 @@ void renaissance_register_dist(nb::module_& m) {
   // rv_policy::reference: without an owner nanobind would otherwise hand torch a copy.
   m.def("_raw_view", &raw_view, "ptr"_a, "nbytes"_a, "device_id"_a, nb::rv_policy::reference,
         "A non-owning uint8 torch view of nbytes at ptr (device_id < 0: host): for a Communicator's collectives.");
+  m.def("_ordered_rank_mean", &rank_order_mean, "ranks"_a, "precision"_a,
+        "grad_reduce='ordered''s gradient of one parameter from each rank's (flat host arrays: float32, or uint16 "
+        "bf16/fp16 encodings), by the core's math/rank_reduction.h.");
   nb::class_<PyShardedStep>(m, "_ShardedStep")
       .def(nb::init<nb::object, nb::object, int, int, const std::string&>(), "task"_a, "comm"_a, "rank"_a, "size"_a,
            "grad_reduce"_a)

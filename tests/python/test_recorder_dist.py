@@ -198,8 +198,8 @@ def test_refusals_on_every_rank_write_nothing(tmp_path):
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_ordered_mean_as_torch_forms_it(precision, k):
-    """The Recorder's numpy rank-order mean equals torch's fp32 sum (left to right), division by
-    K and round-to-nearest-even cast, on random encodings incl. subnormals, ties, inf and NaN (K = 3:
+    """The Recorder's rank-order mean (the core's math/rank_reduction.h through _core) equals
+    torch's fp32 sum (left to right), division by K and round-to-nearest-even cast, on random encodings incl. subnormals, ties, inf and NaN (K = 3:
     another order or a multiplication by 1/K would differ)."""
     from renaissance.recorder import _ordered_mean
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
