@@ -102,8 +102,7 @@ class SharedTask:
                                    "mismatch)" % (self.weights[j].dtype, self.G[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
-        self.g_ptrs = [g.data_ptr() for g in self.G]
-        self.g_ptrs_tuple = tuple(self.g_ptrs)
+        self.g_ptrs = tuple(g.data_ptr() for g in self.G)
         # What a .grad read in place must match (readable): one dtype and device per Task; an
         # empty tensor goes through the copy path (its data_ptr may be null).
         self.g_dtype = self.G[0].dtype if self.G else None
@@ -119,7 +118,7 @@ class SharedTask:
         self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
         # The gradient table (int64 addresses) and what it holds: compile() wrote the G views'.
         self.table = task.scalar_view("gradient_table", did) if self.use_table else None
-        self.table_written = tuple(self.g_ptrs)
+        self.table_written = self.g_ptrs
         self.in_place_steps = 0  # steps that read at least one .grad in place (tests look)
         self.bindings = []
 
@@ -239,7 +238,7 @@ class SharedTask:
                 else:
                     self.table.copy_(host)
             self.table_written = ptrs
-        if ptrs != self.g_ptrs_tuple:
+        if ptrs != self.g_ptrs:
             self.in_place_steps += 1
 
     def copy_in(self, ids):
