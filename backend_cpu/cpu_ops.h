@@ -104,21 +104,17 @@ void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn, CpuSc
   }
 }
 
-// Asks for the cache lines of floats [begin, end) of x (read intent, into the outer caches:
-// locality 2 is prefetcht1 on x86). A hint only: never faults, never changes data.
-inline void prefetch_floats(const float* x, uint64_t begin, uint64_t end) {
-  constexpr uint64_t kLine = 16;  // floats per 64-byte line
-  for (uint64_t i = begin; i < end; i += kLine) __builtin_prefetch(x + i, 0, 2);
-}
-// The same for 2-byte elements (model-dtype G, the model copy); `write` asks for the line in a
-// writable state (the copy is only stored to).
-inline void prefetch_halves(const uint16_t* x, uint64_t begin, uint64_t end, bool write) {
-  constexpr uint64_t kLine = 32;  // halves per 64-byte line
-  for (uint64_t i = begin; i < end; i += kLine) {
+// Asks for the cache lines of the `elem`-byte elements [begin, end) of the array at x (into the
+// outer caches: locality 2 is prefetcht1 on x86); `write` asks for them in a writable state (the
+// model copy is only stored to). A hint only: never faults, never changes data.
+inline void prefetch_lines(const void* x, uint64_t elem, uint64_t begin, uint64_t end, bool write = false) {
+  constexpr uint64_t kLine = 64;  // bytes
+  const char* p = static_cast<const char*>(x);
+  for (uint64_t at = begin * elem; at < end * elem; at += kLine) {
     if (write) {
-      __builtin_prefetch(x + i, 1, 2);
+      __builtin_prefetch(p + at, 1, 2);
     } else {
-      __builtin_prefetch(x + i, 0, 2);
+      __builtin_prefetch(p + at, 0, 2);
     }
   }
 }
@@ -169,16 +165,15 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
   const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
-  // Prefetched only where it is the arena's fp32 G (a table's tensors lie anywhere).
-  const float* g = node.grad_dtype == Precision::kFp32 && node.grad_table.count == 0 ? ctx.at<float>(node.g) : nullptr;
+  // G is prefetched where it is the arena's (a table's tensors lie anywhere).
+  const char* g_arena = node.grad_table.count == 0 ? ctx.at<char>(node.g) : nullptr;
+  const uint64_t g_elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
-  const uint16_t* g_half = node.grad_dtype != Precision::kFp32 && node.grad_table.count == 0
-                               ? ctx.at<uint16_t>(node.g) : nullptr;  // bf16 / fp16 encodings in the arena
   const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.
@@ -198,12 +193,11 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
     for (uint64_t i = b; i < e; i += kPrefetchStepElements) {
       const uint64_t ie = std::min(e, i + kPrefetchStepElements);
       const uint64_t pb = std::min(count, i + ahead), pe = std::min(count, ie + ahead);
-      prefetch_floats(w, pb, pe);
-      if (g) prefetch_floats(g, pb, pe);
-      if (g_half) prefetch_halves(g_half, pb, pe, false);
-      if (c) prefetch_halves(c, pb, pe, true);
-      if (m) prefetch_floats(m, pb, pe);
-      if (v) prefetch_floats(v, pb, pe);
+      prefetch_lines(w, sizeof(float), pb, pe);
+      if (g_arena) prefetch_lines(g_arena, g_elem, pb, pe);
+      if (c) prefetch_lines(c, sizeof(uint16_t), pb, pe, true);
+      if (m) prefetch_lines(m, sizeof(float), pb, pe);
+      if (v) prefetch_lines(v, sizeof(float), pb, pe);
       update(i, ie, s);
     }
   };

@@ -419,7 +419,9 @@ class CudaBackend final : public Backend {
           if (node.copy.c.count != 0 || node.grad_table.count != 0) {
             const auto found = std::find_if(copy_tables_.begin(), copy_tables_.end(),
                                             [&](const NodeCopyTables& p) { return p.node == &node; });
-            if (found == copy_tables_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a model-copy step was not prepared");
+            if (found == copy_tables_.end()) {
+              throw Error(ErrorKind::kBackend, "cuda backend: a step with a model copy or a gradient table was not prepared");
+            }
             ctx.copy = found->tables;
             if (node.grad_table.count != 0) ctx.grads = GradTableRef{found->grads, ctx.at<const uint64_t>(node.grad_table)};
           }

@@ -34,11 +34,10 @@ namespace {
 // (padding, or past the last item).
 uint64_t item_start_at_or_below(const MemoryPlan& plan, uint64_t c) {
   const uint64_t family = plan.region_range(W_BN_BIAS, W_DEEP_CONV).offset;
-  const uint64_t items_base = plan.region(T_HYPER_ITEMS).offset;
   for (Group group : {Group::kBiasLike, Group::kWeight}) {
     const uint64_t first = (plan.group_span(Family::kW, group).offset - family) / sizeof(float);
     const Span items = plan.hyper_item_span(group);
-    const HyperItem* all = plan.hyper_items().data() + (items.offset - items_base) / sizeof(HyperItem);
+    const HyperItem* all = plan.hyper_items_in(items);
     for (uint64_t k = 0; k < items.count; ++k) {
       const uint64_t b = first + static_cast<uint64_t>(all[k].start), e = b + static_cast<uint64_t>(all[k].count);
       if (c > b && c < e) return b;

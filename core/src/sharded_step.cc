@@ -59,8 +59,7 @@ uint64_t grad_element_bytes(const MemoryPlan& plan) {
 // group's first element `group_first` of the family) that lie in [s.begin, s.end). The layout
 // cuts a mask plan on item starts (make_shard_layout), so no item is split.
 Span items_in_slice(const MemoryPlan& plan, Span items, uint64_t group_first, const RankShard& s) {
-  const uint64_t base = (items.offset - plan.region(T_HYPER_ITEMS).offset) / sizeof(HyperItem);
-  const HyperItem* all = plan.hyper_items().data() + base;
+  const HyperItem* all = plan.hyper_items_in(items);
   uint64_t first = 0;
   while (first < items.count && group_first + static_cast<uint64_t>(all[first].start) < s.begin) ++first;
   uint64_t last = first;
@@ -210,9 +209,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   // (Built after a masked step, step_program() is the masked program again: [1] then gives its
   // bits, which on a mask of zeros and equal counts are the unmasked one's, at its speed.)
   if (plan.config().tensor_mask) cut_program(task.step_program(), &programs_[1]);
-  const CompiledStep& check_ = programs_[0].check;
-  const CompiledStep& combine_ = programs_[0].combine;
-  const CompiledStep& update_ = programs_[0].update;
+  const SubSteps& placed = programs_[0];
   if (plan.state_sliced()) {
     // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).
     if (plan.state_begin() != s.begin || plan.state_end() != s.end) {
@@ -228,7 +225,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
     // start): for the placement only, they shrink to the elements of this rank's tiles.
     CompiledStep all = empty_like(step);
     const std::vector<NormTile>& tiles = plan.norm_tiles();
-    for (const CompiledStep* sub : {&check_, &combine_, &update_}) {
+    for (const CompiledStep* sub : {&placed.check, &placed.combine, &placed.update}) {
       for (int graph = 0; graph < kNumGraphs; ++graph) {
         for (GraphNode node : sub->graphs[graph]) {
           // (cut_node leaves a tile-wise node's table offset set, also with no tiles left.)
@@ -247,8 +244,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
           } else if (node.kind == NodeKind::kRange && node.hyper_items.count > 0) {
             // An update over the slice's items (tensor_mask) keeps its group's whole spans: for
             // the placement, they shrink to the items' elements.
-            const HyperItem* items = plan.hyper_items().data() +
-                                     (node.hyper_items.offset - plan.region(T_HYPER_ITEMS).offset) / sizeof(HyperItem);
+            const HyperItem* items = plan.hyper_items_in(node.hyper_items);
             const HyperItem& last = items[node.hyper_items.count - 1];
             const uint64_t lo = static_cast<uint64_t>(items[0].start);
             const uint64_t hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.count);
@@ -482,16 +478,13 @@ void ShardedStep::step() {
   const bool unmasked = task_.plan().config().tensor_mask && !task_.masked_program_next();
   if (task_.plan().config().tensor_mask && !unmasked) task_.note_masked_step();
   SubSteps& program = programs_[unmasked ? 1 : 0];
-  const CompiledStep& check_ = program.check;
-  const CompiledStep& combine_ = program.combine;
-  const CompiledStep& update_ = program.update;
   // Each collective comes after the backend's work before it and the backend's next work after
   // the collective (join(): host waits only where the communicator is not on the backend's stream).
   {
     CommTimer t(comm_);
     reduce_gradients();
   }
-  backend.execute(check_);
+  backend.execute(program.check);
   {
     CommTimer t(comm_);
     join();
@@ -503,7 +496,7 @@ void ShardedStep::step() {
     if (step.clip) gather_doubles(T_GRAD_NORM_PARTIALS, false, 1);
     join();
   }
-  backend.execute(combine_);
+  backend.execute(program.combine);
   if (!task_.plan().norm_tiles().empty()) {
     CommTimer t(comm_);
     join();
@@ -517,13 +510,13 @@ void ShardedStep::step() {
   if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !program.update_prepared) {
     SubSteps& other = programs_[unmasked ? 0 : 1];
     if (other.update_prepared) {
-      backend.prepare_alternate(update_);
+      backend.prepare_alternate(program.update);
     } else {
-      backend.prepare(update_);
+      backend.prepare(program.update);
     }
     program.update_prepared = true;
   }
-  backend.execute(update_);
+  backend.execute(program.update);
   CommTimer t(comm_);
   join();
   gather_family(Family::kW);

@@ -22,8 +22,8 @@
 
 namespace renaissance {
 
-// Fully unrolled loops over a unit's elements on the GPU, so the per-element arrays stay in
-// registers (a rolled loop puts them in local memory); nothing on the host.
+// A fully unrolled loop over a quad's elements on the GPU, so the per-element array stays in
+// registers (a rolled loop would put it in local memory); nothing on the host.
 #if defined(__CUDACC__)
 #define RN_COPY_UNROLL _Pragma("unroll")
 #else
@@ -76,25 +76,20 @@ inline std::vector<int32_t> tensor_chunks(const std::vector<CopyTensor>& tensors
 inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) { return tensor_chunks(copy.tensors, copy.c.count); }
 
 // TaskOptions::gradient_table: a node's G read through the per-parameter address table (graph.h,
-// GraphNode::grad_table). grad_address(e) is the address of span element e's gradient (element
-// bytes `elem` each), or 0 when e is padding, which reads +0.0. Host and device code.
+// GraphNode::grad_table), element bytes `elem` each. Host and device code.
 struct GradTableRef {
   CopyLookup lookup;
   const uint64_t* table = nullptr;  // S_GRAD_TABLE: one address per parameter
 
-  RN_HD uint64_t address(uint64_t e, uint32_t elem) const {
-    const uint32_t i = lookup.find(e);
-    if (i == lookup.count) return 0;
-    const CopyTensor& t = lookup.tensors[i];
-    return table[t.param] + (t.first + (e - t.begin)) * elem;
-  }
-  // The address of elements e .. e+n-1 when they lie in one tensor, else 0.
+  // The address of span elements e .. e+n-1 when they lie in one tensor, else 0.
   RN_HD uint64_t run_address(uint64_t e, uint64_t n, uint32_t elem) const {
     const uint32_t i = lookup.find(e);
     if (i == lookup.count || e + n > lookup.tensors[i].begin + lookup.tensors[i].numel) return 0;
     const CopyTensor& t = lookup.tensors[i];
     return table[t.param] + (t.first + (e - t.begin)) * elem;
   }
+  // The address of span element e's gradient, or 0 when e is padding (which reads +0.0).
+  RN_HD uint64_t address(uint64_t e, uint32_t elem) const { return run_address(e, 1, elem); }
 };
 
 // One master x rounded into the copy's format with random word r (unused when nearest).
@@ -136,22 +131,20 @@ RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* step
   return true;
 }
 
-// The rounding words of n <= 8 consecutive elements index .. index+n-1 of one tensor into r[0..n):
-// one Philox call when they lie in one 8-element block (index a multiple of 8 for n = 8), two
-// when the tensor's block grid is shifted against the arena's.
-template <int kN>
-RN_HD void copy_words(uint64_t seed, uint64_t step, uint32_t param, uint64_t index, uint32_t r[kN]) {
+// The rounding words of elements index .. index+3 of one tensor into r[4]: one Philox call when
+// they lie in one 8-element block, two when the tensor's block grid is shifted against the arena's.
+RN_HD void copy_quad_words(uint64_t seed, uint64_t step, uint32_t param, uint64_t index, uint32_t r[4]) {
   const uint64_t block = index / math::kSrBlockElements;
   const uint32_t s = static_cast<uint32_t>(index % math::kSrBlockElements);
   const math::Philox4x32 a = math::sr_random_block(seed, step, param, block);
-  const math::Philox4x32 b = s + kN <= math::kSrBlockElements ? a : math::sr_random_block(seed, step, param, block + 1);
+  const math::Philox4x32 b = s + 4 <= math::kSrBlockElements ? a : math::sr_random_block(seed, step, param, block + 1);
   RN_COPY_UNROLL
-  for (int j = 0; j < kN; ++j) r[j] = copy_word(a, b, s + static_cast<uint32_t>(j));
+  for (uint32_t j = 0; j < 4; ++j) r[j] = copy_word(a, b, s + j);
 }
 
 // Span elements e0 .. e0+3 inside one tensor: their copy bits into out[4] and true (stochastic:
-// one or two Philox calls, copy_words). false: the quad meets a tensor boundary or padding, and
-// the caller writes it element by element with copy_one.
+// one or two Philox calls, copy_quad_words). false: the quad meets a tensor boundary or padding,
+// and the caller writes it element by element with copy_one.
 template <Precision kPrecision, Rounding kRounding>
 RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e0,
                      float x0, float x1, float x2, float x3, uint16_t out[4]) {
@@ -160,7 +153,7 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   const CopyTensor& t = lookup.tensors[i];
   uint32_t r[4] = {0, 0, 0, 0};
   if (kRounding == Rounding::kStochastic) {
-    copy_words<4>(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
+    copy_quad_words(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
   }
   out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
   out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);

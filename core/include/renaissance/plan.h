@@ -129,6 +129,10 @@ class MemoryPlan {
   // tensor by index_in_group (T_TENSOR_BLOCKS).
   const std::vector<HyperItem>& hyper_items() const { return hyper_items_; }
   Span hyper_item_span(Group group) const;
+  // The host copy of the items a span of T_HYPER_ITEMS covers (hyper_item_span's, or a part).
+  const HyperItem* hyper_items_in(const Span& items) const {
+    return hyper_items_.data() + (items.offset - regions_[T_HYPER_ITEMS].offset) / sizeof(HyperItem);
+  }
   const std::vector<int32_t>& tensor_blocks() const { return tensor_blocks_; }
   // Scalar blocks of S_SCALAR_FP32/FP64: num_params (at least 1) with tensor_mask, else H.
   int scalar_blocks() const { return scalar_blocks_; }
