@@ -289,6 +289,8 @@ TEST(GradTableLookup, AddressesMatchABruteForceScan) {
     at += numel + (numel % 3);  // sometimes back to back, sometimes a gap
   }
   check_lookup(tensors, at + 61);
+  // The span ends with its last tensor, inside a chunk: that chunk still lies in one tensor.
+  check_lookup(tensors, tensors.back().begin + tensors.back().numel);
   // The span ends inside the last tensor (cut, first > 0): the last chunk is that tensor's up to
   // the span's end, though the tensor goes on.
   tensors.back().first = 7;
