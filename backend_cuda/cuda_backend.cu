@@ -14,6 +14,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
+#include "backend_cuda/grad_chunks.h"
 #include "renaissance/error.h"
 #include "renaissance/plan.h"
 
@@ -399,6 +400,23 @@ class CudaBackend final : public Backend {
     ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
+    // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
+    // origin stream, which every graph below forks from.
+    const StepChunkJobs* chunk_jobs = nullptr;
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.grad_table.count != 0 && chunk_jobs == nullptr) {
+          const auto found = std::find_if(step_chunks_.begin(), step_chunks_.end(),
+                                          [&](const StepChunkJobs& j) { return j.step == &step; });
+          if (found == step_chunks_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a gradient-table step was not prepared");
+          chunk_jobs = &*found;
+        }
+      }
+    }
+    if (chunk_jobs != nullptr) {
+      launch_grad_chunks(arena_, static_cast<const GradChunkJob*>(chunk_jobs->memory), chunk_jobs->count,
+                         chunk_jobs->total, launch_, origin());
+    }
     for (const auto& graph : step.graphs) {
       bool used[kNumStreamKinds] = {};
       for (const GraphNode& node : graph) used[static_cast<int>(node.stream)] = true;
@@ -423,7 +441,9 @@ class CudaBackend final : public Backend {
               throw Error(ErrorKind::kBackend, "cuda backend: a step with a model copy or a gradient table was not prepared");
             }
             ctx.copy = found->tables;
-            if (node.grad_table.count != 0) ctx.grads = GradTableRef{found->grads, ctx.at<const uint64_t>(node.grad_table)};
+            if (node.grad_table.count != 0) {
+              ctx.grads = GradTableRef{found->grads, ctx.at<const uint64_t>(node.grad_table), found->chunk_at};
+            }
           }
           kRangeOps[static_cast<int>(node.range_op)](ctx, node);
         } else {
@@ -440,20 +460,35 @@ class CudaBackend final : public Backend {
 
   // The model-copy table of each update node with a copy, in device memory (prepare()): the
   // node's CopyTensor list followed by its chunk index, in one allocation.
-  // With a gradient table also the node's G tensor list and chunk index (graph.h), likewise.
+  // With a gradient table also the node's G tensor list and chunk index (graph.h), likewise, and
+  // its chunk addresses (grad_chunk_count(node.g.count) uint64, written by every step).
   struct NodeCopyTables {
     const GraphNode* node = nullptr;
     void* memory = nullptr;
     CopyLookup tables;
     void* grad_memory = nullptr;
     CopyLookup grads;
+    uint64_t* chunk_at = nullptr;
+  };
+  static void free_node_tables(NodeCopyTables& p) {
+    if (p.memory != nullptr) (void)cudaFree(p.memory);
+    if (p.grad_memory != nullptr) (void)cudaFree(p.grad_memory);
+    if (p.chunk_at != nullptr) (void)cudaFree(p.chunk_at);
+  }
+  // A prepared step's GradChunkJob list in device memory (one job per node that reads G).
+  struct StepChunkJobs {
+    const CompiledStep* step = nullptr;
+    void* memory = nullptr;
+    uint32_t count = 0;
+    uint64_t total = 0;
   };
   void release_copy_tables() {
-    for (NodeCopyTables& p : copy_tables_) {
-      if (p.memory != nullptr) (void)cudaFree(p.memory);
-      if (p.grad_memory != nullptr) (void)cudaFree(p.grad_memory);
-    }
+    for (NodeCopyTables& p : copy_tables_) free_node_tables(p);
     copy_tables_.clear();
+    for (StepChunkJobs& j : step_chunks_) {
+      if (j.memory != nullptr) (void)cudaFree(j.memory);
+    }
+    step_chunks_.clear();
   }
   // A tensor list and its chunk index in one device allocation (*memory; null when empty).
   static CopyLookup upload_lookup(const std::vector<CopyTensor>& tensors, const std::vector<int32_t>& chunks,
@@ -481,11 +516,16 @@ class CudaBackend final : public Backend {
       for (const GraphNode& node : graph) {
         auto old = std::find_if(copy_tables_.begin(), copy_tables_.end(), [&](const NodeCopyTables& p) { return p.node == &node; });
         if (old == copy_tables_.end()) continue;
-        if (old->memory != nullptr) (void)cudaFree(old->memory);
-        if (old->grad_memory != nullptr) (void)cudaFree(old->grad_memory);
+        free_node_tables(*old);
         copy_tables_.erase(old);
       }
     }
+    auto old_jobs = std::find_if(step_chunks_.begin(), step_chunks_.end(), [&](const StepChunkJobs& j) { return j.step == &step; });
+    if (old_jobs != step_chunks_.end()) {
+      if (old_jobs->memory != nullptr) (void)cudaFree(old_jobs->memory);
+      step_chunks_.erase(old_jobs);
+    }
+    std::vector<GradChunkJob> jobs;
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
         if (node.copy.c.count == 0 && node.grad_table.count == 0) continue;
@@ -497,12 +537,37 @@ class CudaBackend final : public Backend {
         if (node.copy.c.count != 0) entry.tables = upload_lookup(node.copy.tensors, copy_chunks(node.copy), &entry.memory);
         if (node.grad_table.count != 0) {
           entry.grads = upload_lookup(node.grad_tensors, node.grad_chunks, &entry.grad_memory);
+          // At least one entry (0: the full lookup), so a reader never meets a null array.
+          const uint64_t chunks = grad_chunk_count(node.g.count);
+          const uint64_t bytes = std::max<uint64_t>(chunks, 1) * sizeof(uint64_t);
+          RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&entry.chunk_at), bytes));
+          RN_CUDA_CHECK(cudaMemset(entry.chunk_at, 0, bytes));
+          if (chunks != 0) {
+            GradChunkJob job;
+            job.ref.lookup = entry.grads;
+            job.table_offset = node.grad_table.offset;
+            job.out = entry.chunk_at;
+            job.span = node.g.count;
+            job.first_chunk = jobs.empty() ? 0 : jobs.back().first_chunk + grad_chunk_count(jobs.back().span);
+            job.elem = node.grad_dtype == Precision::kFp32 ? 4u : 2u;
+            jobs.push_back(job);
+          }
         }
       }
     }
+    // Every prepared step gets a list (empty without a gradient table: no launch, no memory).
+    step_chunks_.push_back(StepChunkJobs{});
+    StepChunkJobs& list = step_chunks_.back();
+    list.step = &step;
+    if (jobs.empty()) return;
+    list.count = static_cast<uint32_t>(jobs.size());
+    list.total = jobs.back().first_chunk + grad_chunk_count(jobs.back().span);
+    RN_CUDA_CHECK(cudaMalloc(&list.memory, jobs.size() * sizeof(GradChunkJob)));
+    RN_CUDA_CHECK(cudaMemcpy(list.memory, jobs.data(), jobs.size() * sizeof(GradChunkJob), cudaMemcpyHostToDevice));
   }
 
   std::vector<NodeCopyTables> copy_tables_;
+  std::vector<StepChunkJobs> step_chunks_;
   BackendOptions options_;
   LaunchConfig launch_;
   int device_ = 0;

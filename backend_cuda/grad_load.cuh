@@ -56,6 +56,9 @@ using GradF16 = GradHalf<Precision::kFp16>;
 // its tensor and address (padding reads +0.0, as the arena's zero padding does). quads() loads a
 // quad as one vector only where its four elements lie in one tensor at an aligned address
 // (16 bytes fp32, 8 bytes bf16/fp16), else element by element: the same values either way.
+// Both read the chunk's address (ref.chunk_at, filled by grad_chunks.cu this step) first: inside a
+// chunk that lies in one tensor the element's address is that plus its offset (one dependent
+// load instead of three or four); elsewhere the full lookup.
 template <Precision kFormat>
 struct GradTabled {
   GradTableRef ref;
@@ -67,7 +70,7 @@ struct GradTabled {
     return math::half_to_f32(kFormat == Precision::kBf16, *reinterpret_cast<const uint16_t*>(at));
   }
   __device__ __forceinline__ float operator[](int64_t i) const {
-    return load(ref.address(static_cast<uint64_t>(base + i), kElem));
+    return load(ref.chunked_address(static_cast<uint64_t>(base + i), kElem));
   }
   __host__ __device__ __forceinline__ GradTabled operator+(int64_t off) const { return GradTabled{ref, base + off}; }
   struct Quads {
@@ -75,7 +78,8 @@ struct GradTabled {
     int64_t base;
     __device__ __forceinline__ float4 operator[](int64_t q) const {
       const uint64_t e0 = static_cast<uint64_t>(base + 4 * q);
-      const uint64_t at = ref.run_address(e0, 4, kElem);
+      const uint64_t fast = ref.chunked_quad(e0, kElem);
+      const uint64_t at = fast != 0 ? fast : ref.run_address(e0, 4, kElem);
       if (at != 0 && at % (4 * kElem) == 0) {
         if (kFormat == Precision::kFp32) return *reinterpret_cast<const float4*>(at);
         const ushort4 h = *reinterpret_cast<const ushort4*>(at);
@@ -83,6 +87,8 @@ struct GradTabled {
         return make_float4(math::half_to_f32(bf16, h.x), math::half_to_f32(bf16, h.y), math::half_to_f32(bf16, h.z),
                            math::half_to_f32(bf16, h.w));
       }
+      // In one tensor but misaligned (its four elements are contiguous from `at`).
+      if (at != 0) return make_float4(load(at), load(at + kElem), load(at + 2 * kElem), load(at + 3 * kElem));
       return make_float4(load(ref.address(e0, kElem)), load(ref.address(e0 + 1, kElem)),
                          load(ref.address(e0 + 2, kElem)), load(ref.address(e0 + 3, kElem)));
     }

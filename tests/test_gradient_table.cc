@@ -10,6 +10,7 @@
 // the flag, never from the table path; W, M and V are compared padding included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -223,31 +224,77 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GradientTableTest, ::testing::ValuesIn(table_cas
 
 // GradTableRef (model_copy_key.h), the lookup the CUDA readers run on the device and the CPU's
 // fast path, on the host against a brute-force scan: tensors straddling chunk boundaries, empty
-// tensors, padding between tensors and at the end, a tensor cut (first > 0).
-TEST(GradTableLookup, AddressesMatchABruteForceScan) {
-  std::vector<CopyTensor> tensors;
-  uint64_t at = 3;  // padding first
-  for (uint64_t numel : {1000u, 0u, 1u, 2049u, 4u, 0u, 77u, 1024u}) {
-    tensors.push_back({at, numel, static_cast<uint32_t>(tensors.size()), tensors.size() == 3 ? 5u : 0u});
-    at += numel + (numel % 3);  // sometimes back to back, sometimes a gap
-  }
-  const uint64_t span = at + 61;
+// tensors, padding between tensors and at the end, a tensor cut (first > 0), and one layout whose
+// span ends inside its last tensor. Also the CUDA readers' chunk addresses (chunk_at, as
+// backend_cuda/grad_chunks.cu fills them with chunk_address): every chunk's address against the
+// scan, and the readers' chunked_address / chunked_quad against address for every element.
+void check_lookup(const std::vector<CopyTensor>& tensors, uint64_t span) {
   const std::vector<int32_t> chunks = tensor_chunks(tensors, span);
   std::vector<uint64_t> table(tensors.size());
   for (size_t k = 0; k < table.size(); ++k) table[k] = (uint64_t{1} << 40) * (k + 1);
-  GradTableRef ref{CopyLookup{tensors.data(), chunks.data(), static_cast<uint32_t>(tensors.size())}, table.data()};
+  GradTableRef ref{CopyLookup{tensors.data(), chunks.data(), static_cast<uint32_t>(tensors.size())}, table.data(),
+                   nullptr};
+  // The tensor holding element e by a scan (nullptr: padding).
+  auto holder = [&](uint64_t e) -> const CopyTensor* {
+    for (const CopyTensor& t : tensors) {
+      if (e >= t.begin && e < t.begin + t.numel) return &t;
+    }
+    return nullptr;
+  };
   for (uint32_t elem : {4u, 2u}) {
     for (uint64_t e = 0; e < span; ++e) {
       uint64_t want = 0, want_run = 0;
-      for (const CopyTensor& t : tensors) {
-        if (e < t.begin || e >= t.begin + t.numel) continue;
-        want = table[t.param] + (t.first + e - t.begin) * elem;
-        if (e + 4 <= t.begin + t.numel) want_run = want;
+      if (const CopyTensor* t = holder(e)) {
+        want = table[t->param] + (t->first + e - t->begin) * elem;
+        if (e + 4 <= t->begin + t->numel) want_run = want;
       }
       ASSERT_EQ(ref.address(e, elem), want) << "element " << e;
       ASSERT_EQ(ref.run_address(e, 4, elem), want_run) << "element " << e;
     }
+    // Chunk k's address: nonzero exactly when one tensor holds all of its elements below the
+    // span (rounded up to a quad).
+    const uint64_t count = grad_chunk_count(span), end = (span + 3) / 4 * 4;
+    std::vector<uint64_t> chunk_at(count);
+    int in_one = 0, mixed = 0;
+    for (uint64_t k = 0; k < count; ++k) {
+      const CopyTensor* t = holder(k * kCopyChunk);
+      for (uint64_t e = k * kCopyChunk; e < std::min(end, (k + 1) * kCopyChunk) && t != nullptr; ++e) {
+        if (holder(e) != t) t = nullptr;
+      }
+      const uint64_t want = t == nullptr ? 0 : table[t->param] + (t->first + k * kCopyChunk - t->begin) * elem;
+      chunk_at[k] = ref.chunk_address(k, span, elem);
+      ASSERT_EQ(chunk_at[k], want) << "chunk " << k;
+      ++(want != 0 ? in_one : mixed);
+    }
+    EXPECT_EQ(ref.chunk_address(count, span, elem), 0u);
+    EXPECT_GT(in_one, 0);  // both paths of the readers are taken
+    EXPECT_GT(mixed, 0);
+    ref.chunk_at = chunk_at.data();
+    for (uint64_t e = 0; e < span; ++e) {
+      ASSERT_EQ(ref.chunked_address(e, elem), ref.address(e, elem)) << "element " << e;
+      if (e % 4 != 0) continue;
+      const uint64_t quad = ref.chunked_quad(e, elem);
+      if (quad == 0) continue;
+      for (uint64_t j = 0; j < 4; ++j) ASSERT_EQ(quad + j * elem, ref.address(e + j, elem)) << "quad " << e << "+" << j;
+    }
+    ref.chunk_at = nullptr;
   }
+}
+
+TEST(GradTableLookup, AddressesMatchABruteForceScan) {
+  std::vector<CopyTensor> tensors;
+  uint64_t at = 3;  // padding first
+  for (uint64_t numel : {1000u, 0u, 1u, 2049u, 4u, 0u, 77u, 1024u, 3000u}) {
+    tensors.push_back({at, numel, static_cast<uint32_t>(tensors.size()), tensors.size() == 3 ? 5u : 0u});
+    at += numel + (numel % 3);  // sometimes back to back, sometimes a gap
+  }
+  check_lookup(tensors, at + 61);
+  // The span ends with its last tensor, inside a chunk: that chunk still lies in one tensor.
+  check_lookup(tensors, tensors.back().begin + tensors.back().numel);
+  // The span ends inside the last tensor (cut, first > 0): the last chunk is that tensor's up to
+  // the span's end, though the tensor goes on.
+  tensors.back().first = 7;
+  check_lookup(tensors, tensors.back().begin + 1500);
 }
 
 // The refusals: the accessors of a task built without the flag, a table of the wrong size or with

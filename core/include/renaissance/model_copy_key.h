@@ -32,6 +32,7 @@ namespace renaissance {
 
 // Span elements per entry of a model copy's chunk index.
 constexpr uint64_t kCopyChunk = 1024;
+static_assert(kCopyChunk % 4 == 0, "a quad must never straddle two chunks (GradTableRef::chunked_quad)");
 
 // A node's model-copy table: node.copy.tensors and their chunk index (in the memory of whoever
 // reads it: host vectors in tests, device memory on CUDA).
@@ -76,10 +77,18 @@ inline std::vector<int32_t> tensor_chunks(const std::vector<CopyTensor>& tensors
 inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) { return tensor_chunks(copy.tensors, copy.c.count); }
 
 // TaskOptions::gradient_table: a node's G read through the per-parameter address table (graph.h,
-// GraphNode::grad_table), element bytes `elem` each. Host and device code.
+// GraphNode::grad_table). address(e) is the address of span element e's gradient (element
+// bytes `elem` each), or 0 when e is padding, which reads +0.0. Host and device code.
+//
+// chunk_at (CUDA, issue 13's lookup cost; null on the CPU): the node's chunk addresses for this
+// step, entry k = chunk_address(k, span, elem), written at the start of every step by one kernel
+// (backend_cuda/grad_chunks.cu) after the caller's table is in place. A reader then needs one
+// load (chunk_at[e / kCopyChunk]) before its G load instead of the chunk entry, the tensor
+// entries and table[param]; a chunk whose elements are not in one tensor keeps the full lookup.
 struct GradTableRef {
   CopyLookup lookup;
   const uint64_t* table = nullptr;  // S_GRAD_TABLE: one address per parameter
+  const uint64_t* chunk_at = nullptr;
 
   // The address of span elements e .. e+n-1 when they lie in one tensor, else 0.
   RN_HD uint64_t run_address(uint64_t e, uint64_t n, uint32_t elem) const {
@@ -90,7 +99,31 @@ struct GradTableRef {
   }
   // The address of span element e's gradient, or 0 when e is padding (which reads +0.0).
   RN_HD uint64_t address(uint64_t e, uint32_t elem) const { return run_address(e, 1, elem); }
+  // The address of chunk k's first element (element k * kCopyChunk) when every element of the
+  // chunk below the span's end, rounded up to a whole quad, lies in one tensor; else 0 (padding
+  // or a tensor boundary inside the chunk, or k beyond the span). With the round-up a quad that
+  // starts below the span never leaves the run (spans hold multiples of 64 elements anyway).
+  RN_HD uint64_t chunk_address(uint64_t k, uint64_t span, uint32_t elem) const {
+    const uint64_t e = k * kCopyChunk, end = (span + 3) / 4 * 4;
+    if (e >= end) return 0;
+    return run_address(e, end - e < kCopyChunk ? end - e : kCopyChunk, elem);
+  }
+  // address(e) through chunk_at (set), for e below the span: the same value.
+  RN_HD uint64_t chunked_address(uint64_t e, uint32_t elem) const {
+    const uint64_t at = chunk_at[e / kCopyChunk];
+    return at != 0 ? at + (e % kCopyChunk) * elem : address(e, elem);
+  }
+  // The address of quad e0 .. e0+3 (e0 a multiple of 4, below the span) through chunk_at (set)
+  // when its chunk lies in one tensor, else 0: the caller then takes the element-wise path
+  // (run_address and address). A quad never straddles chunks (kCopyChunk is a multiple of 4).
+  RN_HD uint64_t chunked_quad(uint64_t e0, uint32_t elem) const {
+    const uint64_t at = chunk_at[e0 / kCopyChunk];
+    return at != 0 ? at + (e0 % kCopyChunk) * elem : 0;
+  }
 };
+
+// The number of chunk addresses of a span of `span` elements (GradTableRef::chunk_at).
+inline uint64_t grad_chunk_count(uint64_t span) { return (span + kCopyChunk - 1) / kCopyChunk; }
 
 // One master x rounded into the copy's format with random word r (unused when nearest).
 template <Precision kPrecision, Rounding kRounding>
