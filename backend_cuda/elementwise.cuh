@@ -49,11 +49,14 @@ template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
 __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
                                               float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
                                               const Coeffs<float>& c, const Copy& copy) {
-  // All loads first: four (or fewer) independent 16-byte loads in flight per thread.
+  // All loads first: four (or fewer) independent 16-byte loads in flight per thread. G last:
+  // through a gradient table its address comes from a load (the chunk's address) and its reader
+  // branches, and nvcc issues no load written after a branch before it, so W, M and V written
+  // after G would wait for that lookup too (measured on the H200: the table step 5 % slower).
   float4 wv = w[q];
-  const float4 gv = g[q];
   float4 mv = kHasM ? m[q] : make_float4(0.f, 0.f, 0.f, 0.f);
   float4 vv = kHasV ? v[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 gv = g[q];
   Rule::apply(wv.x, gv.x, mv.x, vv.x, c);
   Rule::apply(wv.y, gv.y, mv.y, vv.y, c);
   Rule::apply(wv.z, gv.z, mv.z, vv.z, c);

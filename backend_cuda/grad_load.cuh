@@ -81,8 +81,10 @@ struct GradTabled {
       const uint64_t fast = ref.chunked_quad(e0, kElem);
       const uint64_t at = fast != 0 ? fast : ref.run_address(e0, 4, kElem);
       if (at != 0 && at % (4 * kElem) == 0) {
-        if (kFormat == Precision::kFp32) return *reinterpret_cast<const float4*>(at);
-        const ushort4 h = *reinterpret_cast<const ushort4*>(at);
+        // __ldg: a global-space, read-only load (a plain dereference of an integer address is
+        // a generic one). No kernel writes G while the step reads it.
+        if (kFormat == Precision::kFp32) return __ldg(reinterpret_cast<const float4*>(at));
+        const ushort4 h = __ldg(reinterpret_cast<const ushort4*>(at));
         const bool bf16 = kFormat == Precision::kBf16;
         return make_float4(math::half_to_f32(bf16, h.x), math::half_to_f32(bf16, h.y), math::half_to_f32(bf16, h.z),
                            math::half_to_f32(bf16, h.w));

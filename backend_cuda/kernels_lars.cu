@@ -56,14 +56,20 @@ __global__ void lars_update_kernel(float* __restrict__ w, const G g, float* __re
     const int64_t q_end = tail_begin / 4;
     for (int64_t q0 = head_end / 4 + tid; q0 < q_end; q0 += static_cast<int64_t>(kUpdateBatch) * threads) {
       float4 wr[kUpdateBatch], gr[kUpdateBatch], mr[kUpdateBatch];
+      // W and M of the whole batch before G: a table reader's G loads wait on an address load
+      // (grad_load.cuh), and nvcc would not issue loads written after them any earlier.
 #pragma unroll
       for (int k = 0; k < kUpdateBatch; ++k) {
         const int64_t q = q0 + static_cast<int64_t>(k) * threads;
         if (q < q_end) {
           wr[k] = w4[q];
-          gr[k] = g4[q];
           mr[k] = m4[q];
         }
+      }
+#pragma unroll
+      for (int k = 0; k < kUpdateBatch; ++k) {
+        const int64_t q = q0 + static_cast<int64_t>(k) * threads;
+        if (q < q_end) gr[k] = g4[q];
       }
 #pragma unroll
       for (int k = 0; k < kUpdateBatch; ++k) {

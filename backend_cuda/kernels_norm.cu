@@ -94,10 +94,10 @@ __global__ void __launch_bounds__(kNormLanes)
       const auto g4 = tg.quads();
       float4 wr[kNormRounds], gr[kNormRounds];
 #pragma unroll
-      for (int r = 0; r < kNormRounds; ++r) {
-        wr[r] = w4[r * kNormLanes + j];
-        gr[r] = g4[r * kNormLanes + j];
-      }
+      for (int r = 0; r < kNormRounds; ++r) wr[r] = w4[r * kNormLanes + j];
+      // G after every W load: see kernels_lars.cu (a table reader's G waits on an address load).
+#pragma unroll
+      for (int r = 0; r < kNormRounds; ++r) gr[r] = g4[r * kNormLanes + j];
 #pragma unroll
       for (int r = 0; r < kNormRounds; ++r) {
         const float wq[kNormQuad] = {wr[r].x, wr[r].y, wr[r].z, wr[r].w};
@@ -175,10 +175,11 @@ __global__ void __launch_bounds__(kNormLanes)
       for (int r = 0; r < kNormRounds; ++r) {
         const int q = r * kNormLanes + j;
         wr[r] = w4[q];
-        gr[r] = g4[q];
         mr[r] = m4[q];
         vr[r] = v4[q];
       }
+#pragma unroll
+      for (int r = 0; r < kNormRounds; ++r) gr[r] = g4[r * kNormLanes + j];  // G last, as above
 #pragma unroll
       for (int r = 0; r < kNormRounds; ++r) {
         lamb_element(wr[r].x, gr[r].x, mr[r].x, vr[r].x, c, aw, au);
