@@ -178,11 +178,27 @@ HWY_INLINE void Philox(const VU* c0_in, uint32_t c1s, uint32_t c2s, uint32_t c3s
   }
 }
 
+// x86 targets from AVX2 up have F16C: vcvtps2ph with an immediate round-to-nearest-even (how
+// Highway's DemoteTo calls it) is IEEE's conversion, whose bits are F16Rne's for every input,
+// NaNs included (quieted, the top nine payload bits kept). Highway emulates DemoteTo on SSE4 and
+// below by truncation, so those targets keep F16Rne. tests/test_model_copy_simd.cc compares
+// every target with the scalar definition (ties, subnormals, overflow, NaN/Inf, random).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+constexpr bool kHardwareF16Rne = true;
+#else
+constexpr bool kHardwareF16Rne = false;
+#endif
+
 template <Precision kPrecision, Rounding kRounding>
 HWY_INLINE void RoundStore(const float* w, uint16_t* c, VU rnd) {
   const DU du;
   const hn::Rebind<float, DU> df;
   const hn::Rebind<uint16_t, DU> d16;
+  if (kHardwareF16Rne && kPrecision == Precision::kFp16 && kRounding == Rounding::kNearest) {
+    const hn::Rebind<hwy::float16_t, DU> dh;
+    hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh, hn::LoadU(df, w))), d16, c);
+    return;
+  }
   const VU u = hn::BitCast(du, hn::LoadU(df, w));
   VU r;
   if (kRounding == Rounding::kNearest) r = kPrecision == Precision::kBf16 ? Bf16Rne(u) : F16Rne(u);
