@@ -3,8 +3,11 @@
 # device call, at most 8 minutes with the build:
 #  1. one CMake build (Release, CUDA, deps from the carried .deps/): renaissance_tests, bench_step
 #     and the Python extension, laid out in $BUILD/site as `pip install .` would;
-#  2. the gradient-table gtests on CPU and CUDA (every kind x fp32/bf16/fp16 x mask x clip against the
-#     arena path, bit for bit) and the CUDA backend's mask tests (the same kernels, arena path);
+#  2. the gradient-table gtests on CPU and CUDA (every kind x fp32/bf16/fp16 x mask x clip against
+#     the arena path, bit for bit), the lookup test (the CUDA per-chunk addresses against a scan),
+#     the CUDA mask tests and the launch count (a table step: exactly one launch more, whatever the
+#     tensors); then ctest cuda_host_code_calls_no_exit (no __device__-only call compiled into a
+#     host exit stub);
 #  3. tests/python on CUDA: test_torch_grad_table.py (in place == set_to_none=False == forced copy,
 #     no copy in step(), CPU == CUDA fingerprints through the table), then gpu_python.sh's list;
 #  4. bench/bench_torch_step.py --phases --bench-step: resnet50 batch 64 and GPT-2 small, ours
@@ -63,12 +66,24 @@ if [ $rc -ne 0 ]; then
 fi
 
 t0=$SECONDS
-timeout 60 "$BUILD/tests/renaissance_tests" --gtest_filter='*GradientTable*:GradTableLookup*:*TensorMask*cuda*' \
+timeout 90 "$BUILD/tests/renaissance_tests" \
+  --gtest_filter='*GradientTable*:GradTableLookup*:*TensorMask*cuda*:CudaBackend.LaunchCountDoesNotGrowWithTensorCount' \
   > "$OUT/gtest.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || tests_ok=0
 note gtest "$(status_of $rc) in $((SECONDS - t0)) s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gtest.log" | head -2 | tr '\n' ' ')"
 grep -E "^\[  FAILED  \]" "$OUT/gtest.log" | head -10
+
+if [ "$CUDA" = ON ]; then
+  t0=$SECONDS
+  (cd "$BUILD" && timeout 60 ctest -R '^cuda_host_code_calls_no_exit$' --output-on-failure) > "$OUT/ctest.log" 2>&1
+  rc=$?
+  # ctest exits 0 when no test matches: require the pass line too.
+  grep -qE "100% tests passed(, 0 tests failed)? out of 1" "$OUT/ctest.log" || { [ $rc -ne 0 ] || rc=1; }
+  [ $rc -eq 0 ] || tests_ok=0
+  note ctest "$(status_of $rc) in $((SECONDS - t0)) s: $(grep -E 'tests passed' "$OUT/ctest.log" | head -1)"
+  [ $rc -eq 0 ] || tail -15 "$OUT/ctest.log"
+fi
 
 t0=$SECONDS
 export PYTHONPATH="$BUILD/site"
