@@ -8,6 +8,9 @@ python/renaissance/recorder.py, "Under a torch.distributed process group"): K = 
 - ordered (fp32 with clipping, bf16, fp16): the case holds the step's real gradient, the
   rank-order mean, and replays to the one-process run fed (g_0 + g_1) / 2, summed here with torch
   (independently of the Recorder's numpy).
+- stochastic rounding with a loss scale (replicated bf16, ordered fp16): the scale torch 2.x's
+  GradScaler hands the step (`opt.grad_scale`), gradients scaled by it, is recorded per step and
+  the case replays to the one-process run with the same scale and rounding key.
 - refusals, on every rank, nothing written: grad_reduce="fast"; replicated ranks whose gradients
   differ; ranks that start from different parameters.
 """
@@ -38,7 +41,12 @@ CASES = {
     "ordered_fp32": (rt.AdamW, dict(lr=1e-2, max_grad_norm=0.5), torch.float32, "ordered"),
     "ordered_bf16": (rt.Adam, dict(lr=1e-2, weight_decay=1e-3), torch.bfloat16, "ordered"),
     "ordered_fp16": (rt.AdamW, dict(lr=1e-3), torch.float16, "ordered"),
+    "replicated_bf16_sr": (rt.AdamW, dict(lr=1e-2, stochastic_rounding=True, seed=5), torch.bfloat16, "replicated"),
+    "ordered_fp16_sr": (rt.AdamW, dict(lr=1e-3, stochastic_rounding=True, seed=9), torch.float16, "ordered"),
 }
+# name -> the loss scale of every step (as torch 2.x's GradScaler sets opt.grad_scale); the
+# gradients are scaled by it, so an unscale that is skipped or applied twice changes the result.
+LOSS_SCALE = {"replicated_bf16_sr": 64.0, "ordered_fp16_sr": 1024.0}
 
 
 def make_params(dtype, rank=0):
@@ -46,16 +54,17 @@ def make_params(dtype, rank=0):
     return [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype)) for s in SHAPES]
 
 
-def rank_grads(step, rank, dtype):
-    """Rank `rank`'s gradient of step `step`, None where NONE_AT leaves a parameter out."""
+def rank_grads(step, rank, dtype, scale=1.0):
+    """Rank `rank`'s gradient of step `step` (times the loss scale), None where NONE_AT leaves a
+    parameter out."""
     g = torch.Generator().manual_seed(500 + 31 * step + rank)
-    out = [torch.randn(*s, generator=g).to(dtype) for s in SHAPES]
+    out = [(torch.randn(*s, generator=g) * scale).to(dtype) for s in SHAPES]
     return [None if i in NONE_AT.get(step, ()) else t for i, t in enumerate(out)]
 
 
-def mean_grads(step, dtype):
+def mean_grads(step, dtype, scale=1.0):
     """(g_0 + g_1) / 2 in fp32, back to the parameter dtype rounded to nearest even (torch's casts)."""
-    per = [rank_grads(step, r, dtype) for r in range(K)]
+    per = [rank_grads(step, r, dtype, scale) for r in range(K)]
     return [None if a is None else ((a.float() + b.float()) / float(K)).to(dtype) for a, b in zip(*per)]
 
 
@@ -66,19 +75,25 @@ def build(cls, kw, dtype, rank=0, **dist_kw):
     return ps, cls(groups, threads=1, **kw, **dist_kw)
 
 
-def advance(opt, ps, grads_of, steps):
+def advance(opt, ps, grads_of, steps, scale=None):
     for s in steps:
         for p, g in zip(ps, grads_of(s)):
             p.grad = None if g is None else g.clone()
+        if scale is not None:  # what torch 2.x's GradScaler.step does around opt.step()
+            opt.grad_scale = torch.tensor(scale)
         opt.step()
+        if scale is not None:
+            del opt.grad_scale
 
 
 def one_process_fingerprint(name):
     """The unrecorded one-process run of BEFORE + STEPS steps."""
     cls, kw, dtype, mode = CASES[name]
     ps, opt = build(cls, kw, dtype)
-    grads = (lambda s: rank_grads(s, 0, dtype)) if mode == "replicated" else (lambda s: mean_grads(s, dtype))
-    advance(opt, ps, grads, range(BEFORE + STEPS))
+    scale = LOSS_SCALE.get(name)
+    f = 1.0 if scale is None else scale
+    grads = (lambda s: rank_grads(s, 0, dtype, f)) if mode == "replicated" else (lambda s: mean_grads(s, dtype, f))
+    advance(opt, ps, grads, range(BEFORE + STEPS), scale)
     return opt.fingerprint()
 
 
@@ -107,10 +122,11 @@ def _worker_record(rank, init_file, out_dir):
     for name, (cls, kw, dtype, mode) in CASES.items():
         ps, opt = build(cls, kw, dtype, process_group=dist.group.WORLD, grad_reduce=mode)
         src = (lambda r: 0) if mode == "replicated" else (lambda r: r)
-        grads = lambda s: rank_grads(s, src(rank), dtype)
-        advance(opt, ps, grads, range(BEFORE))
+        scale = LOSS_SCALE.get(name)
+        grads = lambda s: rank_grads(s, src(rank), dtype, 1.0 if scale is None else scale)
+        advance(opt, ps, grads, range(BEFORE), scale)
         with rt.Recorder(opt, os.path.join(out_dir, name), steps=STEPS) as rec:
-            advance(opt, ps, grads, range(BEFORE, BEFORE + STEPS + 1))  # the last one is not recorded
+            advance(opt, ps, grads, range(BEFORE, BEFORE + STEPS + 1), scale)  # the last one is not recorded
         result[name] = rec.fingerprint
     _finish(out_dir, rank, result)
 
@@ -129,6 +145,9 @@ def test_recorded_cases_replay_on_one_process(tmp_path):
         names = ["g%d.%d" % (0, i) for i in range(len(SHAPES))] if len(c["groups"]) == 1 else \
             ["g0.0", "g0.1", "g1.0", "g1.1", "g1.2"]
         assert c["no_grad_per_step"] == [[], [names[1], names[3]], []], name
+        assert c["loss_scale_per_step"] == [LOSS_SCALE.get(name, 1.0)] * STEPS, name
+        if name.endswith("_sr"):
+            assert "stochastic" in json.dumps(c), name
         r = renaissance.replay(case, threads=1, tolerance=0.0)
         assert r["fingerprint"] == want, name
         assert r["passed"] is (None if dtype == torch.float32 else True), (name, r["tensors"])
