@@ -77,10 +77,10 @@ constexpr int kUpdateMinBlocksPerSm = 5;
 
 // Rule::apply(w, g, m, v, c) updates one element; m and v are dummies when unused.
 template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
-__global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm) elementwise_update_kernel(float4* __restrict__ w, const G g_elements,
-                                          float4* __restrict__ m, float4* __restrict__ v, uint64_t n4,
-                                          const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                          bool weight_group, const Copy copy) {
+__global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
+    elementwise_update_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
+                              float4* __restrict__ v, uint64_t n4, const float* __restrict__ s,
+                              const int32_t* __restrict__ flags, bool weight_group, const Copy copy) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
@@ -96,11 +96,11 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm) elemen
 // hold a multiple of 64 elements (plan.h): float4 only. One launch whatever H is.
 // A masked item is skipped whole: neither its masters nor its copy are written.
 template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
-__global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm) elementwise_items_kernel(float4* __restrict__ w, const G g_elements,
-                                         float4* __restrict__ m, float4* __restrict__ v,
-                                         const HyperItem* __restrict__ items, int64_t num_items,
-                                         const float* __restrict__ s, const int32_t* __restrict__ flags,
-                                         bool weight_group, const int32_t* __restrict__ mask, const Copy copy) {
+__global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
+    elementwise_items_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
+                             float4* __restrict__ v, const HyperItem* __restrict__ items, int64_t num_items,
+                             const float* __restrict__ s, const int32_t* __restrict__ flags, bool weight_group,
+                             const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   const auto g = g_elements.quads();
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {

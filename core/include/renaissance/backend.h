@@ -21,7 +21,8 @@ bool parse_backend_kind(const std::string& text, BackendKind* out);
 
 struct BackendOptions {
   int threads = 0;  // CPU: OpenMP threads (0: all cores)
-  // CUDA: launch shape overrides (0: the backend's choice). Results never depend on them.
+  // CUDA: launch shape overrides (0: the backend's choice). Results never depend on them. A
+  // kernel built for fewer threads per block clamps cuda_block (the element-wise updates: 256).
   int cuda_block = 0;
   int cuda_grid = 0;
   bool cuda_graph = true;  // capture the step into one CUDA graph
