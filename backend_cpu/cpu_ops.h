@@ -167,7 +167,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
   // G is prefetched where it is the arena's (a table's tensors lie anywhere).
   const char* g_arena = node.grad_table.count == 0 ? ctx.at<char>(node.g) : nullptr;
-  const uint64_t g_elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  const uint64_t g_elem = precision_bytes(node.grad_dtype);
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
   const bool weight_group = node.group == Group::kWeight;

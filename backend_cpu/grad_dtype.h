@@ -63,7 +63,7 @@ struct GradSource {
 // arena's padding G reads.
 inline const float* fp32_grad(const GradSource& src, uint64_t begin, uint64_t end) {
   if (src.table.table == nullptr) return fp32_grad(src.g, src.dtype, begin, end);
-  const uint32_t elem = src.dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  const uint32_t elem = precision_bytes(src.dtype);
   if (src.dtype == Precision::kFp32) {
     if (const uint64_t at = src.table.run_address(begin, end - begin, elem)) {
       return reinterpret_cast<const float*>(static_cast<uintptr_t>(at - begin * sizeof(float)));
@@ -83,7 +83,7 @@ inline const float* fp32_grad(const GradSource& src, uint64_t begin, uint64_t en
     }
     const CopyTensor& t = lookup.tensors[i];
     const uint64_t stop = std::min<uint64_t>(end, t.begin + t.numel);
-    const uint64_t at = src.table.table[t.param] + (t.first + (e - t.begin)) * elem;
+    const uint64_t at = src.table.address_in(t, e, elem);
     if (src.dtype == Precision::kFp32) {
       const float* from = reinterpret_cast<const float*>(static_cast<uintptr_t>(at));
       std::copy(from, from + (stop - e), out);

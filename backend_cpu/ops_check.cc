@@ -106,7 +106,7 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   const GradSource g_src = grad_source(ctx, node);
   auto has_non_finite = [&](const Span& s, uint64_t at, uint64_t n) {
     if (node.grad_table.count != 0) {
-      const uint64_t elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+      const uint64_t elem = precision_bytes(node.grad_dtype);
       const uint64_t b = (s.offset - node.g.offset) / elem + at;
       return fn(fp32_grad(g_src, b, b + n) + b, static_cast<size_t>(n));
     }
@@ -148,7 +148,7 @@ std::vector<ElementRun> masked_runs(const CpuContext& ctx, const GraphNode& node
   std::vector<ElementRun> runs;
   const int32_t* mask = tensor_mask(ctx, node);
   if (mask == nullptr) return runs;
-  const uint64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  const uint64_t element_bytes = precision_bytes(node.grad_dtype);
   const int64_t count = static_cast<int64_t>(node.g.count);
   for (int group = 0; group < 2; ++group) {
     // Signed, and each run clipped to the node's span: a sharded step's node covers only its

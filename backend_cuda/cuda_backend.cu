@@ -401,19 +401,12 @@ class CudaBackend final : public Backend {
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
     // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
-    // origin stream, which every graph below forks from.
-    const StepChunkJobs* chunk_jobs = nullptr;
-    for (const auto& graph : step.graphs) {
-      for (const GraphNode& node : graph) {
-        if (node.grad_table.count != 0 && chunk_jobs == nullptr) {
-          const auto found = std::find_if(step_chunks_.begin(), step_chunks_.end(),
-                                          [&](const StepChunkJobs& j) { return j.step == &step; });
-          if (found == step_chunks_.end()) throw Error(ErrorKind::kBackend, "cuda backend: a gradient-table step was not prepared");
-          chunk_jobs = &*found;
-        }
-      }
-    }
-    if (chunk_jobs != nullptr) {
+    // origin stream, which every graph below forks from. Every prepared step has a job list
+    // (empty without a table); a table step that was not prepared has none, and its first node
+    // that reads the table throws below (no node tables either).
+    const auto chunk_jobs = std::find_if(step_chunks_.begin(), step_chunks_.end(),
+                                         [&](const StepChunkJobs& j) { return j.step == &step; });
+    if (chunk_jobs != step_chunks_.end() && chunk_jobs->count != 0) {
       launch_grad_chunks(arena_, static_cast<const GradChunkJob*>(chunk_jobs->memory), chunk_jobs->count,
                          chunk_jobs->total, launch_, origin());
     }
@@ -549,7 +542,7 @@ class CudaBackend final : public Backend {
             job.out = entry.chunk_at;
             job.span = node.g.count;
             job.first_chunk = jobs.empty() ? 0 : jobs.back().first_chunk + grad_chunk_count(jobs.back().span);
-            job.elem = node.grad_dtype == Precision::kFp32 ? 4u : 2u;
+            job.elem = precision_bytes(node.grad_dtype);
             jobs.push_back(job);
           }
         }

@@ -63,7 +63,7 @@ template <Precision kFormat>
 struct GradTabled {
   GradTableRef ref;
   int64_t base;
-  static constexpr uint32_t kElem = kFormat == Precision::kFp32 ? 4u : 2u;
+  static constexpr uint32_t kElem = precision_bytes(kFormat);
   __device__ __forceinline__ static float load(uint64_t at) {
     if (at == 0) return 0.0f;
     if (kFormat == Precision::kFp32) return *reinterpret_cast<const float*>(at);

@@ -265,7 +265,7 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / kNormLanes));
   GradMask gm;
   if (node.tensor_state.count != 0) {
-    const uint64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+    const uint64_t element_bytes = precision_bytes(node.grad_dtype);
     gm.mask = ctx.at<const int32_t>(node.tensor_state);
     for (int group = 0; group < 2; ++group) {
       gm.items[group] = ctx.at<const HyperItem>(node.group_items[group]);
@@ -298,7 +298,7 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
     const int64_t weight = static_cast<int64_t>(node.group_items[1].count);
     // The two groups' G spans: the node's reader (arena or gradient table) moved to each group's
     // first element in node.g (group_g lie inside it).
-    const int64_t element_bytes = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+    const int64_t element_bytes = precision_bytes(node.grad_dtype);
     const int64_t bias_first = (static_cast<int64_t>(node.group_g[0].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
     const int64_t weight_first = (static_cast<int64_t>(node.group_g[1].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
     with_grad(ctx.arena, node, ctx.grads, [&](auto g) {

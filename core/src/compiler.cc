@@ -25,7 +25,7 @@ Span region_span(const MemoryPlan& plan, Region r) {
 void attach_grad_table(const MemoryPlan& plan, GraphNode& node) {
   if (!plan.config().gradient_table) return;
   node.grad_table = region_span(plan, S_GRAD_TABLE);
-  const uint64_t elem = node.grad_dtype == Precision::kFp32 ? sizeof(float) : sizeof(uint16_t);
+  const uint64_t elem = precision_bytes(node.grad_dtype);
   std::vector<std::pair<uint64_t, uint32_t>> order;  // (begin in node.g, id)
   for (size_t id = 0; id < plan.num_params(); ++id) {
     const uint64_t at = plan.tensor_offset(Family::kG, id);

@@ -135,7 +135,7 @@ nb::object rank_order_mean(const std::vector<nb::ndarray<nb::ro, nb::c_contig, n
   if (!parse_precision(precision, &dtype)) throw_invalid("ordered_rank_mean: precision '" + precision + "'");
   if (ranks.empty()) throw_invalid("ordered_rank_mean: no rank's gradient");
   const bool f32 = dtype == Precision::kFp32;
-  const size_t elem = f32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t elem = precision_bytes(dtype);
   const size_t n = ranks[0].size();
   std::vector<char> blocks(ranks.size() * n * elem);
   for (size_t r = 0; r < ranks.size(); ++r) {

@@ -90,12 +90,15 @@ struct GradTableRef {
   const uint64_t* table = nullptr;  // S_GRAD_TABLE: one address per parameter
   const uint64_t* chunk_at = nullptr;
 
+  // The address of span element e's gradient, e inside tensor t (one of lookup's).
+  RN_HD uint64_t address_in(const CopyTensor& t, uint64_t e, uint32_t elem) const {
+    return table[t.param] + (t.first + (e - t.begin)) * elem;
+  }
   // The address of span elements e .. e+n-1 when they lie in one tensor, else 0.
   RN_HD uint64_t run_address(uint64_t e, uint64_t n, uint32_t elem) const {
     const uint32_t i = lookup.find(e);
     if (i == lookup.count || e + n > lookup.tensors[i].begin + lookup.tensors[i].numel) return 0;
-    const CopyTensor& t = lookup.tensors[i];
-    return table[t.param] + (t.first + (e - t.begin)) * elem;
+    return address_in(lookup.tensors[i], e, elem);
   }
   // The address of span element e's gradient, or 0 when e is padding (which reads +0.0).
   RN_HD uint64_t address(uint64_t e, uint32_t elem) const { return run_address(e, 1, elem); }

@@ -22,6 +22,9 @@ struct PrecisionOptions {
   bool model_dtype_gradients = false;
 };
 
+// Bytes of one element in this encoding (a G or model-copy element): 4 for fp32, 2 for bf16/fp16.
+constexpr uint32_t precision_bytes(Precision p) { return p == Precision::kFp32 ? 4u : 2u; }
+
 inline const char* precision_name(Precision p) {
   return p == Precision::kBf16 ? "bf16" : p == Precision::kFp16 ? "fp16" : "fp32";
 }
