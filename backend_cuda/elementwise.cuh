@@ -4,7 +4,8 @@
 // elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
 // node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
 // exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each thread rounds its four new
-// masters into C straight from registers: one pass over W.
+// masters into C straight from registers: one pass over W; with stochastic rounding the lanes of
+// a warp pair up so that each Philox block is drawn once (update_quads).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,11 +45,11 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
 }
 
 // Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
-// through the reader of its encoding (grad_load.cuh); the new masters go to the copy too.
-template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
-__device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g,
-                                              float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
-                                              const Coeffs<float>& c, const Copy& copy) {
+// through the reader of its encoding (grad_load.cuh). Returns the new masters (for the copy).
+template <class Rule, bool kHasM, bool kHasV, class GQ>
+__device__ __forceinline__ float4 update_float4(float4* __restrict__ w, const GQ g,
+                                                float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
+                                                const Coeffs<float>& c) {
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread. G last:
   // through a gradient table its address comes from a load (the chunk's address) and its reader
   // branches, and nvcc issues no load written after a branch before it, so W, M and V written
@@ -64,7 +65,41 @@ __device__ __forceinline__ void update_float4(float4* __restrict__ w, const GQ g
   w[q] = wv;
   if (kHasM) m[q] = mv;
   if (kHasV) v[q] = vv;
-  copy.quad(4 * q, wv);
+  return wv;
+}
+
+// Quads [first, end) of a span, a block's (or the grid's) threads `thread` of `threads` over
+// them. Without warp pairs: one quad per thread and trip, its copy written at once. With them
+// (stochastic rounding, model_copy.cuh): each warp takes 64 quads a trip, lane j quads j and
+// 32 + j (still coalesced), then the warp writes their copy together, one Philox call per lane.
+// Needs whole warps (blockDim a multiple of 32; thread ids run block by block, so lane = thread
+// % 32 and `threads` is a multiple of 32 too) and an even `first`
+// (spans and items hold multiples of 16 quads), so that quads 2k and 2k+1 meet in a lane pair;
+// otherwise the quad path runs. Every lane of a warp runs the same trips (the bound is per
+// warp), so the shuffles see the whole warp. Both paths give the same bits.
+template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
+__device__ __forceinline__ void update_quads(float4* __restrict__ w, const GQ g, float4* __restrict__ m,
+                                             float4* __restrict__ v, uint64_t first, uint64_t end,
+                                             uint64_t thread, uint64_t threads, const Coeffs<float>& c,
+                                             const Copy& copy) {
+  if constexpr (Copy::kWarpPairs) {
+    if (blockDim.x % 32 == 0 && first % 2 == 0) {
+    const uint64_t lane = thread % 32;
+    const bool odd = (lane & 1u) != 0;
+    for (uint64_t base = first + (thread - lane) * 2; base < end; base += threads * 2) {
+      const uint64_t qa = base + lane, qb = qa + 32;
+      const bool in_a = qa < end, in_b = qb < end;
+      float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
+      if (in_a) xa = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qa, c);
+      if (in_b) xb = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qb, c);
+      copy.quad_pairs(4 * qa, xa, in_a, 4 * qb, xb, in_b, odd);
+    }
+    return;
+    }
+  }
+  for (uint64_t q = first + thread; q < end; q += threads) {
+    copy.quad(4 * q, update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c));
+  }
 }
 
 // Register budget of the update kernels: at most 48 per thread, so that 5 blocks of 256 threads
@@ -85,10 +120,9 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
   if (flags[kHasNonFinite] != 0) return;
   const Coeffs<float> c = load_coeffs(s, weight_group);
   const auto g = g_elements.quads();
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < n4; q += stride) {
-    update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
-  }
+  const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t thread = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  update_quads<Rule, kHasM, kHasV>(w, g, m, v, 0, n4, thread, threads, c, copy);
 }
 
 // H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
@@ -109,9 +143,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
-    for (uint64_t q = first + threadIdx.x; q < end; q += blockDim.x) {
-      update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c, copy);
-    }
+    update_quads<Rule, kHasM, kHasV>(w, g, m, v, first, end, threadIdx.x, blockDim.x, c, copy);
   }
 }
 
@@ -137,7 +169,8 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     }
     constexpr auto kernel = &elementwise_update_kernel<Rule, kHasM, kHasV, G, Copy>;
     const int block = fit_block<kernel>(ctx.launch.block);
-    const unsigned grid = grid_for(n4, block, ctx.launch);
+    // A warp-pair writer takes two quads per thread and trip: half the threads cover the span.
+    const unsigned grid = grid_for(Copy::kWarpPairs ? (n4 + 1) / 2 : n4, block, ctx.launch);
     kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
                                            node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);

@@ -102,6 +102,106 @@ void check_every_quad(const int32_t* steps) {
   check_every_unit<kP, kR, 4>(steps);
 }
 
+// The CUDA warp-pair path (model_copy.cuh's quad_pairs) with the warp simulated: passes of 64
+// quads from quad `first`, lane j holding quads j and 32 + j, each lane drawing the block its
+// pair keys name, the partners swapping the words pair_sent_words picks (the shuffle), each
+// quad rounded with its pair's words when whole, else by copy_quad / copy_one. Every element
+// must have the scalar definition's bits, and both lanes of a pair must agree that it is whole
+// (the odd lane of a whole a-pair uses the words its partner drew).
+template <Precision kP>
+uint64_t check_warp_pairs(const ModelCopy& copy, const int32_t* steps, uint64_t first) {
+  const std::vector<int32_t> chunks = copy_chunks(copy);
+  const CopyLookup lookup{copy.tensors.data(), chunks.data(), static_cast<uint32_t>(copy.tensors.size())};
+  const uint64_t end = copy.c.count / 4;
+  std::vector<uint16_t> got(copy.c.count, 0);
+  std::vector<bool> written(copy.c.count, false);
+  uint64_t whole_quads = 0, disagreements = 0;
+  auto write_quad = [&](uint64_t q, bool whole, uint32_t w0, uint32_t w1) {
+    const uint64_t e0 = 4 * q;
+    float x[4];
+    for (int j = 0; j < 4; ++j) x[j] = master(e0 + j);
+    uint16_t out[4];
+    if (whole) {
+      ++whole_quads;
+      copy_pair_quad<kP>(w0, w1, x[0], x[1], x[2], x[3], out);
+    } else if (!copy_quad<kP, Rounding::kStochastic>(lookup, kSeed, steps, kTaskStep, e0, x[0], x[1], x[2], x[3], out)) {
+      for (int j = 0; j < 4; ++j) {
+        if (copy_one<kP, Rounding::kStochastic>(lookup, kSeed, steps, kTaskStep, e0 + j, x[j], &got[e0 + j])) {
+          written[e0 + j] = true;
+        }
+      }
+      return;
+    }
+    for (int j = 0; j < 4; ++j) {
+      got[e0 + j] = out[j];
+      written[e0 + j] = true;
+    }
+  };
+  for (uint64_t base = first; base < end; base += 64) {
+    CopyPairKey ka[32], kb[32];
+    math::Philox4x32 block[32];
+    PairSent sent[32];
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const bool odd = lane & 1u;
+      const uint64_t qa = base + lane, qb = qa + 32;
+      ka[lane] = qa < end ? copy_pair_key(lookup, steps, kTaskStep, 4 * qa, odd) : CopyPairKey{};
+      kb[lane] = qb < end ? copy_pair_key(lookup, steps, kTaskStep, 4 * qb, odd) : CopyPairKey{};
+      block[lane] = pair_lane_block(odd, kSeed, ka[lane], kb[lane]);
+      sent[lane] = pair_sent_words(odd, block[lane]);
+    }
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const bool odd = lane & 1u;
+      disagreements += (ka[lane].whole != ka[lane ^ 1u].whole) + (kb[lane].whole != kb[lane ^ 1u].whole);
+      const PairLaneWords r = pair_lane_words(odd, block[lane], sent[lane ^ 1u]);  // the shuffle
+      const uint64_t qa = base + lane, qb = qa + 32;
+      if (qa < end) write_quad(qa, ka[lane].whole, r.a0, r.a1);
+      if (qb < end) write_quad(qb, kb[lane].whole, r.b0, r.b1);
+    }
+  }
+  EXPECT_EQ(disagreements, 0u);
+  uint64_t mismatches = 0;
+  for (uint64_t e = 4 * first; e < copy.c.count; ++e) {
+    uint16_t want = 0;
+    const bool in_tensor = expected(copy, kP, Rounding::kStochastic, steps, e, &want);
+    if (written[e] != in_tensor || (in_tensor && got[e] != want)) {
+      if (++mismatches <= 5) {
+        ADD_FAILURE() << "warp pairs, element " << e << ": written " << written[e] << " (want " << in_tensor
+                      << "), bits 0x" << std::hex << got[e] << " want 0x" << want << std::dec;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+  return whole_quads;
+}
+
+// A layout with tensors on the pair grid (index 0 at an arena multiple of 8, or a cut tensor whose
+// first index keeps it there), one shifted by 4 (every pair is split between two blocks), one
+// ending inside a pair, tiny ones and padding.
+ModelCopy pair_copy() {
+  ModelCopy copy;
+  copy.tensors = {
+      {0, 4096, 0, 0},       // on the grid
+      {4096, 1004, 1, 16},   // cut, still on the grid; ends inside a pair
+      {5100, 3000, 2, 0},    // index 0 at 4 past a multiple of 8: no pair is whole
+      {8100, 6, 3, 0},       // smaller than a pair
+      {8192, 2052, 4, 24},   // after padding, on the grid, ends inside a pair
+  };
+  copy.c.count = 10304;  // 2576 quads, padding after the last tensor
+  return copy;
+}
+
+TEST(ModelCopyKey, WarpPairsHaveTheScalarDefinitionsBits) {
+  const ModelCopy grid = pair_copy(), shifted = test_copy();
+  const int32_t steps[7] = {4, 9, 1, 0, 7, 2, 3};  // tensor_mask: each tensor's own count
+  // (4096 + 1000 + 2048) / 4 quads take the pair words; the rest, copy_quad / copy_one.
+  EXPECT_EQ(check_warp_pairs<Precision::kBf16>(grid, nullptr, 0), 1786u);
+  EXPECT_EQ(check_warp_pairs<Precision::kFp16>(grid, steps, 0), 1786u);
+  EXPECT_EQ(check_warp_pairs<Precision::kBf16>(grid, nullptr, 16), 1786u - 16u);  // an item from quad 16
+  // test_copy's tensors are all off the pair grid (or too short): every quad falls back.
+  EXPECT_EQ(check_warp_pairs<Precision::kFp16>(shifted, nullptr, 0), 0u);
+  EXPECT_EQ(check_warp_pairs<Precision::kBf16>(shifted, steps, 16), 0u);
+}
+
 TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {
   const ModelCopy copy = test_copy();
   const std::vector<int32_t> chunks = copy_chunks(copy);

@@ -198,4 +198,91 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   return true;
 }
 
+// ---- Warp pairs (CUDA stochastic rounding): one Philox call per 8 elements, not per quad. ----
+//
+// A quad takes half of a Philox block (copy_quad_words), so a thread per quad would compute each
+// block twice. The CUDA update kernels instead let lanes 2k and 2k+1 of a warp update quads q and
+// q+1 (q even), the two halves of one block when their 8 elements lie in one tensor at an index
+// that is a multiple of 8: the "lower" quad (elements 0..3 of the block, output words 0 and 1)
+// and the "upper" one (4..7, words 2 and 3). Each lane holds two such pairs and computes the
+// block of one of them; the partners swap the two words the other needs (one warp shuffle each).
+// Anything else (a pair across a tensor boundary or padding, a tensor starting off a multiple of
+// 8) takes copy_quad / copy_one, so the bits are those of the scalar definition either way.
+
+// The Philox block of a quad pair, as one lane sees it from its own quad.
+struct CopyPairKey {
+  bool whole = false;  // both quads of the pair lie in one tensor, as one Philox block
+  uint32_t param = 0;
+  uint64_t step = 0;
+  uint64_t block = 0;  // the block number within the tensor (index / 8)
+};
+
+// The pair key of the quad at span elements e0 .. e0+3 (e0 a multiple of 4, inside the lookup's
+// span), which is the upper quad of its pair when `upper`. Both lanes of a pair compute the same
+// key from their own quads: the lower quad's test (index % 8 == 0, e0 + 8 inside the tensor) and
+// the upper's (index % 8 == 4, e0 - 4 inside the tensor) both say "elements e .. e+7 of the pair
+// lie in one tensor at index 8 * block", and then both quads find that tensor.
+RN_HD CopyPairKey copy_pair_key(const CopyLookup& lookup, const int32_t* steps, uint32_t task_t, uint64_t e0,
+                                bool upper) {
+  CopyPairKey key;
+  const uint32_t i = lookup.find(e0);
+  if (i == lookup.count) return key;
+  const CopyTensor& t = lookup.tensors[i];
+  const uint64_t low = upper ? e0 - 4 : e0;  // the pair's first element
+  const uint64_t index = t.first + (e0 - t.begin);
+  if (index % math::kSrBlockElements != (upper ? 4u : 0u) || low < t.begin || low + 8 > t.begin + t.numel) return key;
+  key.whole = true;
+  key.param = t.param;
+  key.step = copy_step(steps, task_t, t.param);
+  key.block = index / math::kSrBlockElements;
+  return key;
+}
+
+// The warp exchange, lane side (the shuffle itself is the caller's): a lane holds the a-quad and
+// the b-quad of a pass; the even lane draws the block of the a-pair (its a-quad is the lower
+// one), the odd lane that of the b-pair (its b-quad is the upper one); p is the block this lane
+// drew (zeros when its pair is not whole). The two words this lane sends its partner are those
+// of the partner's quad in p: words 2, 3 (the odd lane's a-quad) from the even lane, words 0, 1
+// (the even lane's b-quad) from the odd lane. Everything is chosen by value (a reference or an
+// array indexed by a lane-dependent value would put it in local memory on the GPU).
+struct PairSent {
+  uint32_t w0, w1;
+};
+RN_HD PairSent pair_sent_words(bool odd, const math::Philox4x32& p) {
+  return PairSent{odd ? p.v[0] : p.v[2], odd ? p.v[1] : p.v[3]};
+}
+// This lane's two words of its a-quad (a0, a1) and b-quad (b0, b1), from its own block p and
+// the two words its partner sent.
+struct PairLaneWords {
+  uint32_t a0, a1, b0, b1;
+};
+RN_HD PairLaneWords pair_lane_words(bool odd, const math::Philox4x32& p, PairSent got) {
+  return PairLaneWords{odd ? got.w0 : p.v[0], odd ? got.w1 : p.v[1], odd ? p.v[2] : got.w0, odd ? p.v[3] : got.w1};
+}
+// The block this lane draws, from its a-quad's and b-quad's pair keys (zeros when not whole).
+RN_HD math::Philox4x32 pair_lane_block(bool odd, uint64_t seed, const CopyPairKey& ka, const CopyPairKey& kb) {
+  if (!(odd ? kb.whole : ka.whole)) return math::Philox4x32{{0u, 0u, 0u, 0u}};
+  return math::sr_random_block(seed, odd ? kb.step : ka.step, odd ? kb.param : ka.param, odd ? kb.block : ka.block);
+}
+
+// The four rounding words of a quad from its two output words (words 0, 1 of the block for the
+// lower quad, 2, 3 for the upper): halves 2j and 2j+1 of word j, as sr_block_word takes them.
+RN_HD void pair_quad_words(uint32_t w0, uint32_t w1, uint32_t r[4]) {
+  r[0] = math::sr_half_word(w0, 0);
+  r[1] = math::sr_half_word(w0, 1);
+  r[2] = math::sr_half_word(w1, 0);
+  r[3] = math::sr_half_word(w1, 1);
+}
+
+// The copy bits of a quad whose pair is whole, from its two output words.
+template <Precision kPrecision>
+RN_HD void copy_pair_quad(uint32_t w0, uint32_t w1, float x0, float x1, float x2, float x3, uint16_t out[4]) {
+  uint32_t r[4];
+  pair_quad_words(w0, w1, r);
+  out[0] = round_copy<kPrecision, Rounding::kStochastic>(x0, r[0]);
+  out[1] = round_copy<kPrecision, Rounding::kStochastic>(x1, r[1]);
+  out[2] = round_copy<kPrecision, Rounding::kStochastic>(x2, r[2]);
+  out[3] = round_copy<kPrecision, Rounding::kStochastic>(x3, r[3]);
+}
+
 }  // namespace renaissance

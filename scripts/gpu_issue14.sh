@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Issue 14's checks on the GPU machine, by phase, so that one device call (10 minutes at most)
+# runs what fits and a second call on the still-warm machine reuses the build:
+#   build   this tree with CUDA (tests, conformance suite, CLI, bench_step) into build-gpu14
+#   test    the bitwise checks: every conformance cell of the small tier (each kind x precision x
+#           rounding x gradient dtype, CPU == CUDA) against the golden fingerprints, and the CUDA
+#           gtests of the model copy, mixed precision, model-dtype gradients, the tensor mask
+#           and the gradient table (CPU == CUDA per cell); fails on any failure or skipped CUDA cell
+#   bench   the CUDA step A/B of scripts/gpu_precision_bench.sh (this tree against BEFORE_TREE)
+#   cpu     the CPU step at 2 threads, this tree against BEFORE_TREE (bench_step --backend cpu,
+#           interleaved rounds): ms per step and the share of the same-traffic limit
+# BEFORE_TREE (default before_tree): a whole source tree to compare with, e.g. in the repository
+# root `mkdir before_tree && git archive main | tar -x -C before_tree` (git-ignored; carry it).
+# Logs under $OUT (or gpu-issue14-out/); a short summary is printed last.
+#   scripts/gpu_issue14.sh build test bench cpu
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+OUT=${OUT:-$root/gpu-issue14-out}
+mkdir -p "$OUT"
+build=$root/build-gpu14
+before=${BEFORE_TREE:-before_tree}
+deps=()
+if [ -d .deps ]; then
+  deps=(-DRENAISSANCE_DEPS_DIR="$root/.deps" -DCMAKE_PREFIX_PATH="$root/.deps")
+  export LD_LIBRARY_PATH="$root/.deps/lib:$root/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+declare -a summary
+note() { summary+=("$(printf '%-6s %s' "$1" "$2")"); }
+verdict() { [ "$1" -eq 0 ] && echo ok || echo "FAILED (rc $1)"; }
+fail=0
+
+for phase in "$@"; do
+  t0=$SECONDS
+  case $phase in
+    build)
+      { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON "${deps[@]}" &&
+          cmake --build "$build" --parallel "$(nproc)" --target renaissance_tests conformance_suite renaissance_cli bench_step
+      } > "$OUT/build.log" 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -20
+      note build "$(verdict $rc) in $((SECONDS - t0)) s"
+      [ $rc -ne 0 ] && fail=1 && break
+      ;;
+    test)
+      "$build/conformance/conformance_suite" --gtest_filter='Golden.*:Small/*' > "$OUT/conformance.log" 2>&1
+      rc=$?
+      note conf "$(verdict $rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/conformance.log" | head -2 | tr '\n' ' ')in $((SECONDS - t0)) s"
+      [ $rc -ne 0 ] && fail=1
+      t0=$SECONDS
+      "$build/tests/renaissance_tests" \
+        --gtest_filter='*ModelCopy*:*MixedPrecision*:*ModelDtype*:Precision*:*TensorMask*:*GradientTable*:GradTableLookup*:*CudaBackend*:*HyperGroup*' \
+        > "$OUT/gtest.log" 2>&1
+      rc=$?
+      # HighwayTargetsGiveTheSameFingerprint skips its CUDA cells by design (a CPU matter).
+      skipped=$(grep -E '^\[  SKIPPED \]' "$OUT/gtest.log" | grep -ic cuda | tr -d ' ')
+      by_design=$(grep -E '^\[  SKIPPED \]' "$OUT/gtest.log" | grep -i cuda | grep -c HighwayTargetsGiveTheSameFingerprint | tr -d ' ')
+      [ "$skipped" != "$by_design" ] && rc=1 && echo "FAIL: CUDA cells skipped"
+      note gtest "$(verdict $rc): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/gtest.log" | head -2 | tr '\n' ' ')in $((SECONDS - t0)) s"
+      [ $rc -ne 0 ] && fail=1 && grep -E '^\[  FAILED  \]' "$OUT/gtest.log" | head -10
+      ;;
+    bench)
+      PRECISION_BENCH_BUILD=$build PRECISION_BENCH_ROUNDS=${PRECISION_BENCH_ROUNDS:-2} bash scripts/gpu_precision_bench.sh "$before" > "$OUT/bench.log" 2>&1
+      rc=$?
+      note bench "$(verdict $rc) in $((SECONDS - t0)) s"
+      [ $rc -ne 0 ] && fail=1
+      ;;
+    cpu)
+      if [ ! -x "$before/build-cpu/bench/bench_step" ]; then
+        cmake -S "$before" -B "$before/build-cpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=OFF \
+          -DRENAISSANCE_BUILD_TESTS=OFF "${deps[@]}" > "$OUT/cpu-build.log" 2>&1 &&
+          cmake --build "$before/build-cpu" --parallel "$(nproc)" --target bench_step >> "$OUT/cpu-build.log" 2>&1
+      fi
+      : > "$OUT/cpu.jsonl"
+      for round in 1 2 3; do
+        for v in before after; do
+          bin="$build/bench/bench_step"
+          [ $v = before ] && bin="$before/build-cpu/bench/bench_step"
+          for p in "fp32" "bf16 --grad-dtype model" "bf16 --stochastic-rounding --grad-dtype model" "fp16 --grad-dtype model"; do
+            # shellcheck disable=SC2086
+            "$bin" --backend cpu --threads 2 --layouts resnet50,gpt2_small --kinds adamw --replays 10 --check off \
+              --precision $p 2>>"$OUT/cpu-build.log" | sed "s/^{/{\"variant\":\"$v\",\"round\":$round,/" >> "$OUT/cpu.jsonl"
+          done
+        done
+      done
+      python3 - "$OUT/cpu.jsonl" > "$OUT/cpu.txt" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+best, share = {}, {}
+for r in rows:
+    k = (r["layout"], r["precision"], r["rounding"], r.get("grad_dtype", "fp32"), r["variant"])
+    if r["ms_per_step"] < best.get(k, 1e9):
+        best[k], share[k] = r["ms_per_step"], r["share_of_limit"]
+print(f'{"layout":11} {"mode":26} {"before ms":>9} {"after ms":>9} {"ratio":>6} {"share before":>12} {"share after":>11}')
+for k in sorted({k[:4] for k in best}):
+    b, a = best.get(k + ("before",)), best.get(k + ("after",))
+    if b and a:
+        mode = f"{k[1]} {k[2]} grads {k[3]}"
+        print(f'{k[0]:11} {mode:26} {b:9.3f} {a:9.3f} {a / b:6.3f} {share[k + ("before",)]:12.3f} {share[k + ("after",)]:11.3f}')
+EOF
+      rc=$?
+      note cpu "$(verdict $rc) in $((SECONDS - t0)) s"
+      [ $rc -ne 0 ] && fail=1
+      ;;
+    *) echo "unknown phase $phase"; exit 2 ;;
+  esac
+done
+
+[ -f "$OUT/bench.log" ] && sed -n '/^layout/,$p' "$OUT/bench.log"
+[ -f "$OUT/cpu.txt" ] && { echo; echo "CPU, 2 threads, check off, fastest of 3 interleaved rounds:"; cat "$OUT/cpu.txt"; }
+echo
+printf '%s\n' "${summary[@]}"
+[ $fail -eq 0 ] && echo "gpu_issue14: all phases passed" || echo "gpu_issue14: FAILED"
+exit $fail
