@@ -11,7 +11,8 @@
 #           interleaved rounds): ms per step and the share of the same-traffic limit
 # BEFORE_TREE (default before_tree): a whole source tree to compare with, e.g. in the repository
 # root `mkdir before_tree && git archive main | tar -x -C before_tree` (git-ignored; carry it).
-# Logs under $OUT (or gpu-issue14-out/); a short summary is printed last.
+# Logs under $OUT (or gpu-issue14-out/); a short summary is printed last. BENCH_TIMEOUT and
+# CPU_TIMEOUT (seconds, default 330 and 240) bound those phases.
 #   scripts/gpu_issue14.sh build test bench cpu
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +61,10 @@ for phase in "$@"; do
       [ $rc -ne 0 ] && fail=1 && grep -E '^\[  FAILED  \]' "$OUT/gtest.log" | head -10
       ;;
     bench)
-      PRECISION_BENCH_BUILD=$build PRECISION_BENCH_ROUNDS=${PRECISION_BENCH_ROUNDS:-2} bash scripts/gpu_precision_bench.sh "$before" > "$OUT/bench.log" 2>&1
+      # Rows land in $OUT as they are measured, so a phase cut by BENCH_TIMEOUT still brings them back.
+      PRECISION_BENCH_BUILD=$build PRECISION_BENCH_OUT="$OUT/precision-bench.jsonl" \
+        PRECISION_BENCH_ROUNDS=${PRECISION_BENCH_ROUNDS:-2} timeout "${BENCH_TIMEOUT:-330}" \
+        bash scripts/gpu_precision_bench.sh "$before" > "$OUT/bench.log" 2>&1
       rc=$?
       note bench "$(verdict $rc) in $((SECONDS - t0)) s"
       [ $rc -ne 0 ] && fail=1
@@ -72,7 +76,9 @@ for phase in "$@"; do
           cmake --build "$before/build-cpu" --parallel "$(nproc)" --target bench_step >> "$OUT/cpu-build.log" 2>&1
       fi
       : > "$OUT/cpu.jsonl"
+      deadline=$((SECONDS + ${CPU_TIMEOUT:-240}))
       for round in 1 2 3; do
+        [ $SECONDS -ge $deadline ] && echo "cpu: stopped after $((round - 1)) rounds (CPU_TIMEOUT)" >> "$OUT/cpu-build.log" && break
         for v in before after; do
           bin="$build/bench/bench_step"
           [ $v = before ] && bin="$before/build-cpu/bench/bench_step"

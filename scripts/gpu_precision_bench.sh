@@ -52,7 +52,7 @@ if [ -d "$before_dir" ]; then
 else
   echo "(no $before_dir: measuring the current tree only)"
 fi
-out="$after_build/precision-bench.jsonl"
+out="${PRECISION_BENCH_OUT:-$after_build/precision-bench.jsonl}"  # one JSON row per measurement
 : > "$out"
 layouts="${PRECISION_BENCH_LAYOUTS:-resnet50,bert_base,gpt2_small}"
 for round in $(seq "${PRECISION_BENCH_ROUNDS:-2}"); do
