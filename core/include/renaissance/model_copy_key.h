@@ -213,7 +213,7 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
 struct CopyPairKey {
   bool whole = false;  // both quads of the pair lie in one tensor, as one Philox block
   uint32_t param = 0;
-  uint32_t step = 0;   // the counter takes t's low 32 bits (sr_random_block)
+  uint64_t step = 0;
   uint64_t block = 0;  // the block number within the tensor (index / 8)
 };
 
@@ -233,7 +233,7 @@ RN_HD CopyPairKey copy_pair_key(const CopyLookup& lookup, const int32_t* steps, 
   if (index % math::kSrBlockElements != (upper ? 4u : 0u) || low < t.begin || low + 8 > t.begin + t.numel) return key;
   key.whole = true;
   key.param = t.param;
-  key.step = static_cast<uint32_t>(copy_step(steps, task_t, t.param));
+  key.step = copy_step(steps, task_t, t.param);
   key.block = index / math::kSrBlockElements;
   return key;
 }
