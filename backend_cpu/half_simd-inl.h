@@ -1,6 +1,6 @@
 // Per-target lane-wise conversions between fp32 and the 2-byte formats (bf16, fp16), shared by
-// the model copy's rounding loop (ops_model_copy.cc) and the gradient widen (ops_widen_grad.cc),
-// so that every loop that converts computes one set of bits.
+// the model copy's rounding loop (ops_model_copy.cc), the gradient widen (ops_widen_grad.cc) and
+// the fused update-and-copy loop (fused_update-inl.h), so that the three compute one set of bits.
 // Each function restates a scalar definition of math/precision.h with integer operations (RNE,
 // stochastic rounding, Philox-4x32-10, the exact fp16 -> fp32 widen); every target gives the
 // scalar definition's bits, NaN payloads included. tests/test_model_copy_simd.cc and

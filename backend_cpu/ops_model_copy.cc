@@ -2,7 +2,8 @@
 // is rounded to bf16/fp16 and stored into C_MODEL_COPY. The stochastic-rounding word depends on
 // the element's index in its tensor, never on the block, so chunking and thread count cannot
 // change a bit.
-// Vectorised with Highway: the lane-wise code (half_simd-inl.h) restates math/precision.h's scalar integer formulas (RNE, stochastic
+// Vectorised with Highway: the lane-wise code (half_simd-inl.h, shared with the fused update of
+// fused_update-inl.h) restates math/precision.h's scalar integer formulas (RNE, stochastic
 // rounding, Philox-4x32-10) with the same integer operations, so every target computes the
 // scalar definition's bits; tests/test_model_copy_simd.cc checks this per
 // target on ties, subnormals, overflow, NaN/Inf and random inputs. Philox runs on Lanes()
@@ -120,6 +121,54 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
     round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, it->first + (lo - it->begin), copy.seed, t,
                      it->param);
   }
+}
+
+void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
+                     uint64_t begin, uint64_t end, const float* s) {
+  const ModelCopy& copy = node.copy;
+  float* w = ctx.at<float>(node.w);
+  const char* g = ctx.at<char>(node.g);
+  const uint64_t g_elem = precision_bytes(node.grad_dtype);
+  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
+  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  uint16_t* c = copy.c.count ? ctx.at<uint16_t>(copy.c) : nullptr;
+  const bool weight_group = node.group == Group::kWeight;
+  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
+  // The copy's key, as write_model_copy forms it.
+  const uint64_t task_t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
+  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
+  // Elements [lo, hi): inside tensor t (copy written), or padding (t null).
+  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t) {
+    if (hi <= lo) return;
+    FusedPiece p;
+    p.w = w + lo;
+    p.g = g + lo * g_elem;
+    p.m = m ? m + lo : nullptr;
+    p.v = v ? v + lo : nullptr;
+    p.n = hi - lo;
+    p.ahead = ctx.tuning.prefetch_elements;
+    if (t != nullptr) {
+      p.c = c + lo;
+      p.first = t->first + (lo - t->begin);
+      p.seed = copy.seed;
+      p.t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[t->param])) : task_t;
+      p.param = t->param;
+    }
+    fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
+  };
+  if (c == nullptr) return piece(begin, end, nullptr);
+  // The tensors that overlap [begin, end), from the first that ends after `begin` (span order).
+  auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
+                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
+  uint64_t at = begin;
+  for (; it != copy.tensors.end() && it->begin < end; ++it) {
+    const uint64_t lo = std::max(at, it->begin);
+    const uint64_t hi = std::min(end, it->begin + it->numel);
+    piece(at, lo, nullptr);
+    piece(lo, hi, &*it);
+    at = hi;
+  }
+  piece(at, end, nullptr);
 }
 
 }  // namespace cpu

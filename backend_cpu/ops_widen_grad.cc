@@ -2,7 +2,9 @@
 // the update ops read G as floats, so grad_dtype.h's widen_grad turns each block of encodings
 // into floats right before the op runs. Compiled once per Highway target and dispatched at run
 // time, so the widen runs at the machine's vector width (as plain C++ it compiled to 4-lane SSE2,
-// about a fifth of the bf16 step's time on Zen 4). The lane-wise code (half_simd-inl.h) restates the scalar
+// about a fifth of the bf16 step's time on Zen 4). The element-wise updates with a model copy
+// widen in their own loop instead (fused_update-inl.h); this pass serves the tile-wise updates,
+// the norm passes and the gradient-table path. The lane-wise code (half_simd-inl.h) restates the scalar
 // definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations: every
 // target gives their bits, NaN payloads included (a hardware f16 conversion would quiet
 // signalling NaNs). tests/test_widen_grad_simd.cc checks all 65536 encodings per target.
@@ -32,7 +34,7 @@ void widen_scalar(bool bf16, const uint16_t* src, uint64_t n, float* dst) {
 #if HWY_TARGET != HWY_SCALAR
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The lane-wise widen is half_simd-inl.h's WidenLoad.
+// The lane-wise widen is half_simd-inl.h's WidenLoad (shared with the fused update loop).
 template <bool kBf16>
 void widen_vector(const uint16_t* src, uint64_t n, float* dst) {
   const half::DF df;
