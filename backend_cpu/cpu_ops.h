@@ -61,9 +61,10 @@ struct CpuTuning {
   bool fuse = true;
 };
 
-// Elements per update-and-copy step of a block when the node writes a model copy: the update of
-// a step is followed at once by the rounding of its new masters (write_model_copy), while the
-// step's w (4 KiB) is still in L1, so W is not fetched from memory a second time. A multiple of
+// Elements per update-and-copy step of a block when the node writes a model copy on the unfused
+// path (the tile-wise kinds, a gradient table, RENAISSANCE_CPU_FUSE=0; the fused loop rounds in
+// registers): the update of a step is followed at once by the rounding of its new masters
+// (write_model_copy), while the step's w (4 KiB) is still in L1, so W is not fetched twice. A multiple of
 // every SIMD width and of 8 (a Philox block), so no step adds a scalar head or tail of its own.
 constexpr uint64_t kCopyStepElements = 1024;
 

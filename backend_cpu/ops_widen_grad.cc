@@ -5,9 +5,10 @@
 // about a fifth of the bf16 step's time on Zen 4). The element-wise updates with a model copy
 // widen in their own loop instead (fused_update-inl.h); this pass serves the tile-wise updates,
 // the norm passes and the gradient-table path. The lane-wise code (half_simd-inl.h) restates the scalar
-// definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations: every
-// target gives their bits, NaN payloads included (a hardware f16 conversion would quiet
-// signalling NaNs). tests/test_widen_grad_simd.cc checks all 65536 encodings per target.
+// definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations (fp16 with
+// F16C: the hardware conversion, with the quiet bit it sets on signalling NaNs cleared again):
+// every target gives their bits, NaN payloads included. tests/test_widen_grad_simd.cc checks
+// all 65536 encodings per target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_widen_grad.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
