@@ -101,6 +101,7 @@ class CpuBackend final : public Backend {
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
     if (tuning_.unroll != d.unroll) os << ", unroll " << tuning_.unroll;
+    if (tuning_.fuse != d.fuse) os << (tuning_.fuse ? ", fused copy" : ", unfused copy");
     os << ")";
     return os.str();
   }
@@ -292,6 +293,7 @@ CpuTuning cpu_tuning_from_env() {
   t.prefetch_elements = env_count("RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
   t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
   t.huge_pages = env_switch("RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
+  t.fuse = env_switch("RENAISSANCE_CPU_FUSE", t.fuse);
   t.unroll = static_cast<unsigned>(env_count("RENAISSANCE_CPU_UNROLL", t.unroll));
   if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
     throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");

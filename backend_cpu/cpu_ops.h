@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend_cpu/fused_update.h"
 #include "backend_cpu/grad_dtype.h"
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
@@ -35,6 +36,10 @@ enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
 //                                    update them (the ops' partition) instead of one memset
 //   RENAISSANCE_CPU_HUGEPAGES=0|1    2 MiB-aligned arena with madvise(MADV_HUGEPAGE)
 //   RENAISSANCE_CPU_UNROLL=1|2|4     SIMD vectors per loop iteration of the Adam-family updates
+//                                    (the unfused path; the fused one takes one vector)
+//   RENAISSANCE_CPU_FUSE=0|1         with a model copy or model-dtype gradients, the element-wise
+//                                    updates widen G, update and round the copy in one vector loop
+//                                    (fused_update.h) instead of three passes
 // There is no streaming-store switch: every per-element array a step writes (w, m, v) it also
 // reads first, so its lines are in cache already and a non-temporal store saves no traffic.
 struct CpuTuning {
@@ -51,11 +56,15 @@ struct CpuTuning {
   bool first_touch = true;
   bool huge_pages = true;
   unsigned unroll = 1;
+  // On by default: the same bits either way (tests/test_fused_update.cc), and the fused loop
+  // moves each element through registers once instead of three times.
+  bool fuse = true;
 };
 
-// Elements per update-and-copy step of a block when the node writes a model copy: the update of
-// a step is followed at once by the rounding of its new masters (write_model_copy), while the
-// step's w (4 KiB) is still in L1, so W is not fetched from memory a second time. A multiple of
+// Elements per update-and-copy step of a block when the node writes a model copy on the unfused
+// path (the tile-wise kinds, a gradient table, RENAISSANCE_CPU_FUSE=0; the fused loop rounds in
+// registers): the update of a step is followed at once by the rounding of its new masters
+// (write_model_copy), while the step's w (4 KiB) is still in L1, so W is not fetched twice. A multiple of
 // every SIMD width and of 8 (a Philox block), so no step adds a scalar head or tail of its own.
 constexpr uint64_t kCopyStepElements = 1024;
 
@@ -136,6 +145,15 @@ using TileFn = void (*)(float* w, const float* g, float* m, float* v, const Norm
 // masked tensor's (tensor_mask) copy is never touched, as its masters.
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end);
 
+// The fused path of run_elementwise (fused_update.h) over elements [begin, end) of the node's
+// group span with scalars s: the range is cut at the node's tensor boundaries (ops_model_copy.cc)
+// into pieces with a copy (inside a tensor, keyed by each element's index in it) and without
+// (padding: updated, its copy never written), one call of fn per piece; fn's loop asks for the
+// lines prefetch_elements ahead itself (one call per 256-element prefetch step, as the unfused
+// path makes, measured slower on the dev VM). `with_copy` / `no_copy`: the two pieces' modes.
+void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
+                     uint64_t begin, uint64_t end, const float* s);
+
 // The scalar block of hyperparameter group h (scalars.h).
 inline const float* scalar_block(const CpuContext& ctx, int32_t h) { return ctx.scalars.f32 + h * kNumScalarF32; }
 
@@ -160,8 +178,10 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 
 // Runs an element-wise update over the node's group span, in chunk_elements blocks; with H > 1
 // hyperparameter groups, over the node's HyperItems (each with its block's scalars) in one
-// parallel loop of the same size in elements.
-inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn) {
+// parallel loop of the same size in elements. With a model copy or a 2-byte G, `fused` (the
+// kind's fused loop, fused_update.h) runs instead of fn + the widen + write_model_copy, unless
+// the gradient table supplies G (its gather stays in grad_dtype.h) or CpuTuning::fuse is off.
+inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
   const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
@@ -175,6 +195,12 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
   const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
+  // The fused path where it applies: something to fuse (a copy or a 2-byte G), G in the arena.
+  const FusedMode with_copy = fused_mode(node.grad_dtype, copy ? node.copy.precision : Precision::kFp32,
+                                         node.copy.rounding);
+  const FusedMode no_copy = fused_mode(node.grad_dtype, Precision::kFp32, node.copy.rounding);
+  const bool fuse = fused != nullptr && ctx.tuning.fuse && g_arena != nullptr && with_copy != FusedMode::kG32 &&
+                    with_copy != FusedMode::kNone;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.
     for (uint64_t i = b; i < e;) {
@@ -189,6 +215,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   // lines `ahead` elements further on (clamped to the span), so the requests cross the 4 KiB page
   // boundaries where the hardware prefetchers stop. Every element is still updated exactly once.
   auto block = [&](uint64_t b, uint64_t e, const float* s) {
+    if (fuse) return run_fused_range(ctx, node, fused, with_copy, no_copy, b, e, s);
     if (ahead == 0) return update(b, e, s);
     for (uint64_t i = b; i < e; i += kPrefetchStepElements) {
       const uint64_t ie = std::min(e, i + kPrefetchStepElements);

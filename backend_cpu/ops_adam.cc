@@ -6,6 +6,7 @@
 
 #include <hwy/highway.h>
 
+#include "backend_cpu/fused_update-inl.h"
 #include "backend_cpu/simd_policy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -13,28 +14,23 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-template <bool kDecoupled, size_t kUnroll>
-void AdamChunk(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool weight_group) {
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
-  auto apply = [](auto& wv, auto gv, auto& mv, auto& vv, const auto& c, auto policy) {
-    using P = decltype(policy);
+template <bool kDecoupled>
+struct AdamRule {
+  static constexpr bool kHasM = true, kHasV = true;
+  template <class P, class V>
+  static HWY_INLINE void apply(V& w, V g, V& m, V& v, const rules::Coeffs<V>& c) {
     if (kDecoupled) {
-      rules::adamw<P>(wv, gv, mv, vv, c);
+      rules::adamw<P>(w, g, m, v, c);
     } else {
-      rules::adam<P>(wv, gv, mv, vv, c);
+      rules::adam<P>(w, g, m, v, c);
     }
-  };
-  for_each_element<true, true, kUnroll>(
-      w, g, m, v, n,
-      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv) { apply(wv, gv, mv, vv, cv, VectorPolicy()); },
-      [&](float& wv, float gv, float& mv, float& vv) { apply(wv, gv, mv, vv, cs, rules::ScalarPolicy()); });
-}
+  }
+};
 
 // One exported kernel per (rule, vectors per iteration: CpuTuning::unroll).
 #define RN_ADAM_KERNEL(name, decoupled, unroll)                                                              \
   void name(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {          \
-    AdamChunk<decoupled, unroll>(w, g, m, v, n, s, wg);                                                        \
+    RuleChunk<AdamRule<decoupled>, unroll>(w, g, m, v, n, s, wg);                                              \
   }
 RN_ADAM_KERNEL(Adam, false, 1)
 RN_ADAM_KERNEL(Adam2, false, 2)
@@ -43,6 +39,14 @@ RN_ADAM_KERNEL(AdamW, true, 1)
 RN_ADAM_KERNEL(AdamW2, true, 2)
 RN_ADAM_KERNEL(AdamW4, true, 4)
 #undef RN_ADAM_KERNEL
+
+// The fused update-and-copy loops (fused_update-inl.h; one per vector width, no unroll).
+void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
+  FusedUpdate<AdamRule<false>>(p, mode, s, wg);
+}
+void AdamWFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
+  FusedUpdate<AdamRule<true>>(p, mode, s, wg);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
@@ -62,6 +66,8 @@ HWY_EXPORT(Adam4);
 HWY_EXPORT(AdamW);
 HWY_EXPORT(AdamW2);
 HWY_EXPORT(AdamW4);
+HWY_EXPORT(AdamFused);
+HWY_EXPORT(AdamWFused);
 
 ElementwiseFn adam_kernel(bool decoupled, unsigned unroll) {
   switch (unroll) {
@@ -72,10 +78,10 @@ ElementwiseFn adam_kernel(bool decoupled, unsigned unroll) {
 }
 
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(false, ctx.tuning.unroll));
+  run_elementwise(ctx, node, adam_kernel(false, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused));
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(true, ctx.tuning.unroll));
+  run_elementwise(ctx, node, adam_kernel(true, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused));
 }
 
 }  // namespace cpu

@@ -6,6 +6,7 @@
 
 #include <hwy/highway.h>
 
+#include "backend_cpu/fused_update-inl.h"
 #include "backend_cpu/simd_policy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -13,13 +14,20 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
+struct LionRule {
+  static constexpr bool kHasM = true, kHasV = false;
+  template <class P, class V>
+  static HWY_INLINE void apply(V& w, V g, V& m, V&, const rules::Coeffs<V>& c) {
+    rules::lion<P>(w, g, m, c);
+  }
+};
+
 void Lion(float* w, const float* g, float* m, float*, size_t n, const float* s, bool weight_group, bool) {
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
-  for_each_element<true, false>(
-      w, g, m, nullptr, n,
-      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec&) { rules::lion<VectorPolicy>(wv, gv, mv, cv); },
-      [&](float& wv, float gv, float& mv, float&) { rules::lion<rules::ScalarPolicy>(wv, gv, mv, cs); });
+  RuleChunk<LionRule>(w, g, m, nullptr, n, s, weight_group);
+}
+// The fused update-and-copy loop (fused_update-inl.h).
+void LionFused(const FusedPiece& p, FusedMode mode, const float* s, bool weight_group, bool) {
+  FusedUpdate<LionRule>(p, mode, s, weight_group);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -34,9 +42,10 @@ namespace renaissance {
 namespace cpu {
 
 HWY_EXPORT(Lion);
+HWY_EXPORT(LionFused);
 
 void run_UPDATE_LION(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(Lion));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(Lion), &HWY_DYNAMIC_DISPATCH(LionFused));
 }
 
 }  // namespace cpu

@@ -2,9 +2,10 @@
 // is rounded to bf16/fp16 and stored into C_MODEL_COPY. The stochastic-rounding word depends on
 // the element's index in its tensor, never on the block, so chunking and thread count cannot
 // change a bit.
-// Vectorised with Highway: the lane-wise code below restates math/precision.h's scalar integer
-// formulas (RNE, stochastic rounding, Philox-4x32-10) with the same integer operations, so every
-// target computes the scalar definition's bits; tests/test_model_copy_simd.cc checks this per
+// Vectorised with Highway: the lane-wise code (half_simd-inl.h, shared with the fused update of
+// fused_update-inl.h) restates math/precision.h's scalar integer formulas (RNE, stochastic
+// rounding, Philox-4x32-10) with the same integer operations, so every target computes the
+// scalar definition's bits; tests/test_model_copy_simd.cc checks this per
 // target on ties, subnormals, overflow, NaN/Inf and random inputs. Philox runs on Lanes()
 // counters at once (one per block of eight elements) and the eight 16-bit halves of its output
 // are interleaved back into element order, as sr_random_word assigns them.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend_cpu/half_simd-inl.h"
 #include "backend_cpu/model_copy.h"
 #include "renaissance/math/precision.h"
 #include "renaissance/model_copy_key.h"
@@ -28,237 +30,27 @@ namespace HWY_NAMESPACE {
 namespace {
 
 // The scalar definition, for heads and tails shorter than a vector (and the HWY_SCALAR target):
-// sr_random_word's bits, with each Philox block drawn once for the (up to 8) elements that share
-// it, so a head of a tensor whose index is off a multiple of 8 costs one call, not one per element.
+// sr_random_word's bits (SrWords: each Philox block drawn once).
 template <Precision kPrecision, Rounding kRounding>
 void round_scalar(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
-  math::Philox4x32 block{};
-  uint64_t drawn = UINT64_MAX;  // the block number in `block`
+  SrWords words(seed, t, param);
   for (uint64_t i = 0; i < n; ++i) {
-    uint32_t r = 0;
-    if (kRounding == Rounding::kStochastic) {
-      const uint64_t index = first + i;
-      if (index / math::kSrBlockElements != drawn) {
-        drawn = index / math::kSrBlockElements;
-        block = math::sr_random_block(seed, t, param, drawn);
-      }
-      r = math::sr_block_word(block, static_cast<uint32_t>(index % math::kSrBlockElements));
-    }
+    const uint32_t r = kRounding == Rounding::kStochastic ? words(first + i) : 0;
     c[i] = round_copy<kPrecision, kRounding>(w[i], r);
   }
 }
 
 #if HWY_TARGET != HWY_SCALAR
 namespace hn = hwy::HWY_NAMESPACE;
-using DU = hn::ScalableTag<uint32_t>;
-using VU = hn::Vec<DU>;
-using DI = hn::RebindToSigned<DU>;
-using MU = hn::Mask<DU>;
-
-HWY_INLINE VU K(uint32_t x) { return hn::Set(DU(), x); }
-// Comparisons of values below 2^31 (magnitudes, exponents, shift counts) as signed lanes, which
-// every target has natively.
-HWY_INLINE MU GtS(VU a, int32_t b) {
-  const DI di;
-  return hn::RebindMask(DU(), hn::Gt(hn::BitCast(di, a), hn::Set(di, b)));
-}
-// Clamp a shift count computed as a signed lane into [lo, hi]; lanes outside are masked later.
-HWY_INLINE VU ClampShift(VU s, int32_t lo, int32_t hi) {
-  const DI di;
-  return hn::BitCast(DU(), hn::Min(hn::Max(hn::BitCast(di, s), hn::Set(di, lo)), hn::Set(di, hi)));
-}
-
-// f32_to_bf16_rne, lane-wise.
-HWY_INLINE VU Bf16Rne(VU u) {
-  const VU a = hn::And(u, K(0x7fffffffu));
-  const VU lsb = hn::And(hn::ShiftRight<16>(u), K(1));
-  const VU rne = hn::ShiftRight<16>(hn::Add(hn::Add(u, K(0x7fffu)), lsb));
-  return hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(hn::ShiftRight<16>(u), K(0x0040u)), rne);
-}
-
-// f32_to_f16_rne, lane-wise. The subnormal branch (q + up) is computed as
-// (m + half - 1 + (q & 1)) >> shift, which equals q + (rem > half || (rem == half && q odd)).
-HWY_INLINE VU F16Rne(VU u) {
-  const VU sign = hn::And(hn::ShiftRight<16>(u), K(0x8000u));
-  const VU a = hn::And(u, K(0x7fffffffu));
-  const VU rebased = hn::Sub(a, K(112u << 23));
-  const VU normal =
-      hn::ShiftRight<13>(hn::Add(hn::Add(rebased, K(0xfffu)), hn::And(hn::ShiftRight<13>(rebased), K(1))));
-  const VU e = hn::ShiftRight<23>(a);
-  const VU shift = ClampShift(hn::Sub(K(126), e), 14, 24);
-  const VU m = hn::Or(hn::And(a, K(0x7fffffu)), K(0x800000u));
-  const VU half_minus_1 = hn::Sub(K(1) << hn::Sub(shift, K(1)), K(1));
-  const VU q_odd = hn::And(m >> shift, K(1));
-  const VU sub = hn::Add(hn::Add(m, half_minus_1), q_odd) >> shift;
-  VU r = hn::IfThenElseZero(GtS(e, 101), sub);  // e < 102: below half the smallest subnormal
-  r = hn::IfThenElse(GtS(a, 0x387fffff), normal, r);
-  r = hn::IfThenElse(GtS(a, 0x477fefff), K(0x7c00u), r);
-  r = hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(K(0x7e00u), hn::And(hn::ShiftRight<13>(a), K(0x3ffu))), r);
-  return hn::Or(r, sign);
-}
-
-// f32_to_bf16_sr, lane-wise.
-HWY_INLINE VU Bf16Sr(VU u, VU rnd) {
-  const VU a = hn::And(u, K(0x7fffffffu));
-  const VU hi = hn::ShiftRight<16>(u);
-  VU r = hn::ShiftRight<16>(hn::Add(u, hn::ShiftRight<16>(rnd)));
-  r = hn::IfThenElse(hn::Eq(a, K(0x7f800000u)), hi, r);
-  return hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(hi, K(0x0040u)), r);
-}
-
-// f32_to_f16_sr, lane-wise. The subnormal branch's 64-bit sum (m << 32 >> shift) + r is kept as
-// two 32-bit halves: upper = m >> shift, lower = the bits shifted out (m << (32 - shift) for
-// shift < 32, m >> (shift - 32) for 32..55), and the carry of lower + r comes from the sign bits.
-HWY_INLINE VU F16Sr(VU u, VU rnd) {
-  const VU sign = hn::And(hn::ShiftRight<16>(u), K(0x8000u));
-  const VU a = hn::And(u, K(0x7fffffffu));
-  const VU normal = hn::ShiftRight<13>(hn::Add(hn::Sub(a, K(112u << 23)), hn::ShiftRight<19>(rnd)));
-  const VU e = hn::ShiftRight<23>(a);
-  const VU shift = hn::Sub(K(126), e);  // 14..126 where the subnormal branch is taken
-  const VU m = hn::Or(hn::And(a, K(0x7fffffu)), K(0x800000u));
-  const VU s1 = ClampShift(shift, 14, 31);
-  const VU s2 = ClampShift(hn::Sub(shift, K(32)), 0, 31);
-  const MU wide = GtS(shift, 31);
-  const VU upper = hn::IfThenZeroElse(wide, m >> s1);
-  const VU lower = hn::IfThenElse(wide, m >> s2, m << hn::Sub(K(32), s1));
-  const VU sum = hn::Add(lower, rnd);
-  const VU carry = hn::ShiftRight<31>(hn::Or(hn::And(lower, rnd), hn::AndNot(sum, hn::Or(lower, rnd))));
-  VU r = hn::IfThenZeroElse(GtS(shift, 55), hn::Add(upper, carry));  // also float zeros/subnormals
-  r = hn::IfThenElse(GtS(a, 0x387fffff), normal, r);
-  r = hn::IfThenElse(GtS(a, 0x477fffff), K(0x7c00u), r);
-  r = hn::IfThenElse(GtS(a, 0x7f800000), hn::Or(K(0x7e00u), hn::And(hn::ShiftRight<13>(a), K(0x3ffu))), r);
-  return hn::Or(r, sign);
-}
-
-// The full 32x32 -> 64 products a * k of every lane, as high and low halves: MulEven multiplies
-// the even lanes; the odd lanes are moved down into even position first.
-HWY_INLINE void MulWide(VU a, uint32_t k, VU* hi, VU* lo) {
-  const DU du;
-  const hn::Repartition<uint64_t, DU> d64;
-  const VU kv = K(k);
-  const auto even = hn::MulEven(a, kv);
-  const auto odd = hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, a))), kv);
-  *hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
-  *lo = hn::OddEven(hn::BitCast(du, hn::ShiftLeft<32>(odd)), hn::BitCast(du, even));
-}
-
-// math::philox4x32_10 on kV vectors of Lanes() counters each (c0 varies per lane, c1..c3 and
-// the key are shared). The kV chains are independent and interleaved round by round, so one
-// chain's multiply latency hides behind the other's work.
-template <int kV>
-HWY_INLINE void Philox(const VU* c0_in, uint32_t c1s, uint32_t c2s, uint32_t c3s, uint32_t k0, uint32_t k1,
-                       VU (*out)[4]) {
-  VU c0[kV], c1[kV], c2[kV], c3[kV];
-  for (int v = 0; v < kV; ++v) {
-    c0[v] = c0_in[v];
-    c1[v] = K(c1s);
-    c2[v] = K(c2s);
-    c3[v] = K(c3s);
-  }
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    for (int v = 0; v < kV; ++v) {
-      VU hi0, lo0, hi1, lo1;
-      MulWide(c0[v], 0xD2511F53u, &hi0, &lo0);
-      MulWide(c2[v], 0xCD9E8D57u, &hi1, &lo1);
-      c0[v] = hn::Xor(hn::Xor(hi1, c1[v]), K(k0));
-      c1[v] = lo1;
-      c2[v] = hn::Xor(hn::Xor(hi0, c3[v]), K(k1));
-      c3[v] = lo0;
-    }
-  }
-  for (int v = 0; v < kV; ++v) {
-    out[v][0] = c0[v];
-    out[v][1] = c1[v];
-    out[v][2] = c2[v];
-    out[v][3] = c3[v];
-  }
-}
-
-// x86 targets from AVX2 up have F16C: vcvtps2ph with an immediate round-to-nearest-even (how
-// Highway's DemoteTo calls it) is IEEE's conversion, whose bits are F16Rne's for every input,
-// NaNs included (quieted, the top nine payload bits kept). Highway emulates DemoteTo on SSE4 and
-// below by truncation, so those targets keep F16Rne. tests/test_model_copy_simd.cc compares
-// every target with the scalar definition (ties, subnormals, overflow, NaN/Inf, random).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
-constexpr bool kHardwareF16Rne = true;
-#else
-constexpr bool kHardwareF16Rne = false;
-#endif
-
-template <Precision kPrecision, Rounding kRounding>
-HWY_INLINE void RoundStore(const float* w, uint16_t* c, VU rnd) {
-  const DU du;
-  const hn::Rebind<float, DU> df;
-  const hn::Rebind<uint16_t, DU> d16;
-  if (kHardwareF16Rne && kPrecision == Precision::kFp16 && kRounding == Rounding::kNearest) {
-    const hn::Rebind<hwy::float16_t, DU> dh;
-    hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh, hn::LoadU(df, w))), d16, c);
-    return;
-  }
-  const VU u = hn::BitCast(du, hn::LoadU(df, w));
-  VU r;
-  if (kRounding == Rounding::kNearest) r = kPrecision == Precision::kBf16 ? Bf16Rne(u) : F16Rne(u);
-  else r = kPrecision == Precision::kBf16 ? Bf16Sr(u, rnd) : F16Sr(u, rnd);
-  // Every lane holds a 16-bit encoding, so the saturating demotion is exact.
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), r)), d16, c);
-}
 
 template <Precision kPrecision, Rounding kRounding>
 void round_vector(const float* w, uint16_t* c, uint64_t n, uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
-  const DU du;
-  const uint64_t lanes = hn::Lanes(du);
-  uint64_t i = 0;
-  if (kRounding == Rounding::kNearest) {
-    for (; i + lanes <= n; i += lanes) RoundStore<kPrecision, kRounding>(w + i, c + i, K(0));
-  } else {
-    // Scalar up to the first element of a Philox block, then 8 * lanes elements per Philox call.
-    constexpr uint64_t kB = math::kSrBlockElements;
-    const uint64_t to_block = (kB - first % kB) % kB;  // elements before the next multiple of 8
-    const uint64_t head = to_block < n ? to_block : n;
-    round_scalar<kPrecision, kRounding>(w, c, head, first, seed, t, param);
-    i = head;
-    const hn::Rebind<uint16_t, DU> d16;
-    HWY_ALIGN uint32_t words[HWY_MAX_BYTES];  // 4 words per lane: at least 4 * lanes
-    const uint16_t* halves = reinterpret_cast<const uint16_t*>(words);
-    // kV Philox vectors (kV * 8 * lanes elements) per pass: 4 while they fit, then 1. Four
-    // interleaved chains measured 0.39 ns per stochastic element against 0.53 with one (AVX3;
-    // 0.44 against 0.49 with two on AVX2; nearest is 0.14-0.18), the chains' multiplies
-    // otherwise waiting on each other.
-    auto pass = [&](auto kv_tag) {
-      constexpr int kV = decltype(kv_tag)::value;
-      const uint64_t width = kV * kB * lanes;
-      const uint64_t block = (first + i) / kB;
-      const uint32_t lo = static_cast<uint32_t>(block);
-      if (lo > UINT32_MAX - (kV * lanes - 1)) {  // the counter's low word would wrap inside the pass
-        round_scalar<kPrecision, kRounding>(w + i, c + i, width, first + i, seed, t, param);
-        i += width;
-        return;
-      }
-      VU c0[kV], v[kV][4];
-      for (int k = 0; k < kV; ++k) c0[k] = hn::Iota(du, lo + static_cast<uint32_t>(k * lanes));
-      Philox<kV>(c0, static_cast<uint32_t>(block >> 32), param, static_cast<uint32_t>(t), static_cast<uint32_t>(seed),
-                 static_cast<uint32_t>(seed >> 32), v);
-      for (int k = 0; k < kV; ++k) {
-        // Element 8b + h takes half h of block b: the low (h even) or high (h odd) 16 bits of
-        // word h / 2. Interleaving the four outputs puts the words in block order; read as 16-bit
-        // numbers (little-endian, as every Highway target), they are then in element order.
-        hn::StoreInterleaved4(v[k][0], v[k][1], v[k][2], v[k][3], du, words);
-        const uint64_t base = i + static_cast<uint64_t>(k) * kB * lanes;
-        for (uint64_t j = 0; j < kB; ++j) {
-          const VU rnd = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, halves + j * lanes)));  // r16 << 16
-          RoundStore<kPrecision, kRounding>(w + base + j * lanes, c + base + j * lanes, rnd);
-        }
-      }
-      i += width;
-    };
-    while (i + 4 * kB * lanes <= n) pass(std::integral_constant<int, 4>());
-    while (i + kB * lanes <= n) pass(std::integral_constant<int, 1>());
-  }
-  round_scalar<kPrecision, kRounding>(w + i, c + i, n - i, first + i, seed, t, param);
+  half::ForEachCopyVector<kRounding>(
+      n, first, seed, t, param,
+      [&](uint64_t i, half::VU rnd) {
+        hn::StoreU(half::RoundVec<kPrecision, kRounding>(hn::LoadU(half::DF(), w + i), rnd), half::D16(), c + i);
+      },
+      [&](uint64_t b, uint64_t e) { round_scalar<kPrecision, kRounding>(w + b, c + b, e - b, first + b, seed, t, param); });
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
@@ -329,6 +121,54 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
     round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, it->first + (lo - it->begin), copy.seed, t,
                      it->param);
   }
+}
+
+void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
+                     uint64_t begin, uint64_t end, const float* s) {
+  const ModelCopy& copy = node.copy;
+  float* w = ctx.at<float>(node.w);
+  const char* g = ctx.at<char>(node.g);
+  const uint64_t g_elem = precision_bytes(node.grad_dtype);
+  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
+  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  uint16_t* c = copy.c.count ? ctx.at<uint16_t>(copy.c) : nullptr;
+  const bool weight_group = node.group == Group::kWeight;
+  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
+  // The copy's key, as write_model_copy forms it.
+  const uint64_t task_t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
+  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
+  // Elements [lo, hi): inside tensor t (copy written), or padding (t null).
+  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t) {
+    if (hi <= lo) return;
+    FusedPiece p;
+    p.w = w + lo;
+    p.g = g + lo * g_elem;
+    p.m = m ? m + lo : nullptr;
+    p.v = v ? v + lo : nullptr;
+    p.n = hi - lo;
+    p.ahead = ctx.tuning.prefetch_elements;
+    if (t != nullptr) {
+      p.c = c + lo;
+      p.first = t->first + (lo - t->begin);
+      p.seed = copy.seed;
+      p.t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[t->param])) : task_t;
+      p.param = t->param;
+    }
+    fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
+  };
+  if (c == nullptr) return piece(begin, end, nullptr);
+  // The tensors that overlap [begin, end), from the first that ends after `begin` (span order).
+  auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
+                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
+  uint64_t at = begin;
+  for (; it != copy.tensors.end() && it->begin < end; ++it) {
+    const uint64_t lo = std::max(at, it->begin);
+    const uint64_t hi = std::min(end, it->begin + it->numel);
+    piece(at, lo, nullptr);
+    piece(lo, hi, &*it);
+    at = hi;
+  }
+  piece(at, end, nullptr);
 }
 
 }  // namespace cpu

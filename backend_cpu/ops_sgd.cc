@@ -6,6 +6,7 @@
 
 #include <hwy/highway.h>
 
+#include "backend_cpu/fused_update-inl.h"
 #include "backend_cpu/simd_policy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -13,36 +14,32 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-enum class SgdRule { kPlain, kMomentum, kNesterov };
+enum class SgdVariant { kPlain, kMomentum, kNesterov };
 
-template <SgdRule kRule, bool kL2>
-void SgdChunk(float* w, const float* g, float* m, size_t n, const float* s, bool weight_group) {
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
-  constexpr bool kHasM = kRule != SgdRule::kPlain;
-  auto apply = [](auto& wv, auto gv, auto& mv, const auto& c, auto policy) {
-    using P = decltype(policy);
-    if (kRule == SgdRule::kPlain) rules::sgd<P, kL2>(wv, gv, c);
-    if (kRule == SgdRule::kMomentum) rules::sgd_momentum<P, kL2>(wv, gv, mv, c);
-    if (kRule == SgdRule::kNesterov) rules::sgd_nesterov<P, kL2>(wv, gv, mv, c);
-  };
-  for_each_element<kHasM, false>(
-      w, g, m, nullptr, n,
-      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec&) { apply(wv, gv, mv, cv, VectorPolicy()); },
-      [&](float& wv, float gv, float& mv, float&) { apply(wv, gv, mv, cs, rules::ScalarPolicy()); });
-}
+template <SgdVariant kVariant, bool kL2>
+struct SgdRule {
+  static constexpr bool kHasM = kVariant != SgdVariant::kPlain, kHasV = false;
+  template <class P, class V>
+  static HWY_INLINE void apply(V& w, V g, V& m, V&, const rules::Coeffs<V>& c) {
+    if (kVariant == SgdVariant::kPlain) rules::sgd<P, kL2>(w, g, c);
+    if (kVariant == SgdVariant::kMomentum) rules::sgd_momentum<P, kL2>(w, g, m, c);
+    if (kVariant == SgdVariant::kNesterov) rules::sgd_nesterov<P, kL2>(w, g, m, c);
+  }
+};
 
-void SgdPlain(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
-  l2 ? SgdChunk<SgdRule::kPlain, true>(w, g, m, n, s, wg) : SgdChunk<SgdRule::kPlain, false>(w, g, m, n, s, wg);
-}
-void SgdMomentum(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
-  l2 ? SgdChunk<SgdRule::kMomentum, true>(w, g, m, n, s, wg)
-     : SgdChunk<SgdRule::kMomentum, false>(w, g, m, n, s, wg);
-}
-void SgdNesterov(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {
-  l2 ? SgdChunk<SgdRule::kNesterov, true>(w, g, m, n, s, wg)
-     : SgdChunk<SgdRule::kNesterov, false>(w, g, m, n, s, wg);
-}
+// One ElementwiseFn and one FusedFn (fused_update-inl.h) per variant; l2 picks the rule.
+#define RN_SGD_KERNELS(name, variant)                                                                        \
+  void name(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {         \
+    l2 ? RuleChunk<SgdRule<variant, true>>(w, g, m, nullptr, n, s, wg)                                       \
+       : RuleChunk<SgdRule<variant, false>>(w, g, m, nullptr, n, s, wg);                                     \
+  }                                                                                                          \
+  void name##Fused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool l2) {                   \
+    l2 ? FusedUpdate<SgdRule<variant, true>>(p, mode, s, wg) : FusedUpdate<SgdRule<variant, false>>(p, mode, s, wg); \
+  }
+RN_SGD_KERNELS(SgdPlain, SgdVariant::kPlain)
+RN_SGD_KERNELS(SgdMomentum, SgdVariant::kMomentum)
+RN_SGD_KERNELS(SgdNesterov, SgdVariant::kNesterov)
+#undef RN_SGD_KERNELS
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
@@ -58,15 +55,18 @@ namespace cpu {
 HWY_EXPORT(SgdPlain);
 HWY_EXPORT(SgdMomentum);
 HWY_EXPORT(SgdNesterov);
+HWY_EXPORT(SgdPlainFused);
+HWY_EXPORT(SgdMomentumFused);
+HWY_EXPORT(SgdNesterovFused);
 
 void run_UPDATE_SGD(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdPlain));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdPlain), &HWY_DYNAMIC_DISPATCH(SgdPlainFused));
 }
 void run_UPDATE_SGD_MOMENTUM(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdMomentum));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdMomentum), &HWY_DYNAMIC_DISPATCH(SgdMomentumFused));
 }
 void run_UPDATE_SGD_NESTEROV(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdNesterov));
+  run_elementwise(ctx, node, &HWY_DYNAMIC_DISPATCH(SgdNesterov), &HWY_DYNAMIC_DISPATCH(SgdNesterovFused));
 }
 
 }  // namespace cpu

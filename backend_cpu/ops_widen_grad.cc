@@ -2,10 +2,13 @@
 // the update ops read G as floats, so grad_dtype.h's widen_grad turns each block of encodings
 // into floats right before the op runs. Compiled once per Highway target and dispatched at run
 // time, so the widen runs at the machine's vector width (as plain C++ it compiled to 4-lane SSE2,
-// about a fifth of the bf16 step's time on Zen 4). The lane-wise code restates the scalar
-// definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations: every
-// target gives their bits, NaN payloads included (a hardware f16 conversion would quiet
-// signalling NaNs). tests/test_widen_grad_simd.cc checks all 65536 encodings per target.
+// about a fifth of the bf16 step's time on Zen 4). The element-wise updates with a model copy
+// widen in their own loop instead (fused_update-inl.h); this pass serves the tile-wise updates,
+// the norm passes and the gradient-table path. The lane-wise code (half_simd-inl.h) restates the scalar
+// definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations (fp16 with
+// F16C: the hardware conversion, with the quiet bit it sets on signalling NaNs cleared again):
+// every target gives their bits, NaN payloads included. tests/test_widen_grad_simd.cc checks
+// all 65536 encodings per target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_widen_grad.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -15,6 +18,7 @@
 #include <cstdint>
 
 #include "backend_cpu/grad_dtype.h"
+#include "backend_cpu/half_simd-inl.h"
 #include "renaissance/math/precision.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -30,43 +34,14 @@ void widen_scalar(bool bf16, const uint16_t* src, uint64_t n, float* dst) {
 
 #if HWY_TARGET != HWY_SCALAR
 namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
-using D16 = hn::Rebind<uint16_t, DU>;  // as many 16-bit lanes as DU has 32-bit lanes
-using VU = hn::Vec<DU>;
 
-HWY_INLINE VU K(uint32_t x) { return hn::Set(DU(), x); }
-
-// f16_to_f32, lane-wise: a normal number re-biases its exponent; inf/NaN keep the all-ones
-// exponent and the fraction (payload) shifted up; a subnormal's value frac * 2^-24 is formed by
-// an exact int -> float conversion (frac < 2^10) and an exact multiply by a power of two, which
-// is the number the scalar loop normalises by shifting (both results are normal floats).
-HWY_INLINE VU F16ToF32Bits(VU h) {
-  const DF df;
-  const VU sign = hn::ShiftLeft<16>(hn::And(h, K(0x8000u)));
-  const VU exp = hn::And(hn::ShiftRight<10>(h), K(0x1fu));
-  const VU frac = hn::And(h, K(0x3ffu));
-  const VU normal = hn::Or(hn::ShiftLeft<23>(hn::Add(exp, K(112u))), hn::ShiftLeft<13>(frac));
-  const VU special = hn::Or(K(0x7f800000u), hn::ShiftLeft<13>(frac));
-  const VU sub = hn::BitCast(DU(), hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), frac)), hn::Set(df, 0x1p-24f)));
-  VU r = hn::IfThenElse(hn::Eq(exp, K(0x1fu)), special, normal);
-  r = hn::IfThenElse(hn::Eq(exp, K(0)), sub, r);
-  return hn::Or(r, sign);
-}
-
+// The lane-wise widen is half_simd-inl.h's WidenLoad (shared with the fused update loop).
 template <bool kBf16>
 void widen_vector(const uint16_t* src, uint64_t n, float* dst) {
-  const DF df;
-  const DU du;
-  const D16 d16;
-  const uint64_t lanes = hn::Lanes(du);
+  const half::DF df;
+  const uint64_t lanes = hn::Lanes(df);
   uint64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const VU h = hn::PromoteTo(du, hn::LoadU(d16, src + i));
-    const VU bits = kBf16 ? hn::ShiftLeft<16>(h) : F16ToF32Bits(h);
-    hn::StoreU(hn::BitCast(df, bits), df, dst + i);
-  }
+  for (; i + lanes <= n; i += lanes) hn::StoreU(half::WidenLoad<kBf16>(src + i), df, dst + i);
   widen_scalar(kBf16, src + i, n - i, dst + i);
 }
 #endif

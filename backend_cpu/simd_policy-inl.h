@@ -112,6 +112,23 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
   }
 }
 
+// The element-wise update of a kind over one chunk (an ElementwiseFn's body): Rule is a struct
+// with kHasM, kHasV and `template <class P, class V> static void apply(V& w, V g, V& m, V& v,
+// const rules::Coeffs<V>& c)`, a call into update_rules.inc (m, v are zero and ignored where the
+// kind has none). The same Rule drives the fused update-and-copy loop (fused_update-inl.h), so a
+// kind's math is named once per backend and written once, in update_rules.inc.
+template <class Rule, size_t kUnroll = 1>
+HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool weight_group) {
+  const auto cv = vector_coeffs(s, weight_group);
+  const auto cs = scalar_coeffs(s, weight_group);
+  for_each_element<Rule::kHasM, Rule::kHasV, kUnroll>(
+      w, g, m, v, n,
+      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv) {
+        Rule::template apply<VectorPolicy>(wv, gv, mv, vv, cv);
+      },
+      [&](float& wv, float gv, float& mv, float& vv) { Rule::template apply<rules::ScalarPolicy>(wv, gv, mv, vv, cs); });
+}
+
 // out[i] = ĝ = (g[i]*(1/scale))*clip for i < n (rules::unscale, vector and scalar paths), or
 // g[i]*(1/scale) alone (rules::loss_unscale) when kClip is false.
 template <bool kClip = true>
