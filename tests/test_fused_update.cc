@@ -165,7 +165,8 @@ struct FusedSetup {
     // The copy's padding holds a marker that no path may overwrite.
     std::vector<uint16_t> c(kSpan, 0xdeadu);
     std::memcpy(arena + c_at, c.data(), kSpan * 2);
-    std::memcpy(arena + items_at, items.data(), items.size() * sizeof(HyperItem));
+    // (Without hyperparameter groups the list is empty: memcpy from its null data() is undefined.)
+    if (!items.empty()) std::memcpy(arena + items_at, items.data(), items.size() * sizeof(HyperItem));
     int32_t* state = reinterpret_cast<int32_t*>(arena + state_at);
     for (int b = 0; b < kBlocks; ++b) {
       state[b] = b == 2 ? 1 : 0;  // mask
