@@ -86,6 +86,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
+#include <vector>
 
 #include "backend_cpu/cpu_ops.h"
 
@@ -103,24 +104,46 @@ void round_model_copy(Precision precision, Rounding rounding, const float* w, ui
 
 const char* model_copy_target() { return HWY_DYNAMIC_DISPATCH(ModelCopyTarget)(); }
 
+namespace {
+
+// Elements [begin, end) of the node's group span cut at its copy's tensor boundaries, in span
+// order: fn(lo, hi, &tensor, step) for each run inside a tensor, with the step that keys its
+// stochastic rounding (copy_step: with tensor_mask each tensor's own count, graph.h), and, with
+// kPadding, fn(lo, hi, nullptr, 0) for each run between tensors (whose copy is never written).
+template <bool kPadding, class Fn>
+void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end, Fn&& fn) {
+  const std::vector<CopyTensor>& tensors = node.copy.tensors;
+  const uint32_t task_t = static_cast<uint32_t>(ctx.scalars.i32[kStep]);
+  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
+  auto padding = [&](uint64_t lo, uint64_t hi) {
+    if (kPadding && lo < hi) fn(lo, hi, static_cast<const CopyTensor*>(nullptr), uint64_t{0});
+  };
+  // The first tensor that ends after `begin` (tensors are in span order).
+  auto it = std::upper_bound(tensors.begin(), tensors.end(), begin,
+                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
+  uint64_t at = begin;
+  for (; it != tensors.end() && it->begin < end; ++it) {
+    const uint64_t lo = std::max(at, it->begin);
+    const uint64_t hi = std::min(end, it->begin + it->numel);
+    padding(at, lo);
+    if (lo < hi) fn(lo, hi, &*it, copy_step(steps, task_t, it->param));
+    at = hi;
+  }
+  padding(at, end);
+}
+
+}  // namespace
+
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end) {
   const ModelCopy& copy = node.copy;
   const float* w = ctx.at<float>(node.w);
   uint16_t* c = ctx.at<uint16_t>(copy.c);
-  const uint64_t task_t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
-  // tensor_mask: each tensor's own count (graph.h); a masked tensor's copy is rewritten from its
-  // unchanged master with its unchanged key, so it keeps its bits.
-  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
-  // The first tensor that ends after `begin` (tensors are in span order).
-  auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
-                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
-  for (; it != copy.tensors.end() && it->begin < end; ++it) {
-    const uint64_t lo = std::max(begin, it->begin);
-    const uint64_t hi = std::min(end, it->begin + it->numel);
-    const uint64_t t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[it->param])) : task_t;
-    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, it->first + (lo - it->begin), copy.seed, t,
-                     it->param);
-  }
+  // A masked tensor's copy is rewritten from its unchanged master with its unchanged key, so it
+  // keeps its bits.
+  for_each_copy_piece<false>(ctx, node, begin, end, [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step) {
+    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, t->first + (lo - t->begin), copy.seed,
+                     step, t->param);
+  });
 }
 
 void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
@@ -134,12 +157,8 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
   uint16_t* c = copy.c.count ? ctx.at<uint16_t>(copy.c) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
-  // The copy's key, as write_model_copy forms it.
-  const uint64_t task_t = static_cast<uint64_t>(static_cast<uint32_t>(ctx.scalars.i32[kStep]));
-  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
-  // Elements [lo, hi): inside tensor t (copy written), or padding (t null).
-  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t) {
-    if (hi <= lo) return;
+  // Elements [lo, hi): inside tensor t (copy written, keyed by `step`), or padding (t null).
+  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step) {
     FusedPiece p;
     p.w = w + lo;
     p.g = g + lo * g_elem;
@@ -151,24 +170,16 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
       p.c = c + lo;
       p.first = t->first + (lo - t->begin);
       p.seed = copy.seed;
-      p.t = steps ? static_cast<uint64_t>(static_cast<uint32_t>(steps[t->param])) : task_t;
+      p.t = step;
       p.param = t->param;
     }
     fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
   };
-  if (c == nullptr) return piece(begin, end, nullptr);
-  // The tensors that overlap [begin, end), from the first that ends after `begin` (span order).
-  auto it = std::upper_bound(copy.tensors.begin(), copy.tensors.end(), begin,
-                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
-  uint64_t at = begin;
-  for (; it != copy.tensors.end() && it->begin < end; ++it) {
-    const uint64_t lo = std::max(at, it->begin);
-    const uint64_t hi = std::min(end, it->begin + it->numel);
-    piece(at, lo, nullptr);
-    piece(lo, hi, &*it);
-    at = hi;
+  if (c == nullptr) {
+    if (begin < end) piece(begin, end, nullptr, 0);
+    return;
   }
-  piece(at, end, nullptr);
+  for_each_copy_piece<true>(ctx, node, begin, end, piece);
 }
 
 }  // namespace cpu
