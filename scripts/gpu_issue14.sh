@@ -7,8 +7,8 @@
 #           gtests of the model copy, mixed precision, model-dtype gradients, the tensor mask
 #           and the gradient table (CPU == CUDA per cell); fails on any failure or skipped CUDA cell
 #   bench   the CUDA step A/B of scripts/gpu_precision_bench.sh (this tree against BEFORE_TREE)
-#   cpu     the CPU step at 2 threads, this tree against BEFORE_TREE (bench_step --backend cpu,
-#           interleaved rounds): ms per step and the share of the same-traffic limit
+#   cpu     the CPU step at 2 threads, this tree against BEFORE_TREE (bench/step_ab.py: resnet50
+#           adamw, interleaved rounds): ms per step and the share of the same-traffic limit
 # BEFORE_TREE (default before_tree): a whole source tree to compare with, e.g. in the repository
 # root `mkdir before_tree && git archive main | tar -x -C before_tree` (git-ignored; carry it).
 # Logs under $OUT (or gpu-issue14-out/); a short summary is printed last. BENCH_TIMEOUT and
@@ -75,35 +75,9 @@ for phase in "$@"; do
           -DRENAISSANCE_BUILD_TESTS=OFF "${deps[@]}" > "$OUT/cpu-build.log" 2>&1 &&
           cmake --build "$before/build-cpu" --parallel "$(nproc)" --target bench_step >> "$OUT/cpu-build.log" 2>&1
       fi
-      : > "$OUT/cpu.jsonl"
-      deadline=$((SECONDS + ${CPU_TIMEOUT:-240}))
-      for round in 1 2 3; do
-        [ $SECONDS -ge $deadline ] && echo "cpu: stopped after $((round - 1)) rounds (CPU_TIMEOUT)" >> "$OUT/cpu-build.log" && break
-        for v in before after; do
-          bin="$build/bench/bench_step"
-          [ $v = before ] && bin="$before/build-cpu/bench/bench_step"
-          for p in "fp32" "bf16 --grad-dtype model" "bf16 --stochastic-rounding --grad-dtype model" "fp16 --grad-dtype model"; do
-            # shellcheck disable=SC2086
-            "$bin" --backend cpu --threads 2 --layouts resnet50,gpt2_small --kinds adamw --replays 10 --check off \
-              --precision $p 2>>"$OUT/cpu-build.log" | sed "s/^{/{\"variant\":\"$v\",\"round\":$round,/" >> "$OUT/cpu.jsonl"
-          done
-        done
-      done
-      python3 - "$OUT/cpu.jsonl" > "$OUT/cpu.txt" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-best, share = {}, {}
-for r in rows:
-    k = (r["layout"], r["precision"], r["rounding"], r.get("grad_dtype", "fp32"), r["variant"])
-    if r["ms_per_step"] < best.get(k, 1e9):
-        best[k], share[k] = r["ms_per_step"], r["share_of_limit"]
-print(f'{"layout":11} {"mode":26} {"before ms":>9} {"after ms":>9} {"ratio":>6} {"share before":>12} {"share after":>11}')
-for k in sorted({k[:4] for k in best}):
-    b, a = best.get(k + ("before",)), best.get(k + ("after",))
-    if b and a:
-        mode = f"{k[1]} {k[2]} grads {k[3]}"
-        print(f'{k[0]:11} {mode:26} {b:9.3f} {a:9.3f} {a / b:6.3f} {share[k + ("before",)]:12.3f} {share[k + ("after",)]:11.3f}')
-EOF
+      # bench/step_ab.py: the interleaved rounds, fastest and median ms and shares per build.
+      timeout "${CPU_TIMEOUT:-240}" python3 bench/step_ab.py "$before/build-cpu/bench/bench_step" "$build/bench/bench_step" \
+        3 adamw > "$OUT/cpu.txt" 2>> "$OUT/cpu-build.log"
       rc=$?
       note cpu "$(verdict $rc) in $((SECONDS - t0)) s"
       [ $rc -ne 0 ] && fail=1
@@ -113,7 +87,7 @@ EOF
 done
 
 [ -f "$OUT/bench.log" ] && sed -n '/^layout/,$p' "$OUT/bench.log"
-[ -f "$OUT/cpu.txt" ] && { echo; echo "CPU, 2 threads, check off, fastest of 3 interleaved rounds:"; cat "$OUT/cpu.txt"; }
+[ -f "$OUT/cpu.txt" ] && { echo; echo "CPU, 2 threads, 3 interleaved rounds (bench/step_ab.py):"; cat "$OUT/cpu.txt"; }
 echo
 printf '%s\n' "${summary[@]}"
 [ $fail -eq 0 ] && echo "gpu_issue14: all phases passed" || echo "gpu_issue14: FAILED"
