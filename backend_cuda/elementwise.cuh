@@ -73,8 +73,8 @@ __device__ __forceinline__ float4 update_float4(float4* __restrict__ w, const GQ
 // (stochastic rounding, model_copy.cuh): each warp takes 64 quads a trip, lane j quads j and
 // 32 + j (still coalesced), then the warp writes their copy together, one Philox call per lane.
 // Needs whole warps (blockDim a multiple of 32; thread ids run block by block, so lane = thread
-// % 32 and `threads` is a multiple of 32 too) and an even `first`
-// (spans and items hold multiples of 16 quads), so that quads 2k and 2k+1 meet in a lane pair;
+// % 32 and `threads` is a multiple of 32 too) and an even `first` (spans and items hold
+// multiples of 16 quads), so that quads 2k and 2k+1 meet in a lane pair;
 // otherwise the quad path runs. Every lane of a warp runs the same trips (the bound is per
 // warp), so the shuffles see the whole warp. Both paths give the same bits.
 template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
@@ -84,17 +84,17 @@ __device__ __forceinline__ void update_quads(float4* __restrict__ w, const GQ g,
                                              const Copy& copy) {
   if constexpr (Copy::kWarpPairs) {
     if (blockDim.x % 32 == 0 && first % 2 == 0) {
-    const uint64_t lane = thread % 32;
-    const bool odd = (lane & 1u) != 0;
-    for (uint64_t base = first + (thread - lane) * 2; base < end; base += threads * 2) {
-      const uint64_t qa = base + lane, qb = qa + 32;
-      const bool in_a = qa < end, in_b = qb < end;
-      float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
-      if (in_a) xa = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qa, c);
-      if (in_b) xb = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qb, c);
-      copy.quad_pairs(4 * qa, xa, in_a, 4 * qb, xb, in_b, odd);
-    }
-    return;
+      const uint64_t lane = thread % 32;
+      const bool odd = (lane & 1u) != 0;
+      for (uint64_t base = first + (thread - lane) * 2; base < end; base += threads * 2) {
+        const uint64_t qa = base + lane, qb = qa + 32;
+        const bool in_a = qa < end, in_b = qb < end;
+        float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
+        if (in_a) xa = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qa, c);
+        if (in_b) xb = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qb, c);
+        copy.quad_pairs(4 * qa, xa, in_a, 4 * qb, xb, in_b, odd);
+      }
+      return;
     }
   }
   for (uint64_t q = first + thread; q < end; q += threads) {
