@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
     if (tuning_.unroll != d.unroll) os << ", unroll " << tuning_.unroll;
     if (tuning_.fuse != d.fuse) os << (tuning_.fuse ? ", fused copy" : ", unfused copy");
+    if (tuning_.stream_copy != d.stream_copy) os << (tuning_.stream_copy ? ", streamed copy" : ", cached copy");
     os << ")";
     return os.str();
   }
@@ -294,6 +295,7 @@ CpuTuning cpu_tuning_from_env() {
   t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
   t.huge_pages = env_switch("RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
   t.fuse = env_switch("RENAISSANCE_CPU_FUSE", t.fuse);
+  t.stream_copy = env_switch("RENAISSANCE_CPU_STREAM_COPY", t.stream_copy);
   t.unroll = static_cast<unsigned>(env_count("RENAISSANCE_CPU_UNROLL", t.unroll));
   if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
     throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");

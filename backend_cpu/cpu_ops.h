@@ -40,8 +40,9 @@ enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
 //   RENAISSANCE_CPU_FUSE=0|1         with a model copy or model-dtype gradients, the element-wise
 //                                    updates widen G, update and round the copy in one vector loop
 //                                    (fused_update.h) instead of three passes
-// There is no streaming-store switch: every per-element array a step writes (w, m, v) it also
-// reads first, so its lines are in cache already and a non-temporal store saves no traffic.
+//   RENAISSANCE_CPU_STREAM_COPY=0|1  the fused loop writes the model copy with non-temporal
+//                                    stores (w, m and v are read before they are written, so
+//                                    only the write-only copy saves traffic that way)
 struct CpuTuning {
   uint64_t chunk_elements = kChunkElements;
   // Dynamic by default: on the 16-core H200 host (a shared virtual machine) static runs wait for
@@ -59,6 +60,9 @@ struct CpuTuning {
   // On by default: the same bits either way (tests/test_fused_update.cc), and the fused loop
   // moves each element through registers once instead of three times.
   bool fuse = true;
+  // A cached store of the write-only copy first reads each of its lines from memory (2 B per
+  // element that the step's floor does not count); a non-temporal store does not.
+  bool stream_copy = true;
 };
 
 // Elements per update-and-copy step of a block when the node writes a model copy on the unfused

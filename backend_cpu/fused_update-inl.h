@@ -93,6 +93,7 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
 #else
   // The update of the full vector at element k; returns the new masters.
   const uint64_t ahead = p.ahead;
+  const bool stream = kHasCopy && p.stream;
   auto update = [&](uint64_t k) RN_FUSED_BODY {
     const FloatTag d;
     // One request per 64-byte line: float arrays every 16 elements, 2-byte arrays every 32, into
@@ -108,7 +109,7 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
       } else if (k % 32 < hn::Lanes(d)) {
         __builtin_prefetch(static_cast<const uint16_t*>(p.g) + at, 0, 2);
       }
-      if (kHasCopy && k % 32 < hn::Lanes(d)) __builtin_prefetch(c + at, 1, 2);
+      if (kHasCopy && !stream && k % 32 < hn::Lanes(d)) __builtin_prefetch(c + at, 1, 2);
     }
     FloatVec vw = hn::LoadU(d, w + k);
     FloatVec vg;
@@ -126,8 +127,17 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
     return vw;
   };
   // The copy of the full vector at element k from its new masters x, with its lanes' words rnd.
+  // With p.stream, a non-temporal store where c + k is aligned to the vector (the copy is never
+  // read by the step, so caching it only costs a read of each line before it is written);
+  // Highway's Stream writes at least 16 bytes, so targets with narrower copy vectors store.
   auto round = [&](uint64_t k, FloatVec x, half::VU rnd) RN_FUSED_BODY {
-    hn::StoreU(half::RoundVec<kCopy, kRounding>(x, rnd), half::D16(), c + k);
+    const auto bits = half::RoundVec<kCopy, kRounding>(x, rnd);
+    constexpr size_t kCopyVectorBytes = hn::MaxLanes(half::D16()) * sizeof(uint16_t);
+    if (kCopyVectorBytes >= 16 && stream && reinterpret_cast<uintptr_t>(c + k) % kCopyVectorBytes == 0) {
+      hn::Stream(bits, half::D16(), c + k);
+    } else {
+      hn::StoreU(bits, half::D16(), c + k);
+    }
   };
   if (kHasCopy && kCopy == Precision::kFp16 && kRounding == Rounding::kStochastic) {
     for (uint64_t b = 0; b < p.n; b += kSplitElements) {

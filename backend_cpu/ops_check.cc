@@ -45,6 +45,29 @@ bool ChunkHasNonFinite(const float* HWY_RESTRICT g, size_t n) {
   return bad;
 }
 
+// The same for n 2-byte encodings (model-dtype G): a bf16 / fp16 encoding is NaN or ±Inf exactly
+// when its exponent field (`exponent`: 0x7f80 or 0x7c00) is all ones, as its widened float then
+// is (math/precision.h widens every other encoding to a finite). Integer lanes, no widening; the
+// compare results are OR-ed, so the answer cannot depend on the vector width.
+bool EncodedChunkHasNonFinite(const uint16_t* HWY_RESTRICT g, size_t n, uint16_t exponent) {
+  const hn::ScalableTag<uint16_t> d;
+  const size_t lanes = hn::Lanes(d);
+  const auto e = hn::Set(d, exponent);
+  auto all_ones = [&](size_t i) { return hn::VecFromMask(d, hn::Eq(hn::And(hn::LoadU(d, g + i), e), e)); };
+  auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    a0 = hn::Or(a0, all_ones(i));
+    a1 = hn::Or(a1, all_ones(i + lanes));
+    a2 = hn::Or(a2, all_ones(i + 2 * lanes));
+    a3 = hn::Or(a3, all_ones(i + 3 * lanes));
+  }
+  for (; i + lanes <= n; i += lanes) a0 = hn::Or(a0, all_ones(i));
+  bool bad = !hn::AllTrue(d, hn::Eq(hn::Or(hn::Or(a0, a1), hn::Or(a2, a3)), hn::Zero(d)));
+  for (; i < n; ++i) bad = bad || (g[i] & exponent) == exponent;
+  return bad;
+}
+
 // Grad-norm tiles [tile_begin, tile_end) of the G span (count elements): each tile's partial of
 // Σ (g*(1/scale))² in the canonical lane order, fed to the lanes one norm tile at a time; returns
 // whether any element of these tiles is NaN or ±Inf (when `check`).
@@ -93,8 +116,13 @@ namespace renaissance {
 namespace cpu {
 
 HWY_EXPORT(ChunkHasNonFinite);
+HWY_EXPORT(EncodedChunkHasNonFinite);
 HWY_EXPORT(GradNormPartials);
 HWY_EXPORT(CompiledTarget);
+
+bool encoded_has_non_finite(Precision dtype, const uint16_t* g, uint64_t n) {
+  return HWY_DYNAMIC_DISPATCH(EncodedChunkHasNonFinite)(g, static_cast<size_t>(n), dtype == Precision::kBf16 ? 0x7f80 : 0x7c00);
+}
 
 void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   std::atomic<bool> found{false};

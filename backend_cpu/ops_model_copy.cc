@@ -85,6 +85,8 @@ const char* ModelCopyTarget() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <hwy/cache_control.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -166,6 +168,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
     p.v = v ? v + lo : nullptr;
     p.n = hi - lo;
     p.ahead = ctx.tuning.prefetch_elements;
+    p.stream = ctx.tuning.stream_copy;
     if (t != nullptr) {
       p.c = c + lo;
       p.first = t->first + (lo - t->begin);
@@ -180,6 +183,8 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
     return;
   }
   for_each_copy_piece<true>(ctx, node, begin, end, piece);
+  // Non-temporal stores are weakly ordered: fence them before this thread's part is reported done.
+  if (ctx.tuning.stream_copy) hwy::FlushStream();
 }
 
 }  // namespace cpu

@@ -2,10 +2,12 @@
 // definitions of math/precision.h (bf16_to_f32, f16_to_f32), bit for bit, under every Highway
 // target compiled in and supported here: all 65536 encodings of each format (zeros, fp16
 // subnormals, infinities, quiet and signalling NaN payloads included), whole and as odd-length
-// pieces at odd offsets (vector bodies with scalar heads and tails).
+// pieces at odd offsets (vector bodies with scalar heads and tails); and the CHECK_FINITE scan of
+// model-dtype G on the same encodings.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <sstream>
@@ -59,6 +61,41 @@ TEST(WidenGradSimd, EveryTargetEqualsTheScalarDefinitionOnEveryEncoding) {
   }
   RecordProperty("highway_targets", exercised.str());
   std::cout << "[widen grad simd] Highway targets exercised: " << exercised.str() << std::endl;
+}
+
+// The non-finite check of model-dtype G (cpu::encoded_has_non_finite, the CHECK_FINITE op's scan)
+// under every target: each of the 65536 encodings alone in a run of zeros, at places in the
+// four-vector body, the one-vector loop and the scalar tail of the widest target (32 lanes),
+// must be found exactly when the scalar definition widens it to a NaN or an infinity.
+TEST(WidenGradSimd, NonFiniteScanFindsEveryNonFiniteEncodingAtEveryPlace) {
+  constexpr uint64_t kN = 4 * 32 + 32 + 7;
+  const uint64_t places[] = {0, 1, 31, 64, 127, 128, 150, 159, 160, kN - 1};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    ResetSupportedTargets reset;
+    hwy::SetSupportedTargetsForTest(target);
+    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+      std::vector<uint16_t> g(kN, 0);
+      int bad = 0;
+      for (uint32_t h = 0; h < (1u << 16); ++h) {
+        const bool want = !std::isfinite(math::half_to_f32(p == Precision::kBf16, static_cast<uint16_t>(h)));
+        for (uint64_t at : places) {
+          g[at] = static_cast<uint16_t>(h);
+          if (cpu::encoded_has_non_finite(p, g.data(), kN) != want && ++bad <= 3) {
+            ADD_FAILURE() << (p == Precision::kBf16 ? "bf16" : "fp16") << " encoding 0x" << std::hex << h << std::dec
+                          << " at " << at << ": " << (want ? "not found" : "found, but it is finite");
+          }
+          g[at] = 0;
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      // Shorter than a vector and empty.
+      g[2] = p == Precision::kBf16 ? 0x7f80 : 0x7c00;
+      EXPECT_TRUE(cpu::encoded_has_non_finite(p, g.data(), 3));
+      EXPECT_FALSE(cpu::encoded_has_non_finite(p, g.data(), 2));
+      EXPECT_FALSE(cpu::encoded_has_non_finite(p, g.data(), 0));
+    }
+  }
 }
 
 }  // namespace
