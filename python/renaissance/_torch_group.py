@@ -32,7 +32,9 @@ stochastically), and its gradients in the model dtype (PrecisionOptions::model_d
 .data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
 are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
-leaves the master, the state and C as they were, and the parameter's own count.
+leaves the master, the state and C as they were, and the parameter's own count. Without master
+weights (master_weights=False) each step first sets every master to its parameter widened
+(exact), so the update starts from the bf16/fp16 weights alone; W is then scratch between steps.
 """
 import warnings
 
@@ -147,8 +149,12 @@ class SharedTask:
                 p.grad = self.G[j]
 
     def masters_from_params(self, ids=None):
-        """bf16/fp16: each master (W) set to its parameter's current value, widened exactly."""
+        """bf16/fp16: each master (W) set to its parameter's current value, widened exactly (all
+        of them, ids None: one multi-tensor copy where torch has torch._foreach_copy_)."""
         with torch.no_grad():
+            if ids is None and hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(self.W, self.C)
+                return
             for j in range(len(self.params)) if ids is None else ids:
                 self.W[j].copy_(self.C[j])
 
@@ -184,8 +190,10 @@ class SharedTask:
         return (g.dtype is self.g_dtype and g.numel() == self.g_numel[j] and g.layout is torch.strided
                 and g.device == self.g_device and g.is_contiguous())
 
-    def step(self, grad_scale):
-        """One core step for every group. Returns False when no parameter has a gradient."""
+    def step(self, grad_scale, master_weights=True):
+        """One core step for every group. Returns False when no parameter has a gradient.
+        master_weights=False (bf16/fp16): the masters are first set from the parameters (the
+        step then starts from the model-dtype weights alone)."""
         missing = []
         foreign = []  # ids whose .grad is a tensor of autograd's, not our view: copied in below
         # The table: each parameter's gradient address. The G view's for a view, a missing
@@ -215,6 +223,8 @@ class SharedTask:
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
+        if not master_weights and self.C is not None:
+            self.masters_from_params()
         self.write_mask(tuple(missing))
         if self.use_table:
             self.write_table(tuple(ptrs))

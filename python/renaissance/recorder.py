@@ -254,6 +254,11 @@ class Recorder:
         groups = getattr(opt, "_renaissance_groups", None) or getattr(opt, "_bindings", None)
         if not groups:
             raise TypeError("Recorder: the optimizer has no _renaissance_groups (a renaissance.torch optimizer is needed)")
+        if not getattr(opt, "_master_weights", True) and any(getattr(b, "C", None) is not None for b in groups):
+            # A replay case steps fp32 masters (docs/replay-format.md); a step that first resets
+            # them from the bf16/fp16 parameters is not one it can express.
+            raise ValueError("Recorder: an optimizer with master_weights=False and bf16/fp16 parameters cannot be "
+                             "recorded: a replay case keeps fp32 master weights across steps")
         self.case_dir = os.path.abspath(os.fspath(case_dir))
         # Under a process group (renaissance.torch's process_group=): every rank records, rank 0
         # of the group alone checks case_dir and writes (the module doc).

@@ -65,7 +65,7 @@ class _Base(Optimizer):
         self._seed = seed
         self._bindings = []
         groups = _as_groups(params)
-        _validate_new(groups, [], master_weights)
+        _validate_new(groups, [])
         if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
             raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
                              "parameters are all float32 (no copy to round)")
@@ -83,7 +83,7 @@ class _Base(Optimizer):
         existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
         group = dict(param_group)
         group["params"] = _param_list(group["params"])
-        _validate_new([group], existing, self._master_weights)
+        _validate_new([group], existing)
         n_before = len(self.param_groups)
         super().add_param_group(group)
         if getattr(self, "_deferred", False):
@@ -195,7 +195,7 @@ class _Base(Optimizer):
         for shared in lr_batch.values():
             shared.flush_lrs()
         for shared in self._shared():
-            shared.step(grad_scale)
+            shared.step(grad_scale, self._master_weights)
         return loss
 
     # ---- state ------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def _as_groups(params):
     return [{"params": params}]
 
 
-def _validate_new(groups, existing, master_weights=True):
+def _validate_new(groups, existing):
     """Every ValueError of the adapter's contract, before any parameter or task is touched."""
     seen = {id(p) for p in existing}
     intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
@@ -403,10 +403,6 @@ def _validate_new(groups, existing, master_weights=True):
             if p.dtype != group["params"][0].dtype:
                 raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "
                                  "dtype in a group of its own)" % (gi, group["params"][0].dtype, p.dtype))
-            if p.dtype != torch.float32 and not master_weights:
-                raise ValueError("parameter of shape %s is %s and master_weights=False: renaissance.torch updates "
-                                 "bf16/fp16 parameters only through fp32 master weights (master_weights=True)"
-                                 % (tuple(p.shape), p.dtype))
             if not p.is_contiguous():
                 raise ValueError("parameter of shape %s is not contiguous" % (tuple(p.shape),))
             if p.device.type not in ("cpu", "cuda"):

@@ -186,6 +186,67 @@ def test_bf16_cnn_against_torch_adamw(device):
     assert acc > 0.5, acc
 
 
+# ---- master_weights=False -----------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_no_master_weights_bitwise_against_reference(device, dtype):
+    """master_weights=False: every step starts from the bf16/fp16 parameters widened (no fp32
+    master carried over), so after each step every parameter equals, bit for bit, the plain
+    reference whose masters are replaced by its own rounded weights before each step (M and V
+    stay fp32). With masters (the default) the same run ends elsewhere: the residuals matter.
+    Synthetic gradients (torch 1.13 has no CPU fp16 matmul): the optimizer is under test."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(48, 64), (48,), (10, 48), (10,), (3, 3, 5, 7)]
+    init = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
+    params = [torch.nn.Parameter(t.clone().to(device)) for t in init]
+    params_m = [torch.nn.Parameter(t.clone().to(device)) for t in init]
+    ref = MathAdamW([t.float() for t in init], lr=3e-3, weight_decay=0.05)
+    opt = rt.AdamW(params, lr=3e-3, weight_decay=0.05, threads=1, master_weights=False)
+    opt_m = rt.AdamW(params_m, lr=3e-3, weight_decay=0.05, threads=1)
+    for step in range(20):
+        grads = [(0.1 * torch.randn(s, generator=gen)).to(dtype) for s in shapes]
+        for p, q, g in zip(params, params_m, grads):
+            p.grad.copy_(g)
+            q.grad.copy_(g)
+        for w in ref._w:  # the reference without masters: its weights rounded, widened back
+            w[...] = torch.from_numpy(w).to(dtype).float().numpy()
+        ref.step(grads)
+        opt.step()
+        opt_m.step()
+        for j, p in enumerate(params):
+            assert same_bits(p, ref.w[j].to(dtype)), "step %d parameter %d differs" % (step, j)
+    differ = sum(int((bits(p) != bits(q)).sum()) for p, q in zip(params, params_m))
+    assert differ > 0, "master_weights=False ran the same steps as master_weights=True"
+
+
+def test_no_master_weights_takes_the_parameter_as_written():
+    """Without masters, writing p.data between steps is what the next step starts from (with
+    masters the step starts from the master and overwrites the write); stochastic rounding is
+    reproducible for a seed and independent of the thread count; the Recorder refuses the mode."""
+    def run(threads, write, masters=False):
+        torch.manual_seed(3)
+        p = torch.nn.Parameter(torch.randn(300, 70).to(torch.bfloat16))
+        opt = rt.SGD([p], lr=0.01, momentum=0.9, threads=threads, master_weights=masters,
+                     stochastic_rounding=True, seed=5)
+        gen = torch.Generator().manual_seed(4)
+        for k in range(3):
+            p.grad.copy_(torch.randn(300, 70, generator=gen).to(torch.bfloat16))
+            opt.step()
+            if write and k == 1:
+                with torch.no_grad():
+                    p.data.mul_(0.5)
+        return bits(p).clone(), opt
+    a, opt = run(1, False)
+    b, _ = run(2, False)
+    assert torch.equal(a, b)
+    c, _ = run(1, True)
+    assert not torch.equal(a, c), "the halving written between steps 2 and 3 was lost"
+    # With masters the third step starts from the master and the write is overwritten.
+    assert torch.equal(run(1, True, masters=True)[0], run(1, False, masters=True)[0])
+    with pytest.raises(ValueError, match="master_weights=False"):
+        rt.Recorder(opt, "/nonexistent-case-dir", steps=1)
+
+
 # ---- stochastic rounding ------------------------------------------------------------------------
 def sr_run(seed, threads=1, stochastic=True, steps=3, device="cpu"):
     """Three SGD steps of one big bf16 tensor (several CPU chunks); returns the copy's bits."""
@@ -336,8 +397,8 @@ def test_groups_of_two_dtypes_and_refusals():
     assert "master_weight" not in opt.state[f] and opt.state[b]["master_weight"].dtype == torch.float32
     with pytest.raises(ValueError, match="one dtype per param group"):
         rt.AdamW([torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))])
-    with pytest.raises(ValueError, match="master_weights=True"):
-        rt.SGD([torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))], lr=0.1, master_weights=False)
+    with pytest.raises(ValueError, match="master_weights"):
+        rt.SGD([torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))], lr=0.1, master_weights=1)
     with pytest.raises(ValueError, match="no copy to round"):
         rt.Lion([torch.nn.Parameter(torch.zeros(2))], stochastic_rounding=True)
     with pytest.raises(ValueError, match="float64"):
