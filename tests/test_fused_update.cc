@@ -404,16 +404,18 @@ TEST(FusedUpdate, EveryTargetEqualsTheUnfusedPathAndTheScalarDefinition) {
     ResetSupportedTargets reset;
     hwy::SetSupportedTargetsForTest(target);
     ASSERT_EQ(std::string(cpu::current_simd_target()), hwy::TargetName(target));  // dispatch runs this target
-    int failures = 0, nan_unfused = 0, nan_scalar = 0, nan_unfused_scalar = 0;
+    int failures = 0, nan_unfused = 0, nan_scalar = 0, nan_unfused_scalar = 0, nan_stream = 0;
     for (const Case& k : all) {
       FusedSetup s(k);
       const std::vector<char> unfused = s.run(k, false);
       const std::vector<char> fused = s.run(k, true);
-      // The copy stored through the cache instead: the same loop, so the same bits, NaNs included.
-      EXPECT_TRUE(s.run(k, true, false) == fused) << describe(k) << ": non-temporal and cached copy stores differ";
       std::vector<char> scalar(s.arena, s.arena + s.bytes);
       s.reference(k, scalar.data());
       const std::string what = std::string(hwy::TargetName(target)) + " " + describe(k);
+      // The copy stored through the cache instead: the same bits, but for NaN payloads (the
+      // compiler may unswitch the loop on the switch, and its two copies can commute operands
+      // differently: seen on the H200 host's compiler, 2026-12-02, not on the dev VM's).
+      failures += differences(s, fused, s.run(k, true, false), &nan_stream, what + " (cached against non-temporal copy stores)");
       failures += differences(s, unfused, fused, &nan_unfused, what + " (against the unfused path)");
       failures += differences(s, scalar, fused, &nan_scalar, what + " (against the scalar definition)");
       // For comparison: the unfused path against the scalar definition (the same NaN caveat).
@@ -430,7 +432,8 @@ TEST(FusedUpdate, EveryTargetEqualsTheUnfusedPathAndTheScalarDefinition) {
     EXPECT_EQ(failures, 0);
     std::cout << "[fused update] " << hwy::TargetName(target) << ": NaN results with another payload than the unfused "
               << "path's " << nan_unfused << ", than the scalar definition's " << nan_scalar
-              << " (the unfused path's against the scalar definition's: " << nan_unfused_scalar << ")" << std::endl;
+              << " (the unfused path's against the scalar definition's: " << nan_unfused_scalar
+              << "; cached against non-temporal copy stores: " << nan_stream << ")" << std::endl;
     exercised += (exercised.empty() ? "" : " ") + std::string(hwy::TargetName(target));
   }
   RecordProperty("highway_targets", exercised);
