@@ -203,10 +203,17 @@ def _error_message(call, errors=(ValueError,)):
     return "no error"
 
 
-def _report_and_leave(out_dir, rank, msg):
-    """A wrong-use worker's last act: its rank's message into out_dir, then leave the group."""
+def _report_and_leave(out_dir, rank, msg, together=False):
+    """A wrong-use worker's last act: its rank's message into out_dir, then leave the group.
+    together: every rank got this far (no collective of one rank is left pending), so they free
+    what the optimizers held and meet at a barrier first, as _finish() (below) does: a rank that
+    left with a sharded optimizer still alive sometimes aborted at exit (SIGABRT, gloo; the CI
+    dry run of 2026-12-02, test_none_gradient_on_one_rank_fails_clearly)."""
     with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
         f.write(msg)
+    gc.collect()
+    if together:
+        dist.barrier()
     dist.destroy_process_group()
 
 
@@ -235,7 +242,9 @@ def _worker_none_on_one_rank(rank, k, init_file, out_dir):
         p.grad.copy_(g)
     if rank == 1:
         ps[3].grad = None  # only rank 1 leaves parameter 3 out
-    _report_and_leave(out_dir, rank, _error_message(opt.step))
+    msg = _error_message(opt.step)
+    del opt
+    _report_and_leave(out_dir, rank, msg, together=True)
 
 
 def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
