@@ -152,6 +152,15 @@ RN_HD uint32_t copy_word(const math::Philox4x32& a, const math::Philox4x32& b, u
   return math::sr_half_word(h < 8 ? wa : wb, h);
 }
 
+// Four masters rounded into the copy's format with their random words r (unused when nearest).
+template <Precision kPrecision, Rounding kRounding>
+RN_HD void round_quad(float x0, float x1, float x2, float x3, const uint32_t r[4], uint16_t out[4]) {
+  out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
+  out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);
+  out[2] = round_copy<kPrecision, kRounding>(x2, r[2]);
+  out[3] = round_copy<kPrecision, kRounding>(x3, r[3]);
+}
+
 // Span element e's copy bits into *out; false (nothing to write) when e is padding.
 template <Precision kPrecision, Rounding kRounding>
 RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* steps, uint32_t task_t, uint64_t e,
@@ -191,10 +200,7 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   if (kRounding == Rounding::kStochastic) {
     copy_quad_words(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
   }
-  out[0] = round_copy<kPrecision, kRounding>(x0, r[0]);
-  out[1] = round_copy<kPrecision, kRounding>(x1, r[1]);
-  out[2] = round_copy<kPrecision, kRounding>(x2, r[2]);
-  out[3] = round_copy<kPrecision, kRounding>(x3, r[3]);
+  round_quad<kPrecision, kRounding>(x0, x1, x2, x3, r, out);
   return true;
 }
 
@@ -279,10 +285,7 @@ template <Precision kPrecision>
 RN_HD void copy_pair_quad(uint32_t w0, uint32_t w1, float x0, float x1, float x2, float x3, uint16_t out[4]) {
   uint32_t r[4];
   pair_quad_words(w0, w1, r);
-  out[0] = round_copy<kPrecision, Rounding::kStochastic>(x0, r[0]);
-  out[1] = round_copy<kPrecision, Rounding::kStochastic>(x1, r[1]);
-  out[2] = round_copy<kPrecision, Rounding::kStochastic>(x2, r[2]);
-  out[3] = round_copy<kPrecision, Rounding::kStochastic>(x3, r[3]);
+  round_quad<kPrecision, Rounding::kStochastic>(x0, x1, x2, x3, r, out);
 }
 
 }  // namespace renaissance
