@@ -34,12 +34,14 @@ inline std::string cell_name(const ::testing::TestParamInfo<Cell>& info) {
          "_" + backend_kind_name(info.param.backend);
 }
 
-inline std::vector<Cell> all_cells() {
+// Every kind x {bf16, fp16} x {nearest, stochastic} on each of `backends` (default: every
+// backend under test; a test about one backend only passes just that one, rather than skipping).
+inline std::vector<Cell> all_cells(const std::vector<BackendKind>& backends = testing_util::backends_under_test()) {
   std::vector<Cell> cells;
   for (const auto& k : testing_util::all_kind_cases()) {
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {
       for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
-        for (BackendKind b : testing_util::backends_under_test()) cells.push_back({k, p, r, b});
+        for (BackendKind b : backends) cells.push_back({k, p, r, b});
       }
     }
   }

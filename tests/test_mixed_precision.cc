@@ -214,10 +214,11 @@ TEST_P(MixedPrecision, FingerprintCoversTheCopyAndIgnoresThreads) {
 }
 
 // Every Highway target the library was built for gives the default target's fingerprint
-// (masters, M, V, copy, t). CPU cells only (the CUDA instantiation has nothing to vary here).
-TEST_P(MixedPrecision, HighwayTargetsGiveTheSameFingerprint) {
+// (masters, M, V, copy, t). Instantiated over the CPU cells only: Highway targets are a CPU matter.
+class MixedPrecisionCpu : public ::testing::TestWithParam<Cell> {};
+
+TEST_P(MixedPrecisionCpu, HighwayTargetsGiveTheSameFingerprint) {
   const Cell& cell = GetParam();
-  if (cell.backend != BackendKind::kCpu) GTEST_SKIP() << "Highway targets are a CPU matter";
   auto print = [&] {
     auto task = make_task(cell, true, 2, BackendKind::kCpu);
     for (int s = 0; s < 3; ++s) {
@@ -238,6 +239,7 @@ TEST_P(MixedPrecision, HighwayTargetsGiveTheSameFingerprint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, MixedPrecision, ::testing::ValuesIn(all_cells()), cell_name);
+INSTANTIATE_TEST_SUITE_P(Cells, MixedPrecisionCpu, ::testing::ValuesIn(all_cells({BackendKind::kCpu})), cell_name);
 
 TEST(MixedPrecisionApi, RefusalsAreExplicit) {
   TaskOptions options;
