@@ -60,10 +60,12 @@ class SharedTask:
     """One core Task for several torch groups: members[h] = (params, roles, hyper) of group h."""
 
     def __init__(self, members, kind, device, threads, state_names, precision="fp32", rounding="nearest", seed=0,
-                 sharded=False, state_shard=None):
+                 sharded=False, state_shard=None, master_weights=True):
         self.kind = kind
         self.device = device
         self.precision = precision
+        # master_weights=False (bf16/fp16): each step first sets the masters from the parameters.
+        self.masters_from_params_each_step = precision != "fp32" and not master_weights
         if precision != "fp32":
             state_names = dict(state_names, W="master_weight")  # the fp32 masters are state too
         self.state_names = state_names  # {"M": "exp_avg", ...}: families kept as torch state
@@ -190,10 +192,10 @@ class SharedTask:
         return (g.dtype is self.g_dtype and g.numel() == self.g_numel[j] and g.layout is torch.strided
                 and g.device == self.g_device and g.is_contiguous())
 
-    def step(self, grad_scale, master_weights=True):
+    def step(self, grad_scale):
         """One core step for every group. Returns False when no parameter has a gradient.
-        master_weights=False (bf16/fp16): the masters are first set from the parameters (the
-        step then starts from the model-dtype weights alone)."""
+        Without master weights the masters are first set from the parameters (the step then
+        starts from the model-dtype weights alone)."""
         missing = []
         foreign = []  # ids whose .grad is a tensor of autograd's, not our view: copied in below
         # The table: each parameter's gradient address. The G view's for a view, a missing
@@ -223,7 +225,7 @@ class SharedTask:
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)
-        if not master_weights and self.C is not None:
+        if self.masters_from_params_each_step:
             self.masters_from_params()
         self.write_mask(tuple(missing))
         if self.use_table:

@@ -118,7 +118,7 @@ class _Base(Optimizer):
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
                                     kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),
                                     precision=precision, rounding=rounding, seed=self._seed,
-                                    sharded=self._process_group is not None,
+                                    sharded=self._process_group is not None, master_weights=self._master_weights,
                                     state_shard=None if self._process_group is None else
                                     (dist.get_rank(self._process_group), dist.get_world_size(self._process_group)))
                 first = 0
@@ -195,7 +195,7 @@ class _Base(Optimizer):
         for shared in lr_batch.values():
             shared.flush_lrs()
         for shared in self._shared():
-            shared.step(grad_scale, self._master_weights)
+            shared.step(grad_scale)
         return loss
 
     # ---- state ------------------------------------------------------------------------------

@@ -211,10 +211,10 @@ def _report_and_leave(out_dir, rank, msg, together=False):
     dry run of 2026-12-02, test_none_gradient_on_one_rank_fails_clearly)."""
     with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
         f.write(msg)
-    gc.collect()
     if together:
-        dist.barrier()
-    dist.destroy_process_group()
+        _finish()
+    else:
+        dist.destroy_process_group()
 
 
 def _worker_mismatch(rank, k, init_file, out_dir):
