@@ -31,6 +31,9 @@ const char* widen_grad_target();
 // Vectorised per Highway target (ops_check.cc), a scan of integer lanes.
 bool encoded_has_non_finite(Precision dtype, const uint16_t* g, uint64_t n);
 
+// The same question for n fp32 gradients (ops_check.cc; the CHECK_FINITE scan of fp32 G).
+bool fp32_has_non_finite(const float* g, uint64_t n);
+
 // The fp32 gradient of elements [begin, end) of a span whose G starts at `g` (bytes) in
 // `dtype`: a pointer p with p[i] the (widened) gradient of element i for i in [begin, end).
 // fp32: the span itself. bf16 / fp16: the calling thread's buffer, valid until its next call.

@@ -2,14 +2,17 @@
 // definitions of math/precision.h (bf16_to_f32, f16_to_f32), bit for bit, under every Highway
 // target compiled in and supported here: all 65536 encodings of each format (zeros, fp16
 // subnormals, infinities, quiet and signalling NaN payloads included), whole and as odd-length
-// pieces at odd offsets (vector bodies with scalar heads and tails); and the CHECK_FINITE scan of
-// model-dtype G on the same encodings.
+// pieces at odd offsets (vector bodies with scalar heads and tails); and the CHECK_FINITE scans
+// (ops_check.cc) of model-dtype G on the same encodings and of fp32 G, a bad element at every
+// place of runs that exercise each of the scan's four quarter streams, its one-vector loop and
+// its scalar tail.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -64,12 +67,13 @@ TEST(WidenGradSimd, EveryTargetEqualsTheScalarDefinitionOnEveryEncoding) {
 }
 
 // The non-finite check of model-dtype G (cpu::encoded_has_non_finite, the CHECK_FINITE op's scan)
-// under every target: each of the 65536 encodings alone in a run of zeros, at places in the
-// four-vector body, the one-vector loop and the scalar tail of the widest target (32 lanes),
-// must be found exactly when the scalar definition widens it to a NaN or an infinity.
+// under every target: each of the 65536 encodings alone in a run of zeros must be found exactly
+// when the scalar definition widens it to a NaN or an infinity. The run (167) splits into four
+// quarters of 32 (16- and 32-lane targets) or 40 (8 lanes), a one-vector loop and a scalar tail;
+// the places start and end each of them.
 TEST(WidenGradSimd, NonFiniteScanFindsEveryNonFiniteEncodingAtEveryPlace) {
   constexpr uint64_t kN = 4 * 32 + 32 + 7;
-  const uint64_t places[] = {0, 1, 31, 64, 127, 128, 150, 159, 160, kN - 1};
+  const uint64_t places[] = {0, 1, 31, 32, 40, 63, 64, 80, 96, 120, 127, 128, 150, 159, 160, kN - 1};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     ResetSupportedTargets reset;
@@ -94,6 +98,51 @@ TEST(WidenGradSimd, NonFiniteScanFindsEveryNonFiniteEncodingAtEveryPlace) {
       EXPECT_TRUE(cpu::encoded_has_non_finite(p, g.data(), 3));
       EXPECT_FALSE(cpu::encoded_has_non_finite(p, g.data(), 2));
       EXPECT_FALSE(cpu::encoded_has_non_finite(p, g.data(), 0));
+    }
+  }
+}
+
+// Both scans with one bad element at each place of runs of several lengths (every split into
+// quarters, one-vector loop and tail on every target), and nothing found in a run of the largest
+// finite values. fp32: NaN, +Inf, -Inf; model dtypes: the smallest and largest NaN of each sign
+// and the infinities (all other encodings: the test above).
+TEST(WidenGradSimd, NonFiniteScansFindOneBadElementAtEveryPlaceOfEveryLength) {
+  const float kBadFloats[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), math::f32_from_bits(0x7f800001u)};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    ResetSupportedTargets reset;
+    hwy::SetSupportedTargetsForTest(target);
+    for (uint64_t n : {1u, 7u, 31u, 64u, 167u, 259u, 1031u}) {
+      SCOPED_TRACE("length " + std::to_string(n));
+      std::vector<float> g(n, std::numeric_limits<float>::max());
+      EXPECT_FALSE(cpu::fp32_has_non_finite(g.data(), n));
+      int missed = 0;
+      for (uint64_t at = 0; at < n; ++at) {
+        for (float bad : kBadFloats) {
+          const float keep = g[at];
+          g[at] = bad;
+          if (!cpu::fp32_has_non_finite(g.data(), n) && ++missed <= 3) ADD_FAILURE() << "fp32 0x" << std::hex << math::f32_bits(bad) << std::dec << " at " << at << ": not found";
+          g[at] = keep;
+        }
+      }
+      EXPECT_EQ(missed, 0);
+      for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+        const bool bf16 = p == Precision::kBf16;
+        const uint16_t largest_finite = bf16 ? 0x7f7f : 0x7bff;
+        const uint16_t exp = bf16 ? 0x7f80 : 0x7c00;
+        const uint16_t bad_codes[] = {exp, static_cast<uint16_t>(exp | 0x8000), static_cast<uint16_t>(exp + 1), 0x7fff, 0xffff};
+        std::vector<uint16_t> h(n, largest_finite);
+        EXPECT_FALSE(cpu::encoded_has_non_finite(p, h.data(), n));
+        for (uint64_t at = 0; at < n; ++at) {
+          for (uint16_t bad : bad_codes) {
+            h[at] = bad;
+            if (!cpu::encoded_has_non_finite(p, h.data(), n) && ++missed <= 3) ADD_FAILURE() << (bf16 ? "bf16" : "fp16") << " 0x" << std::hex << bad << std::dec << " at " << at << ": not found";
+            h[at] = largest_finite;
+          }
+        }
+        EXPECT_EQ(missed, 0);
+      }
     }
   }
 }
