@@ -29,7 +29,8 @@ enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
 
 // The backend's performance switches (issue #17), read once from the environment when the backend
 // is made (cpu_backend.cc, cpu_tuning_from_env), none of which changes a bit of any result:
-//   RENAISSANCE_CPU_CHUNK=N          elements per block of the element-wise ops (multiple of 64)
+//   RENAISSANCE_CPU_CHUNK=N          elements per block of the element-wise ops (multiple of 64;
+//                                    the CHECK_FINITE scan of the arena takes 8 chunks per block)
 //   RENAISSANCE_CPU_SCHEDULE=static|interleaved|dynamic
 //   RENAISSANCE_CPU_PREFETCH=N       software prefetch N elements ahead in element-wise updates (0: off)
 //   RENAISSANCE_CPU_FIRST_TOUCH=0|1  the arena's pages are first written by the thread that will

@@ -22,9 +22,10 @@ namespace HWY_NAMESPACE {
 
 // The four accumulators of both scans below each walk their own quarter of the run, one vector at
 // a time: four read streams per thread instead of one. A lone stream per core leaves memory idle
-// (its hardware prefetcher runs too few lines ahead); with four the same scan of resnet50's 51 MB
-// of bf16 G at 2 threads took 2.2 ms instead of 3.3 (dev VM, 2026-12-02, bench/RESULTS.md). The
-// answer is an OR over elements, so the order of the walk cannot change it.
+// (its hardware prefetcher runs too few lines ahead); with four, the scan of resnet50's 51 MB of
+// bf16 G at 2 threads took 2.3 ms instead of 3.3 on the dev VM and 2.6 instead of 2.9 on the H200
+// host (2026-12-02, medians, blocks of one chunk; bench/RESULTS.md). The answer is an OR over
+// elements, so the order of the walk cannot change it.
 size_t QuarterOf(size_t n, size_t lanes) { return n / (4 * lanes) * lanes; }
 
 // x*0 is ±0 for every finite x and NaN for NaN and ±Inf, so a running sum of x*0 is NaN
