@@ -20,13 +20,27 @@ namespace renaissance {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-// The four accumulators of both scans below each walk their own quarter of the run, one vector at
-// a time: four read streams per thread instead of one. A lone stream per core leaves memory idle
-// (its hardware prefetcher runs too few lines ahead); with four, the scan of resnet50's 51 MB of
-// bf16 G at 2 threads took 2.3 ms instead of 3.3 on the dev VM and 2.6 instead of 2.9 on the H200
-// host (2026-12-02, medians, blocks of one chunk; bench/RESULTS.md). The answer is an OR over
-// elements, so the order of the walk cannot change it.
-size_t QuarterOf(size_t n, size_t lanes) { return n / (4 * lanes) * lanes; }
+// Both scans below fold their elements into four accumulators, each walking its own quarter of
+// the run, one vector at a time: four read streams per thread instead of one. A lone stream per
+// core leaves memory idle (its hardware prefetcher runs too few lines ahead); with four, the scan
+// of resnet50's 51 MB of bf16 G at 2 threads took 2.3 ms instead of 3.3 on the dev VM and 2.6
+// instead of 2.9 on the H200 host (2026-12-02, medians, blocks of one chunk; bench/RESULTS.md).
+// The answer is an OR over elements, so the order of the walk cannot change it.
+// acc[k] = fold(acc[k], load(i)) over the vectors at i of quarter k, then the remaining whole
+// vectors into acc[0]; returns the first element not visited (the caller's scalar tail).
+template <class V, class Load, class Fold>
+HWY_INLINE size_t FoldQuarters(size_t n, size_t lanes, V (&acc)[4], const Load& load, const Fold& fold) {
+  const size_t q = n / (4 * lanes) * lanes;
+  for (size_t i = 0; i < q; i += lanes) {
+    acc[0] = fold(acc[0], load(i));
+    acc[1] = fold(acc[1], load(q + i));
+    acc[2] = fold(acc[2], load(2 * q + i));
+    acc[3] = fold(acc[3], load(3 * q + i));
+  }
+  size_t i = 4 * q;
+  for (; i + lanes <= n; i += lanes) acc[0] = fold(acc[0], load(i));
+  return i;
+}
 
 // x*0 is ±0 for every finite x and NaN for NaN and ±Inf, so a running sum of x*0 is NaN
 // exactly when some element is not finite.
@@ -34,18 +48,11 @@ bool ChunkHasNonFinite(const float* HWY_RESTRICT g, size_t n) {
   const FloatTag d;
   const size_t lanes = hn::Lanes(d);
   const FloatVec zero = hn::Zero(d);
-  auto times_zero = [&](size_t i) { return hn::Mul(hn::LoadU(d, g + i), zero); };
-  FloatVec a0 = zero, a1 = zero, a2 = zero, a3 = zero;
-  const size_t q = QuarterOf(n, lanes);
-  for (size_t i = 0; i < q; i += lanes) {
-    a0 = hn::Add(a0, times_zero(i));
-    a1 = hn::Add(a1, times_zero(q + i));
-    a2 = hn::Add(a2, times_zero(2 * q + i));
-    a3 = hn::Add(a3, times_zero(3 * q + i));
-  }
-  size_t i = 4 * q;
-  for (; i + lanes <= n; i += lanes) a0 = hn::Add(a0, times_zero(i));
-  const FloatVec sum = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+  FloatVec a[4] = {zero, zero, zero, zero};
+  size_t i = FoldQuarters(
+      n, lanes, a, [&](size_t at) { return hn::Mul(hn::LoadU(d, g + at), zero); },
+      [](FloatVec acc, FloatVec x) { return hn::Add(acc, x); });
+  const FloatVec sum = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
   HWY_ALIGN float out[hn::MaxLanes(d)];
   hn::Store(sum, d, out);
   float tail = 0.0f;
@@ -61,20 +68,13 @@ bool ChunkHasNonFinite(const float* HWY_RESTRICT g, size_t n) {
 // compare results are OR-ed, so the answer cannot depend on the vector width.
 bool EncodedChunkHasNonFinite(const uint16_t* HWY_RESTRICT g, size_t n, uint16_t exponent) {
   const hn::ScalableTag<uint16_t> d;
-  const size_t lanes = hn::Lanes(d);
-  const auto e = hn::Set(d, exponent);
-  auto all_ones = [&](size_t i) { return hn::VecFromMask(d, hn::Eq(hn::And(hn::LoadU(d, g + i), e), e)); };
-  auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
-  const size_t q = QuarterOf(n, lanes);
-  for (size_t i = 0; i < q; i += lanes) {
-    a0 = hn::Or(a0, all_ones(i));
-    a1 = hn::Or(a1, all_ones(q + i));
-    a2 = hn::Or(a2, all_ones(2 * q + i));
-    a3 = hn::Or(a3, all_ones(3 * q + i));
-  }
-  size_t i = 4 * q;
-  for (; i + lanes <= n; i += lanes) a0 = hn::Or(a0, all_ones(i));
-  bool bad = !hn::AllTrue(d, hn::Eq(hn::Or(hn::Or(a0, a1), hn::Or(a2, a3)), hn::Zero(d)));
+  using V = hn::Vec<decltype(d)>;
+  const V e = hn::Set(d, exponent);
+  V a[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+  size_t i = FoldQuarters(
+      n, hn::Lanes(d), a, [&](size_t at) { return hn::VecFromMask(d, hn::Eq(hn::And(hn::LoadU(d, g + at), e), e)); },
+      [](V acc, V x) { return hn::Or(acc, x); });
+  bool bad = !hn::AllTrue(d, hn::Eq(hn::Or(hn::Or(a[0], a[1]), hn::Or(a[2], a[3])), hn::Zero(d)));
   for (; i < n; ++i) bad = bad || (g[i] & exponent) == exponent;
   return bad;
 }
