@@ -203,18 +203,17 @@ def _error_message(call, errors=(ValueError,)):
     return "no error"
 
 
-def _report_and_leave(out_dir, rank, msg, together=False):
-    """A wrong-use worker's last act: its rank's message into out_dir, then leave the group.
-    together: every rank got this far (no collective of one rank is left pending), so they free
-    what the optimizers held and meet at a barrier first, as _finish() (below) does: a rank that
-    left with a sharded optimizer still alive sometimes aborted at exit (SIGABRT, gloo; the CI
-    dry run of 2026-12-02, test_none_gradient_on_one_rank_fails_clearly)."""
+def _report(out_dir, rank, msg):
+    """A wrong-use worker's result: its rank's message into out_dir."""
     with open(os.path.join(out_dir, "rank%d.txt" % rank), "w") as f:
         f.write(msg)
-    if together:
-        _finish()
-    else:
-        dist.destroy_process_group()
+
+
+def _report_and_leave(out_dir, rank, msg):
+    """_report, then leave the group at once (a rank may still wait in a collective the others
+    never joined, so there is no barrier)."""
+    _report(out_dir, rank, msg)
+    dist.destroy_process_group()
 
 
 def _worker_mismatch(rank, k, init_file, out_dir):
@@ -242,9 +241,12 @@ def _worker_none_on_one_rank(rank, k, init_file, out_dir):
         p.grad.copy_(g)
     if rank == 1:
         ps[3].grad = None  # only rank 1 leaves parameter 3 out
-    msg = _error_message(opt.step)
+    _report(out_dir, rank, _error_message(opt.step))
+    # Both ranks got here, so they leave as a finished run does (_finish): a rank that left with
+    # its sharded optimizer still alive sometimes aborted at exit (SIGABRT, gloo; the CI dry run
+    # of 2026-12-02).
     del opt
-    _report_and_leave(out_dir, rank, msg, together=True)
+    _finish()
 
 
 def test_none_gradient_on_one_rank_fails_clearly(tmp_path):
