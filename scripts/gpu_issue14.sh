@@ -83,7 +83,11 @@ for phase in "$@"; do
       [ $rc -ne 0 ] && fail=1
       ;;
     cpu)
-      [ -n "$before_build_pid" ] && { wait "$before_build_pid" || echo "FAIL: BEFORE_TREE's CPU build (cpu-build.log)"; }
+      if [ -n "$before_build_pid" ] && ! wait "$before_build_pid"; then
+        note cpu "FAILED: BEFORE_TREE's CPU build (cpu-build.log)"
+        fail=1
+        continue
+      fi
       # bench/step_ab.py: the interleaved rounds, fastest and median ms and shares per build.
       timeout "${CPU_TIMEOUT:-240}" python3 bench/step_ab.py "$before_bench" "$build/bench/bench_step" \
         "${CPU_ROUNDS:-3}" adamw > "$OUT/cpu.txt" 2>> "$OUT/cpu-build.log"
