@@ -148,7 +148,10 @@ class SharedTask:
                     self.G[j].copy_(p.grad.detach())
             for j, p in enumerate(self.params):
                 p.data = self.weights[j]
-                p.grad = self.G[j]
+                # A frozen parameter (requires_grad=False) keeps .grad None, as torch leaves it:
+                # step() then masks it, so weight decay never touches it.
+                if p.requires_grad or p.grad is not None:
+                    p.grad = self.G[j]
 
     def masters_from_params(self, ids=None):
         """bf16/fp16: each master (W) set to its parameter's current value, widened exactly (all
@@ -170,6 +173,8 @@ class SharedTask:
             self.G_all.zero_()
         for j, (p, g) in enumerate(zip(self.params, self.G)):
             grad = p.grad
+            if grad is None and not p.requires_grad:
+                continue  # frozen: no gradient to zero, none to hand to backward (torch's rule)
             if grad is not g and (grad is None or not self.is_view(j, grad)):
                 p.grad = g
 

@@ -266,7 +266,10 @@ class _Base(Optimizer):
                     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(b.params[j].shape):
                         raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
-                    bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j], t))
+                    # A copy taken now: the state dict may hold this optimizer's own live views
+                    # (opt.load_state_dict(opt.state_dict())), which the load zeroes below.
+                    bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j],
+                                 t.detach().to(dtype=torch.float32, copy=True)))
             plan.append((b, step, bufs, per_param))
         shared_steps = {}  # the groups of one Task: its count is the largest of their parameters'
         for b, step, _, _ in plan:
@@ -372,6 +375,9 @@ def _param_list(params):
 
 
 def _as_groups(params):
+    if isinstance(params, torch.Tensor):
+        raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                        "but got " + torch.typename(params))
     params = _param_list(params)
     if not params:
         raise ValueError("optimizer got an empty parameter list")
@@ -443,17 +449,41 @@ def _scale_from_scaler(scaler, optimizer):
 def _number(name, value):
     if isinstance(value, torch.Tensor):
         raise ValueError("%s as a tensor is not supported; pass a float" % name)
+    if isinstance(value, (bool, str)):  # stricter than torch: float(True) and float("0.1") would pass
+        raise ValueError("%s=%r: expected a number" % (name, value))
     value = float(value)
     if not math.isfinite(value):
         raise ValueError("%s=%r: must be finite" % (name, value))
     return value
 
 
+def _at_least_zero(message, name, value):
+    """torch's range rule and message for lr, momentum, weight_decay and eps ("Invalid learning
+    rate: -1.0"). Checked by _core_config, so at construction and at every step while a bad value
+    stands in param_groups (before anything of the step is applied)."""
+    v = _number(name, value)
+    if not v >= 0.0:
+        raise ValueError("%s: %s" % (message, value))
+    return v
+
+
+def _lr(group):
+    return _at_least_zero("Invalid learning rate", "lr", group["lr"])
+
+
+def _weight_decay(group):
+    return _at_least_zero("Invalid weight_decay value", "weight_decay", group["weight_decay"])
+
+
 def _betas(group):
     b = group["betas"]
     if len(b) != 2:
         raise ValueError("betas=%r: expected two numbers" % (b,))
-    return _number("beta1", b[0]), _number("beta2", b[1])
+    out = (_number("beta1", b[0]), _number("beta2", b[1]))
+    for i, v in enumerate(out):
+        if not 0.0 <= v < 1.0:  # torch's rule and message (Adam, AdamW)
+            raise ValueError("Invalid beta parameter at index %d: %s" % (i, b[i]))
+    return out
 
 
 def _clip(group, hyper):
@@ -495,11 +525,11 @@ class SGD(_Base):
     def _core_config(self, group):
         if group["dampening"] != 0:
             raise ValueError("SGD: dampening=%r is not supported (only 0)" % (group["dampening"],))
-        momentum = _number("momentum", group["momentum"])
+        momentum = _at_least_zero("Invalid momentum value", "momentum", group["momentum"])
         if group["nesterov"] and momentum <= 0:
             raise ValueError("SGD: Nesterov momentum requires a momentum > 0 and zero dampening")
         kind = "sgd" if momentum == 0 else ("sgd_nesterov" if group["nesterov"] else "sgd_momentum")
-        hyper = {"lr": _number("lr", group["lr"]), "weight_decay": _number("weight_decay", group["weight_decay"]),
+        hyper = {"lr": _lr(group), "weight_decay": _weight_decay(group),
                  "weight_decay_mode": "decoupled" if group["decoupled_weight_decay"] else "l2"}
         if momentum > 0:
             hyper["momentum"] = momentum
@@ -522,9 +552,9 @@ class _AdamFamily(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
-        return self._kind, _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
-                                         "eps": _number("eps", group["eps"]),
-                                         "weight_decay": _number("weight_decay", group["weight_decay"])})
+        return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
+                                         "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
+                                         "weight_decay": _weight_decay(group)})
 
 
 class Adam(_AdamFamily):

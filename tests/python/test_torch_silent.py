@@ -1,0 +1,112 @@
+"""renaissance.torch: common torch idioms that must not change state silently (the state-dict
+round trip, frozen parameters) and torch's argument rules at every entry point (the constructor
+and param_groups edits before a step). Bit-pattern comparisons against a second optimizer that
+did not take the idiom."""
+import pytest
+import torch
+
+import renaissance.torch as rt
+
+
+def _model(dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).to(dtype)
+
+
+def _train(model, opt, steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(8, 6, generator=g).to(next(model.parameters()).dtype)
+        opt.zero_grad()
+        model(x).float().square().mean().backward()
+        opt.step()
+
+
+def _bits(t):
+    t = t.detach().contiguous()
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32).clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_load_own_state_dict_is_a_no_op(dtype):
+    a, b = _model(dtype), _model(dtype)
+    oa = rt.AdamW(a.parameters(), lr=1e-2, weight_decay=0.1)
+    ob = rt.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    _train(a, oa, 3)
+    _train(b, ob, 3)
+    before = {k: {n: _bits(v) for n, v in s.items() if isinstance(v, torch.Tensor)}
+              for k, s in oa.state_dict()["state"].items()}
+    oa.load_state_dict(oa.state_dict())  # torch: a no-op
+    after = oa.state_dict()["state"]
+    for k, s in before.items():
+        for n, bits in s.items():
+            assert torch.equal(_bits(after[k][n]), bits), (k, n)
+    _train(a, oa, 2, seed=7)
+    _train(b, ob, 2, seed=7)
+    assert oa.fingerprint() == ob.fingerprint()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(_bits(p), _bits(q))
+
+
+@pytest.mark.parametrize("cls,kw", [(rt.AdamW, dict(lr=1e-2, weight_decay=0.5)),
+                                    (rt.SGD, dict(lr=1e-2, momentum=0.9, weight_decay=0.5)),
+                                    (rt.Lion, dict(lr=1e-3, weight_decay=0.5))])
+def test_frozen_parameters_are_never_updated(cls, kw):
+    model = _model()
+    first = model[0]
+    for p in first.parameters():
+        p.requires_grad_(False)
+    frozen = [_bits(p) for p in first.parameters()]
+    opt = cls(model.parameters(), **kw)  # all parameters, as fine-tuning code passes them
+    for p in first.parameters():
+        assert p.grad is None
+    trained = [_bits(p) for p in model[2].parameters()]
+    _train(model, opt, 3)
+    opt.zero_grad(set_to_none=False)
+    _train(model, opt, 1)
+    for p, bits in zip(first.parameters(), frozen):
+        assert p.grad is None
+        assert torch.equal(_bits(p), bits)
+    assert any(not torch.equal(_bits(p), bits) for p, bits in zip(model[2].parameters(), trained))
+
+
+@pytest.mark.parametrize("cls,kw,match", [
+    (rt.SGD, dict(lr=0.1, momentum=-0.5), "Invalid momentum value: -0.5"),
+    (rt.SGD, dict(lr=-0.1), "Invalid learning rate: -0.1"),
+    (rt.SGD, dict(lr=0.1, weight_decay=-1.0), "Invalid weight_decay value: -1.0"),
+    (rt.Adam, dict(lr=-1e-3), "Invalid learning rate: -0.001"),
+    (rt.AdamW, dict(eps=-1e-8), "Invalid epsilon value: -1e-08"),
+    (rt.AdamW, dict(betas=(1.0, 0.999)), "Invalid beta parameter at index 0: 1.0"),
+    (rt.Adam, dict(betas=(0.9, -0.1)), "Invalid beta parameter at index 1: -0.1"),
+    (rt.AdamW, dict(weight_decay=-0.01), "Invalid weight_decay value: -0.01"),
+    (rt.AdamW, dict(lr=True), "expected a number"),
+    (rt.SGD, dict(lr="0.1"), "expected a number"),
+])
+def test_constructor_refuses_what_torch_refuses(cls, kw, match):
+    with pytest.raises(ValueError, match=match):
+        cls(_model().parameters(), **kw)
+
+
+def test_bare_tensor_params_is_a_type_error():
+    with pytest.raises(TypeError, match="should be an iterable of Tensors or dicts"):
+        rt.SGD(torch.zeros(3, requires_grad=True), lr=0.1)
+
+
+@pytest.mark.parametrize("key,value,match", [("momentum", -0.5, "Invalid momentum value"),
+                                             ("lr", -1.0, "Invalid learning rate"),
+                                             ("lr", float("inf"), "must be finite")])
+def test_bad_param_groups_edit_is_refused_at_every_step_and_changes_nothing(key, value, match):
+    model = _model()
+    opt = rt.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1)
+    good = opt.param_groups[0][key]
+    fp = opt.fingerprint()
+    opt.param_groups[0][key] = value
+    for _ in range(2):  # refused again while the bad value stands, not replaced by the old one
+        with pytest.raises(ValueError, match=match):
+            _train(model, opt, 1)
+        assert opt.fingerprint() == fp
+        assert opt.param_groups[0][key] == value
+    opt.param_groups[0][key] = good
+    _train(model, opt, 1)
+    assert opt.fingerprint() != fp
