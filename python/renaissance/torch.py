@@ -315,6 +315,31 @@ class _Base(Optimizer):
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
 
+    # ---- copies ------------------------------------------------------------------------------
+    def __deepcopy__(self, memo):
+        """torch's behaviour: an independent optimizer over deep copies of the parameters (the
+        ones the same deepcopy call copies, e.g. with the model), with this one's groups, state and
+        step counts; its arena is its own, so stepping one leaves the other as it was."""
+        import copy
+        if self._process_group is not None:
+            raise TypeError("%s: an optimizer over a process group cannot be deep-copied (the copy "
+                            "would need its own handshake with every rank); build a new one" % type(self).__name__)
+        groups = []
+        for group in self.param_groups:
+            g = {k: copy.deepcopy(v, memo) for k, v in group.items() if k != "params"}
+            g["params"] = [copy.deepcopy(p, memo) for p in group["params"]]
+            groups.append(g)
+        clone = type(self)(groups, threads=self._threads, master_weights=self._master_weights,
+                           stochastic_rounding=self._rounding == "stochastic", seed=self._seed)
+        memo[id(self)] = clone
+        clone.load_state_dict(self.state_dict())
+        return clone
+
+    def __reduce_ex__(self, protocol):
+        # Refused when pickling, not at the first use of a broken object after unpickling.
+        raise TypeError("cannot pickle a %s: its parameters and state live in a compiled Task; pickle "
+                        "opt.state_dict() and load it into a new optimizer" % type(self).__name__)
+
     # ---- the library's own ------------------------------------------------------------------
     def fingerprint(self):
         """The XXH3 of W, M, V and the step count, as `renaissance run` prints it: one group: its

@@ -110,3 +110,30 @@ def test_bad_param_groups_edit_is_refused_at_every_step_and_changes_nothing(key,
     opt.param_groups[0][key] = good
     _train(model, opt, 1)
     assert opt.fingerprint() != fp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_deepcopy_gives_a_working_independent_optimizer(dtype):
+    import copy
+    model = _model(dtype)
+    opt = rt.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    _train(model, opt, 3)
+    model2, opt2 = copy.deepcopy((model, opt))
+    assert opt2.fingerprint() == opt.fingerprint()
+    assert all(p2 is not p for p2, p in zip(model2.parameters(), model.parameters()))
+    assert all(a is b for a, b in zip([p for g in opt2.param_groups for p in g["params"]], model2.parameters()))
+    fp = opt.fingerprint()
+    _train(model2, opt2, 2, seed=5)  # the copy steps; the original is untouched
+    assert opt.fingerprint() == fp
+    _train(model, opt, 2, seed=5)  # the same gradients: the same bits
+    assert opt.fingerprint() == opt2.fingerprint()
+    for p, q in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(_bits(p), _bits(q))
+
+
+def test_pickling_is_refused_when_pickling():
+    import pickle
+    opt = rt.SGD(_model().parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(TypeError, match="cannot pickle a SGD"):
+        pickle.dumps(opt)
+    pickle.dumps(opt.state_dict())  # the documented way
