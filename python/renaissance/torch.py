@@ -454,10 +454,16 @@ def _check_flag(name, value, cls):
 
 
 def _step_of(state):
+    """A state's step count, checked before the load changes anything: a whole number in
+    [0, 2^31) (the core's per-tensor counts), as torch writes it (a float tensor or a number)."""
     if not state or state.get("step") is None:
         return None
     s = state["step"]
-    return int(s.item()) if isinstance(s, torch.Tensor) else int(s)
+    v = s.item() if isinstance(s, torch.Tensor) and s.numel() == 1 else s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) \
+            or not 0 <= v < 2 ** 31:
+        raise ValueError("load_state_dict: step=%r: expected a whole number in [0, 2**31)" % (s,))
+    return int(v)
 
 
 def _scale_from_scaler(scaler, optimizer):

@@ -137,3 +137,21 @@ def test_pickling_is_refused_when_pickling():
     with pytest.raises(TypeError, match="cannot pickle a SGD"):
         pickle.dumps(opt)
     pickle.dumps(opt.state_dict())  # the documented way
+
+
+@pytest.mark.parametrize("step", [-3.0, 2.5, float("nan"), 2.0 ** 31, "2"])
+def test_refused_load_state_dict_changes_nothing(step):
+    import copy
+    model = _model()
+    opt = rt.AdamW(model.parameters(), lr=1e-2)
+    _train(model, opt, 2)
+    fp, sd = opt.fingerprint(), opt.state_dict()
+    steps = [int(s["step"]) for s in sd["state"].values()]
+    bad = copy.deepcopy(sd)
+    bad["param_groups"][0]["lr"] = 0.5
+    bad["state"][0]["step"] = torch.tensor(step) if isinstance(step, float) else step
+    with pytest.raises(ValueError, match="step="):
+        opt.load_state_dict(bad)
+    assert opt.param_groups[0]["lr"] == 1e-2
+    assert opt.fingerprint() == fp
+    assert [int(s["step"]) for s in opt.state_dict()["state"].values()] == steps
