@@ -58,7 +58,7 @@ struct CpuTuning {
   bool first_touch = true;
   bool huge_pages = true;
   unsigned unroll = 1;
-  // On by default: the same bits either way (tests/test_fused_update.cc), and the fused loop
+  // On by default: the same bits either way (tests/cpu/test_fused_update.cc), and the fused loop
   // moves each element through registers once instead of three times.
   bool fuse = true;
   // A cached store of the write-only copy first reads each of its lines from memory (2 B per

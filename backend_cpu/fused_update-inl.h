@@ -7,7 +7,7 @@
 // scalar heads and tails apply the same rule with the scalar policy and the scalar definitions of
 // math/precision.h, so where a piece splits between vector and scalar code never changes a bit,
 // and the bits are those of the unfused path (widen_grad, RuleChunk, round_model_copy).
-// tests/test_fused_update.cc compares both paths per Highway target.
+// tests/cpu/test_fused_update.cc compares both paths per Highway target.
 // Included once per Highway target from the kinds' op files (Highway's -inl.h convention).
 
 #if defined(RENAISSANCE_FUSED_UPDATE_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -3,8 +3,8 @@
 // the fused update-and-copy loop (fused_update-inl.h), so that the three compute one set of bits.
 // Each function restates a scalar definition of math/precision.h with integer operations (RNE,
 // stochastic rounding, Philox-4x32-10, the exact fp16 -> fp32 widen); every target gives the
-// scalar definition's bits, NaN payloads included. tests/test_model_copy_simd.cc and
-// tests/test_widen_grad_simd.cc check them per target. Included once per Highway target from
+// scalar definition's bits, NaN payloads included. tests/cpu/test_model_copy_simd.cc and
+// tests/cpu/test_widen_grad_simd.cc check them per target. Included once per Highway target from
 // inside HWY_BEFORE_NAMESPACE's region (Highway's -inl.h convention); nothing on HWY_SCALAR,
 // where the callers take the scalar definitions.
 
@@ -221,7 +221,7 @@ HWY_INLINE void Philox(const VU* c0_in, uint32_t c1s, uint32_t c2s, uint32_t c3s
 // With F16C (kHardwareF16 above): vcvtps2ph with an immediate round-to-nearest-even (how
 // Highway's DemoteTo calls it) is IEEE's conversion, whose bits are F16Rne's for every input,
 // NaNs included (quieted, the top nine payload bits kept). Highway emulates DemoteTo on SSE4 and
-// below by truncation, so those targets keep F16Rne. tests/test_model_copy_simd.cc compares
+// below by truncation, so those targets keep F16Rne. tests/cpu/test_model_copy_simd.cc compares
 // every target with the scalar definition (ties, subnormals, overflow, NaN/Inf, random).
 constexpr bool kHardwareF16Rne = kHardwareF16;
 

@@ -1,5 +1,5 @@
 // The CPU model copy's rounding loop (ops_model_copy.cc), declared for write_model_copy and for
-// tests/test_model_copy_simd.cc, which runs it under every compiled Highway target and compares
+// tests/cpu/test_model_copy_simd.cc, which runs it under every compiled Highway target and compares
 // it bit for bit with the scalar definitions of math/precision.h.
 #pragma once
 

@@ -5,7 +5,7 @@
 // Vectorised with Highway: the lane-wise code (half_simd-inl.h, shared with the fused update of
 // fused_update-inl.h) restates math/precision.h's scalar integer formulas (RNE, stochastic
 // rounding, Philox-4x32-10) with the same integer operations, so every target computes the
-// scalar definition's bits; tests/test_model_copy_simd.cc checks this per
+// scalar definition's bits; tests/cpu/test_model_copy_simd.cc checks this per
 // target on ties, subnormals, overflow, NaN/Inf and random inputs. Philox runs on Lanes()
 // counters at once (one per block of eight elements) and the eight 16-bit halves of its output
 // are interleaved back into element order, as sr_random_word assigns them.

@@ -7,7 +7,7 @@
 // the norm passes and the gradient-table path. The lane-wise code (half_simd-inl.h) restates the scalar
 // definitions of math/precision.h (bf16_to_f32, f16_to_f32) with integer operations (fp16 with
 // F16C: the hardware conversion, with the quiet bit it sets on signalling NaNs cleared again):
-// every target gives their bits, NaN payloads included. tests/test_widen_grad_simd.cc checks
+// every target gives their bits, NaN payloads included. tests/cpu/test_widen_grad_simd.cc checks
 // all 65536 encodings per target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_widen_grad.cc"

@@ -1,4 +1,4 @@
-// The CUDA backend's entry points, seen by core/src/backend_factory.cc. Plain C++ (no CUDA
+// The CUDA backend's entry points, seen by runtime/src/backend_factory.cc. Plain C++ (no CUDA
 // headers), so that translation units built by the host compiler can include it.
 #pragma once
 

@@ -2,11 +2,11 @@
 // small layout, with a fixed seed and a NaN step, on every backend this machine has (the CPU
 // twice: one thread and all cores), prints kind x backend -> fingerprint and whether they agree,
 // and compares each fingerprint with the golden file the conformance suite recorded on a GPU
-// (conformance/golden/fingerprints.json, compiled into the binary; $RENAISSANCE_GOLDEN names
+// (audit/golden/fingerprints.json, compiled into the binary; $RENAISSANCE_GOLDEN names
 // another file, for the self-tests): MATCH, DIFFERS or NO GOLDEN. Exit 1 on DIFFERS, on backends
 // that disagree, and on NO GOLDEN: an audit that could not compare a kind with the recorded GPU
 // fingerprint has not vouched for it. Exit 2 stays for bad usage.
-// The runs themselves are defined in conformance/audit_cells.h, shared with the suite, so the
+// The runs themselves are defined in audit/audit_cells.h, shared with the suite, so the
 // audit's cells are golden cells by construction. A second table does the same for the suite's
 // mixed-precision cells (bf16/fp16 model copy, nearest/stochastic rounding, fp32 or model-dtype
 // gradients: audit_precision_cells()), recomputed with the suite's own cell_fingerprint(); a
@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "conformance/audit_cells.h"
-#include "conformance/cell_fingerprint.h"
-#include "conformance/golden.h"
+#include "audit/audit_cells.h"
+#include "audit/cell_fingerprint.h"
+#include "audit/golden.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,16 @@ namespace renaissance {
 namespace cli {
 
 namespace {
+
+// Test-only (tests/comm/cli_runs.cmake): RENAISSANCE_TEST_LOSE_RANK="R:T" makes rank R of a sharded
+// run die by SIGKILL when batch T starts, as a lost machine would; the launcher must end the job
+// and name the rank.
+void maybe_lose_rank(int rank, int t) {
+  const char* spec = std::getenv("RENAISSANCE_TEST_LOSE_RANK");
+  if (spec == nullptr) return;
+  int r = -1, step = -1;
+  if (std::sscanf(spec, "%d:%d", &r, &step) == 2 && r == rank && step == t) std::raise(SIGKILL);
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -184,6 +195,15 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
 
 }  // namespace
 
+BackendKind backend_from_option(const std::string& text) {
+  BackendKind kind;
+  if (!parse_backend_kind(text, &kind)) throw_invalid("--backend " + text + ": expected cpu, cuda or auto");
+  if (kind == BackendKind::kCuda && !backend_available(BackendKind::kCuda)) {
+    throw_invalid("--backend cuda: CUDA is not available here (this build has no CUDA backend or there is no CUDA device)");
+  }
+  return resolve_backend(kind);
+}
+
 void check_threads_option(int threads) {
   // The parser already bounds it by 1024; OpenMP may allow fewer (OMP_THREAD_LIMIT).
   const int limit = omp_get_thread_limit();
@@ -302,6 +322,7 @@ int cmd_run(const RunOptions& o) {
   run.steps = o.steps;
   run.backend = distributed ? (nccl ? BackendKind::kCuda : BackendKind::kCpu) : backend_from_option(o.backend);
   run.comm = comm.get();
+  run.before_sharded_step = maybe_lose_rank;
   run.grad_reduce = grad_reduce;
   run.simulate_ranks = o.simulate_ranks;
   run.threads = o.threads;

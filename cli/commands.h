@@ -1,5 +1,6 @@
 // The subcommands of the `renaissance` tool and what they share: option structs filled by CLI11
-// in main.cc, the exit codes, and the synthetic run that `run` and `audit` both use.
+// in main.cc and the exit codes. The synthetic run that `run` and `audit` both use is the audit
+// library's (audit/synthetic.h).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,19 @@
 #include "renaissance/error.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
-#include "renaissance/shard.h"
+#include "audit/synthetic.h"
 
 namespace renaissance {
 namespace cli {
+
+using audit::as_system_failure;
+using audit::run_synthetic;
+using audit::Schedule;
+using audit::schedule_name;
+using audit::scheduled_lr;
+using audit::SyntheticResult;
+using audit::SyntheticRun;
+using audit::SystemFailure;
 
 // Exit codes: the contract scripts rely on.
 constexpr int kExitOk = 0;
@@ -27,23 +37,6 @@ constexpr int kExitRuntime = 3;           // a backend or system failure while r
 // Bounds of the count options (parsed strictly in main.cc).
 constexpr uint64_t kMaxSteps = 1000000000;   // the checkpoint's step counters are int32
 constexpr uint64_t kMaxThreadsOption = 1024;  // and at most what OpenMP can start (cmd_run.cc)
-
-// A failure of the system during the work (disk full, I/O error, a write refused mid-way):
-// exit 3, unlike a bad input (exit 2). Raised around writes whose path was checked up front.
-class SystemFailure : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-// Runs a write; any library error it raises becomes a SystemFailure (the command was fine).
-template <typename F>
-void as_system_failure(F&& write) {
-  try {
-    write();
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kInvalidArgument) throw;
-    throw SystemFailure(e.what());
-  }
-}
 
 // --threads: within what OpenMP can start here; throws Error(kInvalidArgument) otherwise.
 void check_threads_option(int threads);
@@ -102,62 +95,6 @@ int cmd_replay(const ReplayOptions& options);
 int cmd_audit(const AuditOptions& options);
 int cmd_layouts(bool json);
 int cmd_kinds(bool json);
-
-// ---- shared by run and audit ----
-
-enum class Schedule { kConstant, kCosine, kStep };
-
-// A run on synthetic, counter-based gradients: every input is a pure function of the spec, so
-// the fingerprint is the same on every machine and backend.
-struct SyntheticRun {
-  std::vector<ParamSpec> params;
-  OptimizerConfig config;
-  int steps = 20;
-  BackendKind backend = BackendKind::kAuto;
-  int threads = 0;
-  Schedule schedule = Schedule::kConstant;
-  int schedule_steps = 20;  // the schedule's horizon (--schedule-steps)
-  int warmup = 0;
-  double loss_scale = 1.0;
-  std::vector<int64_t> nan_at;  // 0-based steps whose gradients get one NaN
-  uint64_t seed = 0;
-  bool check_finite = true;
-  PrecisionOptions precision;  // a bf16/fp16 model copy (Task::fingerprint covers it)
-  bool measure_copy_bandwidth = true;  // measure the same-traffic limit (limit_gb_per_s)
-  // Checkpoints (Task::save / Task::load): `--steps` counts batches of the whole run, so a
-  // resumed run starts at the checkpoint's batch (applied + skipped steps) and ends at `steps`.
-  std::string checkpoint;
-  int checkpoint_every = 0;
-  std::string resume;
-  // Called after each step with (steps done, that step's ms); may be empty.
-  std::function<void(int, double)> on_step;
-  // A sharded run over this communicator (null: one device), and how G is reduced.
-  Communicator* comm = nullptr;
-  GradReduce grad_reduce = GradReduce::kOrdered;
-  int simulate_ranks = 0;  // > 0: G is the rank-order sum of this many ranks' gradients / K
-  uint64_t reduce_chunk = 0;  // > 0: elements per round of the gradient reduction (tests)
-};
-
-struct SyntheticResult {
-  BackendKind backend = BackendKind::kCpu;
-  std::string backend_description;
-  int threads = 0;
-  std::vector<double> step_ms;
-  int64_t steps_applied = 0;
-  int64_t steps_skipped = 0;
-  double limit_gb_per_s = 0.0;  // Backend::same_traffic_gbps of the step run
-  std::string fingerprint;
-  int64_t first_step = 0;  // the batch the run started at (> 0 after --resume)
-  double last_grad_norm = 0.0;  // Task::last_grad_norm() after the run (clipping on)
-  double comm_ms_per_step = 0.0;  // sharded runs: collectives and gradient reduction per step
-  uint64_t arena_bytes = 0;  // the task's arena (a sharded run: this rank's, M and V sliced)
-};
-
-// The learning rate of step t (0-based) under a schedule of horizon `steps` with linear warm-up
-// (past the horizon the schedule stays at its end value).
-double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
-const char* schedule_name(Schedule s);
-SyntheticResult run_synthetic(const SyntheticRun& run);
 
 // Parses a --backend value; throws Error(kInvalidArgument) naming the option, and says so when
 // CUDA was asked for but cannot run here.

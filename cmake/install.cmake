@@ -14,6 +14,7 @@ install(TARGETS ${RN_INSTALLED_TARGETS} EXPORT RenaissanceTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/core/include/renaissance
+                  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/include/renaissance
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET renaissance_cli)
   install(TARGETS renaissance_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -1,13 +1,13 @@
 // The conformance suite binary: every cell of the matrix (matrix.cc) as a gtest case, the
 // `renaissance audit` runs, the golden fingerprint checks, and the two outputs that are not
-// tests: --record-golden (write conformance/golden/fingerprints.json from a GPU run) and
+// tests: --record-golden (write audit/golden/fingerprints.json from a GPU run) and
 // --report-json (the results REPORT.md is rendered from, by render_report.py).
 //
 //   conformance_suite                                   run everything, check against the golden file
 //   conformance_suite --gtest_filter='Small/*'          one tier (Small, Big, Drift, Audit, Golden,
 //                                                       Cuda, HighwayTargets)
 //   conformance_suite --report-json results.json        also write every cell's results
-//   conformance_suite --record-golden conformance/golden/fingerprints.json
+//   conformance_suite --record-golden audit/golden/fingerprints.json
 //                                                       GPU only: run all, then record CUDA fingerprints
 //   conformance_suite --golden FILE                     check against another golden file (self-tests)
 //   conformance_suite --write-tampered-golden MODE FILE self-tests: a damaged copy of the embedded file
@@ -26,10 +26,10 @@
 #include <sstream>
 #include <string>
 
-#include "cli/commands.h"
-#include "conformance/audit_cells.h"
-#include "conformance/golden.h"
-#include "conformance/matrix.h"
+#include "audit/synthetic.h"
+#include "audit/audit_cells.h"
+#include "audit/golden.h"
+#include "audit/matrix.h"
 #include "conformance/runner.h"
 #include "conformance/suite_state.h"
 #include "renaissance/backend.h"
@@ -190,13 +190,13 @@ class AuditTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 TEST_P(AuditTest, MatchesGolden) {
   const OptimizerKind kind = static_cast<OptimizerKind>(std::get<0>(GetParam()));
   const int steps = std::get<1>(GetParam());
-  cli::SyntheticRun run = audit_run(kind, steps);
+  audit::SyntheticRun run = audit_run(kind, steps);
   CellResult r;
   r.name = audit_cell_name(kind, steps);
   r.spec = audit_cell_spec(run);
   r.tensors = run.params.size();
   run.backend = BackendKind::kCpu;
-  const cli::SyntheticResult cpu = cli::run_synthetic(run);
+  const audit::SyntheticResult cpu = audit::run_synthetic(run);
   r.cpu.ran = true;
   r.cpu.description = cpu.backend_description;
   r.cpu.fingerprint = cpu.fingerprint;
@@ -205,7 +205,7 @@ TEST_P(AuditTest, MatchesGolden) {
   EXPECT_EQ(cpu.steps_skipped, 1) << r.name;
   if (backend_available(BackendKind::kCuda)) {
     run.backend = BackendKind::kCuda;
-    const cli::SyntheticResult cuda = cli::run_synthetic(run);
+    const audit::SyntheticResult cuda = audit::run_synthetic(run);
     r.cuda.ran = true;
     r.cuda.description = cuda.backend_description;
     r.cuda.fingerprint = cuda.fingerprint;

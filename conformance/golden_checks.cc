@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
-#include "conformance/audit_cells.h"
+#include "audit/synthetic.h"
+#include "audit/audit_cells.h"
 #include "conformance/runner.h"
 #include "conformance/suite_state.h"
 #include "renaissance/backend.h"
@@ -46,9 +46,9 @@ std::vector<CheapCell> cheap_cells() {
 }
 std::string cheap_fingerprint(const CheapCell& c, BackendKind backend, std::string* description = nullptr) {
   if (c.cell) return cell_fingerprint(*c.cell, backend, description);
-  cli::SyntheticRun run = audit_run(c.kind, c.steps);
+  audit::SyntheticRun run = audit_run(c.kind, c.steps);
   run.backend = backend;
-  const cli::SyntheticResult r = cli::run_synthetic(run);
+  const audit::SyntheticResult r = audit::run_synthetic(run);
   if (description) *description = r.backend_description;
   return r.fingerprint;
 }

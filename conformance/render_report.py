@@ -79,10 +79,10 @@ def main():
       "against the float64 oracle, all guards intact, skips correct, but no bitwise evidence in this "
       "run; **failed**: any check failed. Oracle error: worst relative L2 per tensor over W, M, V "
       "(and relative error of the LARS trust ratio N) over all checked steps, CPU backend. Each check's "
-      "bound is 3x the error an honest float32 implementation (tests/oracle_f32.h) has on the same inputs, "
+      "bound is 3x the error an honest float32 implementation (tests/support/oracle_f32.h) has on the same inputs, "
       "floor 1e-7; the bound columns below are the matrix's former fixed bounds, for scale.")
     w("")
-    w("No duplicate cells: without weight decay AdamW is Adam, and an SGD kind's L2 and decoupled modes are the same update; the small layouts' loss scales are powers of two, so they do not change a bit. The 54 cells that repeated another cell's computation under another name (every `adamw.*.wd_off.*` small cell, and each `sgd*.wd_off.l2.*` small cell whose lr schedule and injection pattern a `wd_off.decoupled` cell of the same kind and layout already runs) were removed from the matrix (conformance/matrix.cc, `same_computation_as_another_cell`) and from the golden file; every remaining cell kept its inputs and its recorded fingerprint, and all 341 fingerprints are distinct.")
+    w("No duplicate cells: without weight decay AdamW is Adam, and an SGD kind's L2 and decoupled modes are the same update; the small layouts' loss scales are powers of two, so they do not change a bit. The 54 cells that repeated another cell's computation under another name (every `adamw.*.wd_off.*` small cell, and each `sgd*.wd_off.l2.*` small cell whose lr schedule and injection pattern a `wd_off.decoupled` cell of the same kind and layout already runs) were removed from the matrix (audit/matrix.cc, `same_computation_as_another_cell`) and from the golden file; every remaining cell kept its inputs and its recorded fingerprint, and all 341 fingerprints are distinct.")
     w("")
 
     # Summary per kind.

@@ -18,9 +18,9 @@
 
 #include "renaissance/math/precision.h"
 #include "renaissance/task.h"
-#include "tests/optimizer_cases.h"
-#include "tests/oracle_f32.h"
-#include "tests/oracle_f64.h"
+#include "support/optimizer_cases.h"
+#include "support/oracle_f32.h"
+#include "support/oracle_f64.h"
 
 namespace renaissance {
 namespace conformance {
@@ -274,7 +274,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   w0.shrink_to_fit();
   oracle::OracleF64 ref(cell.config, sample_params, sample_w0);
   // The bound of each check: 3x the error of an honest float32 implementation on the same
-  // sampled tensors (tests/oracle_f32.h), floor 1e-7, instead of one constant for all regimes.
+  // sampled tensors (tests/support/oracle_f32.h), floor 1e-7, instead of one constant for all regimes.
   oracle::OracleF32 honest(cell.config, sample_params, sample_w0);
   sample_w0.clear();
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "conformance/cell_fingerprint.h"  // cell_fingerprint(), with the gradient helpers run_cell uses
-#include "conformance/matrix.h"
+#include "audit/cell_fingerprint.h"  // cell_fingerprint(), with the gradient helpers run_cell uses
+#include "audit/matrix.h"
 #include "renaissance/backend.h"
 
 namespace renaissance {

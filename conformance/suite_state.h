@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "conformance/golden.h"
-#include "conformance/matrix.h"
+#include "audit/golden.h"
+#include "audit/matrix.h"
 
 namespace renaissance {
 namespace conformance {

@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint loader (Task::load, core/src/io/checkpoint.cc) on arbitrary file
+// libFuzzer target: the checkpoint loader (Task::load, runtime/src/checkpoint.cc) on arbitrary file
 // bytes, against small fixed tasks, one per optimizer kind (the input's META kind picks the
 // task, so a mutated checkpoint reaches the section checks of the right kind).
 //

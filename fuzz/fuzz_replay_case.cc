@@ -1,4 +1,4 @@
-// libFuzzer target: the replay case.json parser (parse_replay_case_json, core/src/io/replay.cc),
+// libFuzzer target: the replay case.json parser (parse_replay_case_json, core/src/io/replay_case.cc),
 // the part of load_replay_case that reads untrusted text; the safetensors files it goes on to
 // open have their own target (fuzz_safetensors). A malformed case must be an Error; an accepted
 // one must be self-consistent (per-step lists as long as `steps`, a valid optimizer config).
@@ -7,7 +7,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "renaissance/error.h"
-#include "renaissance/replay.h"
+#include "renaissance/replay_case.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -59,7 +59,7 @@ status=0
 for t in "${targets[@]}"; do
   bin="$build/fuzz/$t"
   mkdir -p "$artifacts/$t"
-  # Every input that once crashed must now pass (the gtests in tests/test_fuzz_regressions.cc
+  # Every input that once crashed must now pass (the gtests in tests/io/test_fuzz_regressions.cc
   # check the same files through the library; this checks them through the fuzz target too).
   shopt -s nullglob
   regressions=(fuzz/regressions/"$t"/*)

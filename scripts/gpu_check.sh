@@ -114,7 +114,7 @@ if want golden; then
   t0=$SECONDS
   timeout 380 scripts/record_golden.sh "$BUILD" > "$OUT/golden.log" 2>&1
   note golden "$(status_of $?) in $((SECONDS - t0)) s"
-  cp conformance/golden/fingerprints.json conformance/REPORT.md "$OUT/" 2>/dev/null
+  cp audit/golden/fingerprints.json conformance/REPORT.md "$OUT/" 2>/dev/null
 fi
 
 if want sanitize; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The per-tensor mask in sharded steps on CUDA ranks over NCCL (issue 16; docs/distributed.md "One
 # step on rank r", the per-tensor mask), on a machine with 2 GPUs, Open MPI and NCCL: builds
-# dist/tests/sharded_mask.cc with CUDA + MPI + NCCL, then runs it at K = 1 and 2 with `cuda`:
+# tests/comm/sharded_mask.cc with CUDA + MPI + NCCL, then runs it at K = 1 and 2 with `cuda`:
 # replicated == the plain masked CUDA run, ordered == the simulated ranks, fast == ordered at
 # K <= 2, bit for bit with the per-tensor counts (adamw, lamb, lars, sgd_momentum with and
 # without clipping, adamw bf16 stochastic: the masked and unmasked programs' update sub-steps
@@ -26,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 status=0
 for K in ${KS:-1 2}; do
   out=$(mpirun --oversubscribe -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$K" \
-        "$BUILD/dist/sharded_mask" dist/tests/shard_layout.json cuda 2>&1) || status=1
+        "$BUILD/tests/comm/sharded_mask" tests/comm/shard_layout.json cuda 2>&1) || status=1
   echo "$out"
   echo "$out" | tail -1 | grep -q "all sharded mask runs match" || status=1
 done

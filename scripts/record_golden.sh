@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Records conformance/golden/fingerprints.json and conformance/REPORT.md on a machine with a
+# Records audit/golden/fingerprints.json and conformance/REPORT.md on a machine with a
 # CUDA GPU: builds with the CUDA backend, runs the whole conformance suite once (CPU and CUDA in
 # lockstep; it refuses to record unless CUDA is available, every check passes and every cell's
 # CUDA fingerprint equals the CPU's), then renders the report from the same run.
@@ -18,10 +18,10 @@ cmake --build "$build" --target conformance_suite renaissance_cli --parallel "$(
 # The one opt-out from golden strictness: while recording, the old file may not cover the matrix
 # (the suite refuses --record-golden without it). Set for this command only.
 RENAISSANCE_GOLDEN_RECORDING=1 "$build/conformance/conformance_suite" \
-  --record-golden conformance/golden/fingerprints.json --report-json "$build/conformance-results.json"
+  --record-golden audit/golden/fingerprints.json --report-json "$build/conformance-results.json"
 python3 conformance/render_report.py "$build/conformance-results.json" > conformance/REPORT.md
 # The binaries embed the golden file at build time: rebuild so they carry the new one, then the
 # audit (strict again, no opt-out) must say MATCH for every kind and backend.
 cmake --build "$build" --target conformance_suite renaissance_cli --parallel "$(nproc)"
 "$build/cli/renaissance" audit
-echo "recorded: conformance/golden/fingerprints.json and conformance/REPORT.md (review, then commit both)"
+echo "recorded: audit/golden/fingerprints.json and conformance/REPORT.md (review, then commit both)"

@@ -5,7 +5,7 @@
 // also where the cut falls inside an 8-element Philox block.
 #include <algorithm>
 
-#include "renaissance/shard.h"
+#include "renaissance/shard_layout.h"
 
 namespace renaissance {
 

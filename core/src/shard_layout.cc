@@ -5,7 +5,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
-#include "renaissance/shard.h"
+#include "renaissance/shard_layout.h"
 
 namespace renaissance {
 

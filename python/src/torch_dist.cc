@@ -23,7 +23,7 @@
 #include "renaissance/error.h"
 #include "renaissance/math/rank_reduction.h"
 #include "renaissance/precision.h"
-#include "renaissance/shard.h"
+#include "renaissance/sharded_step.h"
 #include "renaissance/task.h"
 
 namespace nb = nanobind;

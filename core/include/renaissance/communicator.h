@@ -1,10 +1,10 @@
-// The Communicator: what a sharded step (renaissance/shard.h) needs from a collective engine,
+// The Communicator: what a sharded step (renaissance/sharded_step.h, renaissance/shard_layout.h) needs from a collective engine,
 // and nothing more. Every buffer is in the backend's own memory (host memory for the CPU
 // backend; device memory for the NCCL communicator on the CUDA backend), and every call is
 // collective: all ranks call it in the same order with the same layout arguments.
 //
-// Implementations: LocalCommunicator (a world of one, in the runtime), MpiCommunicator (dist/,
-// built when Open MPI is found) and NcclCommunicator (dist/, built when NCCL is found; device
+// Implementations: LocalCommunicator (a world of one, in the runtime), MpiCommunicator (comm/,
+// built when Open MPI is found) and NcclCommunicator (comm/, built when NCCL is found; device
 // buffers). On NCCL: all_gather_v maps to grouped ncclBroadcast (NCCL's all-gather needs equal
 // counts), all_to_all_v to grouped ncclSend/ncclRecv, reduce_scatter_sum_f32 to
 // ncclReduceScatter on padded counts, the max to ncclAllReduce(ncclMax), each enqueued on the

@@ -67,7 +67,7 @@ struct KindInfo {
   Hyperparameters defaults;   // the library's defaults (builders, CLI, replay's missing keys)
   Hyperparameters reference;  // tests, conformance cells and fuzzers: every term matters
   Hyperparameters bench;      // benchmarks on both sides of the torch comparison
-  double drift_lr;            // the conformance drift runs (1000 steps; see conformance/matrix.cc)
+  double drift_lr;            // the conformance drift runs (1000 steps; see audit/matrix.cc)
 };
 
 // Columns:              lr     wd     mom  beta1 beta2  eps   tc

@@ -4,7 +4,7 @@
 // Philox call per 8 elements of a tensor, so a quad takes half of one call, or of two when its
 // tensor starts off a multiple of 8), or a warp pair of quads shares one call ("Warp pairs" below).
 // Host and device code (RN_HD): the CUDA update kernels call it (backend_cuda/model_copy.cuh),
-// and tests/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
+// and tests/core/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
 // definitions, on layouts whose tensors start off multiples of 8, share quads and are cut.
 //
 // The lookup: a node's CopyTensor list (span order) and a chunk index (copy_chunks: per

@@ -26,7 +26,7 @@ constexpr uint64_t kRegionAlignBytes = 256;
 
 // Which families and scratch buffers an optimizer kind needs.
 struct PlanConfig {
-  // A rank of a sharded step (renaissance/shard.h) keeps M and V only for family elements
+  // A rank of a sharded step (renaissance/shard_layout.h) keeps M and V only for family elements
   // [state_begin, state_end): see MemoryPlan::state_sliced(). The default keeps them whole.
   uint64_t state_begin = 0;
   uint64_t state_end = UINT64_MAX;

@@ -1,7 +1,7 @@
 // Format 2's optional keys, parsed and checked here so that replay.cc stays about the rest of the
 // format: precision / rounding / seed (issue 14) and the per-tensor mask keys (issue 13: steps in
 // which some parameters had no gradient, and per-tensor step counts). Private to the replay
-// reader (core/src/io/replay.cc); docs/replay-format.md has the keys.
+// reader (core/src/io/replay_case.cc); docs/replay-format.md has the keys.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "renaissance/replay.h"
+#include "renaissance/replay_case.h"
 
 namespace renaissance {
 namespace replay_keys {

@@ -1,4 +1,4 @@
-// Replay results (renaissance/replay.h, renaissance/fingerprint.h): the expected-fingerprint
+// Replay results (renaissance/replay_case.h, renaissance/fingerprint.h): the expected-fingerprint
 // check and combine_fingerprints, the comparison with expected.safetensors and the result file.
 // None of it runs a Task, so it lives in renaissance_core; loading and running a case is in
 // replay.cc (the runtime).
@@ -13,7 +13,7 @@
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
-#include "renaissance/replay.h"
+#include "renaissance/replay_case.h"
 
 namespace renaissance {
 

@@ -1,0 +1,341 @@
+// The conformance matrix and its inputs (see matrix.h). Why the matrix looks like this:
+//  - small layouts (small_cnn, odd_sizes, tiny_many) are cheap, so every kind runs the full
+//    cross product of weight decay on/off, decoupled/l2 (SGD kinds), constant/scheduled lr and
+//    loss scales 1, 2^16, 2^24, with the injection site rotating over first/middle/last/all;
+//  - resnet50 and bert_base cost seconds per step on two cores, so every kind runs one cell on
+//    each, chosen so the two cells together still cover both weight-decay modes, both lr kinds,
+//    two loss scales and every injection site;
+//  - one 1000-step drift run per kind (small_cnn) bounds the accumulated float32 error;
+//  - gradient-norm clipping is an axis of the small tier only (two cells per kind and layout,
+//    appended after the others so that no earlier cell's inputs change): clip_active, whose
+//    max_grad_norm of 1 is far below every step's ‖ĝ‖ (about 24 to 115 here), and clip_idle,
+//    whose 1e6 is never reached (coefficient 1: the same bits as no clipping, through the
+//    clipping graph). The big tier's oracle samples tensors, which a global norm cannot use.
+#include "audit/matrix.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <utility>
+#include <stdexcept>
+
+#include "audit/audit_cells.h"
+#include "renaissance/layout.h"
+#include "renaissance/math/synthetic_gradient.h"
+
+namespace renaissance {
+namespace conformance {
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// max_grad_norm of the clipping cells (see the top of the file).
+constexpr double kClipActive = 1.0;
+constexpr double kClipIdle = 1e6;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Scheduled lr factors: warm-up, decay, a zero (a legal lr) and a tail. Literals rather than a
+// cosine, so no libm result (which may differ in the last bit between machines) enters inputs
+// that golden fingerprints depend on.
+constexpr double kLrFactor[] = {0.25, 0.5, 1.0, 0.9, 0.75, 0.5, 0.0, 0.3, 0.2, 0.1};
+constexpr int kNumLrFactors = sizeof(kLrFactor) / sizeof(kLrFactor[0]);
+
+// Hyperparameters of the short runs (those of tests/support/optimizer_cases.h): weight decay large
+// enough that applying it to the wrong group or in the wrong mode moves weights by far more than
+// the bound, learning rates small enough that no weight crosses zero in 10 steps. (No cell
+// reaches LARS's trust-ratio clamp: that needs ‖ĝ‖ < 1e-3*‖w‖ here; tests/runtime/test_oracle.cc has
+// the tensors that do.)
+OptimizerConfig short_config(OptimizerKind kind, bool wd_on, WeightDecayMode mode) {
+  OptimizerConfig c = reference_config(kind);  // kKindTable's `reference` column
+  c.weight_decay_mode = mode;
+  if (!wd_on) c.weight_decay = 0.0;
+  c.validate();
+  return c;
+}
+
+// The drift runs use learning rates small enough that over 1000 steps no weight travels more
+// than about half of its initial magnitude (|w0| >= 1): a weight that reached zero would make
+// the relative error measure cancellation, not drift. Momentum multiplies the step by
+// 1/(1-b) = 10, hence the smaller lr there. What remains is systematic: 1 - lr*wd is rounded to
+// float once and applied 1000 times (sgd: 1 - 2.5e-5, whose float is off by up to 3e-8 relative),
+// so decoupled decay alone contributes ~1000 * 3e-8 = 3e-5 to W; measured 2.9e-5 for sgd, 1.4e-5
+// for adamw, against the 1e-4 bound. The learning rates are kKindTable's `drift_lr` column.
+const char* scale_name(double s) {
+  if (s == 1.0) return "scale_1";
+  if (s == 65536.0) return "scale_2p16";
+  if (s == 16777216.0) return "scale_2p24";
+  return "scale_other";
+}
+
+// Injections by site pattern: 0 first, 1 middle, 2 last, 3 all three. Single injections leave
+// 7 applied steps in 8; "last" poisons the final step, so the final state must be exactly the
+// state after step 6. "all" skips the very first step too, so Adam's t must start at 1 on step 1.
+std::vector<Injection> injections_for(int pattern, int* steps) {
+  switch (pattern) {
+    case 0: *steps = 8; return {{1, Site::kFirst, kNaN}};
+    case 1: *steps = 8; return {{3, Site::kMiddle, kInf}};
+    case 2: *steps = 8; return {{7, Site::kLast, -kInf}};
+    default: *steps = 10; return {{0, Site::kFirst, kNaN}, {4, Site::kMiddle, kInf}, {9, Site::kLast, -kInf}};
+  }
+}
+const char* pattern_name(int pattern) {
+  static const char* names[] = {"nan_first", "nan_middle", "nan_last", "nan_all"};
+  return names[pattern];
+}
+
+Cell make_cell(Tier tier, OptimizerKind kind, const std::string& layout, bool wd_on, WeightDecayMode mode,
+               bool sched, double scale, int pattern) {
+  Cell c;
+  c.tier = tier;
+  c.layout = layout;
+  c.config = short_config(kind, wd_on, mode);
+  c.weight_decay_on = wd_on;
+  c.scheduled_lr = sched;
+  c.loss_scale = scale;
+  c.injections = injections_for(pattern, &c.steps);
+  c.name = std::string(optimizer_kind_name(kind)) + "." + layout + (wd_on ? ".wd_on" : ".wd_off");
+  if (kind_info(kind).allows_l2) c.name += mode == WeightDecayMode::kL2 ? ".l2" : ".decoupled";
+  c.name += std::string(sched ? ".sched" : ".const") + "." + scale_name(scale) + "." + pattern_name(pattern);
+  return c;
+}
+
+uint64_t element_hash(uint64_t salt, uint64_t step, uint64_t tensor, uint64_t i) {
+  return math::mix64(math::mix64(math::mix64(salt + step) + tensor) + i);
+}
+
+// Cells that would repeat another cell's computation under another name (issue #11: 54 of the
+// 395 recorded fingerprints were duplicates). Without weight decay, AdamW is Adam, and an SGD
+// kind's L2 and decoupled modes are the same update (ĝ + 0*w; w*(1 - 0)); and in the small
+// layouts the loss scales (1, 2^16, 2^24) are powers of two, so g*scale and g*(1/scale) are
+// exact and the scale does not change a bit. So: drop AdamW's wd_off cells (Adam's run the same
+// bits), and an SGD kind's wd_off L2 cell when a wd_off decoupled cell of the same kind and
+// layout has the same lr schedule and injection pattern (`twin_exists`). The L2 cells with no
+// such twin stay. conformance/REPORT.md says the same.
+bool same_computation_as_another_cell(OptimizerKind kind, bool wd_on, WeightDecayMode mode, bool twin_exists) {
+  if (wd_on) return false;
+  if (kind == OptimizerKind::kAdamW) return true;
+  return mode == WeightDecayMode::kL2 && twin_exists;
+}
+
+// " precision=bf16:stochastic:seed=N", or nothing for fp32 (the specs recorded before issue 14).
+std::string precision_spec(const PrecisionOptions& p) {
+  if (p.precision == Precision::kFp32) return "";
+  return std::string(" precision=") + precision_name(p.precision) + ":" + rounding_name(p.rounding) +
+         ":seed=" + std::to_string(p.seed) + (p.model_dtype_gradients ? ":grad=model" : "");
+}
+
+}  // namespace
+
+const char* site_name(Site site) {
+  switch (site) {
+    case Site::kFirst: return "first";
+    case Site::kMiddle: return "middle";
+    case Site::kLast: return "last";
+  }
+  return "?";
+}
+
+const char* tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::kSmall: return "small";
+    case Tier::kBig: return "big";
+    case Tier::kDrift: return "drift";
+  }
+  return "?";
+}
+
+double Cell::lr_at(int s) const {
+  if (!scheduled_lr) return config.lr;
+  return config.lr * kLrFactor[s % kNumLrFactors];
+}
+
+std::string Cell::spec() const {
+  std::string inj;
+  for (const Injection& i : injections) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%d:%s:%s,", i.step, site_name(i.site),
+                  std::isnan(i.value) ? "nan" : (i.value > 0 ? "+inf" : "-inf"));
+    inj += buf;
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), " lr_schedule=%s scale=%.17g steps=%d inject=", scheduled_lr ? "table1" : "constant",
+                loss_scale, steps);
+  return std::string("conformance/1 inputs=") +
+         (backend_gradients ? "w:signed-hash/1,g:backend-synthetic/1:seed=" + std::to_string(kSyntheticSeed)
+                            : std::string("signed-hash/1")) +
+         " layout=" + layout + ":" + layout_digest(conformance_layout(layout)) + " " +
+         config_spec(config) + buf + inj + precision_spec(precision);
+}
+
+std::vector<ParamSpec> conformance_layout(const std::string& name) {
+  if (name == "small_cnn") {
+    // Every role; two deep convs longer than one LARS tile (4096), so multi-tile norms count.
+    return {
+        {"conv1.weight", {16, 3, 3, 3}, Role::kFirstConv},
+        {"bn1.weight", {16}, Role::kBnWeight},
+        {"bn1.bias", {16}, Role::kBnBias},
+        {"layer1.conv.weight", {32, 16, 3, 3}, Role::kDeepConv},
+        {"layer1.bn.weight", {32}, Role::kBnWeight},
+        {"layer1.bn.bias", {32}, Role::kBnBias},
+        {"layer2.conv.weight", {64, 32, 3, 3}, Role::kDeepConv},
+        {"layer2.downsample.weight", {64, 32, 1, 1}, Role::kDeepConv},
+        {"layer2.bn.weight", {64}, Role::kBnWeight},
+        {"layer2.bn.bias", {64}, Role::kBnBias},
+        {"fc.weight", {10, 64}, Role::kFcWeight},
+        {"fc.bias", {10}, Role::kFcBias},
+    };
+  }
+  if (name == "odd_sizes") {
+    // Sizes around vector widths (1, 3, 7, 15, 16, 17, 63, 65), around a LARS tile (4097) and a
+    // multiple of it plus one (12289), zero-size tensors first, in the middle and last (in both
+    // groups), and a scalar (empty shape). Round robin over the roles, then again shifted by
+    // three so every size meets both groups.
+    const std::vector<int64_t> sizes = {0, 1, 3, 7, 15, 16, 17, 63, 65, 1023, 4097, 0, 12289};
+    std::vector<ParamSpec> p;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        p.push_back({"p" + std::to_string(pass) + "_" + std::to_string(i), {sizes[i]},
+                     static_cast<Role>((i + 3 * pass) % kNumRoles)});
+      }
+    }
+    p.push_back({"scalar", {}, Role::kBnWeight});
+    p.push_back({"empty_matrix", {7, 0}, Role::kFcWeight});
+    p.push_back({"empty_last", {0}, Role::kDeepConv});
+    return p;
+  }
+  if (name == "tiny_many") {
+    // Hundreds of 1..9-element tensors (per-channel scalars, LayerNorm gains of tiny models):
+    // per-tensor bookkeeping (offsets, LARS tiles and ratios) dominates here, not bandwidth.
+    std::vector<ParamSpec> p;
+    for (int i = 0; i < 320; ++i) {
+      p.push_back({"t" + std::to_string(i), {1 + (i * 7) % 9}, static_cast<Role>(i % kNumRoles)});
+    }
+    return p;
+  }
+  if (name == "resnet50" || name == "bert_base") return builtin_layout(name).params;
+  throw std::invalid_argument("unknown conformance layout " + name);
+}
+
+std::vector<Cell> cells(Tier tier) {
+  std::vector<Cell> out;
+  for (int k = 0; k < kNumOptimizerKinds; ++k) {
+    const OptimizerKind kind = static_cast<OptimizerKind>(k);
+    const std::vector<WeightDecayMode> modes =
+        kind_info(kind).allows_l2 ? std::vector<WeightDecayMode>{WeightDecayMode::kDecoupled, WeightDecayMode::kL2}
+                            : std::vector<WeightDecayMode>{WeightDecayMode::kDecoupled};
+    if (tier == Tier::kSmall) {
+      for (const char* layout : {"small_cnn", "odd_sizes", "tiny_many"}) {
+        int pattern = 0;  // rotates per (kind, layout), so each combination meets every site
+        std::set<std::pair<bool, int>> wd_off_runs;  // (scheduled lr, injection pattern) of wd_off decoupled cells
+        for (bool wd_on : {true, false}) {
+          for (WeightDecayMode mode : modes) {
+            for (bool sched : {false, true}) {
+              for (double scale : {1.0, 65536.0, 16777216.0}) {
+                const int p = pattern++ % 4;  // counted for skipped cells too: the kept ones keep their inputs
+                if (!wd_on && mode == WeightDecayMode::kDecoupled) wd_off_runs.insert({sched, p});
+                if (same_computation_as_another_cell(kind, wd_on, mode, wd_off_runs.count({sched, p}) > 0)) continue;
+                out.push_back(make_cell(tier, kind, layout, wd_on, mode, sched, scale, p));
+              }
+            }
+          }
+        }
+        for (const auto& clip : {std::make_pair("clip_active", kClipActive), std::make_pair("clip_idle", kClipIdle)}) {
+          Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+          c.config.max_grad_norm = clip.second;
+          c.config.validate();
+          c.name += std::string(".") + clip.first;
+          out.push_back(c);
+        }
+        // The precision axis (issue 14), small tier only: every kind x {bf16, fp16} x
+        // {nearest, stochastic} on the two layouts of awkward sizes and multi-tile tensors,
+        // with an lr schedule, loss scale and a skipped step.
+        if (std::string(layout) != "tiny_many") {
+          for (Precision prec : {Precision::kBf16, Precision::kFp16}) {
+            for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
+              Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+              c.precision = {prec, rounding, kSyntheticSeed};
+              c.name += std::string(".") + precision_name(prec) + "." + rounding_name(rounding);
+              out.push_back(c);
+              // The same cell with gradients in the model dtype (the same inputs rounded to
+              // nearest even; no pattern of its own, so the cells after it keep theirs).
+              c.precision.model_dtype_gradients = true;
+              c.name += ".grad_model";
+              // fp16 gradients of up to 65536 would be inf (every step skipped): the loss scale
+              // an AMP run would have backed off to, still a power of two (exact unscaling).
+              if (prec == Precision::kFp16) {
+                c.loss_scale = 1024.0;
+                const size_t at = c.name.find("scale_2p16");
+                if (at != std::string::npos) c.name.replace(at, 10, "scale_2p10");
+              }
+              out.push_back(c);
+            }
+          }
+        }
+      }
+    } else if (tier == Tier::kBig) {
+      Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);
+      r.oracle_stride = 4;
+      r.backend_gradients = true;
+      out.push_back(r);
+      Cell b = make_cell(tier, kind, "bert_base", true,
+                         kind_info(kind).allows_l2 ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled, false, 16777216.0, 1);
+      b.oracle_stride = 8;
+      b.backend_gradients = true;
+      out.push_back(b);
+    } else {
+      Cell d = make_cell(tier, kind, "small_cnn", true, WeightDecayMode::kDecoupled, false, 65536.0, 3);
+      d.config.lr = kind_info(kind).drift_lr;
+      d.steps = 1003;  // 1000 applied
+      d.injections = {{250, Site::kFirst, kNaN}, {500, Site::kMiddle, kInf}, {1002, Site::kLast, -kInf}};
+      d.bound = 1e-4;
+      d.name = std::string(optimizer_kind_name(kind)) + ".drift1000.small_cnn";
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+std::vector<Cell> all_cells() {
+  std::vector<Cell> out;
+  for (Tier t : {Tier::kSmall, Tier::kBig, Tier::kDrift}) {
+    for (Cell& c : cells(t)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void make_weights(const std::vector<ParamSpec>& params, std::vector<std::vector<float>>* out) {
+  out->resize(params.size());
+  for (size_t id = 0; id < params.size(); ++id) {
+    const int64_t n = params[id].numel();
+    std::vector<float>& w = (*out)[id];
+    w.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t u = static_cast<uint64_t>(i);
+      const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
+      const double unit = static_cast<double>(element_hash(0x57454947ULL, 0, id, u) >> 11) * 0x1p-53;
+      w[static_cast<size_t>(i)] = static_cast<float>(sign * (1.0 + unit));
+    }
+  }
+}
+
+void make_grads(const std::vector<ParamSpec>& params, uint64_t step, double loss_scale,
+                std::vector<std::vector<float>>* out) {
+  out->resize(params.size());
+  for (size_t id = 0; id < params.size(); ++id) {
+    const int64_t n = params[id].numel();
+    std::vector<float>& g = (*out)[id];
+    g.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t u = static_cast<uint64_t>(i);
+      const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
+      const double unit = static_cast<double>(element_hash(0x47524144ULL, step + 1, id, u) >> 11) * 0x1p-53;
+      g[static_cast<size_t>(i)] = static_cast<float>(sign * (0.1 + 0.9 * unit) * loss_scale);
+    }
+  }
+}
+
+}  // namespace conformance
+}  // namespace renaissance

@@ -1,0 +1,88 @@
+// The conformance matrix: which cells run (kind x layout x hyperparameters x non-finite
+// injections), the layouts, and the deterministic inputs every backend and the float64 oracle
+// receive. Everything here is a pure function of the code, so a cell's fingerprint recorded on a
+// GPU is reproducible on any CPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+#include "renaissance/precision.h"
+
+namespace renaissance {
+namespace conformance {
+
+// Where a non-finite gradient element is written, in arena order of the non-empty G tensors:
+// the first element of the first tensor, the middle element of the middle tensor, the very last
+// element of the last tensor (the last G element before the padding: a check that stops one
+// vector short of the region's end misses it).
+enum class Site { kFirst, kMiddle, kLast };
+const char* site_name(Site site);
+
+struct Injection {
+  int step;     // 0-based step of the run
+  Site site;
+  float value;  // NaN, +Inf or -Inf
+};
+
+enum class Tier { kSmall, kBig, kDrift };
+
+constexpr uint64_t kSyntheticSeed = 20250101;
+
+struct Cell {
+  std::string name;  // dotted, e.g. "adamw.small_cnn.wd_on.sched.scale_2p16.nan_middle"
+  Tier tier = Tier::kSmall;
+  std::string layout;  // small_cnn, odd_sizes, tiny_many, resnet50, bert_base
+  OptimizerConfig config;
+  bool weight_decay_on = false;
+  bool scheduled_lr = false;
+  double loss_scale = 1.0;
+  int steps = 0;  // steps run, skipped ones included (applied = steps - injections)
+  std::vector<Injection> injections;
+  // A ceiling for the report only: each oracle check's bound is 3x the error of an honest
+  // float32 implementation on the same inputs (tests/support/oracle_f32.h, conformance/runner.cc).
+  double bound = 1e-6;
+  // 0: the oracle follows every tensor. k > 0: every k-th tensor (in id order) of at most 4 M
+  // elements, plus the
+  // injection sites, because the float64 oracle of all of bert_base would not fit the budget.
+  int oracle_stride = 0;
+  // Gradients from Task::synthesize_gradients(kSyntheticSeed, step, loss_scale) on each backend
+  // (uniform in [-1, 1) times the scale, signs independent of the weights) instead of host-made
+  // ones. Used for resnet50 and bert_base, where generating and copying 110 M host values per
+  // step would dominate the suite; it also puts the backends' own generators under the bitwise
+  // comparison. Independent signs allow cancellation in single elements, but these layouts have
+  // no tensor below 64 elements, so the per-tensor L2 error stays far below the bound.
+  bool backend_gradients = false;
+  // A bf16/fp16 model copy (issue 14): the fingerprint then covers the copy too. fp32 cells
+  // leave it out of spec(), so their recorded specs are unchanged.
+  PrecisionOptions precision;
+
+  // Everything the fingerprint depends on, in one canonical line (stored in the golden file).
+  std::string spec() const;
+  // The learning rate of step s (host double; the library rounds it to float once).
+  double lr_at(int s) const;
+};
+
+std::vector<ParamSpec> conformance_layout(const std::string& name);
+// All cells of one tier, in a fixed order.
+std::vector<Cell> cells(Tier tier);
+std::vector<Cell> all_cells();
+const char* tier_name(Tier tier);
+
+// Inputs. Every element has a sign fixed for the whole run and shared by its weight and all its
+// gradients: with sign(w) = sign(g), no update subtracts nearly equal numbers (m = b*m + g,
+// g + wd*w and w - lr*m all combine terms of one sign while |w| stays away from 0), so float32
+// rounding stays at a few ulps per operation and the 1e-6 bound is not at the mercy of
+// cancellation in one-element tensors (tests/support/optimizer_cases.h explains the same choice). The
+// hash is cheaper than that file's, because bert_base needs 110 M values per step.
+// Initial weight: sign * [1, 2).
+void make_weights(const std::vector<ParamSpec>& params, std::vector<std::vector<float>>* out);
+// Gradient as the backward pass stores it: sign * [0.1, 1) * loss_scale, rounded once.
+void make_grads(const std::vector<ParamSpec>& params, uint64_t step, double loss_scale,
+                std::vector<std::vector<float>>* out);
+
+}  // namespace conformance
+}  // namespace renaissance

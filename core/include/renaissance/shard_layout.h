@@ -1,0 +1,81 @@
+// The partition of a sharded data-parallel step (docs/distributed.md): a world of K ranks, each
+// owning one contiguous slice of every family (the same element range in W, G, M and V), and the
+// pure functions that cut a plan and a model copy to a rank's slice. The step that runs on such
+// slices is the runtime's (renaissance/sharded_step.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "renaissance/communicator.h"
+#include "renaissance/graph.h"
+#include "renaissance/math/rank_reduction.h"
+#include "renaissance/plan.h"
+
+namespace renaissance {
+
+// How the gradient of a rank's slice is formed before the step.
+enum class GradReduce {
+  kReplicated,  // every rank already holds the full reduced G: no reduction
+  kOrdered,     // (g_0 + g_1 + ... + g_{K-1}) / K in fp32, summed left to right in rank order
+  kFast,        // the engine's reduce-scatter, then / K: no bitwise promise beyond the engine's
+};
+const char* grad_reduce_name(GradReduce mode);
+bool parse_grad_reduce(const std::string& text, GradReduce* out);
+
+// A task that is rank `rank` of a sharded step over `world_size` ranks
+// keeps the optimizer state (M, V) only for its slice of make_shard_layout(plan, world_size): its
+// arena is W + G whole plus M and V of the slice (MemoryPlan::state_sliced). Such a task is
+// stepped by a ShardedStep; the whole-state operations (step, fingerprint, save, read of M/V
+// outside the slice) refuse, and ShardedStep gathers what they need. world_size 0: whole state.
+struct StateShard {
+  int rank = 0;
+  int world_size = 0;
+};
+
+// One rank's share. Element indices count from the first element of a family (padding
+// included), so the same range applies to W, G, M and V.
+struct RankShard {
+  uint64_t begin = 0, end = 0;  // elements this rank updates
+  // The reduced gradient this rank needs: [begin, grad_end), grad_end >= end. Past `end` lies
+  // the rest of the last grad-norm tile it owns (clipping reads whole tiles).
+  uint64_t grad_end = 0;
+  int64_t grad_tile_begin = 0, grad_tile_end = 0;  // owned grad-norm tiles (math/norm_reduction.h)
+  int64_t norm_tile_begin = 0, norm_tile_end = 0;  // owned tiles of plan.norm_tiles()
+};
+
+// The partition of a plan over K ranks: a pure function of (plan, K), docs/distributed.md.
+struct ShardLayout {
+  int world_size = 1;
+  uint64_t family_count = 0;  // elements of one family, padding included
+  std::vector<RankShard> ranks;
+};
+ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
+
+// The plan configuration of rank shard.rank of a world of shard.world_size (TaskOptions::
+// state_shard): the configuration of `whole` (a plan holding M and V whole) with M and V cut to
+// that rank's slice of make_shard_layout(whole, world_size).
+PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
+
+// The model copy of a node cut to elements [lo, hi) of its group span (core/src/shard_copy.cc):
+// the tensors' parts inside it, each keeping its stochastic-rounding index (CopyTensor::first).
+// move_span: the node's spans start at lo (an element-wise update cut to a slice), so the copy
+// span moves with them and the tensors count from lo; otherwise (a tile-wise update, whose tiles
+// address the whole group) the span stays whole and only the tensor list shrinks.
+ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi, bool move_span);
+
+// The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
+// rank 0's stream is the run's own seed, so K = 1 is a plain run.
+constexpr uint64_t rank_gradient_seed(uint64_t seed, int rank) {
+  return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
+}
+
+// The reduction of GradReduce::kOrdered, written once (math/rank_reduction.h, for the host and
+// the device): the K ranks' values of one element summed in fp32 in rank order, then divided by
+// K. The distributed step (Backend::reduce_ranks) and the single-process simulation both reduce
+// through these two, so they cannot drift apart.
+using math::ordered_rank_add;
+using math::ordered_rank_mean;
+
+}  // namespace renaissance

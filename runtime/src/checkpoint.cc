@@ -1,0 +1,575 @@
+// Checkpoints: Task::save and Task::load.
+//
+// The format (version 2: header, then META, LAYOUT, W, M, V, N, SCALARS, each framed and
+// checksummed; version 3, written only by a task with a bf16/fp16 model copy: PRECISION after
+// META and the copy C before SCALARS) is specified in docs/checkpoint-format.md. Nothing in a file
+// depends on the backend or the arena's padding. Version 1 files (META without the check-finite
+// flag and the run settings) are refused naming both versions: a resume must not guess what it
+// continues. The framing itself is in checkpoint_framing.h.
+//
+// Save writes a temporary file in the destination folder, fsyncs it, renames it over the final
+// name and fsyncs the folder, so the final name only ever carries a complete checkpoint. Load
+// validates every byte in a first pass over the file before it changes anything in the task, then
+// streams the state sections into the arena in a second (the file is never held whole in memory).
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/src/io/atomic_file.h"
+#include "runtime/src/checkpoint_framing.h"
+#include "core/src/io/file_checks.h"
+#include "renaissance/error.h"
+#include "renaissance/layout.h"
+#include "renaissance/precision.h"
+#include "renaissance/scalars.h"
+#include "renaissance/task.h"
+
+namespace renaissance {
+
+namespace {
+
+using namespace checkpoint_format;
+
+constexpr uint64_t kMaxMetaBytes = 64 * 1024;  // kind, decay mode, numbers, schedule name
+constexpr size_t kMaxScheduleName = 64;
+
+constexpr uint64_t kPrecisionBytes = 4 + 4 + 8;  // PREC: u32 precision, u32 rounding, u64 seed
+
+Family section_family(Section s) {
+  switch (s) {
+    case Section::kM: return Family::kM;
+    case Section::kV: return Family::kV;
+    case Section::kN: return Family::kN;
+    default: return Family::kW;
+  }
+}
+
+bool is_state_section(Section s) {
+  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kN || s == Section::kC;
+}
+
+// The sections a checkpoint of this optimizer kind holds, in file order; a task with a model copy
+// adds PRECISION after META and the copy C after the fp32 state (format version 3).
+std::vector<Section> sections_for(OptimizerKind kind, bool model_copy) {
+  const PlanConfig need = plan_config_from_optimizer(kind);
+  std::vector<Section> s = {Section::kMeta};
+  if (model_copy) s.push_back(Section::kPrecision);
+  s.push_back(Section::kLayout);
+  s.push_back(Section::kW);
+  if (need.has_m) s.push_back(Section::kM);
+  if (need.has_v) s.push_back(Section::kV);
+  if (need.has_n) s.push_back(Section::kN);
+  if (model_copy) s.push_back(Section::kC);
+  s.push_back(Section::kScalars);
+  return s;
+}
+
+// Everything a checkpoint holds, decoded and validated, not yet applied.
+struct Decoded {
+  CheckpointInfo info;
+  uint32_t version = 0;
+  PrecisionOptions precision;                 // fp32 for a version-2 file
+  uint64_t section_data[kNumSections] = {};   // file offset of each state section's elements
+  uint64_t section_hash[kNumSections] = {};   // XXH3 of its payload, re-checked while applying
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+  std::vector<double> f64;
+  std::vector<int32_t> tensor_steps;  // tensor_mask only
+};
+
+// PRECISION: the copy's dtype and the stochastic-rounding key (the step is in SCALARS). A
+// version-3 file always has a bf16 or fp16 copy: fp32 checkpoints are version 2.
+void decode_precision(Cursor& c, PrecisionOptions* p) {
+  const uint32_t precision = c.u32();
+  const uint32_t rounding = c.u32();
+  p->seed = c.u64();
+  c.expect_end();
+  if (precision != static_cast<uint32_t>(Precision::kBf16) && precision != static_cast<uint32_t>(Precision::kFp16)) {
+    c.fail("model copy precision " + std::to_string(precision) + " is neither 1 (bf16) nor 2 (fp16)");
+  }
+  if (rounding > static_cast<uint32_t>(Rounding::kStochastic)) {
+    c.fail("rounding " + std::to_string(rounding) + " is neither 0 (nearest) nor 1 (stochastic)");
+  }
+  p->precision = static_cast<Precision>(precision);
+  p->rounding = static_cast<Rounding>(rounding);
+}
+
+std::string precision_text(const PrecisionOptions& p) {
+  if (p.precision == Precision::kFp32) return "no model copy (fp32)";
+  std::string s = std::string(p.precision == Precision::kFp16 ? "an " : "a ") + precision_name(p.precision) +
+                  " model copy rounded " + (p.rounding == Rounding::kStochastic ? "stochastically" : "to nearest even");
+  if (p.rounding == Rounding::kStochastic) s += " with seed " + std::to_string(p.seed);
+  return s;
+}
+
+// Refuses a checkpoint whose model copy would not continue the task's run: another dtype, another
+// rounding, or (stochastic rounding only: nearest does not draw) another seed of the key.
+void check_precision(const std::string& path, const PrecisionOptions& file, const PrecisionOptions& task) {
+  const bool same = file.precision == task.precision &&
+                    (file.precision == Precision::kFp32 ||
+                     (file.rounding == task.rounding && (file.rounding == Rounding::kNearest || file.seed == task.seed)));
+  if (!same) {
+    throw_invalid("checkpoint " + path + ": checkpoint has " + precision_text(file) + ", task has " +
+                  precision_text(task));
+  }
+}
+
+// META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
+void decode_meta(Cursor& c, CheckpointInfo* info) {
+  const std::string kind_name = c.str();
+  const uint32_t mode = c.u32();
+  OptimizerConfig& cfg = info->config;
+  cfg.lr = c.f64();
+  cfg.weight_decay = c.f64();
+  cfg.momentum = c.f64();
+  cfg.beta1 = c.f64();
+  cfg.beta2 = c.f64();
+  cfg.eps = c.f64();
+  cfg.trust_coefficient = c.f64();
+  info->lr = c.f64();
+  info->loss_scale = c.f64();
+  info->step = c.i64();
+  info->skipped = c.i64();
+  const uint32_t check_finite = c.u32();
+  info->run.schedule = c.str();
+  info->run.schedule_steps = c.i64();
+  info->run.warmup = c.i64();
+  info->run.seed = c.u64();
+  cfg.max_grad_norm = c.f64();
+  c.expect_end();
+  if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
+  if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
+  cfg.weight_decay_mode = static_cast<WeightDecayMode>(mode);
+  if (check_finite > 1) c.fail("check-finite flag " + std::to_string(check_finite) + " is neither 0 nor 1");
+  info->check_finite = check_finite == 1;
+  try {
+    cfg.validate();
+    check_lr(info->lr);
+    check_loss_scale(info->loss_scale);
+  } catch (const Error& e) {
+    c.fail(std::string("invalid hyperparameters: ") + e.what());
+  }
+  if (info->step < 0 || info->step > std::numeric_limits<int32_t>::max() || info->skipped < 0 ||
+      info->skipped > std::numeric_limits<int32_t>::max()) {
+    c.fail("step counts out of range (" + std::to_string(info->step) + " applied, " + std::to_string(info->skipped) +
+           " skipped)");
+  }
+  if (info->run.schedule.size() > kMaxScheduleName || info->run.schedule_steps < 0 || info->run.warmup < 0 ||
+      info->run.schedule_steps > std::numeric_limits<int32_t>::max() ||
+      info->run.warmup > std::numeric_limits<int32_t>::max()) {
+    c.fail("run settings out of range");
+  }
+}
+
+uint64_t family_elements(const MemoryPlan& plan, Family f) {
+  if (f == Family::kN) return plan.num_params();
+  uint64_t n = 0;
+  for (const TensorInfo& t : plan.tensors()) n += static_cast<uint64_t>(t.numel);
+  return n;
+}
+
+uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
+  return f == Family::kN ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
+}
+
+// A state section's stored elements: float32 for W, M, V, N; 2-byte encodings for the copy C
+// (element j of C pairs with element j of W).
+uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : sizeof(float); }
+uint64_t section_elements(const MemoryPlan& plan, Section s) { return family_elements(plan, section_family(s)); }
+uint64_t section_tensor_bytes(const MemoryPlan& plan, Section s, size_t id) {
+  return tensor_elements(plan, section_family(s), id) * element_bytes(s);
+}
+uint64_t section_tensor_offset(const MemoryPlan& plan, Section s, size_t id) {
+  return s == Section::kC ? plan.model_copy_offset(id) : plan.tensor_offset(section_family(s), id);
+}
+
+}  // namespace
+
+void Task::save(const std::string& path) {
+  require_whole_state("save()");
+  save(path, [this](Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
+    backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), dst, count * sizeof(float));
+  }, true);
+}
+
+void Task::save(const std::string& path, const StateReader& read_state, bool write_file) {
+  require_compiled("save()");
+  if (path.empty()) throw_invalid("save(): the checkpoint path is empty");
+  check_layout_limits(params_);  // what load accepts, so that no save writes an unloadable file
+  if (run_settings_.schedule.size() > kMaxScheduleName) throw_invalid("save(): the run's schedule name is too long");
+
+  // The scalars are copied first; the state is streamed tensor by tensor into the file (a backend
+  // error part-way removes the temporary file: the final name keeps the previous checkpoint).
+  // Every hyperparameter group's block (scalars.h): the file holds H blocks of each.
+  std::vector<float> f32(plan_.region(S_SCALAR_FP32).count);
+  std::vector<int32_t> i32(kNumScalarI32);
+  std::vector<double> f64(plan_.region(S_SCALAR_FP64).count);
+  backend_->download(plan_.region(S_SCALAR_FP32).offset, f32.data(), f32.size() * sizeof(float));
+  backend_->download(plan_.region(S_SCALAR_INT32).offset, i32.data(), i32.size() * sizeof(int32_t));
+  backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
+
+  const bool model_copy = plan_.has_model_copy();
+  const std::vector<Section> sections = sections_for(config_.kind, model_copy);
+
+  Bytes precision;
+  precision.u32(static_cast<uint32_t>(options_.precision.precision));
+  precision.u32(static_cast<uint32_t>(options_.precision.rounding));
+  precision.u64(options_.precision.seed);
+
+  Bytes meta;
+  meta.str(optimizer_kind_name(config_.kind));
+  meta.u32(static_cast<uint32_t>(config_.weight_decay_mode));
+  for (double v : {config_.lr, config_.weight_decay, config_.momentum, config_.beta1, config_.beta2, config_.eps,
+                   config_.trust_coefficient, lr_, loss_scale_}) {
+    meta.f64(v);
+  }
+  meta.i64(i32[kStep]);
+  meta.i64(i32[kSkippedSteps]);
+  meta.u32(options_.check_finite ? 1 : 0);
+  meta.str(run_settings_.schedule);
+  meta.i64(run_settings_.schedule_steps);
+  meta.i64(run_settings_.warmup);
+  meta.u64(run_settings_.seed);
+  meta.f64(config_.max_grad_norm);
+
+  Bytes layout;
+  layout.u64(params_.size());
+  for (const ParamSpec& p : params_) {
+    layout.str(p.name);
+    layout.u32(static_cast<uint32_t>(p.role));
+    layout.u32(static_cast<uint32_t>(p.shape.size()));
+    for (int64_t d : p.shape) layout.i64(d);
+  }
+
+  Bytes scalars;
+  scalars.u32(static_cast<uint32_t>(f32.size()));
+  scalars.raw(f32.data(), f32.size() * sizeof(float));
+  scalars.u32(kNumScalarI32);
+  scalars.raw(i32.data(), i32.size() * sizeof(int32_t));
+  scalars.u32(static_cast<uint32_t>(f64.size()));
+  scalars.raw(f64.data(), f64.size() * sizeof(double));
+  if (options_.tensor_mask) {
+    // tensor_mask: a block per tensor above, then each tensor's applied-step count (the mask is
+    // the caller's input, not state: it is not stored).
+    std::vector<int32_t> steps(params_.size());
+    if (!steps.empty()) {
+      backend_->download(plan_.region(S_TENSOR_INT32).offset + steps.size() * sizeof(int32_t), steps.data(),
+                         steps.size() * sizeof(int32_t));
+    }
+    scalars.u32(static_cast<uint32_t>(steps.size()));
+    scalars.raw(steps.data(), steps.size() * sizeof(int32_t));
+  }
+
+  // A state section's payload, tensor by tensor in chunks, into `sink`; M and V through read_state.
+  std::vector<float> chunk;
+  auto stream_section = [&](Section s, const std::function<void(const void*, size_t)>& sink) {
+    for (size_t id = 0; id < params_.size(); ++id) {
+      const uint64_t bytes = section_tensor_bytes(plan_, s, id);
+      for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
+        chunk.resize(static_cast<size_t>((n + sizeof(float) - 1) / sizeof(float)));
+        if (s == Section::kM || s == Section::kV) {
+          static_assert(kStreamChunkBytes % sizeof(float) == 0, "M and V chunks are whole floats");
+          read_state(section_family(s), id, done / sizeof(float), n / sizeof(float), chunk.data());
+        } else {
+          backend_->download(section_tensor_offset(plan_, s, id) + done, chunk.data(), n);
+        }
+        sink(chunk.data(), static_cast<size_t>(n));
+        done += n;
+      }
+    }
+  };
+  if (!write_file) {
+    // Another rank writes: take part in the same reads of M and V, in the same order.
+    for (Section s : sections) {
+      if (s == Section::kM || s == Section::kV) stream_section(s, [](const void*, size_t) {});
+    }
+    return;
+  }
+
+  AtomicFile file(path, "checkpoint");
+  uint8_t header[kHeaderBytes];
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  const uint32_t version = model_copy ? kFormatVersionModelCopy : kFormatVersion;
+  const uint32_t count = static_cast<uint32_t>(sections.size());
+  std::memcpy(header + 8, &version, sizeof(version));
+  std::memcpy(header + 12, &count, sizeof(count));
+  const uint64_t header_sum = XXH3_64bits(header, 16);
+  std::memcpy(header + 16, &header_sum, sizeof(header_sum));
+  file.append(header, sizeof(header));
+
+  for (Section s : sections) {
+    if (s == Section::kMeta) {
+      write_bytes_section(file, s, meta);
+    } else if (s == Section::kPrecision) {
+      write_bytes_section(file, s, precision);
+    } else if (s == Section::kLayout) {
+      write_bytes_section(file, s, layout);
+    } else if (s == Section::kScalars) {
+      write_bytes_section(file, s, scalars);
+    } else {
+      const uint64_t elements = section_elements(plan_, s);
+      SectionWriter w(file, s, sizeof(uint64_t) + elements * element_bytes(s));
+      w.payload(&elements, sizeof(elements));
+      stream_section(s, [&](const void* p, size_t n) { w.payload(p, n); });
+      w.finish();
+    }
+  }
+  file.commit();
+}
+
+void Task::load(const std::string& path) {
+  require_compiled("load()");
+  if (path.empty()) throw_invalid("load(): the checkpoint path is empty");
+
+  // A bound on the size of any checkpoint of this task, so a wrong path to a huge file is
+  // refused before it is read into memory.
+  uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
+  max_bytes += kMaxMetaBytes + 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8);
+  for (const ParamSpec& p : params_) max_bytes += p.name.size();
+  for (Family f : {Family::kW, Family::kM, Family::kV, Family::kN}) {
+    if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
+  }
+  max_bytes += 3 * 4 + (plan_.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan_.region(S_SCALAR_FP64).count * 8;
+  if (options_.tensor_mask) max_bytes += 4 + params_.size() * 4;  // the per-tensor steps
+  // Checkpoints of another kind may hold more families (Adam: W, M, V): let those through so
+  // that the error says which kind it is.
+  max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
+  // A model copy (PRECISION and C), also for a task without one, so that the error names it.
+  max_bytes += kPrecisionBytes + 8 + family_elements(plan_, Family::kW) * sizeof(uint16_t);
+
+  const FileReader file(path, max_bytes);
+  Parser parser(path, file);
+  const uint64_t layout_limit = 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8 + kMaxParamNameBytes);
+  Decoded d;
+
+  // ---- validate everything; nothing in the task changes until the end ----
+  const uint32_t declared_sections = parser.header(&d.version);
+  const bool file_copy = d.version == kFormatVersionModelCopy;
+
+  {
+    const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
+    Cursor c(v.payload, v.length, parser.where(Section::kMeta));
+    decode_meta(c, &d.info);
+    const OptimizerConfig& cfg = d.info.config;
+    // The compiled step depends on the kind, the decay mode and the check-finite flag; everything
+    // else is adopted.
+    if (cfg.kind != config_.kind) {
+      throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
+                    ", task uses " + optimizer_kind_name(config_.kind));
+    }
+    if (cfg.weight_decay_mode != config_.weight_decay_mode) {
+      auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
+      throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
+                    ", task uses " + mode_name(config_.weight_decay_mode));
+    }
+    if ((cfg.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
+                    " gradient-norm clipping, task runs " + (config_.max_grad_norm > 0.0 ? "with" : "without") + " it");
+    }
+    if (d.info.check_finite != options_.check_finite) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " +
+                    (d.info.check_finite ? "with" : "without") + " the non-finite check, task runs " +
+                    (options_.check_finite ? "with" : "without") + " it");
+    }
+  }
+
+  const std::vector<Section> sections = sections_for(d.info.config.kind, file_copy);
+  if (declared_sections != sections.size()) {
+    parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
+                              optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
+                              " has " + std::to_string(sections.size()));
+  }
+
+  // The model copy's dtype and rounding key decide the compiled step and the bits of every later
+  // copy: they must be the task's (a version-2 file has no copy).
+  if (file_copy) {
+    const SectionView v = parser.section(Section::kPrecision, kPrecisionBytes);
+    Cursor c(v.payload, v.length, parser.where(Section::kPrecision));
+    decode_precision(c, &d.precision);
+  }
+  check_precision(path, d.precision, options_.precision);
+
+  {
+    const SectionView v = parser.section(Section::kLayout, layout_limit);
+    Cursor c(v.payload, v.length, parser.where(Section::kLayout));
+    const uint64_t count = c.u64();
+    const std::string differs = "checkpoint " + path + ": checkpoint layout differs from the task's";
+    if (count != params_.size()) {
+      throw_invalid(differs + ": " + std::to_string(count) + " parameters (checkpoint) vs " +
+                    std::to_string(params_.size()) + " (task)");
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSpec& p = params_[i];
+      const std::string name = c.str();
+      const uint32_t role = c.u32();
+      const uint32_t rank = c.u32();
+      if (rank > kMaxParamRank || rank * uint64_t{8} > c.remaining()) c.fail("malformed payload (rank " + std::to_string(rank) + ")");
+      std::vector<int64_t> shape(rank);
+      for (auto& e : shape) e = c.i64();
+      const std::string at = differs + " at parameter " + std::to_string(i);
+      if (name != p.name) throw_invalid(at + ": name '" + name + "' (checkpoint) vs '" + p.name + "' (task)");
+      const std::string named = at + " '" + p.name + "'";
+      if (shape != p.shape) {
+        throw_invalid(named + ": shape " + shape_text(shape) + " (checkpoint) vs " + shape_text(p.shape) + " (task)");
+      }
+      if (role != static_cast<uint32_t>(p.role)) {
+        const std::string seen = role < static_cast<uint32_t>(kNumRoles) ? role_name(static_cast<Role>(role))
+                                                                         : "#" + std::to_string(role);
+        throw_invalid(named + ": role " + seen + " (checkpoint) vs " + role_name(p.role) + " (task)");
+      }
+    }
+    c.expect_end();
+  }
+
+  for (Section s : sections) {
+    if (!is_state_section(s)) continue;
+    const SectionView v = parser.section(s, 0);  // streamed: checked here, applied below
+    const uint64_t want = section_elements(plan_, s);
+    uint64_t count = 0;
+    uint8_t count_bytes[8];
+    if (v.length < sizeof(count_bytes)) throw_format(parser.where(s) + "malformed payload (a field runs past the section's end)");
+    file.read(v.offset, count_bytes, sizeof(count_bytes));
+    Cursor c(count_bytes, sizeof(count_bytes), parser.where(s));
+    count = c.u64();
+    if (count != want) {
+      c.fail("holds " + std::to_string(count) + " elements, the task's layout needs " + std::to_string(want));
+    }
+    if (v.length - 8 != want * element_bytes(s)) c.fail("malformed payload (its length does not match its count)");
+    d.section_data[static_cast<int>(s)] = v.offset;
+    d.section_hash[static_cast<int>(s)] = v.payload_hash;
+  }
+
+  {
+    // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
+    // With tensor_mask: a block per tensor (plan.h), then the per-tensor step counts.
+    const uint64_t hyper = static_cast<uint64_t>(plan_.scalar_blocks());
+    const uint64_t want32 = hyper * kNumScalarF32, want64 = hyper * kNumScalarF64;
+    const uint64_t tensor_steps = options_.tensor_mask ? params_.size() : 0;
+    const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
+    Cursor c(v.payload, v.length, parser.where(Section::kScalars));
+    auto slots = [&](uint64_t want, const char* what) {
+      const uint32_t n = c.u32();
+      if (n != want) {
+        c.fail("holds " + std::to_string(n) + " " + what + " slots, this build has " + std::to_string(want) +
+               (hyper > 1 || n > want ? " (the task has " + std::to_string(hyper) +
+                                            " hyperparameter groups: a block of slots per group)"
+                                      : std::string()));
+      }
+    };
+    slots(want32, "fp32");
+    d.f32.resize(want32);
+    c.raw(d.f32.data(), d.f32.size() * sizeof(float));
+    slots(kNumScalarI32, "int32");
+    d.i32.resize(kNumScalarI32);
+    c.raw(d.i32.data(), d.i32.size() * sizeof(int32_t));
+    slots(want64, "fp64");
+    d.f64.resize(want64);
+    c.raw(d.f64.data(), d.f64.size() * sizeof(double));
+    if (options_.tensor_mask) {
+      slots(tensor_steps, "per-tensor step");
+      d.tensor_steps.resize(tensor_steps);
+      c.raw(d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
+      for (int32_t t : d.tensor_steps) {
+        if (t < 0) c.fail("a per-tensor step count is negative (" + std::to_string(t) + ")");
+      }
+    }
+    c.expect_end();
+    if (d.i32[kStep] != d.info.step || d.i32[kSkippedSteps] != d.info.skipped) {
+      c.fail("step counts (" + std::to_string(d.i32[kStep]) + ", " + std::to_string(d.i32[kSkippedSteps]) +
+             ") disagree with section META (" + std::to_string(d.info.step) + ", " + std::to_string(d.info.skipped) + ")");
+    }
+    if (d.i32[kHasNonFinite] != 0 && d.i32[kHasNonFinite] != 1) {
+      c.fail("non-finite flag " + std::to_string(d.i32[kHasNonFinite]) + " is neither 0 nor 1");
+    }
+  }
+  parser.expect_end(Section::kScalars);
+
+  // ---- apply: the file is valid; stream each state section into the arena, tensor by tensor
+  // (the host never holds more than one chunk). Padding is zero in every live task and is not
+  // touched. The payload is hashed again on the way: a file rewritten in place between the two
+  // passes is reported, and the task's state is then undefined (load a checkpoint again); the
+  // same holds for a backend failure part-way. An invalid file never changes anything. ----
+  std::vector<uint8_t> chunk;
+  for (Section s : sections) {
+    if (!is_state_section(s)) continue;
+    XXH3_state_t again;
+    XXH3_64bits_reset(&again);
+    uint64_t pos = d.section_data[static_cast<int>(s)];
+    uint8_t count_bytes[8];
+    file.read(pos, count_bytes, sizeof(count_bytes));
+    XXH3_64bits_update(&again, count_bytes, sizeof(count_bytes));
+    pos += sizeof(count_bytes);
+    for (size_t id = 0; id < params_.size(); ++id) {
+      const uint64_t bytes = section_tensor_bytes(plan_, s, id);
+      const uint64_t base = section_tensor_offset(plan_, s, id);
+      for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
+        chunk.resize(static_cast<size_t>(n));
+        file.read(pos, chunk.data(), n);
+        XXH3_64bits_update(&again, chunk.data(), n);
+        if (s == Section::kM || s == Section::kV) {
+          // A sliced task (a rank of a sharded step) keeps the part inside its slice.
+          write_state_part(section_family(s), id, done / sizeof(float), n / sizeof(float),
+                           reinterpret_cast<const float*>(chunk.data()));
+        } else {
+          backend_->upload(base + done, chunk.data(), n);
+        }
+        pos += n;
+        done += n;
+      }
+    }
+    if (XXH3_64bits_digest(&again) != d.section_hash[static_cast<int>(s)]) {
+      throw_format("checkpoint " + path + ": section " + section_name(s) +
+                   " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
+    }
+  }
+  backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
+  backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
+  backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
+  if (!d.tensor_steps.empty()) {
+    backend_->upload(plan_.region(S_TENSOR_INT32).offset + d.tensor_steps.size() * sizeof(int32_t),
+                     d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
+    // The unmasked program may run again when every count is the task's (task.h).
+    steps_equal_ = std::all_of(d.tensor_steps.begin(), d.tensor_steps.end(),
+                               [&](int32_t t) { return t == d.i32[kStep]; });
+  }
+  // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
+  // them before the save, so they come out with the same bits; the bias corrections, the step
+  // counters and the non-finite flag are device-owned state and keep the file's values. META
+  // holds group 0's configuration: groups 1..H-1 keep the hyperparameters this task has
+  // (set_group_hyper), only their device-owned slots come from the file.
+  config_ = d.info.config;
+  lr_ = d.info.lr;
+  loss_scale_ = d.info.loss_scale;
+  run_settings_ = d.info.run;
+  write_hyperparameters();
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  if (path.empty()) throw_invalid("checkpoint path is empty");
+  // Only the header and META are read: a resume learns its configuration without reading the
+  // state.
+  const FileReader file(path, std::numeric_limits<uint64_t>::max());
+  Parser parser(path, file);
+  CheckpointInfo info;
+  parser.header(&info.version);
+  const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
+  Cursor c(v.payload, v.length, parser.where(Section::kMeta));
+  decode_meta(c, &info);
+  // A version-3 file's PRECISION follows META: a resume takes the copy's dtype and key from it.
+  if (info.version == kFormatVersionModelCopy) {
+    const SectionView p = parser.section(Section::kPrecision, kPrecisionBytes);
+    Cursor pc(p.payload, p.length, parser.where(Section::kPrecision));
+    decode_precision(pc, &info.precision);
+  }
+  return info;
+}
+
+}  // namespace renaissance

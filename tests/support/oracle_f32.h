@@ -1,0 +1,212 @@
+// An honest float32 implementation of every optimizer kind, used only to calibrate the oracle
+// bounds: the relative error a correct float32 implementation of the formulas has against the
+// float64 oracle (tests/support/oracle_f64.h), measured on the very inputs of each check. The library
+// may be off by at most a small multiple of that (tests/runtime/test_oracle.cc, conformance/runner.cc),
+// so the bound follows the regime (near eps, β close to 1, tiny or huge weights) instead of a
+// constant that has to hold for the worst regime and is then loose everywhere else.
+//
+// "Honest" means: element math in float, one IEEE operation at a time (the build forbids FMA
+// contraction), and the derived scalars (lr, 1 - lr*wd, 1 - β, 1/scale, the bias corrections,
+// the LARS trust ratio from norms accumulated in double) formed in double and rounded to float
+// once, as docs/math.md prescribes. Written from the formulas in oracle_f64.h, not from
+// core/.../math/update_rules.inc: a breakage there must not move this reference with it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "renaissance/optimizer.h"
+#include "renaissance/param.h"
+#include "renaissance/region.h"
+
+namespace renaissance {
+namespace oracle {
+
+struct TensorStateF32 {
+  std::vector<float> w, m, v;
+  float trust = 0.0f;  // LARS η of the last applied step (weight group)
+};
+
+class OracleF32 {
+ public:
+  OracleF32(const OptimizerConfig& config, const std::vector<ParamSpec>& params,
+            const std::vector<std::vector<float>>& initial_weights)
+      : c_(config) {
+    if (initial_weights.size() != params.size()) throw std::invalid_argument("oracle32: one weight vector per param");
+    for (size_t i = 0; i < params.size(); ++i) {
+      TensorStateF32 s;
+      s.w = initial_weights[i];
+      s.m.assign(s.w.size(), 0.0f);
+      s.v.assign(s.w.size(), 0.0f);
+      tensors_.push_back(std::move(s));
+      weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+    }
+  }
+
+  // Same contract as OracleF64::step: false (and nothing changed) on a non-finite gradient.
+  bool step(const std::vector<std::vector<float>>& grads, double lr, double loss_scale) {
+    for (const auto& g : grads) {
+      for (float x : g) {
+        if (!std::isfinite(x)) return false;
+      }
+    }
+    ++t_;
+    const float inv_scale = static_cast<float>(1.0 / loss_scale);
+    std::vector<std::vector<float>> gh(tensors_.size());
+    double sum_sq = 0.0;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      gh[i].resize(grads[i].size());
+      for (size_t k = 0; k < gh[i].size(); ++k) {
+        gh[i][k] = grads[i][k] * inv_scale;
+        sum_sq += static_cast<double>(gh[i][k]) * gh[i][k];
+      }
+    }
+    if (c_.max_grad_norm > 0.0) {
+      // Clipping: the total in double, the coefficient rounded to float once, ĝ*coef in float.
+      last_total_norm_ = std::sqrt(sum_sq);
+      const float coefficient = static_cast<float>(std::min(1.0, c_.max_grad_norm / (last_total_norm_ + 1e-6)));
+      for (auto& g : gh) {
+        for (float& x : g) x = x * coefficient;
+      }
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i) update(tensors_[i], gh[i], lr, weight_group_[i]);
+    return true;
+  }
+
+  double last_total_norm() const { return last_total_norm_; }
+
+  const TensorStateF32& tensor(size_t id) const { return tensors_.at(id); }
+
+ private:
+  void update(TensorStateF32& s, const std::vector<float>& gh, double lr_d, bool weight_group) {
+    const double wd_d = weight_group ? c_.weight_decay : 0.0;
+    const bool l2 = c_.weight_decay_mode == WeightDecayMode::kL2;
+    const float lr = static_cast<float>(lr_d);
+    const float wd = static_cast<float>(wd_d);
+    const float decay = static_cast<float>(1.0 - lr_d * wd_d);
+    const float mom = static_cast<float>(c_.momentum);
+    const size_t n = s.w.size();
+    switch (c_.kind) {
+      case OptimizerKind::kSgd:
+        for (size_t k = 0; k < n; ++k) {
+          s.w[k] = l2 ? s.w[k] - lr * (gh[k] + wd * s.w[k]) : s.w[k] * decay - lr * gh[k];
+        }
+        break;
+      case OptimizerKind::kSgdMomentum:
+      case OptimizerKind::kSgdNesterov:
+        sgd_momentum(s, gh, lr, wd, decay, mom, l2, c_.kind == OptimizerKind::kSgdNesterov);
+        break;
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW: {
+        const bool decoupled = c_.kind == OptimizerKind::kAdamW;
+        const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
+        const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
+        const float eps = static_cast<float>(c_.eps);
+        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_))));
+        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_))));
+        for (size_t k = 0; k < n; ++k) {
+          float g = gh[k];
+          if (decoupled) {
+            s.w[k] = s.w[k] * decay;
+          } else {
+            g = g + wd * s.w[k];
+          }
+          s.m[k] = b1 * s.m[k] + omb1 * g;
+          s.v[k] = b2 * s.v[k] + omb2 * (g * g);
+          s.w[k] = s.w[k] - (lr * (s.m[k] * bc1)) / (std::sqrt(s.v[k] * bc2) + eps);
+        }
+        break;
+      }
+      case OptimizerKind::kLars:
+      case OptimizerKind::kLarsNesterov: {
+        const bool nesterov = c_.kind == OptimizerKind::kLarsNesterov;
+        if (!weight_group) {  // bias-like group: momentum SGD with the LARS lr, no decay
+          sgd_momentum(s, gh, lr, 0.0f, 1.0f, mom, /*l2=*/false, nesterov);
+          break;
+        }
+        double w_sq = 0, g_sq = 0;
+        for (size_t k = 0; k < n; ++k) {
+          w_sq += static_cast<double>(s.w[k]) * s.w[k];
+          g_sq += static_cast<double>(gh[k]) * gh[k];
+        }
+        const double w_norm = std::sqrt(w_sq), g_norm = std::sqrt(g_sq);
+        double eta = 1.0;
+        if (w_norm >= 1e-12 && g_norm >= 1e-12) eta = c_.trust_coefficient * w_norm / (g_norm + wd_d * w_norm + c_.eps);
+        s.trust = static_cast<float>(std::min(eta, 100.0));
+        const float lr_eta = lr * s.trust;
+        for (size_t k = 0; k < n; ++k) {
+          const float p = gh[k] + wd * s.w[k];
+          const float scaled = lr_eta * p;
+          s.m[k] = mom * s.m[k] + scaled;
+          s.w[k] = nesterov ? s.w[k] - (mom * s.m[k] + scaled) : s.w[k] - s.m[k];
+        }
+        break;
+      }
+      case OptimizerKind::kLion: {
+        const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
+        const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
+        for (size_t k = 0; k < n; ++k) {
+          const float c = b1 * s.m[k] + omb1 * gh[k];
+          const float sgn = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+          s.w[k] = s.w[k] * decay - lr * sgn;
+          s.m[k] = b2 * s.m[k] + omb2 * gh[k];
+        }
+        break;
+      }
+      case OptimizerKind::kLamb: {
+        const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
+        const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
+        const float eps = static_cast<float>(c_.eps);
+        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_))));
+        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_))));
+        std::vector<float> u(n);
+        double w_sq = 0, u_sq = 0;
+        for (size_t k = 0; k < n; ++k) {
+          s.m[k] = b1 * s.m[k] + omb1 * gh[k];
+          s.v[k] = b2 * s.v[k] + omb2 * (gh[k] * gh[k]);
+          u[k] = (s.m[k] * bc1) / (std::sqrt(s.v[k] * bc2) + eps) + wd * s.w[k];
+          w_sq += static_cast<double>(s.w[k]) * s.w[k];
+          u_sq += static_cast<double>(u[k]) * u[k];
+        }
+        float r = 1.0f;
+        if (weight_group) {
+          const double w_norm = std::sqrt(w_sq), u_norm = std::sqrt(u_sq);
+          r = (w_norm > 0.0 && u_norm > 0.0) ? static_cast<float>(w_norm / u_norm) : 1.0f;
+          s.trust = r;
+        }
+        const float lr_r = lr * r;
+        for (size_t k = 0; k < n; ++k) s.w[k] = s.w[k] - lr_r * u[k];
+        break;
+      }
+    }
+  }
+
+  static void sgd_momentum(TensorStateF32& s, const std::vector<float>& gh, float lr, float wd, float decay, float mom,
+                           bool l2, bool nesterov) {
+    for (size_t k = 0; k < s.w.size(); ++k) {
+      const float g = l2 ? gh[k] + wd * s.w[k] : gh[k];
+      s.m[k] = mom * s.m[k] + g;
+      const float dir = nesterov ? mom * s.m[k] + g : s.m[k];
+      s.w[k] = l2 ? s.w[k] - lr * dir : s.w[k] * decay - lr * dir;
+    }
+  }
+
+  OptimizerConfig c_;
+  std::vector<TensorStateF32> tensors_;
+  std::vector<bool> weight_group_;
+  int64_t t_ = 0;
+  double last_total_norm_ = 0.0;
+};
+
+// The bound for one checked quantity: at most kBoundFactor times the honest float32 error on
+// the same inputs, never below kBoundFloor (a few ulps, for results an honest float32 run
+// happens to get exactly right).
+constexpr double kBoundFactor = 3.0;
+constexpr double kBoundFloor = 1e-7;
+inline double bound_from_f32(double honest_error) { return std::max(kBoundFloor, kBoundFactor * honest_error); }
+
+}  // namespace oracle
+}  // namespace renaissance
