@@ -34,7 +34,7 @@ foreach(kind ${RN_KIND_NAMES})
 endforeach()
 add_test(NAME cli_run_fingerprints
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} "-DKINDS=${RN_KIND_NAMES}"
-                 -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/fingerprints -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
 set_tests_properties(cli_run_fingerprints PROPERTIES LABELS cli TIMEOUT 120)
 add_test(NAME cli_run_checkpoint_resume
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_resume

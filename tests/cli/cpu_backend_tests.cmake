@@ -30,6 +30,7 @@ foreach(entry IN LISTS rn_cpu_switches)
   string(REPLACE "^" ";" switches "${switches}")
   add_test(NAME cli_run_fingerprints_cpu_${name}
            COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:renaissance_cli> -DLAYOUT=${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json
-                   "-DKINDS=${RN_KIND_NAMES}" -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
+                   "-DKINDS=${RN_KIND_NAMES}" -DWORK=${CMAKE_CURRENT_BINARY_DIR}/fingerprints_cpu_${name}
+                   -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
   set_tests_properties(cli_run_fingerprints_cpu_${name} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "${switches}")
 endforeach()

@@ -1,6 +1,7 @@
 # ctest helper (cmake -P): the fingerprint contract of `renaissance run` (issue 3): the same with
 # --threads 1 and --threads 2, different when the seed or any hyperparameter changes, and NaN
-# steps counted as skipped. Input: CLI, LAYOUT (a small layout file).
+# steps counted as skipped. Input: CLI, LAYOUT (a small layout file), WORK (a folder of this test's
+# own: several registrations of this script run in parallel, so no file may be shared).
 function(run_json out_var)
   execute_process(COMMAND ${CLI} run --model ${LAYOUT} --steps 4 --backend cpu --json ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -64,7 +65,11 @@ endforeach()
 # 0.01, seed 1, loss scale 1024, a NaN at step 2 of 4) must still give the golden fingerprints,
 # which `renaissance audit` records without measuring anything.
 file(READ "${CMAKE_CURRENT_LIST_DIR}/../../audit/golden/fingerprints.json" golden)
-set(audit_layout "${CMAKE_CURRENT_BINARY_DIR}/fingerprints_audit_layout.json")
+if(NOT WORK)
+  message(FATAL_ERROR "no work folder given (-DWORK=...)")
+endif()
+file(MAKE_DIRECTORY "${WORK}")
+set(audit_layout "${WORK}/audit_layout.json")
 file(WRITE "${audit_layout}" "{\"name\": \"audit\", \"params\": [
 {\"name\": \"conv1.weight\", \"shape\": [16, 3, 3, 3], \"role\": \"first_conv\"},
 {\"name\": \"bn1.weight\", \"shape\": [16], \"role\": \"bn_weight\"},
