@@ -10,6 +10,7 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 `import renaissance` does not import torch.
 """
 import math
+import operator
 
 import numpy as np
 import torch
@@ -140,12 +141,96 @@ class _Base(Optimizer):
                 raise
         for shared in new_tasks:
             shared.adopt()
+        for i in indices:
+            made[i].seq = self._next_seq = getattr(self, "_next_seq", -1) + 1  # the order it was bound in
+            made[i].group_params = self.param_groups[i]["params"]  # the list _binding_plan compares
         self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
 
     def _shared(self):
-        """The distinct Tasks, in the order of their first group."""
-        return list({id(b.shared): b.shared for b in self._bindings}.values())
+        """The distinct Tasks, in the order their groups were bound (stable when param_groups is
+        reordered: save()'s path.taskN and the step order stay the same)."""
+        return list({id(b.shared): b.shared for b in sorted(self._bindings, key=lambda b: b.seq)}.values())
+
+    # ---- the binding, checked at every step ---------------------------------------------------
+    def _binding_plan(self):
+        """What param_groups and the parameters' .data say now, checked against the bindings
+        before anything changes: -> (bindings in param_groups order, dropped bindings, moved
+        parameters per Task). torch steps whatever param_groups holds, in any order, and whatever
+        each p.data is: a reordered list keeps every group's hyperparameters, a removed group is
+        no longer stepped, `p.data = tensor` of the same shape, dtype and device is copied in.
+        Anything else (a group's parameters edited, a group not added with add_param_group, a
+        .data of another shape, dtype or device) is a ValueError naming the parameter."""
+        groups, bound = self.param_groups, self._bindings
+        if len(groups) == len(bound) and all(
+                g["params"] is b.group_params and len(b.params) == len(g["params"])
+                and all(map(operator.is_, g["params"], b.params)) for g, b in zip(groups, bound)):
+            ordered = bound
+        else:
+            ordered = self._match_groups(groups)
+        kept = {id(b) for b in ordered}
+        dropped = [b for b in bound if id(b) not in kept]
+        moved = []
+        for shared in {id(b.shared): b.shared for b in ordered}.values():
+            ids = shared.moved()
+            if ids:
+                for j in ids:
+                    self._check_moved(ordered, shared, j)
+                moved.append((shared, ids))
+        return ordered, dropped, moved
+
+    def _match_groups(self, groups):
+        """param_groups -> their bindings by parameter identity (a reordered or re-created group
+        dict is found again), else a ValueError saying what changed."""
+        owner = {id(p): (b, j) for b in self._bindings for j, p in enumerate(b.params)}
+        ordered, seen = [], set()
+        for gi, g in enumerate(groups):
+            ps = list(g["params"])
+            hits = [owner.get(id(p)) for p in ps]
+            if not ps or all(h is None for h in hits):
+                raise ValueError("param group %d is not bound to this optimizer (a group appended to param_groups "
+                                 "directly): add groups with add_param_group" % gi)
+            b = next(h[0] for h in hits if h is not None)
+            if id(b) in seen:
+                raise ValueError("param group %d lists the parameters of another param group" % gi)
+            seen.add(id(b))
+            for j in range(max(len(ps), len(b.params))):
+                q = ps[j] if j < len(ps) else None
+                if j >= len(b.params) or q is not b.params[j]:
+                    shape = tuple((q if q is not None and j >= len(b.params) else b.params[j]).shape)
+                    raise ValueError("param group %d, parameter %d (shape %s): the group's parameters changed after "
+                                     "construction (%d listed, %d bound); a group's parameters are fixed, add "
+                                     "others with add_param_group" % (gi, j, shape, len(ps), len(b.params)))
+            ordered.append(b)
+        return ordered
+
+    @staticmethod
+    def _check_moved(ordered, shared, j):
+        p, view = shared.params[j], shared.weights[j]
+        if p.data.shape != view.shape or p.data.dtype != view.dtype or p.data.device != view.device:
+            where = next(("param group %d, parameter %d" % (gi, b.ids.index(j)))
+                         for gi, b in enumerate(ordered) if b.shared is shared and j in b.ids)
+            raise ValueError("%s (shape %s): p.data was replaced by a tensor of shape %s, %s on %s; the optimizer "
+                             "was built for %s on %s (copy new values in place, or build a new optimizer)" %
+                             (where, tuple(view.shape), tuple(p.data.shape), p.data.dtype, p.data.device,
+                              view.dtype, view.device))
+
+    def _apply_binding_plan(self, plan):
+        ordered, dropped, moved = plan
+        for b in dropped:
+            b.shared.dropped = b.shared.dropped | frozenset(b.ids)
+            for p in b.params:
+                self.state.pop(p, None)  # torch's state_dict packs the state of param_groups' parameters
+        if ordered is not self._bindings:
+            for b, g in zip(ordered, self.param_groups):
+                b.group_params = g["params"]
+            self._bindings = list(ordered)
+        for shared, ids in moved:
+            shared.follow_data(ids)
+
+    def _follow_params(self):
+        """Checks the binding, then follows it (see _binding_plan)."""
+        self._apply_binding_plan(self._binding_plan())
 
     def _roles(self, group):
         return ["fc_weight"] * len(group["params"])
@@ -164,6 +249,7 @@ class _Base(Optimizer):
         set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
         zeroed view, into which backward then accumulates. The first is the cheaper training step
         (autograd's accumulate is an add per parameter): see docs/python.md."""
+        self._follow_params()
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 
@@ -181,11 +267,13 @@ class _Base(Optimizer):
         grad_scale = getattr(self, "grad_scale", None)  # torch 2.x sets grad_scale and found_inf
         if grad_scaler is not None:
             grad_scale = _scale_from_scaler(grad_scaler, self)
+        plan = self._binding_plan()  # checked before anything changes; applied below
         configs = []
         for group in self.param_groups:
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             configs.append(self._core_config(group))
+        self._apply_binding_plan(plan)
         lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
         for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
@@ -217,6 +305,7 @@ class _Base(Optimizer):
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
+        self._follow_params()
         self._gather_state()
         self._refresh_state()
         sd = super().state_dict()
@@ -236,6 +325,7 @@ class _Base(Optimizer):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
         anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
         None gradients) need the per-tensor mask (not under a process group's sharded step yet)."""
+        self._follow_params()
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
             raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
@@ -346,6 +436,7 @@ class _Base(Optimizer):
         16 hex digits; several: renaissance.combine_fingerprints of the groups' fingerprints in
         group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md).
         A group's fingerprint is that of its tensors alone with its Task's step count."""
+        self._follow_params()
         self._gather_state()
         return _core.combine_fingerprints([b.task.fingerprint() for b in self._bindings])
 
@@ -368,6 +459,7 @@ class _Base(Optimizer):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
         `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
         With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
+        self._follow_params()
         self._gather_state()
         for shared, p in zip(self._shared(), self._paths(path)):
             if shared.sliced:
@@ -377,6 +469,7 @@ class _Base(Optimizer):
 
     def load(self, path):
         """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""
+        self._follow_params()
         for shared, p in zip(self._shared(), self._paths(path)):
             shared.task.load(p)
             # The checkpoint brought its own hyperparameters and loss scale: back to the ones
