@@ -44,6 +44,11 @@ class _Base(Optimizer):
     _step_supports_amp_scaling = True
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
     _state_names = {}  # core family -> torch state key; "step": whether the state has a step
+    # The group keys that tell this algorithm's state dicts from another class's (torch's and
+    # this library's): load_state_dict refuses a group that lacks a required key or holds a key
+    # of another class's groups (any other key, such as a scheduler's initial_lr, passes).
+    _required_keys = ()
+    _group_keys = ()  # every key this class's (or its torch counterpart's) groups may hold
 
     def __init__(self, params, defaults, threads=0, master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
@@ -329,6 +334,17 @@ class _Base(Optimizer):
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
             raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
+        for gi, g in enumerate(groups):  # another class's dict: refused before anything else
+            self._check_group_keys(gi, g)
+        state_keys = set(self._state_names.values()) | {"master_weight"}
+        for gi, g in enumerate(groups):
+            for j, k in enumerate(g["params"]):
+                foreign = sorted(set(state_dict["state"].get(k) or ()) - state_keys)
+                if foreign:
+                    raise ValueError("load_state_dict: parameter %d of param group %d has state %s, which a %s does "
+                                     "not keep (its state: %s): a state dict of another optimizer class" %
+                                     (j, gi, ", ".join(map(repr, foreign)), type(self).__name__,
+                                      ", ".join(map(repr, sorted(state_keys)))))
         plan = []
         for gi, (g, b) in enumerate(zip(groups, self._bindings)):
             if len(g["params"]) != len(b.params):
@@ -339,7 +355,10 @@ class _Base(Optimizer):
             merged["params"] = b.params
             for flag in self._flags:
                 _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
-            kind, hyper = self._core_config(merged)
+            try:
+                kind, hyper = self._core_config(merged)
+            except ValueError as e:
+                raise ValueError("load_state_dict: param group %d: %s" % (gi, e)) from None
             if kind != b.kind or self._roles(merged) != b.roles or hyper.get("max_grad_norm") != b.hyper.get("max_grad_norm"):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
@@ -395,6 +414,25 @@ class _Base(Optimizer):
         self._refresh_state()
         for b, group in zip(self._bindings, self.param_groups):
             b.apply_hyper(*self._core_config(group))
+
+    def _check_group_keys(self, gi, g):
+        """A state dict's group against this class's keys (_required_keys, _group_keys)."""
+        keys = set(g) - {"params"}
+        foreign = sorted((keys & _ALL_GROUP_KEYS) - set(self._group_keys))
+        missing = sorted(set(self._required_keys) - keys)
+        if not foreign and not missing:
+            return
+        said = []
+        if foreign:
+            said.append("has %s" % ", ".join(map(repr, foreign)))
+        if missing:
+            said.append("lacks %s" % ", ".join(map(repr, missing)))
+        like = [c.__name__ for c in _CLASSES if c is not type(self) and not set(c._required_keys) - keys
+                and not (keys & _ALL_GROUP_KEYS) - set(c._group_keys)]
+        raise ValueError("load_state_dict: param group %d does not fit %s: it %s%s; refused, nothing changed "
+                         "(a state dict loads into the class that wrote it, or its torch.optim counterpart)" %
+                         (gi, type(self).__name__, " and ".join(said),
+                          " (the keys of a %s state dict)" % " or ".join(like) if like else ""))
 
     def __setstate__(self, state):
         # A torch.optim state dict lacks this library's group keys (decoupled_weight_decay,
@@ -630,6 +668,9 @@ class SGD(_Base):
 
     _flags = ("maximize", "foreach", "differentiable", "fused")
     _state_names = {"M": "momentum_buffer", "step": "step"}
+    _required_keys = ("momentum", "dampening", "nesterov")
+    _group_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach", "differentiable",
+                   "fused", "decoupled_weight_decay", "max_grad_norm")
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False, fused=None, decoupled_weight_decay=False,
@@ -663,6 +704,10 @@ class SGD(_Base):
 class _AdamFamily(_Base):
     _flags = ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused")
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _required_keys = ("betas", "eps")
+    # decoupled_weight_decay: torch >= 2.6 writes it into Adam's (False) and AdamW's (True) groups.
+    _group_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
+                   "differentiable", "fused", "decoupled_weight_decay", "max_grad_norm")
     _kind = None
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
@@ -676,6 +721,13 @@ class _AdamFamily(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
+        decoupled = group.get("decoupled_weight_decay")
+        if decoupled is not None and bool(decoupled) != (self._kind == "adamw"):
+            raise ValueError("%s: decoupled_weight_decay=%r is %s; this optimizer applies %s weight decay (use "
+                             "renaissance.torch.%s)" % (type(self).__name__, decoupled,
+                                                        "AdamW's" if decoupled else "Adam's (L2)",
+                                                        "decoupled" if self._kind == "adamw" else "L2",
+                                                        "AdamW" if decoupled else "Adam"))
         return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
                                          "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
                                          "weight_decay": _weight_decay(group)})
@@ -716,6 +768,9 @@ class LARS(_Base):
     trust_ratio says so (default: ndim > 1); the others get plain momentum with no weight decay."""
 
     _state_names = {"M": "momentum_buffer", "step": "step"}
+    _required_keys = ("momentum", "trust_coefficient", "eps", "nesterov")
+    _group_keys = ("lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "trust_ratio",
+                   "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lars")["lr"], momentum=_defaults_of("lars")["momentum"],
                  weight_decay=_defaults_of("lars")["weight_decay"],
@@ -743,6 +798,8 @@ class Lion(_Base):
     """Lion (Chen et al. 2023; timm's Lion): every parameter gets the group's weight decay."""
 
     _state_names = {"M": "exp_avg", "step": "step"}
+    _required_keys = ("betas",)
+    _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lion")["lr"],
                  betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
@@ -764,6 +821,8 @@ class LAMB(_Base):
     (default: ndim > 1); the others take the Adam direction with r = 1 and no weight decay."""
 
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _required_keys = ("betas", "eps")
+    _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lamb")["lr"],
                  betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
@@ -785,6 +844,10 @@ class LAMB(_Base):
                                      "eps": _number("eps", group["eps"]),
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 
+
+_CLASSES = (SGD, Adam, AdamW, LARS, Lion, LAMB)
+# Every class's group keys: a key in here that this class's groups lack marks another class's dict.
+_ALL_GROUP_KEYS = frozenset(k for c in _CLASSES for k in c._group_keys)
 
 # The replay recorder (renaissance/recorder.py) under the name issue 13 gives it:
 # renaissance.torch.Recorder(opt, case_dir, steps=N).
