@@ -443,6 +443,10 @@ class Recorder:
                                  "them as one Task")
         scale = _torch_loss_scale(self._opt, kwargs)
         result = self._inner_step(*args, **kwargs)
+        if getattr(self._opt, "_amp_skipped", False):
+            # The GradScaler protocol skipped it before the core ran (found_inf, a scale whose
+            # reciprocal is not finite): nothing changed, so the case leaves the step out.
+            return result
         _sync(self._groups)
         # What the core used for this step: each task's lr, loss scale and configuration.
         tasks = [g.task for g in self._groups]

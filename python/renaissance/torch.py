@@ -270,8 +270,9 @@ class _Base(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         grad_scale = getattr(self, "grad_scale", None)  # torch 2.x sets grad_scale and found_inf
+        found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
-            grad_scale = _scale_from_scaler(grad_scaler, self)
+            grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
         plan = self._binding_plan()  # checked before anything changes; applied below
         configs = []
         for group in self.param_groups:
@@ -287,6 +288,10 @@ class _Base(Optimizer):
             b.apply_hyper(kind, hyper, lr_batch)
         for shared in lr_batch.values():
             shared.flush_lrs()
+        # The scaler's verdict before anything of the step runs (see _amp_skip).
+        self._amp_skipped = _amp_skip(grad_scale, found_inf)
+        if self._amp_skipped:
+            return loss
         for shared in self._shared():
             shared.step(grad_scale)
         return loss
@@ -605,7 +610,29 @@ def _scale_from_scaler(scaler, optimizer):
     state = scaler._per_optimizer_states[id(optimizer)]
     if state["stage"] is OptState.READY:
         scaler._check_inf_per_device(optimizer)
-    return None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()
+    found = list(state["found_inf_per_device"].values())  # from that check or from unscale_()
+    found_inf = sum(f.double().sum().cpu() for f in found) if found else None
+    return (None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()), found_inf
+
+
+def _amp_skip(grad_scale, found_inf):
+    """Whether the GradScaler protocol says to skip this step: a nonzero found_inf (torch skips
+    the step then), or a scale whose reciprocal (formed as set_scale forms it: in double, rounded
+    to float) is not finite: scale 0, NaN, or one so small that 1/scale overflows float. torch's
+    unscale would turn every gradient into inf or NaN there and skip; the fused unscale would
+    instead multiply the gradients by it inside the update (the core's non-finite check reads
+    G before the unscale) and write NaN weights. A skip is decided here, before the core step
+    runs: nothing changes and no step count advances, as in the core's own non-finite skip (the
+    Task's skipped_steps does not count it). One host read of the two values (on CUDA a sync)."""
+    bad = None
+    if grad_scale is not None:
+        scale = grad_scale if isinstance(grad_scale, torch.Tensor) else torch.tensor(float(grad_scale))
+        bad = ~torch.isfinite(scale.detach().double().reciprocal().float()).all()
+    if found_inf is not None:
+        found = found_inf if isinstance(found_inf, torch.Tensor) else torch.tensor(float(found_inf))
+        f = (found.detach() != 0).any()
+        bad = f if bad is None else (bad.to(f.device) | f)
+    return bad is not None and bool(bad)
 
 
 def _number(name, value):
