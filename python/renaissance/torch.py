@@ -11,6 +11,7 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 """
 import math
 import operator
+import threading
 
 import numpy as np
 import torch
@@ -70,6 +71,9 @@ class _Base(Optimizer):
         self._rounding = "stochastic" if stochastic_rounding else "nearest"
         self._seed = seed
         self._bindings = []
+        # step() runs under it: threads stepping one optimizer take turns (a core step over the
+        # arena, the masks and the bindings is not safe to run twice at once).
+        self._step_lock = threading.Lock()
         groups = _as_groups(params)
         _validate_new(groups, [])
         if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
@@ -258,10 +262,15 @@ class _Base(Optimizer):
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 
-    @torch.no_grad()
     def step(self, closure=None, **kwargs):
         """One core step per Task (one for all groups of a structural class). Under torch.cuda.amp.GradScaler the scale reaches
-        the fused unscale on the device; a step with a non-finite gradient is skipped."""
+        the fused unscale on the device; a step with a non-finite gradient is skipped. Holds the
+        optimizer's lock (closure included): concurrent calls run one after the other."""
+        with self._step_lock:
+            return self._locked_step(closure, **kwargs)
+
+    @torch.no_grad()
+    def _locked_step(self, closure=None, **kwargs):
         grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
         if kwargs:
             raise TypeError("step() got unexpected keyword arguments: %s" % ", ".join(sorted(kwargs)))
