@@ -125,6 +125,12 @@ class SharedTask:
         self.table_written = self.g_ptrs
         self.in_place_steps = 0  # steps that read at least one .grad in place (tests look)
         self.bindings = []
+        # Where each parameter's .data must point (its view of W or C): step() compares, and
+        # follows a `p.data = tensor` by copying the new values in (follow_data).
+        self.w_ptrs = [w.data_ptr() for w in self.weights]
+        # Ids of parameters whose group was removed from param_groups: masked at every step, as
+        # torch no longer steps them.
+        self.dropped = frozenset()
 
     def is_view(self, j, g):
         # The common case first: torch hands back the very tensor object it was given. Otherwise
@@ -153,6 +159,26 @@ class SharedTask:
                 if p.requires_grad or p.grad is not None:
                     p.grad = self.G[j]
 
+    def moved(self):
+        """The ids whose .data no longer is the arena's view (`p.data = tensor`, another optimizer
+        built over the same parameters); one data_ptr per parameter, compared as a list."""
+        ptrs = [p.data_ptr() for p in self.params]
+        if ptrs == self.w_ptrs:
+            return []
+        return [j for j, (a, b) in enumerate(zip(ptrs, self.w_ptrs)) if a != b and j not in self.dropped]
+
+    def follow_data(self, ids):
+        """Copies each moved parameter's current values into the arena (a bf16/fp16 one: the copy,
+        and its master widened from it, as the new weights), then points .data back at the view.
+        The caller checked shape, dtype and device (torch steps whatever .data holds now)."""
+        with torch.no_grad():
+            for j in ids:
+                p = self.params[j]
+                self.weights[j].copy_(p.data)
+                if self.C is not None:
+                    self.W[j].copy_(self.C[j])
+                p.data = self.weights[j]
+
     def masters_from_params(self, ids=None):
         """bf16/fp16: each master (W) set to its parameter's current value, widened exactly (all
         of them, ids None: one multi-tensor copy where torch has torch._foreach_copy_)."""
@@ -166,8 +192,9 @@ class SharedTask:
     def zero_grad(self, set_to_none):
         self.grads_released = set_to_none  # step() then expects autograd's tensors: no warning
         if set_to_none:
-            for p in self.params:
-                p.grad = None
+            for j, p in enumerate(self.params):
+                if j not in self.dropped:  # torch leaves parameters outside param_groups alone
+                    p.grad = None
             return
         with torch.no_grad():
             self.G_all.zero_()
@@ -207,9 +234,14 @@ class SharedTask:
         # gradient (masked: never read for the update, but a valid address whatever reads) and
         # a copied-in one; the tensor's own for a .grad read in place.
         ptrs = list(self.g_ptrs) if self.use_table else None
-        G, use_table = self.G, self.use_table
+        G, use_table, dropped = self.G, self.use_table, self.dropped
         for j, p in enumerate(self.params):
             g = p.grad
+            # requires_grad turned off after construction (a stale or zeroed .grad may remain)
+            # and a removed group: masked, never updated.
+            if not p.requires_grad or (dropped and j in dropped):
+                missing.append(j)
+                continue
             if g is G[j]:
                 continue
             if g is None:

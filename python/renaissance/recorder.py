@@ -251,6 +251,13 @@ class Recorder:
     def __init__(self, opt, case_dir, steps, overwrite=False, name=None):
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"Recorder: steps must be a positive integer, got {steps!r}")
+        active = getattr(opt, "_renaissance_recorder", None)
+        if active is not None and not active.finished:
+            # Two hooks on one step would unhook each other out of order; one recording at a time.
+            raise ValueError(f"Recorder: this optimizer is already recording into {active.case_dir} (finish that "
+                             "Recorder first)")
+        if hasattr(opt, "_follow_params"):  # renaissance.torch: the bindings as param_groups has them now
+            opt._follow_params()
         groups = getattr(opt, "_renaissance_groups", None) or getattr(opt, "_bindings", None)
         if not groups:
             raise TypeError("Recorder: the optimizer has no _renaissance_groups (a renaissance.torch optimizer is needed)")
@@ -268,7 +275,7 @@ class Recorder:
         try:
             if self._writes:
                 self._check_target(overwrite)
-        except FileExistsError as e:
+        except OSError as e:
             if self._dist is None:
                 raise
             target_error = e  # raised below on every rank, once the ranks have compared notes
@@ -337,6 +344,11 @@ class Recorder:
         self._saved_step = vars(opt).get("step")
         self._inner_step = opt.step
         opt.step = self._step
+        opt._renaissance_recorder = self
+        # Each group's fingerprint (weights, state, step count) as the last step left it: an
+        # edit between steps (a clamp_, p.data = ..., a state write) is not in the case, whose
+        # replay would then miss the recorded fingerprint, so the next step refuses it.
+        self._after = self._fingerprints()
 
     def _agree_at_start(self, target_error):
         """Under a process group, before the first collective read: every rank passed the same
@@ -390,7 +402,19 @@ class Recorder:
         precision = self._precision[0]
         return {n: _ordered_mean([arrays[i] for arrays in per_rank], precision) for i, (n, _) in enumerate(items)}
 
+    def _fingerprints(self):
+        return [g.task.fingerprint() for g in self._groups]
+
     def _check_target(self, overwrite):
+        # At construction, not after the steps: the folder the case is renamed into must exist
+        # and take a new folder, and case_dir must not be a link (the atomic rename replaces it).
+        parent = os.path.dirname(self.case_dir)
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"Recorder: the parent folder {parent} of {self.case_dir} does not exist")
+        if os.path.islink(self.case_dir):
+            raise FileExistsError(f"Recorder: {self.case_dir} is a symbolic link; give the folder itself")
+        probe = tempfile.mkdtemp(prefix="." + os.path.basename(self.case_dir) + ".probe-", dir=parent)
+        os.rmdir(probe)
         if os.path.lexists(self.case_dir):
             if not os.path.isdir(self.case_dir):
                 raise FileExistsError(f"Recorder: {self.case_dir} exists and is not a folder")
@@ -416,13 +440,24 @@ class Recorder:
         raise ValueError(f"Recorder: {message} (recording stopped, nothing written)")
 
     def _step(self, *args, **kwargs):
+        if hasattr(self._opt, "_follow_params"):
+            self._opt._follow_params()  # a p.data = ... is copied in now, so the check below sees it
+        live = getattr(self._opt, "_bindings", None)
+        if live is not None and self._groups and any(all(g is not b for b in live) for g in self._groups):
+            self._refuse(f"a param group was removed from param_groups at step {len(self._grads)}")
+        now = self._fingerprints()
+        changed = [gi for gi, (a, b) in enumerate(zip(self._after, now)) if a != b]
+        if changed:
+            self._refuse(f"the weights or state of group(s) {changed} changed between recorded steps (before step "
+                         f"{len(self._grads)}: an in-place edit such as clamp_, p.data = ..., a state write or a "
+                         "load outside step()); a replay case cannot hold such an edit")
         grads, no_grad = {}, []
         has_grad = {}  # per core Task: whether any of its parameters has a gradient (else not stepped)
         for gi, g in enumerate(self._groups):
             core = id(_core_task(g.task))
             has_grad.setdefault(core, False)
             for name_, p in zip(self._names[gi], g.params):
-                if p.grad is None:
+                if p.grad is None or not p.requires_grad:  # renaissance.torch masks both
                     if self._initial_tensor_steps[gi] is None:
                         self._refuse(f"parameter {name_} of group {gi} has no gradient at step {len(self._grads)}, and "
                                      "its Task runs without the per-tensor mask (a replay case cannot describe "
@@ -443,6 +478,10 @@ class Recorder:
                                  "them as one Task")
         scale = _torch_loss_scale(self._opt, kwargs)
         result = self._inner_step(*args, **kwargs)
+        if getattr(self._opt, "_amp_skipped", False):
+            # The GradScaler protocol skipped it before the core ran (found_inf, a scale whose
+            # reciprocal is not finite): nothing changed, so the case leaves the step out.
+            return result
         _sync(self._groups)
         # What the core used for this step: each task's lr, loss scale and configuration.
         tasks = [g.task for g in self._groups]
@@ -463,6 +502,7 @@ class Recorder:
                 self.finished = True
                 raise ValueError(f"Recorder: the groups stepped with different loss scales {sorted(task_scales)}")
             scale = task_scales.pop()
+        self._after = self._fingerprints()
         self._grads.append(grads)
         self._no_grad.append(no_grad)
         self._lrs.append([float(t.lr) for t in tasks])
@@ -483,7 +523,10 @@ class Recorder:
             return self.fingerprint
         self._unhook()
         self.finished = True
-        fingerprints = [g.task.fingerprint() for g in self._groups]
+        fingerprints = self._fingerprints()
+        if fingerprints != self._after:  # an edit after the last recorded step (leaving a with block early)
+            raise ValueError("Recorder: the weights or state changed after the last recorded step (an edit outside "
+                             "step()); a replay case cannot hold such an edit (recording stopped, nothing written)")
         self.fingerprint = _core.combine_fingerprints(fingerprints)
         steps = len(self._grads)
         case = {

@@ -10,6 +10,8 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 `import renaissance` does not import torch.
 """
 import math
+import operator
+import threading
 
 import numpy as np
 import torch
@@ -43,6 +45,11 @@ class _Base(Optimizer):
     _step_supports_amp_scaling = True
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
     _state_names = {}  # core family -> torch state key; "step": whether the state has a step
+    # The group keys that tell this algorithm's state dicts from another class's (torch's and
+    # this library's): load_state_dict refuses a group that lacks a required key or holds a key
+    # of another class's groups (any other key, such as a scheduler's initial_lr, passes).
+    _required_keys = ()
+    _group_keys = ()  # every key this class's (or its torch counterpart's) groups may hold
 
     def __init__(self, params, defaults, threads=0, master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
@@ -64,6 +71,9 @@ class _Base(Optimizer):
         self._rounding = "stochastic" if stochastic_rounding else "nearest"
         self._seed = seed
         self._bindings = []
+        # step() runs under it: threads stepping one optimizer take turns (a core step over the
+        # arena, the masks and the bindings is not safe to run twice at once).
+        self._step_lock = threading.Lock()
         groups = _as_groups(params)
         _validate_new(groups, [])
         if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
@@ -140,12 +150,96 @@ class _Base(Optimizer):
                 raise
         for shared in new_tasks:
             shared.adopt()
+        for i in indices:
+            made[i].seq = self._next_seq = getattr(self, "_next_seq", -1) + 1  # the order it was bound in
+            made[i].group_params = self.param_groups[i]["params"]  # the list _binding_plan compares
         self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
 
     def _shared(self):
-        """The distinct Tasks, in the order of their first group."""
-        return list({id(b.shared): b.shared for b in self._bindings}.values())
+        """The distinct Tasks, in the order their groups were bound (stable when param_groups is
+        reordered: save()'s path.taskN and the step order stay the same)."""
+        return list({id(b.shared): b.shared for b in sorted(self._bindings, key=lambda b: b.seq)}.values())
+
+    # ---- the binding, checked at every step ---------------------------------------------------
+    def _binding_plan(self):
+        """What param_groups and the parameters' .data say now, checked against the bindings
+        before anything changes: -> (bindings in param_groups order, dropped bindings, moved
+        parameters per Task). torch steps whatever param_groups holds, in any order, and whatever
+        each p.data is: a reordered list keeps every group's hyperparameters, a removed group is
+        no longer stepped, `p.data = tensor` of the same shape, dtype and device is copied in.
+        Anything else (a group's parameters edited, a group not added with add_param_group, a
+        .data of another shape, dtype or device) is a ValueError naming the parameter."""
+        groups, bound = self.param_groups, self._bindings
+        if len(groups) == len(bound) and all(
+                g["params"] is b.group_params and len(b.params) == len(g["params"])
+                and all(map(operator.is_, g["params"], b.params)) for g, b in zip(groups, bound)):
+            ordered = bound
+        else:
+            ordered = self._match_groups(groups)
+        kept = {id(b) for b in ordered}
+        dropped = [b for b in bound if id(b) not in kept]
+        moved = []
+        for shared in {id(b.shared): b.shared for b in ordered}.values():
+            ids = shared.moved()
+            if ids:
+                for j in ids:
+                    self._check_moved(ordered, shared, j)
+                moved.append((shared, ids))
+        return ordered, dropped, moved
+
+    def _match_groups(self, groups):
+        """param_groups -> their bindings by parameter identity (a reordered or re-created group
+        dict is found again), else a ValueError saying what changed."""
+        owner = {id(p): (b, j) for b in self._bindings for j, p in enumerate(b.params)}
+        ordered, seen = [], set()
+        for gi, g in enumerate(groups):
+            ps = list(g["params"])
+            hits = [owner.get(id(p)) for p in ps]
+            if not ps or all(h is None for h in hits):
+                raise ValueError("param group %d is not bound to this optimizer (a group appended to param_groups "
+                                 "directly): add groups with add_param_group" % gi)
+            b = next(h[0] for h in hits if h is not None)
+            if id(b) in seen:
+                raise ValueError("param group %d lists the parameters of another param group" % gi)
+            seen.add(id(b))
+            for j in range(max(len(ps), len(b.params))):
+                q = ps[j] if j < len(ps) else None
+                if j >= len(b.params) or q is not b.params[j]:
+                    shape = tuple((q if q is not None and j >= len(b.params) else b.params[j]).shape)
+                    raise ValueError("param group %d, parameter %d (shape %s): the group's parameters changed after "
+                                     "construction (%d listed, %d bound); a group's parameters are fixed, add "
+                                     "others with add_param_group" % (gi, j, shape, len(ps), len(b.params)))
+            ordered.append(b)
+        return ordered
+
+    @staticmethod
+    def _check_moved(ordered, shared, j):
+        p, view = shared.params[j], shared.weights[j]
+        if p.data.shape != view.shape or p.data.dtype != view.dtype or p.data.device != view.device:
+            where = next(("param group %d, parameter %d" % (gi, b.ids.index(j)))
+                         for gi, b in enumerate(ordered) if b.shared is shared and j in b.ids)
+            raise ValueError("%s (shape %s): p.data was replaced by a tensor of shape %s, %s on %s; the optimizer "
+                             "was built for %s on %s (copy new values in place, or build a new optimizer)" %
+                             (where, tuple(view.shape), tuple(p.data.shape), p.data.dtype, p.data.device,
+                              view.dtype, view.device))
+
+    def _apply_binding_plan(self, plan):
+        ordered, dropped, moved = plan
+        for b in dropped:
+            b.shared.dropped = b.shared.dropped | frozenset(b.ids)
+            for p in b.params:
+                self.state.pop(p, None)  # torch's state_dict packs the state of param_groups' parameters
+        if ordered is not self._bindings:
+            for b, g in zip(ordered, self.param_groups):
+                b.group_params = g["params"]
+            self._bindings = list(ordered)
+        for shared, ids in moved:
+            shared.follow_data(ids)
+
+    def _follow_params(self):
+        """Checks the binding, then follows it (see _binding_plan)."""
+        self._apply_binding_plan(self._binding_plan())
 
     def _roles(self, group):
         return ["fc_weight"] * len(group["params"])
@@ -164,13 +258,19 @@ class _Base(Optimizer):
         set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
         zeroed view, into which backward then accumulates. The first is the cheaper training step
         (autograd's accumulate is an add per parameter): see docs/python.md."""
+        self._follow_params()
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 
-    @torch.no_grad()
     def step(self, closure=None, **kwargs):
         """One core step per Task (one for all groups of a structural class). Under torch.cuda.amp.GradScaler the scale reaches
-        the fused unscale on the device; a step with a non-finite gradient is skipped."""
+        the fused unscale on the device; a step with a non-finite gradient is skipped. Holds the
+        optimizer's lock (closure included): concurrent calls run one after the other."""
+        with self._step_lock:
+            return self._locked_step(closure, **kwargs)
+
+    @torch.no_grad()
+    def _locked_step(self, closure=None, **kwargs):
         grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
         if kwargs:
             raise TypeError("step() got unexpected keyword arguments: %s" % ", ".join(sorted(kwargs)))
@@ -179,13 +279,16 @@ class _Base(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         grad_scale = getattr(self, "grad_scale", None)  # torch 2.x sets grad_scale and found_inf
+        found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
-            grad_scale = _scale_from_scaler(grad_scaler, self)
+            grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
+        plan = self._binding_plan()  # checked before anything changes; applied below
         configs = []
         for group in self.param_groups:
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             configs.append(self._core_config(group))
+        self._apply_binding_plan(plan)
         lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
         for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
@@ -194,6 +297,10 @@ class _Base(Optimizer):
             b.apply_hyper(kind, hyper, lr_batch)
         for shared in lr_batch.values():
             shared.flush_lrs()
+        # The scaler's verdict before anything of the step runs (see _amp_skip).
+        self._amp_skipped = _amp_skip(grad_scale, found_inf)
+        if self._amp_skipped:
+            return loss
         for shared in self._shared():
             shared.step(grad_scale)
         return loss
@@ -217,6 +324,7 @@ class _Base(Optimizer):
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
+        self._follow_params()
         self._gather_state()
         self._refresh_state()
         sd = super().state_dict()
@@ -236,9 +344,21 @@ class _Base(Optimizer):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
         anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
         None gradients) need the per-tensor mask (not under a process group's sharded step yet)."""
+        self._follow_params()
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
             raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
+        for gi, g in enumerate(groups):  # another class's dict: refused before anything else
+            self._check_group_keys(gi, g)
+        state_keys = set(self._state_names.values()) | {"master_weight"}
+        for gi, g in enumerate(groups):
+            for j, k in enumerate(g["params"]):
+                foreign = sorted(set(state_dict["state"].get(k) or ()) - state_keys)
+                if foreign:
+                    raise ValueError("load_state_dict: parameter %d of param group %d has state %s, which a %s does "
+                                     "not keep (its state: %s): a state dict of another optimizer class" %
+                                     (j, gi, ", ".join(map(repr, foreign)), type(self).__name__,
+                                      ", ".join(map(repr, sorted(state_keys)))))
         plan = []
         for gi, (g, b) in enumerate(zip(groups, self._bindings)):
             if len(g["params"]) != len(b.params):
@@ -249,7 +369,10 @@ class _Base(Optimizer):
             merged["params"] = b.params
             for flag in self._flags:
                 _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
-            kind, hyper = self._core_config(merged)
+            try:
+                kind, hyper = self._core_config(merged)
+            except ValueError as e:
+                raise ValueError("load_state_dict: param group %d: %s" % (gi, e)) from None
             if kind != b.kind or self._roles(merged) != b.roles or hyper.get("max_grad_norm") != b.hyper.get("max_grad_norm"):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
@@ -306,6 +429,25 @@ class _Base(Optimizer):
         for b, group in zip(self._bindings, self.param_groups):
             b.apply_hyper(*self._core_config(group))
 
+    def _check_group_keys(self, gi, g):
+        """A state dict's group against this class's keys (_required_keys, _group_keys)."""
+        keys = set(g) - {"params"}
+        foreign = sorted((keys & _ALL_GROUP_KEYS) - set(self._group_keys))
+        missing = sorted(set(self._required_keys) - keys)
+        if not foreign and not missing:
+            return
+        said = []
+        if foreign:
+            said.append("has %s" % ", ".join(map(repr, foreign)))
+        if missing:
+            said.append("lacks %s" % ", ".join(map(repr, missing)))
+        like = [c.__name__ for c in _CLASSES if c is not type(self) and not set(c._required_keys) - keys
+                and not (keys & _ALL_GROUP_KEYS) - set(c._group_keys)]
+        raise ValueError("load_state_dict: param group %d does not fit %s: it %s%s; refused, nothing changed "
+                         "(a state dict loads into the class that wrote it, or its torch.optim counterpart)" %
+                         (gi, type(self).__name__, " and ".join(said),
+                          " (the keys of a %s state dict)" % " or ".join(like) if like else ""))
+
     def __setstate__(self, state):
         # A torch.optim state dict lacks this library's group keys (decoupled_weight_decay,
         # max_grad_norm, trust_ratio): they take this optimizer's defaults, as torch does for
@@ -346,6 +488,7 @@ class _Base(Optimizer):
         16 hex digits; several: renaissance.combine_fingerprints of the groups' fingerprints in
         group order (the value a replay case's expected_fingerprint holds, docs/replay-format.md).
         A group's fingerprint is that of its tensors alone with its Task's step count."""
+        self._follow_params()
         self._gather_state()
         return _core.combine_fingerprints([b.task.fingerprint() for b in self._bindings])
 
@@ -368,6 +511,7 @@ class _Base(Optimizer):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
         `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
         With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
+        self._follow_params()
         self._gather_state()
         for shared, p in zip(self._shared(), self._paths(path)):
             if shared.sliced:
@@ -377,6 +521,7 @@ class _Base(Optimizer):
 
     def load(self, path):
         """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""
+        self._follow_params()
         for shared, p in zip(self._shared(), self._paths(path)):
             shared.task.load(p)
             # The checkpoint brought its own hyperparameters and loss scale: back to the ones
@@ -474,7 +619,29 @@ def _scale_from_scaler(scaler, optimizer):
     state = scaler._per_optimizer_states[id(optimizer)]
     if state["stage"] is OptState.READY:
         scaler._check_inf_per_device(optimizer)
-    return None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()
+    found = list(state["found_inf_per_device"].values())  # from that check or from unscale_()
+    found_inf = sum(f.double().sum().cpu() for f in found) if found else None
+    return (None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()), found_inf
+
+
+def _amp_skip(grad_scale, found_inf):
+    """Whether the GradScaler protocol says to skip this step: a nonzero found_inf (torch skips
+    the step then), or a scale whose reciprocal (formed as set_scale forms it: in double, rounded
+    to float) is not finite: scale 0, NaN, or one so small that 1/scale overflows float. torch's
+    unscale would turn every gradient into inf or NaN there and skip; the fused unscale would
+    instead multiply the gradients by it inside the update (the core's non-finite check reads
+    G before the unscale) and write NaN weights. A skip is decided here, before the core step
+    runs: nothing changes and no step count advances, as in the core's own non-finite skip (the
+    Task's skipped_steps does not count it). One host read of the two values (on CUDA a sync)."""
+    bad = None
+    if grad_scale is not None:
+        scale = grad_scale if isinstance(grad_scale, torch.Tensor) else torch.tensor(float(grad_scale))
+        bad = ~torch.isfinite(scale.detach().double().reciprocal().float()).all()
+    if found_inf is not None:
+        found = found_inf if isinstance(found_inf, torch.Tensor) else torch.tensor(float(found_inf))
+        f = (found.detach() != 0).any()
+        bad = f if bad is None else (bad.to(f.device) | f)
+    return bad is not None and bool(bad)
 
 
 def _number(name, value):
@@ -537,6 +704,9 @@ class SGD(_Base):
 
     _flags = ("maximize", "foreach", "differentiable", "fused")
     _state_names = {"M": "momentum_buffer", "step": "step"}
+    _required_keys = ("momentum", "dampening", "nesterov")
+    _group_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach", "differentiable",
+                   "fused", "decoupled_weight_decay", "max_grad_norm")
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False, fused=None, decoupled_weight_decay=False,
@@ -570,6 +740,10 @@ class SGD(_Base):
 class _AdamFamily(_Base):
     _flags = ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused")
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _required_keys = ("betas", "eps")
+    # decoupled_weight_decay: torch >= 2.6 writes it into Adam's (False) and AdamW's (True) groups.
+    _group_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
+                   "differentiable", "fused", "decoupled_weight_decay", "max_grad_norm")
     _kind = None
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
@@ -583,6 +757,13 @@ class _AdamFamily(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
+        decoupled = group.get("decoupled_weight_decay")
+        if decoupled is not None and bool(decoupled) != (self._kind == "adamw"):
+            raise ValueError("%s: decoupled_weight_decay=%r is %s; this optimizer applies %s weight decay (use "
+                             "renaissance.torch.%s)" % (type(self).__name__, decoupled,
+                                                        "AdamW's" if decoupled else "Adam's (L2)",
+                                                        "decoupled" if self._kind == "adamw" else "L2",
+                                                        "AdamW" if decoupled else "Adam"))
         return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
                                          "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
                                          "weight_decay": _weight_decay(group)})
@@ -623,6 +804,9 @@ class LARS(_Base):
     trust_ratio says so (default: ndim > 1); the others get plain momentum with no weight decay."""
 
     _state_names = {"M": "momentum_buffer", "step": "step"}
+    _required_keys = ("momentum", "trust_coefficient", "eps", "nesterov")
+    _group_keys = ("lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "trust_ratio",
+                   "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lars")["lr"], momentum=_defaults_of("lars")["momentum"],
                  weight_decay=_defaults_of("lars")["weight_decay"],
@@ -650,6 +834,8 @@ class Lion(_Base):
     """Lion (Chen et al. 2023; timm's Lion): every parameter gets the group's weight decay."""
 
     _state_names = {"M": "exp_avg", "step": "step"}
+    _required_keys = ("betas",)
+    _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lion")["lr"],
                  betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
@@ -671,6 +857,8 @@ class LAMB(_Base):
     (default: ndim > 1); the others take the Adam direction with r = 1 and no weight decay."""
 
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _required_keys = ("betas", "eps")
+    _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm")
 
     def __init__(self, params, lr=_defaults_of("lamb")["lr"],
                  betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
@@ -692,6 +880,10 @@ class LAMB(_Base):
                                      "eps": _number("eps", group["eps"]),
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 
+
+_CLASSES = (SGD, Adam, AdamW, LARS, Lion, LAMB)
+# Every class's group keys: a key in here that this class's groups lack marks another class's dict.
+_ALL_GROUP_KEYS = frozenset(k for c in _CLASSES for k in c._group_keys)
 
 # The replay recorder (renaissance/recorder.py) under the name issue 13 gives it:
 # renaissance.torch.Recorder(opt, case_dir, steps=N).
