@@ -76,9 +76,23 @@ void record_given(CLI::App* app, std::vector<std::string>* given) {
   }
 }
 
-// A path option given as "" is a mistake, not "no path".
-void refuse_empty(CLI::App* app, const std::string& flag, const std::string& value) {
-  if (app->count(flag) > 0 && value.empty()) throw_invalid(flag + " \"\": the path is empty");
+// No option takes "" as its value. CLI11 converts "" to 0 (--lr "" ran with lr 0, --nan-at ""
+// poisoned step 0) and a string option cannot tell "" from "not given" (--distributed "" ran on
+// one process), so an unset shell variable silently ran something else. Put on every option that
+// takes a value, this check runs before the option's own conversion: the parse fails with exit 2
+// naming the option ("--lr: the value is empty"), before anything is set, run or written.
+void refuse_empty_values(CLI::App* app) {
+  const CLI::Validator non_empty(
+      [](std::string& value) {
+        return value.empty() ? std::string("the value is empty; give one or leave the option out") : std::string();
+      },
+      "");  // no description: the --help type names stay as they are
+  for (CLI::Option* opt : app->get_options()) {
+    // Flags take no value; a positional argument has its own message (replay's case folder).
+    // transform() puts it first, before the option's own checks (IsMember would say "not in").
+    if (opt->get_type_size() != 0 && !opt->get_positional()) opt->transform(non_empty);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(sub);
 }
 
 }  // namespace
@@ -194,6 +208,8 @@ int main(int argc, char** argv) {
   CLI::App* kinds_cmd = app.add_subcommand("kinds", "List the optimizer kinds with their defaults (the kind table)");
   kinds_cmd->add_flag("--json", kinds_json, "Print the kind table as JSON (for scripts)");
 
+  refuse_empty_values(&app);  // after the last option is added: it applies to every option
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -207,15 +223,10 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) {
-      for (const char* flag : {"--model", "--checkpoint", "--resume"}) {
-        const std::string& v = flag[2] == 'm' ? run.model : flag[2] == 'c' ? run.checkpoint : run.resume;
-        refuse_empty(run_cmd, flag, v);
-      }
       record_given(run_cmd, &run.given);
       return cmd_run(run);
     }
     if (replay_cmd->parsed()) {
-      refuse_empty(replay_cmd, "--out", replay.out);
       if (replay.case_dir.empty()) throw_invalid("replay \"\": the case folder is empty");
       return cmd_replay(replay);
     }

@@ -134,3 +134,40 @@ else()
   add_test(NAME replay_testdata_regenerates COMMAND ${CMAKE_COMMAND} -E false)
 endif()
 set_tests_properties(replay_testdata_regenerates PROPERTIES LABELS cli TIMEOUT 120)
+
+# An empty value ("") is refused by every option that takes one (it ran as 0 or "off" for --lr,
+# --max-grad-norm, ..., as step 0 for --nan-at, and was ignored by --distributed, --grad-reduce,
+# --override, --weight-decay-mode): exit 2, one error line naming the option, nothing run or
+# written (empty_value.cmake). One test per option, then one per subcommand over every option
+# its --help lists, so an option added later is covered without a new line here.
+set(rn_empty_run_options
+    model optimizer lr weight-decay momentum beta1 beta2 eps trust-coefficient max-grad-norm weight-decay-mode
+    steps schedule-steps backend threads schedule warmup loss-scale nan-at seed checkpoint checkpoint-every resume
+    override precision grad-dtype distributed grad-reduce simulate-ranks)
+foreach(sub run replay audit)
+  if(sub STREQUAL "run")
+    set(opts ${rn_empty_run_options})
+  elseif(sub STREQUAL "replay")
+    set(opts backend threads out tolerance)
+  else()
+    set(opts steps)
+  endif()
+  foreach(opt IN LISTS opts ITEMS every_option)
+    set(no_file ${RN_TEST_OUT}/empty_value_${sub}_${opt})  # the output the command must not write
+    if(sub STREQUAL "run")
+      set(args --model ${RN_TINY} --steps 1 --threads 1 --checkpoint ${no_file})
+    elseif(sub STREQUAL "replay")
+      set(args ${RN_CASE} --backend cpu --threads 1 --out ${no_file})
+    else()
+      set(args "")
+    endif()
+    set(only_opt -DOPT=--${opt})
+    if(opt STREQUAL "every_option")
+      set(only_opt "")
+    endif()
+    add_test(NAME cli_empty_value_${sub}_${opt}
+             COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DSUB=${sub} ${only_opt} "-DARGS=${args}" -DNO_FILE=${no_file}
+                     -P ${CMAKE_CURRENT_LIST_DIR}/empty_value.cmake)
+    set_tests_properties(cli_empty_value_${sub}_${opt} PROPERTIES LABELS cli TIMEOUT 120)
+  endforeach()
+endforeach()
