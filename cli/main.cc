@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/src/io/file_checks.h"
@@ -93,6 +94,50 @@ void refuse_empty_values(CLI::App* app) {
     if (opt->get_type_size() != 0 && !opt->get_positional()) opt->transform(non_empty);
   }
   for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(sub);
+}
+
+// What the check above cannot see, since CLI11 handles it before any check runs: "--name=" (the
+// empty value in the other spelling) makes CLI11 take the NEXT argument as the value (--model=
+// --steps 1 read the layout "--steps"; a flag's "--json=" read as on), and an empty item of a
+// list (--nan-at 1,,2 or 1,) is dropped. Scans the arguments of the subcommand given (up to a
+// "--"), with the same CLI11 error (exit 2, naming the option) as the check.
+void refuse_empty_inline_values(CLI::App* app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  int i = 1;
+  for (; i < argc && sub == nullptr; ++i) {
+    for (CLI::App* s : app->get_subcommands([](CLI::App*) { return true; })) {
+      if (s->get_name() == argv[i]) sub = s;
+    }
+  }
+  if (sub == nullptr) return;  // CLI11 says what is missing
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return;  // what follows is positional
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    CLI::Option* opt = nullptr;
+    for (CLI::Option* o : sub->get_options()) {
+      if (o->check_lname(name)) opt = o;
+    }
+    if (opt == nullptr) continue;  // CLI11 names an unknown option
+    const std::string flag = "--" + name;
+    if (eq != std::string::npos && eq + 1 == arg.size()) {
+      throw CLI::ValidationError(flag, "the value is empty; give one or leave the option out");
+    }
+    if (opt->get_delimiter() == '\0') continue;
+    // The values of a list option: the one after "=", or the arguments that follow it.
+    std::vector<std::string> values;
+    if (eq != std::string::npos) values.push_back(arg.substr(eq + 1));
+    for (int j = i + 1; eq == std::string::npos && j < argc && argv[j][0] != '-'; ++j) values.push_back(argv[j]);
+    const std::string delim(1, opt->get_delimiter());
+    for (const std::string& v : values) {
+      if (v.empty()) continue;  // the check on every option refuses it
+      if (v.rfind(delim, 0) == 0 || v.back() == delim[0] || v.find(delim + delim) != std::string::npos) {
+        throw CLI::ValidationError(flag, "an empty item in \"" + io::printable(v) + "\"; give every item or leave it out");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -211,6 +256,7 @@ int main(int argc, char** argv) {
   refuse_empty_values(&app);  // after the last option is added: it applies to every option
 
   try {
+    refuse_empty_inline_values(&app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -1,26 +1,40 @@
-# ctest script (cmake -P): an option given "" as its value is refused before anything runs.
-#   cmake -DCLI=... -DSUB=run|replay|audit [-DOPT=--name] "-DARGS=arg;arg;..." [-DNO_FILE=path] -P empty_value.cmake
-# Runs `CLI SUB ARGS OPT ""` (ARGS less OPT's own pair) through sh, since a CMake list cannot
-# carry an empty argument, and requires exit 2, exactly one stderr line
-# "renaissance: error: OPT: the value is empty", nothing on stdout (no run started) and NO_FILE
-# (the run's --checkpoint or --out) not written. Without OPT: every option of `CLI SUB --help`
-# that takes a value (a name followed by one space and its type), so a new option is covered too.
+# ctest script (cmake -P): an option given an empty value is refused before anything runs.
+#   cmake -DCLI=... -DSUB=run|replay|audit [-DOPT=--name] [-DFORM=separate|inline] [-DVALUE=text]
+#         [-DMESSAGE=regex] "-DARGS=arg;arg;..." [-DNO_FILE=path] -P empty_value.cmake
+# FORM separate (the default) runs `CLI SUB ARGS OPT ""` through sh, since a CMake list cannot
+# carry an empty argument (with VALUE: `OPT VALUE`, e.g. a list with an empty item); FORM inline
+# runs `CLI SUB OPT= ARGS`, the option first, so that a parser taking the next argument as its
+# value is caught. ARGS lose OPT's own pair. Requires exit 2, exactly one stderr line
+# "renaissance: error: OPT: MESSAGE" (MESSAGE: "the value is empty" unless given), nothing on
+# stdout (no run started) and NO_FILE (the run's --checkpoint or --out) not written.
+# Without OPT: every option of `CLI SUB --help` that takes a value (a name, one space, its type);
+# inline: every long option, flags included. So an option added later is covered too.
+if(NOT DEFINED FORM)
+  set(FORM separate)
+endif()
+if(NOT DEFINED MESSAGE)
+  set(MESSAGE "the value is empty")
+endif()
 if(NOT DEFINED OPT)
   execute_process(COMMAND ${CLI} ${SUB} --help RESULT_VARIABLE rc OUTPUT_VARIABLE help ERROR_VARIABLE err TIMEOUT 30)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${SUB} --help: exit ${rc}: ${err}")
   endif()
-  string(REGEX MATCHALL "\n  --[a-z0-9-]+ [^ \n]" lines "${help}")
+  if(FORM STREQUAL "inline")
+    string(REGEX MATCHALL "\n  --[a-z0-9-]+[ \n]" lines "${help}")
+  else()
+    string(REGEX MATCHALL "\n  --[a-z0-9-]+ [^ \n]" lines "${help}")
+  endif()
   set(opts "")
   foreach(line IN LISTS lines)
-    string(REGEX REPLACE "^\n  (--[a-z0-9-]+) .*" "\\1" name "${line}")
+    string(REGEX REPLACE "^\n  (--[a-z0-9-]+).*" "\\1" name "${line}")
     list(APPEND opts ${name})
   endforeach()
   list(LENGTH opts n)
   if(n EQUAL 0)
-    message(FATAL_ERROR "no option with a value found in `${SUB} --help`:\n${help}")
+    message(FATAL_ERROR "no option found in `${SUB} --help`:\n${help}")
   endif()
-  message("${SUB}: ${n} options take a value: ${opts}")
+  message("${SUB}: ${n} options to try: ${opts}")
 else()
   set(opts ${OPT})
 endif()
@@ -36,22 +50,28 @@ foreach(opt IN LISTS opts)
   if(DEFINED NO_FILE)
     file(REMOVE "${NO_FILE}")
   endif()
-  execute_process(COMMAND sh -c "exec \"$0\" \"$@\" ${opt} ''" ${CLI} ${SUB} ${args}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  if(FORM STREQUAL "inline")
+    set(shown "${opt}=")
+    set(cmd ${CLI} ${SUB} ${opt}= ${args})
+  else()
+    set(shown "${opt} '${VALUE}'")
+    set(cmd sh -c "exec \"$0\" \"$@\" ${opt} '${VALUE}'" ${CLI} ${SUB} ${args})
+  endif()
+  execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
   set(why "")
   if(NOT "${rc}" STREQUAL "2")
     set(why "exit ${rc}, not 2")
-  elseif(NOT err MATCHES "^renaissance: error: ${opt}: the value is empty[^\n]*\n$")
-    set(why "stderr is not one line 'renaissance: error: ${opt}: the value is empty'")
+  elseif(NOT err MATCHES "^renaissance: error: ${opt}: ${MESSAGE}[^\n]*\n$")
+    set(why "stderr is not one line 'renaissance: error: ${opt}: ${MESSAGE}'")
   elseif(NOT out STREQUAL "")
     set(why "something ran (stdout not empty)")
   elseif(DEFINED NO_FILE AND EXISTS "${NO_FILE}")
     set(why "${NO_FILE} was written")
   endif()
   if(why)
-    string(APPEND failures "\n  ${SUB} ${opt} \"\": ${why}:\n${out}${err}")
+    string(APPEND failures "\n  ${SUB} ${shown}: ${why}:\n${out}${err}")
   else()
-    message("ok: ${SUB} ${opt} \"\": ${err}")
+    message("ok: ${SUB} ${shown}: ${err}")
   endif()
 endforeach()
 if(failures)
