@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/src/io/file_checks.h"
@@ -193,6 +195,127 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   *loss_scale = given(o, "--loss-scale") ? o.loss_scale : ck.loss_scale;
 }
 
+#if RENAISSANCE_WITH_MPI
+// A 64-bit FNV-1a digest of the layout's tensors (names, shapes, roles, groups) in hex: two
+// layout files of one name but other tensors differ.
+std::string layout_digest(const Layout& layout) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const std::string& text) {
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;  // a separator no text ends with
+  };
+  for (const ParamSpec& p : layout.params) {
+    mix(p.name);
+    for (int64_t d : p.shape) mix(std::to_string(d));
+    mix("role " + std::to_string(static_cast<int>(p.role)) + " group " + std::to_string(p.hyper_group));
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// The whole configuration of a sharded run as "--option=value" lines, in one fixed order, from
+// the values that will run (after a resume's inheritance, the engine's backend): every rank must
+// hold the same text, or the ranks would run a mixed state or wait for each other's collectives
+// forever. Left out, because they may differ without changing a bit: --threads (the bits do not
+// depend on it), --json (only rank 0 prints), --override (its effect is in the values).
+std::string configuration_text(const RunOptions& o, const SyntheticRun& run, const Layout& layout,
+                               const CheckpointInfo& ck) {
+  std::string text;
+  auto add = [&text](const std::string& flag, const std::string& value) {
+    text += flag + "=" + io::printable(value) + "\n";
+  };
+  add("--model", layout.name + " (" + std::to_string(layout.params.size()) + " tensors, " +
+                     std::to_string(layout.total_numel()) + " elements, digest " + layout_digest(layout) + ")");
+  add("--optimizer", optimizer_kind_name(run.config.kind));
+  for (const HyperparameterField& f : kHyperparameterFields) {
+    std::string flag = std::string("--") + f.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    add(flag, num(run.config.*f.field));
+  }
+  add("--weight-decay-mode", run.config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled");
+  add("--steps", std::to_string(run.steps));
+  add("--schedule", schedule_name(run.schedule));
+  add("--schedule-steps", std::to_string(run.schedule_steps));
+  add("--warmup", std::to_string(run.warmup));
+  add("--loss-scale", num(run.loss_scale));
+  std::string nan_at;
+  for (int64_t t : run.nan_at) nan_at += (nan_at.empty() ? "" : ",") + std::to_string(t);
+  add("--nan-at", nan_at.empty() ? "(none)" : nan_at);
+  add("--seed", std::to_string(run.seed));
+  add("--no-check-finite", run.check_finite ? "off" : "on");
+  add("--precision", precision_name(run.precision.precision));
+  add("--stochastic-rounding", run.precision.rounding == Rounding::kStochastic ? "on" : "off");
+  add("--grad-dtype", run.precision.model_dtype_gradients ? "model" : "fp32");
+  add("--distributed", o.distributed);
+  add("--grad-reduce", grad_reduce_name(run.grad_reduce));
+  add("--backend", backend_kind_name(run.backend));
+  add("--checkpoint", run.checkpoint.empty() ? "(none)" : run.checkpoint);
+  add("--checkpoint-every", std::to_string(run.checkpoint_every));
+  add("--resume", run.resume.empty() ? "(none)"
+                                     : run.resume + " (at step " + std::to_string(ck.step) + ", " +
+                                           std::to_string(ck.skipped) + " skipped)");
+  return text;
+}
+
+// "rank 3" or "ranks 0, 2, 5" (the first 8, then how many more).
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += " and " + std::to_string(ranks.size() - 8) + " more";
+  return s;
+}
+
+// Compares the ranks' configuration texts (in rank order): "" when they are all the same, else
+// the first option that differs with each of its values and the ranks that hold it, then the
+// names of the other options that differ.
+std::string configuration_difference(const std::vector<std::string>& texts) {
+  using Setting = std::pair<std::string, std::string>;  // (option, value)
+  std::vector<std::vector<Setting>> ranks;
+  size_t lines = 0;
+  for (const std::string& text : texts) {
+    std::vector<Setting> settings;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(start, end - start);
+      const size_t eq = line.find('=');
+      settings.emplace_back(line.substr(0, eq), eq == std::string::npos ? "" : line.substr(eq + 1));
+      start = end + 1;
+    }
+    lines = std::max(lines, settings.size());
+    ranks.push_back(std::move(settings));
+  }
+  std::string first, others;
+  for (size_t i = 0; i < lines; ++i) {
+    // The values of line i with the ranks that hold each, in order of first appearance (a rank
+    // whose line names another option, another build's text, counts as another value).
+    std::string flag;
+    std::vector<std::pair<std::string, std::vector<int>>> values;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const Setting s = i < ranks[r].size() ? ranks[r][i] : Setting{"", ""};
+      if (flag.empty()) flag = s.first;
+      const std::string value = s.first == flag ? s.second : s.first + "=" + s.second;
+      auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == value; });
+      if (it == values.end()) values.push_back({value, {static_cast<int>(r)}});
+      else it->second.push_back(static_cast<int>(r));
+    }
+    if (values.size() < 2) continue;
+    if (!first.empty()) {
+      others += (others.empty() ? "" : ", ") + flag;
+      continue;
+    }
+    first = flag + " differs:";
+    for (size_t v = 0; v < values.size(); ++v) {
+      first += (v ? "; " : " ") + values[v].first + " on " + ranks_text(values[v].second);
+    }
+  }
+  if (first.empty()) return "";
+  return first + (others.empty() ? "" : " (also differing: " + others + ")");
+}
+#endif  // RENAISSANCE_WITH_MPI
+
 }  // namespace
 
 BackendKind backend_from_option(const std::string& text) {
@@ -354,6 +477,21 @@ int cmd_run(const RunOptions& o) {
   run.checkpoint = o.checkpoint;
   run.checkpoint_every = o.checkpoint_every;
   run.resume = o.resume;
+#if RENAISSANCE_WITH_MPI
+  // Every rank must run the same configuration: each one gathers every rank's (the first
+  // collective after MPI starts, so no rank waits behind another's different sequence) and all
+  // find the same difference. They then end MPI together and exit 2, before any step.
+  if (comm) {
+    const std::string difference =
+        configuration_difference(mpi_all_gather_text(configuration_text(o, run, layout, ck)));
+    if (!difference.empty()) {
+      run.comm = nullptr;
+      comm.reset();  // MPI_Finalize on every rank: a clean end, not an abort by mpirun
+      throw_invalid("--distributed " + o.distributed + ": the ranks were given different configurations: " +
+                    difference + ". Give every rank the same options (--threads and --json may differ)");
+    }
+  }
+#endif
 
   const int64_t numel = layout.total_numel();
   // The kind's traffic (and the check's read of G), plus the model copy's 2-byte write per

@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/src/io/file_checks.h"
@@ -76,9 +77,67 @@ void record_given(CLI::App* app, std::vector<std::string>* given) {
   }
 }
 
-// A path option given as "" is a mistake, not "no path".
-void refuse_empty(CLI::App* app, const std::string& flag, const std::string& value) {
-  if (app->count(flag) > 0 && value.empty()) throw_invalid(flag + " \"\": the path is empty");
+// No option takes "" as its value. CLI11 converts "" to 0 (--lr "" ran with lr 0, --nan-at ""
+// poisoned step 0) and a string option cannot tell "" from "not given" (--distributed "" ran on
+// one process), so an unset shell variable silently ran something else. Put on every option that
+// takes a value, this check runs before the option's own conversion: the parse fails with exit 2
+// naming the option ("--lr: the value is empty"), before anything is set, run or written.
+void refuse_empty_values(CLI::App* app) {
+  const CLI::Validator non_empty(
+      [](std::string& value) {
+        return value.empty() ? std::string("the value is empty; give one or leave the option out") : std::string();
+      },
+      "");  // no description: the --help type names stay as they are
+  for (CLI::Option* opt : app->get_options()) {
+    // Flags take no value; a positional argument has its own message (replay's case folder).
+    // transform() puts it first, before the option's own checks (IsMember would say "not in").
+    if (opt->get_type_size() != 0 && !opt->get_positional()) opt->transform(non_empty);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(sub);
+}
+
+// What the check above cannot see, since CLI11 handles it before any check runs: "--name=" (the
+// empty value in the other spelling) makes CLI11 take the NEXT argument as the value (--model=
+// --steps 1 read the layout "--steps"; a flag's "--json=" read as on), and an empty item of a
+// list (--nan-at 1,,2 or 1,) is dropped. Scans the arguments of the subcommand given (up to a
+// "--"), with the same CLI11 error (exit 2, naming the option) as the check.
+void refuse_empty_inline_values(CLI::App* app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  int i = 1;
+  for (; i < argc && sub == nullptr; ++i) {
+    for (CLI::App* s : app->get_subcommands([](CLI::App*) { return true; })) {
+      if (s->get_name() == argv[i]) sub = s;
+    }
+  }
+  if (sub == nullptr) return;  // CLI11 says what is missing
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return;  // what follows is positional
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    CLI::Option* opt = nullptr;
+    for (CLI::Option* o : sub->get_options()) {
+      if (o->check_lname(name)) opt = o;
+    }
+    if (opt == nullptr) continue;  // CLI11 names an unknown option
+    const std::string flag = "--" + name;
+    if (eq != std::string::npos && eq + 1 == arg.size()) {
+      throw CLI::ValidationError(flag, "the value is empty; give one or leave the option out");
+    }
+    if (opt->get_delimiter() == '\0') continue;
+    // The values of a list option: the one after "=", or the arguments that follow it.
+    std::vector<std::string> values;
+    if (eq != std::string::npos) values.push_back(arg.substr(eq + 1));
+    for (int j = i + 1; eq == std::string::npos && j < argc && argv[j][0] != '-'; ++j) values.push_back(argv[j]);
+    const std::string delim(1, opt->get_delimiter());
+    for (const std::string& v : values) {
+      if (v.empty()) continue;  // the check on every option refuses it
+      if (v.rfind(delim, 0) == 0 || v.back() == delim[0] || v.find(delim + delim) != std::string::npos) {
+        throw CLI::ValidationError(flag, "an empty item in \"" + io::printable(v) + "\"; give every item or leave it out");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -194,7 +253,10 @@ int main(int argc, char** argv) {
   CLI::App* kinds_cmd = app.add_subcommand("kinds", "List the optimizer kinds with their defaults (the kind table)");
   kinds_cmd->add_flag("--json", kinds_json, "Print the kind table as JSON (for scripts)");
 
+  refuse_empty_values(&app);  // after the last option is added: it applies to every option
+
   try {
+    refuse_empty_inline_values(&app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -207,15 +269,10 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) {
-      for (const char* flag : {"--model", "--checkpoint", "--resume"}) {
-        const std::string& v = flag[2] == 'm' ? run.model : flag[2] == 'c' ? run.checkpoint : run.resume;
-        refuse_empty(run_cmd, flag, v);
-      }
       record_given(run_cmd, &run.given);
       return cmd_run(run);
     }
     if (replay_cmd->parsed()) {
-      refuse_empty(replay_cmd, "--out", replay.out);
       if (replay.case_dir.empty()) throw_invalid("replay \"\": the case folder is empty");
       return cmd_replay(replay);
     }

@@ -74,4 +74,30 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
 
+std::vector<std::string> mpi_all_gather_text(const std::string& text) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) throw Error(ErrorKind::kBackend, "mpi: all-gather of a text without a running MPI");
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The lengths first, then the texts themselves (one block per rank, in rank order).
+  const int length = to_int(text.size(), "a text");
+  std::vector<int> lengths(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  uint64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<size_t>(r)] = to_int(total, "the gathered texts");
+    total += static_cast<uint64_t>(lengths[static_cast<size_t>(r)]);
+  }
+  std::vector<char> all(static_cast<size_t>(to_int(total, "the gathered texts")) + 1);
+  MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> texts(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    texts[i].assign(all.data() + displs[i], static_cast<size_t>(lengths[i]));
+  }
+  return texts;
+}
+
 }  // namespace renaissance

@@ -134,3 +134,49 @@ else()
   add_test(NAME replay_testdata_regenerates COMMAND ${CMAKE_COMMAND} -E false)
 endif()
 set_tests_properties(replay_testdata_regenerates PROPERTIES LABELS cli TIMEOUT 120)
+
+# An empty value is refused by every option that takes one (it ran as 0 or "off" for --lr,
+# --max-grad-norm, ..., as step 0 for --nan-at, and was ignored by --distributed, --grad-reduce,
+# --override, --weight-decay-mode): exit 2, one error line naming the option, nothing run or
+# written (empty_value.cmake). One test per option (`--opt ""`), then per subcommand one over
+# every option its --help lists (so an option added later is covered without a new line here)
+# and one over every option spelled `--opt=` (it took the next argument as its value; flags
+# read it as on); last, a list with an empty item (--nan-at dropped it).
+set(rn_empty_run_options
+    model optimizer lr weight-decay momentum beta1 beta2 eps trust-coefficient max-grad-norm weight-decay-mode
+    steps schedule-steps backend threads schedule warmup loss-scale nan-at seed checkpoint checkpoint-every resume
+    override precision grad-dtype distributed grad-reduce simulate-ranks)
+function(rn_empty_value_test sub opt)
+  set(no_file ${RN_TEST_OUT}/empty_value_${sub}_${opt})  # the output the command must not write
+  if(sub STREQUAL "run")
+    set(args --model ${RN_TINY} --steps 1 --threads 1 --checkpoint ${no_file})
+  elseif(sub STREQUAL "replay")
+    set(args ${RN_CASE} --backend cpu --threads 1 --out ${no_file})
+  else()
+    set(args "")
+  endif()
+  add_test(NAME cli_empty_value_${sub}_${opt}
+           COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DSUB=${sub} ${ARGN} "-DARGS=${args}" -DNO_FILE=${no_file}
+                   -P ${CMAKE_CURRENT_LIST_DIR}/empty_value.cmake)
+  set_tests_properties(cli_empty_value_${sub}_${opt} PROPERTIES LABELS cli TIMEOUT 120)
+endfunction()
+foreach(sub run replay audit)
+  if(sub STREQUAL "run")
+    set(opts ${rn_empty_run_options})
+  elseif(sub STREQUAL "replay")
+    set(opts backend threads out tolerance)
+  else()
+    set(opts steps)
+  endif()
+  foreach(opt IN LISTS opts)
+    rn_empty_value_test(${sub} ${opt} -DOPT=--${opt})
+  endforeach()
+  rn_empty_value_test(${sub} every_option)
+  rn_empty_value_test(${sub} every_option_inline -DFORM=inline)
+endforeach()
+foreach(item "leading|,0" "trailing|0," "double|0,,0")
+  string(REPLACE "|" ";" item "${item}")
+  list(GET item 0 tag)
+  list(GET item 1 value)
+  rn_empty_value_test(run nan-at_item_${tag} -DOPT=--nan-at "-DVALUE=${value}" "-DMESSAGE=an empty item in")
+endforeach()

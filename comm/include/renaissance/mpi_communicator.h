@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "renaissance/communicator.h"
 
@@ -12,5 +14,11 @@ namespace renaissance {
 // exception is unwinding: a rank that fails leaves without a collective the others never join,
 // and mpirun then ends the job). The communicator spans MPI_COMM_WORLD.
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Every rank's `text`, in rank order, on every rank of MPI_COMM_WORLD: a collective (every rank
+// calls it, after a communicator, MPI or NCCL, has started MPI). Host memory, whatever the
+// communicator's buffers are. `renaissance run` compares the ranks' configurations with it
+// before the first step. Throws Error(kBackend) when MPI is not running or a text is over 2 GiB.
+std::vector<std::string> mpi_all_gather_text(const std::string& text);
 
 }  // namespace renaissance
