@@ -65,6 +65,7 @@ class _Base(Optimizer):
         self._seed = seed
         self._bindings = []
         groups = _as_groups(params)
+        _check_names(groups, [])
         _validate_new(groups, [])
         if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
             raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
@@ -80,9 +81,11 @@ class _Base(Optimizer):
 
     # ---- groups -----------------------------------------------------------------------------
     def add_param_group(self, param_group):
+        if not isinstance(param_group, dict):
+            raise TypeError("param_group must be a dict, but got %s" % type(param_group))
         existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
-        group = dict(param_group)
-        group["params"] = _param_list(group["params"])
+        group = _split_names(dict(param_group))
+        _check_names([group], self.param_groups)
         _validate_new([group], existing)
         n_before = len(self.param_groups)
         super().add_param_group(group)
@@ -274,7 +277,13 @@ class _Base(Optimizer):
         shared_steps = {}  # the groups of one Task: its count is the largest of their parameters'
         for b, step, _, _ in plan:
             shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared), 0), step)
+        names = [g.get("param_names") for g in self.param_groups]
         super().load_state_dict(state_dict)
+        for group, own in zip(self.param_groups, names):
+            # torch >= 2.6: the loaded names replace this optimizer's; a state dict without names
+            # leaves them as they are.
+            if own is not None and "param_names" not in group:
+                group["param_names"] = own
         tensor_steps = {}  # every parameter's own count, per Task
         with torch.no_grad():
             for b, step, bufs, per_param in plan:
@@ -395,8 +404,39 @@ def _param_list(params):
     if isinstance(params, torch.Tensor):
         return [params]
     if isinstance(params, set):
-        raise TypeError("optimizer parameters need to be organized in ordered collections, not a set")
+        raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                        "tensors in sets will change between runs. Please use a list instead.")
     return list(params)
+
+
+def _split_names(group):
+    """torch >= 2.6's named parameters, whatever torch is installed: (name, tensor) pairs (e.g.
+    model.named_parameters()) become the tensors in 'params' and their names in 'param_names';
+    a group naming some of its parameters only is torch's ValueError."""
+    tensors, names = [], []
+    for p in _param_list(group["params"]):
+        if isinstance(p, tuple):
+            names.append(p[0])
+            tensors.append(p[1])
+        else:
+            tensors.append(p)
+    group["params"] = tensors
+    if names:
+        if len(names) != len(tensors):
+            raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+        group["param_names"] = names
+    return group
+
+
+def _check_names(groups, existing):
+    """torch's rule: every param group of an optimizer has names, or none has."""
+    seen = list(existing)
+    for group in groups:
+        for g in seen:
+            if ("param_names" in group) != ("param_names" in g):
+                raise ValueError("all optimizer param groups should be with/without names. cannot add param group "
+                                 "%s to the optimizer" % ("with names" if "param_names" in group else "without names"))
+        seen.append(group)
 
 
 def _as_groups(params):
@@ -407,8 +447,8 @@ def _as_groups(params):
     if not params:
         raise ValueError("optimizer got an empty parameter list")
     if isinstance(params[0], dict):
-        return [dict(g, params=_param_list(g["params"])) for g in params]
-    return [{"params": params}]
+        return [_split_names(dict(g)) for g in params]
+    return [_split_names({"params": params})]
 
 
 def _validate_new(groups, existing):
@@ -421,7 +461,7 @@ def _validate_new(groups, existing):
             raise ValueError("param group %d has no parameters" % gi)
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
-                raise TypeError("optimizer params must be tensors, got %s" % type(p).__name__)
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
             if id(p) in seen:
                 raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
             seen.add(id(p))
