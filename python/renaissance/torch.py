@@ -24,7 +24,11 @@ __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
-# torch.optim flags the library does not implement: the value each must keep.
+# torch.optim's flags: the default of each (a group without the key takes it). amsgrad and
+# maximize are not implemented (refused unless False); foreach, fused and capturable choose among
+# torch's implementations, and the library has one, which is fused and captured (docs/python.md):
+# every value torch takes is accepted and kept; differentiable=True is refused as torch refuses it
+# for its fused step.
 _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                 "differentiable": False, "fused": None}
 
@@ -59,6 +63,8 @@ class _Base(Optimizer):
             raise ValueError("seed=%r: expected an int in [0, 2**64)" % (seed,))
         for flag in self._flags:
             _check_flag(flag, defaults[flag], type(self).__name__)
+        if defaults.get("fused") and defaults.get("foreach"):
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")  # torch's rule and text
         self._threads = threads
         self._master_weights = master_weights
         self._rounding = "stochastic" if stochastic_rounding else "nearest"
@@ -489,8 +495,20 @@ def _validate_new(groups, existing):
 
 
 def _check_flag(name, value, cls):
-    if value != _TORCH_FLAGS[name] and not (name in ("foreach", "fused") and value is False):
-        raise ValueError("%s: %s=%r is not supported (the library's step is already fused)" % (cls, name, value))
+    """A torch flag's value, at construction, in every group at step() and in a loaded group."""
+    if name in ("foreach", "fused"):  # None: torch picks; here the one step either way
+        if value is not None and not isinstance(value, bool):
+            raise ValueError("%s: %s=%r: expected True, False or None" % (cls, name, value))
+    elif name == "capturable":
+        if value is not None and not isinstance(value, bool):  # None: False, as torch reads it
+            raise ValueError("%s: capturable=%r: expected True, False or None" % (cls, value))
+    elif name == "differentiable":
+        if value != False:  # noqa: E712  (0 is False, as before)
+            # torch's type and text for differentiable with its fused step, which is the only one here.
+            raise RuntimeError("`fused` does not support `differentiable` (%s: the library's step is always "
+                               "fused; differentiable=%r is not supported)" % (cls, value))
+    elif value != False:  # noqa: E712  amsgrad, maximize
+        raise ValueError("%s: %s=%r is not supported" % (cls, name, value))
 
 
 def _step_of(state):

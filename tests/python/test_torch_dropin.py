@@ -119,3 +119,79 @@ def test_param_names_match_torch_optim():
     ours = rt.AdamW(a.named_parameters()).state_dict()["param_groups"][0]
     theirs = torch.optim.AdamW(b.named_parameters()).state_dict()["param_groups"][0]
     assert ours["param_names"] == theirs["param_names"] and ours["params"] == theirs["params"]
+
+
+# ---- foreach, fused, capturable, differentiable ---------------------------------------------------
+_FLAG_CLASSES = [(rt.SGD, dict(lr=0.1, momentum=0.9), ("foreach", "fused")),
+                 (rt.Adam, dict(lr=1e-2), ("foreach", "fused", "capturable")),
+                 (rt.AdamW, dict(lr=1e-2), ("foreach", "fused", "capturable"))]
+
+
+@pytest.mark.parametrize("cls,kw,flags", _FLAG_CLASSES)
+def test_foreach_fused_capturable_are_accepted_and_kept(cls, kw, flags):
+    """Every value torch takes is accepted and kept where torch keeps it (defaults, each group,
+    the state dict's groups); the step is the library's one fused step whatever they say."""
+    values = {"foreach": [None, False, True], "fused": [None, False, True], "capturable": [False, True]}
+    ref_model = _model()
+    ref = cls(ref_model.parameters(), **kw)
+    _train(ref_model, ref, 2)
+    for flag in flags:
+        for value in values[flag]:
+            if flag == "foreach" and value:
+                extra = {"fused": False}
+            else:
+                extra = {}
+            model = _model()
+            opt = cls(model.parameters(), **kw, **{flag: value}, **extra)
+            assert opt.defaults[flag] is value and opt.param_groups[0][flag] is value
+            assert opt.state_dict()["param_groups"][0][flag] is value
+            _train(model, opt, 2)
+            assert opt.fingerprint() == ref.fingerprint(), (flag, value)
+    models = [_model(), _model()]
+    ps, qs = (list(m.parameters()) for m in models)
+    opt = cls([{"params": ps[:2], "fused": True}, {"params": ps[2:], "foreach": False}], **kw)
+    plain = cls([{"params": qs[:2]}, {"params": qs[2:]}], **kw)
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["foreach"] is None
+    assert opt.param_groups[1]["foreach"] is False and opt.param_groups[1]["fused"] is None
+    _train(models[0], opt, 2)
+    _train(models[1], plain, 2)
+    assert opt.fingerprint() == plain.fingerprint()
+
+
+@pytest.mark.parametrize("cls,kw,flags", _FLAG_CLASSES)
+def test_state_dict_with_torch_flags_loads(cls, kw, flags):
+    """A torch state dict of a fused / foreach / capturable torch optimizer loads, its flags kept."""
+    a, b = _model(), _model()
+    oa, ob = cls(a.parameters(), **kw), cls(b.parameters(), **kw)
+    _train(a, oa, 2)
+    sd = oa.state_dict()
+    for flag in flags:
+        sd["param_groups"][0][flag] = True if flag != "foreach" else False
+    ob.load_state_dict(sd)
+    for flag in flags:
+        assert ob.param_groups[0][flag] is sd["param_groups"][0][flag]
+    got, want = ob.state_dict()["state"], oa.state_dict()["state"]
+    for k in want:
+        for key, t in want[k].items():
+            assert torch.equal(_bits(got[k][key]), _bits(t)), (k, key)
+
+
+@pytest.mark.parametrize("cls,kw,flags", _FLAG_CLASSES)
+def test_flag_errors_are_torchs(cls, kw, flags):
+    ps = list(_model().parameters())
+    check = _untouched(ps)
+    with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together"):
+        cls(ps, **kw, fused=True, foreach=True)
+    with pytest.raises(RuntimeError, match="`fused` does not support `differentiable`"):
+        cls(ps, **kw, differentiable=True)
+    with pytest.raises(ValueError, match="fused='yes': expected True, False or None"):
+        cls(ps, **kw, fused="yes")
+    check()
+    opt = cls(ps, **kw)
+    opt.param_groups[0]["differentiable"] = True
+    w = [_bits(p) for p in ps]
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(RuntimeError, match="`fused` does not support `differentiable`"):
+        opt.step()
+    assert all(torch.equal(_bits(p), x) for p, x in zip(ps, w))
