@@ -9,18 +9,24 @@ whatever the number of groups (one per structural class of groups). Parameters a
 uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on request:
 `import renaissance` does not import torch.
 """
+import copy
 import math
+from collections import OrderedDict
+from itertools import chain
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import Optimizer
+from torch.utils.hooks import RemovableHandle
 
 from . import _core
 from . import _torch_dist
 from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
 
-__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
+__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder", "register_optimizer_step_pre_hook",
+           "register_optimizer_step_post_hook"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
@@ -39,6 +45,37 @@ _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp1
 
 def _defaults_of(kind):
     return _KINDS[kind]["defaults"]
+
+
+# The step hooks common to all optimizers: torch's own tables where torch has them (2.0+), so that
+# torch.optim.optimizer.register_optimizer_step_pre_hook reaches these classes too; else the
+# module's, filled by the functions below.
+_GLOBAL_PRE_HOOKS = getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None)
+_GLOBAL_POST_HOOKS = getattr(_torch_optimizer, "_global_optimizer_post_hooks", None)
+if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
+    _GLOBAL_PRE_HOOKS, _GLOBAL_POST_HOOKS = OrderedDict(), OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook):
+    """torch.optim.optimizer.register_optimizer_step_pre_hook (torch 2.0), also on older torch:
+    hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs), before every step() of every
+    optimizer (torch's too, where torch has the function). Returns a RemovableHandle."""
+    handle = RemovableHandle(_GLOBAL_PRE_HOOKS)
+    _GLOBAL_PRE_HOOKS[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook):
+    """torch.optim.optimizer.register_optimizer_step_post_hook: hook(optimizer, args, kwargs)
+    after every step()."""
+    handle = RemovableHandle(_GLOBAL_POST_HOOKS)
+    _GLOBAL_POST_HOOKS[handle.id] = hook
+    return handle
+
+
+_HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
+                "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
+                "_optimizer_load_state_dict_post_hooks")
 
 
 class _Base(Optimizer):
@@ -70,6 +107,8 @@ class _Base(Optimizer):
         self._rounding = "stochastic" if stochastic_rounding else "nearest"
         self._seed = seed
         self._bindings = []
+        for table in _HOOK_TABLES:  # torch 2.x's constructor makes them again (empty), 1.x's not at all
+            setattr(self, table, OrderedDict())
         groups = _as_groups(params)
         _check_names(groups, [])
         _validate_new(groups, [])
@@ -176,10 +215,63 @@ class _Base(Optimizer):
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 
+    # ---- hooks (torch 2.x's, whatever torch is installed) --------------------------------------
+    def _patch_step_function(self):
+        # torch 2.x wraps the class's step() to run the step hooks; step() below runs them itself
+        # (on every torch version, in torch's order), so the wrapper would run them twice.
+        self._zero_grad_profile_name = "Optimizer.zero_grad#%s.zero_grad" % type(self).__name__
+
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs), before each step()
+        (after the global pre-hooks); args holds the optimizer first, as torch passes it."""
+        return _register(self._optimizer_step_pre_hooks, hook, False)
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs), after each step() (before the global post-hooks)."""
+        return _register(self._optimizer_step_post_hooks, hook, False)
+
+    def register_state_dict_pre_hook(self, hook, prepend=False):
+        """hook(optimizer), first thing in state_dict()."""
+        return _register(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend=False):
+        """hook(optimizer, state_dict) -> None or a state dict state_dict() returns instead."""
+        return _register(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend=False):
+        """hook(optimizer, state_dict) -> None or the state dict to load instead; state_dict is a
+        shallow copy of the one passed to load_state_dict()."""
+        return _register(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend=False):
+        """hook(optimizer), after load_state_dict() has loaded everything: the state it sees
+        (opt.state, the live arena views) and the param_groups are the loaded ones, and what it
+        changes there stays."""
+        return _register(self._optimizer_load_state_dict_post_hooks, hook, prepend)
+
+    def step(self, *args, **kwargs):
+        """step(closure=None): one core step per Task (one for all groups of a structural class).
+        Under torch.cuda.amp.GradScaler the scale reaches the fused unscale on the device; a step
+        with a non-finite gradient is skipped. torch's step hooks run around it: the global and
+        then this optimizer's pre-hooks, the step, this optimizer's and then the global
+        post-hooks."""
+        args = (self,) + args
+        with torch.autograd.profiler.record_function("Optimizer.step#%s.step" % type(self).__name__):
+            for pre_hook in chain(_GLOBAL_PRE_HOOKS.values(), self._optimizer_step_pre_hooks.values()):
+                result = pre_hook(self, args, kwargs)
+                if result is not None:
+                    if isinstance(result, tuple) and len(result) == 2:
+                        args, kwargs = result
+                    else:
+                        raise RuntimeError("%s must return None or a tuple of (new_args, new_kwargs), but got %s."
+                                           % (pre_hook, result))
+            out = _Base._step(*args, **kwargs)
+            for post_hook in chain(self._optimizer_step_post_hooks.values(), _GLOBAL_POST_HOOKS.values()):
+                post_hook(self, args, kwargs)
+            return out
+
     @torch.no_grad()
-    def step(self, closure=None, **kwargs):
-        """One core step per Task (one for all groups of a structural class). Under torch.cuda.amp.GradScaler the scale reaches
-        the fused unscale on the device; a step with a non-finite gradient is skipped."""
+    def _step(self, closure=None, **kwargs):
         grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
         if kwargs:
             raise TypeError("step() got unexpected keyword arguments: %s" % ", ".join(sorted(kwargs)))
@@ -226,9 +318,11 @@ class _Base(Optimizer):
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         self._gather_state()
         self._refresh_state()
-        sd = super().state_dict()
+        sd = self._packed_state_dict()
         # Sliced Tasks (process_group): M and V gathered per parameter (collective, in order).
         index = 0
         for b in self._bindings:
@@ -239,19 +333,45 @@ class _Base(Optimizer):
                         if fam in b.state_names:
                             st[b.state_names[fam]] = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
                 index += 1
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, sd)
+            if result is not None:
+                sd = result
         return sd
+
+    def _packed_state_dict(self):
+        """torch's state_dict() body (without its hooks, which state_dict() runs itself, on every
+        torch version): the groups with their parameters as indices, the state keyed by them."""
+        mapping = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                mapping.setdefault(id(p), len(mapping))
+            packed["params"] = [mapping[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {(mapping[id(k)] if isinstance(k, torch.Tensor) else k): v for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
         anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
         None gradients) need the per-tensor mask (not under a process group's sharded step yet)."""
+        state_dict = state_dict.copy()  # shallow, as torch: the pre-hooks may edit it
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
-            raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
+            raise ValueError("loaded state dict has a different number of parameter groups (%d in the state dict, "
+                             "%d here)" % (len(groups), len(self._bindings)))
         plan = []
         for gi, (g, b) in enumerate(zip(groups, self._bindings)):
             if len(g["params"]) != len(b.params):
-                raise ValueError("load_state_dict: param group %d has %d parameters, the state dict %d" % (gi, len(b.params), len(g["params"])))
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group (group %d: %d parameters here, %d in the state dict)" %
+                                 (gi, len(b.params), len(g["params"])))
             # The loaded hyperparameters must fit the compiled step (checked now, applied below).
             merged = dict(self.defaults)
             merged.update({k: v for k, v in g.items() if k != "params"})
@@ -283,13 +403,14 @@ class _Base(Optimizer):
         shared_steps = {}  # the groups of one Task: its count is the largest of their parameters'
         for b, step, _, _ in plan:
             shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared), 0), step)
-        names = [g.get("param_names") for g in self.param_groups]
-        super().load_state_dict(state_dict)
-        for group, own in zip(self.param_groups, names):
-            # torch >= 2.6: the loaded names replace this optimizer's; a state dict without names
-            # leaves them as they are.
-            if own is not None and "param_names" not in group:
-                group["param_names"] = own
+        # torch's group update: the loaded groups (deep copies) with this optimizer's parameters;
+        # torch >= 2.6: the loaded names replace this optimizer's, a state dict without names
+        # leaves them as they are.
+        new_groups = copy.deepcopy(groups)
+        for own, new in zip(self.param_groups, new_groups):
+            new["params"] = own["params"]
+            if "param_names" in own and "param_names" not in new:
+                new["param_names"] = own["param_names"]
         tensor_steps = {}  # every parameter's own count, per Task
         with torch.no_grad():
             for b, step, bufs, per_param in plan:
@@ -316,16 +437,23 @@ class _Base(Optimizer):
                 b.shared.task.set_step_count(int(shared_steps[id(b.shared)]))
             for shared, counts in tensor_steps.values():
                 shared.task.set_tensor_steps(counts)
-        self.state.clear()
-        self._refresh_state()
+        self.state.clear()  # the same mapping (whoever holds opt.state sees the load)
+        self.__setstate__({"state": self.state, "param_groups": new_groups})
+        self._refresh_state()  # the state: live views of the arena, as loaded
         for b, group in zip(self._bindings, self.param_groups):
             b.apply_hyper(*self._core_config(group))
+        # Last, as torch: what a post-hook changes (param_groups, the state's views) stays.
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
 
     def __setstate__(self, state):
         # A torch.optim state dict lacks this library's group keys (decoupled_weight_decay,
         # max_grad_norm, trust_ratio): they take this optimizer's defaults, as torch does for
         # keys older versions lacked.
         super().__setstate__(state)
+        for table in _HOOK_TABLES:
+            if table not in self.__dict__:
+                setattr(self, table, OrderedDict())
         for group in self.param_groups:
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
@@ -335,7 +463,6 @@ class _Base(Optimizer):
         """torch's behaviour: an independent optimizer over deep copies of the parameters (the
         ones the same deepcopy call copies, e.g. with the model), with this one's groups, state and
         step counts; its arena is its own, so stepping one leaves the other as it was."""
-        import copy
         if self._process_group is not None:
             raise TypeError("%s: an optimizer over a process group cannot be deep-copied (the copy "
                             "would need its own handshake with every rank); build a new one" % type(self).__name__)
@@ -406,6 +533,14 @@ class _Base(Optimizer):
 
 
 # ---- construction checks ------------------------------------------------------------------------
+def _register(table, hook, prepend):
+    handle = RemovableHandle(table)
+    table[handle.id] = hook
+    if prepend:
+        table.move_to_end(handle.id, last=False)
+    return handle
+
+
 def _param_list(params):
     if isinstance(params, torch.Tensor):
         return [params]

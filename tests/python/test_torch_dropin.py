@@ -6,6 +6,7 @@ and tested against torch's documented semantics; where the installed torch has t
 the same calls are compared with torch.optim."""
 import pytest
 import torch
+import torch.optim.optimizer as torch_optimizer  # torch.optim deletes the attribute on some versions
 
 import renaissance.torch as rt
 
@@ -195,3 +196,154 @@ def test_flag_errors_are_torchs(cls, kw, flags):
     with pytest.raises(RuntimeError, match="`fused` does not support `differentiable`"):
         opt.step()
     assert all(torch.equal(_bits(p), x) for p, x in zip(ps, w))
+
+
+# ---- hooks ----------------------------------------------------------------------------------------
+def _loss_of(model, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 6, generator=g)
+    return model(x).square().mean()
+
+
+def test_step_hooks_run_in_torchs_order_once_each():
+    model = _model()
+    opt = rt.AdamW(model.parameters(), lr=1e-2)
+    w = model[0].weight
+    seen = []
+
+    def hook(name):
+        def run(o, args, kwargs):
+            assert o is opt and args[0] is opt  # torch passes the optimizer first in args
+            seen.append((name, torch.equal(_bits(w), before), len(args), dict(kwargs)))
+        return run
+    handles = [rt.register_optimizer_step_post_hook(hook("global post")),
+               opt.register_step_post_hook(hook("post")),
+               opt.register_step_pre_hook(hook("pre")),
+               rt.register_optimizer_step_pre_hook(hook("global pre"))]
+    try:
+        _loss_of(model).backward()
+        before = _bits(w)
+        opt.step()
+        # Pre-hooks before the step (weights as they were), post-hooks after it.
+        assert seen == [("global pre", True, 1, {}), ("pre", True, 1, {}), ("post", False, 1, {}),
+                        ("global post", False, 1, {})]
+        seen.clear()
+        before = _bits(w)
+        loss = opt.step(closure=lambda: torch.tensor(3.0))
+        assert float(loss) == 3.0 and [s[0] for s in seen] == ["global pre", "pre", "post", "global post"]
+        assert all(len(s[3]) == 1 for s in seen)  # the closure keyword, as passed
+    finally:
+        for h in handles:
+            h.remove()
+    seen.clear()
+    before = _bits(w)
+    opt.step()
+    assert seen == []  # removed
+
+
+def test_step_pre_hook_can_replace_the_arguments():
+    model = _model()
+    opt = rt.SGD(model.parameters(), lr=0.1)
+    calls = []
+
+    def closure():
+        calls.append(1)
+        return torch.tensor(7.0)
+    h = opt.register_step_pre_hook(lambda o, args, kwargs: (args, {"closure": closure}))
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    assert float(opt.step()) == 7.0 and calls == [1]
+    h.remove()
+    opt.register_step_pre_hook(lambda o, args, kwargs: 5)
+    w = [_bits(p) for p in model.parameters()]
+    with pytest.raises(RuntimeError, match=r"must return None or a tuple of \(new_args, new_kwargs\), but got 5"):
+        opt.step()
+    assert all(torch.equal(_bits(p), x) for p, x in zip(model.parameters(), w))
+
+
+@pytest.mark.skipif(not hasattr(torch_optimizer, "register_optimizer_step_pre_hook"),
+                    reason="torch's global step hooks exist from torch 2.0")
+def test_torchs_global_step_hooks_reach_these_optimizers_once():
+    model = _model()
+    opt = rt.AdamW(model.parameters())
+    seen = []
+    handles = [torch_optimizer.register_optimizer_step_pre_hook(lambda o, a, k: seen.append("pre")),
+               torch_optimizer.register_optimizer_step_post_hook(lambda o, a, k: seen.append("post"))]
+    try:
+        opt.step()
+    finally:
+        for h in handles:
+            h.remove()
+    assert seen == ["pre", "post"]
+
+
+def test_state_dict_hooks():
+    model = _model()
+    opt = rt.AdamW(model.parameters(), lr=1e-2)
+    _train(model, opt, 1)
+    order = []
+    opt.register_state_dict_pre_hook(lambda o: order.append("pre"))
+    opt.register_state_dict_pre_hook(lambda o: order.append("pre first"), prepend=True)
+
+    def post(o, sd):
+        order.append("post")
+        sd["param_groups"][0]["note"] = "edited"
+
+    def replace(o, sd):
+        order.append("replace")
+        return {"state": sd["state"], "param_groups": sd["param_groups"], "extra": 1}
+    opt.register_state_dict_post_hook(replace)
+    opt.register_state_dict_post_hook(post, prepend=True)
+    sd = opt.state_dict()
+    assert order == ["pre first", "pre", "post", "replace"]
+    assert sd["extra"] == 1 and sd["param_groups"][0]["note"] == "edited"
+    assert "note" not in opt.param_groups[0]  # the state dict's groups are copies
+
+
+def test_load_state_dict_hooks_and_their_effects_stay():
+    """The pre-hook sees a shallow copy and may return the dict to load; the post-hook runs after
+    everything is loaded, so what it writes into opt.state (the arena's views) and param_groups
+    is what the next step uses."""
+    src_model = _model()
+    src = rt.AdamW(src_model.parameters(), lr=1e-2)
+    _train(src_model, src, 2)
+    sd = src.state_dict()
+
+    def pre(o, d):
+        d["extra"] = 1  # the shallow copy, not the caller's dict
+        groups = [dict(g, lr=0.05) for g in d["param_groups"]]
+        return {"state": d["state"], "param_groups": groups}
+
+    def post(o):
+        first = o.param_groups[0]["params"][0]
+        o.state[first]["exp_avg"].zero_()
+        o.param_groups[0]["lr"] = 0.02
+
+    a_model, b_model = _model(), _model()
+    a = rt.AdamW(a_model.parameters(), lr=1e-2)
+    b = rt.AdamW(b_model.parameters(), lr=1e-2)
+    a.register_load_state_dict_pre_hook(pre)
+    a.register_load_state_dict_post_hook(post)
+    a.load_state_dict(sd)
+    assert "extra" not in sd
+    # The same edits by hand after a plain load:
+    b.load_state_dict(sd)
+    b.state[b.param_groups[0]["params"][0]]["exp_avg"].zero_()
+    b.param_groups[0]["lr"] = 0.02
+    assert a.param_groups[0]["lr"] == 0.02
+    assert torch.count_nonzero(a.state_dict()["state"][0]["exp_avg"]) == 0
+    assert a.fingerprint() == b.fingerprint()
+    _train(a_model, a, 2)
+    _train(b_model, b, 2)
+    assert a.fingerprint() == b.fingerprint()
+    c_model = _model()
+    c = rt.AdamW(c_model.parameters(), lr=1e-2)
+    c.load_state_dict(sd)
+    _train(c_model, c, 2)
+    assert c.fingerprint() != a.fingerprint()  # the post-hook's edits changed the run
+    order = []
+    c.register_load_state_dict_post_hook(lambda o: order.append("second"))
+    c.register_load_state_dict_post_hook(lambda o: order.append("first"), prepend=True)
+    c.register_load_state_dict_pre_hook(lambda o, d: order.append("pre"))
+    c.load_state_dict(sd)
+    assert order == ["pre", "first", "second"]
