@@ -670,9 +670,19 @@ def _scale_from_scaler(scaler, optimizer):
     return None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()
 
 
-def _number(name, value):
+def _number(name, value, tensor=False):
+    """A hyperparameter as a float. tensor=True (lr; Adam's and AdamW's betas, where torch takes
+    Tensors): a 1-element Tensor is read for its value (torch's check and text for more
+    elements), on every step() so that in-place edits (torch 2.x's schedulers fill_ a Tensor lr)
+    reach the step; a CUDA Tensor costs a host synchronisation there."""
     if isinstance(value, torch.Tensor):
-        raise ValueError("%s as a tensor is not supported; pass a float" % name)
+        if not tensor:
+            raise ValueError("%s as a tensor is not supported; pass a float" % name)
+        if value.numel() != 1:
+            raise ValueError("Tensor %s must be 1-element" % name)
+        if value.is_complex() or not (value.is_floating_point() or value.dtype in _INT_DTYPES):
+            raise ValueError("Tensor %s: expected a real number, got %s" % (name, value.dtype))
+        value = value.item()
     if isinstance(value, (bool, str)):  # stricter than torch: float(True) and float("0.1") would pass
         raise ValueError("%s=%r: expected a number" % (name, value))
     value = float(value)
@@ -681,29 +691,41 @@ def _number(name, value):
     return value
 
 
-def _at_least_zero(message, name, value):
+_INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _at_least_zero(message, name, value, tensor=False):
     """torch's range rule and message for lr, momentum, weight_decay and eps ("Invalid learning
     rate: -1.0"). Checked by _core_config, so at construction and at every step while a bad value
     stands in param_groups (before anything of the step is applied)."""
-    v = _number(name, value)
+    v = _number(name, value, tensor)
     if not v >= 0.0:
         raise ValueError("%s: %s" % (message, value))
     return v
 
 
 def _lr(group):
-    return _at_least_zero("Invalid learning rate", "lr", group["lr"])
+    return _at_least_zero("Invalid learning rate", "lr", group["lr"], tensor=True)
+
+
+def _lr_any(group):
+    """The lr of the kinds without a torch counterpart (no range rule of torch's): a number or a
+    1-element Tensor, as for the others."""
+    return _number("lr", group["lr"], tensor=True)
 
 
 def _weight_decay(group):
     return _at_least_zero("Invalid weight_decay value", "weight_decay", group["weight_decay"])
 
 
-def _betas(group):
+def _betas(group, tensor=False):
     b = group["betas"]
     if len(b) != 2:
         raise ValueError("betas=%r: expected two numbers" % (b,))
-    out = (_number("beta1", b[0]), _number("beta2", b[1]))
+    if tensor and isinstance(b[0], torch.Tensor) != isinstance(b[1], torch.Tensor):
+        raise ValueError("betas must be either both floats or both Tensors")  # torch's rule and text
+    names = ("betas[0]", "betas[1]") if tensor else ("beta1", "beta2")
+    out = (_number(names[0], b[0], tensor), _number(names[1], b[1], tensor))
     for i, v in enumerate(out):
         if not 0.0 <= v < 1.0:  # torch's rule and message (Adam, AdamW)
             raise ValueError("Invalid beta parameter at index %d: %s" % (i, b[i]))
@@ -768,6 +790,14 @@ class _AdamFamily(_Base):
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
                  differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
                  process_group, grad_reduce):
+        # torch's constructor rules for Tensor hyperparameters (its texts): with foreach=True and
+        # capturable=False torch's implementation cannot take them; the 1-element rule is checked
+        # at every step (_number).
+        if isinstance(lr, torch.Tensor) and foreach and not capturable:
+            raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
+        for i, beta in enumerate(betas if isinstance(betas, (tuple, list)) else ()):
+            if isinstance(beta, torch.Tensor) and foreach and not capturable:
+                raise ValueError("betas[%d] as a Tensor is not supported for capturable=False and foreach=True" % i)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
                         max_grad_norm=max_grad_norm)
@@ -775,7 +805,7 @@ class _AdamFamily(_Base):
                          process_group, grad_reduce)
 
     def _core_config(self, group):
-        b1, b2 = _betas(group)
+        b1, b2 = _betas(group, tensor=True)
         return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
                                          "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
                                          "weight_decay": _weight_decay(group)})
@@ -833,7 +863,7 @@ class LARS(_Base):
 
     def _core_config(self, group):
         return ("lars_nesterov" if group["nesterov"] else "lars"), _clip(group, {
-            "lr": _number("lr", group["lr"]), "momentum": _number("momentum", group["momentum"]),
+            "lr": _lr_any(group), "momentum": _number("momentum", group["momentum"]),
             "weight_decay": _number("weight_decay", group["weight_decay"]),
             "trust_coefficient": _number("trust_coefficient", group["trust_coefficient"]),
             "eps": _number("eps", group["eps"])})
@@ -855,7 +885,7 @@ class Lion(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
-        return "lion", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+        return "lion", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 
 
@@ -881,7 +911,7 @@ class LAMB(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
-        return "lamb", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+        return "lamb", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
                                      "eps": _number("eps", group["eps"]),
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 

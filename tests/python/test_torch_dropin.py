@@ -347,3 +347,73 @@ def test_load_state_dict_hooks_and_their_effects_stay():
     c.register_load_state_dict_pre_hook(lambda o, d: order.append("pre"))
     c.load_state_dict(sd)
     assert order == ["pre", "first", "second"]
+
+
+# ---- Tensor hyperparameters -------------------------------------------------------------------------
+@pytest.mark.parametrize("cls,kw", [(rt.SGD, dict(momentum=0.9)), (rt.Adam, {}), (rt.AdamW, {}),
+                                    (rt.Lion, {}), (rt.LAMB, {}), (rt.LARS, {})])
+def test_tensor_lr_steps_as_its_value(cls, kw):
+    """A 1-element Tensor lr is kept in param_groups (the same object) and read at every step:
+    the bits of the same float, and an in-place edit (torch 2.x's schedulers fill_ it) takes
+    effect at the next step as editing a float lr does."""
+    lr = torch.tensor([0.01], dtype=torch.float64)  # exact: the same double as the float below
+    ta, fa = _model(), _model()
+    ot = cls(ta.parameters(), lr=lr, **kw)
+    of = cls(fa.parameters(), lr=0.01, **kw)
+    assert ot.param_groups[0]["lr"] is lr and ot.state_dict()["param_groups"][0]["lr"] is lr
+    _train(ta, ot, 2)
+    _train(fa, of, 2)
+    assert ot.fingerprint() == of.fingerprint()
+    lr.fill_(0.003)
+    of.param_groups[0]["lr"] = 0.003
+    _train(ta, ot, 2, seed=5)
+    _train(fa, of, 2, seed=5)
+    assert ot.fingerprint() == of.fingerprint()
+    lr.fill_(0.5)
+    _train(ta, ot, 1, seed=6)
+    _train(fa, of, 1, seed=6)
+    assert ot.fingerprint() != of.fingerprint()  # the edit is read, not a value taken once
+
+
+@pytest.mark.parametrize("cls", [rt.Adam, rt.AdamW])
+def test_tensor_betas_step_as_their_values(cls):
+    ta, fa = _model(), _model()
+    ot = cls(ta.parameters(), lr=1e-2, betas=(torch.tensor(0.8, dtype=torch.float64),
+                                              torch.tensor(0.95, dtype=torch.float64)))
+    of = cls(fa.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    _train(ta, ot, 3)
+    _train(fa, of, 3)
+    assert ot.fingerprint() == of.fingerprint()
+    capturable = cls(_model().parameters(), lr=torch.tensor(0.01), betas=(torch.tensor(0.9), torch.tensor(0.99)),
+                     foreach=True, capturable=True)  # torch takes Tensors with foreach when capturable
+    assert capturable.param_groups[0]["foreach"] is True
+
+
+def test_tensor_hyperparameter_errors_are_torchs():
+    ps = list(_model().parameters())
+    check = _untouched(ps)
+    t = torch.tensor
+    for cls, kw, error in [
+            (rt.SGD, dict(lr=t([0.1, 0.2])), "Tensor lr must be 1-element"),
+            (rt.AdamW, dict(lr=t([0.1, 0.2])), "Tensor lr must be 1-element"),
+            (rt.Lion, dict(lr=t([0.1, 0.2])), "Tensor lr must be 1-element"),
+            (rt.Adam, dict(lr=t(0.001), foreach=True),
+             "lr as a Tensor is not supported for capturable=False and foreach=True"),
+            (rt.AdamW, dict(lr=t(-0.1)), "Invalid learning rate: tensor"),
+            (rt.AdamW, dict(betas=(t(0.9), 0.99)), "betas must be either both floats or both Tensors"),
+            (rt.Adam, dict(betas=(t([0.9, 0.8]), t(0.99))), r"Tensor betas\[0\] must be 1-element"),
+            (rt.AdamW, dict(betas=(t(0.9), t(0.99)), foreach=True),
+             r"betas\[0\] as a Tensor is not supported for capturable=False and foreach=True"),
+            (rt.AdamW, dict(betas=(t(0.9), t(1.0))), "Invalid beta parameter at index 1"),
+            (rt.SGD, dict(lr=0.1, momentum=t(0.9)), "momentum as a tensor is not supported")]:
+        with pytest.raises(ValueError, match=error):
+            cls(ps, **kw)
+        check()
+    opt = rt.AdamW(ps, lr=t(0.01))
+    opt.param_groups[0]["lr"] = t([0.01, 0.02])
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    w = [_bits(p) for p in ps]
+    with pytest.raises(ValueError, match="Tensor lr must be 1-element"):
+        opt.step()
+    assert all(torch.equal(_bits(p), x) for p, x in zip(ps, w))
