@@ -46,9 +46,11 @@ _GRAD_COPY_WARNED = [False]  # warn once per process that a foreign .grad was co
 
 
 def tensor_interval(p):
-    """The byte range [start, end) a contiguous float32 tensor occupies."""
+    """The byte range [start, end) a non-empty tensor's elements span (strided: from its first to
+    its last element, gaps included)."""
     start = p.data_ptr()
-    return start, start + p.numel() * p.element_size()
+    last = sum((n - 1) * st for n, st in zip(p.shape, p.stride()))
+    return start, start + (last + 1) * p.element_size()
 
 
 def structure_key(kind, hyper, device):

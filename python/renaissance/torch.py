@@ -615,8 +615,14 @@ def _validate_new(groups, existing):
             if p.dtype != group["params"][0].dtype:
                 raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "
                                  "dtype in a group of its own)" % (gi, group["params"][0].dtype, p.dtype))
-            if not p.is_contiguous():
-                raise ValueError("parameter of shape %s is not contiguous" % (tuple(p.shape),))
+            # A non-contiguous parameter is copied into the arena like any other and then views
+            # it, so it becomes contiguous (docs/python.md). One whose elements share memory
+            # (an expand()ed tensor) cannot become one tensor of its own elements: refused, as
+            # torch's in-place update refuses to write it.
+            if not p.is_contiguous() and _self_overlapping(p):
+                raise ValueError("parameter of shape %s (strides %s) has elements that share memory; the optimizer "
+                                 "writes every element: pass p.clone() or a contiguous tensor" %
+                                 (tuple(p.shape), tuple(p.stride())))
             if p.device.type not in ("cpu", "cuda"):
                 raise ValueError("parameter on %s: renaissance.torch runs on cpu and cuda" % p.device)
             if p.device.type == "cuda" and not _core.with_cuda:
@@ -627,6 +633,19 @@ def _validate_new(groups, existing):
                     if lo < b and a < hi:
                         raise ValueError("parameters of shapes %s and %s overlap in memory" % (tuple(q.shape), tuple(p.shape)))
                 intervals.append((lo, hi, p))
+
+
+def _self_overlapping(p):
+    """Whether two elements of strided tensor p share memory (sufficient test: along the dims
+    sorted by stride, each stride passes the span of the dims before it; else counted as
+    overlapping)."""
+    span = 0
+    dims = sorted(((st, n) for n, st in zip(p.shape, p.stride()) if n > 1))
+    for st, n in dims:
+        if st <= span:
+            return True
+        span += (n - 1) * st
+    return False
 
 
 def _check_flag(name, value, cls):

@@ -417,3 +417,48 @@ def test_tensor_hyperparameter_errors_are_torchs():
     with pytest.raises(ValueError, match="Tensor lr must be 1-element"):
         opt.step()
     assert all(torch.equal(_bits(p), x) for p, x in zip(ps, w))
+
+
+# ---- non-contiguous and complex parameters -----------------------------------------------------------
+def _strided_params(seed=0):
+    torch.manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(5, 3).t()),                               # transposed
+            torch.nn.Parameter(torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)),
+            torch.nn.Parameter(torch.randn(12)[::3]),                                 # a stride of 3
+            torch.nn.Parameter(torch.randn(4))]
+
+
+def _feed(ps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for p in ps:
+        p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype)
+
+
+@pytest.mark.parametrize("cls,kw", [(rt.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+                                    (rt.SGD, dict(lr=0.1, momentum=0.9)), (rt.LAMB, {})])
+def test_non_contiguous_parameters_are_copied_in_and_become_contiguous(cls, kw):
+    """torch takes them; here they are copied into the arena like the others and then view it:
+    the same values, contiguous from then on, and the steps of contiguous copies bit for bit."""
+    ps = _strided_params()
+    assert not any(p.is_contiguous() for p in ps[:3])
+    values = [p.detach().clone() for p in ps]
+    qs = [torch.nn.Parameter(p.detach().contiguous()) for p in ps]
+    op, oq = cls(ps, **kw), cls(qs, **kw)
+    for p, v in zip(ps, values):
+        assert p.is_contiguous() and torch.equal(p.detach(), v)
+    for s in range(3):
+        _feed(ps, s)
+        _feed(qs, s)
+        op.step()
+        oq.step()
+    assert op.fingerprint() == oq.fingerprint()
+    assert all(torch.equal(_bits(p), _bits(q)) for p, q in zip(ps, qs))
+
+
+def test_parameter_whose_elements_share_memory_is_refused():
+    ps = _strided_params()
+    shared = torch.nn.Parameter(torch.zeros(1).expand(3))
+    check = _untouched(ps)
+    with pytest.raises(ValueError, match="has elements that share memory"):
+        rt.AdamW(ps + [shared])
+    check()
