@@ -40,7 +40,8 @@ _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturabl
 
 # Parameter dtypes the adapter takes, and the core precision of each (bf16/fp16: fp32 masters in
 # the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters").
-_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+              torch.complex64: "fp32"}  # complex: the arena holds the float32 real view (_torch_group.py)
 
 
 def _defaults_of(kind):
@@ -112,7 +113,7 @@ class _Base(Optimizer):
         groups = _as_groups(params)
         _check_names(groups, [])
         _validate_new(groups, [])
-        if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
+        if stochastic_rounding and all(_PRECISION[p.dtype] == "fp32" for g in groups for p in g["params"]):
             raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
                              "parameters are all float32 (no copy to round)")
         # torch's constructor adds the groups one by one: bind them all at once afterwards, so
@@ -331,7 +332,8 @@ class _Base(Optimizer):
                     st = sd["state"].setdefault(index, {})
                     for fam in ("M", "V"):
                         if fam in b.state_names:
-                            st[b.state_names[fam]] = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
+                            t = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
+                            st[b.state_names[fam]] = torch.view_as_complex(t) if b.params[j].is_complex() else t
                 index += 1
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             result = post_hook(self, sd)
@@ -395,8 +397,14 @@ class _Base(Optimizer):
                     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(b.params[j].shape):
                         raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
+                    if t.is_complex() != b.params[j].is_complex():
+                        raise ValueError("load_state_dict: group %d parameter %d: '%s' is %s for a %s parameter" %
+                                         (gi, j, key, t.dtype, b.params[j].dtype))
                     # A copy taken now: the state dict may hold this optimizer's own live views
-                    # (opt.load_state_dict(opt.state_dict())), which the load zeroes below.
+                    # (opt.load_state_dict(opt.state_dict())), which the load zeroes below. A
+                    # complex parameter's state goes in as its real view, as the arena holds it.
+                    if t.is_complex():
+                        t = torch.view_as_real(t.detach().to(dtype=torch.complex64, copy=True))
                     bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j],
                                  t.detach().to(dtype=torch.float32, copy=True)))
             plan.append((b, step, bufs, per_param))
@@ -424,7 +432,8 @@ class _Base(Optimizer):
                     for j, p in zip(b.ids, b.params):
                         for fam in ("M", "V"):
                             if fam in b.state_names:
-                                b.shared.task.set_state(fam, j, np.zeros(tuple(p.shape), dtype=np.float32))
+                                shape = tuple(p.shape) + ((2,) if p.is_complex() else ())  # the arena's
+                                b.shared.task.set_state(fam, j, np.zeros(shape, dtype=np.float32))
                 for view, t in bufs:
                     if isinstance(view, tuple):
                         b.shared.task.set_state(view[0], view[1],
@@ -610,11 +619,12 @@ def _validate_new(groups, existing):
             if len(devices) > 1:
                 raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(sorted(map(str, devices))))
             if p.dtype not in _PRECISION:
-                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16 and float16 "
-                                 "parameters" % (tuple(p.shape), p.dtype))
-            if p.dtype != group["params"][0].dtype:
+                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16, float16 "
+                                 "and complex64 parameters" % (tuple(p.shape), p.dtype))
+            first = group["params"][0].dtype
+            if _PRECISION[p.dtype] != _PRECISION.get(first):  # float32 and complex64 share the fp32 arena
                 raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "
-                                 "dtype in a group of its own)" % (gi, group["params"][0].dtype, p.dtype))
+                                 "dtype in a group of its own)" % (gi, first, p.dtype))
             # A non-contiguous parameter is copied into the arena like any other and then views
             # it, so it becomes contiguous (docs/python.md). One whose elements share memory
             # (an expand()ed tensor) cannot become one tensor of its own elements: refused, as

@@ -462,3 +462,87 @@ def test_parameter_whose_elements_share_memory_is_refused():
     with pytest.raises(ValueError, match="has elements that share memory"):
         rt.AdamW(ps + [shared])
     check()
+
+
+def _complex_pair(seed=0):
+    torch.manual_seed(seed)
+    z = torch.nn.Parameter(torch.randn(3, 4, dtype=torch.complex64))
+    w = torch.nn.Parameter(torch.randn(5))
+    return [z, w], [torch.nn.Parameter(torch.view_as_real(z.detach()).clone()), torch.nn.Parameter(w.detach().clone())]
+
+
+def _complex_backward(ps, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 2, generator=g)
+    z, w = ps
+    z = z if z.is_complex() else torch.view_as_complex(z)
+    ((z @ torch.view_as_complex(x)).abs().square().sum() + (w * w).sum()).backward()
+
+
+@pytest.mark.parametrize("cls,kw", [(rt.AdamW, dict(lr=1e-2, weight_decay=0.1)), (rt.Adam, dict(lr=1e-2)),
+                                    (rt.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.1))])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_complex_parameters_step_as_their_real_view(cls, kw, set_to_none):
+    """torch's rule (view_as_real): a complex64 parameter steps as its real view, with the bits
+    of a float32 parameter holding that view; it stays complex (.data, .grad, its state), and a
+    float32 parameter can share its group."""
+    ps, rs = _complex_pair()
+    op, orr = cls(ps, **kw), cls(rs, **kw)
+    z = ps[0]
+    assert z.dtype == torch.complex64 and z.grad.dtype == torch.complex64
+    for s in range(4):
+        for o in (op, orr):
+            o.zero_grad(set_to_none=set_to_none)
+        _complex_backward(ps, s)
+        _complex_backward(rs, s)
+        op.step()
+        orr.step()
+    assert z.dtype == torch.complex64 and z.grad.dtype == torch.complex64 and z.is_complex()
+    assert torch.equal(_bits(torch.view_as_real(z.detach())), _bits(rs[0])) and torch.equal(_bits(ps[1]), _bits(rs[1]))
+    assert op.fingerprint() == orr.fingerprint()
+    for key, t in op.state[z].items():
+        if key != "step":
+            assert t.dtype == torch.complex64 and torch.equal(_bits(t), _bits(orr.state[rs[0]][key])), key
+    if set_to_none:
+        assert op._shared()[0].in_place_steps == 4  # the complex .grad autograd made, read where it is
+
+
+def test_complex_parameters_against_torch_optim():
+    torch.manual_seed(0)
+    z = torch.nn.Parameter(torch.randn(3, 4, dtype=torch.complex64))
+    q = torch.nn.Parameter(z.detach().clone())
+    ours, theirs = rt.AdamW([z], lr=1e-2, weight_decay=0.1), torch.optim.AdamW([q], lr=1e-2, weight_decay=0.1)
+    for s in range(5):
+        x = torch.randn(4, dtype=torch.complex64)
+        for a, o in ((z, ours), (q, theirs)):
+            o.zero_grad()
+            (a @ x).abs().square().sum().backward()
+            o.step()
+    assert float((z - q).abs().max()) < 1e-5
+    sd = ours.state_dict()
+    assert sd["state"][0]["exp_avg"].dtype == torch.complex64
+    assert float((sd["state"][0]["exp_avg"] - theirs.state[q]["exp_avg"]).abs().max()) < 1e-5
+    # torch's state dict loads (the complex buffers as their real view), and ours into torch.
+    z2 = torch.nn.Parameter(q.detach().clone())
+    back = rt.AdamW([z2], lr=1e-2, weight_decay=0.1)
+    back.load_state_dict(theirs.state_dict())
+    assert torch.equal(_bits(back.state[z2]["exp_avg_sq"]), _bits(theirs.state[q]["exp_avg_sq"]))
+    q2 = torch.nn.Parameter(z.detach().clone())
+    torch_back = torch.optim.AdamW([q2], lr=1e-2, weight_decay=0.1)
+    torch_back.load_state_dict(ours.state_dict())
+    assert torch.equal(_bits(torch_back.state[q2]["exp_avg"]), _bits(ours.state[z]["exp_avg"]))
+
+
+def test_complex_errors():
+    ps, _ = _complex_pair()
+    check = _untouched(ps)
+    with pytest.raises(ValueError, match="complex128: renaissance.torch takes float32, bfloat16, float16 and complex64"):
+        rt.AdamW(ps + [torch.nn.Parameter(torch.zeros(2, dtype=torch.complex128))])
+    check()
+    a = rt.AdamW([ps[0]])
+    sd = a.state_dict()
+    sd["state"][0] = dict(sd["state"][0], exp_avg=torch.zeros(3, 4))  # real where complex belongs
+    before = _bits(a.state[ps[0]]["exp_avg"])
+    with pytest.raises(ValueError, match="'exp_avg' is torch.float32 for a torch.complex64 parameter"):
+        a.load_state_dict(sd)
+    assert torch.equal(_bits(a.state[ps[0]]["exp_avg"]), before)
