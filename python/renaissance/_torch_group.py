@@ -26,6 +26,13 @@ contiguous) is copied into G and re-pointed to its view, as before. Under a proc
 sharded step reduces gradients in G: there the Task has no table and every foreign `.grad` is
 copied in.
 
+Complex parameters (complex64), as torch's optimizers treat them (torch.view_as_real): the arena
+holds the real view, shape + (2,) float32, and the step updates the real and imaginary parts as
+two real elements. The parameter stays complex to the user: .data and .grad are
+torch.view_as_complex of the W and G views (pW, pG), and so are its state tensors (exp_avg, ...),
+which is what torch's state holds for a complex parameter. A complex gradient autograd allocated
+is read in place through its real view.
+
 bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
@@ -46,9 +53,11 @@ _GRAD_COPY_WARNED = [False]  # warn once per process that a foreign .grad was co
 
 
 def tensor_interval(p):
-    """The byte range [start, end) a contiguous float32 tensor occupies."""
+    """The byte range [start, end) a non-empty tensor's elements span (strided: from its first to
+    its last element, gaps included)."""
     start = p.data_ptr()
-    return start, start + p.numel() * p.element_size()
+    last = sum((n - 1) * st for n, st in zip(p.shape, p.stride()))
+    return start, start + (last + 1) * p.element_size()
 
 
 def structure_key(kind, hyper, device):
@@ -76,8 +85,10 @@ class SharedTask:
         specs, groups = [], []
         for h, (params, roles, _) in enumerate(members):
             for p, role in zip(params, roles):
-                specs.append((str(len(specs)), [int(d) for d in p.shape], role))
+                # A complex parameter: its real view's shape (the arena is real).
+                specs.append((str(len(specs)), [int(d) for d in p.shape] + ([2] if p.is_complex() else []), role))
                 groups.append(h)
+        self.complex_ids = [j for j, p in enumerate(self.params) if p.is_complex()]
         self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
@@ -100,10 +111,16 @@ class SharedTask:
         # The model copy (bf16/fp16 parameters): what .data views; None for fp32.
         self.C = [task.view("C", j, did) for j in range(n)] if precision != "fp32" else None
         self.G = [task.view("G", j, did) for j in range(n)]
+        # What .data and .grad become: the W (or C) and G views, complex views of them for a
+        # complex parameter.
+        self.pW, self.pG = list(self.weights), list(self.G)
+        for j in self.complex_ids:
+            self.pW[j] = torch.view_as_complex(self.W[j])
+            self.pG[j] = torch.view_as_complex(self.G[j])
         for j, p in enumerate(self.params):  # the views .data and .grad become must keep the dtype
-            if self.weights[j].dtype != p.dtype or self.G[j].dtype != p.dtype:
+            if self.pW[j].dtype != p.dtype or self.pG[j].dtype != p.dtype:
                 raise RuntimeError("renaissance.torch: the Task's views are %s/%s for a %s parameter (a build "
-                                   "mismatch)" % (self.weights[j].dtype, self.G[j].dtype, p.dtype))
+                                   "mismatch)" % (self.pW[j].dtype, self.pG[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
         self.g_ptrs = tuple(g.data_ptr() for g in self.G)
@@ -147,17 +164,17 @@ class SharedTask:
         fp16 parameter becomes its copy bit for bit, its master the same value widened (exact)."""
         with torch.no_grad():
             for j, p in enumerate(self.params):
-                self.W[j].copy_(p.detach())
+                self.W[j].copy_(_real(p.detach()))
                 if self.C is not None:
                     self.C[j].copy_(p.detach())
                 if p.grad is not None:
-                    self.G[j].copy_(p.grad.detach())
+                    self.G[j].copy_(_real(p.grad.detach()))
             for j, p in enumerate(self.params):
-                p.data = self.weights[j]
+                p.data = self.pW[j]
                 # A frozen parameter (requires_grad=False) keeps .grad None, as torch leaves it:
                 # step() then masks it, so weight decay never touches it.
                 if p.requires_grad or p.grad is not None:
-                    p.grad = self.G[j]
+                    p.grad = self.pG[j]
 
     def moved(self):
         """The ids whose .data no longer is the arena's view (`p.data = tensor`, another optimizer
@@ -198,7 +215,7 @@ class SharedTask:
             return
         with torch.no_grad():
             self.G_all.zero_()
-        for j, (p, g) in enumerate(zip(self.params, self.G)):
+        for j, (p, g) in enumerate(zip(self.params, self.pG)):
             grad = p.grad
             if grad is None and not p.requires_grad:
                 continue  # frozen: no gradient to zero, none to hand to backward (torch's rule)
@@ -234,7 +251,7 @@ class SharedTask:
         # gradient (masked: never read for the update, but a valid address whatever reads) and
         # a copied-in one; the tensor's own for a .grad read in place.
         ptrs = list(self.g_ptrs) if self.use_table else None
-        G, use_table, dropped = self.G, self.use_table, self.dropped
+        G, use_table, cplx, dropped = self.pG, self.use_table, bool(self.complex_ids), self.dropped
         for j, p in enumerate(self.params):
             g = p.grad
             # requires_grad turned off after construction (a stale or zeroed .grad may remain)
@@ -246,7 +263,10 @@ class SharedTask:
                 continue
             if g is None:
                 missing.append(j)
-            elif use_table and self.readable(j, g):
+                continue
+            if cplx and g.is_complex():
+                g = torch.view_as_real(g)  # what the step reads (the same memory)
+            if use_table and self.readable(j, g):
                 ptrs[j] = g.data_ptr()  # the view's own address when g is (a copy of) the view
             elif not self.is_view(j, g):
                 foreign.append(j)
@@ -297,7 +317,7 @@ class SharedTask:
         torch._foreach_copy_ (2.1+): a copy_ per tensor is a launch per tensor, which on the H200
         cost resnet50 0.4 ms a step (bench_torch_step.py --phases, 2026-12-01)."""
         dst = [self.G[j] for j in ids]
-        src = [self.params[j].grad.detach() for j in ids]
+        src = [_real(self.params[j].grad.detach()) for j in ids]
         with torch.no_grad():
             if hasattr(torch, "_foreach_copy_"):
                 torch._foreach_copy_(dst, src)
@@ -305,7 +325,7 @@ class SharedTask:
                 for d, g in zip(dst, src):
                     d.copy_(g)
         for j in ids:
-            self.params[j].grad = self.G[j]
+            self.params[j].grad = self.pG[j]
 
     def run_step(self):
         if self.device.type == "cuda":
@@ -493,8 +513,14 @@ class GroupBinding:
             st["step"] = step_tensor
         for fam, bufs in (("W", self.W), ("M", self.M), ("V", self.V)):
             if bufs is not None and fam in self.state_names:
-                st[self.state_names[fam]] = bufs[j]
+                # A complex parameter's state is complex, as torch keeps it (the arena's real view).
+                st[self.state_names[fam]] = torch.view_as_complex(bufs[j]) if self.params[j].is_complex() else bufs[j]
         return st
+
+
+def _real(t):
+    """A complex tensor's real view (shape + (2,)); any other tensor as it is."""
+    return torch.view_as_real(t) if t.is_complex() else t
 
 
 class _device_context:

@@ -9,34 +9,76 @@ whatever the number of groups (one per structural class of groups). Parameters a
 uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on request:
 `import renaissance` does not import torch.
 """
+import copy
 import math
 import operator
 import threading
+from collections import OrderedDict
+from itertools import chain
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import Optimizer
+from torch.utils.hooks import RemovableHandle
 
 from . import _core
 from . import _torch_dist
 from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
 
-__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder"]
+__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder", "register_optimizer_step_pre_hook",
+           "register_optimizer_step_post_hook"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
-# torch.optim flags the library does not implement: the value each must keep.
+# torch.optim's flags: the default of each (a group without the key takes it). amsgrad and
+# maximize are not implemented (refused unless False); foreach, fused and capturable choose among
+# torch's implementations, and the library has one, which is fused and captured (docs/python.md):
+# every value torch takes is accepted and kept; differentiable=True is refused as torch refuses it
+# for its fused step.
 _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                 "differentiable": False, "fused": None}
 
 # Parameter dtypes the adapter takes, and the core precision of each (bf16/fp16: fp32 masters in
 # the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters").
-_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+              torch.complex64: "fp32"}  # complex: the arena holds the float32 real view (_torch_group.py)
 
 
 def _defaults_of(kind):
     return _KINDS[kind]["defaults"]
+
+
+# The step hooks common to all optimizers: torch's own tables where torch has them (2.0+), so that
+# torch.optim.optimizer.register_optimizer_step_pre_hook reaches these classes too; else the
+# module's, filled by the functions below.
+_GLOBAL_PRE_HOOKS = getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None)
+_GLOBAL_POST_HOOKS = getattr(_torch_optimizer, "_global_optimizer_post_hooks", None)
+if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
+    _GLOBAL_PRE_HOOKS, _GLOBAL_POST_HOOKS = OrderedDict(), OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook):
+    """torch.optim.optimizer.register_optimizer_step_pre_hook (torch 2.0), also on older torch:
+    hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs), before every step() of every
+    optimizer (torch's too, where torch has the function). Returns a RemovableHandle."""
+    handle = RemovableHandle(_GLOBAL_PRE_HOOKS)
+    _GLOBAL_PRE_HOOKS[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook):
+    """torch.optim.optimizer.register_optimizer_step_post_hook: hook(optimizer, args, kwargs)
+    after every step()."""
+    handle = RemovableHandle(_GLOBAL_POST_HOOKS)
+    _GLOBAL_POST_HOOKS[handle.id] = hook
+    return handle
+
+
+_HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
+                "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
+                "_optimizer_load_state_dict_post_hooks")
 
 
 class _Base(Optimizer):
@@ -66,6 +108,8 @@ class _Base(Optimizer):
             raise ValueError("seed=%r: expected an int in [0, 2**64)" % (seed,))
         for flag in self._flags:
             _check_flag(flag, defaults[flag], type(self).__name__)
+        if defaults.get("fused") and defaults.get("foreach"):
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")  # torch's rule and text
         self._threads = threads
         self._master_weights = master_weights
         self._rounding = "stochastic" if stochastic_rounding else "nearest"
@@ -74,9 +118,12 @@ class _Base(Optimizer):
         # step() runs under it: threads stepping one optimizer take turns (a core step over the
         # arena, the masks and the bindings is not safe to run twice at once).
         self._step_lock = threading.Lock()
+        for table in _HOOK_TABLES:  # torch 2.x's constructor makes them again (empty), 1.x's not at all
+            setattr(self, table, OrderedDict())
         groups = _as_groups(params)
+        _check_names(groups, [])
         _validate_new(groups, [])
-        if stochastic_rounding and all(p.dtype == torch.float32 for g in groups for p in g["params"]):
+        if stochastic_rounding and all(_PRECISION[p.dtype] == "fp32" for g in groups for p in g["params"]):
             raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
                              "parameters are all float32 (no copy to round)")
         # torch's constructor adds the groups one by one: bind them all at once afterwards, so
@@ -90,9 +137,11 @@ class _Base(Optimizer):
 
     # ---- groups -----------------------------------------------------------------------------
     def add_param_group(self, param_group):
+        if not isinstance(param_group, dict):
+            raise TypeError("param_group must be a dict, but got %s" % type(param_group))
         existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
-        group = dict(param_group)
-        group["params"] = _param_list(group["params"])
+        group = _split_names(dict(param_group))
+        _check_names([group], self.param_groups)
         _validate_new([group], existing)
         n_before = len(self.param_groups)
         super().add_param_group(group)
@@ -262,15 +311,64 @@ class _Base(Optimizer):
         for shared in self._shared():
             shared.zero_grad(set_to_none)
 
-    def step(self, closure=None, **kwargs):
-        """One core step per Task (one for all groups of a structural class). Under torch.cuda.amp.GradScaler the scale reaches
-        the fused unscale on the device; a step with a non-finite gradient is skipped. Holds the
-        optimizer's lock (closure included): concurrent calls run one after the other."""
-        with self._step_lock:
-            return self._locked_step(closure, **kwargs)
+    # ---- hooks (torch 2.x's, whatever torch is installed) --------------------------------------
+    def _patch_step_function(self):
+        # torch 2.x wraps the class's step() to run the step hooks; step() below runs them itself
+        # (on every torch version, in torch's order), so the wrapper would run them twice.
+        self._zero_grad_profile_name = "Optimizer.zero_grad#%s.zero_grad" % type(self).__name__
+
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs), before each step()
+        (after the global pre-hooks); args holds the optimizer first, as torch passes it."""
+        return _register(self._optimizer_step_pre_hooks, hook, False)
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs), after each step() (before the global post-hooks)."""
+        return _register(self._optimizer_step_post_hooks, hook, False)
+
+    def register_state_dict_pre_hook(self, hook, prepend=False):
+        """hook(optimizer), first thing in state_dict()."""
+        return _register(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend=False):
+        """hook(optimizer, state_dict) -> None or a state dict state_dict() returns instead."""
+        return _register(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend=False):
+        """hook(optimizer, state_dict) -> None or the state dict to load instead; state_dict is a
+        shallow copy of the one passed to load_state_dict()."""
+        return _register(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend=False):
+        """hook(optimizer), after load_state_dict() has loaded everything: the state it sees
+        (opt.state, the live arena views) and the param_groups are the loaded ones, and what it
+        changes there stays."""
+        return _register(self._optimizer_load_state_dict_post_hooks, hook, prepend)
+
+    def step(self, *args, **kwargs):
+        """step(closure=None): one core step per Task (one for all groups of a structural class).
+        Under torch.cuda.amp.GradScaler the scale reaches the fused unscale on the device; a step
+        with a non-finite gradient is skipped. torch's step hooks run around it: the global and
+        then this optimizer's pre-hooks, the step, this optimizer's and then the global
+        post-hooks. Holds the optimizer's lock (hooks and closure included): concurrent calls run
+        one after the other."""
+        args = (self,) + args
+        with self._step_lock, torch.autograd.profiler.record_function("Optimizer.step#%s.step" % type(self).__name__):
+            for pre_hook in chain(_GLOBAL_PRE_HOOKS.values(), self._optimizer_step_pre_hooks.values()):
+                result = pre_hook(self, args, kwargs)
+                if result is not None:
+                    if isinstance(result, tuple) and len(result) == 2:
+                        args, kwargs = result
+                    else:
+                        raise RuntimeError("%s must return None or a tuple of (new_args, new_kwargs), but got %s."
+                                           % (pre_hook, result))
+            out = _Base._step(*args, **kwargs)
+            for post_hook in chain(self._optimizer_step_post_hooks.values(), _GLOBAL_POST_HOOKS.values()):
+                post_hook(self, args, kwargs)
+            return out
 
     @torch.no_grad()
-    def _locked_step(self, closure=None, **kwargs):
+    def _step(self, closure=None, **kwargs):
         grad_scaler = kwargs.pop("grad_scaler", None)  # torch 1.x passes itself
         if kwargs:
             raise TypeError("step() got unexpected keyword arguments: %s" % ", ".join(sorted(kwargs)))
@@ -324,10 +422,12 @@ class _Base(Optimizer):
         tensors are the live arena views (as torch's own state is live); 'step' is the parameter's
         applied-step count, as torch keeps it (a parameter skipped for a None gradient lags behind);
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         self._follow_params()
         self._gather_state()
         self._refresh_state()
-        sd = super().state_dict()
+        sd = self._packed_state_dict()
         # Sliced Tasks (process_group): M and V gathered per parameter (collective, in order).
         index = 0
         for b in self._bindings:
@@ -336,18 +436,43 @@ class _Base(Optimizer):
                     st = sd["state"].setdefault(index, {})
                     for fam in ("M", "V"):
                         if fam in b.state_names:
-                            st[b.state_names[fam]] = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
+                            t = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
+                            st[b.state_names[fam]] = torch.view_as_complex(t) if b.params[j].is_complex() else t
                 index += 1
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, sd)
+            if result is not None:
+                sd = result
         return sd
+
+    def _packed_state_dict(self):
+        """torch's state_dict() body (without its hooks, which state_dict() runs itself, on every
+        torch version): the groups with their parameters as indices, the state keyed by them."""
+        mapping = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                mapping.setdefault(id(p), len(mapping))
+            packed["params"] = [mapping[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {(mapping[id(k)] if isinstance(k, torch.Tensor) else k): v for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """Loads a torch.optim (or renaissance.torch) state dict of the same groups. Checked before
         anything changes: group sizes, buffer shapes; parameters at different steps (torch's after
         None gradients) need the per-tensor mask (not under a process group's sharded step yet)."""
+        state_dict = state_dict.copy()  # shallow, as torch: the pre-hooks may edit it
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         self._follow_params()
         groups = state_dict["param_groups"]
         if len(groups) != len(self._bindings):
-            raise ValueError("load_state_dict: %d param groups in the state dict, %d here" % (len(groups), len(self._bindings)))
+            raise ValueError("loaded state dict has a different number of parameter groups (%d in the state dict, "
+                             "%d here)" % (len(groups), len(self._bindings)))
         for gi, g in enumerate(groups):  # another class's dict: refused before anything else
             self._check_group_keys(gi, g)
         state_keys = set(self._state_names.values()) | {"master_weight"}
@@ -362,7 +487,9 @@ class _Base(Optimizer):
         plan = []
         for gi, (g, b) in enumerate(zip(groups, self._bindings)):
             if len(g["params"]) != len(b.params):
-                raise ValueError("load_state_dict: param group %d has %d parameters, the state dict %d" % (gi, len(b.params), len(g["params"])))
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group (group %d: %d parameters here, %d in the state dict)" %
+                                 (gi, len(b.params), len(g["params"])))
             # The loaded hyperparameters must fit the compiled step (checked now, applied below).
             merged = dict(self.defaults)
             merged.update({k: v for k, v in g.items() if k != "params"})
@@ -389,15 +516,28 @@ class _Base(Optimizer):
                     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(b.params[j].shape):
                         raise ValueError("load_state_dict: group %d parameter %d: '%s' is not a tensor of the "
                                          "parameter's shape %s" % (gi, j, key, tuple(b.params[j].shape)))
+                    if t.is_complex() != b.params[j].is_complex():
+                        raise ValueError("load_state_dict: group %d parameter %d: '%s' is %s for a %s parameter" %
+                                         (gi, j, key, t.dtype, b.params[j].dtype))
                     # A copy taken now: the state dict may hold this optimizer's own live views
-                    # (opt.load_state_dict(opt.state_dict())), which the load zeroes below.
+                    # (opt.load_state_dict(opt.state_dict())), which the load zeroes below. A
+                    # complex parameter's state goes in as its real view, as the arena holds it.
+                    if t.is_complex():
+                        t = torch.view_as_real(t.detach().to(dtype=torch.complex64, copy=True))
                     bufs.append(((fam, b.ids[j]) if b.shared.sliced else getattr(b, fam)[j],
                                  t.detach().to(dtype=torch.float32, copy=True)))
             plan.append((b, step, bufs, per_param))
         shared_steps = {}  # the groups of one Task: its count is the largest of their parameters'
         for b, step, _, _ in plan:
             shared_steps[id(b.shared)] = max(shared_steps.get(id(b.shared), 0), step)
-        super().load_state_dict(state_dict)
+        # torch's group update: the loaded groups (deep copies) with this optimizer's parameters;
+        # torch >= 2.6: the loaded names replace this optimizer's, a state dict without names
+        # leaves them as they are.
+        new_groups = copy.deepcopy(groups)
+        for own, new in zip(self.param_groups, new_groups):
+            new["params"] = own["params"]
+            if "param_names" in own and "param_names" not in new:
+                new["param_names"] = own["param_names"]
         tensor_steps = {}  # every parameter's own count, per Task
         with torch.no_grad():
             for b, step, bufs, per_param in plan:
@@ -411,7 +551,8 @@ class _Base(Optimizer):
                     for j, p in zip(b.ids, b.params):
                         for fam in ("M", "V"):
                             if fam in b.state_names:
-                                b.shared.task.set_state(fam, j, np.zeros(tuple(p.shape), dtype=np.float32))
+                                shape = tuple(p.shape) + ((2,) if p.is_complex() else ())  # the arena's
+                                b.shared.task.set_state(fam, j, np.zeros(shape, dtype=np.float32))
                 for view, t in bufs:
                     if isinstance(view, tuple):
                         b.shared.task.set_state(view[0], view[1],
@@ -424,10 +565,14 @@ class _Base(Optimizer):
                 b.shared.task.set_step_count(int(shared_steps[id(b.shared)]))
             for shared, counts in tensor_steps.values():
                 shared.task.set_tensor_steps(counts)
-        self.state.clear()
-        self._refresh_state()
+        self.state.clear()  # the same mapping (whoever holds opt.state sees the load)
+        self.__setstate__({"state": self.state, "param_groups": new_groups})
+        self._refresh_state()  # the state: live views of the arena, as loaded
         for b, group in zip(self._bindings, self.param_groups):
             b.apply_hyper(*self._core_config(group))
+        # Last, as torch: what a post-hook changes (param_groups, the state's views) stays.
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
 
     def _check_group_keys(self, gi, g):
         """A state dict's group against this class's keys (_required_keys, _group_keys)."""
@@ -453,6 +598,9 @@ class _Base(Optimizer):
         # max_grad_norm, trust_ratio): they take this optimizer's defaults, as torch does for
         # keys older versions lacked.
         super().__setstate__(state)
+        for table in _HOOK_TABLES:
+            if table not in self.__dict__:
+                setattr(self, table, OrderedDict())
         for group in self.param_groups:
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
@@ -462,7 +610,6 @@ class _Base(Optimizer):
         """torch's behaviour: an independent optimizer over deep copies of the parameters (the
         ones the same deepcopy call copies, e.g. with the model), with this one's groups, state and
         step counts; its arena is its own, so stepping one leaves the other as it was."""
-        import copy
         if self._process_group is not None:
             raise TypeError("%s: an optimizer over a process group cannot be deep-copied (the copy "
                             "would need its own handshake with every rank); build a new one" % type(self).__name__)
@@ -536,12 +683,51 @@ class _Base(Optimizer):
 
 
 # ---- construction checks ------------------------------------------------------------------------
+def _register(table, hook, prepend):
+    handle = RemovableHandle(table)
+    table[handle.id] = hook
+    if prepend:
+        table.move_to_end(handle.id, last=False)
+    return handle
+
+
 def _param_list(params):
     if isinstance(params, torch.Tensor):
         return [params]
     if isinstance(params, set):
-        raise TypeError("optimizer parameters need to be organized in ordered collections, not a set")
+        raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                        "tensors in sets will change between runs. Please use a list instead.")
     return list(params)
+
+
+def _split_names(group):
+    """torch >= 2.6's named parameters, whatever torch is installed: (name, tensor) pairs (e.g.
+    model.named_parameters()) become the tensors in 'params' and their names in 'param_names';
+    a group naming some of its parameters only is torch's ValueError."""
+    tensors, names = [], []
+    for p in _param_list(group["params"]):
+        if isinstance(p, tuple):
+            names.append(p[0])
+            tensors.append(p[1])
+        else:
+            tensors.append(p)
+    group["params"] = tensors
+    if names:
+        if len(names) != len(tensors):
+            raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+        group["param_names"] = names
+    return group
+
+
+def _check_names(groups, existing):
+    """torch's rule: every param group of an optimizer has names, or none has."""
+    seen = list(existing)
+    for group in groups:
+        for g in seen:
+            if ("param_names" in group) != ("param_names" in g):
+                raise ValueError("all optimizer param groups should be with/without names. cannot add param group "
+                                 "%s to the optimizer" % ("with names" if "param_names" in group else "without names"))
+        seen.append(group)
 
 
 def _as_groups(params):
@@ -552,8 +738,8 @@ def _as_groups(params):
     if not params:
         raise ValueError("optimizer got an empty parameter list")
     if isinstance(params[0], dict):
-        return [dict(g, params=_param_list(g["params"])) for g in params]
-    return [{"params": params}]
+        return [_split_names(dict(g)) for g in params]
+    return [_split_names({"params": params})]
 
 
 def _validate_new(groups, existing):
@@ -566,7 +752,7 @@ def _validate_new(groups, existing):
             raise ValueError("param group %d has no parameters" % gi)
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
-                raise TypeError("optimizer params must be tensors, got %s" % type(p).__name__)
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
             if id(p) in seen:
                 raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
             seen.add(id(p))
@@ -574,13 +760,20 @@ def _validate_new(groups, existing):
             if len(devices) > 1:
                 raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(sorted(map(str, devices))))
             if p.dtype not in _PRECISION:
-                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16 and float16 "
-                                 "parameters" % (tuple(p.shape), p.dtype))
-            if p.dtype != group["params"][0].dtype:
+                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16, float16 "
+                                 "and complex64 parameters" % (tuple(p.shape), p.dtype))
+            first = group["params"][0].dtype
+            if _PRECISION[p.dtype] != _PRECISION.get(first):  # float32 and complex64 share the fp32 arena
                 raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "
-                                 "dtype in a group of its own)" % (gi, group["params"][0].dtype, p.dtype))
-            if not p.is_contiguous():
-                raise ValueError("parameter of shape %s is not contiguous" % (tuple(p.shape),))
+                                 "dtype in a group of its own)" % (gi, first, p.dtype))
+            # A non-contiguous parameter is copied into the arena like any other and then views
+            # it, so it becomes contiguous (docs/python.md). One whose elements share memory
+            # (an expand()ed tensor) cannot become one tensor of its own elements: refused, as
+            # torch's in-place update refuses to write it.
+            if not p.is_contiguous() and _self_overlapping(p):
+                raise ValueError("parameter of shape %s (strides %s) has elements that share memory; the optimizer "
+                                 "writes every element: pass p.clone() or a contiguous tensor" %
+                                 (tuple(p.shape), tuple(p.stride())))
             if p.device.type not in ("cpu", "cuda"):
                 raise ValueError("parameter on %s: renaissance.torch runs on cpu and cuda" % p.device)
             if p.device.type == "cuda" and not _core.with_cuda:
@@ -593,9 +786,34 @@ def _validate_new(groups, existing):
                 intervals.append((lo, hi, p))
 
 
+def _self_overlapping(p):
+    """Whether two elements of strided tensor p share memory (sufficient test: along the dims
+    sorted by stride, each stride passes the span of the dims before it; else counted as
+    overlapping)."""
+    span = 0
+    dims = sorted(((st, n) for n, st in zip(p.shape, p.stride()) if n > 1))
+    for st, n in dims:
+        if st <= span:
+            return True
+        span += (n - 1) * st
+    return False
+
+
 def _check_flag(name, value, cls):
-    if value != _TORCH_FLAGS[name] and not (name in ("foreach", "fused") and value is False):
-        raise ValueError("%s: %s=%r is not supported (the library's step is already fused)" % (cls, name, value))
+    """A torch flag's value, at construction, in every group at step() and in a loaded group."""
+    if name in ("foreach", "fused"):  # None: torch picks; here the one step either way
+        if value is not None and not isinstance(value, bool):
+            raise ValueError("%s: %s=%r: expected True, False or None" % (cls, name, value))
+    elif name == "capturable":
+        if value is not None and not isinstance(value, bool):  # None: False, as torch reads it
+            raise ValueError("%s: capturable=%r: expected True, False or None" % (cls, value))
+    elif name == "differentiable":
+        if value != False:  # noqa: E712  (0 is False, as before)
+            # torch's type and text for differentiable with its fused step, which is the only one here.
+            raise RuntimeError("`fused` does not support `differentiable` (%s: the library's step is always "
+                               "fused; differentiable=%r is not supported)" % (cls, value))
+    elif value != False:  # noqa: E712  amsgrad, maximize
+        raise ValueError("%s: %s=%r is not supported" % (cls, name, value))
 
 
 def _step_of(state):
@@ -644,9 +862,19 @@ def _amp_skip(grad_scale, found_inf):
     return bad is not None and bool(bad)
 
 
-def _number(name, value):
+def _number(name, value, tensor=False):
+    """A hyperparameter as a float. tensor=True (lr; Adam's and AdamW's betas, where torch takes
+    Tensors): a 1-element Tensor is read for its value (torch's check and text for more
+    elements), on every step() so that in-place edits (torch 2.x's schedulers fill_ a Tensor lr)
+    reach the step; a CUDA Tensor costs a host synchronisation there."""
     if isinstance(value, torch.Tensor):
-        raise ValueError("%s as a tensor is not supported; pass a float" % name)
+        if not tensor:
+            raise ValueError("%s as a tensor is not supported; pass a float" % name)
+        if value.numel() != 1:
+            raise ValueError("Tensor %s must be 1-element" % name)
+        if value.is_complex() or not (value.is_floating_point() or value.dtype in _INT_DTYPES):
+            raise ValueError("Tensor %s: expected a real number, got %s" % (name, value.dtype))
+        value = value.item()
     if isinstance(value, (bool, str)):  # stricter than torch: float(True) and float("0.1") would pass
         raise ValueError("%s=%r: expected a number" % (name, value))
     value = float(value)
@@ -655,29 +883,41 @@ def _number(name, value):
     return value
 
 
-def _at_least_zero(message, name, value):
+_INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _at_least_zero(message, name, value, tensor=False):
     """torch's range rule and message for lr, momentum, weight_decay and eps ("Invalid learning
     rate: -1.0"). Checked by _core_config, so at construction and at every step while a bad value
     stands in param_groups (before anything of the step is applied)."""
-    v = _number(name, value)
+    v = _number(name, value, tensor)
     if not v >= 0.0:
         raise ValueError("%s: %s" % (message, value))
     return v
 
 
 def _lr(group):
-    return _at_least_zero("Invalid learning rate", "lr", group["lr"])
+    return _at_least_zero("Invalid learning rate", "lr", group["lr"], tensor=True)
+
+
+def _lr_any(group):
+    """The lr of the kinds without a torch counterpart (no range rule of torch's): a number or a
+    1-element Tensor, as for the others."""
+    return _number("lr", group["lr"], tensor=True)
 
 
 def _weight_decay(group):
     return _at_least_zero("Invalid weight_decay value", "weight_decay", group["weight_decay"])
 
 
-def _betas(group):
+def _betas(group, tensor=False):
     b = group["betas"]
     if len(b) != 2:
         raise ValueError("betas=%r: expected two numbers" % (b,))
-    out = (_number("beta1", b[0]), _number("beta2", b[1]))
+    if tensor and isinstance(b[0], torch.Tensor) != isinstance(b[1], torch.Tensor):
+        raise ValueError("betas must be either both floats or both Tensors")  # torch's rule and text
+    names = ("betas[0]", "betas[1]") if tensor else ("beta1", "beta2")
+    out = (_number(names[0], b[0], tensor), _number(names[1], b[1], tensor))
     for i, v in enumerate(out):
         if not 0.0 <= v < 1.0:  # torch's rule and message (Adam, AdamW)
             raise ValueError("Invalid beta parameter at index %d: %s" % (i, b[i]))
@@ -749,6 +989,14 @@ class _AdamFamily(_Base):
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
                  differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
                  process_group, grad_reduce):
+        # torch's constructor rules for Tensor hyperparameters (its texts): with foreach=True and
+        # capturable=False torch's implementation cannot take them; the 1-element rule is checked
+        # at every step (_number).
+        if isinstance(lr, torch.Tensor) and foreach and not capturable:
+            raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
+        for i, beta in enumerate(betas if isinstance(betas, (tuple, list)) else ()):
+            if isinstance(beta, torch.Tensor) and foreach and not capturable:
+                raise ValueError("betas[%d] as a Tensor is not supported for capturable=False and foreach=True" % i)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
                         max_grad_norm=max_grad_norm)
@@ -756,7 +1004,7 @@ class _AdamFamily(_Base):
                          process_group, grad_reduce)
 
     def _core_config(self, group):
-        b1, b2 = _betas(group)
+        b1, b2 = _betas(group, tensor=True)
         decoupled = group.get("decoupled_weight_decay")
         if decoupled is not None and bool(decoupled) != (self._kind == "adamw"):
             raise ValueError("%s: decoupled_weight_decay=%r is %s; this optimizer applies %s weight decay (use "
@@ -824,7 +1072,7 @@ class LARS(_Base):
 
     def _core_config(self, group):
         return ("lars_nesterov" if group["nesterov"] else "lars"), _clip(group, {
-            "lr": _number("lr", group["lr"]), "momentum": _number("momentum", group["momentum"]),
+            "lr": _lr_any(group), "momentum": _number("momentum", group["momentum"]),
             "weight_decay": _number("weight_decay", group["weight_decay"]),
             "trust_coefficient": _number("trust_coefficient", group["trust_coefficient"]),
             "eps": _number("eps", group["eps"])})
@@ -848,7 +1096,7 @@ class Lion(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
-        return "lion", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+        return "lion", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 
 
@@ -876,7 +1124,7 @@ class LAMB(_Base):
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
-        return "lamb", _clip(group, {"lr": _number("lr", group["lr"]), "beta1": b1, "beta2": b2,
+        return "lamb", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
                                      "eps": _number("eps", group["eps"]),
                                      "weight_decay": _number("weight_decay", group["weight_decay"])})
 
