@@ -104,8 +104,8 @@ uint64_t element_hash(uint64_t salt, uint64_t step, uint64_t tensor, uint64_t i)
   return math::mix64(math::mix64(math::mix64(salt + step) + tensor) + i);
 }
 
-// Cells that would repeat another cell's computation under another name (issue #11: 54 of the
-// 395 recorded fingerprints were duplicates). Without weight decay, AdamW is Adam, and an SGD
+// Cells that would repeat another cell's computation under another name, and so would record
+// a duplicate fingerprint. Without weight decay, AdamW is Adam, and an SGD
 // kind's L2 and decoupled modes are the same update (ĝ + 0*w; w*(1 - 0)); and in the small
 // layouts the loss scales (1, 2^16, 2^24) are powers of two, so g*scale and g*(1/scale) are
 // exact and the scale does not change a bit. So: drop AdamW's wd_off cells (Adam's run the same
@@ -118,7 +118,7 @@ bool same_computation_as_another_cell(OptimizerKind kind, bool wd_on, WeightDeca
   return mode == WeightDecayMode::kL2 && twin_exists;
 }
 
-// " precision=bf16:stochastic:seed=N", or nothing for fp32 (the specs recorded before issue 14).
+// " precision=bf16:stochastic:seed=N", or nothing for fp32 (fp32 specs carry no precision field).
 std::string precision_spec(const PrecisionOptions& p) {
   if (p.precision == Precision::kFp32) return "";
   return std::string(" precision=") + precision_name(p.precision) + ":" + rounding_name(p.rounding) +
@@ -247,7 +247,7 @@ std::vector<Cell> cells(Tier tier) {
           c.name += std::string(".") + clip.first;
           out.push_back(c);
         }
-        // The precision axis (issue 14), small tier only: every kind x {bf16, fp16} x
+        // The precision axis, small tier only: every kind x {bf16, fp16} x
         // {nearest, stochastic} on the two layouts of awkward sizes and multi-tile tensors,
         // with an lr schedule, loss scale and a skipped step.
         if (std::string(layout) != "tiny_many") {

@@ -56,7 +56,7 @@ struct Cell {
   // comparison. Independent signs allow cancellation in single elements, but these layouts have
   // no tensor below 64 elements, so the per-tensor L2 error stays far below the bound.
   bool backend_gradients = false;
-  // A bf16/fp16 model copy (issue 14): the fingerprint then covers the copy too. fp32 cells
+  // A bf16/fp16 model copy: the fingerprint then covers the copy too. fp32 cells
   // leave it out of spec(), so their recorded specs are unchanged.
   PrecisionOptions precision;
 

@@ -1,4 +1,4 @@
-// The fused update-and-copy path of the CPU element-wise updates (issue 14, CPU speed): with a
+// The fused update-and-copy path of the CPU element-wise updates, for speed: with a
 // bf16/fp16 model copy or model-dtype gradients, each element is loaded once into registers
 // (G's 2-byte encoding widened in-register), updated by the kind's rule, and stored as master
 // and copy in the same vector loop (fused_update-inl.h), instead of three passes (widen G into a

@@ -1,4 +1,4 @@
-// The model copy of a mixed-precision task (issue 14): after an update block, each new master
+// The model copy of a mixed-precision task: after an update block, each new master
 // is rounded to bf16/fp16 and stored into C_MODEL_COPY. The stochastic-rounding word depends on
 // the element's index in its tensor, never on the block, so chunking and thread count cannot
 // change a bit.

@@ -1,4 +1,4 @@
-// The CPU same-traffic reference (issue #17): one pass of Backend::same_traffic_gbps reads the
+// The CPU same-traffic reference: one pass of Backend::same_traffic_gbps reads the
 // spans a step reads and writes back the spans it writes, over the task's own arena, with the
 // step's chunking and threads. Its arithmetic is trivial and leaves every bit as it was
 // (x ^= (t & key) with a key of 0 that the compiler cannot see), so measuring a task's limit

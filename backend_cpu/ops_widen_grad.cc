@@ -1,4 +1,4 @@
-// Widening model-dtype gradients (bf16 / fp16 encodings) to fp32 on the CPU (issue 14, speed):
+// Widening model-dtype gradients (bf16 / fp16 encodings) to fp32 on the CPU, for speed:
 // the update ops read G as floats, so grad_dtype.h's widen_grad turns each block of encodings
 // into floats right before the op runs. Compiled once per Highway target and dispatched at run
 // time, so the widen runs at the machine's vector width (as plain C++ it compiled to 4-lane SSE2,

@@ -1,4 +1,4 @@
-// TaskOptions::gradient_table on CUDA (issue 13's lookup cost): the chunk addresses every G reader
+// TaskOptions::gradient_table on CUDA (the cheap lookup): the chunk addresses every G reader
 // looks at first (model_copy_key.h's GradTableRef::chunk_at). One kernel per step, enqueued
 // before the step's first graph (so inside the captured CUDA graph, after the caller's table
 // upload), fills them for every node of the step that reads G: the addresses change whenever the

@@ -1,4 +1,4 @@
-// The CUDA same-traffic reference (issue #17): one pass of Backend::same_traffic_gbps reads the
+// The CUDA same-traffic reference: one pass of Backend::same_traffic_gbps reads the
 // spans a step reads and writes back the spans it writes, over the task's own arena, shaped like
 // the step's kernels: an updating pass has one 16-byte vector per thread (elementwise.cuh), a
 // read-only pass four per trip over a resident grid (check_finite_kernel). The arithmetic is

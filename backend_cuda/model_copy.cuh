@@ -1,4 +1,4 @@
-// The bf16/fp16 model copy written by the update kernels themselves (issue 14): each update
+// The bf16/fp16 model copy written by the update kernels themselves: each update
 // kernel hands its freshly computed masters, still in registers, to a copy writer, so W is not
 // read a second time (a separate copy pass cost 4 B per element more). The tensor lookup, the
 // stochastic-rounding key and the rounding are renaissance/model_copy_key.h (host and device

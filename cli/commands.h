@@ -61,7 +61,7 @@ struct RunOptions {
   std::vector<int64_t> nan_at;
   uint64_t seed = 0;
   bool no_check_finite = false;
-  std::string precision = "fp32";    // --precision: fp32, or a bf16/fp16 model copy (issue 14)
+  std::string precision = "fp32";    // --precision: fp32, or a bf16/fp16 model copy
   bool stochastic_rounding = false;  // --stochastic-rounding: of the copy, keyed by --seed
   std::string grad_dtype = "fp32";   // --grad-dtype fp32|model: gradients in the model dtype (bf16/fp16)
   bool json = false;

@@ -96,7 +96,7 @@ def replay_seeds():
     put(t, "broken_lr_count.json", json.dumps(dict(base, lr_per_step=[1e-3])))
     put(t, "broken_kind.json", json.dumps(dict(base, optimizer={"kind": "adamax"})))
     put(t, "broken_not_json.json", json.dumps(base)[:100])
-    # Format 2 with None gradients (issue 13): no_grad_per_step and per-tensor step counts.
+    # Format 2 with None gradients: no_grad_per_step and per-tensor step counts.
     frozen = json.loads(open(os.path.join(ROOT, "testdata", "recorded", "torch_adamw_frozen_cpu", "case.json")).read())
     put(t, "no_grad_format2.json", json.dumps(frozen, separators=(",", ":")))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer run of every parser of untrusted input (issue 7 §3), as CI runs it: configures a
+# libFuzzer run of every parser of untrusted input, as CI runs it: configures a
 # separate clang build (build-fuzz) with -fsanitize=fuzzer-no-link,address,undefined for the whole
 # library, builds the four targets of fuzz/, replays the stored regression inputs, then fuzzes
 # each target for a bounded time from a temporary copy of its seed corpus (the repository is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ASan + UBSan run of the whole CPU test suite (issue 7 §4), as CI runs it: configures a separate
+# ASan + UBSan run of the whole CPU test suite, as CI runs it: configures a separate
 # build folder with the sanitizers on (CUDA and benchmarks off), builds everything, runs every
 # ctest test, and exits non-zero on any failing test or any sanitizer report, including reports
 # from child processes that no test looked at (the checkpoint tests fork and exec themselves).

@@ -66,7 +66,7 @@ double bytes_per_param(OptimizerKind kind, bool check_finite, const PrecisionOpt
 
 namespace {
 // The step computes in float32: a value finite as a double can still round to inf (1e39) or to
-// 0 (eps 1e-50), and a derived scalar can overflow even when its inputs do not (issue 12).
+// 0 (eps 1e-50), and a derived scalar can overflow even when its inputs do not.
 bool f32_finite(double v) { return std::isfinite(v) && std::fabs(v) <= static_cast<double>(FLT_MAX); }
 void check_f32(const char* name, double v, bool nonzero) {
   if (!f32_finite(v)) reject(name, v, "is not finite as a float32 (|x| <= 3.4028235e38)");

@@ -1,4 +1,4 @@
-// The model copy of one rank's slice (issue #16 with #14, docs/distributed.md): an update node's
+// The model copy of one rank's slice (docs/distributed.md): an update node's
 // ModelCopy cut to elements [lo, hi) of its group. Each tensor keeps its stochastic-rounding key
 // (param, index within the tensor): a cut tensor records the index of its first kept element in
 // CopyTensor::first, so a rank rounds exactly the bits one device rounds for those elements,

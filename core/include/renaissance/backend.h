@@ -113,7 +113,7 @@ class Backend {
   virtual void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed,
                                         uint64_t step, float amplitude) = 0;
 
-  // The reference a memory-bound step is compared with (issue #17): runs `passes` in place over
+  // The reference a memory-bound step is compared with: runs `passes` in place over
   // this backend's own arena (no extra buffers), each reading and writing back exactly what the
   // step does with trivial arithmetic that leaves every bit as it was, and returns the bytes
   // moved per second in GB/s: traffic_bytes(passes) over the fastest of `runs` timed runs (one

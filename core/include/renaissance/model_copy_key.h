@@ -1,5 +1,5 @@
 // How a kernel that updates an arena quad (span elements e0 .. e0+3, e0 a multiple of 4) finds
-// the model-copy bits of its new masters (issue 14): the tensor of each element, its index in
+// the model-copy bits of its new masters: the tensor of each element, its index in
 // that tensor and the stochastic-rounding words math/precision.h's sr_random_word assigns it (one
 // Philox call per 8 elements of a tensor, so a quad takes half of one call, or of two when its
 // tensor starts off a multiple of 8), or a warp pair of quads shares one call ("Warp pairs" below).
@@ -80,7 +80,7 @@ inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) { return tensor_c
 // GraphNode::grad_table). address(e) is the address of span element e's gradient (element
 // bytes `elem` each), or 0 when e is padding, which reads +0.0. Host and device code.
 //
-// chunk_at (CUDA, issue 13's lookup cost; null on the CPU): the node's chunk addresses for this
+// chunk_at (CUDA, to cut the lookup's cost; null on the CPU): the node's chunk addresses for this
 // step, entry k = chunk_address(k, span, elem), written at the start of every step by one kernel
 // (backend_cuda/grad_chunks.cu) after the caller's table is in place. A reader then needs one
 // load (chunk_at[e / kCopyChunk]) before its G load instead of the chunk entry, the tensor

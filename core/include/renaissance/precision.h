@@ -1,4 +1,4 @@
-// The precision of the model weights a task keeps besides its fp32 masters (issue 14): fp32
+// The precision of the model weights a task keeps besides its fp32 masters: fp32
 // (no model copy, the default), or a bf16 / fp16 model copy written by every update from the new
 // master, rounded to nearest even or stochastically (docs/math.md, "Mixed precision").
 #pragma once

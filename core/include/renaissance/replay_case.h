@@ -29,7 +29,7 @@ struct ReplayGroup {
   size_t first_param = 0;           // the group's parameters are params[first_param, +num_params)
   size_t num_params = 0;
   int64_t initial_step = 0;  // applied steps the initial state was taken at
-  // Format 2's per-tensor step counts (issue 13, torch's per-parameter `step` after None
+  // Format 2's per-tensor step counts (torch's per-parameter `step` after None
   // gradients): each parameter's applied-step count in the initial state (empty: initial_step
   // for every one) and the one the replay must end with (empty: not checked). Either makes the
   // group's Task run with TaskOptions::tensor_mask.
@@ -43,7 +43,7 @@ struct ReplayCase {
   std::vector<ReplayGroup> groups;  // one in format 1
   int64_t steps = 0;
   std::vector<double> loss_scale_per_step;  // `steps` entries (1 when not given)
-  // Format 2's no_grad_per_step (issue 13): per step, the ids of the parameters that had no
+  // Format 2's no_grad_per_step: per step, the ids of the parameters that had no
   // gradient (torch's `.grad is None`), ascending; empty when the case masks nothing. Such a
   // parameter has no step{t}/NAME in grads.safetensors and is masked in that step.
   std::vector<std::vector<size_t>> no_grad;
@@ -56,7 +56,7 @@ struct ReplayCase {
   // Format 2: the fingerprint the final state must have (combine_fingerprints of the groups'),
   // 16 lowercase hex digits; empty when the case has none.
   std::string expected_fingerprint;
-  // Format 2's optional keys precision, rounding and seed (issue 14): a bf16/fp16 model copy of
+  // Format 2's optional keys precision, rounding and seed: a bf16/fp16 model copy of
   // every group's weights besides the fp32 masters (fp32: none). Gradients may then be stored in
   // the model dtype (widened exactly), and expected.safetensors may hold c/NAME, the copy in its
   // dtype, compared bit for bit.

@@ -1,4 +1,4 @@
-// The rules every file the library reads or writes goes through (issue 12): inputs are regular
+// The rules every file the library reads or writes goes through: inputs are regular
 // files only (a FIFO would block open() forever, /dev/zero never ends, a folder is not data),
 // opened without blocking and bounded in size before a byte is read; outputs never replace
 // anything but a regular file. Internal to the library and the CLI.

@@ -293,7 +293,7 @@ void parse_format2(const nlohmann::json& j, const std::string& case_path, Replay
     }
     g.first_param = rc.params.size();
     g.num_params = params.size();
-    // Per-tensor counts (issue 13). The initial ones leave the case's steps room in the int32
+    // Per-tensor counts. The initial ones leave the case's steps room in the int32
     // counter, as initial_step does.
     if (gj.contains("initial_tensor_steps")) {
       g.initial_tensor_steps = replay_keys::parse_tensor_steps(gj["initial_tensor_steps"], where + ".initial_tensor_steps",

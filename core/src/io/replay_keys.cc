@@ -1,5 +1,5 @@
-// Format 2's optional keys, see replay_keys.h: precision, rounding and seed (issue 14), and the
-// mask keys (issue 13): no_grad_per_step (per step, the parameters whose gradient was None),
+// Format 2's optional keys, see replay_keys.h: precision, rounding and seed, and the
+// mask keys: no_grad_per_step (per step, the parameters whose gradient was None),
 // initial_tensor_steps and expected_tensor_steps (per-tensor applied-step counts, torch's
 // per-parameter `step`), the ReplayCase queries over them, and the comparison of the final
 // per-tensor counts. Each error names case.json and the key.

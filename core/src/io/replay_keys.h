@@ -1,5 +1,5 @@
 // Format 2's optional keys, parsed and checked here so that replay.cc stays about the rest of the
-// format: precision / rounding / seed (issue 14) and the per-tensor mask keys (issue 13: steps in
+// format: precision / rounding / seed and the per-tensor mask keys (steps in
 // which some parameters had no gradient, and per-tensor step counts). Private to the replay
 // reader (core/src/io/replay_case.cc); docs/replay-format.md has the keys.
 #pragma once

@@ -1,4 +1,4 @@
-// Mixed precision, written once for both backends (issue 14; docs/math.md, "Mixed precision"):
+// Mixed precision, written once for both backends (docs/math.md, "Mixed precision"):
 // fp32 -> bf16 / fp16 rounding (to nearest even, or stochastic), exact bf16 / fp16 -> fp32
 // widening, and the Philox-4x32-10 counter-based generator that keys stochastic rounding.
 // Everything is integer bit manipulation on the IEEE encodings (no float arithmetic, hence no
