@@ -24,7 +24,7 @@ namespace HWY_NAMESPACE {
 // the run, one vector at a time: four read streams per thread instead of one. A lone stream per
 // core leaves memory idle (its hardware prefetcher runs too few lines ahead); with four, the scan
 // of resnet50's 51 MB of bf16 G at 2 threads took 2.3 ms instead of 3.3 on the dev VM and 2.6
-// instead of 2.9 on the H200 host (2026-12-02, medians, blocks of one chunk; bench/RESULTS.md).
+// instead of 2.9 on the H200 host (medians, blocks of one chunk; bench/RESULTS.md).
 // The answer is an OR over elements, so the order of the walk cannot change it.
 // acc[k] = fold(acc[k], load(i)) over the vectors at i of quarter k, then the remaining whole
 // vectors into acc[0]; returns the first element not visited (the caller's scalar tail).
@@ -175,7 +175,7 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
     // blocks are longer: 8 chunks (128 K elements by default, 256-512 KiB of G, each of a
     // thread's four streams 64-128 KiB). Against 1 chunk: median share of the same-traffic limit
     // with the check on, AdamW resnet50 bf16 / fp16 at 2 threads, 0.959 -> 0.976 / 0.964 ->
-    // 0.992 (dev VM, 2026-12-02, 8 interleaved rounds). Through a gradient table a block is
+    // 0.992 (dev VM, 8 interleaved rounds). Through a gradient table a block is
     // first gathered into the thread's buffer (64 KiB of floats at one chunk, which L2 holds);
     // longer blocks were not measured there, so that path keeps 1 chunk.
     const uint64_t block = (node.grad_table.count != 0 ? 1 : kCheckBlockChunks) * ctx.tuning.chunk_elements;

@@ -104,8 +104,8 @@ __device__ __forceinline__ void update_quads(float4* __restrict__ w, const GQ g,
 
 // Register budget of the update kernels: at most 48 per thread, so that 5 blocks of 256 threads
 // stay resident per multiprocessor (65536 registers). The stochastic-rounding copy (Philox) asks
-// for 52-54 and so got 4 blocks; capped it spills a few words to L1 and, on the H200 (2026-12-01,
-// bench_step bf16 copy A/B), runs 2-3 % faster; the other instantiations already fit (unchanged).
+// for 52-54, which leaves 4 blocks; capped it spills a few words to L1 and, on the H200 (bench_step
+// bf16 copy A/B), runs 2-3 % faster; the other instantiations already fit.
 // A block above 256 threads is clamped by fit_block(), which changes no bit.
 constexpr int kUpdateMaxBlock = 256;
 constexpr int kUpdateMinBlocksPerSm = 5;

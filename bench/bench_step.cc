@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   bool verify_traffic = false;
   int replays = 100, warmup = 5, threads = 0;
   double max_grad_norm = 0.0;  // clipping on every configuration when > 0 (compare_torch's clip rows)
-  std::string precision = "fp32";  // issue 14: the bf16/fp16 model copy written by every step
+  std::string precision = "fp32";  // bf16/fp16: the model copy written by every step
   bool stochastic_rounding = false;
   std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
   std::string tensor_mask = "none";

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 14 against torch: AdamW with bf16 model parameters and fp32 master weights, torch's best
+"""bf16 against torch: AdamW with bf16 model parameters and fp32 master weights, torch's best
 ways and ours, in one run, timed one way (CUDA events around each step, N steps enqueued back to
 back, one synchronisation at the end, medians: compare_torch.time_cuda).
 
 torch paths (one CUDA graph each, capturable=True; on the layout's shapes, as compare_torch builds them):
   masters          fused AdamW on fp32 masters whose .grad is fp32, then torch._foreach_copy_(bf16
-                   params, masters): issue 14's "best torch way" (its 2026-11-30 figures: resnet50
+                   params, masters): the "best torch way" (reference figures of 2026-11-30: resnet50
                    0.331 ms, gpt2_small 1.233 ms). Computes what ours computes with --grad-dtype
                    fp32 (fp32 masters, the bf16 copy rounded to nearest; not the same bits: torch's
                    operation order is its own).
@@ -16,7 +16,7 @@ torch paths (one CUDA graph each, capturable=True; on the layout's shapes, as co
                    grad_scale and found_inf (the unscale by 1 rewrites the gradients, as GradScaler's
                    does). Ours: --grad-dtype model with the check.
   bf16 fused       fused AdamW directly on bf16 parameters, bf16 state, no masters (another result:
-                   reference only; issue 14: 0.213 / 0.665 ms), captured and eager.
+                   reference only; 0.213 / 0.665 ms on 2026-11-30), captured and eager.
 Ours: bench_step --backend cuda --kinds adamw --precision bf16 --check both, --grad-dtype model|fp32,
 nearest and --stochastic-rounding. The floor of a row is the ideal bytes per parameter of the result
 it computes (bf16 gradients + bf16 copy: 28 B, 30 B with the check; fp32 gradients: 30 / 34 B;
@@ -57,7 +57,7 @@ OURS = {("model", "nearest"): ["--grad-dtype", "model"],
 # torch path -> (the ours configuration computing the same result: grad dtype, check), or None.
 TORCH_PATHS = {"masters": ("fp32", False), "masters+upcast": ("model", False), "masters+upcast+check": ("model", True),
                "bf16 fused": None, "bf16 fused eager": None}
-# Issue 14's torch figures (H200, torch 2.11, 2026-11-30), printed beside this run's.
+# The reference torch figures (H200, torch 2.11, 2026-11-30), printed beside this run's.
 ISSUE14 = {("resnet50", "masters"): 0.331, ("gpt2_small", "masters"): 1.233,
            ("resnet50", "bf16 fused"): 0.213, ("gpt2_small", "bf16 fused"): 0.665}
 BF16_FUSED_BYTES = 14.0  # bf16 g, w, m, v read, w, m, v written: the ideal of the bf16-state result
@@ -275,10 +275,10 @@ def print_table(rows, meta):
         print("| %s | %s | %s | %s | %s | %.0f | %s | %s |" % (
             r["layout"], r["side"], r["path"], "on" if r["check"] else "off", ms, r["bytes_per_param"], f(pct, ".1f"),
             "%.3f" % ratio if ratio else ""))
-    # Issue 14's own comparison, as speed-ups: its torch figure (`masters`, fp32 gradients) against ours
-    # with bf16 gradients (its 28 B/param mode).
+    # The reference comparison, as speed-ups: torch's `masters` (fp32 gradients) against ours
+    # with bf16 gradients (the 28 B/param mode).
     for t in (r for r in rows if r["side"] == "torch" and r["ms"] and (r["layout"], r["path"].replace(" eager", "")) in ISSUE14):
-        print("%s: torch %s %.4f ms here; issue 14 measured %.3f ms (2026-11-30)" % (
+        print("%s: torch %s %.4f ms here; reference %.3f ms (2026-11-30)" % (
             t["layout"], t["path"], t["ms"], ISSUE14[(t["layout"], t["path"].replace(" eager", ""))]))
     for t in (r for r in rows if r["path"] == "masters" and r["ms"]):
         mine = [r for r in rows if r["layout"] == t["layout"] and r["side"] == "ours" and r["path"].startswith("bf16")]

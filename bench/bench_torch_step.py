@@ -7,10 +7,10 @@ iterations after a warm-up; the whole iteration too. Models: resnet50 (torchvisi
 batch 8 x 512 tokens). Ours is
 also timed with two param groups (decay for ndim > 1, none for the rest: the usual recipe) and
 with one param group per tensor: groups of one structure are hyperparameter groups of ONE Task
-(one graph whatever the number of groups; issue 13's target: a group per tensor within 10 % of
+(one graph whatever the number of groups; the target: a group per tensor within 10 % of
 two groups, printed as a ratio per model).
 
---phases (issue 13: where does the whole iteration lose against torch?): every phase of the
+--phases (where does the whole iteration lose against torch?): every phase of the
 iteration timed with CUDA events (zero_grad, forward + loss, backward, step) and on the host's
 clock (how long the host took to enqueue it), for four ways of clearing the gradients, the four
 models built side by side and run interleaved (rounds in rotated order, medians of every timed
@@ -25,7 +25,7 @@ synced (a sync after every iteration, as the table above):
 --profile: per variant, the CUDA kernels of 3 iterations by name (torch.profiler), and the kernels
 whose time differs most from the first variant's.
 --bench-step PATH (with --phases): also the C++ bench_step time of each phase model's layout
-(adamw, check on, enqueued medians) and, last, a short table against issue 13's targets: ours
+(adamw, check on, enqueued medians) and, last, a short table against the targets: ours
 with the default zero_grad() within 5 % of bench_step on the step, and the whole iteration
 (enqueued) never slower than torch fused with torch's default zero_grad(); then one verdict line.
 
@@ -358,7 +358,7 @@ TORCH, TORCH_KEPT = "torch fused, set_to_none=True", "torch fused, set_to_none=F
 
 
 def print_targets(phases):
-    """The short table of issue 13's targets (enqueued medians) and one verdict line; returns
+    """The short table of the targets (enqueued medians) and one verdict line; returns
     whether every target is met."""
     print("\n### issue 13 targets (enqueued medians, ms)\n")
     print("| model | bench_step | ours step (default zero_grad) | / bench_step (<= 1.05) | ours step, set_to_none=False "

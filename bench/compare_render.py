@@ -1,6 +1,6 @@
 """Renders bench/compare_torch.py's results (its --json-out) as RESULTS.md and results.png. Needs no
-torch, so `compare_torch.py --from-json` re-renders anywhere. Files of the first format (before
-issue #17: ours enqueued, torch synced per step, one figure each) are read too, each figure filed
+torch, so `compare_torch.py --from-json` re-renders anywhere. Files of the first format (one
+figure each: ours enqueued, torch synced per step) are read too, each figure filed
 under the method it was measured with, so nothing is shown as what it was not.
 """
 import os
@@ -56,7 +56,7 @@ def best(paths, method):
 
 
 def floor_table(results):
-    """% of floor per kind (issue 17's number): one row per kind, a column per layout and mode."""
+    """% of floor per kind: one row per kind, a column per layout and mode."""
     rows = results["gpu"]
     layouts = list(dict.fromkeys(r["layout"] for r in rows))
     kinds = list(dict.fromkeys(r["kind"] for r in rows))

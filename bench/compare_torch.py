@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side optimizer step timings: torch against Renaissance, in one run, timed the same way.
 
-GPU, both sides timed by two methods (issue #17):
+GPU, both sides timed by two methods:
   enqueued  N steps launched back to back, CUDA events around each step, one synchronisation at
             the end: the device's time per step (the headline);
   synced    one step at a time, a synchronisation after each: what a loop with host work sees

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Interleaved A/B of bench_step's CPU mixed-precision rows between two builds (issue 14).
+"""Interleaved A/B of bench_step's CPU mixed-precision rows between two builds.
 
 Each round runs every configuration (resnet50, 2 threads, --replays 10, bf16/fp16 copies with
 model-dtype gradients, nearest and stochastic, and fp32 as a control) on both builds, alternating

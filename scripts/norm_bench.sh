@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The norm kinds' micro-benchmark on the GPU machine (issue 17): % of the floor of LARS,
+# The norm kinds' micro-benchmark on the GPU machine: % of the floor of LARS,
 # LARS-Nesterov and LAMB (AdamW beside them as the element-wise reference) on resnet50, bert_base
 # and gpt2_small, check on and off, from bench_step (enqueued timing; floor = the kind's ideal
 # bytes / the same-traffic limit measured in the same run over the task's own arena).
@@ -7,7 +7,7 @@
 #   scripts/norm_bench.sh            (about 30 s once built; builds bench_step first if needed)
 #   BUILD=build-gpu-bench KINDS=lars,lamb LAYOUTS=gpt2_small REPLAYS=100 scripts/norm_bench.sh
 #
-# Targets (issue 17 / 15): lars, lars_nesterov >= 95 %, lamb >= 90 % of the floor.
+# Targets: lars, lars_nesterov >= 95 %, lamb >= 90 % of the floor.
 set -eu -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -15,7 +15,7 @@ then 5 recorded steps. The case's expected_fingerprint is what the recording run
 
 --freeze-alternate leaves the hidden layer without gradients (.grad = None) at every odd step,
 unrecorded ones included, so the case starts with per-tensor step counts that differ and masks
-that layer in some recorded steps (no_grad_per_step, issue 13).
+that layer in some recorded steps (no_grad_per_step).
 
 --standin records with tests/python/recorder_standin.StandinAdamW (host copies, CPU only) in
 place of renaissance.torch.AdamW, for a machine where renaissance.torch is not there yet.

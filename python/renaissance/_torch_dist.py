@@ -1,4 +1,4 @@
-"""renaissance.torch over a torch.distributed process group (issue #16; docs/distributed.md,
+"""renaissance.torch over a torch.distributed process group (docs/distributed.md,
 "torch.distributed", and docs/python.md).
 
 The core's ShardedStep does the arithmetic: the partition of every family over the K ranks (a

@@ -17,7 +17,7 @@ process group the sharded step runs the same mask (every rank must leave out the
 parameters), so each parameter keeps its own count there too.
 
 Gradients autograd allocated itself (after zero_grad(set_to_none=True), torch 2.x's default) are
-read where they are (issue 13): the Task is built with the core's gradient table
+read where they are: the Task is built with the core's gradient table
 (TaskOptions::gradient_table), one address per parameter that the compiled step reads on the
 device at run time, and step() writes the table from the `.grad` tensors (one small host-to-device
 copy, only when an address changed; no sync, no re-capture). No copy into G, no zeroing; `.grad`
@@ -33,7 +33,7 @@ torch.view_as_complex of the W and G views (pW, pG), and so are its state tensor
 which is what torch's state holds for a complex parameter. A complex gradient autograd allocated
 is read in place through its real view.
 
-bf16/fp16 parameters (issue 14): the Task keeps fp32 masters in W and a model copy C in the
+bf16/fp16 parameters: the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
 .data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
@@ -315,7 +315,7 @@ class SharedTask:
         autograd allocated itself, e.g. after zero_grad(set_to_none=True)) into the arena's G,
         then .grad re-pointed to the view. One multi-tensor copy where torch has
         torch._foreach_copy_ (2.1+): a copy_ per tensor is a launch per tensor, which on the H200
-        cost resnet50 0.4 ms a step (bench_torch_step.py --phases, 2026-12-01)."""
+        cost resnet50 0.4 ms a step (bench_torch_step.py --phases)."""
         dst = [self.G[j] for j in ids]
         src = [_real(self.params[j].grad.detach()) for j in ids]
         with torch.no_grad():

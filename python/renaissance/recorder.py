@@ -20,7 +20,7 @@ and the case holds no gradient for them; the groups' per-tensor step counts go i
 from the group's count) and ``expected_tensor_steps``. The replay masks those parameters in those
 steps. Elsewhere a None gradient is refused (the case cannot describe how such a Task stepped).
 
-Under a torch.distributed process group (renaissance.torch's ``process_group=``; issue 16): every
+Under a torch.distributed process group (renaissance.torch's ``process_group=``): every
 rank of the group constructs the Recorder with the same arguments at the same point and steps as
 usual; the Recorder's reads are collectives (the gathered M and V of ShardedStep::read_state,
 the gathered fingerprint), so every rank must reach the constructor, each step and the finish

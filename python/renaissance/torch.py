@@ -1133,6 +1133,6 @@ _CLASSES = (SGD, Adam, AdamW, LARS, Lion, LAMB)
 # Every class's group keys: a key in here that this class's groups lack marks another class's dict.
 _ALL_GROUP_KEYS = frozenset(k for c in _CLASSES for k in c._group_keys)
 
-# The replay recorder (renaissance/recorder.py) under the name issue 13 gives it:
+# The replay recorder (renaissance/recorder.py) under its public name:
 # renaissance.torch.Recorder(opt, case_dir, steps=N).
 from .recorder import Recorder  # noqa: E402  (recorder imports nothing from this module)

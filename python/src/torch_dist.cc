@@ -1,4 +1,4 @@
-// renaissance._core's sharded step for renaissance.torch (issue #16, docs/distributed.md,
+// renaissance._core's sharded step for renaissance.torch (docs/distributed.md,
 // "torch.distributed"): a Communicator whose collectives are methods of a Python object
 // (python/renaissance/_torch_dist.py runs them with torch.distributed on views of the buffers
 // the core passes), and the core's ShardedStep over it. The core keeps the partition, the

@@ -149,7 +149,7 @@ inline void write_bytes_section(AtomicFile& file, Section s, const Bytes& b) {
 
 // ---- reading ----
 // The checkpoint file, read by position and never held whole in memory: a resume validates it
-// in a first pass and streams the state sections into the arena in a second (issue 12: the peak
+// in a first pass and streams the state sections into the arena in a second (so the peak
 // memory of a resume stays near that of a plain run).
 class FileReader {
  public:

@@ -1,4 +1,4 @@
-// The Task's gradient table (TaskOptions::gradient_table, issue 13): a uint64 per parameter in
+// The Task's gradient table (TaskOptions::gradient_table): a uint64 per parameter in
 // the arena (S_GRAD_TABLE) holding the address of that parameter's gradient, which every op that
 // reads G follows on the device at run time. Here: its accessors and the arena's own addresses
 // that compile() writes into it. Kept apart from task.cc, as task_sharded.cc is.

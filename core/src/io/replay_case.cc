@@ -180,7 +180,7 @@ std::string dump_or_nothing(const nlohmann::json& j, const char* key) {
 // (at most kMaxSafetensorsHeaderBytes) over 50 bytes ("step0/a":{"dtype":"F32","shape":[],
 // "data_offsets":[0,4]}), so no loadable case has more steps than this. The bound is checked
 // here because the per-step lists are sized from `steps` before grads.safetensors is opened:
-// 2^30 steps used to allocate 16 GB for a 100-byte case.json (fuzz/regressions/).
+// unchecked, 2^30 steps would allocate 16 GB for a 100-byte case.json (fuzz/regressions/).
 int64_t parse_steps(const nlohmann::json& j, const std::string& case_path) {
   constexpr uint64_t kMaxSteps = kMaxSafetensorsHeaderBytes / 32;
   if (!j.contains("steps") || !j["steps"].is_number_unsigned() || j["steps"].get<uint64_t>() > kMaxSteps) {

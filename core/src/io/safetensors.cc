@@ -179,7 +179,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path, const std::string&
       uint64_t extent = 0;
       if (!json_u64(d, &extent)) throw_format(where + ": shape " + shape.dump() + " has an entry that is not a non-negative integer");
       // Extents are int64 in StTensorInfo: refuse larger ones outright, even next to a zero
-      // extent (which makes the size 0 and used to let [0, 2^64-1] through as shape [0, -1]).
+      // extent (which makes the size 0 and would let [0, 2^64-1] through as shape [0, -1]).
       if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         throw_format(where + ": shape " + shape.dump() + " has an extent beyond 2^63-1");
       }

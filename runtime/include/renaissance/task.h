@@ -32,7 +32,7 @@ struct TaskOptions {
   // bf16/fp16: keep a model copy of the weights besides the fp32 masters, written by every
   // applied step (docs/math.md, "Mixed precision"); fp32 (default): no copy.
   PrecisionOptions precision;
-  // Per-tensor mask (issue 13: torch's `.grad is None`): an int32 per parameter that the caller
+  // Per-tensor mask (torch's `.grad is None`): an int32 per parameter that the caller
   // writes before a step (tensor_mask() / set_tensor_mask()) and the compiled step reads on the
   // device. A masked (nonzero) tensor's W, M, V and model copy are left bit for bit as they were,
   // its gradient is not looked at by the non-finite check, and its step count does not advance.
@@ -43,7 +43,7 @@ struct TaskOptions {
   bool tensor_mask = false;
   // Keep only this rank's slice of M and V (above); default: the whole state.
   StateShard state_shard;
-  // Gradient table (issue 13: step() reads autograd's own gradient tensors): a uint64 per
+  // Gradient table (step() reads autograd's own gradient tensors): a uint64 per
   // parameter in the arena's scalar area (gradient_table() / set_gradient_table()) holding the
   // address of that parameter's gradient, numel contiguous elements in G's encoding (fp32, or
   // bf16/fp16 with model_dtype_gradients), in the backend's memory (host on the CPU, device on
@@ -60,7 +60,7 @@ struct TaskOptions {
 using StateReader = std::function<void(Family family, size_t id, uint64_t first, uint64_t count, float* dst)>;
 
 // What a caller's run stores with a checkpoint besides the optimizer state, so that a resume can
-// reproduce the run exactly (issue 12): the library keeps the values, the caller gives them
+// reproduce the run exactly: the library keeps the values, the caller gives them
 // meaning (the CLI: its lr schedule, the schedule's horizon and warm-up, the synthetic seed).
 struct RunSettings {
   std::string schedule = "constant";
