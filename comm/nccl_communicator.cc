@@ -4,8 +4,7 @@
 // (copy_to_host) or frees memory in use. Without a stream it runs on its own and waits for every
 // call, so calls complete in order as MPI's do. Variable blocks (all_gather_v) are grouped
 // broadcasts; the all-to-all is grouped send/recv; the reduce-scatter pads every rank's block to
-// the largest. Run once on 2x H200 (2026-12-01, a subset of scripts/gpu_dist.sh, with host
-// waits: every check passed; docs/distributed.md, "NCCL").
+// the largest. Its check on 2 GPUs is `scripts/gpu.sh dist` (docs/distributed.md, "NCCL").
 #include "renaissance/nccl_communicator.h"
 
 #include <cuda_runtime.h>
