@@ -34,8 +34,8 @@ usage: python3 bench/bench_torch_step.py [--iters 20] [--warmup 5] [--models res
             [--bench-step BUILD/bench/bench_step]
        python3 bench/bench_torch_step.py --quick [--phases --profile]   (CPU, tiny stand-in models:
             tests the script; torch's foreach AdamW stands in where this torch has no fused one)
-Needs a CUDA build of the package (scripts/gpu_python.sh or scripts/gpu_torchbench.sh install one;
-PYTHONPATH=BUILD/site).
+Needs a CUDA build of the package (`scripts/gpu.sh python` installs one into build-gpu-python/site;
+`scripts/gpu.sh torchbench:step` runs this script with it).
 """
 import argparse
 import json

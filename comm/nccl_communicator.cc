@@ -4,8 +4,8 @@
 // (copy_to_host) or frees memory in use. Without a stream it runs on its own and waits for every
 // call, so calls complete in order as MPI's do. Variable blocks (all_gather_v) are grouped
 // broadcasts; the all-to-all is grouped send/recv; the reduce-scatter pads every rank's block to
-// the largest. Tested on 2x H200 by a subset of scripts/gpu_dist.sh, with host waits
-// (docs/distributed.md, "NCCL").
+// the largest. Its check on 2 GPUs is `scripts/gpu.sh dist` (docs/distributed.md, "NCCL"), run once
+// with host waits; the stream-ordered path has not run on two GPUs.
 #include "renaissance/nccl_communicator.h"
 
 #include <cuda_runtime.h>

@@ -2,7 +2,7 @@
 # Assembles .deps/ (git-ignored) for the GPU machine, which has no Highway, xxHash, CLI11 or
 # nlohmann-json: headers, Highway's shared library and the CMake package files, copied from this
 # machine's Debian packages (scripts/install-deps.sh installs them). The device tool carries
-# .deps/ beside the working tree; scripts/gpu_check.sh builds with -DRENAISSANCE_DEPS_DIR=.deps.
+# .deps/ beside the working tree (carry [".deps"]); scripts/gpu.sh builds with -DRENAISSANCE_DEPS_DIR=.deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh > /dev/null

@@ -4,16 +4,20 @@
 # lockstep; it refuses to record unless CUDA is available, every check passes and every cell's
 # CUDA fingerprint equals the CPU's), then renders the report from the same run.
 # Usage: scripts/record_golden.sh [BUILD_DIR]   (then review and commit the two files)
+# A BUILD_DIR that is already configured (scripts/gpu.sh's, `gpu.sh golden`) keeps its
+# configuration; a new one is configured with CUDA on and the benchmarks off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-golden}"
-# The GPU machine keeps Highway, xxHash, GTest and Eigen under .deps (as scripts/gpu_check.sh does).
+# The GPU machine keeps Highway, xxHash, CLI11 and nlohmann-json under .deps (scripts/make_gpu_deps.sh).
 deps=()
 if [ -d .deps ]; then
   deps=(-DRENAISSANCE_DEPS_DIR="$PWD/.deps" -DCMAKE_PREFIX_PATH="$PWD/.deps")
   export LD_LIBRARY_PATH="$PWD/.deps/lib:$PWD/.deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_BUILD_BENCH=OFF "${deps[@]}"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_BUILD_BENCH=OFF "${deps[@]}"
+fi
 cmake --build "$build" --target conformance_suite renaissance_cli --parallel "$(nproc)"
 # The one opt-out from golden strictness: while recording, the old file may not cover the matrix
 # (the suite refuses --record-golden without it). Set for this command only.

@@ -11,7 +11,7 @@ then 5 recorded steps. The case's expected_fingerprint is what the recording run
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_cpu --standin
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_clip_cpu --max-grad-norm 0.1
     /usr/bin/python3 scripts/record_torch_case.py --out testdata/recorded/torch_adamw_frozen_cpu --freeze-alternate
-    scripts/gpu_recordmask.sh (GPU machine: --device cuda --freeze-alternate into $OUT/torch_adamw_frozen_h200)
+    scripts/gpu.sh python (GPU machine: --device cuda --freeze-alternate, replayed on the CPU backend)
 
 --freeze-alternate leaves the hidden layer without gradients (.grad = None) at every odd step,
 unrecorded ones included, so the case starts with per-tensor step counts that differ and masks

@@ -11,7 +11,7 @@
 // sgd_momentum, with and without clipping, and adamw with a bf16 stochastic model copy. The
 // NaN in a masked tensor's G is ignored, one in an unmasked tensor's skips the step. The
 // masked reference differs from the unmasked one (else the mask would be tested by nothing).
-// `sharded_mask LAYOUT cuda` (a build with NCCL; scripts/gpu_shardmask.sh): CUDA ranks joined by
+// `sharded_mask LAYOUT cuda` (a build with NCCL; scripts/gpu.sh dist:mask): CUDA ranks joined by
 // NCCL, the references on rank 0's GPU, the checks between ranks over MPI.
 // Exit 0 only when every check passed.
 #include <cstdio>

@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Cells, CheckpointPrecision, ::testing::ValuesIn(cells()
 
 // The copy travels through Backend download/upload like the fp32 state: a checkpoint saved on one
 // backend continues on the other with the CPU's uninterrupted bits (skips without a CUDA device;
-// scripts/gpu_precision.sh's machine runs it).
+// `scripts/gpu.sh test` runs it on the GPU machine).
 struct BackendPair {
   BackendKind from, to;
   Cell cell;

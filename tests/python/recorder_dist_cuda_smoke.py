@@ -5,8 +5,9 @@ the ordered gradients' gather go through NCCL on the device) and the gathered re
 sharded Task; each case, recorded on the GPU with a None-gradient step, must replay on the CPU
 to its expected_fingerprint, which must be the plain CUDA optimizer's (no process group).
 
-Not collected by pytest (no test_ prefix): run it on a CUDA install of the package, e.g.
-    scripts/gpu_python.sh && PYTHONPATH=build-gpu-python/site python3 tests/python/recorder_dist_cuda_smoke.py
+Not collected by pytest (no test_ prefix): `scripts/gpu.sh python` runs it after the pytest suite,
+on its CUDA install of the package; by hand on that install:
+    PYTHONPATH=build-gpu-python/site python3 tests/python/recorder_dist_cuda_smoke.py
 Last line: "recorder_dist cuda smoke: PASS (N cases)" or "... FAIL ..." (exit status 1).
 """
 import os

@@ -1,4 +1,4 @@
-"""renaissance.torch on a CUDA device (skipped without one; scripts/gpu_python.sh runs it on the GPU
+"""renaissance.torch on a CUDA device (skipped without one; scripts/gpu.sh python runs it on the GPU
 machine): CPU and CUDA fingerprints agree bit for bit, GradScaler drives the fused unscale and its
 inf verdict skips the step, and the step is ordered on torch's current stream (a forward queued
 right after step() on a non-blocking stream sees the new weights, with no synchronisation).

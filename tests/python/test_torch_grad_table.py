@@ -4,7 +4,7 @@ table, with no copy into G and no zeroing. References, never the table path itse
 run with set_to_none=False (backward accumulates into the arena views) and the same run forced
 through the copy-in path (SharedTask.readable patched to refuse every tensor), both bit for bit.
 A `.grad` that cannot be read in place (not contiguous) still goes through the copy. CUDA
-variants skip without a device (scripts/gpu_gradtable.sh runs them on the H200)."""
+variants skip without a device (scripts/gpu.sh python runs them on the GPU machine)."""
 import warnings
 
 import numpy as np

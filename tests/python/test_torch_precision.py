@@ -7,7 +7,7 @@ model dtype with torch's .to() (round to nearest even). The library's parameters
 them BIT FOR BIT. torch.optim.AdamW computes the update in another operation order (sqrt(v)/
 sqrt(1-b2^t), lr/(1-b1^t), fused multiply-adds on the CPU), so against it the test holds a
 tolerance (measured: see test_bf16_cnn_against_torch_adamw). Runs on CUDA too when the machine has
-one and the build has the CUDA backend (scripts/gpu_python.sh)."""
+one and the build has the CUDA backend (scripts/gpu.sh python)."""
 import json
 import os
 import struct

@@ -5,8 +5,9 @@ NCCL broadcasts and max, the staging copies and the workspace through torch) and
 the sharded step at K = 1 gives the plain CUDA optimizer's bits (replicated and ordered: the mean
 of one rank is its gradient, exactly). K >= 2 on GPUs is not tested anywhere yet.
 
-Not collected by pytest (no test_ prefix): run it on a CUDA install of the package, e.g.
-    scripts/gpu_python.sh && PYTHONPATH=build-gpu-python/site python3 tests/python/torch_dist_cuda_smoke.py
+Not collected by pytest (no test_ prefix): `scripts/gpu.sh python` runs it after the pytest suite,
+on its CUDA install of the package; by hand on that install:
+    PYTHONPATH=build-gpu-python/site python3 tests/python/torch_dist_cuda_smoke.py
 Last line: "torch_dist cuda smoke: PASS (N cases)" or "... FAIL ..." (exit status 1).
 """
 import os

@@ -3,7 +3,7 @@
 // bits (masters, M, V, model copy, t, last gradient norm) of the same task with fp32 gradients fed
 // the exactly widened values: plain, with clipping and a loss scale (GRAD_NORM_PARTIALS, the
 // fused check), and with two hyperparameter groups (the H > 1 walk). On CUDA the fingerprint is
-// also the CPU's (the lockstep check scripts/gpu_precision.sh runs on the H200). Besides: fp16
+// also the CPU's (the lockstep check `scripts/gpu.sh test` runs on the GPU machine). Besides: fp16
 // overflow to inf in a gradient skips the step and writes nothing; synthesize_gradients and
 // poison_gradient round to nearest even; the API refuses what does not fit; checkpoints carry no G.
 #include <gtest/gtest.h>
