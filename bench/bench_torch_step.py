@@ -360,7 +360,7 @@ TORCH, TORCH_KEPT = "torch fused, set_to_none=True", "torch fused, set_to_none=F
 def print_targets(phases):
     """The short table of the targets (enqueued medians) and one verdict line; returns
     whether every target is met."""
-    print("\n### issue 13 targets (enqueued medians, ms)\n")
+    print("\n### targets (enqueued medians, ms)\n")
     print("| model | bench_step | ours step (default zero_grad) | / bench_step (<= 1.05) | ours step, set_to_none=False "
           "| torch fused step | ours iteration | torch fused iteration | ours vs torch (<= 0 %) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Interleaved A/B of the CPU AdamW step against torch's CPU AdamW (issue #17, "CPU at 16 threads").
+"""Interleaved A/B of the CPU AdamW step against torch's CPU AdamW.
 
 For each layout and thread count it keeps one long-lived AdamW task per variant of the CPU
 backend's switches (`bench_cpu_step serve`, each under its RENAISSANCE_CPU_* environment: see
@@ -14,7 +14,7 @@ in place with trivial arithmetic) runs in the same rounds over two arenas: the d
 torch: fused=True where torch has a fused CPU AdamW (2.4 and later); older torch (1.13 on the
 development machine) has none, and the script falls back to foreach=True and says so in the table.
 
-Target (issue #17): the default variant, check off, >= 1.1x torch at 2 and all threads; where
+Target: the default variant, check off, >= 1.1x torch at 2 and all threads; where
 torch already runs above 1/1.1 of the same-traffic limit (so 1.1x would be above the limit), the
 target is >= 0.98 of that limit instead. The checked figure is printed beside it.
 
@@ -28,7 +28,7 @@ the script checks that and exits 1 otherwise (the switches must never change a b
 
     python3 bench/cpu_ab.py --build build                      # the full A/B, <= 4 min on 16 cores
     python3 bench/cpu_ab.py --build build --layouts resnet50 --threads 2 --rounds 3   # a quick check
-    # the 2-thread target (issue 17) on a many-core host, about 2 min: see bench/RESULTS.md
+    # the 2-thread target on a many-core host, about 2 min: see bench/RESULTS.md
     python3 bench/cpu_ab.py --build build --layouts bert_base,gpt2_small --threads 2 --rounds 15 \
         --variants default,unroll2,unroll4,avx2,spread
 """
@@ -289,7 +289,7 @@ def main():
                 verdicts.append("    other variants: " + ", ".join(f"{n} {torch_ms / med[n]:.3f}x" for n in others))
             dump.append({"layout": layout, "threads": threads, "medians_ms": med, "steps_ms": times,
                          "servers": info, "bytes_per_step": bytes_step, "fingerprints": fps})
-    print(f"\nTargets (issue #17; torch {torch.__version__}, AdamW({impl}=True)):")
+    print(f"\nTargets (torch {torch.__version__}, AdamW({impl}=True)):")
     for v in verdicts:
         print("  " + v)
     print(f"cpu_ab: {time.time() - start:.0f} s")

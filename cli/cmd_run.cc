@@ -339,7 +339,7 @@ void check_threads_option(int threads) {
 int cmd_run(const RunOptions& o) {
   // Everything the user typed is checked before any memory is allocated or work is done.
   check_threads_option(o.threads);
-  // Output safety first (issue 12): a bad --checkpoint must not cost a whole run.
+  // Output safety first: a bad --checkpoint must not cost a whole run.
   if (!o.checkpoint.empty()) io::check_output_path(o.checkpoint, "--checkpoint");
   OptimizerKind kind;
   if (!parse_optimizer_kind(o.optimizer, &kind)) {

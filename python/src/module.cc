@@ -444,7 +444,7 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int thr
   d["tensors"] = comparisons(compare_replay(rc, r), tolerance, &ok);
   // None when the case has no expected.safetensors: nothing was compared.
   d["passed"] = rc.has_expected ? nb::object(nb::bool_(ok)) : nb::none();
-  // Each parameter's final applied-step count (per-tensor where the case masks, issue 13), and the
+  // Each parameter's final applied-step count (per-tensor where the case masks), and the
   // ones that differ from case.json's expected_tensor_steps (empty: all match, or none given).
   nb::dict steps;
   for (size_t id = 0; id < rc.params.size(); ++id) steps[rc.params[id].name.c_str()] = r.tensor_steps[id];
