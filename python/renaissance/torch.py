@@ -398,6 +398,8 @@ class _Base(Optimizer):
         # The scaler's verdict before anything of the step runs (see _amp_skip).
         self._amp_skipped = _amp_skip(grad_scale, found_inf)
         if self._amp_skipped:
+            for shared in self._shared():  # counted as the core counts its own skips
+                shared.task.count_skipped_step()
             return loss
         for shared in self._shared():
             shared.step(grad_scale)
@@ -849,8 +851,8 @@ def _amp_skip(grad_scale, found_inf):
     unscale would turn every gradient into inf or NaN there and skip; the fused unscale would
     instead multiply the gradients by it inside the update (the core's non-finite check reads
     G before the unscale) and write NaN weights. A skip is decided here, before the core step
-    runs: nothing changes and no step count advances, as in the core's own non-finite skip (the
-    Task's skipped_steps does not count it). One host read of the two values (on CUDA a sync)."""
+    runs: nothing changes and no step count advances, as in the core's own non-finite skip, and
+    each Task's skipped_steps counts it. One host read of the two values (on CUDA a sync)."""
     bad = None
     if grad_scale is not None:
         scale = grad_scale if isinstance(grad_scale, torch.Tensor) else torch.tensor(float(grad_scale))

@@ -577,6 +577,7 @@ NB_MODULE(_core, m) {
       .def("step", [](PyTask& t) { t.task().step(); }, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("step_count", [](PyTask& t) { return t.task().step_count(); })
       .def_prop_ro("skipped_steps", [](PyTask& t) { return t.task().skipped_steps(); })
+      .def("count_skipped_step", [](PyTask& t) { t.task().count_skipped_step(); })
       .def_prop_ro("last_step_skipped", [](PyTask& t) { return t.task().last_step_skipped(); })
       .def("fingerprint", [](PyTask& t) { return t.task().fingerprint(); })
       .def("save", [](PyTask& t, const std::string& path) { t.task().save(path); }, "path"_a)

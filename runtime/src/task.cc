@@ -601,6 +601,13 @@ void Task::set_tensor_steps(const std::vector<int64_t>& steps) {
   steps_equal_ = std::all_of(t32.begin(), t32.end(), [t](int32_t s) { return s == t; });
 }
 int64_t Task::skipped_steps() { return read_i32_slot(kSkippedSteps); }
+
+void Task::count_skipped_step() {
+  const int32_t skipped = read_i32_slot(kSkippedSteps);
+  if (skipped == INT32_MAX) throw_invalid("count_skipped_step(): 2^31 - 1 skipped steps already counted");
+  const int32_t next = skipped + 1;
+  backend_->upload(plan_.region(S_SCALAR_INT32).offset + kSkippedSteps * sizeof(int32_t), &next, sizeof(next));
+}
 bool Task::last_step_skipped() { return read_i32_slot(kHasNonFinite) != 0; }
 
 double Task::last_grad_norm() {

@@ -73,6 +73,7 @@ def test_bad_scale_or_found_inf_skips_the_step(cls, kw, how):
         _feed(qs, s)
         b.step()
     before = _frozen(a, ps)
+    skipped = [b_.shared.task.skipped_steps for b_ in a._bindings]
     _feed(ps, 2, 512.0)
     scale = {"scale=0": 0.0, "scale=nan": math.nan, "scale=1e-40": 1e-40}.get(how.split()[-1], 512.0)
     if how.startswith("torch1"):
@@ -83,6 +84,7 @@ def test_bad_scale_or_found_inf_skips_the_step(cls, kw, how):
         a.found_inf = torch.tensor(1.0 if how == "found_inf" else 0.0)
         a.step()
     assert _unchanged(_frozen(a, ps), before), how
+    assert [b_.shared.task.skipped_steps for b_ in a._bindings] == [n + 1 for n in skipped], how
     if hasattr(a, "grad_scale"):
         del a.grad_scale, a.found_inf
     for s in range(3, 5):  # the run goes on as one that never had the bad step
@@ -105,10 +107,12 @@ def test_torch_grad_scaler_found_inf_skips_cuda():
         p.grad = torch.ones_like(p) * 1024.0
     ps[0].grad[0, 0] = float("inf")
     before = [p.detach().clone() for p in ps]
+    scaler.scale(torch.ones((), device="cuda"))  # torch 2.x refuses step() before any scale()
     scaler.step(opt)
     scaler.update()
     assert all(torch.equal(p, q) for p, q in zip(ps, before))
     assert scaler.get_scale() < 1024.0
+    assert opt._bindings[0].shared.task.skipped_steps == 1
 
 
 def test_a_skipped_step_is_left_out_of_a_recording(tmp_path):

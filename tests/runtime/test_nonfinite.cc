@@ -113,6 +113,29 @@ TEST_P(NonFiniteTest, SkipsTheWholeStepAndResumesAsIfItNeverHappened) {
 }
 
 // Several bad batches in a row, then clean ones: the skip counter counts each, t none of them.
+// A step the caller skips without running it (a loss scaler's verdict): counted, and nothing
+// else of the state moves; the next step is the clean run's.
+TEST_P(NonFiniteTest, CallerSkippedStepIsCountedAndLeavesNoTrace) {
+  RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
+  const std::vector<ParamSpec> params = layout();
+  std::unique_ptr<Task> clean = make_task(params);
+  std::unique_ptr<Task> task = make_task(params);
+  for (uint64_t s = 0; s < 2; ++s) {
+    clean_step(*clean, params, s);
+    clean_step(*task, params, s);
+  }
+  const TaskState before = testing_util::read_state(*task);
+  task->count_skipped_step();
+  task->count_skipped_step();
+  EXPECT_EQ(task->skipped_steps(), 2);
+  EXPECT_FALSE(task->last_step_skipped());
+  EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*task), before));
+  clean_step(*clean, params, 2);
+  clean_step(*task, params, 2);
+  EXPECT_EQ(task->skipped_steps(), 2);
+  EXPECT_EQ(task->fingerprint(), clean->fingerprint());
+}
+
 TEST_P(NonFiniteTest, ConsecutiveSkipsAreCountedAndLeaveNoTrace) {
   RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
   const std::vector<ParamSpec> params = layout();

@@ -216,6 +216,10 @@ class Task {
   std::vector<int64_t> tensor_steps();
   void set_tensor_steps(const std::vector<int64_t>& steps);
   int64_t skipped_steps();       // steps skipped for a non-finite gradient
+  // Counts one step that the caller decided to skip without running it (a loss scaler's
+  // found_inf, a scale without a finite reciprocal) as the core counts its own non-finite
+  // skips: skipped_steps() + 1; nothing else changes (W, M, V, step counts, last_step_skipped()).
+  void count_skipped_step();
   bool last_step_skipped();
   // The total gradient norm ‖ĝ‖ (ĝ = g*(1/scale), before clipping) that the last step computed
   // on the device, copied to the host on request. Only a step with max_grad_norm > 0 computes
