@@ -33,7 +33,9 @@
 #include "conformance/runner.h"
 #include "conformance/suite_state.h"
 #include "renaissance/backend.h"
+#include "renaissance/error.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 
 #if RENAISSANCE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -196,6 +198,7 @@ TEST_P(AuditTest, MatchesGolden) {
   r.spec = audit_cell_spec(run);
   r.tensors = run.params.size();
   run.backend = BackendKind::kCpu;
+  run.cpu = g_options.backend_options.cpu;
   const audit::SyntheticResult cpu = audit::run_synthetic(run);
   r.cpu.ran = true;
   r.cpu.description = cpu.backend_description;
@@ -516,6 +519,12 @@ int main(int argc, char** argv) {
   using namespace renaissance;
   using namespace renaissance::conformance;
   ::testing::InitGoogleTest(&argc, argv);
+  try {
+    g_options.backend_options.cpu = program_env::cpu_tuning_from_env();
+  } catch (const Error& e) {
+    std::cerr << "conformance_suite: " << e.what() << "\n";
+    return 2;
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> std::string {

@@ -7,6 +7,7 @@
 
 #include "audit/golden.h"
 #include "audit/matrix.h"
+#include "renaissance/backend.h"
 
 namespace renaissance {
 namespace conformance {
@@ -15,6 +16,8 @@ struct Options {
   std::string golden_path = default_golden_path();  // "" = the embedded file
   std::string record_path;                          // non-empty: recording mode
   std::string report_path;
+  // The CPU lanes' backend options: the RENAISSANCE_CPU_* switches (they never change a bit).
+  BackendOptions backend_options;
 };
 extern Options g_options;
 extern Golden g_golden;
