@@ -47,7 +47,7 @@ Options g_options;
 Golden g_golden;
 std::vector<Cell> g_all_cells;  // owned here so Row::cell stays valid
 
-bool golden_optional() { return !g_options.record_path.empty() || golden_recording_opt_out(); }
+bool golden_optional() { return !g_options.record_path.empty() || g_options.recording_opt_out; }
 
 namespace {
 
@@ -519,6 +519,8 @@ int main(int argc, char** argv) {
   using namespace renaissance;
   using namespace renaissance::conformance;
   ::testing::InitGoogleTest(&argc, argv);
+  g_options.golden_path = program_env::golden_path_from_env();
+  g_options.recording_opt_out = program_env::golden_recording_from_env();
   try {
     g_options.backend_options.cpu = program_env::cpu_tuning_from_env();
   } catch (const Error& e) {
@@ -551,7 +553,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!g_options.record_path.empty() && !golden_recording_opt_out()) {
+  if (!g_options.record_path.empty() && !g_options.recording_opt_out) {
     std::cerr << "conformance_suite: --record-golden is for scripts/record_golden.sh, which sets "
                  "RENAISSANCE_GOLDEN_RECORDING=1\n";
     return 2;

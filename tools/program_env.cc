@@ -73,5 +73,15 @@ CpuTuning cpu_tuning_for(BackendKind kind) {
   return resolve_backend(kind) == BackendKind::kCpu ? cpu_tuning_from_env() : CpuTuning{};
 }
 
+std::string golden_path_from_env() {
+  const char* env = std::getenv("RENAISSANCE_GOLDEN");
+  return env != nullptr ? env : "";
+}
+
+bool golden_recording_from_env() {
+  const char* env = std::getenv("RENAISSANCE_GOLDEN_RECORDING");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace program_env
 }  // namespace renaissance

@@ -14,6 +14,12 @@
 //   RENAISSANCE_CPU_STREAM_COPY=0|1  CpuTuning::stream_copy
 // A malformed value throws Error(kBackend) naming the variable, e.g.
 // "RENAISSANCE_CPU_CHUNK=x: expected a non-negative integer".
+//
+// The golden fingerprint file (audit/golden.h):
+//   RENAISSANCE_GOLDEN=FILE          read FILE instead of the embedded file (the self-tests that
+//                                    tamper with a copy, a recording under review)
+//   RENAISSANCE_GOLDEN_RECORDING=1   scripts/record_golden.sh's opt-out from "an unusable golden
+//                                    file is a failure" while it re-records the file
 #pragma once
 
 #include <functional>
@@ -37,6 +43,11 @@ CpuTuning cpu_tuning_from_env();
 // when `kind` resolves to the CPU backend, else the defaults (no other backend uses them, so
 // their variables are not looked at, nor refused, then).
 CpuTuning cpu_tuning_for(BackendKind kind);
+
+// RENAISSANCE_GOLDEN, or "" (the embedded file) when unset or empty.
+std::string golden_path_from_env();
+// RENAISSANCE_GOLDEN_RECORDING=1.
+bool golden_recording_from_env();
 
 }  // namespace program_env
 }  // namespace renaissance

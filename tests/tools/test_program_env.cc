@@ -1,5 +1,6 @@
 // tools/program_env.h: the RENAISSANCE_CPU_* variables the programs read into BackendOptions::cpu,
-// with the messages a malformed value gets (the CLI prints them as they are).
+// with the messages a malformed value gets (the CLI prints them as they are), and the golden
+// file's variables.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -94,6 +95,21 @@ TEST(ProgramEnv, ReadsTheProcessEnvironmentForTheCpuOnly) {
   EXPECT_EQ(program_env::cpu_tuning_for(BackendKind::kCuda).chunk_elements, CpuTuning{}.chunk_elements);
   EXPECT_THROW(program_env::cpu_tuning_for(BackendKind::kCpu), Error);
   ::unsetenv("RENAISSANCE_CPU_CHUNK");
+}
+
+TEST(ProgramEnv, GoldenVariables) {
+  ::unsetenv("RENAISSANCE_GOLDEN");
+  ::unsetenv("RENAISSANCE_GOLDEN_RECORDING");
+  EXPECT_EQ(program_env::golden_path_from_env(), "");
+  EXPECT_FALSE(program_env::golden_recording_from_env());
+  ::setenv("RENAISSANCE_GOLDEN", "/tmp/some-golden.json", 1);
+  ::setenv("RENAISSANCE_GOLDEN_RECORDING", "0", 1);
+  EXPECT_EQ(program_env::golden_path_from_env(), "/tmp/some-golden.json");
+  EXPECT_FALSE(program_env::golden_recording_from_env());
+  ::setenv("RENAISSANCE_GOLDEN_RECORDING", "1", 1);
+  EXPECT_TRUE(program_env::golden_recording_from_env());
+  ::unsetenv("RENAISSANCE_GOLDEN");
+  ::unsetenv("RENAISSANCE_GOLDEN_RECORDING");
 }
 
 }  // namespace
