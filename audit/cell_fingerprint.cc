@@ -38,11 +38,12 @@ void upload_gradient_element(Task& task, const PrecisionOptions& p, size_t id, u
   }
 }
 
-std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string* description, int threads) {
+std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string* description,
+                             const BackendOptions& backend_options) {
   const std::vector<ParamSpec> params = conformance_layout(cell.layout);
   TaskOptions options;
   options.backend = backend;
-  options.backend_options.threads = threads;
+  options.backend_options = backend_options;
   options.precision = cell.precision;
   Task task(params, options);
   task.optimizer(cell.config);

@@ -25,9 +25,9 @@ void upload_gradient_element(Task& task, const PrecisionOptions& p, size_t id, u
 
 // The same run as run_cell with the same inputs on one backend, without oracle, guards or
 // snapshots: only the final Task::fingerprint() (and Backend::describe() in *description).
-// threads: the CPU backend's OpenMP threads (0: all cores); they never change the bits.
+// backend_options: the CPU backend's threads (0: all cores) and switches; they never change the bits.
 std::string cell_fingerprint(const Cell& cell, BackendKind backend, std::string* description = nullptr,
-                             int threads = 0);
+                             const BackendOptions& backend_options = {});
 
 }  // namespace conformance
 }  // namespace renaissance

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,8 +49,9 @@ struct Golden {
 // The golden file is compiled into the binaries (audit/embed_golden.cmake writes it into
 // a generated source of the renaissance_golden_data library), like the built-in layouts: an
 // installed binary carries the file it was built with, and nothing is looked up next to the
-// source at run time. RENAISSANCE_GOLDEN=FILE makes the reader use FILE instead; it exists for
-// the self-tests that tamper with a copy (and for a recording being reviewed), not for users.
+// source at run time. A program may read another file instead (load_golden's path: the CLI and
+// the suite take it from RENAISSANCE_GOLDEN, tools/program_env.h); that exists for the self-tests
+// that tamper with a copy (and for a recording being reviewed), not for users.
 // Declared weak so that a CLI built without the conformance directory (tests off) still links;
 // it then has no golden file, which the audit reports as a failure, never as a pass.
 extern "C" const char renaissance_embedded_golden[] __attribute__((weak));
@@ -59,23 +59,9 @@ extern "C" const unsigned long renaissance_embedded_golden_size __attribute__((w
 
 constexpr const char* kEmbeddedGoldenName = "embedded audit/golden/fingerprints.json";
 
-// The one opt-out from "an unusable golden file is a failure": scripts/record_golden.sh sets it
-// while it re-records the file (the old one may legitimately not cover the matrix any more).
-inline bool golden_recording_opt_out() {
-  const char* env = std::getenv("RENAISSANCE_GOLDEN_RECORDING");
-  return env != nullptr && std::string(env) == "1";
-}
-
-// "" = the embedded file; otherwise the path RENAISSANCE_GOLDEN names.
-inline std::string default_golden_path() {
-  if (const char* env = std::getenv("RENAISSANCE_GOLDEN")) {
-    if (*env) return env;
-  }
-  return "";
-}
-
-// Never throws: every problem becomes why_not, which callers report as a failure. `path` empty:
-// the embedded file.
+// Never throws: every problem becomes why_not, which callers report as a failure (except while
+// re-recording the file: the suite's --record-golden under scripts/record_golden.sh's
+// RENAISSANCE_GOLDEN_RECORDING=1 opt-out, which the program reads). `path` empty: the embedded file.
 inline Golden load_golden(const std::string& path) {
   Golden g;
   std::string text;

@@ -56,6 +56,7 @@ SyntheticResult run_synthetic(const SyntheticRun& run) {
   TaskOptions options;
   options.backend = run.backend;
   options.backend_options.threads = run.threads;
+  options.backend_options.cpu = run.cpu;
   options.check_finite = run.check_finite;
   options.precision = run.precision;
   // A rank of a sharded run keeps only its slice of M and V (docs/distributed.md, "Memory").

@@ -46,6 +46,7 @@ struct SyntheticRun {
   int steps = 20;
   BackendKind backend = BackendKind::kAuto;
   int threads = 0;
+  CpuTuning cpu;  // the CPU backend's switches (BackendOptions::cpu); never change a bit
   Schedule schedule = Schedule::kConstant;
   int schedule_steps = 20;  // the schedule's horizon (--schedule-steps)
   int warmup = 0;

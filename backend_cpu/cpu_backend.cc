@@ -1,7 +1,7 @@
 // The CPU backend class: a zero-filled, page-aligned host arena (anonymous memory, optionally on
-// transparent huge pages and first touched by the threads that update it: CpuTuning), the op
-// dispatch tables (filled from the X-macro op lists, so every op must have a run_* function), and
-// the executor that runs the step's graphs in order.
+// transparent huge pages and first touched by the threads that update it: BackendOptions::cpu),
+// the op dispatch tables (filled from the X-macro op lists, so every op must have a run_* function),
+// and the executor that runs the step's graphs in order.
 #include "backend_cpu/cpu_backend.h"
 #include "backend_cpu/cpu_ops.h"
 
@@ -11,9 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,31 +40,7 @@ constexpr OpFn kComputeOps[kNumComputeOps] = {
 
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 
-// RENAISSANCE_CPU_SCHEDULE's values, indexed by CpuSchedule (parsed and printed from here).
-constexpr const char* kScheduleNames[] = {"static", "interleaved", "dynamic"};
-static_assert(static_cast<int>(CpuSchedule::kDynamic) == 2, "kScheduleNames follows CpuSchedule");
-
 uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
-
-// A non-negative integer environment variable (absent: `fallback`); anything else throws.
-uint64_t env_count(const char* name, uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (*end != '\0' || text[0] == '-' || value > (uint64_t{1} << 40)) {
-    throw Error(ErrorKind::kBackend, std::string(name) + "=" + text + ": expected a non-negative integer");
-  }
-  return value;
-}
-
-bool env_switch(const char* name, bool fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  if (std::strcmp(text, "0") == 0) return false;
-  if (std::strcmp(text, "1") == 0) return true;
-  throw Error(ErrorKind::kBackend, std::string(name) + "=" + text + ": expected 0 or 1");
-}
 
 // Writes nothing new to the pages of [p, p + bytes): an atomic OR with 0 on one word per page is
 // a write access (the page is placed now, by this thread) that leaves every bit as it was, even
@@ -82,7 +56,7 @@ void touch_pages(char* p, uint64_t bytes, uint64_t page) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const BackendOptions& options, const CpuTuning& tuning) : tuning_(tuning) {
+  explicit CpuBackend(const BackendOptions& options) : tuning_(options.cpu) {
     threads_ = options.threads > 0 ? options.threads : omp_get_num_procs();
     page_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   }
@@ -96,7 +70,7 @@ class CpuBackend final : public Backend {
     std::ostringstream os;
     os << "cpu (" << current_simd_target() << ", " << threads_ << (threads_ == 1 ? " thread" : " threads");
     if (tuning_.chunk_elements != d.chunk_elements) os << ", chunk " << tuning_.chunk_elements;
-    if (tuning_.schedule != d.schedule) os << ", " << kScheduleNames[static_cast<int>(tuning_.schedule)];
+    if (tuning_.schedule != d.schedule) os << ", " << cpu_schedule_name(tuning_.schedule);
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
@@ -275,37 +249,22 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-CpuTuning cpu_tuning_from_env() {
-  CpuTuning t;
-  t.chunk_elements = env_count("RENAISSANCE_CPU_CHUNK", t.chunk_elements);
-  if (t.chunk_elements == 0 || t.chunk_elements % 64 != 0) {
-    // Blocks must start on the 256-byte region alignment (64 floats), as kChunkElements does.
-    throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_CHUNK=" + std::to_string(t.chunk_elements) +
-                                         ": expected a positive multiple of 64");
-  }
-  if (const char* s = std::getenv("RENAISSANCE_CPU_SCHEDULE"); s != nullptr && *s != '\0') {
-    const auto* name = std::find_if(std::begin(kScheduleNames), std::end(kScheduleNames),
-                                    [&](const char* n) { return std::strcmp(s, n) == 0; });
-    if (name == std::end(kScheduleNames)) {
-      throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static, interleaved or dynamic");
-    }
-    t.schedule = static_cast<CpuSchedule>(name - std::begin(kScheduleNames));
-  }
-  t.prefetch_elements = env_count("RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
-  t.first_touch = env_switch("RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
-  t.huge_pages = env_switch("RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
-  t.fuse = env_switch("RENAISSANCE_CPU_FUSE", t.fuse);
-  t.stream_copy = env_switch("RENAISSANCE_CPU_STREAM_COPY", t.stream_copy);
-  t.unroll = static_cast<unsigned>(env_count("RENAISSANCE_CPU_UNROLL", t.unroll));
-  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
-    throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");
-  }
-  return t;
-}
-
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
   if (options.threads < 0) throw_invalid("threads must be >= 0 (0: all cores), got " + std::to_string(options.threads));
-  return std::make_unique<CpuBackend>(options, cpu_tuning_from_env());
+  const CpuTuning& t = options.cpu;
+  if (t.chunk_elements == 0 || t.chunk_elements % 64 != 0) {
+    // Blocks must start on the 256-byte region alignment (64 floats), as kChunkElements does.
+    throw Error(ErrorKind::kBackend, "cpu backend: chunk_elements " + std::to_string(t.chunk_elements) +
+                                         ": expected a positive multiple of 64");
+  }
+  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
+    throw Error(ErrorKind::kBackend, "cpu backend: unroll " + std::to_string(t.unroll) + ": expected 1, 2 or 4");
+  }
+  if (static_cast<unsigned>(t.schedule) > static_cast<unsigned>(CpuSchedule::kDynamic)) {
+    throw Error(ErrorKind::kBackend, "cpu backend: schedule " + std::to_string(static_cast<int>(t.schedule)) +
+                                         ": expected static, interleaved or dynamic");
+  }
+  return std::make_unique<CpuBackend>(options);
 }
 
 }  // namespace cpu

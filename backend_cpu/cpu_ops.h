@@ -14,60 +14,20 @@
 namespace renaissance {
 namespace cpu {
 
-// Elements per OpenMP work item. A multiple of the 64-element region padding, so chunks start
-// on 256-byte boundaries. Element-wise results do not depend on it (nor on the thread count).
-constexpr uint64_t kChunkElements = 16384;
+// Elements per OpenMP work item by default (CpuTuning::chunk_elements, renaissance/backend.h). A
+// multiple of the 64-element region padding, so chunks start on 256-byte boundaries.
+// Element-wise results do not depend on it (nor on the thread count).
+constexpr uint64_t kChunkElements = CpuTuning{}.chunk_elements;
 // Norm tiles per OpenMP work item: 4 tiles are 16K elements, like kChunkElements.
 constexpr uint64_t kTilesPerBlock = 4;
 
-// How OpenMP hands out the blocks of a range (parallel_blocks). kStatic: one contiguous run of
-// blocks per thread, so each thread streams through one stretch of every span (the hardware
-// prefetchers see long runs) and the same pages every step. kInterleaved: blocks dealt round robin
-// (schedule(static, 1)). kDynamic: blocks taken on demand (schedule(dynamic, 1)). None changes a
-// bit: every element (and every norm tile) is computed the same way wherever it lands.
-enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
-
-// The backend's performance switches (issue #17), read once from the environment when the backend
-// is made (cpu_backend.cc, cpu_tuning_from_env), none of which changes a bit of any result:
-//   RENAISSANCE_CPU_CHUNK=N          elements per block of the element-wise ops (multiple of 64;
-//                                    the CHECK_FINITE scan of the arena takes 8 chunks per block)
-//   RENAISSANCE_CPU_SCHEDULE=static|interleaved|dynamic
-//   RENAISSANCE_CPU_PREFETCH=N       software prefetch N elements ahead in element-wise updates (0: off)
-//   RENAISSANCE_CPU_FIRST_TOUCH=0|1  the arena's pages are first written by the thread that will
-//                                    update them (the ops' partition) instead of one memset
-//   RENAISSANCE_CPU_HUGEPAGES=0|1    2 MiB-aligned arena with madvise(MADV_HUGEPAGE)
-//   RENAISSANCE_CPU_UNROLL=1|2|4     SIMD vectors per loop iteration of the Adam-family updates
-//                                    (the unfused path; the fused one takes one vector)
-//   RENAISSANCE_CPU_FUSE=0|1         with a model copy or model-dtype gradients, the element-wise
-//                                    updates widen G, update and round the copy in one vector loop
-//                                    (fused_update.h) instead of three passes
-//   RENAISSANCE_CPU_STREAM_COPY=0|1  the fused loop writes the model copy with non-temporal
-//                                    stores (w, m and v are read before they are written, so
-//                                    only the write-only copy saves traffic that way)
-struct CpuTuning {
-  uint64_t chunk_elements = kChunkElements;
-  // Dynamic by default: on the 16-core H200 host (a shared virtual machine) static runs wait for
-  // the slowest thread; bench/cpu_ab.py on 2026-12-01 measured dynamic 1.02-1.15x faster than
-  // static at 2 and 16 threads on resnet50, bert_base and gpt2_small (bench/RESULTS.md).
-  CpuSchedule schedule = CpuSchedule::kDynamic;
-  // 256 elements (1 KiB per array) ahead by default: on the H200 host's Xeon, bench/cpu_ab.py
-  // (2026-12-01, two calls, interleaved rounds, medians) measured it 1.01-1.08x faster than no
-  // prefetch at 2 threads in 5 of 6 layout runs (bert_base once 0.99x) and 1.06-1.07x at 16
-  // threads; farther distances (1024, 4096) were slower. Same bits (cpu_ab checks fingerprints).
-  uint64_t prefetch_elements = 256;
-  bool first_touch = true;
-  bool huge_pages = true;
-  unsigned unroll = 1;
-  // On by default: the same bits either way (tests/cpu/test_fused_update.cc), and the fused loop
-  // moves each element through registers once instead of three times.
-  bool fuse = true;
-  // A cached store of the write-only copy first reads each of its lines from memory (2 B per
-  // element that the step's floor does not count); a non-temporal store does not.
-  bool stream_copy = true;
-};
+// The backend's performance switches (CpuSchedule, CpuTuning: renaissance/backend.h) come with
+// the BackendOptions the backend is made with (make_cpu_backend validates them); none changes a
+// bit of any result. The library never reads the environment: programs fill them from the
+// RENAISSANCE_CPU_* variables (tools/program_env.h).
 
 // Elements per update-and-copy step of a block when the node writes a model copy on the unfused
-// path (the tile-wise kinds, a gradient table, RENAISSANCE_CPU_FUSE=0; the fused loop rounds in
+// path (the tile-wise kinds, a gradient table, CpuTuning::fuse off; the fused loop rounds in
 // registers): the update of a step is followed at once by the rounding of its new masters
 // (write_model_copy), while the step's w (4 KiB) is still in L1, so W is not fetched twice. A multiple of
 // every SIMD width and of 8 (a Philox block), so no step adds a scalar head or tail of its own.
@@ -307,10 +267,6 @@ RN_COMPUTE_OPS(RN_DECLARE_CPU_RANGE_OP)
 // One pass of the same-traffic reference over ctx.arena (ops_same_traffic.cc); every bit stays
 // as it was when key is 0. Returns a fold of what was read, for the caller to keep alive.
 uint32_t run_same_traffic_pass(const CpuContext& ctx, const TrafficPass& pass, uint32_t key);
-
-// The switches of CpuTuning as the environment sets them (defaults where unset); a malformed
-// value throws Error(kBackend) naming the variable.
-CpuTuning cpu_tuning_from_env();
 
 // Name of the Highway target the dispatcher currently picks (for describe() and tests).
 const char* current_simd_target();

@@ -3,8 +3,8 @@
 // (G's 2-byte encoding widened in-register), updated by the kind's rule, and stored as master
 // and copy in the same vector loop (fused_update-inl.h), instead of three passes (widen G into a
 // buffer, update, round the copy). The same IEEE operations on the same values, so the same bits
-// as the unfused path (cpu_ops.h's run_elementwise chooses between them; RENAISSANCE_CPU_FUSE=0
-// keeps the unfused one). This header is what the drivers and tests see; the loop is per target.
+// as the unfused path (cpu_ops.h's run_elementwise chooses between them; CpuTuning::fuse
+// off keeps the unfused one). This header is what the drivers and tests see; the loop is per target.
 #pragma once
 
 #include <cstdint>

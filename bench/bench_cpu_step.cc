@@ -11,7 +11,7 @@
 //   bench_cpu_step --benchmark_filter='Step/adamw/resnet50'   (see --benchmark_list_tests)
 //   bench_cpu_step serve LAYOUT THREADS CHECK   (one AdamW task driven over stdin: bench/cpu_ab.py)
 //
-// The backend's switches (RENAISSANCE_CPU_*, backend_cpu/cpu_ops.h) apply to every row.
+// The backend's switches (RENAISSANCE_CPU_*, tools/program_env.h) apply to every row.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -34,6 +34,7 @@
 #include "renaissance/backend.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 
 namespace renaissance {
 namespace bench {
@@ -41,6 +42,12 @@ namespace bench {
 namespace {
 
 const char* const kLayouts[] = {"resnet50", "bert_base", "gpt2_small"};
+
+// The CPU backend's switches as the environment sets them (RENAISSANCE_CPU_*), read once.
+const CpuTuning& env_tuning() {
+  static const CpuTuning tuning = program_env::cpu_tuning_from_env();
+  return tuning;
+}
 constexpr double kAdamBytesPerParam = 28.0;  // reads w, g, m, v; writes w, m, v
 
 // Building a Task for gpt2_small takes a second and 2 GB; Google Benchmark calls a benchmark
@@ -55,6 +62,7 @@ Task& cached_task(const std::string& layout, OptimizerKind kind, int threads, bo
     TaskOptions options;
     options.backend = BackendKind::kCpu;
     options.backend_options.threads = threads;
+    options.backend_options.cpu = env_tuning();
     options.check_finite = check;
     task = std::make_unique<Task>(builtin_layout(layout).params, options);
     task->optimizer(bench_config(kind));
@@ -89,7 +97,7 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
   cpu::CpuContext ctx;
   ctx.arena = static_cast<char*>(task.backend().arena());
   ctx.threads = threads;
-  ctx.tuning = cpu::cpu_tuning_from_env();  // the step's chunking and schedule
+  ctx.tuning = env_tuning();  // the step's chunking and schedule
   const std::vector<TrafficPass> passes = same_traffic_passes(task.plan(), OptimizerKind::kAdamW, false);
   uint32_t fold = 0;
   for (auto _ : state) {
@@ -120,7 +128,7 @@ double compute_only_ms(uint64_t params, int threads) {
   s[kBiasCorrection1] = 1.5353f;
   s[kBiasCorrection2] = 100.5f;
   s[kClipCoefficient] = 1.0f;
-  const cpu::ElementwiseFn fn = cpu::adam_kernel(true, cpu::cpu_tuning_from_env().unroll);
+  const cpu::ElementwiseFn fn = cpu::adam_kernel(true, env_tuning().unroll);
   const int64_t reps = static_cast<int64_t>((params + kL1Elements - 1) / kL1Elements);
   std::vector<float> arrays(static_cast<size_t>(threads) * 4 * kL1Elements + 16);
   float* base = arrays.data() + (16 - reinterpret_cast<uintptr_t>(arrays.data()) / 4 % 16) % 16;  // 64-B aligned

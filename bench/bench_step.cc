@@ -26,6 +26,7 @@
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 
 namespace {
 
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
           TaskOptions options;
           options.backend = backend;
           options.backend_options.threads = threads;
+          options.backend_options.cpu = program_env::cpu_tuning_for(backend);  // RENAISSANCE_CPU_*
           options.check_finite = with_check;
           parse_precision(precision, &options.precision.precision);
           options.precision.rounding = stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;

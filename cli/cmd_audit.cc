@@ -3,7 +3,7 @@
 // twice: one thread and all cores), prints kind x backend -> fingerprint and whether they agree,
 // and compares each fingerprint with the golden file the conformance suite recorded on a GPU
 // (audit/golden/fingerprints.json, compiled into the binary; $RENAISSANCE_GOLDEN names
-// another file, for the self-tests): MATCH, DIFFERS or NO GOLDEN. Exit 1 on DIFFERS, on backends
+// another file, for the self-tests: read here, tools/program_env.h): MATCH, DIFFERS or NO GOLDEN. Exit 1 on DIFFERS, on backends
 // that disagree, and on NO GOLDEN: an audit that could not compare a kind with the recorded GPU
 // fingerprint has not vouched for it. Exit 2 stays for bad usage.
 // The runs themselves are defined in audit/audit_cells.h, shared with the suite, so the
@@ -26,6 +26,7 @@
 #include "audit/golden.h"
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
+#include "tools/program_env.h"
 
 namespace renaissance {
 namespace cli {
@@ -71,7 +72,15 @@ int cmd_audit(const AuditOptions& o) {
   bool all_agree = true;
   bool any_differs = false;
   std::vector<std::string> no_golden;  // kinds and cells the audit could not compare, with the reason
-  const conformance::Golden golden = conformance::load_golden(conformance::default_golden_path());
+  const conformance::Golden golden = conformance::load_golden(program_env::golden_path_from_env());
+  // The CPU columns' switches (RENAISSANCE_CPU_*): they must leave every fingerprint as it is.
+  const CpuTuning cpu = program_env::cpu_tuning_from_env();
+  auto backend_options = [&](const Column& c) {
+    BackendOptions b;
+    b.threads = c.threads;
+    if (c.backend == BackendKind::kCpu) b.cpu = cpu;
+    return b;
+  };
   report["golden"] = {{"path", golden.path}, {"usable", golden.usable}, {"why_not", golden.why_not},
                       {"recorded_on", golden.usable ? golden.machine_line() : ""}};
   if (!o.json) {
@@ -135,6 +144,7 @@ int cmd_audit(const AuditOptions& o) {
     audit_row(optimizer_kind_name(kind), cell, conformance::audit_cell_spec(run), [&](const Column& c) {
       run.backend = c.backend;
       run.threads = c.threads;
+      run.cpu = backend_options(c).cpu;
       return run_synthetic(run).fingerprint;
     }, 14, &row);
     rows.push_back(row);
@@ -155,7 +165,7 @@ int cmd_audit(const AuditOptions& o) {
   for (const conformance::Cell& cell : precision_cells) {
     nlohmann::json row = {{"golden_cell", cell.name}};
     audit_row(cell.name, cell.name, cell.spec(), [&](const Column& c) {
-      return conformance::cell_fingerprint(cell, c.backend, nullptr, c.threads);
+      return conformance::cell_fingerprint(cell, c.backend, nullptr, backend_options(c));
     }, static_cast<int>(name_width), &row);
     precision_rows.push_back(row);
   }

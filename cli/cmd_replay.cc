@@ -12,6 +12,7 @@
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/replay.h"
+#include "tools/program_env.h"
 
 namespace renaissance {
 namespace cli {
@@ -45,6 +46,7 @@ int cmd_replay(const ReplayOptions& o) {
   }
   const ReplayCase rc = load_replay_case(o.case_dir);
 
+  options.backend_options.cpu = program_env::cpu_tuning_for(options.backend);  // RENAISSANCE_CPU_*
   const ReplayResult r = run_replay(rc, options);
   if (rc.groups.size() == 1) {
     std::printf("replay %s: %s, %lld steps (%lld applied, %lld skipped) on %s\n", io::printable(rc.name).c_str(),

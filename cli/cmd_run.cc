@@ -21,6 +21,7 @@
 #include "renaissance/error.h"
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 #if RENAISSANCE_WITH_MPI
 #include "renaissance/mpi_communicator.h"
 #endif
@@ -507,6 +508,9 @@ int cmd_run(const RunOptions& o) {
     std::fflush(stdout);
   }
 
+  // The CPU backend's switches (RENAISSANCE_CPU_*), read where the backend used to read them:
+  // just before the task is made.
+  run.cpu = program_env::cpu_tuning_for(run.backend);
   SyntheticResult r = run_synthetic(run);
   const int threads = r.backend == BackendKind::kCpu ? (o.threads > 0 ? o.threads : omp_get_num_procs()) : o.threads;
   const double ms = median(r.step_ms);

@@ -33,7 +33,9 @@
 #include "conformance/runner.h"
 #include "conformance/suite_state.h"
 #include "renaissance/backend.h"
+#include "renaissance/error.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 
 #if RENAISSANCE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -45,7 +47,7 @@ Options g_options;
 Golden g_golden;
 std::vector<Cell> g_all_cells;  // owned here so Row::cell stays valid
 
-bool golden_optional() { return !g_options.record_path.empty() || golden_recording_opt_out(); }
+bool golden_optional() { return !g_options.record_path.empty() || g_options.recording_opt_out; }
 
 namespace {
 
@@ -196,6 +198,7 @@ TEST_P(AuditTest, MatchesGolden) {
   r.spec = audit_cell_spec(run);
   r.tensors = run.params.size();
   run.backend = BackendKind::kCpu;
+  run.cpu = g_options.backend_options.cpu;
   const audit::SyntheticResult cpu = audit::run_synthetic(run);
   r.cpu.ran = true;
   r.cpu.description = cpu.backend_description;
@@ -516,6 +519,14 @@ int main(int argc, char** argv) {
   using namespace renaissance;
   using namespace renaissance::conformance;
   ::testing::InitGoogleTest(&argc, argv);
+  g_options.golden_path = program_env::golden_path_from_env();
+  g_options.recording_opt_out = program_env::golden_recording_from_env();
+  try {
+    g_options.backend_options.cpu = program_env::cpu_tuning_from_env();
+  } catch (const Error& e) {
+    std::cerr << "conformance_suite: " << e.what() << "\n";
+    return 2;
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> std::string {
@@ -542,7 +553,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!g_options.record_path.empty() && !golden_recording_opt_out()) {
+  if (!g_options.record_path.empty() && !g_options.recording_opt_out) {
     std::cerr << "conformance_suite: --record-golden is for scripts/record_golden.sh, which sets "
                  "RENAISSANCE_GOLDEN_RECORDING=1\n";
     return 2;

@@ -45,9 +45,10 @@ std::vector<CheapCell> cheap_cells() {
   return out;
 }
 std::string cheap_fingerprint(const CheapCell& c, BackendKind backend, std::string* description = nullptr) {
-  if (c.cell) return cell_fingerprint(*c.cell, backend, description);
+  if (c.cell) return cell_fingerprint(*c.cell, backend, description, g_options.backend_options);
   audit::SyntheticRun run = audit_run(c.kind, c.steps);
   run.backend = backend;
+  run.cpu = g_options.backend_options.cpu;
   const audit::SyntheticResult r = audit::run_synthetic(run);
   if (description) *description = r.backend_description;
   return r.fingerprint;
@@ -58,7 +59,7 @@ std::string cheap_fingerprint(const CheapCell& c, BackendKind backend, std::stri
 // computes now for every cheap cell (the others compare in their own tests).
 TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
   if (!g_options.record_path.empty()) GTEST_SKIP() << "recording mode: the golden file is being rewritten";
-  if (!g_golden.usable && golden_recording_opt_out()) {
+  if (!g_golden.usable && g_options.recording_opt_out) {
     GTEST_SKIP() << "RENAISSANCE_GOLDEN_RECORDING=1 (the recorder's opt-out): " << g_golden.why_not;
   }
   ASSERT_TRUE(g_golden.usable) << "NO GOLDEN: " << g_golden.why_not
@@ -146,9 +147,9 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
   for (const Cell& c : g_all_cells) {
     if (c.tier != Tier::kSmall) continue;
     if (!have_golden) {
-      first[c.name] = cell_fingerprint(c, BackendKind::kCpu, &default_target);
+      first[c.name] = cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
     } else if (default_target.empty()) {
-      cell_fingerprint(c, BackendKind::kCpu, &default_target);
+      cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
     }
   }
   std::string ran;
@@ -161,7 +162,7 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
     for (const Cell& c : g_all_cells) {
       if (c.tier != Tier::kSmall) continue;
       std::string described;
-      const std::string fp = cell_fingerprint(c, BackendKind::kCpu, &described);
+      const std::string fp = cell_fingerprint(c, BackendKind::kCpu, &described, g_options.backend_options);
       // The backend names the target its dispatcher picked: proof the restriction took effect.
       if (described.find(tname) == std::string::npos) {
         ADD_FAILURE() << tname << " requested, backend says: " << described;

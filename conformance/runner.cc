@@ -6,6 +6,7 @@
 //   - W, M, V and the LARS trust ratios against the float64 oracle (relative L2 per tensor);
 //   - with CUDA: its whole arena equals the CPU's bit for bit (scratch excepted).
 #include "conformance/runner.h"
+#include "conformance/suite_state.h"
 
 #include <algorithm>
 #include <chrono>
@@ -197,6 +198,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   for (Lane& lane : lanes) {
     TaskOptions options;
     options.backend = lane.kind;
+    if (lane.kind == BackendKind::kCpu) options.backend_options = g_options.backend_options;
     options.precision = cell.precision;
     lane.task = std::make_unique<Task>(params, options);
     lane.task->optimizer(cell.config);

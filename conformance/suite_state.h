@@ -7,14 +7,19 @@
 
 #include "audit/golden.h"
 #include "audit/matrix.h"
+#include "renaissance/backend.h"
 
 namespace renaissance {
 namespace conformance {
 
+// main() fills these from the command line and the environment (tools/program_env.h).
 struct Options {
-  std::string golden_path = default_golden_path();  // "" = the embedded file
-  std::string record_path;                          // non-empty: recording mode
+  std::string golden_path;  // "" = the embedded file; RENAISSANCE_GOLDEN, or --golden FILE
+  std::string record_path;  // non-empty: recording mode
   std::string report_path;
+  bool recording_opt_out = false;  // RENAISSANCE_GOLDEN_RECORDING=1 (golden_optional())
+  // The CPU lanes' backend options: the RENAISSANCE_CPU_* switches (they never change a bit).
+  BackendOptions backend_options;
 };
 extern Options g_options;
 extern Golden g_golden;

@@ -100,4 +100,21 @@ bool parse_backend_kind(const std::string& text, BackendKind* out) {
   return true;
 }
 
+const char* cpu_schedule_name(CpuSchedule schedule) {
+  switch (schedule) {
+    case CpuSchedule::kStatic: return "static";
+    case CpuSchedule::kInterleaved: return "interleaved";
+    case CpuSchedule::kDynamic: return "dynamic";
+  }
+  return "?";
+}
+
+bool parse_cpu_schedule(const std::string& text, CpuSchedule* out) {
+  if (text == "static") *out = CpuSchedule::kStatic;
+  else if (text == "interleaved") *out = CpuSchedule::kInterleaved;
+  else if (text == "dynamic") *out = CpuSchedule::kDynamic;
+  else return false;
+  return true;
+}
+
 }  // namespace renaissance

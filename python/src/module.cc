@@ -24,6 +24,7 @@
 #include "renaissance/replay.h"
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"
+#include "tools/program_env.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -131,6 +132,8 @@ class PyTask {
     TaskOptions o;
     o.backend = parse_backend(backend);
     o.backend_options.threads = threads;
+    // The CPU backend's switches from RENAISSANCE_CPU_* (tools/program_env.h), as for the CLI.
+    o.backend_options.cpu = program_env::cpu_tuning_for(o.backend);
     o.check_finite = check_finite;
     o.tensor_mask = tensor_mask;
     o.gradient_table = gradient_table;
@@ -426,6 +429,7 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int thr
   o.backend = parse_backend(backend);
   o.backend_options.threads = threads;
   const ReplayCase rc = load_replay_case(case_dir);
+  o.backend_options.cpu = program_env::cpu_tuning_for(o.backend);  // RENAISSANCE_CPU_*
   ReplayResult r;
   {
     nb::gil_scoped_release release;

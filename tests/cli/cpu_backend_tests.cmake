@@ -34,3 +34,38 @@ foreach(entry IN LISTS rn_cpu_switches)
                    -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
   set_tests_properties(cli_run_fingerprints_cpu_${name} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "${switches}")
 endforeach()
+
+# The switches reach the backend through the program (tools/program_env.h: the library reads no
+# environment): `renaissance run` names the non-default ones in its backend line, and a malformed
+# value is refused with the variable named (exit 3, one error line), on the CPU only.
+add_test(NAME cli_run_cpu_switches_reach_the_backend
+         COMMAND ${CMAKE_COMMAND} -DRC=0 "-DMATCH=backend +cpu [(][^)]*, chunk 64, static, prefetch 100, unroll 2[)]"
+                 -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+                 $<TARGET_FILE:renaissance_cli> run --model ${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json --steps 2 --backend cpu)
+set_tests_properties(cli_run_cpu_switches_reach_the_backend PROPERTIES LABELS cli TIMEOUT 120
+                     ENVIRONMENT "RENAISSANCE_CPU_CHUNK=64;RENAISSANCE_CPU_SCHEDULE=static;RENAISSANCE_CPU_PREFETCH=100;RENAISSANCE_CPU_UNROLL=2")
+foreach(entry "chunk_text|RENAISSANCE_CPU_CHUNK=x|RENAISSANCE_CPU_CHUNK=x: expected a non-negative integer"
+              "chunk_odd|RENAISSANCE_CPU_CHUNK=100|RENAISSANCE_CPU_CHUNK=100: expected a positive multiple of 64"
+              "schedule|RENAISSANCE_CPU_SCHEDULE=guided|RENAISSANCE_CPU_SCHEDULE=guided: expected static, interleaved or dynamic"
+              "fuse|RENAISSANCE_CPU_FUSE=yes|RENAISSANCE_CPU_FUSE=yes: expected 0 or 1"
+              "unroll|RENAISSANCE_CPU_UNROLL=3|RENAISSANCE_CPU_UNROLL=3: expected 1, 2 or 4")
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 tag)
+  list(GET parts 1 variable)
+  list(GET parts 2 says)
+  add_test(NAME cli_run_cpu_switch_malformed_${tag}
+           COMMAND ${CMAKE_COMMAND} -DRC=3 "-DMATCH=renaissance: error: ${says}" -DONE_LINE_ERROR=1
+                   -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+                   $<TARGET_FILE:renaissance_cli> run --model ${CMAKE_CURRENT_LIST_DIR}/tiny_layout.json --steps 2 --backend cpu)
+  set_tests_properties(cli_run_cpu_switch_malformed_${tag} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "${variable}")
+endforeach()
+# The replay and the audit take the switches too (a malformed one is refused there as well).
+add_test(NAME cli_replay_cpu_switch_malformed
+         COMMAND ${CMAKE_COMMAND} -DRC=3 "-DMATCH=RENAISSANCE_CPU_HUGEPAGES=2: expected 0 or 1"
+                 -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+                 $<TARGET_FILE:renaissance_cli> replay ${CMAKE_SOURCE_DIR}/testdata/replay/adamw --backend cpu)
+set_tests_properties(cli_replay_cpu_switch_malformed PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "RENAISSANCE_CPU_HUGEPAGES=2")
+add_test(NAME cli_audit_cpu_switch_malformed
+         COMMAND ${CMAKE_COMMAND} -DRC=3 "-DMATCH=RENAISSANCE_CPU_PREFETCH=-1: expected a non-negative integer"
+                 -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- $<TARGET_FILE:renaissance_cli> audit --steps 4)
+set_tests_properties(cli_audit_cpu_switch_malformed PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "RENAISSANCE_CPU_PREFETCH=-1")

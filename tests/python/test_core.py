@@ -1,6 +1,7 @@
-# The core Python module (renaissance._core over numpy): results independent of the thread count,
-# AdamW against a float64 numpy reference, bad inputs that raise and change nothing, every replay
-# case of testdata/replay, and checkpoint round trips. Run by scripts/test_python.sh.
+# The core Python module (renaissance._core over numpy): results independent of the thread count
+# and of the CPU switches (RENAISSANCE_CPU_*), AdamW against a float64 numpy reference, bad inputs
+# that raise and change nothing, every replay case of testdata/replay, and checkpoint round trips.
+# Run by scripts/test_python.sh.
 import math
 import re
 from pathlib import Path
@@ -67,6 +68,26 @@ def test_threads_do_not_change_the_bits():
         assert t.step_count == 4 and t.skipped_steps == 0
         prints.append(t.fingerprint())
     assert len(prints[0]) == 16 and prints[0] == prints[1] == prints[2]
+
+
+def test_cpu_switches_from_the_environment(monkeypatch):
+    """RENAISSANCE_CPU_* reach a CPU task as they reach `renaissance run` (the library itself reads
+    no environment; the module reads it when a task is made), change no bit, and a malformed one
+    raises naming the variable."""
+    t = make_task(2)
+    run_steps(t, 0, 3)
+    base = t.fingerprint()
+    assert "chunk" not in t.backend
+    monkeypatch.setenv("RENAISSANCE_CPU_CHUNK", "64")
+    monkeypatch.setenv("RENAISSANCE_CPU_SCHEDULE", "static")
+    monkeypatch.setenv("RENAISSANCE_CPU_UNROLL", "4")
+    t = make_task(2)
+    assert ", chunk 64, static" in t.backend and ", unroll 4" in t.backend, t.backend
+    run_steps(t, 0, 3)
+    assert t.fingerprint() == base
+    monkeypatch.setenv("RENAISSANCE_CPU_CHUNK", "100")
+    with pytest.raises(RuntimeError, match=r"RENAISSANCE_CPU_CHUNK=100: expected a positive multiple of 64"):
+        make_task(2)
 
 
 def test_adamw_matches_a_float64_reference():

@@ -19,8 +19,58 @@ enum class BackendKind { kCpu, kCuda, kAuto };
 const char* backend_kind_name(BackendKind kind);
 bool parse_backend_kind(const std::string& text, BackendKind* out);
 
+// How the CPU backend's OpenMP loop hands out the blocks of a range. kStatic: one contiguous run
+// of blocks per thread, so each thread streams through one stretch of every span (the hardware
+// prefetchers see long runs) and the same pages every step. kInterleaved: blocks dealt round robin
+// (schedule(static, 1)). kDynamic: blocks taken on demand (schedule(dynamic, 1)). None changes a
+// bit: every element (and every norm tile) is computed the same way wherever it lands.
+enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
+const char* cpu_schedule_name(CpuSchedule schedule);  // "static", "interleaved", "dynamic"
+bool parse_cpu_schedule(const std::string& text, CpuSchedule* out);
+
+// The CPU backend's performance switches, none of which changes a bit of any result (the CPU
+// backend validates them when it is made: Error(kBackend) for a chunk that is not a positive
+// multiple of 64 or an unroll other than 1, 2 or 4). The library never reads the environment:
+// the programs (the CLI, the benchmarks, the conformance suite, the Python module) fill these
+// from RENAISSANCE_CPU_* through tools/program_env.h, which names each variable below.
+struct CpuTuning {
+  // RENAISSANCE_CPU_CHUNK: elements per block of the element-wise ops. A multiple of the
+  // 64-element region padding, so blocks start on 256-byte boundaries; the CHECK_FINITE scan of
+  // the arena takes 8 chunks per block. Element-wise results do not depend on it.
+  uint64_t chunk_elements = 16384;
+  // RENAISSANCE_CPU_SCHEDULE. Dynamic by default: on the 16-core H200 host (a shared virtual
+  // machine) static runs wait for the slowest thread; bench/cpu_ab.py measured dynamic 1.02-1.15x
+  // faster than static at 2 and 16 threads on resnet50, bert_base and gpt2_small (bench/RESULTS.md).
+  CpuSchedule schedule = CpuSchedule::kDynamic;
+  // RENAISSANCE_CPU_PREFETCH: software prefetch this many elements ahead in the element-wise
+  // updates (0: off). 256 elements (1 KiB per array) by default: on the H200 host's Xeon,
+  // bench/cpu_ab.py (two calls, interleaved rounds, medians) measured it 1.01-1.08x faster than
+  // no prefetch at 2 threads in 5 of 6 layout runs (bert_base once 0.99x) and 1.06-1.07x at 16
+  // threads; farther distances (1024, 4096) were slower. Same bits (cpu_ab checks fingerprints).
+  uint64_t prefetch_elements = 256;
+  // RENAISSANCE_CPU_FIRST_TOUCH: the arena's pages are first written by the thread that will
+  // update them (the ops' partition) instead of one memset.
+  bool first_touch = true;
+  // RENAISSANCE_CPU_HUGEPAGES: a 2 MiB-aligned arena with madvise(MADV_HUGEPAGE).
+  bool huge_pages = true;
+  // RENAISSANCE_CPU_UNROLL: SIMD vectors per loop iteration of the Adam-family updates on the
+  // unfused path (the fused one takes one vector): 1, 2 or 4.
+  unsigned unroll = 1;
+  // RENAISSANCE_CPU_FUSE: with a model copy or model-dtype gradients, the element-wise updates
+  // widen G, update and round the copy in one vector loop (backend_cpu/fused_update.h) instead of
+  // three passes. On by default: the same bits either way (tests/cpu/test_fused_update.cc), and
+  // the fused loop moves each element through registers once instead of three times.
+  bool fuse = true;
+  // RENAISSANCE_CPU_STREAM_COPY: the fused loop writes the model copy with non-temporal stores.
+  // A cached store of the write-only copy first reads each of its lines from memory (2 B per
+  // element that the step's floor does not count); a non-temporal store does not (w, m and v
+  // are read before they are written, so only the copy saves traffic that way).
+  bool stream_copy = true;
+};
+
 struct BackendOptions {
   int threads = 0;  // CPU: OpenMP threads (0: all cores)
+  CpuTuning cpu;    // CPU: the performance switches above
   // CUDA: launch shape overrides (0: the backend's choice). Results never depend on them. A
   // kernel built for fewer threads per block clamps cuda_block (the element-wise updates: 256).
   int cuda_block = 0;
