@@ -4,7 +4,7 @@
 # that one call of the device tool (10 minutes at most) runs what fits and a later call on the
 # still-warm machine reuses the build.
 #
-#   scripts/gpu.sh PHASE[:ARG,ARG...]...        scripts/gpu.sh --help
+#   scripts/gpu.sh PHASE[:ARG,ARG...]...        scripts/gpu.sh --help        scripts/gpu.sh --digest
 #
 # The lead runs it through the device tool with carry [".deps"] (scripts/make_gpu_deps.sh
 # assembles .deps/: the GPU machine has no Highway, xxHash, CLI11 or nlohmann-json), e.g.
@@ -650,7 +650,17 @@ if [ "${1:-}" = --phase ]; then
 fi
 
 # ---- the parent: check every phase first, then run them in order ----
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
+# sha256 over the tracked kinds of source file (path and content), in a fixed order.
+source_digest() {
+  (cd "$ROOT" && find core runtime backend_cpu backend_cuda audit comm cli python tools tests conformance bench fuzz \
+      -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.cmake' \
+      -o -name CMakeLists.txt \) -not -path '*/__pycache__/*' -print 2>/dev/null | LC_ALL=C sort | xargs sha256sum |
+    sha256sum | cut -c1-16)
+}
+case ${1:-} in
+  -h | --help) usage; exit 0 ;;
+  --digest) source_digest; exit 0 ;;
+esac
 if [ $# -eq 0 ]; then usage >&2; exit 2; fi
 for spec in "$@"; do
   name=${spec%%:*}
@@ -664,7 +674,10 @@ done
 mkdir -p "$OUT"
 {
   date -u
-  git -C "$ROOT" log -1 --oneline 2>/dev/null || true
+  # A digest of the sources as they are here (the device's copy of the tree may carry older git
+  # metadata, so `git log` there can name another commit); `scripts/gpu.sh --digest` on the dev
+  # machine prints the same value for the same files.
+  echo "sources $(source_digest)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
   nvcc --version 2>&1 | tail -2
   cmake --version | head -1
