@@ -252,12 +252,11 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
   if (options.threads < 0) throw_invalid("threads must be >= 0 (0: all cores), got " + std::to_string(options.threads));
   const CpuTuning& t = options.cpu;
-  if (t.chunk_elements == 0 || t.chunk_elements % 64 != 0) {
-    // Blocks must start on the 256-byte region alignment (64 floats), as kChunkElements does.
+  if (!cpu_chunk_is_valid(t.chunk_elements)) {
     throw Error(ErrorKind::kBackend, "cpu backend: chunk_elements " + std::to_string(t.chunk_elements) +
                                          ": expected a positive multiple of 64");
   }
-  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
+  if (!cpu_unroll_is_valid(t.unroll)) {
     throw Error(ErrorKind::kBackend, "cpu backend: unroll " + std::to_string(t.unroll) + ": expected 1, 2 or 4");
   }
   if (static_cast<unsigned>(t.schedule) > static_cast<unsigned>(CpuSchedule::kDynamic)) {

@@ -44,7 +44,7 @@ CpuTuning cpu_tuning_from(const Lookup& lookup) {
   CpuTuning t;
   t.chunk_elements = count_of(lookup, "RENAISSANCE_CPU_CHUNK", t.chunk_elements);
   // The backend refuses these too (make_cpu_backend); here the message names the variable.
-  if (t.chunk_elements == 0 || t.chunk_elements % 64 != 0) {
+  if (!cpu_chunk_is_valid(t.chunk_elements)) {
     throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_CHUNK=" + std::to_string(t.chunk_elements) +
                                          ": expected a positive multiple of 64");
   }
@@ -59,7 +59,7 @@ CpuTuning cpu_tuning_from(const Lookup& lookup) {
   t.fuse = switch_of(lookup, "RENAISSANCE_CPU_FUSE", t.fuse);
   t.stream_copy = switch_of(lookup, "RENAISSANCE_CPU_STREAM_COPY", t.stream_copy);
   t.unroll = static_cast<unsigned>(count_of(lookup, "RENAISSANCE_CPU_UNROLL", t.unroll));
-  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) {
+  if (!cpu_unroll_is_valid(t.unroll)) {
     throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");
   }
   return t;

@@ -68,6 +68,14 @@ struct CpuTuning {
   bool stream_copy = true;
 };
 
+// The rules of CpuTuning's values, stated once: the CPU backend refuses anything else, and the
+// programs' environment reader (tools/program_env.h) refuses it first, naming the variable.
+// A chunk starts blocks on the 256-byte region alignment (64 floats).
+constexpr bool cpu_chunk_is_valid(uint64_t chunk_elements) {
+  return chunk_elements != 0 && chunk_elements % 64 == 0;
+}
+constexpr bool cpu_unroll_is_valid(unsigned unroll) { return unroll == 1 || unroll == 2 || unroll == 4; }
+
 struct BackendOptions {
   int threads = 0;  // CPU: OpenMP threads (0: all cores)
   CpuTuning cpu;    // CPU: the performance switches above
