@@ -36,6 +36,8 @@ fi
 
 # -O1 -g: fast enough to fuzz, readable stacks. -fno-sanitize-recover: a UBSan finding aborts,
 # so libFuzzer reports it with the input instead of printing and carrying on.
+# RENAISSANCE_SIMD_TARGETS=native: the fuzzed code is the parsers; the CPU kernels that the
+# checkpoint target links are built for this machine's SIMD target only.
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cmake -S . -B "$build" -G Ninja \
   -DCMAKE_CXX_COMPILER="$cxx" \
@@ -47,7 +49,8 @@ cmake -S . -B "$build" -G Ninja \
   -DRENAISSANCE_BUILD_TESTS=OFF \
   -DRENAISSANCE_BUILD_BENCH=OFF \
   -DRENAISSANCE_BUILD_CLI=OFF \
-  -DRENAISSANCE_BUILD_FUZZ=ON
+  -DRENAISSANCE_BUILD_FUZZ=ON \
+  -DRENAISSANCE_SIMD_TARGETS=native
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}"
 
 # One input at a time: no OpenMP pool. Leak checking stays on (libFuzzer's -detect_leaks).
