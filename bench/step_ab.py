@@ -1,39 +1,97 @@
 #!/usr/bin/env python3
-"""Interleaved A/B of bench_step's CPU mixed-precision rows between two builds.
+"""Interleaved A/B of bench_step between two builds (a base and a new one), on one backend.
 
-Each round runs every configuration (resnet50, 2 threads, --replays 10, bf16/fp16 copies with
-model-dtype gradients, nearest and stochastic, and fp32 as a control) on both builds, alternating
-which goes first, so drifts of a shared machine hit both sides; prints the fastest and the median
-ms per step and share_of_limit per (kind, configuration, check, build) and writes every value to
-/tmp/ab_<kinds>_<time>.json. bench/RESULTS.md has its runs.
+Each round runs every configuration (layout x kind x precision) on both builds, alternating which
+goes first, so drifts of a shared machine hit both sides; prints the fastest and the median ms per
+step and share_of_limit per (layout, kind, configuration, check, build), the new/base ratio of the
+medians, and writes every value to --json (default /tmp/ab_<backend>_<time>.json). On CUDA,
+bench_step times with CUDA events. bench/RESULTS.md has its runs.
 
-    python3 bench/step_ab.py BASE/bench/bench_step NEW/bench/bench_step [ROUNDS] [KINDS] [CONFIGS]
-    python3 bench/step_ab.py ../base/build/bench/bench_step build/bench/bench_step 5 adamw
-    python3 bench/step_ab.py A B 3 sgd_momentum,lion,adam bf16,fp16-sr
+    python3 bench/step_ab.py BASE/bench/bench_step NEW/bench/bench_step [options]
+    python3 bench/step_ab.py ../base/build/bench/bench_step build/bench/bench_step --rounds 5
+    python3 bench/step_ab.py A B --backend cuda --layouts resnet50,gpt2_small \\
+        --kinds adamw,sgd_momentum,lars --configs fp32,bf16 --rounds 3
+
+Configurations: fp32 (no model copy), bf16 / fp16 (a model copy with model-dtype gradients,
+nearest rounding), bf16-sr / fp16-sr (stochastic rounding). The defaults are the CPU rows of
+RESULTS.md: resnet50, 2 threads, adamw, --replays 10, every configuration.
 """
-import json, subprocess, sys, statistics, time
-builds = {"base": sys.argv[1], "new": sys.argv[2]}
-rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-kinds = sys.argv[4] if len(sys.argv) > 4 else "adamw"
-configs = [("bf16", False), ("fp16", False), ("bf16", True), ("fp16", True), ("fp32", False)]
-if len(sys.argv) > 5: configs = [c for c in configs if f"{c[0]}{'-sr' if c[1] else ''}" in sys.argv[5].split(",")]
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp16": ("fp16", False),
+           "bf16-sr": ("bf16", True), "fp16-sr": ("fp16", True)}
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("base")
+ap.add_argument("new")
+# The older positional form, BASE NEW [ROUNDS] [KINDS] [CONFIGS], as RESULTS.md's journal quotes it.
+ap.add_argument("legacy", nargs="*", metavar="ROUNDS KINDS CONFIGS", help=argparse.SUPPRESS)
+ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+ap.add_argument("--rounds", type=int, default=5)
+ap.add_argument("--layouts", default="resnet50")
+ap.add_argument("--kinds", default="adamw")
+ap.add_argument("--configs", default="bf16,fp16,bf16-sr,fp16-sr,fp32")
+ap.add_argument("--threads", type=int, default=2, help="CPU threads (cpu backend)")
+ap.add_argument("--replays", type=int, default=10)
+ap.add_argument("--json", default=None)
+args = ap.parse_args()
+if len(args.legacy) > 3:
+    sys.exit("step_ab: at most ROUNDS KINDS CONFIGS after the two builds")
+for name, value in zip(["rounds", "kinds", "configs"], args.legacy):
+    setattr(args, name, int(value) if name == "rounds" else value)
+unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
+if unknown:
+    sys.exit(f"step_ab: unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+if args.rounds < 1:
+    sys.exit("step_ab: --rounds must be >= 1")
+builds = {"base": args.base, "new": args.new}
 res = {}
-for r in range(rounds):
+for r in range(args.rounds):
     order = list(builds) if r % 2 == 0 else list(reversed(list(builds)))
-    for (prec, sr) in configs:
+    for config in args.configs.split(","):
+        prec, sr = CONFIGS[config]
         for b in order:
-            cmd = [builds[b], "--backend", "cpu", "--threads", "2", "--layouts", "resnet50", "--kinds", kinds,
-                   "--replays", "10", "--precision", prec] + (["--grad-dtype", "model"] if prec != "fp32" else []) + (["--stochastic-rounding"] if sr else [])
-            out = subprocess.run(cmd, capture_output=True, text=True).stdout
-            for line in out.splitlines():
-                if not line.startswith("{"): continue
+            cmd = [builds[b], "--backend", args.backend, "--layouts", args.layouts, "--kinds", args.kinds,
+                   "--replays", str(args.replays), "--precision", prec]
+            if args.backend == "cpu":
+                cmd += ["--threads", str(args.threads)]
+            if prec != "fp32":
+                cmd += ["--grad-dtype", "model"]
+            if sr:
+                cmd += ["--stochastic-rounding"]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"step_ab: {' '.join(cmd)} failed (rc {run.returncode}):\n{run.stderr[-2000:]}")
+            rows = 0
+            for line in run.stdout.splitlines():
+                if not line.startswith("{"):
+                    continue
                 d = json.loads(line)
-                key = (d["optimizer"], prec + ("-sr" if sr else ""), "check" if d["check_finite"] else "nocheck", b)
+                key = (d["layout"], d["optimizer"], config, "check" if d["check_finite"] else "nocheck", b)
                 res.setdefault(key, []).append((d["ms_per_step"], d["share_of_limit"]))
+                rows += 1
+            if rows == 0:
+                sys.exit(f"step_ab: {' '.join(cmd)} printed no result row")
             time.sleep(0.1)
-    print(f"round {r+1} done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
-print(f"{'kind':6} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} {'max share':>9} {'med share':>9}  n")
+    print(f"round {r + 1} done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+
+print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
+      f"{'med share':>9} {'new/base':>8}  n")
 for key in sorted(res):
-    ms = [x[0] for x in res[key]]; sh = [x[1] for x in res[key]]
-    print(f"{key[0]:6} {key[1]:8} {key[2]:8} {key[3]:5} {min(ms):8.2f} {statistics.median(ms):8.2f} {max(sh):9.3f} {statistics.median(sh):9.3f}  {len(ms)}")
-json.dump({" ".join(k): v for k, v in res.items()}, open(f"/tmp/ab_{kinds}_{int(time.time())}.json", "w"))
+    ms = [x[0] for x in res[key]]
+    sh = [x[1] for x in res[key]]
+    ratio = ""
+    if key[4] == "new":
+        base = res.get(key[:4] + ("base",))
+        if base:
+            ratio = f"{statistics.median(ms) / statistics.median([x[0] for x in base]):8.3f}"
+    print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} {statistics.median(ms):8.3f} "
+          f"{statistics.median(sh):9.3f} {ratio:>8}  {len(ms)}")
+out = args.json or f"/tmp/ab_{args.backend}_{int(time.time())}.json"
+json.dump({" ".join(k): v for k, v in res.items()}, open(out, "w"))
+print(f"step_ab: every value in {out}", file=sys.stderr)
