@@ -56,6 +56,13 @@
 #                the run is cut short). It does not touch bench/RESULTS.md: the lead renders that
 #                with `python3 bench/compare_torch.py --from-json gpu-out/compare.json`.
 #                COMPARE_ARGS replaces the comparison's layout and replay arguments.
+#   ab           bench_step A/B against a base tree, side by side in one call: AB_BASE (default
+#                .deps/ab-base.tar, a `git archive` of the base commit that
+#                `AB_BASE=COMMIT scripts/make_gpu_deps.sh` writes) is unpacked and its bench_step
+#                built in $BUILD-base (once; the same deps), then bench/step_ab.py runs the base and
+#                this build's bench_step in AB_ROUNDS (default 3) interleaved rounds. ARGs: cuda
+#                and/or cpu (default cuda). AB_LAYOUTS (resnet50,gpt2_small), AB_KINDS
+#                (adamw,sgd_momentum,lars), AB_CONFIGS (fp32,bf16), AB_THREADS (cpu; 16).
 #   golden       re-records audit/golden/fingerprints.json and conformance/REPORT.md
 #                (scripts/record_golden.sh on $BUILD) and copies both to $OUT (review, commit).
 #   cli          the CLI on the CUDA backend: every testdata/replay and testdata/recorded case
@@ -93,9 +100,9 @@ PY=$(command -v "${PYTHON:-python3}" || echo "${PYTHON:-python3}")
 export LD_LIBRARY_PATH="$DEPS/lib:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 RESULT_FILE=${RESULT_FILE:-/dev/null}  # where a phase leaves its one-line result for the table
 
-PHASES=(build test conformance sanitize python torchbench bench compare golden cli dist)
+PHASES=(build test conformance sanitize python torchbench bench ab compare golden cli dist)
 declare -A DEFAULT_LIMIT=([build]=300 [test]=300 [conformance]=240 [sanitize]=270 [python]=540
-  [torchbench]=480 [bench]=300 [compare]=420 [golden]=400 [cli]=240 [dist]=540)
+  [torchbench]=480 [bench]=300 [ab]=540 [compare]=420 [golden]=400 [cli]=240 [dist]=540)
 
 usage() {
   sed -n '2,/^# shellcheck disable=SC2317/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -441,6 +448,38 @@ for c in r["cpu"]:
 PY
   result "$lars; compare rc $r, $(grep -c '^{' "$BUILD/gpu-compare-output.txt") rows (compare.json, RESULTS.md, results.png)"
   [ "$rc" -eq 0 ] && [ "$r" -eq 0 ]
+}
+
+phase_ab() {
+  need "$BUILD/bench/bench_step" "bench_step"
+  local base_tar=${AB_BASE:-$DEPS/ab-base.tar} base_src=$BUILD-base-src base=$BUILD-base backends=("$@") b log rc
+  [ ${#backends[@]} -eq 0 ] && backends=(cuda)
+  if [ ! -x "$base/bench/bench_step" ]; then
+    need "$base_tar" "base tree (AB_BASE=COMMIT scripts/make_gpu_deps.sh writes .deps/ab-base.tar)"
+    rm -rf "$base_src" && mkdir -p "$base_src" && tar -xf "$base_tar" -C "$base_src" || { result "cannot unpack $base_tar"; return 1; }
+    local cfg=(-S "$base_src" -B "$base" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DRENAISSANCE_MPI=OFF
+               -DRENAISSANCE_NCCL=OFF -DRENAISSANCE_BUILD_TESTS=OFF)
+    [ -d "$DEPS" ] && cfg+=(-DRENAISSANCE_DEPS_DIR="$DEPS" -DCMAKE_PREFIX_PATH="$DEPS")
+    cmake "${cfg[@]}" > "$base.configure.txt" 2>&1 || { tail -20 "$base.configure.txt"; result "the base tree does not configure"; return 1; }
+    ninja -C "$base" -j"$(nproc)" bench_step 2>&1 | tail -5
+    [ -x "$base/bench/bench_step" ] || { result "the base tree's bench_step did not build"; return 1; }
+  fi
+  rc=0
+  for b in "${backends[@]}"; do
+    log=$BUILD/gpu-ab-$b.txt
+    echo "== A/B on $b: base $base_tar, new $BUILD"
+    "$PY" "$ROOT/bench/step_ab.py" "$base/bench/bench_step" "$BUILD/bench/bench_step" --backend "$b" \
+      --rounds "${AB_ROUNDS:-3}" --layouts "${AB_LAYOUTS:-resnet50,gpt2_small}" \
+      --kinds "${AB_KINDS:-adamw,sgd_momentum,lars}" --configs "${AB_CONFIGS:-fp32,bf16}" \
+      --threads "${AB_THREADS:-16}" --replays "$([ "$b" = cuda ] && echo 200 || echo 10)" \
+      --json "$OUT/ab-$b.json" 2>&1 | tee "$log" || rc=1
+  done
+  local worst
+  worst=$("$PY" -c 'import sys
+r = [float(l.split()[-2]) for f in sys.argv[1:] for l in open(f) if l.split()[-2:-1] and l.split()[4:5] == ["new"]]
+print(f"new/base median ratios: max {max(r):.3f}, min {min(r):.3f} over {len(r)} rows" if r else "no A/B rows")' "$BUILD"/gpu-ab-*.txt)
+  result "$worst"
+  return "$rc"
 }
 
 phase_golden() {
