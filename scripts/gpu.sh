@@ -61,7 +61,8 @@
 #                `AB_BASE=COMMIT scripts/make_gpu_deps.sh` writes) is unpacked and its bench_step
 #                built in $BUILD-base (once; the same deps), then bench/step_ab.py runs the base and
 #                this build's bench_step in AB_ROUNDS (default 3) interleaved rounds. ARGs: cuda
-#                and/or cpu (default cuda). AB_LAYOUTS (resnet50,gpt2_small), AB_KINDS
+#                and/or cpu (default cuda), or build: only build the base (e.g. in the background
+#                of the build phase, whose longest nvcc compiles leave most cores idle). AB_LAYOUTS (resnet50,gpt2_small), AB_KINDS
 #                (adamw,sgd_momentum,lars), AB_CONFIGS (fp32,bf16), AB_THREADS (cpu; 16).
 #   golden       re-records audit/golden/fingerprints.json and conformance/REPORT.md
 #                (scripts/record_golden.sh on $BUILD) and copies both to $OUT (review, commit).
@@ -451,7 +452,6 @@ PY
 }
 
 phase_ab() {
-  need "$BUILD/bench/bench_step" "bench_step"
   local base_tar=${AB_BASE:-$DEPS/ab-base.tar} base_src=$BUILD-base-src base=$BUILD-base backends=("$@") b log rc
   [ ${#backends[@]} -eq 0 ] && backends=(cuda)
   if [ ! -x "$base/bench/bench_step" ]; then
@@ -464,6 +464,11 @@ phase_ab() {
     ninja -C "$base" -j"$(nproc)" bench_step 2>&1 | tail -5
     [ -x "$base/bench/bench_step" ] || { result "the base tree's bench_step did not build"; return 1; }
   fi
+  if [ "${backends[*]}" = build ]; then
+    result "the base's bench_step is built in $base"
+    return 0
+  fi
+  need "$BUILD/bench/bench_step" "bench_step"
   rc=0
   for b in "${backends[@]}"; do
     log=$BUILD/gpu-ab-$b.txt
