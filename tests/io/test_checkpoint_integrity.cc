@@ -1,7 +1,11 @@
-// Checkpoints (runtime/src/checkpoint.cc), the file-level guarantees of issue 7: a write error
+// Checkpoints (runtime/src/checkpoint.cc), their file-level guarantees: a write error
 // leaves the old checkpoint and no temporary file behind, truncated or corrupt files are refused
 // naming the section (the task untouched), and checkpoints of another layout or optimizer kind
 // are refused saying which.
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include "support/checkpoint_test_util.h"
 
 namespace renaissance {
@@ -94,6 +98,44 @@ TEST(CheckpointWriteError, FullTmpfsLeavesTheOldCheckpoint) {
 
   ::unlink((mnt + "/filler").c_str());
   task->save(path);  // room again: the save goes through
+  auto check = make_task(small_params(), config_for(OptimizerKind::kAdam), BackendKind::kCpu);
+  check->load(path);
+  EXPECT_EQ(check->fingerprint(), task->fingerprint());
+}
+
+// A real write error from the kernel on any machine, no privilege needed: the process's file-size
+// limit (RLIMIT_FSIZE) below the checkpoint's size makes the save's write fail with EFBIG
+// (SIGXFSZ ignored), as a full disk would with ENOSPC. The limit goes back up before the checks.
+TEST(CheckpointWriteError, FileSizeLimitLeavesTheOldCheckpoint) {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto task = start_task(small_params(), OptimizerKind::kAdam, BackendKind::kCpu);
+  run_steps(*task, 0, 2, {});
+  task->save(path);
+  const std::vector<uint8_t> old_bytes = read_file(path);
+  ASSERT_GT(old_bytes.size(), 4096u);
+  run_steps(*task, 2, 1, {});
+
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct Restore {
+    rlimit limit;
+    void (*handler)(int);
+    ~Restore() {
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      std::signal(SIGXFSZ, handler);
+    }
+  } restore{saved, std::signal(SIGXFSZ, SIG_IGN)};
+  rlimit small = saved;
+  small.rlim_cur = old_bytes.size() / 2;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string message = expect_error([&] { task->save(path); }, path, ErrorKind::kIo);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  EXPECT_NE(message.find(std::strerror(EFBIG)), std::string::npos) << message;
+  EXPECT_TRUE(read_file(path) == old_bytes) << "the old checkpoint changed";
+  EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"model.ckpt"}) << "a temporary file was left";
+
+  task->save(path);  // the limit lifted: the save goes through
   auto check = make_task(small_params(), config_for(OptimizerKind::kAdam), BackendKind::kCpu);
   check->load(path);
   EXPECT_EQ(check->fingerprint(), task->fingerprint());
