@@ -82,6 +82,7 @@ for r in range(args.rounds):
 
 print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
       f"{'med share':>9} {'new/base':>8}  n")
+ratios = []  # new/base of the medians, one per configuration
 for key in sorted(res):
     ms = [x[0] for x in res[key]]
     sh = [x[1] for x in res[key]]
@@ -89,9 +90,12 @@ for key in sorted(res):
     if key[4] == "new":
         base = res.get(key[:4] + ("base",))
         if base:
-            ratio = f"{statistics.median(ms) / statistics.median([x[0] for x in base]):8.3f}"
+            ratios.append(statistics.median(ms) / statistics.median([x[0] for x in base]))
+            ratio = f"{ratios[-1]:8.3f}"
     print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} {statistics.median(ms):8.3f} "
           f"{statistics.median(sh):9.3f} {ratio:>8}  {len(ms)}")
+# The last line, for scripts (gpu.sh's ab phase): the spread of the new/base ratios.
+print(f"new/base median ratios: max {max(ratios):.3f}, min {min(ratios):.3f} over {len(ratios)} rows")
 out = args.json or f"/tmp/ab_{args.backend}_{int(time.time())}.json"
 json.dump({" ".join(k): v for k, v in res.items()}, open(out, "w"))
 print(f"step_ab: every value in {out}", file=sys.stderr)

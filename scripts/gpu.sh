@@ -479,11 +479,11 @@ phase_ab() {
       --threads "${AB_THREADS:-16}" --replays "$([ "$b" = cuda ] && echo 200 || echo 10)" \
       --json "$OUT/ab-$b.json" 2>&1 | tee "$log" || rc=1
   done
-  local worst
-  worst=$("$PY" -c 'import sys
-r = [float(l.split()[-2]) for f in sys.argv[1:] for l in open(f) if l.split()[-2:-1] and l.split()[4:5] == ["new"]]
-print(f"new/base median ratios: max {max(r):.3f}, min {min(r):.3f} over {len(r)} rows" if r else "no A/B rows")' "$BUILD"/gpu-ab-*.txt)
-  result "$worst"
+  local worst=""
+  for b in "${backends[@]}"; do
+    worst+="${worst:+; }$b $(grep -h '^new/base median ratios' "$BUILD/gpu-ab-$b.txt")"
+  done
+  result "${worst:-no A/B rows}"
   return "$rc"
 }
 

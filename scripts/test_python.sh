@@ -33,7 +33,8 @@ fi
 "$VENV/bin/python" -m pip install -q nanobind scikit-build-core pytest
 # The test venv's module is built for this machine's SIMD target only (RENAISSANCE_SIMD_TARGETS=
 # native, ~3x faster; the main build tests every target); PYTHON_SIMD_TARGETS=attainable builds
-# the wheel's full set. The CMake build tree is kept under the build dir, so a second run only rebuilds what changed.
+# the wheel's full set. The CMake build tree is kept under the build dir, so a second run only
+# rebuilds what changed.
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   "$VENV/bin/python" -m pip install -q --no-build-isolation . \
   -Cbuild-dir="$BUILD/skbuild" -Ccmake.define.RENAISSANCE_CUDA=OFF \
