@@ -186,3 +186,21 @@ def test_report_command_prints_and_writes_json(files, tmp_path, capsys):
     assert s["counts"]["SGD/cpu"] == {"passed": 1, "failed": 2, "by_design": 2}
     assert s["against_reference"]["other"] == 3
     assert len(s["failures"]) == 8
+
+
+def test_table_of_both_runs_per_device(files, tmp_path, capsys):
+    out = tmp_path / "all.json"
+    missing = str(tmp_path / "none.xml")
+    assert suite.main(["table", "--json", str(out), "cpu:%s:%s" % (files[1], files[0]),
+                       "cuda:%s:%s" % (files[1], missing)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [ln.split() for ln in lines]
+    # torch's run: 11 passed, 1 failed, 1 skipped; ours as counted above, then the comparison.
+    assert ["cpu", "torch", "11", "1", "1", "0", "0", "1"] in rows
+    assert ["cpu", "ours", "3", "7", "1", "1", "4", "4", "4", "by", "design,", "3", "other", "(42.9", "%)"] in rows
+    assert "cuda  ours   (no report)" in lines
+    assert lines[-1] == ("torchsuite: cpu: torch 11 passed, ours 3 of those; 4 by design, 3 other (42.9 %); "
+                         "cuda: no report of ours")
+    combined = json.loads(out.read_text())
+    assert combined["cuda"]["ours"] is None
+    assert combined["cpu"]["ours"]["against_reference"]["by_design"] == 4

@@ -6,6 +6,7 @@ of torch.testing._internal.common_optimizers.optim_db swapped for renaissance.to
 
     run_torch_optim_suite.py run [--reference] [--device cpu|cuda] [--test-file F] --junit X --json J
     run_torch_optim_suite.py report OURS.xml [--against REF.xml] [--json J]
+    run_torch_optim_suite.py table [--json J] DEVICE:REF.xml:OURS.xml...
 
 `run` needs a torch with optim_db (2.x; torch 1.13 has none) and expecttest. It restricts optim_db
 to the three entries (the tests are device-generic and instantiated for cpu and cuda as torch
@@ -13,7 +14,8 @@ does; --device keeps one of the instantiated classes), swaps their classes unles
 (torch's own classes, the same file and the same entries), checks the swap took in the collected
 test module, runs pytest in this process with a junit report, and prints the counts. `report`
 reads junit files only (no torch): the counts of one run and, with --against, the tests that the
-reference run passes and this one does not.
+reference run passes and this one does not; `table` the short table of both runs per device (a
+missing file, e.g. a run cut by a time limit, is a row that says so).
 
 Counts are per optimizer class and device: passed, failed, skipped, errors, and the failures and
 errors split into "refused by design" (the test needs differentiable=True, float64 parameters or
@@ -25,6 +27,7 @@ import collections
 import json
 import os
 import re
+import signal
 import sys
 import types
 import xml.etree.ElementTree as ET
@@ -275,12 +278,21 @@ def run(args):
         pytest_args += ["-k", args.k]
     sys.argv = [sys.argv[0]]  # torch's common_utils parses sys.argv when imported
     check = _SwapCheck(expected)
+
+    # A time limit's SIGTERM (or SIGINT, which a background job may have ignored) stops pytest as
+    # Ctrl-C does: the junit report of the tests run so far is still written.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     rc = pytest.main(pytest_args, plugins=[check])
     if check.problem or not os.path.exists(args.junit):
         print("no report: %s" % (check.problem or "pytest rc %s" % rc))
         return 3
     records = read_junit(args.junit)
     ref = read_junit(args.against) if args.against else None
+    if rc == pytest.ExitCode.INTERRUPTED:
+        label += ", INTERRUPTED: the tests run so far"
     print(format_report(records, label, ref))
     if args.json:
         with open(args.json, "w") as f:
@@ -300,6 +312,45 @@ def report(args):
     return 0
 
 
+def table(args):
+    rows, combined, headline = [], {}, []
+    rows.append("%-5s %-6s %6s %6s %7s %6s %9s %6s  %s" % ("dev", "run", "passed", "failed", "skipped", "errors",
+                                                        "by_design", "other", "torch passes, ours fails"))
+    for spec in args.pairs:
+        device, ref_path, ours_path = spec.split(":", 2)
+        ref = read_junit(ref_path) if os.path.exists(ref_path) else None
+        ours = read_junit(ours_path) if os.path.exists(ours_path) else None
+        for run_name, recs in (("torch", ref), ("ours", ours)):
+            if recs is None:
+                rows.append("%-5s %-6s (no report)" % (device, run_name))
+                if run_name == "ours":
+                    headline.append("%s: no report of ours" % device)
+                continue
+            c = collections.Counter()
+            for k in count(recs).values():
+                c.update(k)
+            cmp_text = ""
+            if run_name == "ours" and ref is not None:
+                cmp = compare(recs, ref)
+                cmp_text = "%d by design, %d other (%.1f %%)" % (cmp["by_design"], cmp["other"], 100 * cmp["other_share"])
+                headline.append("%s: torch %d passed, ours %d of those; %d by design, %d other (%.1f %%)"
+                                % (device, cmp["ref_passed"], cmp["ours_passed"], cmp["by_design"], cmp["other"],
+                                   100 * cmp["other_share"]))
+            elif run_name == "ours":
+                headline.append("%s: ours %d passed of %d (no reference)" % (device, c["passed"], len(recs)))
+            rows.append("%-5s %-6s %6d %6d %7d %6d %9d %6d  %s" % (device, run_name, c["passed"], c["failed"],
+                                                                c["skipped"], c["errors"], c["by_design"], c["other"],
+                                                                cmp_text))
+        combined[device] = {"torch": summary(ref, "torch " + device) if ref is not None else None,
+                            "ours": summary(ours, "ours " + device, ref) if ours is not None else None}
+    print("\n".join(rows))
+    print("torchsuite: " + ("; ".join(headline) or "no report"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(combined, f, indent=1)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -316,8 +367,11 @@ def main(argv=None):
     p.add_argument("--against")
     p.add_argument("--json")
     p.add_argument("--label")
+    t = sub.add_parser("table", help="the short table of reference and ours per device (no torch needed)")
+    t.add_argument("pairs", nargs="+", metavar="DEVICE:REF.xml:OURS.xml")
+    t.add_argument("--json", help="the summaries of every run, in one file")
     args = ap.parse_args(argv)
-    return run(args) if args.cmd == "run" else report(args)
+    return {"run": run, "report": report, "table": table}[args.cmd](args)
 
 
 if __name__ == "__main__":
