@@ -96,6 +96,8 @@ def read_junit(path):
     records = []
     for tc in root.iter("testcase"):
         classname, name = tc.get("classname", ""), tc.get("name", "")
+        if not name:  # the nameless entry pytest adds when a run is interrupted
+            continue
         kind, device = parse_test_name(classname, name)
         status, exc = "passed", ""
         for child in tc:
