@@ -18,9 +18,9 @@ reference run passes and this one does not; `table` the short table of both runs
 missing file, e.g. a run cut by a time limit, is a row that says so).
 
 Counts are per optimizer class and device: passed, failed, skipped, errors, and the failures and
-errors split into "refused by design" (the test needs differentiable=True, float64 parameters or
-sparse gradients, which renaissance.torch refuses: docs/python.md) and the rest, with the most
-frequent causes of the rest.
+errors split into "refused by design" (the exception names differentiable=True, float64
+parameters or sparse gradients, which renaissance.torch refuses: docs/python.md) and the rest,
+with the most frequent causes of the rest.
 """
 import argparse
 import collections
@@ -236,8 +236,10 @@ class _SwapCheck:
     def pytest_collection_modifyitems(self, session, config, items):
         mods = {id(it.module): it.module for it in items if getattr(it, "module", None) is not None}
         seen = collections.Counter()
-        for mod in mods.values():
-            db = getattr(mod, "optim_db", None)
+        dbs = [getattr(mod, "optim_db", None) for mod in mods.values()]
+        if not any(db is not None for db in dbs):
+            self.problem = "no collected test module has an optim_db"
+        for db in dbs:
             if db is None:
                 continue
             got = {i.optim_cls.__name__: i.optim_cls for i in db}
