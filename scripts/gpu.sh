@@ -44,6 +44,16 @@
 #                fp32 masters, torch's best ways against bench_step --precision bf16) and step
 #                (bench/bench_torch_step.py --phases --profile --bench-step: the step inside a
 #                training step, the whole iteration by phase, the targets' table); default both.
+#   torchsuite   PyTorch's own optimizer tests against the package: TestOptimRenewed of torch's
+#                test/test_optim.py (.deps/torch_suite/test_optim.py, not in the repository: docs/python.md
+#                says where it comes from; TORCHSUITE_FILE another path) with renaissance.torch's SGD, Adam
+#                and AdamW swapped into optim_db, beside the same file with torch's own classes, through
+#                tests/torch_suite/run_torch_optim_suite.py. expecttest (torch's test material needs it;
+#                not on the machine) is installed from .deps/wheels. Installs the package as the python
+#                phase does when no python phase ran before. ARGs: cpu and/or cuda (default both); per
+#                device the reference run, then ours against it, each cut at TORCHSUITE_RUN_LIMIT seconds
+#                (default 125; a cut run still counts the tests it ran). TORCHSUITE_K: a pytest -k
+#                subset. Junit files in $PYBUILD/torchsuite, the summaries in $OUT/torchsuite.json.
 #   bench        bench_step on CUDA (CUDA events; ms per step, share of the same-traffic floor).
 #                ARGs: step (default: resnet50 and gpt2_small, adamw, sgd_momentum and lars),
 #                precision (adamw fp32 and the bf16/fp16 model copy, nearest and stochastic,
@@ -80,7 +90,7 @@
 #                PRECS ("|"-separated --precision values), PERF_MODELS, PERF_STEPS.
 #
 # Every phase writes one log, $OUT/PHASE.log (OUT, default gpu-out/); the device tool brings back
-# at most 8 files from $OUT, so choose phases accordingly (compare adds 3 files, golden 2,
+# at most 8 files from $OUT, so choose phases accordingly (compare adds 3 files, golden 2, torchsuite 1,
 # torchbench 2). A phase's limit is TIMEOUT_PHASE (e.g. TIMEOUT_TEST=400; defaults in
 # DEFAULT_LIMIT below). BUILD: the build directory (default build-gpu). The last lines printed are
 # a table: phase, status (ok, FAILED, SKIPPED), seconds, one line of result. A failing phase makes
@@ -101,9 +111,9 @@ PY=$(command -v "${PYTHON:-python3}" || echo "${PYTHON:-python3}")
 export LD_LIBRARY_PATH="$DEPS/lib:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 RESULT_FILE=${RESULT_FILE:-/dev/null}  # where a phase leaves its one-line result for the table
 
-PHASES=(build test conformance sanitize python torchbench bench ab compare golden cli dist)
+PHASES=(build test conformance sanitize python torchbench torchsuite bench ab compare golden cli dist)
 declare -A DEFAULT_LIMIT=([build]=300 [test]=300 [conformance]=240 [sanitize]=270 [python]=540
-  [torchbench]=480 [bench]=300 [ab]=540 [compare]=420 [golden]=400 [cli]=240 [dist]=540)
+  [torchbench]=480 [torchsuite]=560 [bench]=300 [ab]=540 [compare]=420 [golden]=400 [cli]=240 [dist]=540)
 
 usage() {
   sed -n '2,/^# shellcheck disable=SC2317/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -332,6 +342,45 @@ phase_torchbench() {
     line+=("$p rc $r")
   done
   result "$(join_by ';' "${line[@]}") (JSON in $OUT)"
+  return "$rc"
+}
+
+phase_torchsuite() {
+  local devices=("$@") dev r rc=0 pairs=() dir=$PYBUILD/torchsuite
+  local suite=$ROOT/tests/torch_suite/run_torch_optim_suite.py file=${TORCHSUITE_FILE:-$DEPS/torch_suite/test_optim.py}
+  local limit=${TORCHSUITE_RUN_LIMIT:-125} k=()
+  need "$file" "torch's test/test_optim.py (docs/python.md: fetched into .deps/torch_suite/)"
+  [ ${#devices[@]} -eq 0 ] && devices=(cpu cuda)
+  [ -n "${TORCHSUITE_K:-}" ] && k=(-k "$TORCHSUITE_K")
+  if [ ! -d "$PYSITE/renaissance" ]; then
+    echo "== install the package into $PYSITE (no python phase ran before)"
+    python_install || { result "install FAILED"; return 1; }
+  fi
+  mkdir -p "$dir"
+  if ! "$PY" -c 'import expecttest' 2> /dev/null; then
+    echo "== expecttest from $DEPS/wheels into $dir/site"
+    "$PY" -m pip install --no-index --no-deps --upgrade --target "$dir/site" "$DEPS"/wheels/expecttest-*.whl ||
+      { result "no expecttest: pip download expecttest -d .deps/wheels on the dev machine"; return 1; }
+  fi
+  export PYTHONPATH=$PYSITE:$dir/site PYTHONUNBUFFERED=1
+  cd "$dir" || return 1  # outside the source tree: `import renaissance` is the installed one
+  for dev in "${devices[@]}"; do
+    rm -f "$dir/ref-$dev.xml" "$dir/ours-$dev.xml"
+    echo "== $dev: torch's classes"
+    timeout -k 20 "$limit" "$PY" "$suite" run --reference --device "$dev" --test-file "$file" "${k[@]}" \
+      --junit "$dir/ref-$dev.xml"
+    r=$?
+    [ "$r" -eq 0 ] || { echo "(reference run on $dev: rc $r)"; rc=1; }
+    echo "== $dev: renaissance.torch's classes"
+    timeout -k 20 "$limit" "$PY" "$suite" run --device "$dev" --test-file "$file" "${k[@]}" \
+      --junit "$dir/ours-$dev.xml" --against "$dir/ref-$dev.xml"
+    r=$?
+    [ "$r" -eq 0 ] || { echo "(our run on $dev: rc $r)"; rc=1; }
+    pairs+=("$dev:$dir/ref-$dev.xml:$dir/ours-$dev.xml")
+  done
+  echo "== counts"
+  "$PY" "$suite" table --json "$OUT/torchsuite.json" "${pairs[@]}" | tee "$dir/table.txt"
+  result "$(grep '^torchsuite: ' "$dir/table.txt" | sed 's/^torchsuite: //')"
   return "$rc"
 }
 
@@ -741,7 +790,7 @@ for spec in "$@"; do
   limit=${!limit_var:-${DEFAULT_LIMIT[$name]}}
   needs_build=1
   [ "$name" = build ] && needs_build=0
-  [ "$name" = python ] && [ "${PYTHON_EXT:-pip}" != build ] && needs_build=0
+  [[ "$name" == python || "$name" == torchsuite ]] && [ "${PYTHON_EXT:-pip}" != build ] && needs_build=0
   if [ $needs_build -eq 1 ] && [ $build_failed -eq 1 ]; then
     TABLE+=("$(printf '%-24s %-8s %5s  %s' "$spec" SKIPPED - "the build failed")")
     continue
