@@ -380,21 +380,30 @@ class _Base(Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
             grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
+        # Every group's hyperparameters are checked (values, and what the compiled step fixes)
+        # before any is applied: a refused edit in one group leaves every group as it was, so
+        # the other groups' edits reach the next step that is not refused.
         plan = self._binding_plan()  # checked before anything changes; applied below
         configs = []
-        for group in self.param_groups:
+        for b, group in zip(plan[0], self.param_groups):
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
-            configs.append(self._core_config(group))
-        self._apply_binding_plan(plan)
-        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
-        for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
+            kind, hyper = self._core_config(group)
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
             if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
-            b.apply_hyper(kind, hyper, lr_batch)
-        for shared in lr_batch.values():
-            shared.flush_lrs()
+            b.check_hyper(kind, hyper)
+            configs.append((kind, hyper))
+        self._apply_binding_plan(plan)
+        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
+        try:
+            for b, (kind, hyper) in zip(self._bindings, configs):
+                b.apply_hyper(kind, hyper, lr_batch)
+        finally:
+            # Even when the core refuses a later group's values: the lrs recorded as applied
+            # reach the device.
+            for shared in lr_batch.values():
+                shared.flush_lrs()
         # The scaler's verdict before anything of the step runs (see _amp_skip).
         self._amp_skipped = _amp_skip(grad_scale, found_inf)
         if self._amp_skipped:

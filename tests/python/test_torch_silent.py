@@ -155,3 +155,31 @@ def test_refused_load_state_dict_changes_nothing(step):
     assert opt.param_groups[0]["lr"] == 1e-2
     assert opt.fingerprint() == fp
     assert [int(s["step"]) for s in opt.state_dict()["state"].values()] == steps
+
+
+@pytest.mark.parametrize("key,bad", [("momentum", 0.0), ("max_grad_norm", 1.0), ("lr", -1.0)])
+def test_a_refused_param_groups_edit_loses_no_other_groups_edit(key, bad):
+    # param_groups edited in two groups, the second edit one the step refuses: the first group's
+    # new lr must still reach the next step once the bad value is put back (it was recorded as
+    # applied while the device kept the old lr).
+    def run(refuse_once):
+        model = _model()
+        opt = rt.SGD([{"params": model[0].parameters()}, {"params": model[2].parameters()}], lr=0.01, momentum=0.9)
+        _train(model, opt, 1)
+        opt.param_groups[0]["lr"] = 0.3
+        if refuse_once:
+            fp = opt.fingerprint()
+            good = opt.param_groups[1].get(key)
+            opt.param_groups[1][key] = bad
+            for _ in range(2):
+                with pytest.raises(ValueError):
+                    _train(model, opt, 1)
+                assert opt.fingerprint() == fp
+            opt.param_groups[1][key] = good
+        _train(model, opt, 2, seed=3)
+        return opt.fingerprint(), [p.detach().clone() for p in model.parameters()]
+
+    fp_plain, w_plain = run(False)
+    fp_refused, w_refused = run(True)
+    assert fp_refused == fp_plain
+    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(w_plain, w_refused))
