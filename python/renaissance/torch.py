@@ -11,6 +11,7 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 """
 import copy
 import math
+import numbers
 import operator
 import threading
 from collections import OrderedDict
@@ -99,8 +100,8 @@ class _Base(Optimizer):
         _torch_dist.check_group(process_group, grad_reduce)
         self._process_group = process_group
         self._grad_reduce = grad_reduce
-        if not isinstance(threads, int) or threads < 0:
-            raise ValueError("threads %r: must be an int >= 0 (0: all cores)" % (threads,))
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads < 2 ** 31:
+            raise ValueError("threads=%r: must be an int in [0, 2**31) (0: all cores)" % (threads,))
         for name, flag in (("master_weights", master_weights), ("stochastic_rounding", stochastic_rounding)):
             if not isinstance(flag, bool):
                 raise ValueError("%s=%r: expected a bool" % (name, flag))
@@ -509,8 +510,8 @@ class _Base(Optimizer):
                 _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             try:
                 kind, hyper = self._core_config(merged)
-            except ValueError as e:
-                raise ValueError("load_state_dict: param group %d: %s" % (gi, e)) from None
+            except (ValueError, TypeError) as e:
+                raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             if kind != b.kind or self._roles(merged) != b.roles or hyper.get("max_grad_norm") != b.hyper.get("max_grad_norm"):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
@@ -764,6 +765,9 @@ def _validate_new(groups, existing):
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
+            if p.layout is not torch.strided:  # first: a sparse tensor has no data pointer to check
+                raise ValueError("parameter of shape %s is a sparse tensor (%s): renaissance.torch takes dense "
+                                 "(strided) parameters" % (tuple(p.shape), p.layout))
             if id(p) in seen:
                 raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
             seen.add(id(p))
@@ -886,8 +890,10 @@ def _number(name, value, tensor=False):
         if value.is_complex() or not (value.is_floating_point() or value.dtype in _INT_DTYPES):
             raise ValueError("Tensor %s: expected a real number, got %s" % (name, value.dtype))
         value = value.item()
-    if isinstance(value, (bool, str)):  # stricter than torch: float(True) and float("0.1") would pass
-        raise ValueError("%s=%r: expected a number" % (name, value))
+    # torch's type for a value that is not a number (a str: its range check's comparison raises
+    # TypeError); a bool, which torch takes as 0 or 1, is refused too (stricter than torch).
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+        raise TypeError("%s=%r: expected a number (a float), got %s" % (name, value, type(value).__name__))
     value = float(value)
     if not math.isfinite(value):
         raise ValueError("%s=%r: must be finite" % (name, value))

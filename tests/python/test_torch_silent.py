@@ -79,12 +79,44 @@ def test_frozen_parameters_are_never_updated(cls, kw):
     (rt.AdamW, dict(betas=(1.0, 0.999)), "Invalid beta parameter at index 0: 1.0"),
     (rt.Adam, dict(betas=(0.9, -0.1)), "Invalid beta parameter at index 1: -0.1"),
     (rt.AdamW, dict(weight_decay=-0.01), "Invalid weight_decay value: -0.01"),
-    (rt.AdamW, dict(lr=True), "expected a number"),
-    (rt.SGD, dict(lr="0.1"), "expected a number"),
 ])
 def test_constructor_refuses_what_torch_refuses(cls, kw, match):
     with pytest.raises(ValueError, match=match):
         cls(_model().parameters(), **kw)
+
+
+@pytest.mark.parametrize("cls,kw", [(rt.AdamW, dict(lr=True)), (rt.SGD, dict(lr="0.1")), (rt.SGD, dict(lr=None)),
+                                    (rt.Adam, dict(betas=("0.9", 0.999))), (rt.SGD, dict(lr=0.1, momentum="0.9"))])
+def test_a_hyperparameter_that_is_not_a_number_is_a_type_error(cls, kw):
+    # torch refuses a str lr with a TypeError (its range check compares it with a float); a bool,
+    # which torch takes as 0 or 1, is refused the same way (a stricter rule, docs/python.md).
+    with pytest.raises(TypeError, match="expected a number"):
+        cls(_model().parameters(), **kw)
+    model = _model()
+    opt = cls(model.parameters(), lr=0.1)
+    fp = opt.fingerprint()
+    opt.param_groups[0].update(kw)
+    for _ in range(2):  # at every step while it stands, nothing changed
+        with pytest.raises(TypeError, match="expected a number"):
+            _train(model, opt, 1)
+        assert opt.fingerprint() == fp
+
+
+def test_sparse_parameters_are_a_value_error():
+    p = torch.zeros(4, 3).to_sparse().requires_grad_()
+    with pytest.raises(ValueError, match="sparse"):
+        rt.SGD([p], lr=0.1)
+    model = _model()
+    opt = rt.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="sparse"):
+        opt.add_param_group({"params": [p]})
+    assert len(opt.param_groups) == 1
+
+
+@pytest.mark.parametrize("threads", [2 ** 40, 2 ** 31, -1, True, 1.5])
+def test_threads_out_of_range_is_a_clear_value_error(threads):
+    with pytest.raises(ValueError, match=r"threads.*\[0, 2\*\*31\)"):
+        rt.SGD(_model().parameters(), lr=0.1, threads=threads)
 
 
 def test_bare_tensor_params_is_a_type_error():
