@@ -13,6 +13,9 @@ import copy
 import math
 import numbers
 import operator
+import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from itertools import chain
@@ -24,6 +27,7 @@ import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from . import _checkpoint_set
 from . import _core
 from . import _torch_dist
 from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
@@ -668,26 +672,91 @@ class _Base(Optimizer):
 
     def save(self, path):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
-        `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
-        With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
+        `path` for one Task; with several Tasks a set, all or none: every Task's file is first
+        written to a temporary, then they replace `path.task0`, `path.task1`, ... and last a
+        manifest at `path` names them with their digests (a save that fails part-way leaves a set
+        that load() refuses, never one it loads half of). With a process_group: a collective; the
+        group's rank 0 writes the whole (gathered) state."""
         self._follow_params()
         self._gather_state()
-        for shared, p in zip(self._shared(), self._paths(path)):
-            if shared.sliced:
-                shared.sharded.save(p)  # gathered; written by the group's rank 0
-            else:
-                shared.task.save(p)
+        tasks, paths = self._shared(), self._paths(path)
+        if len(tasks) == 1:
+            self._save_task(tasks[0], paths[0])
+            return
+        writer = self._process_group is None or dist.get_rank(self._process_group) == 0
+        temps = ["%s.tmp-%d-%d" % (p, os.getpid(), i) for i, p in enumerate(paths)]
+        error = None
+        try:
+            for shared, tmp in zip(tasks, temps):
+                self._save_task(shared, tmp)
+            if writer:
+                for tmp, p in zip(temps, paths):
+                    os.replace(tmp, p)
+                _checkpoint_set.write_manifest(str(path), paths, tasks)
+        except Exception as e:  # noqa: BLE001  (raised below, after the other ranks heard of it)
+            error = e
+        finally:
+            if writer:
+                for tmp in temps:
+                    _checkpoint_set.remove_quietly(tmp)
+        if self._process_group is not None:
+            # Every rank returns once the manifest is written, or raises when rank 0 could not.
+            failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
+            if dist.get_backend(self._process_group) == "nccl":
+                failed = failed.to(tasks[0].device)
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self._process_group)
+            if error is None and int(failed.item()):
+                raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
+                                   (type(self).__name__, str(path)))
+        if error is not None:
+            raise error
+
+    @staticmethod
+    def _save_task(shared, path):
+        if shared.sliced:
+            shared.sharded.save(path)  # gathered; written by the group's rank 0
+        else:
+            shared.task.save(path)
 
     def load(self, path):
-        """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""
+        """Loads what save(path) wrote, in place, all or nothing. One Task: the core's load (a
+        failed load leaves the Task as it was). Several: the manifest, the files' digests and what
+        each Task was saved as are checked before anything is loaded; a mixed or incomplete set is
+        refused, nothing changed."""
         self._follow_params()
-        for shared, p in zip(self._shared(), self._paths(path)):
-            shared.task.load(p)
-            # The checkpoint brought its own hyperparameters and loss scale: back to the ones
-            # last applied from param_groups, and the scale slots to 1 at the next plain step.
-            shared.reapply_hyper()
-            shared.amp_used = True
-        self._refresh_state()
+        tasks, paths = self._shared(), self._paths(path)
+        cls = type(self).__name__
+        if len(tasks) == 1:
+            if _checkpoint_set.is_manifest(paths[0]):
+                raise ValueError("%s.load(%r): a checkpoint set of several Tasks; this optimizer has one Task "
+                                 "(another grouping of the parameters, dtypes or settings)" % (cls, str(path)))
+        else:
+            _checkpoint_set.check(str(path), paths, tasks, cls)
+        # A Task loaded before a later one fails is put back from a copy of its state taken just
+        # before (the checks above leave only errors such as I/O to reach here). A sliced Task (a
+        # process_group) has no local copy to take; the checks stand alone there.
+        backup = tempfile.mkdtemp(prefix="renaissance-load-") if len(tasks) > 1 else None
+        done = []
+        try:
+            for i, (shared, p) in enumerate(zip(tasks, paths)):
+                if backup is not None and i < len(tasks) - 1 and not shared.sliced:
+                    shared.task.save(os.path.join(backup, "task%d" % i))
+                shared.task.load(p)
+                done.append(i)
+                # The checkpoint brought its own hyperparameters and loss scale: back to the ones
+                # last applied from param_groups, and the scale slots to 1 at the next plain step.
+                shared.reapply_hyper()
+                shared.amp_used = True
+        except BaseException:
+            for i in done:
+                if not tasks[i].sliced:
+                    tasks[i].task.load(os.path.join(backup, "task%d" % i))
+                    tasks[i].reapply_hyper()
+            raise
+        finally:
+            if backup is not None:
+                shutil.rmtree(backup, ignore_errors=True)
+            self._refresh_state()
 
     @property
     def backends(self):
