@@ -133,3 +133,56 @@ def test_a_set_round_trips(tmp_path):
     assert opt.fingerprint() == fp
     _train(params, opt, 2, seed=4)
     assert opt.fingerprint() == expected
+
+
+def _pg_init(rank, k, init_file):
+    import datetime
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=k,
+                            timeout=datetime.timedelta(seconds=120))
+    return dist
+
+
+def _pg_optimizer(dist):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    # Under a process group every group has a Task of its own: two files and a manifest.
+    opt = rt.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": 3e-3}], lr=1e-2, threads=1,
+                   process_group=dist.group.WORLD)
+    return params, opt
+
+
+def _pg_worker_save(rank, k, init_file, out_dir):
+    import gc
+    dist = _pg_init(rank, k, init_file)
+    torch.set_num_threads(1)
+    params, opt = _pg_optimizer(dist)
+    _train(params, opt, 2)  # the same gradients on every rank (replicated)
+    opt.save(os.path.join(out_dir, "pg.ckpt"))
+    # Every rank returned from save(): the set is complete now, whoever looks.
+    assert sorted(n for n in os.listdir(out_dir) if n.startswith("pg.ckpt")) == \
+        ["pg.ckpt", "pg.ckpt.task0", "pg.ckpt.task1"]
+    fp = opt.fingerprint()
+    if rank == 0:
+        with open(os.path.join(out_dir, "fp"), "w") as f:
+            f.write(fp)
+    del opt
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_a_set_saved_under_a_process_group_loads_whole(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(_pg_worker_save, args=(2, str(tmp_path / "init2"), str(tmp_path)), nprocs=2, join=True)
+    dist = _pg_init(0, 1, str(tmp_path / "init1"))
+    try:
+        params, opt = _pg_optimizer(dist)
+        opt.load(str(tmp_path / "pg.ckpt"))
+        assert opt.fingerprint() == (tmp_path / "fp").read_text()
+        shutil.copy(tmp_path / "pg.ckpt.task0", tmp_path / "pg.ckpt.task1")  # a mixed set
+        with pytest.raises(ValueError):
+            opt.load(str(tmp_path / "pg.ckpt"))
+        del opt
+    finally:
+        dist.destroy_process_group()
