@@ -494,6 +494,8 @@ class GroupBinding:
         if hyper.get("max_grad_norm") != self.hyper.get("max_grad_norm"):
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
+        if hyper != self.hyper:  # the core's own range rules (the kinds without a torch counterpart)
+            self.shared.task.check_hyper(kind, **hyper)
 
     def apply_hyper(self, kind, hyper, lr_batch=None):
         """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all. With

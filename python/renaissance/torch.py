@@ -520,6 +520,10 @@ class _Base(Optimizer):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
                                  (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
+            try:
+                b.check_hyper(kind, hyper)  # the core's range rules too, before anything is loaded
+            except (ValueError, TypeError) as e:
+                raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             states = [state_dict["state"].get(k) for k in g["params"]]
             per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
             step = max(per_param, default=0)  # the Task's count; each parameter keeps its own below

@@ -558,6 +558,8 @@ NB_MODULE(_core, m) {
       .def("set_group_hyper", [](PyTask& t, int group, const std::string& kind, const nb::kwargs& h) {
              t.set_group_hyper(group, kind, h);
            }, "group"_a, "kind"_a, "hyper"_a)
+      .def("check_hyper", [](PyTask& t, const std::string& kind, const nb::kwargs& h) { t.config_of(kind, h); },
+           "kind"_a, "hyper"_a, "Validates a configuration as set_group_hyper does, changing nothing.")
       .def("set_group_lr", [](PyTask& t, int group, double lr) { t.task().set_lr(group, lr); }, "group"_a, "lr"_a)
       .def("set_group_lrs", [](PyTask& t, const std::vector<double>& lrs) { t.task().set_group_lrs(lrs); }, "lrs"_a)
       .def_prop_ro("hyper_groups", [](PyTask& t) { return t.task().hyper_groups(); })

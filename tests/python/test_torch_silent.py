@@ -215,3 +215,26 @@ def test_a_refused_param_groups_edit_loses_no_other_groups_edit(key, bad):
     fp_refused, w_refused = run(True)
     assert fp_refused == fp_plain
     assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(w_plain, w_refused))
+
+
+@pytest.mark.parametrize("cls,key,bad", [(rt.LARS, "momentum", -1.0), (rt.LARS, "trust_coefficient", -1.0),
+                                         (rt.LAMB, "eps", -1.0), (rt.Lion, "lr", -1.0)])
+def test_a_value_only_the_core_refuses_leaves_load_state_dict_without_effect(cls, key, bad):
+    # The kinds without a torch counterpart take their range rules from the core: a loaded
+    # group's value must be checked there before the load changes any state or group.
+    model = _model()
+    opt = cls([{"params": model[0].parameters()}, {"params": model[2].parameters()}])
+    _train(model, opt, 2)
+    fp, groups = opt.fingerprint(), [dict(g) for g in opt.param_groups]
+    import copy
+    sd = copy.deepcopy(opt.state_dict())
+    sd["param_groups"][0]["lr"] = 0.5
+    sd["param_groups"][1][key] = bad
+    for s in sd["state"].values():
+        for v in s.values():
+            if isinstance(v, torch.Tensor) and v.dim() > 0:
+                v.add_(1.0)
+    with pytest.raises(ValueError, match="load_state_dict: param group 1: invalid %s" % key):
+        opt.load_state_dict(sd)
+    assert opt.fingerprint() == fp
+    assert [dict(g) for g in opt.param_groups] == groups
