@@ -46,10 +46,12 @@ def digest(path):
 
 
 def describe(shared):
-    """What a Task's checkpoint must fit: its kind, precision, groups and parameter shapes (a
-    complex parameter: its real view's, as the arena holds it)."""
+    """What a Task's checkpoint must fit: its kind, precision, groups, parameter shapes (a
+    complex parameter: its real view's, as the arena holds it) and roles (LARS's and LAMB's
+    trust_ratio)."""
     return {"kind": shared.kind, "precision": shared.precision, "groups": len(shared.bindings),
-            "shapes": [list(p.shape) + ([2] if p.is_complex() else []) for p in shared.params]}
+            "shapes": [list(p.shape) + ([2] if p.is_complex() else []) for p in shared.params],
+            "roles": [r for b in shared.bindings for r in b.roles]}
 
 
 def is_manifest(path):
@@ -107,7 +109,7 @@ def check(path, files, tasks, cls):
         if not isinstance(entry, dict) or entry.get("file") != os.path.basename(f):
             raise ValueError("%s: the manifest's Task %d is not %r" % (where, i, os.path.basename(f)))
         mine = describe(t)
-        for key in ("kind", "precision", "groups", "shapes"):
+        for key in ("kind", "precision", "groups", "shapes", "roles"):
             if entry.get(key) != mine[key]:
                 raise ValueError("%s: Task %d of the set was saved with %s %r; this optimizer's Task %d has %r" %
                                  (where, i, key, entry.get(key), i, mine[key]))
