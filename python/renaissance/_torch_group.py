@@ -484,20 +484,26 @@ class GroupBinding:
     def set_scale(self, grad_scale):
         self.shared.set_scale(grad_scale)
 
-    def apply_hyper(self, kind, hyper, lr_batch=None):
-        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all. With
-        `lr_batch` (a dict) an lr-only change is only recorded there (id(shared) -> shared): the
-        caller then writes every group's lr of that Task in one copy (flush_lrs)."""
+    def check_hyper(self, kind, hyper):
+        """A ValueError when `hyper` needs another compiled step than this group's (changes nothing)."""
         if kind != self.kind:
             raise ValueError(
                 "cannot change the optimizer of a param group from '%s' to '%s' after construction "
                 "(momentum to or from 0, nesterov or decoupled_weight_decay change the compiled step); "
                 "build a new optimizer" % (self.kind, kind))
-        if hyper == self.hyper:
-            return
         if hyper.get("max_grad_norm") != self.hyper.get("max_grad_norm"):
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
+        if hyper != self.hyper:  # the core's own range rules (the kinds without a torch counterpart)
+            self.shared.task.check_hyper(kind, **hyper)
+
+    def apply_hyper(self, kind, hyper, lr_batch=None):
+        """Brings this group's scalar block to `hyper` (no recompile): lr alone, else all. With
+        `lr_batch` (a dict) an lr-only change is only recorded there (id(shared) -> shared): the
+        caller then writes every group's lr of that Task in one copy (flush_lrs)."""
+        self.check_hyper(kind, hyper)
+        if hyper == self.hyper:
+            return
         changed = {k for k in hyper if hyper[k] != self.hyper.get(k)}
         if changed == {"lr"} and lr_batch is not None:
             lr_batch[id(self.shared)] = self.shared

@@ -11,7 +11,11 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 """
 import copy
 import math
+import numbers
 import operator
+import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from itertools import chain
@@ -23,6 +27,7 @@ import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from . import _checkpoint_set
 from . import _core
 from . import _torch_dist
 from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
@@ -99,8 +104,8 @@ class _Base(Optimizer):
         _torch_dist.check_group(process_group, grad_reduce)
         self._process_group = process_group
         self._grad_reduce = grad_reduce
-        if not isinstance(threads, int) or threads < 0:
-            raise ValueError("threads %r: must be an int >= 0 (0: all cores)" % (threads,))
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads < 2 ** 31:
+            raise ValueError("threads=%r: must be an int in [0, 2**31) (0: all cores)" % (threads,))
         for name, flag in (("master_weights", master_weights), ("stochastic_rounding", stochastic_rounding)):
             if not isinstance(flag, bool):
                 raise ValueError("%s=%r: expected a bool" % (name, flag))
@@ -380,21 +385,30 @@ class _Base(Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
             grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
+        # Every group's hyperparameters are checked (values, and what the compiled step fixes)
+        # before any is applied: a refused edit in one group leaves every group as it was, so
+        # the other groups' edits reach the next step that is not refused.
         plan = self._binding_plan()  # checked before anything changes; applied below
         configs = []
-        for group in self.param_groups:
+        for b, group in zip(plan[0], self.param_groups):
             for flag in self._flags:
                 _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
-            configs.append(self._core_config(group))
-        self._apply_binding_plan(plan)
-        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
-        for b, group, (kind, hyper) in zip(self._bindings, self.param_groups, configs):
+            kind, hyper = self._core_config(group)
             # Roles follow from trust_ratio and the (fixed) shapes: recomputed only when it changed.
             if group.get("trust_ratio") is not b.trust_ratio and self._roles(group) != b.roles:
                 raise ValueError("cannot change trust_ratio after construction (it changes the compiled step)")
-            b.apply_hyper(kind, hyper, lr_batch)
-        for shared in lr_batch.values():
-            shared.flush_lrs()
+            b.check_hyper(kind, hyper)
+            configs.append((kind, hyper))
+        self._apply_binding_plan(plan)
+        lr_batch = {}  # Tasks whose groups changed only their lr: one copy each below
+        try:
+            for b, (kind, hyper) in zip(self._bindings, configs):
+                b.apply_hyper(kind, hyper, lr_batch)
+        finally:
+            # Even when the core refuses a later group's values: the lrs recorded as applied
+            # reach the device.
+            for shared in lr_batch.values():
+                shared.flush_lrs()
         # The scaler's verdict before anything of the step runs (see _amp_skip).
         self._amp_skipped = _amp_skip(grad_scale, found_inf)
         if self._amp_skipped:
@@ -500,12 +514,16 @@ class _Base(Optimizer):
                 _check_flag(flag, merged.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
             try:
                 kind, hyper = self._core_config(merged)
-            except ValueError as e:
-                raise ValueError("load_state_dict: param group %d: %s" % (gi, e)) from None
+            except (ValueError, TypeError) as e:
+                raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             if kind != b.kind or self._roles(merged) != b.roles or hyper.get("max_grad_norm") != b.hyper.get("max_grad_norm"):
                 raise ValueError("load_state_dict: param group %d needs another compiled step (%s%s) than this "
                                  "optimizer's (%s); build the optimizer with the same settings" %
                                  (gi, kind, ", clipping" if "max_grad_norm" in hyper else "", b.kind))
+            try:
+                b.check_hyper(kind, hyper)  # the core's range rules too, before anything is loaded
+            except (ValueError, TypeError) as e:
+                raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             states = [state_dict["state"].get(k) for k in g["params"]]
             per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
             step = max(per_param, default=0)  # the Task's count; each parameter keeps its own below
@@ -658,26 +676,91 @@ class _Base(Optimizer):
 
     def save(self, path):
         """The library's atomic checkpoint (weights, state, step counts, every group's scalars):
-        `path` for one Task, `path.task0`, `path.task1`, ... when the groups need several.
-        With a process_group: a collective; the group's rank 0 writes the whole (gathered) state."""
+        `path` for one Task; with several Tasks a set, all or none: every Task's file is first
+        written to a temporary, then they replace `path.task0`, `path.task1`, ... and last a
+        manifest at `path` names them with their digests (a save that fails part-way leaves a set
+        that load() refuses, never one it loads half of). With a process_group: a collective; the
+        group's rank 0 writes the whole (gathered) state."""
         self._follow_params()
         self._gather_state()
-        for shared, p in zip(self._shared(), self._paths(path)):
-            if shared.sliced:
-                shared.sharded.save(p)  # gathered; written by the group's rank 0
-            else:
-                shared.task.save(p)
+        tasks, paths = self._shared(), self._paths(path)
+        if len(tasks) == 1:
+            self._save_task(tasks[0], paths[0])
+            return
+        writer = self._process_group is None or dist.get_rank(self._process_group) == 0
+        temps = ["%s.tmp-%d-%d" % (p, os.getpid(), i) for i, p in enumerate(paths)]
+        error = None
+        try:
+            for shared, tmp in zip(tasks, temps):
+                self._save_task(shared, tmp)
+            if writer:
+                for tmp, p in zip(temps, paths):
+                    os.replace(tmp, p)
+                _checkpoint_set.write_manifest(str(path), paths, tasks)
+        except Exception as e:  # noqa: BLE001  (raised below, after the other ranks heard of it)
+            error = e
+        finally:
+            if writer:
+                for tmp in temps:
+                    _checkpoint_set.remove_quietly(tmp)
+        if self._process_group is not None:
+            # Every rank returns once the manifest is written, or raises when rank 0 could not.
+            failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
+            if dist.get_backend(self._process_group) == "nccl":
+                failed = failed.to(tasks[0].device)
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self._process_group)
+            if error is None and int(failed.item()):
+                raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
+                                   (type(self).__name__, str(path)))
+        if error is not None:
+            raise error
+
+    @staticmethod
+    def _save_task(shared, path):
+        if shared.sliced:
+            shared.sharded.save(path)  # gathered; written by the group's rank 0
+        else:
+            shared.task.save(path)
 
     def load(self, path):
-        """Loads what save(path) wrote, in place (a failed load leaves that Task as it was)."""
+        """Loads what save(path) wrote, in place, all or nothing. One Task: the core's load (a
+        failed load leaves the Task as it was). Several: the manifest, the files' digests and what
+        each Task was saved as are checked before anything is loaded; a mixed or incomplete set is
+        refused, nothing changed."""
         self._follow_params()
-        for shared, p in zip(self._shared(), self._paths(path)):
-            shared.task.load(p)
-            # The checkpoint brought its own hyperparameters and loss scale: back to the ones
-            # last applied from param_groups, and the scale slots to 1 at the next plain step.
-            shared.reapply_hyper()
-            shared.amp_used = True
-        self._refresh_state()
+        tasks, paths = self._shared(), self._paths(path)
+        cls = type(self).__name__
+        if len(tasks) == 1:
+            if _checkpoint_set.is_manifest(paths[0]):
+                raise ValueError("%s.load(%r): a checkpoint set of several Tasks; this optimizer has one Task "
+                                 "(another grouping of the parameters, dtypes or settings)" % (cls, str(path)))
+        else:
+            _checkpoint_set.check(str(path), paths, tasks, cls)
+        # A Task loaded before a later one fails is put back from a copy of its state taken just
+        # before (the checks above leave only errors such as I/O to reach here). A sliced Task (a
+        # process_group) has no local copy to take; the checks stand alone there.
+        backup = tempfile.mkdtemp(prefix="renaissance-load-") if len(tasks) > 1 else None
+        done = []
+        try:
+            for i, (shared, p) in enumerate(zip(tasks, paths)):
+                if backup is not None and i < len(tasks) - 1 and not shared.sliced:
+                    shared.task.save(os.path.join(backup, "task%d" % i))
+                shared.task.load(p)
+                done.append(i)
+                # The checkpoint brought its own hyperparameters and loss scale: back to the ones
+                # last applied from param_groups, and the scale slots to 1 at the next plain step.
+                shared.reapply_hyper()
+                shared.amp_used = True
+        except BaseException:
+            for i in done:
+                if not tasks[i].sliced:
+                    tasks[i].task.load(os.path.join(backup, "task%d" % i))
+                    tasks[i].reapply_hyper()
+            raise
+        finally:
+            if backup is not None:
+                shutil.rmtree(backup, ignore_errors=True)
+            self._refresh_state()
 
     @property
     def backends(self):
@@ -755,6 +838,9 @@ def _validate_new(groups, existing):
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
+            if p.layout is not torch.strided:  # first: a sparse tensor has no data pointer to check
+                raise ValueError("parameter of shape %s is a sparse tensor (%s): renaissance.torch takes dense "
+                                 "(strided) parameters" % (tuple(p.shape), p.layout))
             if id(p) in seen:
                 raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
             seen.add(id(p))
@@ -877,8 +963,10 @@ def _number(name, value, tensor=False):
         if value.is_complex() or not (value.is_floating_point() or value.dtype in _INT_DTYPES):
             raise ValueError("Tensor %s: expected a real number, got %s" % (name, value.dtype))
         value = value.item()
-    if isinstance(value, (bool, str)):  # stricter than torch: float(True) and float("0.1") would pass
-        raise ValueError("%s=%r: expected a number" % (name, value))
+    # torch's type for a value that is not a number (a str: its range check's comparison raises
+    # TypeError); a bool, which torch takes as 0 or 1, is refused too (stricter than torch).
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+        raise TypeError("%s=%r: expected a number (a float), got %s" % (name, value, type(value).__name__))
     value = float(value)
     if not math.isfinite(value):
         raise ValueError("%s=%r: must be finite" % (name, value))

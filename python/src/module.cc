@@ -34,6 +34,15 @@ namespace {
 
 using PyParam = std::tuple<std::string, std::vector<int64_t>, std::string>;
 
+// The CPU backend's thread count, taken as a 64-bit int so that a value out of int's range is
+// this ValueError rather than nanobind's signature mismatch.
+int checked_threads(int64_t threads) {
+  if (threads < 0 || threads > INT32_MAX) {
+    throw_invalid("threads " + std::to_string(threads) + ": must be in [0, 2**31) (0: all cores)");
+  }
+  return static_cast<int>(threads);
+}
+
 const char* family_name(KindFamily f) {
   switch (f) {
     case KindFamily::kSgd: return "sgd";
@@ -125,13 +134,12 @@ class PyTask {
   // `precision` "fp32" | "bf16" | "fp16", `rounding` "nearest" | "stochastic", `seed` and
   // `model_dtype_gradients`: TaskOptions::precision (renaissance/precision.h); compile() refuses
   // the combinations the core does not take (stochastic or model-dtype gradients with fp32).
-  PyTask(const std::vector<PyParam>& params, const std::string& backend, int threads, bool check_finite,
+  PyTask(const std::vector<PyParam>& params, const std::string& backend, int64_t threads, bool check_finite,
          const std::vector<int>& groups, bool tensor_mask, const std::string& precision, const std::string& rounding,
          uint64_t seed, bool model_dtype_gradients, const std::vector<int>& state_shard, bool gradient_table) {
-    if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
     TaskOptions o;
     o.backend = parse_backend(backend);
-    o.backend_options.threads = threads;
+    o.backend_options.threads = checked_threads(threads);
     // The CPU backend's switches from RENAISSANCE_CPU_* (tools/program_env.h), as for the CLI.
     o.backend_options.cpu = program_env::cpu_tuning_for(o.backend);
     o.check_finite = check_finite;
@@ -422,12 +430,11 @@ nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance,
 }
 
 // `renaissance replay CASE` as a function: runs the case and compares with expected.safetensors.
-nb::dict replay(const std::string& case_dir, const std::string& backend, int threads, double tolerance) {
+nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t threads, double tolerance) {
   if (!(tolerance >= 0.0)) throw_invalid("tolerance " + std::to_string(tolerance) + ": must be >= 0");
-  if (threads < 0) throw_invalid("threads " + std::to_string(threads) + ": must be >= 0 (0: all cores)");
   TaskOptions o;
   o.backend = parse_backend(backend);
-  o.backend_options.threads = threads;
+  o.backend_options.threads = checked_threads(threads);
   const ReplayCase rc = load_replay_case(case_dir);
   o.backend_options.cpu = program_env::cpu_tuning_for(o.backend);  // RENAISSANCE_CPU_*
   ReplayResult r;
@@ -519,7 +526,7 @@ NB_MODULE(_core, m) {
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
   nb::class_<PyTask>(m, "Task")
-      .def(nb::init<const std::vector<PyParam>&, const std::string&, int, bool, const std::vector<int>&, bool,
+      .def(nb::init<const std::vector<PyParam>&, const std::string&, int64_t, bool, const std::vector<int>&, bool,
                     const std::string&, const std::string&, uint64_t, bool, const std::vector<int>&, bool>(), "params"_a,
            "backend"_a = "cpu", "threads"_a = 0, "check_finite"_a = true, "groups"_a = std::vector<int>(),
            "tensor_mask"_a = false, "precision"_a = "fp32", "rounding"_a = "nearest", "seed"_a = 0,
@@ -551,6 +558,8 @@ NB_MODULE(_core, m) {
       .def("set_group_hyper", [](PyTask& t, int group, const std::string& kind, const nb::kwargs& h) {
              t.set_group_hyper(group, kind, h);
            }, "group"_a, "kind"_a, "hyper"_a)
+      .def("check_hyper", [](PyTask& t, const std::string& kind, const nb::kwargs& h) { t.config_of(kind, h); },
+           "kind"_a, "hyper"_a, "Validates a configuration as set_group_hyper does, changing nothing.")
       .def("set_group_lr", [](PyTask& t, int group, double lr) { t.task().set_lr(group, lr); }, "group"_a, "lr"_a)
       .def("set_group_lrs", [](PyTask& t, const std::vector<double>& lrs) { t.task().set_group_lrs(lrs); }, "lrs"_a)
       .def_prop_ro("hyper_groups", [](PyTask& t) { return t.task().hyper_groups(); })

@@ -255,3 +255,11 @@ def test_kinds_and_layouts():
     assert t.params == params and len(params) > 100
     with pytest.raises(ValueError):
         renaissance.layout("no_such_layout")
+
+
+@pytest.mark.parametrize("threads", [2 ** 40, 2 ** 31, -1])
+def test_threads_out_of_range_is_a_value_error(threads, tmp_path):
+    with pytest.raises(ValueError, match=r"threads .*: must be in \[0, 2\*\*31\)"):
+        renaissance.Task([("w", [4], "fc_weight")], threads=threads)
+    with pytest.raises(ValueError, match=r"threads .*: must be in \[0, 2\*\*31\)"):
+        renaissance.replay(str(tmp_path), threads=threads)
