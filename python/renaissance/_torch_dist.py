@@ -9,6 +9,7 @@ buffers the core passes (renaissance._core._raw_view), so any backend torch has 
 NCCL on GPUs) moves the bytes, and none of them adds anything up: `ordered` never uses torch's
 all_reduce, whose order is the backend's.
 """
+import collections
 import hashlib
 import json
 
@@ -41,6 +42,15 @@ class TorchCommunicator:
         self.device_id = device.index if device.type == "cuda" else -1
         self.peers = [_global_rank(group, r) for r in range(self.size)]
         self._workspace = None
+        # Every view handed to torch.distributed, kept for a while after its collective: a view's
+        # last reference must not be dropped on one of gloo's threads (it releases a finished
+        # work, and with it the tensor, after wait() has returned), because freeing a view calls
+        # into Python (nanobind's DLPack deleter takes the GIL), and a thread that asks for the GIL
+        # while the interpreter exits is ended inside C++ (std::terminate: "terminate called
+        # without an active exception", status 134, at the exit of a script that does not call
+        # destroy_process_group). Held here, the view is freed by Python, on a Python thread.
+        # Long after its collective ended (each one is waited for), so the bound is harmless.
+        self._held = collections.deque(maxlen=4096)
 
     def describe(self):
         return "torch.distributed (%s, %d ranks)" % (dist.get_backend(self.group), self.size)
@@ -48,12 +58,18 @@ class TorchCommunicator:
     def _view(self, ptr, nbytes, on_device=True):
         return _core._raw_view(ptr, nbytes, self.device_id if on_device else -1)
 
+    def _lent(self, ptr, nbytes):
+        """A view for a torch.distributed call, held (see _held)."""
+        v = self._view(ptr, nbytes)
+        self._held.append(v)
+        return v
+
     def all_gather_v(self, buf, offsets, counts):
         # Rank r's block broadcast from r, in rank order: the blocks may differ in size, which
         # torch's all_gather does not take (NCCL's neither; the core's NCCL communicator does the same).
         for r in range(self.size):
             if counts[r]:
-                dist.broadcast(self._view(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
+                dist.broadcast(self._lent(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
 
     def all_to_all_v(self, send, send_offsets, send_counts, recv, recv_offsets, recv_counts):
         # Point to point, batched (gloo and NCCL both take it); the own block is a local copy.
@@ -65,10 +81,10 @@ class TorchCommunicator:
                         self._view(send + send_offsets[r], send_counts[r]))
                 continue
             if recv_counts[r]:
-                ops.append(dist.P2POp(dist.irecv, self._view(recv + recv_offsets[r], recv_counts[r]),
+                ops.append(dist.P2POp(dist.irecv, self._lent(recv + recv_offsets[r], recv_counts[r]),
                                       self.peers[r], self.group))
             if send_counts[r]:
-                ops.append(dist.P2POp(dist.isend, self._view(send + send_offsets[r], send_counts[r]),
+                ops.append(dist.P2POp(dist.isend, self._lent(send + send_offsets[r], send_counts[r]),
                                       self.peers[r], self.group))
         if ops:
             for work in dist.batch_isend_irecv(ops):
@@ -87,7 +103,7 @@ class TorchCommunicator:
 
     def all_reduce_max_i32(self, values, count):
         if count:
-            dist.all_reduce(self._view(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
+            dist.all_reduce(self._lent(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
 
     def barrier(self):
         dist.barrier(group=self.group)
