@@ -223,7 +223,7 @@ def attach(shared_tasks, process_group, grad_reduce, lines):
         s.sharded_comm = comm
 
 
-def agree_step(group, sizes, missings, lines, error=None):
+def agree_step(group, sizes, missings, lines, words=None, error=None):
     """The step's one collective before any Task of the optimizer steps: an all_reduce(MAX) of
     int32 flags, each with its negation (so that max and min come back together), holding
     - every Task's mask (1 for a parameter without a gradient): every rank must leave out the same
@@ -233,12 +233,14 @@ def agree_step(group, sizes, missings, lines, error=None):
       one rank, a param_groups edit) must not run a mixed step;
     - whether this rank refused the step itself (`error`, raised before this point): the others
       must not wait for it in a collective it never joins.
+    `words`: digest_words(lines) when the caller has them already.
     Any difference raises on every rank (after an all-gather of the ranks' descriptions, only then,
     to say what differs); the rank that refused re-raises its own error."""
     total = sum(sizes)
-    head = [0, 0, 0] if error is not None else [0] + digest_words(lines)
     if error is not None:
-        head[0] = 1
+        head = [1, 0, 0]
+    else:
+        head = [0] + (words if words is not None else digest_words(lines))
     flags = [0] * total
     if error is None:
         first = 0

@@ -134,7 +134,7 @@ class SharedTask:
         # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
         # norm leaves masked tensors out, as clip_grad_norm_ does parameters without a .grad), and
         # under a sharded step (_torch_dist.py) too, where every rank writes the same mask
-        # (check_missing).
+        # (_torch_dist.agree_step).
         self.mask = task.scalar_view("tensor_mask", did)
         self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
         # The gradient table (int64 addresses) and what it holds: compile() wrote the G views'.

@@ -413,8 +413,14 @@ class _Base(Optimizer):
         stepping = {id(s) for s in self._shared()}
         tasks = self._sharded_tasks
         missings = [s.collect_missing() if id(s) in stepping else list(range(len(s.params))) for s in tasks]
-        _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], missings,
-                               self._agreement_lines(configs))
+        # The lines and their digest are remade only when a group's configuration or the groups'
+        # order changed (a comparison of small dicts per step, not a hash).
+        key = ([id(g["params"]) for g in self.param_groups], configs)
+        if key != getattr(self, "_agree_key", None):
+            lines = self._agreement_lines(configs)
+            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
+        lines, words = self._agree_lines
+        _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], missings, lines, words=words)
         for s, missing in zip(tasks, missings):
             if id(s) in stepping:
                 s.finish_step(missing, grad_scale)
