@@ -44,6 +44,26 @@ void maybe_lose_rank(int rank, int t) {
   if (std::sscanf(spec, "%d:%d", &r, &step) == 2 && r == rank && step == t) std::raise(SIGKILL);
 }
 
+// `mpirun -np K renaissance run ...` without --distributed would run K whole, independent jobs,
+// each printing the same report and writing the same --checkpoint/--record files: refused
+// before anything runs. The launchers say the world size in the environment of each process
+// (Open MPI: OMPI_COMM_WORLD_SIZE; MPICH, Intel MPI and PMI-2 launchers: PMI_SIZE). This also
+// covers one rank of an MPMD launch given no --distributed: it exits 2 and mpirun ends the job,
+// instead of the other ranks waiting for it.
+void refuse_copies_under_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    char* end = nullptr;
+    const long size = std::strtol(value, &end, 10);
+    if (end == value || *end != '\0' || size <= 1) continue;
+    throw_invalid(std::string("this process is one of ") + std::to_string(size) + " started by an MPI launcher (" +
+                  name + "=" + value + ") but --distributed is not given: each process would run the whole job " +
+                  "alone (" + std::to_string(size) + " copies printing and writing the same outputs). Give every " +
+                  "rank --distributed mpi (or nccl) to run one job over the ranks, or start one process");
+  }
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -396,6 +416,7 @@ int cmd_run(const RunOptions& o) {
   }
   const bool distributed = !o.distributed.empty();
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
+  if (!distributed) refuse_copies_under_launcher();
   if (distributed) {
     if (!nccl && o.distributed != "mpi") {
       throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi (CPU ranks) or nccl (CUDA ranks)");

@@ -9,6 +9,10 @@ buffers the core passes (renaissance._core._raw_view), so any backend torch has 
 NCCL on GPUs) moves the bytes, and none of them adds anything up: `ordered` never uses torch's
 all_reduce, whose order is the backend's.
 """
+import collections
+import hashlib
+import json
+
 import torch
 import torch.distributed as dist
 
@@ -38,6 +42,15 @@ class TorchCommunicator:
         self.device_id = device.index if device.type == "cuda" else -1
         self.peers = [_global_rank(group, r) for r in range(self.size)]
         self._workspace = None
+        # Every view handed to torch.distributed, kept for a while after its collective: a view's
+        # last reference must not be dropped on one of gloo's threads (it releases a finished
+        # work, and with it the tensor, after wait() has returned), because freeing a view calls
+        # into Python (nanobind's DLPack deleter takes the GIL), and a thread that asks for the GIL
+        # while the interpreter exits is ended inside C++ (std::terminate: "terminate called
+        # without an active exception", status 134, at the exit of a script that does not call
+        # destroy_process_group). Held here, the view is freed by Python, on a Python thread.
+        # Long after its collective ended (each one is waited for), so the bound is harmless.
+        self._held = collections.deque(maxlen=4096)
 
     def describe(self):
         return "torch.distributed (%s, %d ranks)" % (dist.get_backend(self.group), self.size)
@@ -45,12 +58,18 @@ class TorchCommunicator:
     def _view(self, ptr, nbytes, on_device=True):
         return _core._raw_view(ptr, nbytes, self.device_id if on_device else -1)
 
+    def _lent(self, ptr, nbytes):
+        """A view for a torch.distributed call, held (see _held)."""
+        v = self._view(ptr, nbytes)
+        self._held.append(v)
+        return v
+
     def all_gather_v(self, buf, offsets, counts):
         # Rank r's block broadcast from r, in rank order: the blocks may differ in size, which
         # torch's all_gather does not take (NCCL's neither; the core's NCCL communicator does the same).
         for r in range(self.size):
             if counts[r]:
-                dist.broadcast(self._view(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
+                dist.broadcast(self._lent(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
 
     def all_to_all_v(self, send, send_offsets, send_counts, recv, recv_offsets, recv_counts):
         # Point to point, batched (gloo and NCCL both take it); the own block is a local copy.
@@ -62,10 +81,10 @@ class TorchCommunicator:
                         self._view(send + send_offsets[r], send_counts[r]))
                 continue
             if recv_counts[r]:
-                ops.append(dist.P2POp(dist.irecv, self._view(recv + recv_offsets[r], recv_counts[r]),
+                ops.append(dist.P2POp(dist.irecv, self._lent(recv + recv_offsets[r], recv_counts[r]),
                                       self.peers[r], self.group))
             if send_counts[r]:
-                ops.append(dist.P2POp(dist.isend, self._view(send + send_offsets[r], send_counts[r]),
+                ops.append(dist.P2POp(dist.isend, self._lent(send + send_offsets[r], send_counts[r]),
                                       self.peers[r], self.group))
         if ops:
             for work in dist.batch_isend_irecv(ops):
@@ -84,27 +103,10 @@ class TorchCommunicator:
 
     def all_reduce_max_i32(self, values, count):
         if count:
-            dist.all_reduce(self._view(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
+            dist.all_reduce(self._lent(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
 
     def barrier(self):
         dist.barrier(group=self.group)
-
-    def check_missing(self, missing, n):
-        """A parameter without a gradient is masked on the ranks where it has none: on all or
-        none of them (every rank's mask must be the same), or the ranks' parameters would drift apart. One small
-        all_reduce per step (the flags' max and, negated, their min)."""
-        flags = torch.zeros(2 * n, dtype=torch.int32)
-        for j in missing:
-            flags[j] = 1
-            flags[n + j] = -1
-        flags = flags.to(self.device) if dist.get_backend(self.group) == "nccl" else flags
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-        flags = flags.cpu()
-        differ = [j for j in range(n) if int(flags[j]) != -int(flags[n + j])]
-        if differ:
-            raise ValueError("renaissance.torch: parameter(s) %s have a gradient on some ranks of the process group "
-                             "and none (None) on others; under a process_group every rank must leave out the same "
-                             "parameters" % differ)
 
     # Device memory only (a CUDA task): the staging copies and the workspace, through torch.
     def copy(self, dst, dst_device, src, src_device, nbytes):
@@ -143,49 +145,134 @@ def check_group(process_group, grad_reduce):
                          % dist.get_rank())
 
 
-def _signature(optimizer_name, grad_reduce, shared_tasks):
-    """What every rank must agree on, as int64s: the class, the mode, and every Task's parameter
-    shapes and kind (a rank with other parameters or another mode would exchange wrong bytes)."""
-    words = [len(optimizer_name), sum(ord(c) * (i + 1) for i, c in enumerate(optimizer_name)),
-             GRAD_REDUCE.index(grad_reduce), len(shared_tasks)]
-    for s in shared_tasks:
-        words.append(len(s.params))
-        words.append(sum(ord(c) * (i + 1) for i, c in enumerate(s.kind + "/" + s.precision)))
-        for p in s.params:
-            words.append(p.dim())
-            words.extend(int(d) for d in p.shape)
-    # Folded to a fixed length (all ranks must send equal sizes): count, then a polynomial hash.
-    h = 0
-    for w in words:
-        h = (h * 1000003 + w + 1) % (2 ** 61 - 1)
-    return [len(words), h]
+def digest_words(lines):
+    """A configuration's (name, value) lines -> two 31-bit words (so that a word and its negation
+    are both int32: agree_step finds a difference as max != min with one all_reduce(MAX))."""
+    h = hashlib.blake2b("\n".join("%s=%s" % nv for nv in lines).encode(), digest_size=8).digest()
+    v = int.from_bytes(h, "little")
+    return [v & 0x7FFFFFFF, (v >> 31) & 0x7FFFFFFF]
 
 
-def attach(optimizer_name, shared_tasks, process_group, grad_reduce):
-    """Checks that every rank of the group builds the same optimizer, then gives each Task a
-    sharded step over the group (SharedTask.run_step runs it). A collective: every rank of
-    the group constructs its optimizer at the same point."""
+def all_gather_text(group, text):
+    """Every rank's `text` (any length), in rank order. Only on a path where every rank already
+    knows that something differs (two collectives: the lengths, then the padded bytes)."""
+    data = text.encode()
+    lengths = [w[0] for w in all_gather_words(group, [len(data)])]
+    buf = torch.zeros(max(max(lengths), 1), dtype=torch.uint8)
+    if data:
+        buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    mine = _carrier(group, buf)
+    seen = [torch.zeros_like(mine) for _ in lengths]
+    dist.all_gather(seen, mine, group=group)
+    return [bytes(t.cpu()[:n].numpy()).decode() for t, n in zip(seen, lengths)]
+
+
+def _ranks(rs):
+    return "rank%s %s" % ("s" if len(rs) > 1 else "", ", ".join(str(r) for r in rs))
+
+
+def mismatch_message(descriptions, when):
+    """The ranks' configurations (lists of (name, value)) -> one message naming the first option
+    that differs, each of its values with the ranks holding it, and the other options that differ."""
+    names, seen = [], set()
+    for d in descriptions:
+        for name, _ in d:
+            if name not in seen:
+                seen.add(name)
+                names.append(name)
+    per = [dict(d) for d in descriptions]
+    differ = []
+    for name in names:
+        values = [p.get(name, "(not set)") for p in per]
+        if len(set(values)) > 1:
+            differ.append((name, values))
+    if not differ:  # equal texts with unequal digests cannot happen; said rather than hidden
+        return "renaissance.torch: the ranks' configuration digests differ %s but their descriptions do not" % when
+    name, values = differ[0]
+    holders = {}
+    for r, v in enumerate(values):
+        holders.setdefault(v, []).append(r)
+    also = ""
+    if len(differ) > 1:
+        also = " (also different: %s)" % ", ".join(n for n, _ in differ[1:])
+    return ("renaissance.torch: the ranks of the process group have different configurations %s: %s differs: %s%s. "
+            "Every rank must build and step the same optimizer (class, every hyperparameter of every param group, "
+            "seed, precision, master_weights, stochastic_rounding, grad_reduce, parameters)"
+            % (when, name, "; ".join("%s on %s" % (v, _ranks(rs)) for v, rs in holders.items()), also))
+
+
+def attach(shared_tasks, process_group, grad_reduce, lines):
+    """Checks that every rank of the group builds the same optimizer (`lines`: its whole
+    configuration as (name, value) pairs, _Base._agreement_lines), then gives each Task a sharded
+    step over the group (SharedTask.finish_step runs it). A collective: every rank of the group
+    constructs its optimizer at the same point."""
     device = shared_tasks[0].device
     size = dist.get_world_size(process_group)
     rank = dist.get_rank(process_group)
-    mine = torch.tensor([size] + _signature(optimizer_name, grad_reduce, shared_tasks), dtype=torch.int64)
-    if dist.get_backend(process_group) == "nccl":
-        mine = mine.to(device)
-    seen = [torch.zeros_like(mine) for _ in range(size)]
     try:
-        dist.all_gather(seen, mine, group=process_group)
+        seen = all_gather_words(process_group, [size] + digest_words(lines))
     except RuntimeError as e:
         raise RuntimeError("renaissance.torch: the process group's handshake failed (%s). Every rank of the group "
                            "must construct the same optimizer with process_group= at the same point" % e) from e
-    for r, other in enumerate(seen):
-        if not torch.equal(other.cpu(), mine.cpu()):
-            raise ValueError("renaissance.torch: rank %d of the process group built another optimizer than rank %d "
-                             "(world size, class, grad_reduce, parameter shapes or groups differ): every rank must "
-                             "build the same one" % (r, rank))
+    if any(w != seen[rank] for w in seen):
+        texts = all_gather_text(process_group, json.dumps(lines))
+        raise ValueError(mismatch_message([json.loads(t) for t in texts], "at construction"))
     for s in shared_tasks:
         comm = TorchCommunicator(process_group, device)
         s.sharded = _core._ShardedStep(s.task, comm, rank, size, grad_reduce)
         s.sharded_comm = comm
+
+
+def agree_step(group, sizes, missings, lines, words=None, error=None):
+    """The step's one collective before any Task of the optimizer steps: an all_reduce(MAX) of
+    int32 flags, each with its negation (so that max and min come back together), holding
+    - every Task's mask (1 for a parameter without a gradient): every rank must leave out the same
+      parameters, or the ranks' parameters would drift apart;
+    - the digest of the whole configuration as this rank will step it (`lines`, see
+      _Base._agreement_lines): a hyperparameter changed on some ranks only (a scheduler stepped on
+      one rank, a param_groups edit) must not run a mixed step;
+    - whether this rank refused the step itself (`error`, raised before this point): the others
+      must not wait for it in a collective it never joins.
+    `words`: digest_words(lines) when the caller has them already.
+    Any difference raises on every rank (after an all-gather of the ranks' descriptions, only then,
+    to say what differs); the rank that refused re-raises its own error."""
+    total = sum(sizes)
+    if error is not None:
+        head = [1, 0, 0]
+    else:
+        head = [0] + (words if words is not None else digest_words(lines))
+    flags = [0] * total
+    if error is None:
+        first = 0
+        for n, missing in zip(sizes, missings):
+            for j in missing:
+                flags[first + j] = 1
+            first += n
+    vals = flags + head
+    t = _carrier(group, torch.tensor(vals + [-v for v in vals], dtype=torch.int32))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    t = t.cpu().tolist()
+    m = len(vals)
+    hi, lo = t[:m], [-v for v in t[m:]]
+    if hi[total] or hi[total + 1:] != lo[total + 1:]:
+        mine = json.dumps({"error": "%s: %s" % (type(error).__name__, error)} if error is not None else {"lines": lines})
+        said = [json.loads(x) for x in all_gather_text(group, mine)]
+        if error is not None:
+            raise error
+        refused = [r for r, d in enumerate(said) if "error" in d]
+        if refused:
+            raise ValueError("renaissance.torch: %s of the process group refused this step (%s); no rank stepped"
+                             % (_ranks(refused), said[refused[0]]["error"]))
+        raise ValueError(mismatch_message([d["lines"] for d in said], "at this step (a hyperparameter changed on "
+                                          "some ranks only: a scheduler, a param_groups edit?); no rank stepped"))
+    first = 0
+    for n in sizes:
+        differ = [j for j in range(n) if hi[first + j] != lo[first + j]]
+        if differ:
+            raise ValueError("renaissance.torch: parameter(s) %s have a gradient on some ranks of the process group "
+                             "and none (None) on others; under a process_group every rank must leave out the same "
+                             "parameters" % differ)
+        first += n
 
 
 # ---- renaissance.torch.Recorder under a process group (recorder.py) ----------------------------

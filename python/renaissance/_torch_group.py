@@ -134,7 +134,7 @@ class SharedTask:
         # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
         # norm leaves masked tensors out, as clip_grad_norm_ does parameters without a .grad), and
         # under a sharded step (_torch_dist.py) too, where every rank writes the same mask
-        # (check_missing).
+        # (_torch_dist.agree_step).
         self.mask = task.scalar_view("tensor_mask", did)
         self.mask_written = ()  # the missing ids the device's mask holds (the arena starts at 0)
         # The gradient table (int64 addresses) and what it holds: compile() wrote the G views'.
@@ -244,7 +244,13 @@ class SharedTask:
     def step(self, grad_scale):
         """One core step for every group. Returns False when no parameter has a gradient.
         Without master weights the masters are first set from the parameters (the step then
-        starts from the model-dtype weights alone)."""
+        starts from the model-dtype weights alone). Under a process group the optimizer runs the
+        two halves itself, with one collective for all its Tasks between them (_torch_dist.agree_step)."""
+        return self.finish_step(self.collect_missing(), grad_scale)
+
+    def collect_missing(self):
+        """The ids of the parameters without a gradient this step (masked); gradients the step
+        cannot read in place are copied in (and the table's addresses noted for finish_step)."""
         missing = []
         foreign = []  # ids whose .grad is a tensor of autograd's, not our view: copied in below
         # The table: each parameter's gradient address. The G view's for a view, a missing
@@ -277,8 +283,13 @@ class SharedTask:
                               "it is copied in and .grad re-pointed (one extra copy; see docs/python.md)",
                               stacklevel=3)
             self.copy_in(foreign)
-        if self.sharded is not None:  # every rank must leave out the same parameters
-            self.sharded_comm.check_missing(missing, len(self.params))
+        self.pending_ptrs = ptrs
+        return missing
+
+    def finish_step(self, missing, grad_scale):
+        """The step itself, after collect_missing (and, under a process group, after every rank
+        agreed on the mask and the configuration)."""
+        ptrs, self.pending_ptrs = self.pending_ptrs, None
         if len(missing) == len(self.params):
             return False
         self.set_scale(grad_scale)

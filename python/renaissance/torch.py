@@ -10,6 +10,7 @@ uses torch's names and format, fingerprint() is the CLI's XXH3. Imported only on
 `import renaissance` does not import torch.
 """
 import copy
+import hashlib
 import math
 import numbers
 import operator
@@ -58,6 +59,8 @@ def _defaults_of(kind):
 # The step hooks common to all optimizers: torch's own tables where torch has them (2.0+), so that
 # torch.optim.optimizer.register_optimizer_step_pre_hook reaches these classes too; else the
 # module's, filled by the functions below.
+# Core hyperparameter names -> how a param group spells them (_Base._agreement_lines).
+_AGREE_NAMES = {"beta1": "['betas'][0]", "beta2": "['betas'][1]"}
 _GLOBAL_PRE_HOOKS = getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None)
 _GLOBAL_POST_HOOKS = getattr(_torch_optimizer, "_global_optimizer_post_hooks", None)
 if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
@@ -198,10 +201,12 @@ class _Base(Optimizer):
         if self._process_group is not None:
             # Before adopt(): a failed handshake leaves the parameters as they were.
             try:
-                _torch_dist.attach(type(self).__name__, new_tasks, self._process_group, self._grad_reduce)
+                _torch_dist.attach(new_tasks, self._process_group, self._grad_reduce, self._agreement_lines(
+                    [self._core_config(g) for g in self.param_groups]))
             except Exception:
                 del self.param_groups[n_before:]
                 raise
+            self.__dict__.setdefault("_sharded_tasks", []).extend(new_tasks)
         for shared in new_tasks:
             shared.adopt()
         for i in indices:
@@ -385,6 +390,50 @@ class _Base(Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
             grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
+        if self._process_group is None:
+            self._prepare_step()
+        else:
+            # Under a process group a rank that refuses the step still joins the step's collective
+            # (agree_step), so that the others raise too instead of waiting for it.
+            try:
+                configs = self._prepare_step()
+            except Exception as e:
+                _torch_dist.agree_step(self._process_group, [len(s.params) for s in self._sharded_tasks], None,
+                                       None, error=e)
+                raise
+        # The scaler's verdict before anything of the step runs (see _amp_skip).
+        self._amp_skipped = _amp_skip(grad_scale, found_inf)
+        if self._amp_skipped:
+            for shared in self._shared():  # counted as the core counts its own skips
+                shared.task.count_skipped_step()
+            return loss
+        if self._process_group is None:
+            for shared in self._shared():
+                shared.step(grad_scale)
+            return loss
+        # One collective for the whole optimizer before any Task steps: every Task's mask and
+        # the digest of the configuration this rank steps with (a hyperparameter changed on one
+        # rank only is refused on every rank). A Task whose groups were all removed is not
+        # stepped (its mask: every parameter).
+        stepping = {id(s) for s in self._shared()}
+        tasks = self._sharded_tasks
+        missings = [s.collect_missing() if id(s) in stepping else list(range(len(s.params))) for s in tasks]
+        # The lines and their digest are remade only when a group's configuration or the groups'
+        # order changed (a comparison of small dicts per step, not a hash).
+        key = ([id(g["params"]) for g in self.param_groups], configs)
+        if key != getattr(self, "_agree_key", None):
+            lines = self._agreement_lines(configs)
+            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
+        lines, words = self._agree_lines
+        _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], missings, lines, words=words)
+        for s, missing in zip(tasks, missings):
+            if id(s) in stepping:
+                s.finish_step(missing, grad_scale)
+        return loss
+
+    def _prepare_step(self):
+        """The binding followed and every group's hyperparameters validated, then applied to the
+        Tasks' scalars. -> each param group's (kind, core hyperparameters)."""
         # Every group's hyperparameters are checked (values, and what the compiled step fixes)
         # before any is applied: a refused edit in one group leaves every group as it was, so
         # the other groups' edits reach the next step that is not refused.
@@ -409,15 +458,46 @@ class _Base(Optimizer):
             # reach the device.
             for shared in lr_batch.values():
                 shared.flush_lrs()
-        # The scaler's verdict before anything of the step runs (see _amp_skip).
-        self._amp_skipped = _amp_skip(grad_scale, found_inf)
-        if self._amp_skipped:
-            for shared in self._shared():  # counted as the core counts its own skips
-                shared.task.count_skipped_step()
-            return loss
-        for shared in self._shared():
-            shared.step(grad_scale)
-        return loss
+        return configs
+
+    def _agreement_lines(self, configs):
+        """This optimizer's whole configuration as (name, value) strings, in one fixed order: what
+        every rank of a process group must hold alike (_torch_dist.attach at construction and
+        add_param_group, agree_step at every step): the class, grad_reduce, seed, master_weights,
+        stochastic_rounding, and per param group its parameters (dtype; count, device, shapes and
+        roles digested), its algorithm and every hyperparameter as the core runs it
+        (`configs`: each group's (kind, hyper) from _core_config). threads may differ (the bits
+        do not depend on it)."""
+        lines = [("class", type(self).__name__), ("grad_reduce", self._grad_reduce), ("seed", str(self._seed)),
+                 ("master_weights", str(self._master_weights)),
+                 ("stochastic_rounding", str(self._rounding == "stochastic")),
+                 ("len(param_groups)", str(len(self.param_groups)))]
+        for i, (group, (kind, hyper)) in enumerate(zip(self.param_groups, configs)):
+            dtype, layout = self._layout_text(group)
+            lines.append(("param_groups[%d] dtype" % i, dtype))
+            lines.append(("param_groups[%d] parameters" % i, layout))
+            lines.append(("param_groups[%d] algorithm" % i, kind))
+            for k, v in hyper.items():
+                lines.append(("param_groups[%d]%s" % (i, _AGREE_NAMES.get(k, "[%r]" % k)), repr(v)))
+            if "max_grad_norm" not in hyper:
+                lines.append(("param_groups[%d]['max_grad_norm']" % i, "None"))
+        return lines
+
+    def _layout_text(self, group):
+        """(dtype, "N tensors on DEVICE, shapes and roles DIGEST") of a group's parameters; kept per
+        parameter list (fixed after binding), so a step recomputes it only for a new list."""
+        params = group["params"]
+        cache = self.__dict__.setdefault("_layout_texts", {})
+        hit = cache.get(id(params))
+        if hit is not None and hit[0] is params and hit[1] == len(params) and hit[2] is group.get("trust_ratio"):
+            return hit[3]
+        shapes = repr([(tuple(p.shape), str(p.dtype)) for p in params]) + repr(self._roles(group))
+        text = (" ".join(sorted({str(p.dtype).replace("torch.", "") for p in params})),
+                "%d tensors on %s, shapes and roles %s" % (
+                    len(params), ", ".join(sorted({p.device.type for p in params})),
+                    hashlib.blake2b(shapes.encode(), digest_size=6).hexdigest()))
+        cache[id(params)] = (params, len(params), group.get("trust_ratio"), text)
+        return text
 
     # ---- state ------------------------------------------------------------------------------
     def _refresh_state(self):

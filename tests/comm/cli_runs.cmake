@@ -1,5 +1,5 @@
 # ctest script (cmake -P) for `renaissance run --distributed mpi` through the real CLI under
-# mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal
+# mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal|copies
 #   equal:   (lars, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
 #            fingerprint, ordered the --simulate-ranks K one (every kind: sharded_runs.cc); --json carries world_size, grad_reduce, comm_ms_per_step.
 #            The same at K = 2 with a model copy: --precision bf16 --stochastic-rounding (lamb),
@@ -15,6 +15,8 @@
 #            which holds two altered copies of LAYOUT), the other ranks not: the launcher exits 2 within
 #            10 s (mpirun --timeout 10 ends a hang) and the message names FLAG as the first
 #            difference with rank 1 apart; EXPECT=0: the ranks may differ so (exit 0).
+#   copies:  mpirun -np 2 without --distributed, and an MPMD launch with it on one rank only: exit 2
+#            within 10 s saying --distributed is missing; nothing ran, no checkpoint written.
 set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
 set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
 set(ENV{OMP_NUM_THREADS} 1)
@@ -177,6 +179,40 @@ elseif(CASE STREQUAL "mismatch")
     endif()
   endif()
   message("ok: exit ${rc} after ${seconds} s")
+elseif(CASE STREQUAL "copies")
+  # mpirun -np 2 renaissance run without --distributed: refused on every process (exit 2 within
+  # 10 s, nothing run, no checkpoint written) instead of two whole runs writing one file; and an
+  # MPMD launch where one rank lacks --distributed ends the job instead of leaving the other rank
+  # waiting for it.
+  set(ck ${WORK}/copies.ckpt)
+  file(REMOVE ${ck})
+  set(plain ${CLI} run --model ${LAYOUT} --threads 1 --steps 3)
+  foreach(form copies mpmd)
+    if(form STREQUAL "copies")
+      set(cmd ${MPIRUN} --oversubscribe --timeout 10 -np 2 ${plain} --checkpoint ${ck})
+    else()
+      set(cmd ${MPIRUN} --oversubscribe --timeout 10 -np 1 ${plain} --distributed mpi : -np 1 ${plain})
+    endif()
+    string(TIMESTAMP t0 "%s")
+    execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 40)
+    string(TIMESTAMP t1 "%s")
+    math(EXPR seconds "${t1} - ${t0}")
+    message("${out}${err}")
+    string(REPLACE ";" " " words "${cmd}")
+    if(NOT "${rc}" STREQUAL "2")
+      message(FATAL_ERROR "${form}: exit ${rc} after ${seconds} s, expected 2: ${words}")
+    endif()
+    if(NOT "${out}${err}" MATCHES "this process is one of 2 started by an MPI launcher \\(OMPI_COMM_WORLD_SIZE=2\\) but --distributed is not given")
+      message(FATAL_ERROR "${form}: the message does not say that --distributed is missing under mpirun")
+    endif()
+    if("${out}" MATCHES "fingerprint" OR EXISTS ${ck})
+      message(FATAL_ERROR "${form}: a process ran (a fingerprint printed or ${ck} written)")
+    endif()
+    if(seconds GREATER 10)
+      message(FATAL_ERROR "${form}: took ${seconds} s")
+    endif()
+    message("ok ${form}: exit ${rc} after ${seconds} s")
+  endforeach()
 else()
   message(FATAL_ERROR "unknown CASE ${CASE}")
 endif()

@@ -1,0 +1,30 @@
+"""A plain two-rank training script under a gloo process group that never calls
+destroy_process_group (as many scripts do): run by test_torch_dist_exit.py, which checks that
+the process leaves with status 0 at interpreter exit.
+
+Usage: python dist_exit_script.py RANK WORLD_SIZE INIT_FILE [GRAD_REDUCE]
+"""
+import datetime
+import sys
+
+import torch
+import torch.distributed as dist
+
+import renaissance.torch as rt
+
+rank, world, init_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+mode = sys.argv[4] if len(sys.argv) > 4 else "ordered"
+dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=60))
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+opt = rt.AdamW(model.parameters(), lr=1e-3, max_grad_norm=1.0, threads=1, process_group=dist.group.WORLD,
+               grad_reduce=mode)
+g = torch.Generator().manual_seed(rank)
+for _ in range(3):
+    x = torch.randn(32, 64, generator=g)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("rank %d done, fingerprint %s" % (rank, opt.fingerprint()))
