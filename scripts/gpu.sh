@@ -364,6 +364,9 @@ for p, opt in ((ours, rt.AdamW([ours], lr=1e-2, weight_decay=0.01)), (ref, torch
 diff = (ours - ref).abs().max().item()
 assert diff <= 1e-6, f"one AdamW step differs from torch's by {diff}"
 bundled = sorted(f for f in os.listdir(pkg) if ".so" in f)
+# With torch's libraries loaded too, every Highway in the process is the package's own.
+hwy = sorted({l.split()[5] for l in open("/proc/self/maps") if len(l.split()) >= 6 and "libhwy" in l.split()[5]})
+assert hwy and all(os.path.dirname(os.path.realpath(h)) == os.path.realpath(pkg) for h in hwy), f"Highway mapped from {hwy}, not from {pkg}"
 print(f"wheel: import ok {os.path.basename(whl)} ({os.path.getsize(whl) // 1024} KiB), renaissance "
       f"{renaissance.__version__} with_cuda {renaissance.with_cuda}, torch {torch.__version__}, one {dev} AdamW "
       f"step max|ours - torch| {diff:.1e}; package .so files {bundled}; LD_LIBRARY_PATH unset")
