@@ -341,6 +341,12 @@ phase_wheel() {
     "$PY" -m venv --system-site-packages --without-pip "$venv" || { result "venv FAILED"; return 1; }
     pip_venv=("$PY" -m pip --python "$venv/bin/python")
   fi
+  # Where the machine's python is itself a venv (torch in /opt/torch/.venv), --system-site-packages
+  # reaches only its base interpreter's packages: a .pth file adds the machine's site-packages
+  # after the fresh venv's own, so torch and numpy are the machine's and renaissance the wheel's.
+  "$PY" -c 'import site, sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)' &&
+    "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > \
+      "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/machine-site.pth"
   # --no-index: numpy, the one dependency, must be satisfied by the machine's own.
   "${pip_venv[@]}" install --no-index "$whl" || { result "pip install of $(basename "$whl") FAILED"; return 1; }
   cd "$wdir" || return 1  # outside the source tree: `import renaissance` is the installed one
