@@ -39,6 +39,14 @@
 #                the extension from $BUILD (built by the build phase) instead of pip, so the
 #                library is compiled once. PYTHON_CUDA=OFF: a dry run without a GPU (CPU
 #                extension, the CUDA tests skip); PYTHON: the interpreter (default python3).
+#   wheel        a wheel that stands alone: `pip wheel .` with CUDA (no network, no build isolation;
+#                the build tree of the python phase, $BUILD-python/skbuild, so after it only the
+#                packing runs) into $BUILD-wheel/dist, installed into a fresh venv
+#                (--system-site-packages: torch and numpy from the machine), then, with
+#                LD_LIBRARY_PATH unset (this machine has no Highway but .deps/), from outside the
+#                source tree: import renaissance and renaissance.torch, one CUDA AdamW step
+#                against torch.optim.AdamW's, and tests/python/test_wheel.py (ldd of the installed
+#                extension, its RUNPATH, a moved copy). Prints 'wheel: import ok ...'.
 #   torchbench   against torch, through the installed package (run python first) and bench_step:
 #                ARGs precision (bench/bench_torch_precision.py: AdamW with bf16 parameters and
 #                fp32 masters, torch's best ways against bench_step --precision bf16) and step
@@ -111,8 +119,8 @@ PY=$(command -v "${PYTHON:-python3}" || echo "${PYTHON:-python3}")
 export LD_LIBRARY_PATH="$DEPS/lib:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 RESULT_FILE=${RESULT_FILE:-/dev/null}  # where a phase leaves its one-line result for the table
 
-PHASES=(build test conformance sanitize python torchbench torchsuite bench ab compare golden cli dist)
-declare -A DEFAULT_LIMIT=([build]=300 [test]=300 [conformance]=240 [sanitize]=270 [python]=540
+PHASES=(build test conformance sanitize python wheel torchbench torchsuite bench ab compare golden cli dist)
+declare -A DEFAULT_LIMIT=([build]=300 [test]=300 [conformance]=240 [sanitize]=270 [python]=540 [wheel]=480
   [torchbench]=480 [torchsuite]=560 [bench]=300 [ab]=540 [compare]=420 [golden]=400 [cli]=240 [dist]=540)
 
 usage() {
@@ -249,7 +257,9 @@ python_install() {
     ninja -C "$BUILD" _core || { echo "no _core target? build with PYTHON_EXT=build"; return 1; }
     rm -rf "$PYSITE" && mkdir -p "$PYSITE/renaissance" &&
       cp "$ROOT"/python/renaissance/*.py "$PYSITE/renaissance/" &&
-      cp "$BUILD"/python/_core*.so "$PYSITE/renaissance/"
+      cp "$BUILD"/python/_core*.so "$PYSITE/renaissance/" &&
+      # The libraries bundled beside the extension (Highway; python/CMakeLists.txt), if any.
+      find "$BUILD/python" -maxdepth 1 -name 'lib*.so*' -exec cp {} "$PYSITE/renaissance/" \;
     return
   fi
   mkdir -p "$PYBUILD"
@@ -308,6 +318,82 @@ phase_python() {
     fi
   fi
   result "install ${install_s} s; pytest: ${summary:-no summary}$([ ${#extras[@]} -gt 0 ] && echo "; $(join_by ';' "${extras[@]}")")"
+  return "$rc"
+}
+
+phase_wheel() {
+  local t0=$SECONDS wdir=$BUILD-wheel venv whl pip_venv rc
+  venv=$wdir/venv
+  # Built without .deps/ on the loader's path: CMake finds Highway through RENAISSANCE_DEPS_DIR.
+  LD_LIBRARY_PATH=$(tr ':' '\n' <<< "${LD_LIBRARY_PATH:-}" | grep -v "^$DEPS/" | grep -v '^$' | paste -sd:)
+  export LD_LIBRARY_PATH
+  rm -rf "$wdir/dist" && mkdir -p "$wdir/dist" "$PYBUILD"
+  echo "== pip wheel (CUDA ${PYTHON_CUDA:-ON}, build tree $PYBUILD/skbuild) into $wdir/dist"
+  if ! SKBUILD_BUILD_DIR="$PYBUILD/skbuild" \
+       SKBUILD_CMAKE_DEFINE="RENAISSANCE_CUDA=${PYTHON_CUDA:-ON};RENAISSANCE_DEPS_DIR=$DEPS;CMAKE_PREFIX_PATH=$DEPS" \
+       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+       "$PY" -m pip wheel --no-build-isolation --no-deps --no-index -w "$wdir/dist" "$ROOT"; then
+    result "pip wheel FAILED after $((SECONDS - t0)) s"
+    return 1
+  fi
+  whl=$(ls "$wdir"/dist/renaissance-*.whl)
+  local build_s=$((SECONDS - t0))
+  "$PY" -c 'import sys, zipfile; print("\n".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if "dist-info" not in n))' "$whl"
+  unset LD_LIBRARY_PATH
+  echo "== a fresh venv (--system-site-packages), LD_LIBRARY_PATH unset"
+  rm -rf "$venv"
+  # Without ensurepip (a distribution's python without its venv package) the machine's pip
+  # installs into the venv through --python.
+  if "$PY" -m venv --system-site-packages "$venv" 2> /dev/null; then
+    pip_venv=("$venv/bin/python" -m pip)
+  else
+    rm -rf "$venv"
+    "$PY" -m venv --system-site-packages --without-pip "$venv" || { result "venv FAILED"; return 1; }
+    pip_venv=("$PY" -m pip --python "$venv/bin/python")
+  fi
+  # Where the machine's python is itself a venv (torch in /opt/torch/.venv), --system-site-packages
+  # reaches only its base interpreter's packages: a .pth file adds the machine's site-packages
+  # after the fresh venv's own, so torch and numpy are the machine's and renaissance the wheel's.
+  "$PY" -c 'import site, sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)' &&
+    "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > \
+      "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/machine-site.pth"
+  # --no-index: numpy, the one dependency, must be satisfied by the machine's own.
+  "${pip_venv[@]}" install --no-index "$whl" || { result "pip install of $(basename "$whl") FAILED"; return 1; }
+  cd "$wdir" || return 1  # outside the source tree: `import renaissance` is the installed one
+  "$venv/bin/python" - "$whl" "${PYTHON_CUDA:-ON}" <<'PY' 2>&1 | tee "$wdir/wheel-check.txt"
+import os, sys
+import torch
+import renaissance, renaissance.torch as rt
+whl, cuda = sys.argv[1], sys.argv[2] == "ON"
+pkg = os.path.dirname(renaissance.__file__)
+assert pkg.startswith(sys.prefix), f"renaissance imported from {pkg}, not the venv {sys.prefix}"
+assert "LD_LIBRARY_PATH" not in os.environ
+dev = "cuda" if cuda else "cpu"
+assert renaissance.with_cuda == cuda and (not cuda or torch.cuda.is_available()), (renaissance.with_cuda, torch.cuda.is_available())
+torch.manual_seed(0)
+w0 = torch.randn(37, 5, device=dev)
+g = torch.randn(37, 5, device=dev)
+ours, ref = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+for p, opt in ((ours, rt.AdamW([ours], lr=1e-2, weight_decay=0.01)), (ref, torch.optim.AdamW([ref], lr=1e-2, weight_decay=0.01))):
+    p.grad = g.clone()
+    opt.step()
+diff = (ours - ref).abs().max().item()
+assert diff <= 1e-6, f"one AdamW step differs from torch's by {diff}"
+bundled = sorted(f for f in os.listdir(pkg) if ".so" in f)
+# With torch's libraries loaded too, every Highway in the process is the package's own.
+hwy = sorted({l.split()[5] for l in open("/proc/self/maps") if len(l.split()) >= 6 and "libhwy" in l.split()[5]})
+assert hwy and all(os.path.dirname(os.path.realpath(h)) == os.path.realpath(pkg) for h in hwy), f"Highway mapped from {hwy}, not from {pkg}"
+print(f"wheel: import ok {os.path.basename(whl)} ({os.path.getsize(whl) // 1024} KiB), renaissance "
+      f"{renaissance.__version__} with_cuda {renaissance.with_cuda}, torch {torch.__version__}, one {dev} AdamW "
+      f"step max|ours - torch| {diff:.1e}; package .so files {bundled}; LD_LIBRARY_PATH unset")
+PY
+  rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -m1 '^wheel: ' "$wdir/wheel-check.txt")
+  echo "== tests/python/test_wheel.py on the installed wheel"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_wheel.py" 2>&1 | tee "$wdir/wheel-pytest.txt"
+  [ "${PIPESTATUS[0]}" -ne 0 ] && rc=1
+  result "build ${build_s} s; ${line:-no import line (see the log)}; test_wheel.py: $(grep -E '(passed|failed|error)' "$wdir/wheel-pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')"
   return "$rc"
 }
 
@@ -791,6 +877,7 @@ for spec in "$@"; do
   needs_build=1
   [ "$name" = build ] && needs_build=0
   [[ "$name" == python || "$name" == torchsuite ]] && [ "${PYTHON_EXT:-pip}" != build ] && needs_build=0
+  [ "$name" = wheel ] && needs_build=0
   if [ $needs_build -eq 1 ] && [ $build_failed -eq 1 ]; then
     TABLE+=("$(printf '%-24s %-8s %5s  %s' "$spec" SKIPPED - "the build failed")")
     continue
