@@ -181,7 +181,10 @@ void with_grad(const CudaContext& ctx, const GraphNode& node, Launch&& launch) {
   for (int i = 0; i < kNumAccess && index < 0; ++i) {
     if (kAccessTable[i].grad == node.grad_dtype) index = i;
   }
-  if (index < 0) refuse_access({node.grad_dtype, Precision::kFp32, Rounding::kNearest}, "gradient reader");
+  if (index < 0) {
+    throw Error(ErrorKind::kInvalidArgument, "cuda backend: no gradient reader for encoding " +
+                                                 std::to_string(static_cast<int>(node.grad_dtype)));
+  }
   dispatch_grad(index, ctx, node, launch);
 }
 
