@@ -14,8 +14,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
-#include "backend_cuda/grad_load.cuh"
-#include "backend_cuda/model_copy.cuh"
+#include "backend_cuda/access.cuh"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -154,7 +153,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
   if (n4 == 0) return;
   float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
   float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
-  with_grad(ctx.arena, node, ctx.grads, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
+  with_access(ctx, node, [&](auto g, auto copy) {
     using G = decltype(g);
     using Copy = decltype(copy);
     if (node.hyper_items.count != 0) {
@@ -174,7 +173,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
                                            node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);
-  }); });
+  });
 }
 
 }  // namespace cuda

@@ -98,33 +98,5 @@ struct GradTabled {
   __device__ __forceinline__ Quads quads() const { return Quads{ref, base}; }
 };
 
-// Calls launch(grad) with the reader of the node's G for its encoding (one kernel instantiation
-// per encoding): with a gradient table (table.table non-null: the node's tensors and chunk index
-// in device memory, CudaContext::grads) the table's reader, else the arena span's.
-template <class Launch>
-void with_grad(const char* arena, const GraphNode& node, const GradTableRef& table, Launch&& launch) {
-  if (table.table != nullptr) {
-    switch (node.grad_dtype) {
-      case Precision::kBf16:
-        return launch(GradTabled<Precision::kBf16>{table, 0});
-      case Precision::kFp16:
-        return launch(GradTabled<Precision::kFp16>{table, 0});
-      case Precision::kFp32:
-        break;
-    }
-    return launch(GradTabled<Precision::kFp32>{table, 0});
-  }
-  const char* g = arena + node.g.offset;
-  switch (node.grad_dtype) {
-    case Precision::kBf16:
-      return launch(GradBf16{reinterpret_cast<const uint16_t*>(g)});
-    case Precision::kFp16:
-      return launch(GradF16{reinterpret_cast<const uint16_t*>(g)});
-    case Precision::kFp32:
-      break;
-  }
-  launch(GradF32{reinterpret_cast<const float*>(g)});
-}
-
 }  // namespace cuda
 }  // namespace renaissance

@@ -14,7 +14,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
-#include "backend_cuda/grad_load.cuh"
+#include "backend_cuda/access.cuh"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/math/step_state.h"
 #include "renaissance/math/update_rules.h"
@@ -275,7 +275,7 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
                         static_cast<int64_t>(element_bytes);
     }
   }
-  with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
+  with_grad(ctx, node, [&](auto g) {
     grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
         g, node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32, ctx.check_scratch,
         ctx.at<double>(node.norm.partials), gm);
@@ -301,7 +301,7 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
     const int64_t element_bytes = precision_bytes(node.grad_dtype);
     const int64_t bias_first = (static_cast<int64_t>(node.group_g[0].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
     const int64_t weight_first = (static_cast<int64_t>(node.group_g[1].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
-    with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
+    with_grad(ctx, node, [&](auto g) {
       const auto g_bias = g + bias_first;
       const auto g_weight = g + weight_first;
       constexpr auto kernel = &check_finite_items_kernel<decltype(g_bias)>;
@@ -319,7 +319,7 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
   // Launched even for an empty G (one block): the flag is written every step. The default grid
   // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
   // tickets number about a thousand, not one per 4 KB of gradients.
-  with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
+  with_grad(ctx, node, [&](auto g) {
     constexpr auto kernel = &check_finite_kernel<decltype(g)>;
     const int block = fit_block<kernel>(ctx.launch.block);
     unsigned grid = grid_for((n4 + kCheckUnroll - 1) / kCheckUnroll, block, ctx.launch);

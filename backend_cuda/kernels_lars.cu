@@ -92,7 +92,7 @@ template <bool kNesterov>
 void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const char* name) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
-  with_grad(ctx.arena, node, ctx.grads, [&](auto g) { with_copy(ctx, node, [&](auto copy) {
+  with_access(ctx, node, [&](auto g, auto copy) {
     constexpr auto kernel = &lars_update_kernel<kNesterov, decltype(g), decltype(copy)>;
     const int block = fit_block<kernel>(ctx.launch.block);
     kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
@@ -100,7 +100,7 @@ void launch_lars_update(const CudaContext& ctx, const GraphNode& node, const cha
         ctx.at<const float>(node.n), ctx.scalars.f32, ctx.scalars.i32,
         node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, node_mask(ctx, node), copy);
     RN_CUDA_CHECK_LAUNCH(name);
-  }); });
+  });
 }
 
 }  // namespace

@@ -237,7 +237,7 @@ void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   const int64_t num_tiles = static_cast<int64_t>(node.norm.tiles.count);
   if (num_tiles == 0) return;
   const int32_t* blocks = node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr;
-  with_grad(ctx.arena, node, ctx.grads, [&](auto g) {
+  with_grad(ctx, node, [&](auto g) {
     if (node.norm_inputs == NormInputs::kLambMoments) {
       lamb_moment_partials_kernel<<<tile_grid(num_tiles, ctx.launch), kNormLanes, 0, ctx.stream>>>(
           ctx.at<const float>(node.w), g, ctx.at<float>(node.m), ctx.at<float>(node.v),

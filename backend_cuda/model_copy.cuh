@@ -92,25 +92,5 @@ struct CopyWriter {
   }
 };
 
-// Calls launch(writer) with the copy writer of the node (NoCopy without a model copy): one
-// kernel instantiation per (precision, rounding).
-template <class Launch>
-void with_copy(const CudaContext& ctx, const GraphNode& node, Launch&& launch) {
-  // A node without a copy, or whose part (a sharded step's cut) holds no tensor: nothing to write.
-  if (node.copy.c.count == 0 || ctx.copy.count == 0) return launch(NoCopy{});
-  const int32_t* steps = node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
-  auto make = [&](auto tag) {
-    using W = decltype(tag);
-    return W{ctx.at<uint16_t>(node.copy.c), ctx.copy, node.copy.seed, ctx.scalars.i32, steps};
-  };
-  const bool bf16 = node.copy.precision == Precision::kBf16;
-  if (node.copy.rounding == Rounding::kNearest) {
-    if (bf16) return launch(make(CopyWriter<Precision::kBf16, Rounding::kNearest>{}));
-    return launch(make(CopyWriter<Precision::kFp16, Rounding::kNearest>{}));
-  }
-  if (bf16) return launch(make(CopyWriter<Precision::kBf16, Rounding::kStochastic>{}));
-  launch(make(CopyWriter<Precision::kFp16, Rounding::kStochastic>{}));
-}
-
 }  // namespace cuda
 }  // namespace renaissance

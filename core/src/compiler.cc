@@ -52,7 +52,12 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     throw_invalid("the memory plan's gradient dtype differs from the precision options' model_dtype_gradients");
   }
   // Every node that reads G carries its encoding.
-  const Precision grad_dtype = precision.model_dtype_gradients ? precision.precision : Precision::kFp32;
+  const Precision grad_dtype = gradient_precision(precision);
+  if (!precision_combination_valid(grad_dtype, precision.precision, precision.rounding)) {
+    throw_invalid(std::string("no step has gradients in ") + precision_name(grad_dtype) + " with model copy " +
+                  precision_name(precision.precision) + " rounded " + rounding_name(precision.rounding) +
+                  " (stochastic rounding needs a bf16 or fp16 model copy)");
+  }
   const PlanConfig need = plan_config_from_optimizer(config.kind);
   if (need.has_m != plan.config().has_m || need.has_v != plan.config().has_v ||
       need.has_n != plan.config().has_n) {

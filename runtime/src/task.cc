@@ -129,9 +129,11 @@ void Task::set_group_hyper(int group, const OptimizerConfig& config) {
 void Task::compile() {
   if (!have_optimizer_) throw_invalid("compile(): no optimizer configured; call optimizer() first");
   const PrecisionOptions& precision = options_.precision;
-  if (precision.precision == Precision::kFp32 && precision.rounding != Rounding::kNearest) {
+  // The only combination these options can break (precision.h): fp32 with stochastic rounding.
+  if (!precision_combination_valid(gradient_precision(precision), precision.precision, precision.rounding)) {
     throw_invalid("compile(): stochastic rounding needs a bf16 or fp16 model copy (precision is fp32)");
   }
+  // The flag means nothing without a 2-byte model dtype (gradient_precision reads fp32 then).
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }
@@ -365,7 +367,7 @@ void* Task::grad_data(size_t id) {
 }
 
 Precision Task::grad_dtype() const {
-  return options_.precision.model_dtype_gradients ? options_.precision.precision : Precision::kFp32;
+  return gradient_precision(options_.precision);
 }
 
 uint16_t Task::round_to_grad_dtype(float value) const {

@@ -9,8 +9,13 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <set>
+#include <tuple>
 
+#include "renaissance/error.h"
+#include "renaissance/graph.h"
 #include "renaissance/math/precision.h"
+#include "renaissance/precision.h"
 #include "support/precision_oracle.h"
 #include "support/test_util.h"
 
@@ -231,6 +236,55 @@ TEST(Precision, StochasticRoundingDrawsHalvesOfOneCallPerOctet) {
   const float y = math::f32_from_bits(0x3f801000u);
   EXPECT_EQ(math::f32_to_f16_sr(y, 0x80000000u), 0x3c01);
   EXPECT_EQ(math::f32_to_f16_sr(y, 0x7fff0000u), 0x3c00);
+}
+
+// The rule of which (G encoding, copy format, rounding) combinations exist, against the list a
+// task's options can make, written out: no copy (nearest) with fp32 gradients; a bf16 or fp16 copy
+// rounded either way with fp32 gradients or gradients in the copy's own format.
+TEST(PrecisionCombination, ValidExactlyForTheCombinationsATaskCanMake) {
+  using P = Precision;
+  using R = Rounding;
+  const std::set<std::tuple<P, P, R>> valid = {
+      {P::kFp32, P::kFp32, R::kNearest},    {P::kFp32, P::kBf16, R::kNearest}, {P::kFp32, P::kBf16, R::kStochastic},
+      {P::kFp32, P::kFp16, R::kNearest},    {P::kFp32, P::kFp16, R::kStochastic}, {P::kBf16, P::kBf16, R::kNearest},
+      {P::kBf16, P::kBf16, R::kStochastic}, {P::kFp16, P::kFp16, R::kNearest}, {P::kFp16, P::kFp16, R::kStochastic}};
+  int count = 0;
+  for (P g : {P::kFp32, P::kBf16, P::kFp16}) {
+    for (P c : {P::kFp32, P::kBf16, P::kFp16}) {
+      for (R r : {R::kNearest, R::kStochastic}) {
+        const bool want = valid.count({g, c, r}) != 0;
+        EXPECT_EQ(precision_combination_valid(g, c, r), want)
+            << "grad " << precision_name(g) << " copy " << precision_name(c) << " " << rounding_name(r);
+        count += want ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_EQ(count, 9);
+  PrecisionOptions o;
+  EXPECT_EQ(gradient_precision(o), P::kFp32);
+  o.precision = P::kFp16;
+  EXPECT_EQ(gradient_precision(o), P::kFp32);
+  o.model_dtype_gradients = true;
+  EXPECT_EQ(gradient_precision(o), P::kFp16);
+}
+
+// The step compiler applies the same rule: stochastic rounding without a model copy is refused
+// there too, not only by Task::compile (a plan and options made by hand reach it directly).
+TEST(PrecisionCombination, TheStepCompilerRefusesStochasticRoundingWithoutACopy) {
+  const std::vector<ParamSpec> params = {{"w", {8, 8}, Role::kDeepConv}, {"b", {8}, Role::kBnBias}};
+  const MemoryPlan plan(params, plan_config_from_optimizer(OptimizerKind::kAdamW));
+  const OptimizerConfig config = default_config(OptimizerKind::kAdamW);
+  EXPECT_NO_THROW(compile_step(plan, config, true, PrecisionOptions{}));
+  PrecisionOptions stochastic;
+  stochastic.rounding = Rounding::kStochastic;
+  try {
+    compile_step(plan, config, true, stochastic);
+    FAIL() << "compile_step accepted fp32 with stochastic rounding";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("stochastic rounding needs a bf16 or fp16 model copy"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "renaissance/backend.h"
 #include "renaissance/error.h"
+#include "renaissance/graph.h"
 #include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/task.h"
 #include "support/test_util.h"
@@ -443,6 +444,37 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
     }
     EXPECT_EQ(launches[1][0], launches[0][0] + 1);
   }
+}
+
+// The update kernels exist only for the (G encoding, copy format, rounding) combinations a step
+// can have (backend_cuda/access.cuh): a node made by hand with another one (fp16 gradients beside
+// a bf16 copy) is refused with an Error when it is enqueued, and nothing is launched for it.
+TEST(CudaBackend, RefusesAnAccessCombinationOutsideItsTable) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  PlanConfig plan_config = plan_config_from_optimizer(OptimizerKind::kAdamW);
+  plan_config.precision = Precision::kBf16;
+  plan_config.model_dtype_gradients = true;
+  const MemoryPlan plan(odd_params(), plan_config);
+  PrecisionOptions precision{Precision::kBf16, Rounding::kNearest, 0};
+  precision.model_dtype_gradients = true;
+  CompiledStep step = compile_step(plan, default_config(OptimizerKind::kAdamW), true, precision);
+  BackendOptions options;
+  options.cuda_graph = false;
+  auto backend = create_backend(BackendKind::kCuda, options);
+  backend->allocate_arena(plan.arena_bytes());
+  backend->prepare(step);
+  backend->execute(step);  // the step as compiled runs
+  backend->synchronize();
+  for (GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) node.grad_dtype = Precision::kFp16;
+  backend->prepare(step);
+  try {
+    backend->execute(step);
+    FAIL() << "an fp16-gradient node with a bf16 copy was launched";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("not a combination a step can have"), std::string::npos) << e.what();
+  }
+  backend->synchronize();
 }
 
 // One tensor of more than 2^31 elements: every index of every kernel must be 64-bit.

@@ -22,6 +22,22 @@ struct PrecisionOptions {
   bool model_dtype_gradients = false;
 };
 
+// The encoding of G that these options give (graph.h's GraphNode::grad_dtype on every node that
+// reads G): the model dtype with model_dtype_gradients, else fp32.
+constexpr Precision gradient_precision(const PrecisionOptions& p) {
+  return p.model_dtype_gradients ? p.precision : Precision::kFp32;
+}
+
+// The rule of which (G encoding, model-copy format, rounding) combinations exist, stated once:
+// copy kFp32 is no model copy, which rounds nothing (nearest) and has fp32 gradients; a bf16 or
+// fp16 copy, rounded either way, has fp32 gradients or gradients in its own format. Task::compile
+// and the step compiler refuse any other, and the CUDA backend instantiates its update kernels for
+// exactly these (backend_cuda/access.cuh checks its table against this function).
+constexpr bool precision_combination_valid(Precision grad, Precision copy, Rounding rounding) {
+  if (copy == Precision::kFp32) return grad == Precision::kFp32 && rounding == Rounding::kNearest;
+  return grad == Precision::kFp32 || grad == copy;
+}
+
 // Bytes of one element in this encoding (a G or model-copy element): 4 for fp32, 2 for bf16/fp16.
 constexpr uint32_t precision_bytes(Precision p) { return p == Precision::kFp32 ? 4u : 2u; }
 
