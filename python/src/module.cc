@@ -186,11 +186,16 @@ class PyTask {
     OptimizerConfig c = default_config(kind);
     for (auto [key, value] : hyper) {
       const std::string name = nb::cast<std::string>(key);
+      if (name == "maximize") {  // every kind: torch's flag, a bool (not a hyperparameter number)
+        if (!nb::isinstance<nb::bool_>(value)) throw nb::type_error("optimizer(): maximize must be True or False");
+        c.maximize = nb::cast<bool>(value);
+        continue;
+      }
       bool ok = false;
       for (const std::string& a : allowed) ok = ok || a == name;
       if (!ok) {
         throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
-                              "' (this kind reads: " + join(allowed) + ")").c_str());
+                              "' (this kind reads: " + join(allowed) + ", maximize)").c_str());
       }
       if (name == "weight_decay_mode") {
         const std::string mode = nb::cast<std::string>(value);
@@ -635,6 +640,7 @@ nb::dict task_config(PyTask& t, int group) {
   d["kind"] = optimizer_kind_name(c.kind);
   for (const HyperparameterField& f : kHyperparameterFields) d[f.name] = c.*f.field;
   d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
+  d["maximize"] = c.maximize;
   return d;
 }
 
