@@ -368,7 +368,8 @@ class PyTask {
     const MemoryPlan& plan = task_->plan();
     if (name == "inv_loss_scale") {
       // One slot per hyperparameter group (scalars.h: task-wide scalars sit in every block): a
-      // strided view of H elements; copy_ from a one-element tensor broadcasts into all.
+      // strided view of H elements; copy_ from a one-element tensor broadcasts into all (a
+      // maximizing group's blocks need -1/scale: renaissance.torch multiplies by each block's sign).
       const int64_t h = task_->plan().scalar_blocks();  // H, or one block per tensor (tensor_mask)
       return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {h},
                                         device_id, kNumScalarF32));
