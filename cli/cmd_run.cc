@@ -167,6 +167,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   const std::vector<Setting> settings = {
       {"--optimizer", optimizer_kind_name(c.kind), o.optimizer, false},
       {"--weight-decay-mode", mode, o.weight_decay_mode, false},
+      {"--maximize", c.maximize ? "on" : "off", o.maximize ? "on" : "off", false},
       {"--no-check-finite", ck.check_finite ? "off" : "on", o.no_check_finite ? "on" : "off", false},
       // The model copy (format version 3's PRECISION; fp32 for a version-2 file): its dtype and
       // rounding decide the compiled step and every later copy bit.
@@ -197,7 +198,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   if (!differences.empty()) {
     throw_invalid("--resume " + io::printable(o.resume) + ": the command differs from the checkpoint's configuration: " +
                   differences + ". Leave the option out to continue as saved, or add --override NAME to change it"
-                  " (kind, decay mode, the non-finite check, precision and rounding cannot change)");
+                  " (kind, decay mode, maximize, the non-finite check, precision and rounding cannot change)");
   }
   // Start from the checkpoint, then apply what was given (only overridden values differ).
   *config = c;
@@ -255,6 +256,7 @@ std::string configuration_text(const RunOptions& o, const SyntheticRun& run, con
     add(flag, num(run.config.*f.field));
   }
   add("--weight-decay-mode", run.config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled");
+  add("--maximize", run.config.maximize ? "on" : "off");
   add("--steps", std::to_string(run.steps));
   add("--schedule", schedule_name(run.schedule));
   add("--schedule-steps", std::to_string(run.schedule_steps));
@@ -375,6 +377,7 @@ int cmd_run(const RunOptions& o) {
   if (o.eps_given) config.eps = o.eps;
   if (o.trust_coefficient_given) config.trust_coefficient = o.trust_coefficient;
   if (o.max_grad_norm_given) config.max_grad_norm = o.max_grad_norm;
+  config.maximize = o.maximize;
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
   else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + io::printable(o.weight_decay_mode) + ": expected decoupled or l2");
@@ -546,6 +549,7 @@ int cmd_run(const RunOptions& o) {
         {"params", numel},
         {"optimizer", optimizer_kind_name(kind)},
         {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
+        {"maximize", config.maximize},
         // The total gradient norm of the last step (0 without clipping: it is not computed).
         {"last_grad_norm", r.last_grad_norm},
         {"schedule", schedule_name(schedule)},

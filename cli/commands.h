@@ -51,6 +51,7 @@ struct RunOptions {
   double max_grad_norm = 0;  // --max-grad-norm: global gradient-norm clipping (0: off)
   bool max_grad_norm_given = false;
   std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
+  bool maximize = false;          // --maximize: ascend (torch's maximize: the gradient negated)
   int steps = 20;
   int schedule_steps = 0;  // 0: not given (a fresh run uses --steps, a resume the checkpoint's)
   std::string backend = "auto";

@@ -180,6 +180,8 @@ int main(int argc, char** argv) {
             "Clip the global gradient norm to X, every kind (default 0: off)");
   run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
       ->type_name("MODE");
+  run_cmd->add_flag("--maximize", run.maximize,
+                    "Maximize instead of minimize, every kind (torch's maximize: the gradient is negated first)");
   add_count(run_cmd, "--steps", &run.steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");
   add_count(run_cmd, "--schedule-steps", &run.schedule_steps, 1, kMaxSteps,
             "Horizon of the lr schedule (default: --steps of a fresh run; stored in the checkpoint)");

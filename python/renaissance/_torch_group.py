@@ -131,6 +131,10 @@ class SharedTask:
         self.g_numel = [g.numel() if g.numel() > 0 else -1 for g in self.G]
         self.G_all = task.family_view("G", did)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
+        # The hyperparameter group of each scalar block (a block per parameter: the per-tensor
+        # mask), for the sign a maximizing group's 1/scale slot carries (set_scale).
+        self.block_groups = groups or [0]
+        self.scale_signs = None  # (maximize flag per group, the device tensor of block signs)
         # Every Task runs with the per-tensor mask: every kind, precision and clipping (the clip
         # norm leaves masked tensors out, as clip_grad_norm_ does parameters without a .grad), and
         # under a sharded step (_torch_dist.py) too, where every rank writes the same mask
@@ -228,11 +232,25 @@ class SharedTask:
             # 1/s formed in double, rounded to float once: Task.set_loss_scale's bits; copy_
             # broadcasts it into every group's slot.
             inv = grad_scale.detach().to(self.inv_scale.device).double().reciprocal().float()
-            self.inv_scale.copy_(inv.reshape(1))
+            signs = self.block_signs()
+            # A maximizing group's blocks hold -1/s (Task.set_loss_scale's bits for it: the
+            # negation is exact), so the step reads -g there (docs/math.md, "maximize").
+            self.inv_scale.copy_(inv.reshape(1) if signs is None else inv.reshape(1) * signs)
             self.amp_used = True
         elif self.amp_used:
             self.task.set_loss_scale(1.0)
             self.amp_used = False
+
+    def block_signs(self):
+        """None when no group maximizes, else a float32 tensor on the device of +1/-1 per scalar
+        block (its group's maximize), rebuilt only when a group's maximize changed."""
+        flags = tuple(bool(b.hyper.get("maximize")) for b in sorted(self.bindings, key=lambda b: b.index))
+        if not any(flags):
+            return None
+        if self.scale_signs is None or self.scale_signs[0] != flags:
+            host = torch.tensor([-1.0 if flags[h] else 1.0 for h in self.block_groups], dtype=torch.float32)
+            self.scale_signs = (flags, host.to(self.inv_scale.device))
+        return self.scale_signs[1]
 
     def readable(self, j, g):
         """Whether the step can read gradient g of parameter j in place through the table: G's

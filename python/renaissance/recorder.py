@@ -98,7 +98,7 @@ _ST_DTYPE = {"bf16": "BF16", "fp16": "F16"}
 # Hyperparameters that must stay as they were for the whole recording: the case has one
 # optimizer per group; only the learning rate is recorded per step.
 _FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient", "max_grad_norm",
-          "weight_decay_mode")
+          "weight_decay_mode", "maximize")
 
 
 def _tensor_steps(task):
@@ -561,6 +561,8 @@ class Recorder:
             config = dict((self._configs or [_config(g.task) for g in self._groups])[gi])
             if config["weight_decay_mode"] == "decoupled":
                 del config["weight_decay_mode"]  # the default, and the only mode most kinds accept
+            if not config.get("maximize"):
+                config.pop("maximize", None)  # the default: a minimizing case keeps its keys
             group = {"optimizer": config, "params": params, "lr_per_step": [lrs[gi] for lrs in self._lrs]}
             if self._initial_steps[gi]:
                 group["initial_step"] = self._initial_steps[gi]

@@ -38,8 +38,9 @@ __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder", "register
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
-# torch.optim's flags: the default of each (a group without the key takes it). amsgrad and
-# maximize are not implemented (refused unless False); foreach, fused and capturable choose among
+# torch.optim's flags: the default of each (a group without the key takes it). amsgrad is not
+# implemented (refused unless False); maximize is a per-group setting of the core (every kind,
+# the gradient negated before everything else of the update); foreach, fused and capturable choose among
 # torch's implementations, and the library has one, which is fused and captured (docs/python.md):
 # every value torch takes is accepted and kept; differentiable=True is refused as torch refuses it
 # for its fused step.
@@ -980,8 +981,18 @@ def _check_flag(name, value, cls):
             # torch's type and text for differentiable with its fused step, which is the only one here.
             raise RuntimeError("`fused` does not support `differentiable` (%s: the library's step is always "
                                "fused; differentiable=%r is not supported)" % (cls, value))
-    elif value != False:  # noqa: E712  amsgrad, maximize
+    elif name == "maximize":
+        _maximize_value(value, cls)
+    elif value != False:  # noqa: E712  amsgrad
         raise ValueError("%s: %s=%r is not supported" % (cls, name, value))
+
+
+def _maximize_value(value, cls):
+    """maximize as a bool (torch reads it for its truth; this library takes True or False only,
+    so that a stray value cannot turn a minimization into a maximization)."""
+    if not isinstance(value, bool):
+        raise ValueError("%s: maximize=%r: expected True or False" % (cls, value))
+    return value
 
 
 def _step_of(state):
@@ -1094,9 +1105,12 @@ def _betas(group, tensor=False):
     return out
 
 
-def _clip(group, hyper):
+def _clip(group, hyper, cls):
+    """The settings every kind shares, added to a group's core hyperparameters: clipping, when
+    the group sets it, and maximize (always present, so that turning it off is a change too)."""
     if group.get("max_grad_norm") is not None:
         hyper["max_grad_norm"] = _number("max_grad_norm", group["max_grad_norm"])
+    hyper["maximize"] = _maximize_value(group.get("maximize", False), cls)
     return hyper
 
 
@@ -1144,7 +1158,7 @@ class SGD(_Base):
                  "weight_decay_mode": "decoupled" if group["decoupled_weight_decay"] else "l2"}
         if momentum > 0:
             hyper["momentum"] = momentum
-        return kind, _clip(group, hyper)
+        return kind, _clip(group, hyper, "SGD")
 
 
 class _AdamFamily(_Base):
@@ -1184,7 +1198,7 @@ class _AdamFamily(_Base):
                                                         "AdamW" if decoupled else "Adam"))
         return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
                                          "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
-                                         "weight_decay": _weight_decay(group)})
+                                         "weight_decay": _weight_decay(group)}, type(self).__name__)
 
 
 class Adam(_AdamFamily):
@@ -1224,16 +1238,17 @@ class LARS(_Base):
     _state_names = {"M": "momentum_buffer", "step": "step"}
     _required_keys = ("momentum", "trust_coefficient", "eps", "nesterov")
     _group_keys = ("lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "trust_ratio",
-                   "max_grad_norm")
+                   "max_grad_norm", "maximize")
 
     def __init__(self, params, lr=_defaults_of("lars")["lr"], momentum=_defaults_of("lars")["momentum"],
                  weight_decay=_defaults_of("lars")["weight_decay"],
                  trust_coefficient=_defaults_of("lars")["trust_coefficient"], eps=_defaults_of("lars")["eps"],
-                 nesterov=False, *, trust_ratio=None, max_grad_norm=None, threads=0,
+                 nesterov=False, *, trust_ratio=None, max_grad_norm=None, maximize=False, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
-                        eps=eps, nesterov=nesterov, trust_ratio=trust_ratio, max_grad_norm=max_grad_norm)
+                        eps=eps, nesterov=nesterov, trust_ratio=trust_ratio, max_grad_norm=max_grad_norm,
+                        maximize=maximize)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
                          process_group, grad_reduce)
 
@@ -1245,7 +1260,7 @@ class LARS(_Base):
             "lr": _lr_any(group), "momentum": _number("momentum", group["momentum"]),
             "weight_decay": _number("weight_decay", group["weight_decay"]),
             "trust_coefficient": _number("trust_coefficient", group["trust_coefficient"]),
-            "eps": _number("eps", group["eps"])})
+            "eps": _number("eps", group["eps"])}, "LARS")
 
 
 class Lion(_Base):
@@ -1253,21 +1268,21 @@ class Lion(_Base):
 
     _state_names = {"M": "exp_avg", "step": "step"}
     _required_keys = ("betas",)
-    _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm")
+    _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm", "maximize")
 
     def __init__(self, params, lr=_defaults_of("lion")["lr"],
                  betas=(_defaults_of("lion")["beta1"], _defaults_of("lion")["beta2"]),
-                 weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, threads=0,
+                 weight_decay=_defaults_of("lion")["weight_decay"], *, max_grad_norm=None, maximize=False, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, max_grad_norm=max_grad_norm)
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, max_grad_norm=max_grad_norm, maximize=maximize)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
                          process_group, grad_reduce)
 
     def _core_config(self, group):
         b1, b2 = _betas(group)
         return "lion", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
-                                     "weight_decay": _number("weight_decay", group["weight_decay"])})
+                                     "weight_decay": _number("weight_decay", group["weight_decay"])}, "Lion")
 
 
 class LAMB(_Base):
@@ -1276,16 +1291,16 @@ class LAMB(_Base):
 
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
     _required_keys = ("betas", "eps")
-    _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm")
+    _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm", "maximize")
 
     def __init__(self, params, lr=_defaults_of("lamb")["lr"],
                  betas=(_defaults_of("lamb")["beta1"], _defaults_of("lamb")["beta2"]),
                  eps=_defaults_of("lamb")["eps"], weight_decay=_defaults_of("lamb")["weight_decay"], *,
-                 trust_ratio=None, max_grad_norm=None, threads=0,
+                 trust_ratio=None, max_grad_norm=None, maximize=False, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, trust_ratio=trust_ratio,
-                        max_grad_norm=max_grad_norm)
+                        max_grad_norm=max_grad_norm, maximize=maximize)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
                          process_group, grad_reduce)
 
@@ -1296,7 +1311,7 @@ class LAMB(_Base):
         b1, b2 = _betas(group)
         return "lamb", _clip(group, {"lr": _lr_any(group), "beta1": b1, "beta2": b2,
                                      "eps": _number("eps", group["eps"]),
-                                     "weight_decay": _number("weight_decay", group["weight_decay"])})
+                                     "weight_decay": _number("weight_decay", group["weight_decay"])}, "LAMB")
 
 
 _CLASSES = (SGD, Adam, AdamW, LARS, Lion, LAMB)

@@ -194,11 +194,16 @@ class PyTask {
     OptimizerConfig c = default_config(kind);
     for (auto [key, value] : hyper) {
       const std::string name = nb::cast<std::string>(key);
+      if (name == "maximize") {  // every kind: torch's flag, a bool (not a hyperparameter number)
+        if (!nb::isinstance<nb::bool_>(value)) throw nb::type_error("optimizer(): maximize must be True or False");
+        c.maximize = nb::cast<bool>(value);
+        continue;
+      }
       bool ok = false;
       for (const std::string& a : allowed) ok = ok || a == name;
       if (!ok) {
         throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
-                              "' (this kind reads: " + join(allowed) + ")").c_str());
+                              "' (this kind reads: " + join(allowed) + ", maximize)").c_str());
       }
       if (name == "weight_decay_mode") {
         const std::string mode = nb::cast<std::string>(value);
@@ -371,7 +376,8 @@ class PyTask {
     const MemoryPlan& plan = task_->plan();
     if (name == "inv_loss_scale") {
       // One slot per hyperparameter group (scalars.h: task-wide scalars sit in every block): a
-      // strided view of H elements; copy_ from a one-element tensor broadcasts into all.
+      // strided view of H elements; copy_ from a one-element tensor broadcasts into all (a
+      // maximizing group's blocks need -1/scale: renaissance.torch multiplies by each block's sign).
       const int64_t h = task_->plan().scalar_blocks();  // H, or one block per tensor (tensor_mask)
       return nb::cast(arena_view<float>(self, plan.region(S_SCALAR_FP32).offset + kInvLossScale * sizeof(float), {h},
                                         device_id, kNumScalarF32));
@@ -644,6 +650,7 @@ nb::dict task_config(PyTask& t, int group) {
   d["kind"] = optimizer_kind_name(c.kind);
   for (const HyperparameterField& f : kHyperparameterFields) d[f.name] = c.*f.field;
   d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
+  d["maximize"] = c.maximize;
   return d;
 }
 

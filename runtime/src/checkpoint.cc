@@ -142,6 +142,13 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
   info->run.warmup = c.i64();
   info->run.seed = c.u64();
   cfg.max_grad_norm = c.f64();
+  // Group 0's maximize: a trailing u32 1, present only when it maximizes (a file without it, as
+  // every minimizing run and every file before the field writes, minimizes).
+  if (c.remaining() > 0) {
+    const uint32_t maximize = c.u32();
+    if (maximize > 1) c.fail("maximize flag " + std::to_string(maximize) + " is neither 0 nor 1");
+    cfg.maximize = maximize == 1;
+  }
   c.expect_end();
   if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
   if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
@@ -237,6 +244,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
   meta.f64(config_.max_grad_norm);
+  if (config_.maximize) meta.u32(1);  // only then: a minimizing run's META keeps its bytes
 
   Bytes layout;
   layout.u64(params_.size());
@@ -543,8 +551,9 @@ void Task::load(const std::string& path) {
   // Hyperparameter slots are rewritten from the restored doubles by the same code that wrote
   // them before the save, so they come out with the same bits; the bias corrections, the step
   // counters and the non-finite flag are device-owned state and keep the file's values. META
-  // holds group 0's configuration: groups 1..H-1 keep the hyperparameters this task has
-  // (set_group_hyper), only their device-owned slots come from the file.
+  // holds group 0's configuration (maximize included): groups 1..H-1 keep the hyperparameters
+  // and maximize flags this task has (set_group_hyper), only their device-owned slots come from
+  // the file.
   config_ = d.info.config;
   lr_ = d.info.lr;
   loss_scale_ = d.info.loss_scale;

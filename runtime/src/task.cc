@@ -193,6 +193,15 @@ void Task::require_compiled(const char* what) const {
   if (!compiled()) throw_invalid(std::string(what) + ": the task is not compiled; call compile() first");
 }
 
+// kInvLossScale of a group's block: 1/scale formed in double and rounded to float once, negated
+// for a maximizing group. IEEE multiplication commutes exactly with negation, so every read of
+// G through this slot (math::unscale) gives the bits of the minimizing step on -G; the norms
+// square ĝ and the non-finite check reads G itself, so neither sees the sign.
+static float inv_loss_scale_slot(const OptimizerConfig& config, double loss_scale) {
+  const float inv = static_cast<float>(1.0 / loss_scale);
+  return config.maximize ? -inv : inv;
+}
+
 // The host-owned slots of one scalar block (scalars.h) from a group's configuration: fp32 slots
 // [0, kBiasCorrection1) and fp64 slots [0, kGradNormD). Derived scalars are formed in double from
 // the configured values and rounded once. Every writer of a block goes through here; the bias
@@ -208,7 +217,7 @@ static void host_scalar_slots(const OptimizerConfig& config, double lr, double l
   f32[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
   f32[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
   f32[kEps] = static_cast<float>(config.eps);
-  f32[kInvLossScale] = static_cast<float>(1.0 / loss_scale);
+  f32[kInvLossScale] = inv_loss_scale_slot(config, loss_scale);
   f64[kBeta1D] = config.beta1;
   f64[kBeta2D] = config.beta2;
   f64[kWeightDecayD] = config.weight_decay;
@@ -337,7 +346,16 @@ void Task::write_group_lr(int group) {
 void Task::set_loss_scale(double scale) {
   check_loss_scale(scale);
   loss_scale_ = scale;
-  if (compiled()) write_f32_slot(kInvLossScale, static_cast<float>(1.0 / scale));
+  if (!compiled()) return;
+  // Every block with its group's sign (a block per group, or with tensor_mask per tensor).
+  const bool mask = plan_.config().tensor_mask;
+  for (int b = 0; b < plan_.scalar_blocks(); ++b) {
+    const size_t at = static_cast<size_t>(b);
+    const int group = mask ? (at < params_.size() ? params_[at].hyper_group : 0) : b;
+    const float value = inv_loss_scale_slot(group_config(group), scale);
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + (at * kNumScalarF32 + kInvLossScale) * sizeof(float), &value,
+                     sizeof(float));
+  }
 }
 
 size_t Task::find(const std::string& name) const {

@@ -33,6 +33,10 @@ struct OptimizerConfig {
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
   // Global gradient-norm clipping for every kind (docs/math.md): 0 = off, else the max ‖ĝ‖.
   double max_grad_norm = 0.0;
+  // torch's maximize: ascend the objective. The gradient is negated before everything else of
+  // the update (weight decay, momentum, moments), so the step is bit for bit the minimizing step
+  // on -G (docs/math.md). A per-group setting: the groups of one task may differ in it.
+  bool maximize = false;
 
   // Rechecks every field against its kind (used by compile() and by file loaders).
   void validate() const;
@@ -95,6 +99,10 @@ class BuilderSetters {
   Builder& eps(double v) { return set("eps", &OptimizerConfig::eps, v); }
   Builder& trust_coefficient(double v) { return set("trust_coefficient", &OptimizerConfig::trust_coefficient, v); }
   Builder& max_grad_norm(double v) { return set("max_grad_norm", &OptimizerConfig::max_grad_norm, v); }
+  Builder& maximize(bool v) {
+    c_.maximize = v;
+    return static_cast<Builder&>(*this);
+  }
 
   OptimizerConfig c_;
 
@@ -111,7 +119,8 @@ class BuilderSetters {
 class SGD : public BuilderSetters<SGD> {
  public:
   SGD() : BuilderSetters(OptimizerKind::kSgd) {}
-  using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay, BuilderSetters::max_grad_norm;
+  using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay, BuilderSetters::max_grad_norm,
+      BuilderSetters::maximize;
   SGD& nesterov(bool v) { nesterov_ = v; return *this; }
   SGD& weight_decay_mode(WeightDecayMode v) { c_.weight_decay_mode = v; return *this; }
   OptimizerConfig config() const;
@@ -127,7 +136,7 @@ class AdamFamily : public BuilderSetters<AdamFamily<kKind>> {
 
  public:
   AdamFamily() : Base(kKind) {}
-  using Base::lr, Base::beta1, Base::beta2, Base::eps, Base::weight_decay, Base::max_grad_norm;
+  using Base::lr, Base::beta1, Base::beta2, Base::eps, Base::weight_decay, Base::max_grad_norm, Base::maximize;
   OptimizerConfig config() const { return this->c_; }
 };
 using Adam = AdamFamily<OptimizerKind::kAdam>;
@@ -138,7 +147,7 @@ class LARS : public BuilderSetters<LARS> {
  public:
   LARS() : BuilderSetters(OptimizerKind::kLars) {}
   using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay,
-      BuilderSetters::trust_coefficient, BuilderSetters::eps, BuilderSetters::max_grad_norm;
+      BuilderSetters::trust_coefficient, BuilderSetters::eps, BuilderSetters::max_grad_norm, BuilderSetters::maximize;
   LARS& nesterov(bool v) { nesterov_ = v; return *this; }
   OptimizerConfig config() const;
 
@@ -151,7 +160,7 @@ class Lion : public BuilderSetters<Lion> {
  public:
   Lion() : BuilderSetters(OptimizerKind::kLion) {}
   using BuilderSetters::lr, BuilderSetters::beta1, BuilderSetters::beta2, BuilderSetters::weight_decay,
-      BuilderSetters::max_grad_norm;
+      BuilderSetters::max_grad_norm, BuilderSetters::maximize;
   OptimizerConfig config() const { return c_; }
 };
 
@@ -160,7 +169,7 @@ class LAMB : public BuilderSetters<LAMB> {
  public:
   LAMB() : BuilderSetters(OptimizerKind::kLamb) {}
   using BuilderSetters::lr, BuilderSetters::beta1, BuilderSetters::beta2, BuilderSetters::eps,
-      BuilderSetters::weight_decay, BuilderSetters::max_grad_norm;
+      BuilderSetters::weight_decay, BuilderSetters::max_grad_norm, BuilderSetters::maximize;
   OptimizerConfig config() const { return c_; }
 };
 

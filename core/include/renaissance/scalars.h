@@ -5,7 +5,8 @@
 // Hyperparameter groups (Task::optimizer_groups): S_SCALAR_FP32 and S_SCALAR_FP64 hold H blocks
 // of kNumScalarF32 / kNumScalarF64 slots, block h at h * kNum..; a tensor's update reads only its
 // group's block, so equal configurations give the bits of H = 1. The task-wide scalars are
-// written into EVERY block (host: kInvLossScale, kMaxGradNormD; device: CLIP_COEFFICIENT writes
+// written into EVERY block (host: kInvLossScale, with the sign of the block's group's maximize,
+// and kMaxGradNormD; device: CLIP_COEFFICIENT writes
 // kClipCoefficient into each block, and ADVANCE_STEP advances each block's bias corrections from
 // that block's betas); kGradNormD is read from block 0. S_SCALAR_INT32 (step counters, the
 // non-finite flag) is task-wide: one block.
@@ -25,7 +26,7 @@ enum ScalarF32 : int {
   kOneMinusBeta1,  // formed in double from the configured beta1 (never 1.0f - beta1f)
   kOneMinusBeta2,
   kEps,
-  kInvLossScale,  // 1/scale, formed in double
+  kInvLossScale,  // 1/scale, formed in double; -(1/scale) for a maximizing group (docs/math.md)
   kBiasCorrection1,  // 1/(1 - beta1^t), advanced on the device each applied step
   kBiasCorrection2,
   // Global gradient-norm clipping (docs/math.md): min(1, max_norm/(total + 1e-6)) rounded to

@@ -78,6 +78,11 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& wher
       else throw_format(where + ".weight_decay_mode: unknown mode " + sq(mode) + " (expected decoupled or l2)");
       continue;
     }
+    if (key == "maximize") {  // optional, false when absent
+      if (!it.value().is_boolean()) throw_format(where + ".maximize = " + it.value().dump() + " is not true or false");
+      c.maximize = it.value().get<bool>();
+      continue;
+    }
     bool known = false;
     for (const HyperparameterField& f : kHyperparameterFields) {
       if (key == f.name) {
@@ -89,7 +94,7 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& wher
     if (!known) {
       throw_format(where + ": unknown key " + sq(key) +
                     " (expected kind, lr, weight_decay, momentum, beta1, beta2, eps, trust_coefficient, max_grad_norm, "
-                   "weight_decay_mode)");
+                   "weight_decay_mode, maximize)");
     }
   }
   try {

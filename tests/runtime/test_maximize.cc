@@ -1,0 +1,276 @@
+// OptimizerConfig::maximize (torch's maximize), for every kind of the kind table and every backend
+// of the build (CUDA skips without a device):
+// - a maximizing task stepping on G leaves W, M, V bit for bit where a minimizing task stepping on
+//   -G leaves them, with and without a loss scale (a power of two and not), with and without
+//   gradient-norm clipping, with and without the per-tensor mask, and the same last gradient
+//   norm: the expected values come from an independent minimizing task fed the negated
+//   gradients, never from the maximizing task;
+// - in a two-group task where only one group maximizes, each group equals a separate one-group
+//   task (the maximizing one on -G), also after set_group_hyper flips maximize between steps;
+// - a checkpoint carries group 0's maximize: a task built minimizing resumes a maximizing run bit
+//   for bit, and read_checkpoint_info reports it; the builders set it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "renaissance/task.h"
+#include "support/mask_test_util.h"
+#include "support/optimizer_cases.h"
+#include "support/test_util.h"
+
+namespace renaissance {
+namespace {
+
+using testing_util::KindCase;
+using testing_util::same_bits;
+
+// Bias-like and weight tensors of odd sizes, one over the norm tile, a scalar and an empty one.
+std::vector<ParamSpec> test_params(int groups) {
+  std::vector<ParamSpec> p = {
+      {"conv1", {7, 3, 5, 5}, Role::kFirstConv}, {"bn1.w", {37}, Role::kBnWeight},
+      {"bn1.b", {37}, Role::kBnBias},            {"conv2", {5000}, Role::kDeepConv},
+      {"fc.w", {10, 129}, Role::kFcWeight},      {"fc.b", {10}, Role::kFcBias},
+      {"bn2.w", {}, Role::kBnWeight},            {"empty", {0}, Role::kDeepConv},
+  };
+  for (size_t i = 0; i < p.size(); ++i) p[i].hyper_group = static_cast<int>(i) % groups;
+  return p;
+}
+
+std::vector<float> weights_of(const ParamSpec& p) {
+  return testing_util::lcg_values(testing_util::name_seed(p.name), p.numel(), 0.5f);
+}
+
+// The gradient of parameter p at `step`, negated when `negate` (sign flip: exact).
+std::vector<float> grad_of(const ParamSpec& p, int step, bool negate) {
+  std::vector<float> g =
+      testing_util::lcg_values(testing_util::name_seed(p.name) + 1000u * static_cast<uint32_t>(step + 1), p.numel(), 4.0f);
+  if (negate) {
+    for (float& x : g) x = -x;
+  }
+  return g;
+}
+
+std::vector<float> read_family(Task& task, Family f, size_t id) {
+  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
+  task.read(f, id, v.data());
+  return v;
+}
+
+TaskOptions options_for(BackendKind backend, bool mask) {
+  TaskOptions o;
+  o.backend = backend;
+  o.backend_options.threads = 2;
+  o.tensor_mask = mask;
+  return o;
+}
+
+struct Case {
+  KindCase kind;
+  BackendKind backend;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (BackendKind b : testing_util::backends_under_test()) {
+    for (const KindCase& k : testing_util::all_kind_cases()) out.push_back({k, b});
+  }
+  return out;
+}
+
+class MaximizeTest : public ::testing::TestWithParam<Case> {};
+
+// maximize on G == minimize on -G, bit for bit, across scales, clipping and the mask.
+TEST_P(MaximizeTest, MaximizeOnGIsMinimizeOnNegatedG) {
+  RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
+  const std::vector<ParamSpec> params = test_params(1);
+  for (bool mask : {false, true}) {
+    for (double clip : {0.0, 3.0}) {
+      for (double scale : {1.0, 8.0, 3.0}) {
+        SCOPED_TRACE("mask " + std::to_string(mask) + " clip " + std::to_string(clip) + " scale " +
+                     std::to_string(scale));
+        OptimizerConfig up = GetParam().kind.config;
+        up.max_grad_norm = clip;
+        up.maximize = true;
+        OptimizerConfig down = up;
+        down.maximize = false;
+        Task maximizing(params, options_for(GetParam().backend, mask));
+        maximizing.optimizer(up);
+        maximizing.compile();
+        Task negated(params, options_for(GetParam().backend, mask));
+        negated.optimizer(down);
+        negated.compile();
+        for (Task* t : {&maximizing, &negated}) {
+          for (size_t id = 0; id < params.size(); ++id) t->set_weight(id, weights_of(params[id]).data());
+          t->set_loss_scale(scale);  // after compile: the per-block writer
+        }
+        for (int step = 0; step < 4; ++step) {
+          for (size_t id = 0; id < params.size(); ++id) {
+            maximizing.set_grad(id, grad_of(params[id], step, false).data());
+            negated.set_grad(id, grad_of(params[id], step, true).data());
+          }
+          maximizing.step();
+          negated.step();
+        }
+        EXPECT_EQ(maximizing.step_count(), 4);
+        for (size_t id = 0; id < params.size(); ++id) {
+          for (Family f : {Family::kW, Family::kM, Family::kV}) {
+            if (!maximizing.plan().has_family(f)) continue;
+            EXPECT_TRUE(same_bits(read_family(maximizing, f, id), read_family(negated, f, id)))
+                << params[id].name << " family " << family_name(f);
+          }
+        }
+        EXPECT_EQ(maximizing.fingerprint(), negated.fingerprint());
+        if (clip > 0.0) {
+          EXPECT_GT(negated.last_grad_norm(), clip) << "the run must clip for the case to mean something";
+          EXPECT_EQ(maximizing.last_grad_norm(), negated.last_grad_norm());
+        }
+      }
+    }
+  }
+}
+
+// Maximizing really ascends: the weights differ from a minimizing run on the same G (else the
+// equality above could hold with a flag that does nothing and gradients that cancel).
+TEST_P(MaximizeTest, MaximizeChangesTheRun) {
+  RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
+  const std::vector<ParamSpec> params = test_params(1);
+  OptimizerConfig up = GetParam().kind.config;
+  up.maximize = true;
+  Task a(params, options_for(GetParam().backend, false));
+  a.optimizer(up);
+  a.compile();
+  Task b(params, options_for(GetParam().backend, false));
+  b.optimizer(GetParam().kind.config);
+  b.compile();
+  for (Task* t : {&a, &b}) {
+    for (size_t id = 0; id < params.size(); ++id) {
+      t->set_weight(id, weights_of(params[id]).data());
+      t->set_grad(id, grad_of(params[id], 0, false).data());
+    }
+    t->step();
+  }
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+}
+
+// Two groups, only group 0 maximizes: each group is bit for bit a task of its own (group 0's on
+// -G). At step 2 set_group_hyper makes group 1 maximize and group 0 minimize.
+TEST_P(MaximizeTest, OnlyOneGroupMaximizes) {
+  RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
+  for (bool mask : {false, true}) {
+    SCOPED_TRACE("mask " + std::to_string(mask));
+    const std::vector<ParamSpec> params = test_params(2);
+    std::vector<OptimizerConfig> configs = {testing_util::shifted_group_config(GetParam().kind.config, 0),
+                                            testing_util::shifted_group_config(GetParam().kind.config, 1)};
+    configs[0].maximize = true;
+    Task grouped(params, options_for(GetParam().backend, mask));
+    grouped.optimizer_groups(configs);
+    grouped.compile();
+    grouped.set_loss_scale(4.0);
+    std::vector<std::unique_ptr<Task>> separate;
+    std::vector<std::vector<size_t>> ids(2);
+    for (int h = 0; h < 2; ++h) {
+      std::vector<ParamSpec> mine;
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (params[id].hyper_group != h) continue;
+        ids[h].push_back(id);
+        mine.push_back(params[id]);
+        mine.back().hyper_group = 0;
+      }
+      OptimizerConfig c = configs[h];
+      c.maximize = false;  // the separate tasks minimize, on -G where the group maximizes
+      separate.push_back(std::make_unique<Task>(mine, options_for(GetParam().backend, false)));
+      separate[h]->optimizer(c);
+      separate[h]->compile();
+      separate[h]->set_loss_scale(4.0);
+    }
+    for (size_t id = 0; id < params.size(); ++id) grouped.set_weight(id, weights_of(params[id]).data());
+    for (int h = 0; h < 2; ++h) {
+      for (size_t k = 0; k < ids[h].size(); ++k) separate[h]->set_weight(k, weights_of(params[ids[h][k]]).data());
+    }
+    bool up[2] = {true, false};
+    for (int step = 0; step < 5; ++step) {
+      if (step == 2) {
+        OptimizerConfig c0 = configs[0], c1 = configs[1];
+        c0.maximize = false;
+        c1.maximize = true;
+        grouped.set_group_hyper(0, c0);
+        grouped.set_group_hyper(1, c1);
+        up[0] = false;
+        up[1] = true;
+      }
+      for (size_t id = 0; id < params.size(); ++id) grouped.set_grad(id, grad_of(params[id], step, false).data());
+      grouped.step();
+      for (int h = 0; h < 2; ++h) {
+        for (size_t k = 0; k < ids[h].size(); ++k) {
+          separate[h]->set_grad(k, grad_of(params[ids[h][k]], step, up[h]).data());
+        }
+        separate[h]->step();
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (size_t k = 0; k < ids[h].size(); ++k) {
+        for (Family f : {Family::kW, Family::kM, Family::kV}) {
+          if (!grouped.plan().has_family(f)) continue;
+          EXPECT_TRUE(same_bits(read_family(grouped, f, ids[h][k]), read_family(*separate[h], f, k)))
+              << "group " << h << " tensor " << params[ids[h][k]].name << " family " << family_name(f);
+        }
+      }
+    }
+  }
+}
+
+// A checkpoint of a maximizing run resumes as one, into a task configured to minimize.
+TEST_P(MaximizeTest, CheckpointCarriesMaximize) {
+  RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
+  const std::vector<ParamSpec> params = test_params(1);
+  OptimizerConfig up = GetParam().kind.config;
+  up.maximize = true;
+  const std::string path = ::testing::TempDir() + "maximize_" + GetParam().kind.name + ".ckpt";
+  auto run = [&](Task& t, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      for (size_t id = 0; id < params.size(); ++id) t.set_grad(id, grad_of(params[id], step, false).data());
+      t.step();
+    }
+  };
+  Task whole(params, options_for(GetParam().backend, false));
+  whole.optimizer(up);
+  whole.compile();
+  for (size_t id = 0; id < params.size(); ++id) whole.set_weight(id, weights_of(params[id]).data());
+  run(whole, 0, 2);
+  whole.save(path);
+  run(whole, 2, 4);
+  EXPECT_TRUE(read_checkpoint_info(path).config.maximize);
+
+  Task resumed(params, options_for(GetParam().backend, false));
+  resumed.optimizer(GetParam().kind.config);  // minimizing until the load
+  resumed.compile();
+  resumed.load(path);
+  EXPECT_TRUE(resumed.config().maximize);
+  run(resumed, 2, 4);
+  EXPECT_EQ(resumed.fingerprint(), whole.fingerprint());
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, MaximizeTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
+                         });
+
+// Every builder sets maximize; the default is false.
+TEST(MaximizeBuilders, EveryBuilderSetsIt) {
+  EXPECT_FALSE(SGD().config().maximize);
+  EXPECT_TRUE(SGD().momentum(0.9).maximize(true).config().maximize);
+  EXPECT_TRUE(Adam().maximize(true).config().maximize);
+  EXPECT_TRUE(AdamW().maximize(true).config().maximize);
+  EXPECT_TRUE(LARS().maximize(true).config().maximize);
+  EXPECT_TRUE(Lion().maximize(true).config().maximize);
+  EXPECT_TRUE(LAMB().maximize(true).config().maximize);
+  EXPECT_FALSE(LAMB().maximize(true).maximize(false).config().maximize);
+}
+
+}  // namespace
+}  // namespace renaissance
