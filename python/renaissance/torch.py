@@ -925,14 +925,25 @@ def _validate_new(groups, existing):
     for gi, group in enumerate(groups):
         if not group["params"]:
             raise ValueError("param group %d has no parameters" % gi)
+        in_group = set()
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
             if p.layout is not torch.strided:  # first: a sparse tensor has no data pointer to check
                 raise ValueError("parameter of shape %s is a sparse tensor (%s): renaissance.torch takes dense "
                                  "(strided) parameters" % (tuple(p.shape), p.layout))
+            # torch's error (type and text) for a parameter in two groups. Twice in one group
+            # torch only warns, and then updates it twice per step (once per listing); the arena
+            # holds a parameter once and steps it once, so that is refused here (stricter).
+            if id(p) in in_group:
+                raise ValueError("a parameter (shape %s) is listed twice in param group %d: torch warns (\"optimizer "
+                                 "contains a parameter group with duplicate parameters; in future, this will cause "
+                                 "an error\") and updates it twice per step; renaissance.torch steps each parameter "
+                                 "once and refuses it" % (tuple(p.shape), gi))
             if id(p) in seen:
-                raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
+                raise ValueError("some parameters appear in more than one parameter group (a parameter of shape %s)"
+                                 % (tuple(p.shape),))
+            in_group.add(id(p))
             seen.add(id(p))
             devices.add(p.device)
             if len(devices) > 1:

@@ -1,5 +1,6 @@
 # Cases from PyTorch's own optimizer tests (TestOptimRenewed), checked against torch.optim's
-# classes on whatever torch is installed: state_dict() of param_groups extended with itself.
+# classes on whatever torch is installed: state_dict() of param_groups extended with itself, a
+# parameter listed twice (in one group, across groups).
 import copy
 
 import numpy as np
@@ -75,3 +76,29 @@ def test_a_group_listing_part_of_another_is_still_refused_by_state_dict():
     opt.param_groups.append(dict(opt.param_groups[0], params=ps[:1]))
     with pytest.raises(ValueError, match="param group 2 lists the parameters of param group 0"):
         opt.state_dict()
+
+
+def test_a_parameter_in_two_groups_is_torchs_error():
+    ps = params()
+    with pytest.raises(ValueError, match="some parameters appear in more than one parameter group") as theirs:
+        torch.optim.SGD([{"params": ps[:2]}, {"params": [ps[2], ps[0]]}], lr=0.1)
+    for cls in (rt.SGD, rt.Adam, rt.AdamW):
+        with pytest.raises(ValueError, match=str(theirs.value)):
+            cls([{"params": ps[:2]}, {"params": [ps[2], ps[0]]}], lr=0.1)
+        opt = cls(ps[:2], lr=0.1)
+        with pytest.raises(ValueError, match=str(theirs.value)):
+            opt.add_param_group({"params": [ps[2], ps[1]]})
+        assert len(opt.param_groups) == 1
+
+
+def test_a_parameter_twice_in_one_group_is_refused_naming_torchs_warning():
+    # torch warns and updates it once per listing; one arena slot cannot: refused.
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.warns(UserWarning, match="a parameter group with duplicate parameters"):
+        ref = torch.optim.SGD([p, p], lr=1.0)
+    p.grad = torch.ones(2)
+    ref.step()
+    assert p.tolist() == [-2.0, -2.0]
+    for cls in (rt.SGD, rt.Adam, rt.AdamW):
+        with pytest.raises(ValueError, match=r"listed twice in param group 0: torch warns .*duplicate parameters"):
+            cls([p, p], lr=1.0)
