@@ -918,7 +918,8 @@ def _as_groups(params):
 
 
 def _validate_new(groups, existing):
-    """Every ValueError of the adapter's contract, before any parameter or task is touched."""
+    """Every error of the adapter's contract (ValueError; torch's RuntimeError for a device without the fused
+    step), before any parameter or task is touched."""
     seen = {id(p) for p in existing}
     intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
     devices = {p.device for p in existing}
@@ -964,7 +965,11 @@ def _validate_new(groups, existing):
                                  "writes every element: pass p.clone() or a contiguous tensor" %
                                  (tuple(p.shape), tuple(p.stride())))
             if p.device.type not in ("cpu", "cuda"):
-                raise ValueError("parameter on %s: renaissance.torch runs on cpu and cuda" % p.device)
+                # torch's type and text for its fused step on a device it has no fused kernel for
+                # (e.g. meta); the library's step is always fused.
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                                   "devices: ['cpu', 'cuda'] but %s and %s (renaissance.torch's step is always fused; "
+                                   "it runs on cpu and cuda)" % (p.dtype, p.device.type))
             if p.device.type == "cuda" and not _core.with_cuda:
                 raise ValueError("parameter on %s but this renaissance build has no CUDA backend" % p.device)
             if p.numel() > 0:

@@ -1,6 +1,7 @@
 # Cases from PyTorch's own optimizer tests (TestOptimRenewed), checked against torch.optim's
 # classes on whatever torch is installed: state_dict() of param_groups extended with itself, a
-# parameter listed twice (in one group, across groups).
+# parameter listed twice (in one group, across groups), parameters on a device without the fused
+# step (meta).
 import copy
 
 import numpy as np
@@ -102,3 +103,14 @@ def test_a_parameter_twice_in_one_group_is_refused_naming_torchs_warning():
     for cls in (rt.SGD, rt.Adam, rt.AdamW):
         with pytest.raises(ValueError, match=r"listed twice in param group 0: torch warns .*duplicate parameters"):
             cls([p, p], lr=1.0)
+
+
+@pytest.mark.parametrize("cls", [rt.SGD, rt.Adam, rt.AdamW])
+def test_meta_parameters_are_torchs_fused_error(cls):
+    # TestOptimRenewed.test_fused_error_on_params_on_meta: torch's fused step refuses meta
+    # parameters with this RuntimeError (at step(); here at construction, nothing is bound).
+    ps = list(torch.nn.Linear(2, 3, device="meta").parameters())
+    for kwargs in ({"fused": True}, {}):
+        with pytest.raises(RuntimeError, match="^`fused=True` requires all the params to be floating point Tensors "
+                                               "of supported devices: \\['cpu', 'cuda'\\] but torch.float32 and meta"):
+            cls(ps, lr=0.1, **kwargs)
