@@ -222,21 +222,25 @@ class _Base(Optimizer):
         return list({id(b.shared): b.shared for b in sorted(self._bindings, key=lambda b: b.seq)}.values())
 
     # ---- the binding, checked at every step ---------------------------------------------------
-    def _binding_plan(self):
+    def _binding_plan(self, repeats=False):
         """What param_groups and the parameters' .data say now, checked against the bindings
         before anything changes: -> (bindings in param_groups order, dropped bindings, moved
-        parameters per Task). torch steps whatever param_groups holds, in any order, and whatever
-        each p.data is: a reordered list keeps every group's hyperparameters, a removed group is
-        no longer stepped, `p.data = tensor` of the same shape, dtype and device is copied in.
-        Anything else (a group's parameters edited, a group not added with add_param_group, a
-        .data of another shape, dtype or device) is a ValueError naming the parameter."""
+        parameters per Task, the groups the bindings are of). torch steps whatever param_groups
+        holds, in any order, and whatever each p.data is: a reordered list keeps every group's
+        hyperparameters, a removed group is no longer stepped, `p.data = tensor` of the same
+        shape, dtype and device is copied in. Anything else (a group's parameters edited, a group
+        not added with add_param_group, a .data of another shape, dtype or device) is a
+        ValueError naming the parameter. repeats=True (reads such as state_dict()): a group that
+        lists exactly the parameters of an earlier group (param_groups extended with itself) is
+        passed over, as torch's state_dict packs it; a step refuses it (torch would step those
+        parameters twice)."""
         groups, bound = self.param_groups, self._bindings
         if len(groups) == len(bound) and all(
                 g["params"] is b.group_params and len(b.params) == len(g["params"])
                 and all(map(operator.is_, g["params"], b.params)) for g, b in zip(groups, bound)):
             ordered = bound
         else:
-            ordered = self._match_groups(groups)
+            ordered, groups = self._match_groups(groups, repeats)
         kept = {id(b) for b in ordered}
         dropped = [b for b in bound if id(b) not in kept]
         moved = []
@@ -246,13 +250,14 @@ class _Base(Optimizer):
                 for j in ids:
                     self._check_moved(ordered, shared, j)
                 moved.append((shared, ids))
-        return ordered, dropped, moved
+        return ordered, dropped, moved, groups
 
-    def _match_groups(self, groups):
-        """param_groups -> their bindings by parameter identity (a reordered or re-created group
-        dict is found again), else a ValueError saying what changed."""
+    def _match_groups(self, groups, repeats=False):
+        """param_groups -> (their bindings by parameter identity (a reordered or re-created group
+        dict is found again), the groups matched), else a ValueError saying what changed.
+        repeats: see _binding_plan."""
         owner = {id(p): (b, j) for b in self._bindings for j, p in enumerate(b.params)}
-        ordered, seen = [], set()
+        ordered, matched, seen = [], [], {}
         for gi, g in enumerate(groups):
             ps = list(g["params"])
             hits = [owner.get(id(p)) for p in ps]
@@ -261,8 +266,11 @@ class _Base(Optimizer):
                                  "directly): add groups with add_param_group" % gi)
             b = next(h[0] for h in hits if h is not None)
             if id(b) in seen:
-                raise ValueError("param group %d lists the parameters of another param group" % gi)
-            seen.add(id(b))
+                if repeats and len(ps) == len(b.params) and all(map(operator.is_, ps, b.params)):
+                    continue
+                raise ValueError("param group %d lists the parameters of param group %d: a parameter is stepped "
+                                 "once per step(); remove the repeated group" % (gi, seen[id(b)]))
+            seen[id(b)] = gi
             for j in range(max(len(ps), len(b.params))):
                 q = ps[j] if j < len(ps) else None
                 if j >= len(b.params) or q is not b.params[j]:
@@ -271,7 +279,8 @@ class _Base(Optimizer):
                                      "construction (%d listed, %d bound); a group's parameters are fixed, add "
                                      "others with add_param_group" % (gi, j, shape, len(ps), len(b.params)))
             ordered.append(b)
-        return ordered
+            matched.append(g)
+        return ordered, matched
 
     @staticmethod
     def _check_moved(ordered, shared, j):
@@ -285,21 +294,21 @@ class _Base(Optimizer):
                               view.dtype, view.device))
 
     def _apply_binding_plan(self, plan):
-        ordered, dropped, moved = plan
+        ordered, dropped, moved, groups = plan
         for b in dropped:
             b.shared.dropped = b.shared.dropped | frozenset(b.ids)
             for p in b.params:
                 self.state.pop(p, None)  # torch's state_dict packs the state of param_groups' parameters
         if ordered is not self._bindings:
-            for b, g in zip(ordered, self.param_groups):
+            for b, g in zip(ordered, groups):
                 b.group_params = g["params"]
             self._bindings = list(ordered)
         for shared, ids in moved:
             shared.follow_data(ids)
 
-    def _follow_params(self):
+    def _follow_params(self, repeats=False):
         """Checks the binding, then follows it (see _binding_plan)."""
-        self._apply_binding_plan(self._binding_plan())
+        self._apply_binding_plan(self._binding_plan(repeats))
 
     def _roles(self, group):
         return ["fc_weight"] * len(group["params"])
@@ -521,7 +530,7 @@ class _Base(Optimizer):
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
-        self._follow_params()
+        self._follow_params(repeats=True)  # a group listed again is packed as torch packs it
         self._gather_state()
         self._refresh_state()
         sd = self._packed_state_dict()
@@ -909,21 +918,33 @@ def _as_groups(params):
 
 
 def _validate_new(groups, existing):
-    """Every ValueError of the adapter's contract, before any parameter or task is touched."""
+    """Every error of the adapter's contract (ValueError; torch's RuntimeError for a device without the fused
+    step), before any parameter or task is touched."""
     seen = {id(p) for p in existing}
     intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
     devices = {p.device for p in existing}
     for gi, group in enumerate(groups):
         if not group["params"]:
             raise ValueError("param group %d has no parameters" % gi)
+        in_group = set()
         for p in group["params"]:
             if not isinstance(p, torch.Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is " + torch.typename(p))
             if p.layout is not torch.strided:  # first: a sparse tensor has no data pointer to check
                 raise ValueError("parameter of shape %s is a sparse tensor (%s): renaissance.torch takes dense "
                                  "(strided) parameters" % (tuple(p.shape), p.layout))
+            # torch's error (type and text) for a parameter in two groups. Twice in one group
+            # torch only warns, and then updates it twice per step (once per listing); the arena
+            # holds a parameter once and steps it once, so that is refused here (stricter).
+            if id(p) in in_group:
+                raise ValueError("a parameter (shape %s) is listed twice in param group %d: torch warns (\"optimizer "
+                                 "contains a parameter group with duplicate parameters; in future, this will cause "
+                                 "an error\") and updates it twice per step; renaissance.torch steps each parameter "
+                                 "once and refuses it" % (tuple(p.shape), gi))
             if id(p) in seen:
-                raise ValueError("a parameter (shape %s) is listed twice" % (tuple(p.shape),))
+                raise ValueError("some parameters appear in more than one parameter group (a parameter of shape %s)"
+                                 % (tuple(p.shape),))
+            in_group.add(id(p))
             seen.add(id(p))
             devices.add(p.device)
             if len(devices) > 1:
@@ -944,7 +965,11 @@ def _validate_new(groups, existing):
                                  "writes every element: pass p.clone() or a contiguous tensor" %
                                  (tuple(p.shape), tuple(p.stride())))
             if p.device.type not in ("cpu", "cuda"):
-                raise ValueError("parameter on %s: renaissance.torch runs on cpu and cuda" % p.device)
+                # torch's type and text for its fused step on a device it has no fused kernel for
+                # (e.g. meta); the library's step is always fused.
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                                   "devices: ['cpu', 'cuda'] but %s and %s (renaissance.torch's step is always fused; "
+                                   "it runs on cpu and cuda)" % (p.dtype, p.device.type))
             if p.device.type == "cuda" and not _core.with_cuda:
                 raise ValueError("parameter on %s but this renaissance build has no CUDA backend" % p.device)
             if p.numel() > 0:
