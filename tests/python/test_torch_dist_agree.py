@@ -110,6 +110,7 @@ def _worker(rank, k, init_file, out_dir, case):
     torch.set_num_threads(1)
     msg = "no error"
     t0 = None
+    call = None
     try:
         call = CASES[case][0](rank)
         t0 = time.monotonic()
@@ -119,6 +120,9 @@ def _worker(rank, k, init_file, out_dir, case):
     took = time.monotonic() - t0 if t0 is not None else -1.0
     with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
         json.dump({"msg": msg, "seconds": took}, f)
+    # The optimizer (held by `call`) goes before its process group, as in a script that ends its
+    # training loop before destroy_process_group (exiting without it: test_torch_dist_exit.py).
+    del call
     gc.collect()
     dist.destroy_process_group()
 
