@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
 #include "renaissance/optimizer.h"
 
@@ -14,14 +15,13 @@ namespace cli {
 
 namespace {
 
+// A kind table column: the hyperparameter table's rows that have a per-kind value.
 nlohmann::json hyperparameters_json(const Hyperparameters& h) {
-  return {{"lr", h.lr},
-          {"weight_decay", h.weight_decay},
-          {"momentum", h.momentum},
-          {"beta1", h.beta1},
-          {"beta2", h.beta2},
-          {"eps", h.eps},
-          {"trust_coefficient", h.trust_coefficient}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.kind_column != nullptr) j[row.name] = h.*row.kind_column;
+  }
+  return j;
 }
 
 const char* family_name(KindFamily family) {

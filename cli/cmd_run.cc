@@ -142,18 +142,30 @@ struct Setting {
   bool overridable;       // kind, decay mode and the check-finite flag change the compiled step
 };
 
+// Sets each hyperparameter of the table that the command gave.
+void apply_given_hyperparameters(const RunOptions& o, OptimizerConfig* config) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (given(o, row.flag)) set_hyper_value(*config, row, o.hyper[static_cast<size_t>(row.id)]);
+  }
+}
+
 // On --resume: options left out take the checkpoint's values; an option given with another value
 // is refused (exit 2, naming every difference) unless --override names it.
 void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, OptimizerConfig* config,
                              Schedule* schedule, int* schedule_steps, int* warmup, uint64_t* seed, double* loss_scale) {
+  // What --override accepts: the table's hyperparameters a resume may change, then the run's
+  // settings.
+  std::vector<std::string> names;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.resume_may_change) names.push_back(row.flag + 2);
+  }
+  for (const char* name : {"schedule", "schedule-steps", "warmup", "seed", "loss-scale"}) names.push_back(name);
   for (const std::string& name : o.overrides) {
-    static const char* kNames[] = {"lr", "weight-decay", "momentum", "beta1", "beta2", "eps", "trust-coefficient",
-                                   "max-grad-norm", "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
     const std::string bare = name.rfind("--", 0) == 0 ? name.substr(2) : name;
-    if (std::find(std::begin(kNames), std::end(kNames), bare) == std::end(kNames)) {
-      throw_invalid("--override " + io::printable(name) +
-                    ": not an option a resume may change (lr, weight-decay, momentum, beta1, beta2, eps, "
-                    "trust-coefficient, max-grad-norm, schedule, schedule-steps, warmup, seed, loss-scale)");
+    if (std::find(names.begin(), names.end(), bare) == names.end()) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      throw_invalid("--override " + io::printable(name) + ": not an option a resume may change (" + list + ")");
     }
   }
   auto overridden = [&](const char* flag) {
@@ -164,30 +176,37 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   };
   const OptimizerConfig& c = ck.config;
   const std::string mode = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
-  const std::vector<Setting> settings = {
+  // A table row's stored and requested values as text (a flag: on / off).
+  auto hyper_setting = [&](const HyperparameterInfo& row) {
+    const double requested = o.hyper[static_cast<size_t>(row.id)];
+    if (row.number != nullptr) return Setting{row.flag, num(c.*row.number), num(requested), true};
+    return Setting{row.flag, c.*row.flag_field ? "on" : "off", requested != 0.0 ? "on" : "off", false};
+  };
+  std::vector<Setting> settings = {
       {"--optimizer", optimizer_kind_name(c.kind), o.optimizer, false},
       {"--weight-decay-mode", mode, o.weight_decay_mode, false},
-      {"--maximize", c.maximize ? "on" : "off", o.maximize ? "on" : "off", false},
+  };
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (!row.resume_may_change) settings.push_back(hyper_setting(row));
+  }
+  settings.insert(settings.end(), {
       {"--no-check-finite", ck.check_finite ? "off" : "on", o.no_check_finite ? "on" : "off", false},
       // The model copy (format version 3's PRECISION; fp32 for a version-2 file): its dtype and
       // rounding decide the compiled step and every later copy bit.
       {"--precision", precision_name(ck.precision.precision), o.precision, false},
       {"--stochastic-rounding", ck.precision.rounding == Rounding::kStochastic ? "on" : "off",
        o.stochastic_rounding ? "on" : "off", false},
-      {"--lr", num(c.lr), num(o.lr), true},
-      {"--weight-decay", num(c.weight_decay), num(o.weight_decay), true},
-      {"--momentum", num(c.momentum), num(o.momentum), true},
-      {"--beta1", num(c.beta1), num(o.beta1), true},
-      {"--beta2", num(c.beta2), num(o.beta2), true},
-      {"--eps", num(c.eps), num(o.eps), true},
-      {"--trust-coefficient", num(c.trust_coefficient), num(o.trust_coefficient), true},
-      {"--max-grad-norm", num(c.max_grad_norm), num(o.max_grad_norm), true},
+  });
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.resume_may_change) settings.push_back(hyper_setting(row));
+  }
+  settings.insert(settings.end(), {
       {"--schedule", ck.run.schedule, o.schedule, true},
       {"--schedule-steps", std::to_string(ck.run.schedule_steps), std::to_string(o.schedule_steps), true},
       {"--warmup", std::to_string(ck.run.warmup), std::to_string(o.warmup), true},
       {"--seed", std::to_string(ck.run.seed), std::to_string(o.seed), true},
       {"--loss-scale", num(ck.loss_scale), num(o.loss_scale), true},
-  };
+  });
   std::string differences;
   for (const Setting& st : settings) {
     if (!given(o, st.flag) || st.requested == st.stored) continue;
@@ -202,14 +221,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   }
   // Start from the checkpoint, then apply what was given (only overridden values differ).
   *config = c;
-  if (given(o, "--lr")) config->lr = o.lr;
-  if (given(o, "--weight-decay")) config->weight_decay = o.weight_decay;
-  if (given(o, "--momentum")) config->momentum = o.momentum;
-  if (given(o, "--beta1")) config->beta1 = o.beta1;
-  if (given(o, "--beta2")) config->beta2 = o.beta2;
-  if (given(o, "--eps")) config->eps = o.eps;
-  if (given(o, "--trust-coefficient")) config->trust_coefficient = o.trust_coefficient;
-  if (given(o, "--max-grad-norm")) config->max_grad_norm = o.max_grad_norm;
+  apply_given_hyperparameters(o, config);
   *schedule = parse_schedule(given(o, "--schedule") ? o.schedule : ck.run.schedule);
   *schedule_steps = given(o, "--schedule-steps") ? o.schedule_steps : static_cast<int>(ck.run.schedule_steps);
   *warmup = given(o, "--warmup") ? o.warmup : static_cast<int>(ck.run.warmup);
@@ -250,13 +262,13 @@ std::string configuration_text(const RunOptions& o, const SyntheticRun& run, con
   add("--model", layout.name + " (" + std::to_string(layout.params.size()) + " tensors, " +
                      std::to_string(layout.total_numel()) + " elements, digest " + layout_digest(layout) + ")");
   add("--optimizer", optimizer_kind_name(run.config.kind));
-  for (const HyperparameterField& f : kHyperparameterFields) {
-    std::string flag = std::string("--") + f.name;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    add(flag, num(run.config.*f.field));
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr) add(row.flag, num(run.config.*row.number));
   }
   add("--weight-decay-mode", run.config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled");
-  add("--maximize", run.config.maximize ? "on" : "off");
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.flag_field != nullptr) add(row.flag, run.config.*row.flag_field ? "on" : "off");
+  }
   add("--steps", std::to_string(run.steps));
   add("--schedule", schedule_name(run.schedule));
   add("--schedule-steps", std::to_string(run.schedule_steps));
@@ -369,19 +381,11 @@ int cmd_run(const RunOptions& o) {
     throw_invalid("--optimizer " + io::printable(o.optimizer) + ": unknown kind (expected " + optimizer_kind_names() + ")");
   }
   OptimizerConfig config = default_config(kind);
-  if (o.lr_given) config.lr = o.lr;
-  if (o.weight_decay_given) config.weight_decay = o.weight_decay;
-  if (o.momentum_given) config.momentum = o.momentum;
-  if (o.beta1_given) config.beta1 = o.beta1;
-  if (o.beta2_given) config.beta2 = o.beta2;
-  if (o.eps_given) config.eps = o.eps;
-  if (o.trust_coefficient_given) config.trust_coefficient = o.trust_coefficient;
-  if (o.max_grad_norm_given) config.max_grad_norm = o.max_grad_norm;
-  config.maximize = o.maximize;
+  apply_given_hyperparameters(o, &config);
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
   else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + io::printable(o.weight_decay_mode) + ": expected decoupled or l2");
-  if (o.momentum_given && o.momentum == 0.0 && kind_info(kind).needs_momentum) {
+  if (given(o, "--momentum") && config.momentum == 0.0 && kind_info(kind).needs_momentum) {
     throw_invalid("--momentum 0: " + o.optimizer + " needs momentum > 0");
   }
   Schedule schedule = parse_schedule(o.schedule);
@@ -549,7 +553,6 @@ int cmd_run(const RunOptions& o) {
         {"params", numel},
         {"optimizer", optimizer_kind_name(kind)},
         {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
-        {"maximize", config.maximize},
         // The total gradient norm of the last step (0 without clipping: it is not computed).
         {"last_grad_norm", r.last_grad_norm},
         {"schedule", schedule_name(schedule)},
@@ -580,7 +583,10 @@ int cmd_run(const RunOptions& o) {
         {"arena_bytes_per_rank", r.arena_bytes},
     };
     // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
-    for (const HyperparameterField& f : kHyperparameterFields) j[f.name] = config.*f.field;
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      if (row.number != nullptr) j[row.name] = config.*row.number;
+      else j[row.name] = config.*row.flag_field;
+    }
     if (comm) {
       j["world_size"] = comm->size();
       j["grad_reduce"] = grad_reduce_name(grad_reduce);

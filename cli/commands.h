@@ -3,6 +3,7 @@
 // library's (audit/synthetic.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "renaissance/backend.h"
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
 #include "audit/synthetic.h"
@@ -41,17 +43,15 @@ constexpr uint64_t kMaxThreadsOption = 1024;  // and at most what OpenMP can sta
 // --threads: within what OpenMP can start here; throws Error(kInvalidArgument) otherwise.
 void check_threads_option(int threads);
 
-// Options of `renaissance run`; "given" flags say which hyperparameters the user set.
+// Options of `renaissance run`; `given` says which options the user typed.
 struct RunOptions {
   std::string model = "resnet50";
   std::string optimizer = "adamw";
-  double lr = 0, weight_decay = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, trust_coefficient = 0;
-  bool lr_given = false, weight_decay_given = false, momentum_given = false, beta1_given = false,
-       beta2_given = false, eps_given = false, trust_coefficient_given = false;
-  double max_grad_norm = 0;  // --max-grad-norm: global gradient-norm clipping (0: off)
-  bool max_grad_norm_given = false;
+  // The hyperparameter table's options (renaissance/hyperparameters.h), by row: the value typed
+  // (a flag: 1 or 0), meaningful only where the row's flag is in `given` (else the kind's default,
+  // or on a resume the checkpoint's value, holds).
+  std::array<double, kNumHyperparameters> hyper{};
   std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
-  bool maximize = false;          // --maximize: ascend (torch's maximize: the gradient negated)
   int steps = 20;
   int schedule_steps = 0;  // 0: not given (a fresh run uses --steps, a resume the checkpoint's)
   std::string backend = "auto";

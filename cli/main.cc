@@ -33,10 +33,18 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-// A double option that records whether it was given (defaults belong to the optimizer kind).
-void add_hyper(CLI::App* app, const std::string& flag, double* value, bool* given, const std::string& help) {
-  app->add_option_function<double>(flag, [value, given](const double& v) { *value = v; *given = true; }, help)
-      ->type_name("X");
+// The options of the hyperparameter table's rows whose kind is `flags` (a number takes X, a flag
+// none), in table order, each with its row's help line. Whether one was typed is RunOptions::given.
+void add_hyperparameters(CLI::App* app, RunOptions* run, bool flags) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if ((row.flag_field != nullptr) != flags) continue;
+    double* value = &run->hyper[static_cast<size_t>(row.id)];
+    if (flags) {
+      app->add_flag_function(row.flag, [value](std::int64_t count) { *value = count > 0 ? 1.0 : 0.0; }, row.help);
+    } else {
+      app->add_option_function<double>(row.flag, [value](const double& v) { *value = v; }, row.help)->type_name("X");
+    }
+  }
 }
 
 // Decimal digits only, within [lo, hi]; throws CLI::ValidationError (exit 2) naming the option.
@@ -169,19 +177,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--optimizer", run.optimizer,
                       "Optimizer kind: " + optimizer_kind_names(", ") + " (see `renaissance kinds`)")
       ->capture_default_str()->type_name("KIND");
-  add_hyper(run_cmd, "--lr", &run.lr, &run.lr_given, "Base learning rate (default: the kind's)");
-  add_hyper(run_cmd, "--weight-decay", &run.weight_decay, &run.weight_decay_given, "Weight decay of the weight group");
-  add_hyper(run_cmd, "--momentum", &run.momentum, &run.momentum_given, "Momentum (SGD momentum kinds, LARS)");
-  add_hyper(run_cmd, "--beta1", &run.beta1, &run.beta1_given, "Adam beta1");
-  add_hyper(run_cmd, "--beta2", &run.beta2, &run.beta2_given, "Adam beta2");
-  add_hyper(run_cmd, "--eps", &run.eps, &run.eps_given, "Adam / LARS epsilon");
-  add_hyper(run_cmd, "--trust-coefficient", &run.trust_coefficient, &run.trust_coefficient_given, "LARS trust coefficient");
-  add_hyper(run_cmd, "--max-grad-norm", &run.max_grad_norm, &run.max_grad_norm_given,
-            "Clip the global gradient norm to X, every kind (default 0: off)");
+  add_hyperparameters(run_cmd, &run, /*flags=*/false);
   run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
       ->type_name("MODE");
-  run_cmd->add_flag("--maximize", run.maximize,
-                    "Maximize instead of minimize, every kind (torch's maximize: the gradient is negated first)");
+  add_hyperparameters(run_cmd, &run, /*flags=*/true);
   add_count(run_cmd, "--steps", &run.steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");
   add_count(run_cmd, "--schedule-steps", &run.schedule_steps, 1, kMaxSteps,
             "Horizon of the lr schedule (default: --steps of a fresh run; stored in the checkpoint)");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 
 namespace renaissance {
 
@@ -35,13 +36,9 @@ void check_positive(const char* name, double v) {
 OptimizerConfig make_config(OptimizerKind kind, const Hyperparameters& h) {
   OptimizerConfig c;
   c.kind = kind;
-  c.lr = h.lr;
-  c.weight_decay = h.weight_decay;
-  c.momentum = h.momentum;
-  c.beta1 = h.beta1;
-  c.beta2 = h.beta2;
-  c.eps = h.eps;
-  c.trust_coefficient = h.trust_coefficient;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    set_hyper_value(c, row, row.kind_column != nullptr ? h.*row.kind_column : row.fixed_default);
+  }
   return c;
 }
 
@@ -90,6 +87,20 @@ void check_max_grad_norm(double max_norm) {
 }
 
 void check_lr(double lr) { check_non_negative("lr", lr); check_f32("lr", lr, false); }
+
+namespace {
+// A number of the table by its row's rule (a flag has no rule to check: it is a bool).
+void check_rule(const HyperparameterInfo& row, double v) {
+  switch (row.rule) {
+    case HyperRule::kLr: return check_lr(v);
+    case HyperRule::kNonNegative: return check_non_negative(row.name, v);
+    case HyperRule::kUnitInterval: return check_unit_interval(row.name, v);
+    case HyperRule::kPositive: return check_positive(row.name, v);
+    case HyperRule::kMaxGradNorm: return check_max_grad_norm(v);
+    case HyperRule::kFlag: return;
+  }
+}
+}  // namespace
 void check_loss_scale(double scale) {
   check_positive("loss scale", scale);
   check_f32("loss scale", scale, true);
@@ -100,13 +111,10 @@ void OptimizerConfig::validate() const {
   if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= kNumOptimizerKinds) {
     throw_invalid("unknown optimizer kind #" + std::to_string(static_cast<int>(kind)));
   }
-  check_lr(lr);
-  check_non_negative("weight_decay", weight_decay);
-  check_unit_interval("momentum", momentum);
-  check_unit_interval("beta1", beta1);
-  check_unit_interval("beta2", beta2);
-  check_positive("eps", eps);
-  check_positive("trust_coefficient", trust_coefficient);
+  // Each number by its rule, in table order; clipping's float32 check comes last, as it always has.
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr && row.rule != HyperRule::kMaxGradNorm) check_rule(row, this->*row.number);
+  }
   const KindInfo& info = kind_info(kind);
   if (info.needs_momentum && momentum <= 0.0) {
     reject("momentum", momentum, (std::string(info.name) + " requires momentum > 0").c_str());
@@ -116,17 +124,22 @@ void OptimizerConfig::validate() const {
                   optimizer_kind_name(kind));
   }
   check_float32_domain(*this);
-  check_max_grad_norm(max_grad_norm);
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.rule == HyperRule::kMaxGradNorm) check_rule(row, this->*row.number);
+  }
+}
+
+const HyperparameterInfo* find_hyperparameter(const std::string& name) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (name == row.name) return &row;
+  }
+  return nullptr;
 }
 
 void check_hyperparameter(const char* name, double v) {
-  const std::string n = name;
-  if (n == "lr") return check_lr(v);
-  if (n == "max_grad_norm") return check_max_grad_norm(v);
-  if (n == "weight_decay") return check_non_negative(name, v);
-  if (n == "momentum" || n == "beta1" || n == "beta2") return check_unit_interval(name, v);
-  if (n == "eps" || n == "trust_coefficient") return check_positive(name, v);
-  throw_invalid("unknown hyperparameter '" + n + "'");
+  const HyperparameterInfo* row = find_hyperparameter(name);
+  if (row == nullptr || row->number == nullptr) throw_invalid("unknown hyperparameter '" + std::string(name) + "'");
+  check_rule(*row, v);
 }
 
 OptimizerConfig SGD::config() const {

@@ -4,9 +4,9 @@ The core module: the C++ Task API on numpy float32 arrays, the kind table, the b
 layouts and replay cases (docs/python.md). The PyTorch optimizers are `renaissance.torch`,
 imported on first use only (importing renaissance does not import torch).
 """
-from ._core import Task, __version__, combine_fingerprints, kinds, layout, layouts, replay, with_cuda
+from ._core import Task, __version__, combine_fingerprints, hyperparameters, kinds, layout, layouts, replay, with_cuda
 
-__all__ = ["Task", "__version__", "combine_fingerprints", "kinds", "layout", "layouts", "replay", "with_cuda"]
+__all__ = ["Task", "__version__", "combine_fingerprints", "hyperparameters", "kinds", "layout", "layouts", "replay", "with_cuda"]
 
 
 def __getattr__(name):

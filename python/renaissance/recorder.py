@@ -96,9 +96,13 @@ def _read_encoded(task, family, name):
 _ST_DTYPE = {"bf16": "BF16", "fp16": "F16"}
 
 # Hyperparameters that must stay as they were for the whole recording: the case has one
-# optimizer per group; only the learning rate is recorded per step.
-_FIXED = ("kind", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient", "max_grad_norm",
-          "weight_decay_mode", "maximize")
+# optimizer per group; only the learning rate is recorded per step. The rest of the hyperparameter
+# table, the kind and the decay mode.
+_FIXED = (("kind",) + tuple(h["name"] for h in _core.hyperparameters() if h["type"] == "number" and h["name"] != "lr")
+          + ("weight_decay_mode",) + tuple(h["name"] for h in _core.hyperparameters() if h["type"] == "flag"))
+# The table's optional keys: a case leaves them out at their default (maximize false), so that a
+# case of a run that does not use them keeps the keys it always had.
+_OPTIONAL = {h["name"]: h["default"] for h in _core.hyperparameters() if h["optional"]}
 
 
 def _tensor_steps(task):
@@ -561,8 +565,9 @@ class Recorder:
             config = dict((self._configs or [_config(g.task) for g in self._groups])[gi])
             if config["weight_decay_mode"] == "decoupled":
                 del config["weight_decay_mode"]  # the default, and the only mode most kinds accept
-            if not config.get("maximize"):
-                config.pop("maximize", None)  # the default: a minimizing case keeps its keys
+            for name, default in _OPTIONAL.items():
+                if name in config and config[name] == default:
+                    del config[name]
             group = {"optimizer": config, "params": params, "lr_per_step": [lrs[gi] for lrs in self._lrs]}
             if self._initial_steps[gi]:
                 group["initial_step"] = self._initial_steps[gi]

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "renaissance/optimizer.h"
@@ -54,27 +55,26 @@ const char* family_name(KindFamily f) {
   return "?";
 }
 
-// The hyperparameters each builder family reads (the fluent builders of optimizer.h expose the
-// same ones); a keyword the kind ignores is an error rather than a silent no-op.
+// The numbers of the hyperparameter table each kind reads (the fluent builders of optimizer.h
+// expose the same ones), then weight_decay_mode where the kind accepts l2; a keyword the kind
+// ignores is an error rather than a silent no-op. The table's flags (maximize) apply to every
+// kind and are checked as bools.
 std::vector<std::string> family_hyperparameters(const KindInfo& k) {
   std::vector<std::string> h;
-  switch (k.family) {
-    case KindFamily::kSgd: h = {"lr", "weight_decay", "momentum"}; break;
-    case KindFamily::kAdam: h = {"lr", "beta1", "beta2", "eps", "weight_decay"}; break;
-    case KindFamily::kLars: h = {"lr", "momentum", "weight_decay", "trust_coefficient", "eps"}; break;
-    case KindFamily::kLion: h = {"lr", "beta1", "beta2", "weight_decay"}; break;
-    case KindFamily::kLamb: h = {"lr", "beta1", "beta2", "eps", "weight_decay"}; break;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr && kind_reads(k.kind, row)) h.push_back(row.name);
   }
-  h.push_back("max_grad_norm");
   if (k.allows_l2) h.push_back("weight_decay_mode");
   return h;
 }
 
-double OptimizerConfig::*double_field(const std::string& name) {
-  for (const HyperparameterField& f : kHyperparameterFields) {
-    if (name == f.name) return f.field;
+// The table's flags, joined for messages ("maximize").
+std::string flag_names() {
+  std::string s;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.flag_field != nullptr) s += std::string(", ") + row.name;
   }
-  return nullptr;
+  return s;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -83,16 +83,53 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// A kind table column (defaults, reference): the table's rows that have a per-kind value.
 nb::dict hyper_dict(const Hyperparameters& h) {
   nb::dict d;
-  d["lr"] = h.lr;
-  d["weight_decay"] = h.weight_decay;
-  d["momentum"] = h.momentum;
-  d["beta1"] = h.beta1;
-  d["beta2"] = h.beta2;
-  d["eps"] = h.eps;
-  d["trust_coefficient"] = h.trust_coefficient;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.kind_column != nullptr) d[row.name] = h.*row.kind_column;
+  }
   return d;
+}
+
+const char* rule_name(HyperRule r) {
+  switch (r) {
+    case HyperRule::kLr: return "lr";
+    case HyperRule::kNonNegative: return "non_negative";
+    case HyperRule::kUnitInterval: return "unit_interval";
+    case HyperRule::kPositive: return "positive";
+    case HyperRule::kMaxGradNorm: return "max_grad_norm";
+    case HyperRule::kFlag: return "flag";
+  }
+  return "";
+}
+
+// The hyperparameter table (renaissance/hyperparameters.h), one dict per row in table order:
+// what Python code checks and records by (the Recorder's fixed keys, a case's optional keys).
+nb::list hyperparameters() {
+  nb::list out;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    nb::dict d;
+    d["name"] = row.name;
+    d["flag"] = row.flag;
+    d["help"] = row.help;
+    d["type"] = row.number != nullptr ? "number" : "flag";
+    d["rule"] = rule_name(row.rule);
+    nb::list kinds;
+    for (const KindInfo& k : kKindTable) {
+      if (kind_reads(k.kind, row)) kinds.append(k.name);
+    }
+    d["kinds"] = kinds;
+    d["per_kind_default"] = row.kind_column != nullptr;
+    if (row.number != nullptr) d["default"] = row.fixed_default;
+    else d["default"] = row.fixed_default != 0.0;
+    d["task_wide"] = row.task_wide;
+    d["resume_may_change"] = row.resume_may_change;
+    // Left out of a file (checkpoint META, a recorded case.json) while at its default.
+    d["optional"] = row.meta == MetaPlace::kOptional;
+    out.append(d);
+  }
+  return out;
 }
 
 BackendKind parse_backend(const std::string& name) {
@@ -194,16 +231,19 @@ class PyTask {
     OptimizerConfig c = default_config(kind);
     for (auto [key, value] : hyper) {
       const std::string name = nb::cast<std::string>(key);
-      if (name == "maximize") {  // every kind: torch's flag, a bool (not a hyperparameter number)
-        if (!nb::isinstance<nb::bool_>(value)) throw nb::type_error("optimizer(): maximize must be True or False");
-        c.maximize = nb::cast<bool>(value);
+      const HyperparameterInfo* row = find_hyperparameter(name);
+      if (row != nullptr && row->flag_field != nullptr) {  // every kind: a bool (torch's maximize)
+        if (!nb::isinstance<nb::bool_>(value)) {
+          throw nb::type_error(("optimizer(): " + name + " must be True or False").c_str());
+        }
+        c.*row->flag_field = nb::cast<bool>(value);
         continue;
       }
       bool ok = false;
       for (const std::string& a : allowed) ok = ok || a == name;
       if (!ok) {
         throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
-                              "' (this kind reads: " + join(allowed) + ", maximize)").c_str());
+                              "' (this kind reads: " + join(allowed) + flag_names() + ")").c_str());
       }
       if (name == "weight_decay_mode") {
         const std::string mode = nb::cast<std::string>(value);
@@ -216,7 +256,7 @@ class PyTask {
         throw nb::type_error(("optimizer(): " + name + " must be a number").c_str());
       const double v = nb::cast<double>(value);
       check_hyperparameter(name.c_str(), v);
-      c.*double_field(name) = v;
+      c.*row->number = v;
     }
     c.validate();
     return c;
@@ -525,6 +565,9 @@ NB_MODULE(_core, m) {
   void renaissance_register_dist(nanobind::module_&); renaissance_register_dist(m);  // torch.distributed (T): torch_dist.cc
 
   m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
+  m.def("hyperparameters", &hyperparameters,
+        "The hyperparameter table: one dict per hyperparameter (name, flag, help, type, rule, kinds, default, "
+        "task_wide, resume_may_change, optional), in table order.");
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
   m.def("layout", [](const std::string& name_or_path) { return from_specs(resolve_layout(name_or_path).params); },
         "name_or_path"_a, "A layout's parameters as (name, shape, role) tuples: a built-in name or a JSON file.");
@@ -648,9 +691,13 @@ nb::dict task_config(PyTask& t, int group) {
   const OptimizerConfig& c = t.task().group_config(group);
   nb::dict d;
   d["kind"] = optimizer_kind_name(c.kind);
-  for (const HyperparameterField& f : kHyperparameterFields) d[f.name] = c.*f.field;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr) d[row.name] = c.*row.number;
+  }
   d["weight_decay_mode"] = c.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled";
-  d["maximize"] = c.maximize;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.flag_field != nullptr) d[row.name] = c.*row.flag_field;
+  }
   return d;
 }
 

@@ -25,6 +25,7 @@
 #include "runtime/src/checkpoint_framing.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/layout.h"
 #include "renaissance/precision.h"
 #include "renaissance/scalars.h"
@@ -120,18 +121,46 @@ void check_precision(const std::string& path, const PrecisionOptions& file, cons
   }
 }
 
+// The hyperparameters META holds at `place`, in table order (hyperparameters.h, MetaPlace).
+void read_meta_hyperparameters(Cursor& c, MetaPlace place, OptimizerConfig* cfg) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.meta != place) continue;
+    if (place == MetaPlace::kOptional && c.remaining() == 0) {
+      set_hyper_value(*cfg, row, row.fixed_default);
+      continue;
+    }
+    if (row.number != nullptr) {
+      cfg->*row.number = c.f64();
+      continue;
+    }
+    const uint32_t flag = c.u32();
+    if (flag > 1) c.fail(std::string(row.name) + " flag " + std::to_string(flag) + " is neither 0 nor 1");
+    cfg->*row.flag_field = flag == 1;
+  }
+}
+
+// ... and written: the optional ones only up to the last that differs from its default, so a
+// configuration at its defaults keeps the bytes of a file from before those fields.
+void write_meta_hyperparameters(Bytes& b, MetaPlace place, const OptimizerConfig& cfg) {
+  int end = 0;
+  for (int i = 0; i < kNumHyperparameters; ++i) {
+    const HyperparameterInfo& row = kHyperparameterTable[i];
+    if (row.meta == place && (place != MetaPlace::kOptional || hyper_value(cfg, row) != row.fixed_default)) end = i + 1;
+  }
+  for (int i = 0; i < end; ++i) {
+    const HyperparameterInfo& row = kHyperparameterTable[i];
+    if (row.meta != place) continue;
+    if (row.number != nullptr) b.f64(cfg.*row.number);
+    else b.u32(cfg.*row.flag_field ? 1 : 0);
+  }
+}
+
 // META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
 void decode_meta(Cursor& c, CheckpointInfo* info) {
   const std::string kind_name = c.str();
   const uint32_t mode = c.u32();
   OptimizerConfig& cfg = info->config;
-  cfg.lr = c.f64();
-  cfg.weight_decay = c.f64();
-  cfg.momentum = c.f64();
-  cfg.beta1 = c.f64();
-  cfg.beta2 = c.f64();
-  cfg.eps = c.f64();
-  cfg.trust_coefficient = c.f64();
+  read_meta_hyperparameters(c, MetaPlace::kHead, &cfg);
   info->lr = c.f64();
   info->loss_scale = c.f64();
   info->step = c.i64();
@@ -141,14 +170,10 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
   info->run.schedule_steps = c.i64();
   info->run.warmup = c.i64();
   info->run.seed = c.u64();
-  cfg.max_grad_norm = c.f64();
-  // Group 0's maximize: a trailing u32 1, present only when it maximizes (a file without it, as
-  // every minimizing run and every file before the field writes, minimizes).
-  if (c.remaining() > 0) {
-    const uint32_t maximize = c.u32();
-    if (maximize > 1) c.fail("maximize flag " + std::to_string(maximize) + " is neither 0 nor 1");
-    cfg.maximize = maximize == 1;
-  }
+  read_meta_hyperparameters(c, MetaPlace::kTail, &cfg);
+  // Group 0's optional hyperparameters (maximize: a u32 1 only when it maximizes); a file that
+  // ends before one, as every file written before it existed, holds its default.
+  read_meta_hyperparameters(c, MetaPlace::kOptional, &cfg);
   c.expect_end();
   if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
   if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
@@ -232,10 +257,9 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   Bytes meta;
   meta.str(optimizer_kind_name(config_.kind));
   meta.u32(static_cast<uint32_t>(config_.weight_decay_mode));
-  for (double v : {config_.lr, config_.weight_decay, config_.momentum, config_.beta1, config_.beta2, config_.eps,
-                   config_.trust_coefficient, lr_, loss_scale_}) {
-    meta.f64(v);
-  }
+  write_meta_hyperparameters(meta, MetaPlace::kHead, config_);
+  meta.f64(lr_);
+  meta.f64(loss_scale_);
   meta.i64(i32[kStep]);
   meta.i64(i32[kSkippedSteps]);
   meta.u32(options_.check_finite ? 1 : 0);
@@ -243,8 +267,8 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   meta.i64(run_settings_.schedule_steps);
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
-  meta.f64(config_.max_grad_norm);
-  if (config_.maximize) meta.u32(1);  // only then: a minimizing run's META keeps its bytes
+  write_meta_hyperparameters(meta, MetaPlace::kTail, config_);
+  write_meta_hyperparameters(meta, MetaPlace::kOptional, config_);  // none at their defaults: no bytes
 
   Bytes layout;
   layout.u64(params_.size());

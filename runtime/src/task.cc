@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
 #include "renaissance/math/precision.h"
 #include "renaissance/math/update_rules.h"
@@ -63,9 +64,11 @@ void check_same_structure(const OptimizerConfig& base, const OptimizerConfig& c,
   if (c.weight_decay_mode != base.weight_decay_mode) {
     throw_invalid(where + "weight_decay_mode differs from group 0's (it is task-wide)");
   }
-  if (c.max_grad_norm != base.max_grad_norm) {
-    throw_invalid(where + "max_grad_norm " + std::to_string(c.max_grad_norm) + " differs from group 0's " +
-                  std::to_string(base.max_grad_norm) + " (gradient-norm clipping is task-wide)");
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (!row.task_wide || hyper_value(c, row) == hyper_value(base, row)) continue;
+    const std::string why = row.id == Hyperparameter::kMaxGradNorm ? "gradient-norm clipping" : row.name;
+    throw_invalid(where + row.name + " " + std::to_string(hyper_value(c, row)) + " differs from group 0's " +
+                  std::to_string(hyper_value(base, row)) + " (" + why + " is task-wide)");
   }
 }
 
@@ -208,22 +211,18 @@ static float inv_loss_scale_slot(const OptimizerConfig& config, double loss_scal
 // corrections and the last total norm are the device's and are not written.
 static void host_scalar_slots(const OptimizerConfig& config, double lr, double loss_scale, float* f32,
                               double* f64) {
-  f32[kLr] = static_cast<float>(lr);
-  f32[kWeightDecay] = static_cast<float>(config.weight_decay);
+  // The table's slots: each number as configured (fp64) and rounded once (fp32).
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number == nullptr) continue;
+    if (row.f32_slot >= 0) f32[row.f32_slot] = static_cast<float>(config.*row.number);
+    if (row.f64_slot >= 0) f64[row.f64_slot] = config.*row.number;
+  }
+  // The derived slots, formed in double from the configured values and rounded once.
+  f32[kLr] = static_cast<float>(lr);  // the task's current lr (set_lr, schedules)
   f32[kDecayFactor] = static_cast<float>(1.0 - lr * config.weight_decay);
-  f32[kMomentum] = static_cast<float>(config.momentum);
-  f32[kBeta1] = static_cast<float>(config.beta1);
-  f32[kBeta2] = static_cast<float>(config.beta2);
   f32[kOneMinusBeta1] = static_cast<float>(1.0 - config.beta1);
   f32[kOneMinusBeta2] = static_cast<float>(1.0 - config.beta2);
-  f32[kEps] = static_cast<float>(config.eps);
   f32[kInvLossScale] = inv_loss_scale_slot(config, loss_scale);
-  f64[kBeta1D] = config.beta1;
-  f64[kBeta2D] = config.beta2;
-  f64[kWeightDecayD] = config.weight_decay;
-  f64[kEpsD] = config.eps;
-  f64[kTrustCoefficientD] = config.trust_coefficient;
-  f64[kMaxGradNormD] = config.max_grad_norm;
 }
 static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");

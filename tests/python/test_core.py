@@ -257,6 +257,38 @@ def test_kinds_and_layouts():
         renaissance.layout("no_such_layout")
 
 
+def test_hyperparameter_table():
+    """renaissance.hyperparameters() is the core's table: the keywords .optimizer() takes for a
+    kind are the table's numbers that name the kind (plus weight_decay_mode where l2 is allowed,
+    plus the flags), a keyword of another kind is a TypeError, and each number is validated by its
+    row's rule."""
+    table = renaissance.hyperparameters()
+    names = [h["name"] for h in table]
+    assert names[:8] == ["lr", "weight_decay", "momentum", "beta1", "beta2", "eps", "trust_coefficient",
+                         "max_grad_norm"]
+    assert all(h["flag"] == "--" + h["name"].replace("_", "-") and h["help"] for h in table)
+    maximize = next(h for h in table if h["name"] == "maximize")
+    assert maximize["type"] == "flag" and maximize["optional"] and maximize["default"] is False
+    assert not maximize["resume_may_change"]
+    kinds = {k["name"]: k for k in renaissance.kinds()}
+    for k in kinds.values():
+        numbers = [h["name"] for h in table if h["type"] == "number" and k["name"] in h["kinds"]]
+        assert k["hyperparameters"] == numbers + (["weight_decay_mode"] if k["allows_l2"] else [])
+    t = renaissance.Task([("w", [4], "fc_weight")])
+    for h in table:
+        for kind in kinds:
+            if h["type"] == "flag":
+                t.optimizer(kind, **{h["name"]: True})
+                with pytest.raises(TypeError, match=h["name"] + " must be True or False"):
+                    t.optimizer(kind, **{h["name"]: 1})
+            elif kind in h["kinds"]:
+                with pytest.raises(ValueError, match="invalid " + h["name"]):
+                    t.optimizer(kind, **{h["name"]: float("nan")})
+            else:
+                with pytest.raises(TypeError, match="unexpected keyword '%s'" % h["name"]):
+                    t.optimizer(kind, **{h["name"]: 0.5})
+
+
 @pytest.mark.parametrize("threads", [2 ** 40, 2 ** 31, -1])
 def test_threads_out_of_range_is_a_value_error(threads, tmp_path):
     with pytest.raises(ValueError, match=r"threads .*: must be in \[0, 2\*\*31\)"):

@@ -42,23 +42,6 @@ struct OptimizerConfig {
   void validate() const;
 };
 
-// The numeric fields of OptimizerConfig by the one name every surface uses for them (replay
-// case.json, the CLI's JSON, Python keywords), in this order.
-struct HyperparameterField {
-  const char* name;
-  double OptimizerConfig::*field;
-};
-inline constexpr HyperparameterField kHyperparameterFields[] = {
-    {"lr", &OptimizerConfig::lr},
-    {"weight_decay", &OptimizerConfig::weight_decay},
-    {"momentum", &OptimizerConfig::momentum},
-    {"beta1", &OptimizerConfig::beta1},
-    {"beta2", &OptimizerConfig::beta2},
-    {"eps", &OptimizerConfig::eps},
-    {"trust_coefficient", &OptimizerConfig::trust_coefficient},
-    {"max_grad_norm", &OptimizerConfig::max_grad_norm},
-};
-
 // A configuration of `kind` with the given hyperparameters (decoupled weight decay).
 OptimizerConfig make_config(OptimizerKind kind, const Hyperparameters& h);
 // The library's defaults for a kind (kKindTable's `defaults` column).
@@ -81,8 +64,8 @@ void check_lr(double lr);
 void check_loss_scale(double scale);
 void check_max_grad_norm(double max_norm);  // finite, >= 0, a float32 that is not rounded to 0
 
-// Validates one hyperparameter by its name ("lr", "weight_decay", "momentum", "beta1", "beta2",
-// "eps", "trust_coefficient", "max_grad_norm") with the rule OptimizerConfig::validate applies.
+// Validates one number of the hyperparameter table (renaissance/hyperparameters.h) by its name
+// with the rule OptimizerConfig::validate applies; an unknown name or a flag is an error.
 void check_hyperparameter(const char* name, double value);
 
 // The setters the fluent builders share, each written once; a builder makes public the ones its

@@ -20,6 +20,7 @@
 #include "core/src/io/replay_keys.h"
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/layout.h"
 #include "renaissance/math/precision.h"
 #include "renaissance/plan.h"
@@ -57,6 +58,15 @@ std::string kind_list() {
   return s;
 }
 
+// The keys of an optimizer object: kind, the table's numbers, weight_decay_mode, its flags.
+std::string optimizer_keys() {
+  std::string numbers, flags;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    (row.number != nullptr ? numbers : flags) += std::string(", ") + row.name;
+  }
+  return "kind" + numbers + ", weight_decay_mode" + flags;
+}
+
 // `where` names the object in messages: "DIR/case.json: optimizer" (format 1) or
 // "DIR/case.json: groups[1].optimizer" (format 2).
 OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& where) {
@@ -78,23 +88,17 @@ OptimizerConfig parse_optimizer(const nlohmann::json& o, const std::string& wher
       else throw_format(where + ".weight_decay_mode: unknown mode " + sq(mode) + " (expected decoupled or l2)");
       continue;
     }
-    if (key == "maximize") {  // optional, false when absent
-      if (!it.value().is_boolean()) throw_format(where + ".maximize = " + it.value().dump() + " is not true or false");
-      c.maximize = it.value().get<bool>();
-      continue;
+    // The hyperparameter table's keys: a number, or a flag (true / false); absent: the default.
+    const HyperparameterInfo* row = find_hyperparameter(key);
+    if (row == nullptr) {
+      throw_format(where + ": unknown key " + sq(key) + " (expected " + optimizer_keys() + ")");
     }
-    bool known = false;
-    for (const HyperparameterField& f : kHyperparameterFields) {
-      if (key == f.name) {
-        if (!it.value().is_number()) throw_format(where + "." + key + " = " + it.value().dump() + " is not a number");
-        c.*f.field = it.value().get<double>();
-        known = true;
-      }
-    }
-    if (!known) {
-      throw_format(where + ": unknown key " + sq(key) +
-                    " (expected kind, lr, weight_decay, momentum, beta1, beta2, eps, trust_coefficient, max_grad_norm, "
-                   "weight_decay_mode, maximize)");
+    if (row->number != nullptr) {
+      if (!it.value().is_number()) throw_format(where + "." + key + " = " + it.value().dump() + " is not a number");
+      c.*row->number = it.value().get<double>();
+    } else {
+      if (!it.value().is_boolean()) throw_format(where + "." + key + " = " + it.value().dump() + " is not true or false");
+      c.*row->flag_field = it.value().get<bool>();
     }
   }
   try {

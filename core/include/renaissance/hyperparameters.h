@@ -1,0 +1,164 @@
+// The table of hyperparameters: everything the surfaces need to know about one, in one place.
+//
+// Every surface derives what it needs from kHyperparameterTable: the builders' and the Python
+// binding's validation (check_hyperparameter, OptimizerConfig::validate), the CLI's `run`
+// options and their --help lines, the Python keywords each kind accepts and
+// `renaissance.hyperparameters()`, the order of the fields in a checkpoint's META, the keys of a
+// replay case's optimizer object, the --json output and the host-written scalar slots of a
+// Task's block (scalars.h). Adding one is a row here, its field in OptimizerConfig, and the math
+// that reads it (docs/adding-a-kind.md, "Adding a hyperparameter").
+#pragma once
+
+#include <string>
+
+#include "renaissance/kinds.h"
+#include "renaissance/optimizer.h"
+#include "renaissance/scalars.h"
+
+namespace renaissance {
+
+enum class Hyperparameter {
+  kLr,
+  kWeightDecay,
+  kMomentum,
+  kBeta1,
+  kBeta2,
+  kEps,
+  kTrustCoefficient,
+  kMaxGradNorm,
+  kMaximize,
+};
+constexpr int kNumHyperparameters = 9;
+
+// The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
+enum class HyperRule {
+  kLr,            // finite, >= 0, a float32
+  kNonNegative,   // finite, >= 0
+  kUnitInterval,  // in [0, 1)
+  kPositive,      // finite, > 0
+  kMaxGradNorm,   // finite, >= 0, a float32 that does not round to 0
+  kFlag,          // true or false (a bool field, not a number)
+};
+
+// Where a checkpoint's META section holds the value (docs/checkpoint-format.md). The places keep
+// the byte layout of every version: a new hyperparameter is kOptional, so that files without it
+// load with its default and files that leave it at its default keep their bytes.
+enum class MetaPlace {
+  kHead,      // an f64 right after the weight-decay mode, in table order
+  kTail,      // an f64 after the run settings, in table order
+  kOptional,  // after the tail, in table order (a flag as u32 0/1, a number as f64), written only
+              // up to the last one that differs from its default; a shorter META means defaults
+};
+
+// Which builder families read a hyperparameter (KindFamily bits).
+constexpr unsigned family_bit(KindFamily f) { return 1u << static_cast<int>(f); }
+constexpr unsigned kSgdFamily = family_bit(KindFamily::kSgd), kAdamFamily = family_bit(KindFamily::kAdam),
+                   kLarsFamily = family_bit(KindFamily::kLars), kLionFamily = family_bit(KindFamily::kLion),
+                   kLambFamily = family_bit(KindFamily::kLamb);
+constexpr unsigned kEveryFamily = kSgdFamily | kAdamFamily | kLarsFamily | kLionFamily | kLambFamily;
+
+struct HyperparameterInfo {
+  Hyperparameter id;
+  const char* name;  // the key of case.json, the Python keyword, the --json key, error messages
+  const char* flag;  // the `renaissance run` option
+  const char* help;  // its --help line (docs/cli.md)
+  HyperRule rule;
+  double OptimizerConfig::*number;  // the field of a number (nullptr for a flag)
+  bool OptimizerConfig::*flag_field;  // the field of a flag (rule kFlag; nullptr for a number)
+  // The default: the kind table's column (kKindTable's defaults, reference, bench) where it has
+  // one, else `fixed_default` for every kind.
+  double Hyperparameters::*kind_column;
+  double fixed_default;
+  unsigned families;        // the families whose builders and Python keywords take it
+  bool task_wide;           // every hyperparameter group of one task holds the same value
+  bool resume_may_change;   // `run --resume` accepts a new value with --override NAME
+  MetaPlace meta;
+  int f32_slot;  // the fp32 slot of the scalar block holding float(value), -1 for none
+  int f64_slot;  // the fp64 slot holding the value, -1 for none
+};
+
+inline constexpr HyperparameterInfo kHyperparameterTable[] = {
+    // lr's fp32 slot holds the task's current lr (set_lr, schedules), which starts at this value.
+    {Hyperparameter::kLr, "lr", "--lr", "Base learning rate (default: the kind's)", HyperRule::kLr,
+     &OptimizerConfig::lr, nullptr, &Hyperparameters::lr, 0.0, kEveryFamily, false, true, MetaPlace::kHead, kLr,
+     -1},
+    {Hyperparameter::kWeightDecay, "weight_decay", "--weight-decay", "Weight decay of the weight group",
+     HyperRule::kNonNegative, &OptimizerConfig::weight_decay, nullptr, &Hyperparameters::weight_decay, 0.0,
+     kEveryFamily, false, true, MetaPlace::kHead, kWeightDecay, kWeightDecayD},
+    {Hyperparameter::kMomentum, "momentum", "--momentum", "Momentum (SGD momentum kinds, LARS)",
+     HyperRule::kUnitInterval, &OptimizerConfig::momentum, nullptr, &Hyperparameters::momentum, 0.0,
+     kSgdFamily | kLarsFamily, false, true, MetaPlace::kHead, kMomentum, -1},
+    {Hyperparameter::kBeta1, "beta1", "--beta1", "Adam beta1", HyperRule::kUnitInterval, &OptimizerConfig::beta1,
+     nullptr, &Hyperparameters::beta1, 0.0, kAdamFamily | kLionFamily | kLambFamily, false, true, MetaPlace::kHead,
+     kBeta1, kBeta1D},
+    {Hyperparameter::kBeta2, "beta2", "--beta2", "Adam beta2", HyperRule::kUnitInterval, &OptimizerConfig::beta2,
+     nullptr, &Hyperparameters::beta2, 0.0, kAdamFamily | kLionFamily | kLambFamily, false, true, MetaPlace::kHead,
+     kBeta2, kBeta2D},
+    {Hyperparameter::kEps, "eps", "--eps", "Adam / LARS epsilon", HyperRule::kPositive, &OptimizerConfig::eps,
+     nullptr, &Hyperparameters::eps, 0.0, kAdamFamily | kLarsFamily | kLambFamily, false, true, MetaPlace::kHead,
+     kEps, kEpsD},
+    {Hyperparameter::kTrustCoefficient, "trust_coefficient", "--trust-coefficient", "LARS trust coefficient",
+     HyperRule::kPositive, &OptimizerConfig::trust_coefficient, nullptr, &Hyperparameters::trust_coefficient, 0.0,
+     kLarsFamily, false, true, MetaPlace::kHead, -1, kTrustCoefficientD},
+    {Hyperparameter::kMaxGradNorm, "max_grad_norm", "--max-grad-norm",
+     "Clip the global gradient norm to X, every kind (default 0: off)", HyperRule::kMaxGradNorm,
+     &OptimizerConfig::max_grad_norm, nullptr, nullptr, 0.0, kEveryFamily, true, true, MetaPlace::kTail, -1,
+     kMaxGradNormD},
+    // A maximizing group's sign lives in its 1/scale slot (kInvLossScale, written with the loss
+    // scale), not in a slot of its own.
+    {Hyperparameter::kMaximize, "maximize", "--maximize",
+     "Maximize instead of minimize, every kind (torch's maximize: the gradient is negated first)", HyperRule::kFlag,
+     nullptr, &OptimizerConfig::maximize, nullptr, 0.0, kEveryFamily, false, false, MetaPlace::kOptional, -1, -1},
+};
+
+// A forgotten row, or rows out of enum order, is a compile error.
+static_assert(sizeof(kHyperparameterTable) / sizeof(kHyperparameterTable[0]) == kNumHyperparameters,
+              "kHyperparameterTable needs one row per Hyperparameter");
+constexpr bool hyperparameter_table_consistent() {
+  MetaPlace last = MetaPlace::kHead;
+  for (int i = 0; i < kNumHyperparameters; ++i) {
+    const HyperparameterInfo& h = kHyperparameterTable[i];
+    if (static_cast<int>(h.id) != i) return false;
+    // Exactly one field, of the rule's type.
+    if ((h.rule == HyperRule::kFlag) != (h.flag_field != nullptr) || (h.number == nullptr) == (h.flag_field == nullptr)) {
+      return false;
+    }
+    // META is written in table order: head rows, then tail rows, then optional rows.
+    if (static_cast<int>(h.meta) < static_cast<int>(last)) return false;
+    last = h.meta;
+    if (h.meta == MetaPlace::kOptional && h.kind_column != nullptr) return false;  // a reader knows its default
+    // Only the slots the host writes per block (Task's host_scalar_slots): fp32 before
+    // kInvLossScale (formed with the loss scale), fp64 before kGradNormD (the device's).
+    if (h.f32_slot >= kInvLossScale || h.f64_slot >= kGradNormD) return false;
+  }
+  return true;
+}
+static_assert(hyperparameter_table_consistent(),
+              "kHyperparameterTable: rows in enum order, one field each, META places in order, optional rows with a fixed "
+              "default, host slots only");
+
+constexpr const HyperparameterInfo& hyperparameter_info(Hyperparameter h) {
+  return kHyperparameterTable[static_cast<int>(h)];
+}
+// The row called `name` ("lr", ...), or nullptr.
+const HyperparameterInfo* find_hyperparameter(const std::string& name);
+
+// Whether the kind's builder (and its Python keywords) takes the hyperparameter.
+constexpr bool kind_reads(OptimizerKind kind, const HyperparameterInfo& h) {
+  return (h.families & family_bit(kind_info(kind).family)) != 0;
+}
+
+// A row's value in a configuration, as a double (a flag: 0 or 1), and the setter.
+inline double hyper_value(const OptimizerConfig& c, const HyperparameterInfo& h) {
+  return h.number != nullptr ? c.*h.number : (c.*h.flag_field ? 1.0 : 0.0);
+}
+inline void set_hyper_value(OptimizerConfig& c, const HyperparameterInfo& h, double v) {
+  if (h.number != nullptr) c.*h.number = v;
+  else c.*h.flag_field = v != 0.0;
+}
+// The row's default for a kind (the kind table's column, else the fixed default).
+inline double hyper_default(OptimizerKind kind, const HyperparameterInfo& h) {
+  return h.kind_column != nullptr ? kind_info(kind).defaults.*h.kind_column : h.fixed_default;
+}
+
+}  // namespace renaissance

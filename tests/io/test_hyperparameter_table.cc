@@ -1,0 +1,132 @@
+// The hyperparameter table (renaissance/hyperparameters.h) as the surfaces read it, row by row,
+// so that a new row is covered without a new test: each number is validated by its row's rule
+// (check_hyperparameter and OptimizerConfig::validate name it), a flag is not a number, every
+// row's value goes through a checkpoint's META and back for every kind, the optional rows cost a
+// file no bytes at their defaults, and the builders' defaults are the table's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "renaissance/hyperparameters.h"
+#include "support/checkpoint_test_util.h"
+
+namespace renaissance {
+namespace {
+
+using namespace checkpoint_test;
+
+// A valid value other than every kind's default, by the row's rule.
+double other_value(const HyperparameterInfo& row) {
+  switch (row.rule) {
+    case HyperRule::kLr: return 0.003;
+    case HyperRule::kNonNegative: return 0.0625;
+    case HyperRule::kUnitInterval: return 0.8125;
+    case HyperRule::kPositive: return 3e-7;
+    case HyperRule::kMaxGradNorm: return 7.5;
+    case HyperRule::kFlag: return 1.0;
+  }
+  return 0.0;
+}
+
+TEST(HyperparameterTable, FlagsAreTheNamesSpelledForTheCommandLine) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    std::string flag = std::string("--") + row.name;
+    for (char& c : flag) c = c == '_' ? '-' : c;
+    EXPECT_EQ(flag, row.flag);
+    EXPECT_EQ(find_hyperparameter(row.name), &row);
+    EXPECT_TRUE(row.help != nullptr && row.help[0] != '\0') << row.name;
+  }
+  EXPECT_EQ(find_hyperparameter("learning_rate"), nullptr);
+  EXPECT_EQ(find_hyperparameter(std::string("lr\0x", 4)), nullptr);
+}
+
+TEST(HyperparameterTable, EachNumberIsValidatedByItsRowAndNamed) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number == nullptr) {
+      // A flag is a bool: no surface may pass it as a number.
+      EXPECT_THROW(check_hyperparameter(row.name, 1.0), Error) << row.name;
+      continue;
+    }
+    EXPECT_NO_THROW(check_hyperparameter(row.name, other_value(row))) << row.name;
+    for (double bad : {nan, -1.0, std::numeric_limits<double>::infinity()}) {
+      try {
+        check_hyperparameter(row.name, bad);
+        ADD_FAILURE() << row.name << " accepted " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("invalid ") + row.name + " = "), std::string::npos) << e.what();
+      }
+      OptimizerConfig c = default_config(OptimizerKind::kAdamW);
+      c.*row.number = bad;
+      try {
+        c.validate();
+        ADD_FAILURE() << "validate() accepted " << row.name << " = " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(row.name), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(check_hyperparameter("learning_rate", 0.1), Error);
+}
+
+TEST(HyperparameterTable, DefaultsComeFromTheKindTableOrTheRow) {
+  for (const KindInfo& k : kKindTable) {
+    const OptimizerConfig d = default_config(k.kind), r = reference_config(k.kind);
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      const double want_d = row.kind_column != nullptr ? k.defaults.*row.kind_column : row.fixed_default;
+      const double want_r = row.kind_column != nullptr ? k.reference.*row.kind_column : row.fixed_default;
+      EXPECT_EQ(hyper_value(d, row), want_d) << k.name << " " << row.name;
+      EXPECT_EQ(hyper_value(r, row), want_r) << k.name << " " << row.name;
+      EXPECT_EQ(hyper_default(k.kind, row), want_d) << k.name << " " << row.name;
+    }
+  }
+}
+
+TEST(HyperparameterTable, EveryRowGoesThroughACheckpointForEveryKind) {
+  TempDir dir;
+  for (const KindInfo& k : kKindTable) {
+    OptimizerConfig c = default_config(k.kind);
+    for (const HyperparameterInfo& row : kHyperparameterTable) set_hyper_value(c, row, other_value(row));
+    ASSERT_NO_THROW(c.validate()) << k.name;
+    auto task = make_task(tiny_params(), c, BackendKind::kCpu, 1);
+    const std::string path = dir.file(std::string(k.name) + ".ckpt");
+    task->save(path);
+    const CheckpointInfo info = read_checkpoint_info(path);
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      EXPECT_EQ(hyper_value(info.config, row), other_value(row)) << k.name << " " << row.name;
+    }
+    // And a task that loads it takes every row (it was built at the kind's defaults).
+    auto other = make_task(tiny_params(), default_config(k.kind), BackendKind::kCpu, 1);
+    if (c.max_grad_norm > 0.0) {  // clipping on/off is part of the compiled step
+      OptimizerConfig clip = default_config(k.kind);
+      clip.max_grad_norm = 1.0;
+      other = make_task(tiny_params(), clip, BackendKind::kCpu, 1);
+    }
+    other->load(path);
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      EXPECT_EQ(hyper_value(other->group_config(0), row), other_value(row)) << k.name << " " << row.name;
+    }
+  }
+}
+
+TEST(HyperparameterTable, OptionalRowsAtTheirDefaultsAddNoBytes) {
+  TempDir dir;
+  OptimizerConfig c = default_config(OptimizerKind::kAdamW);
+  auto plain = make_task(tiny_params(), c, BackendKind::kCpu, 1);
+  plain->save(dir.file("plain.ckpt"));
+  const size_t plain_size = read_file(dir.file("plain.ckpt")).size();
+  size_t optional_bytes = 0;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.meta != MetaPlace::kOptional) continue;
+    optional_bytes += row.number != nullptr ? 8 : 4;
+    set_hyper_value(c, row, other_value(row));
+  }
+  auto all = make_task(tiny_params(), c, BackendKind::kCpu, 1);
+  all->save(dir.file("all.ckpt"));
+  EXPECT_EQ(read_file(dir.file("all.ckpt")).size(), plain_size + optional_bytes);
+}
+
+}  // namespace
+}  // namespace renaissance
