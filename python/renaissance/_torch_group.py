@@ -60,9 +60,14 @@ def tensor_interval(p):
     return start, start + (last + 1) * p.element_size()
 
 
+# The hyperparameters every group of one core Task holds alike (the table's task-wide rows:
+# max_grad_norm), in table order.
+TASK_WIDE = tuple(h["name"] for h in _core.hyperparameters() if h["task_wide"])
+
+
 def structure_key(kind, hyper, device):
     """What must agree for torch groups to share one Task (the compiled step's shape)."""
-    return (kind, hyper.get("weight_decay_mode"), hyper.get("max_grad_norm"), device)
+    return (kind, hyper.get("weight_decay_mode")) + tuple(hyper.get(n) for n in TASK_WIDE) + (device,)
 
 
 class SharedTask:

@@ -103,6 +103,8 @@ _FIXED = (("kind",) + tuple(h["name"] for h in _core.hyperparameters() if h["typ
 # The table's optional keys: a case leaves them out at their default (maximize false), so that a
 # case of a run that does not use them keeps the keys it always had.
 _OPTIONAL = {h["name"]: h["default"] for h in _core.hyperparameters() if h["optional"]}
+# What the groups of one replayed Task share besides kind and decay mode (max_grad_norm).
+_TASK_WIDE = tuple(h["name"] for h in _core.hyperparameters() if h["task_wide"])
 
 
 def _tensor_steps(task):
@@ -303,7 +305,8 @@ class Recorder:
         self._replay_task = []
         for gi, g in enumerate(self._groups):
             config = _config(g.task)
-            key = (config["kind"], config["weight_decay_mode"], config["max_grad_norm"], int(g.task.step_count))
+            key = ((config["kind"], config["weight_decay_mode"]) + tuple(config[n] for n in _TASK_WIDE)
+                   + (int(g.task.step_count),))
             self._replay_task.append(key)
             if config["max_grad_norm"] > 0:
                 core = _core_task(g.task)
