@@ -30,6 +30,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/task.h"
 
@@ -121,11 +122,12 @@ struct Snapshot {
   bool operator==(const Snapshot& o) const {
     const OptimizerConfig& a = config;
     const OptimizerConfig& b = o.config;
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      if (hyper_value(a, row) != hyper_value(b, row)) return false;
+    }
     return fingerprint == o.fingerprint && std::memcmp(&lr, &o.lr, sizeof(lr)) == 0 &&
            std::memcmp(&loss_scale, &o.loss_scale, sizeof(loss_scale)) == 0 && skipped == o.skipped &&
-           a.kind == b.kind && a.weight_decay_mode == b.weight_decay_mode && a.lr == b.lr &&
-           a.weight_decay == b.weight_decay && a.momentum == b.momentum && a.beta1 == b.beta1 &&
-           a.beta2 == b.beta2 && a.eps == b.eps && a.trust_coefficient == b.trust_coefficient;
+           a.kind == b.kind && a.weight_decay_mode == b.weight_decay_mode;
   }
 };
 

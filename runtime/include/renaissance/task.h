@@ -99,8 +99,8 @@ class Task {
 
   // H hyperparameter groups in one task (one graph, launches independent of H): configs[h] is
   // the configuration of the parameters whose ParamSpec::hyper_group is h. The groups may differ
-  // only in scalar hyperparameters (lr, weight_decay, momentum, betas, eps, trust_coefficient)
-  // and maximize:
+  // only in the hyperparameter table's rows that are not task-wide (hyperparameters.h: lr,
+  // weight_decay, momentum, betas, eps, trust_coefficient and maximize):
   // kind (which encodes momentum on/off and nesterov), weight_decay_mode and max_grad_norm are
   // task-wide and must agree, else Error(kInvalidArgument) naming the group and the field. The
   // loss scale, check_finite and the step counter are task-wide too. After compile() only H
