@@ -148,12 +148,12 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
                              Schedule* schedule, int* schedule_steps, int* warmup, uint64_t* seed, double* loss_scale) {
   for (const std::string& name : o.overrides) {
     static const char* kNames[] = {"lr", "weight-decay", "momentum", "beta1", "beta2", "eps", "trust-coefficient",
-                                   "max-grad-norm", "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
+                                   "max-grad-norm", "dampening", "schedule", "schedule-steps", "warmup", "seed", "loss-scale"};
     const std::string bare = name.rfind("--", 0) == 0 ? name.substr(2) : name;
     if (std::find(std::begin(kNames), std::end(kNames), bare) == std::end(kNames)) {
       throw_invalid("--override " + io::printable(name) +
                     ": not an option a resume may change (lr, weight-decay, momentum, beta1, beta2, eps, "
-                    "trust-coefficient, max-grad-norm, schedule, schedule-steps, warmup, seed, loss-scale)");
+                    "trust-coefficient, max-grad-norm, dampening, schedule, schedule-steps, warmup, seed, loss-scale)");
     }
   }
   auto overridden = [&](const char* flag) {
@@ -182,6 +182,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
       {"--eps", num(c.eps), num(o.eps), true},
       {"--trust-coefficient", num(c.trust_coefficient), num(o.trust_coefficient), true},
       {"--max-grad-norm", num(c.max_grad_norm), num(o.max_grad_norm), true},
+      {"--dampening", num(c.dampening), num(o.dampening), true},
       {"--schedule", ck.run.schedule, o.schedule, true},
       {"--schedule-steps", std::to_string(ck.run.schedule_steps), std::to_string(o.schedule_steps), true},
       {"--warmup", std::to_string(ck.run.warmup), std::to_string(o.warmup), true},
@@ -210,6 +211,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
   if (given(o, "--eps")) config->eps = o.eps;
   if (given(o, "--trust-coefficient")) config->trust_coefficient = o.trust_coefficient;
   if (given(o, "--max-grad-norm")) config->max_grad_norm = o.max_grad_norm;
+  if (given(o, "--dampening")) config->dampening = o.dampening;
   *schedule = parse_schedule(given(o, "--schedule") ? o.schedule : ck.run.schedule);
   *schedule_steps = given(o, "--schedule-steps") ? o.schedule_steps : static_cast<int>(ck.run.schedule_steps);
   *warmup = given(o, "--warmup") ? o.warmup : static_cast<int>(ck.run.warmup);
@@ -377,6 +379,7 @@ int cmd_run(const RunOptions& o) {
   if (o.eps_given) config.eps = o.eps;
   if (o.trust_coefficient_given) config.trust_coefficient = o.trust_coefficient;
   if (o.max_grad_norm_given) config.max_grad_norm = o.max_grad_norm;
+  if (o.dampening_given) config.dampening = o.dampening;
   config.maximize = o.maximize;
   if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
   else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;

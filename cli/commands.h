@@ -50,6 +50,8 @@ struct RunOptions {
        beta2_given = false, eps_given = false, trust_coefficient_given = false;
   double max_grad_norm = 0;  // --max-grad-norm: global gradient-norm clipping (0: off)
   bool max_grad_norm_given = false;
+  double dampening = 0;  // --dampening: torch's SGD dampening (SGD kinds)
+  bool dampening_given = false;
   std::string weight_decay_mode;  // "" (the kind's default), "decoupled" or "l2"
   bool maximize = false;          // --maximize: ascend (torch's maximize: the gradient negated)
   int steps = 20;

@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   add_hyper(run_cmd, "--trust-coefficient", &run.trust_coefficient, &run.trust_coefficient_given, "LARS trust coefficient");
   add_hyper(run_cmd, "--max-grad-norm", &run.max_grad_norm, &run.max_grad_norm_given,
             "Clip the global gradient norm to X, every kind (default 0: off)");
+  add_hyper(run_cmd, "--dampening", &run.dampening, &run.dampening_given,
+            "SGD momentum dampening (torch's: the momentum adds (1-X)*g after the first step; default 0)");
   run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
       ->type_name("MODE");
   run_cmd->add_flag("--maximize", run.maximize,

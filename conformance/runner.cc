@@ -97,6 +97,8 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       }
     }
     slot(S_SCALAR_INT32, kStep, sizeof(int32_t));
+    // The momentum's gradient factor (SGD dampening, docs/math.md): every applied step forms it.
+    slot(S_SCALAR_FP32, kMomentumGradFactor, sizeof(float));
     if (has_v(kind)) {
       slot(S_SCALAR_FP32, kBiasCorrection1, sizeof(float));
       slot(S_SCALAR_FP32, kBiasCorrection2, sizeof(float));

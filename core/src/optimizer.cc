@@ -81,7 +81,12 @@ void check_float32_domain(const OptimizerConfig& c) {
   check_f32("trust_coefficient", c.trust_coefficient, true);
   check_f32("1 - lr * weight_decay", 1.0 - c.lr * c.weight_decay, false);
   check_f32("lr * weight_decay", c.lr * c.weight_decay, false);
+  check_f32("1 - dampening", 1.0 - c.dampening, false);
 }
+
+// torch accepts any dampening (it checks none); this library asks for a float32-finite value
+// (check_f32 above and in check_hyperparameter).
+void check_dampening(double v) { check_f32("dampening", v, false); }
 }  // namespace
 
 void check_max_grad_norm(double max_norm) {
@@ -115,6 +120,13 @@ void OptimizerConfig::validate() const {
     throw_invalid(std::string("weight_decay_mode l2 applies to the SGD kinds only, not ") +
                   optimizer_kind_name(kind));
   }
+  check_dampening(dampening);
+  if (dampening != 0.0 && info.family != KindFamily::kSgd) {
+    throw_invalid(std::string("dampening applies to the SGD kinds only, not ") + optimizer_kind_name(kind));
+  }
+  if (kind == OptimizerKind::kSgdNesterov && dampening != 0.0) {
+    reject("dampening", dampening, "Nesterov momentum requires a momentum and zero dampening");
+  }
   check_float32_domain(*this);
   check_max_grad_norm(max_grad_norm);
 }
@@ -126,6 +138,7 @@ void check_hyperparameter(const char* name, double v) {
   if (n == "weight_decay") return check_non_negative(name, v);
   if (n == "momentum" || n == "beta1" || n == "beta2") return check_unit_interval(name, v);
   if (n == "eps" || n == "trust_coefficient") return check_positive(name, v);
+  if (n == "dampening") return check_dampening(v);
   throw_invalid("unknown hyperparameter '" + n + "'");
 }
 
@@ -133,6 +146,7 @@ OptimizerConfig SGD::config() const {
   OptimizerConfig c = c_;
   if (nesterov_) {
     if (c.momentum <= 0.0) reject("momentum", c.momentum, "nesterov requires momentum > 0");
+    if (c.dampening != 0.0) reject("dampening", c.dampening, "Nesterov momentum requires a momentum and zero dampening");
     c.kind = OptimizerKind::kSgdNesterov;
   } else {
     c.kind = c.momentum > 0.0 ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;

@@ -615,7 +615,11 @@ class _Base(Optimizer):
             except (ValueError, TypeError) as e:
                 raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             states = [state_dict["state"].get(k) for k in g["params"]]
-            per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
+            # No state: the parameter never stepped. torch's SGD keeps no `step`: a state with a
+            # momentum_buffer has stepped at least once (its next step is dampened; the core's
+            # first applied step is not: docs/math.md).
+            per_param = [_step_of(s) if _step_of(s) is not None else (1 if _has_buffer(s, b.state_names) else 0)
+                         for s in states]
             step = max(per_param, default=0)  # the Task's count; each parameter keeps its own below
             bufs = []  # a buffer the state lacks (or holds as None) starts at zero, as in torch
             for j, s in enumerate(states):
@@ -1020,6 +1024,11 @@ def _maximize_value(value, cls):
     return value
 
 
+def _has_buffer(state, state_names):
+    """Whether a loaded state holds one of the class's buffers (not None)."""
+    return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
+
+
 def _step_of(state):
     """A state's step count, checked before the load changes anything: a whole number in
     [0, 2^31) (the core's per-tensor counts), as torch writes it (a float tensor or a number)."""
@@ -1149,7 +1158,8 @@ def _trust_roles(group, weight_role="fc_weight", bias_role="fc_bias"):
 # ---- the optimizers -----------------------------------------------------------------------------
 class SGD(_Base):
     """torch.optim.SGD semantics (L2 weight decay; decoupled_weight_decay=True for the library's
-    decoupled mode). dampening must be 0."""
+    decoupled mode), dampening included (the first step's buffer is the gradient, later steps add
+    (1 - dampening) times it)."""
 
     _flags = ("maximize", "foreach", "differentiable", "fused")
     _state_names = {"M": "momentum_buffer", "step": "step"}
@@ -1173,16 +1183,18 @@ class SGD(_Base):
         return self._state_names if group["momentum"] != 0 else {"step": "step"}
 
     def _core_config(self, group):
-        if group["dampening"] != 0:
-            raise ValueError("SGD: dampening=%r is not supported (only 0)" % (group["dampening"],))
         momentum = _at_least_zero("Invalid momentum value", "momentum", group["momentum"])
-        if group["nesterov"] and momentum <= 0:
-            raise ValueError("SGD: Nesterov momentum requires a momentum > 0 and zero dampening")
+        # torch checks no range for dampening (a value float32 cannot hold is refused by the core).
+        dampening = _number("dampening", group["dampening"])
+        if group["nesterov"] and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")  # torch's text
         kind = "sgd" if momentum == 0 else ("sgd_nesterov" if group["nesterov"] else "sgd_momentum")
         hyper = {"lr": _lr(group), "weight_decay": _weight_decay(group),
                  "weight_decay_mode": "decoupled" if group["decoupled_weight_decay"] else "l2"}
         if momentum > 0:
             hyper["momentum"] = momentum
+            if dampening != 0:  # without momentum torch ignores it (no buffer)
+                hyper["dampening"] = dampening
         return kind, _clip(group, hyper, "SGD")
 
 

@@ -59,7 +59,7 @@ const char* family_name(KindFamily f) {
 std::vector<std::string> family_hyperparameters(const KindInfo& k) {
   std::vector<std::string> h;
   switch (k.family) {
-    case KindFamily::kSgd: h = {"lr", "weight_decay", "momentum"}; break;
+    case KindFamily::kSgd: h = {"lr", "weight_decay", "momentum", "dampening"}; break;
     case KindFamily::kAdam: h = {"lr", "beta1", "beta2", "eps", "weight_decay"}; break;
     case KindFamily::kLars: h = {"lr", "momentum", "weight_decay", "trust_coefficient", "eps"}; break;
     case KindFamily::kLion: h = {"lr", "beta1", "beta2", "weight_decay"}; break;

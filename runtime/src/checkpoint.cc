@@ -149,6 +149,11 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
     if (maximize > 1) c.fail("maximize flag " + std::to_string(maximize) + " is neither 0 nor 1");
     cfg.maximize = maximize == 1;
   }
+  // Group 0's dampening: a trailing f64 after the maximize field, present only when nonzero.
+  if (c.remaining() > 0) {
+    cfg.dampening = c.f64();
+    if (cfg.dampening == 0.0) c.fail("dampening 0 is written by leaving the field out");
+  }
   c.expect_end();
   if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
   if (mode > static_cast<uint32_t>(WeightDecayMode::kL2)) c.fail("unknown weight decay mode " + std::to_string(mode));
@@ -214,10 +219,16 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   // The scalars are copied first; the state is streamed tensor by tensor into the file (a backend
   // error part-way removes the temporary file: the final name keeps the previous checkpoint).
   // Every hyperparameter group's block (scalars.h): the file holds H blocks of each.
-  std::vector<float> f32(plan_.region(S_SCALAR_FP32).count);
+  // Of the fp32 slots only the first kNumStoredScalarF32 of each block (scalars.h: the rest are
+  // formed again before they are read), so a run without dampening writes the bytes it always did.
+  std::vector<float> all32(plan_.region(S_SCALAR_FP32).count);
   std::vector<int32_t> i32(kNumScalarI32);
   std::vector<double> f64(plan_.region(S_SCALAR_FP64).count);
-  backend_->download(plan_.region(S_SCALAR_FP32).offset, f32.data(), f32.size() * sizeof(float));
+  backend_->download(plan_.region(S_SCALAR_FP32).offset, all32.data(), all32.size() * sizeof(float));
+  std::vector<float> f32;
+  for (size_t b = 0; b < all32.size() / kNumScalarF32; ++b) {
+    f32.insert(f32.end(), all32.begin() + b * kNumScalarF32, all32.begin() + b * kNumScalarF32 + kNumStoredScalarF32);
+  }
   backend_->download(plan_.region(S_SCALAR_INT32).offset, i32.data(), i32.size() * sizeof(int32_t));
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
@@ -244,7 +255,10 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
   meta.f64(config_.max_grad_norm);
-  if (config_.maximize) meta.u32(1);  // only then: a minimizing run's META keeps its bytes
+  // Both only when needed, so a minimizing run without dampening keeps its bytes; dampening
+  // follows a maximize field (0 or 1), which it then always has.
+  if (config_.maximize || config_.dampening != 0.0) meta.u32(config_.maximize ? 1 : 0);
+  if (config_.dampening != 0.0) meta.f64(config_.dampening);
 
   Bytes layout;
   layout.u64(params_.size());
@@ -458,7 +472,7 @@ void Task::load(const std::string& path) {
     // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
     // With tensor_mask: a block per tensor (plan.h), then the per-tensor step counts.
     const uint64_t hyper = static_cast<uint64_t>(plan_.scalar_blocks());
-    const uint64_t want32 = hyper * kNumScalarF32, want64 = hyper * kNumScalarF64;
+    const uint64_t want32 = hyper * kNumStoredScalarF32, want64 = hyper * kNumScalarF64;
     const uint64_t tensor_steps = options_.tensor_mask ? params_.size() : 0;
     const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
     Cursor c(v.payload, v.length, parser.where(Section::kScalars));
@@ -538,7 +552,8 @@ void Task::load(const std::string& path) {
                    " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
     }
   }
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), d.f32.data(),
+                        kNumStoredScalarF32 * sizeof(float), d.f32.size() / kNumStoredScalarF32);
   backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
   backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
   if (!d.tensor_steps.empty()) {

@@ -184,6 +184,8 @@ void Task::compile() {
   write_hyperparameters();
   // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
   write_f32_slot(kClipCoefficient, 1.0f);
+  // The momentum's gradient factor is formed by every applied step before its update; 1 until then.
+  write_f32_slot(kMomentumGradFactor, 1.0f);
   // A sliced task never runs the whole step (its M/V spans leave the slice): ShardedStep
   // prepares the backend with its sub-steps instead.
   if (!plan_.state_sliced()) backend_->prepare(options_.tensor_mask ? unmasked_step_ : step_);
@@ -226,6 +228,12 @@ static void host_scalar_slots(const OptimizerConfig& config, double lr, double l
   f64[kMaxGradNormD] = config.max_grad_norm;
 }
 static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
+
+// kOneMinusDampening, the one host-owned fp32 slot after the device's (scalars.h: not stored in
+// checkpoints): 1 - dampening formed in double and rounded to float once (1.0f without dampening).
+static float one_minus_dampening_slot(const OptimizerConfig& config) {
+  return static_cast<float>(1.0 - config.dampening);
+}
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
 static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "the lr writers copy slots 0..2");
 
@@ -251,6 +259,10 @@ void Task::write_all_hyperparameters() {
                         kBiasCorrection1 * sizeof(float), n);
   backend_->upload_rows(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double), f64.data(),
                         kGradNormD * sizeof(double), n);
+  std::vector<float> dampening(n);
+  for (size_t id = 0; id < n; ++id) dampening[id] = one_minus_dampening_slot(group_config(params_[id].hyper_group));
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset + kOneMinusDampening * sizeof(float),
+                        kNumScalarF32 * sizeof(float), dampening.data(), sizeof(float), n);
 }
 
 void Task::set_group_lrs(const std::vector<double>& lrs) {
@@ -288,6 +300,9 @@ void Task::write_group_hyperparameters(int group) {
                      kBiasCorrection1 * sizeof(float));
     backend_->upload(plan_.region(S_SCALAR_FP64).offset + b * kNumScalarF64 * sizeof(double), f64,
                      kGradNormD * sizeof(double));
+    const float dampening = one_minus_dampening_slot(config);
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + (b * kNumScalarF32 + kOneMinusDampening) * sizeof(float),
+                     &dampening, sizeof(float));
   }
 }
 

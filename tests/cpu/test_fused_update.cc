@@ -191,6 +191,8 @@ struct FusedSetup {
       s[kBiasCorrection1] = 1.5f;
       s[kBiasCorrection2] = 7.25f;
       s[kClipCoefficient] = 1.0f;
+      s[kOneMinusDampening] = 1.0f;
+      s[kMomentumGradFactor] = 1.0f;
     }
     i32.assign(kNumScalarI32, 0);
     i32[kStep] = 9;

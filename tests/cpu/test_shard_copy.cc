@@ -134,6 +134,8 @@ void check_cut_update_nodes(BackendKind kind) {
   f32[kDecayFactor] = 1.0f;
   f32[kInvLossScale] = 1.0f;
   f32[kClipCoefficient] = 1.0f;
+  f32[kOneMinusDampening] = 1.0f;
+  f32[kMomentumGradFactor] = 1.0f;
   backend->upload(f_off, f32, sizeof(f32));
   const std::vector<float> zeros(kGroup, 0.0f);
   backend->upload(g_off, zeros.data(), kGroup * 4);
