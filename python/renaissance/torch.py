@@ -798,7 +798,7 @@ class _Base(Optimizer):
             failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
             if dist.get_backend(self._process_group) == "nccl":
                 failed = failed.to(tasks[0].device)
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self._process_group)
+            dist.all_reduce(_torch_dist._lend(failed), op=dist.ReduceOp.MAX, group=self._process_group)
             if error is None and int(failed.item()):
                 raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
                                    (type(self).__name__, str(path)))
