@@ -128,7 +128,7 @@ void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t 
     const uint64_t lo = std::max(at, it->begin);
     const uint64_t hi = std::min(end, it->begin + it->numel);
     padding(at, lo);
-    if (lo < hi) fn(lo, hi, &*it, copy_step(steps, task_t, it->param));
+    if (lo < hi) fn(lo, hi, &*it, copy_step(steps, task_t, static_cast<uint32_t>(it->param)));
     at = hi;
   }
   padding(at, end);
@@ -144,7 +144,7 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
   // keeps its bits.
   for_each_copy_piece<false>(ctx, node, begin, end, [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step) {
     round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, t->first + (lo - t->begin), copy.seed,
-                     step, t->param);
+                     step, static_cast<uint32_t>(t->param));
   });
 }
 
@@ -174,7 +174,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
       p.first = t->first + (lo - t->begin);
       p.seed = copy.seed;
       p.t = step;
-      p.param = t->param;
+      p.param = static_cast<uint32_t>(t->param);
     }
     fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
   };

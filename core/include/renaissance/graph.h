@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "renaissance/ops.h"
@@ -56,12 +57,16 @@ enum class NormRatio : int {
 // [begin, begin + numel) of the node's copy span, and `param` is its id. Element begin + i is
 // element first + i of the tensor: first is 0 for a whole tensor, and where a sharded step cut
 // the tensor (cut_model_copy, shard.h) the index of the rank's first element in it.
+// Every field is 64 bits wide, so the struct has no padding: its bytes are only its values (it is
+// copied into device memory and may be hashed or saved as bytes).
 struct CopyTensor {
   uint64_t begin = 0;
   uint64_t numel = 0;
-  uint32_t param = 0;
+  uint64_t param = 0;
   uint64_t first = 0;
 };
+static_assert(sizeof(CopyTensor) == 32, "CopyTensor is shared with device code");
+static_assert(std::has_unique_object_representations_v<CopyTensor>, "CopyTensor has no padding bytes");
 
 // What an update writes besides the fp32 master (precision.h): the model copy of the group,
 // rounded from the new master in the same pass. precision kFp32: no copy (c.count == 0).

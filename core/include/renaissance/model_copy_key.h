@@ -170,7 +170,8 @@ RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* step
   const CopyTensor& t = lookup.tensors[i];
   uint32_t r = 0;
   if (kRounding == Rounding::kStochastic) {
-    r = math::sr_random_word(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e - t.begin));
+    const uint32_t param = static_cast<uint32_t>(t.param);
+    r = math::sr_random_word(seed, copy_step(steps, task_t, param), param, t.first + (e - t.begin));
   }
   *out = round_copy<kPrecision, kRounding>(x, r);
   return true;
@@ -198,7 +199,8 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   const CopyTensor& t = lookup.tensors[i];
   uint32_t r[4] = {0, 0, 0, 0};
   if (kRounding == Rounding::kStochastic) {
-    copy_quad_words(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
+    const uint32_t param = static_cast<uint32_t>(t.param);
+    copy_quad_words(seed, copy_step(steps, task_t, param), param, t.first + (e0 - t.begin), r);
   }
   round_quad<kPrecision, kRounding>(x0, x1, x2, x3, r, out);
   return true;
@@ -238,8 +240,8 @@ RN_HD CopyPairKey copy_pair_key(const CopyLookup& lookup, const int32_t* steps, 
   const uint64_t index = t.first + (e0 - t.begin);
   if (index % math::kSrBlockElements != (upper ? 4u : 0u) || low < t.begin || low + 8 > t.begin + t.numel) return key;
   key.whole = true;
-  key.param = t.param;
-  key.step = copy_step(steps, task_t, t.param);
+  key.param = static_cast<uint32_t>(t.param);
+  key.step = copy_step(steps, task_t, key.param);
   key.block = index / math::kSrBlockElements;
   return key;
 }
