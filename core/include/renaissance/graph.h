@@ -114,6 +114,10 @@ struct GraphNode {
   Span grad_chunk_addresses;
 };
 
+// A node holds spans and small values only (its per-tensor tables are arena regions planned by
+// MemoryPlan), so copying a step copies no host memory and no backend keys anything by a node.
+static_assert(std::is_trivially_copyable_v<GraphNode>, "GraphNode holds no host containers");
+
 struct CompiledStep {
   std::array<std::vector<GraphNode>, kNumGraphs> graphs;
   bool check_finite = true;
