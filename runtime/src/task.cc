@@ -179,6 +179,15 @@ void Task::compile() {
     backend->upload(plan_.region(T_TENSOR_BLOCKS).offset, plan_.tensor_blocks().data(),
                     plan_.tensor_blocks().size() * sizeof(int32_t));
   }
+  // The tensor tables (plan.h: a model copy's and a gradient table's lookups).
+  if (!plan_.table_tensors().empty()) {
+    backend->upload(plan_.region(T_TENSOR_LIST).offset, plan_.table_tensors().data(),
+                    plan_.table_tensors().size() * sizeof(CopyTensor));
+  }
+  if (!plan_.table_chunks().empty()) {
+    backend->upload(plan_.region(T_TENSOR_CHUNKS).offset, plan_.table_chunks().data(),
+                    plan_.table_chunks().size() * sizeof(int32_t));
+  }
   backend_ = std::move(backend);
   if (options_.gradient_table) reset_gradient_table();  // the arena's own G until written
   write_hyperparameters();
