@@ -86,6 +86,11 @@ inline std::string config_spec(const OptimizerConfig& c) {
     std::snprintf(buf, sizeof(buf), " max_grad_norm=%.17g", c.max_grad_norm);
     spec += buf;
   }
+  // Only with dampening, for the same reason.
+  if (c.dampening != 0.0) {
+    std::snprintf(buf, sizeof(buf), " dampening=%.17g", c.dampening);
+    spec += buf;
+  }
   return spec;
 }
 

@@ -39,6 +39,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // cosine, so no libm result (which may differ in the last bit between machines) enters inputs
 // that golden fingerprints depend on.
 constexpr double kLrFactor[] = {0.25, 0.5, 1.0, 0.9, 0.75, 0.5, 0.0, 0.3, 0.2, 0.1};
+// The dampening of the sgd_momentum cells that have it.
+constexpr double kDampening = 0.3;
 constexpr int kNumLrFactors = sizeof(kLrFactor) / sizeof(kLrFactor[0]);
 
 // Hyperparameters of the short runs (those of tests/support/optimizer_cases.h): weight decay large
@@ -270,6 +272,18 @@ std::vector<Cell> cells(Tier tier) {
               }
               out.push_back(c);
             }
+          }
+        }
+        // torch's SGD dampening (sgd_momentum only: Nesterov refuses it), in both weight-decay
+        // modes, appended last so that no earlier cell's pattern moves; the injection patterns
+        // include a skipped first step, after which the first applied step is still undamped.
+        if (kind == OptimizerKind::kSgdMomentum) {
+          for (WeightDecayMode mode : modes) {
+            Cell c = make_cell(tier, kind, layout, true, mode, true, 65536.0, pattern++ % 4);
+            c.config.dampening = kDampening;
+            c.config.validate();
+            c.name += ".dampening";
+            out.push_back(c);
           }
         }
       }

@@ -135,8 +135,7 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
   src.dtype = node.grad_dtype;
   if (node.grad_table.count != 0) {
     src.table.table = ctx.at<uint64_t>(node.grad_table);
-    src.table.lookup = CopyLookup{node.grad_tensors.data(), node.grad_chunks.data(),
-                                  static_cast<uint32_t>(node.grad_tensors.size())};
+    src.table.lookup = table_lookup(ctx.arena, node.grad_tensors);
   }
   return src;
 }

@@ -108,28 +108,35 @@ const char* model_copy_target() { return HWY_DYNAMIC_DISPATCH(ModelCopyTarget)()
 
 namespace {
 
-// Elements [begin, end) of the node's group span cut at its copy's tensor boundaries, in span
-// order: fn(lo, hi, &tensor, step) for each run inside a tensor, with the step that keys its
-// stochastic rounding (copy_step: with tensor_mask each tensor's own count, graph.h), and, with
-// kPadding, fn(lo, hi, nullptr, 0) for each run between tensors (whose copy is never written).
+// Elements [begin, end) of the node's span cut at its copy's tensor boundaries, in span order:
+// fn(lo, hi, &tensor, step) for each run inside a tensor, with the step that keys its stochastic
+// rounding (copy_step: with tensor_mask each tensor's own count, graph.h), and, with kPadding,
+// fn(lo, hi, nullptr, 0) for each run between tensors (whose copy is never written). The table
+// counts from the group's first element, the node's span from ModelCopy::base: `first` (the
+// tensor's index of element lo) is passed as fn's fifth argument.
 template <bool kPadding, class Fn>
 void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end, Fn&& fn) {
-  const std::vector<CopyTensor>& tensors = node.copy.tensors;
+  const CopyTensor* tensors = ctx.at<const CopyTensor>(node.copy.tensors.tensors);
+  const CopyTensor* tensors_end = tensors + node.copy.tensors.tensors.count;
+  const uint64_t base = node.copy.base;
   const uint32_t task_t = static_cast<uint32_t>(ctx.scalars.i32[kStep]);
   const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
   auto padding = [&](uint64_t lo, uint64_t hi) {
-    if (kPadding && lo < hi) fn(lo, hi, static_cast<const CopyTensor*>(nullptr), uint64_t{0});
+    if (kPadding && lo < hi) fn(lo, hi, static_cast<const CopyTensor*>(nullptr), uint64_t{0}, uint64_t{0});
   };
-  // The first tensor that ends after `begin` (tensors are in span order).
-  auto it = std::upper_bound(tensors.begin(), tensors.end(), begin,
-                             [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
+  // The first tensor that ends after `begin` (tensors are in span order, their ends ascending).
+  const CopyTensor* it = std::upper_bound(tensors, tensors_end, begin + base,
+                                          [](uint64_t pos, const CopyTensor& ct) { return pos < ct.begin + ct.numel; });
   uint64_t at = begin;
-  for (; it != tensors.end() && it->begin < end; ++it) {
-    const uint64_t lo = std::max(at, it->begin);
-    const uint64_t hi = std::min(end, it->begin + it->numel);
+  for (; it != tensors_end && it->begin < end + base; ++it) {
+    // The tensor's elements in the node's span: [lo, hi).
+    const uint64_t lo = std::max(at, it->begin > base ? it->begin - base : 0);
+    const uint64_t hi = std::min(end, it->begin + it->numel - base);
     padding(at, lo);
-    if (lo < hi) fn(lo, hi, &*it, copy_step(steps, task_t, it->param));
-    at = hi;
+    if (lo < hi) {
+      fn(lo, hi, &*it, copy_step(steps, task_t, static_cast<uint32_t>(it->param)), it->first + (lo + base - it->begin));
+    }
+    at = std::max(at, hi);
   }
   padding(at, end);
 }
@@ -142,10 +149,11 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
   uint16_t* c = ctx.at<uint16_t>(copy.c);
   // A masked tensor's copy is rewritten from its unchanged master with its unchanged key, so it
   // keeps its bits.
-  for_each_copy_piece<false>(ctx, node, begin, end, [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step) {
-    round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, t->first + (lo - t->begin), copy.seed,
-                     step, t->param);
-  });
+  for_each_copy_piece<false>(ctx, node, begin, end,
+                             [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step, uint64_t first) {
+                               round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, first,
+                                                copy.seed, step, static_cast<uint32_t>(t->param));
+                             });
 }
 
 void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
@@ -160,7 +168,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   // Elements [lo, hi): inside tensor t (copy written, keyed by `step`), or padding (t null).
-  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step) {
+  auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step, uint64_t first) {
     FusedPiece p;
     p.w = w + lo;
     p.g = g + lo * g_elem;
@@ -171,15 +179,15 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
     p.stream = ctx.tuning.stream_copy;
     if (t != nullptr) {
       p.c = c + lo;
-      p.first = t->first + (lo - t->begin);
+      p.first = first;
       p.seed = copy.seed;
       p.t = step;
-      p.param = t->param;
+      p.param = static_cast<uint32_t>(t->param);
     }
     fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
   };
   if (c == nullptr) {
-    if (begin < end) piece(begin, end, nullptr, 0);
+    if (begin < end) piece(begin, end, nullptr, 0, 0);
     return;
   }
   for_each_copy_piece<true>(ctx, node, begin, end, piece);

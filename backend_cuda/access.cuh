@@ -132,7 +132,12 @@ Grad arena_grad(const CudaContext& ctx, const GraphNode& node) {
 template <int I, class Launch>
 void launch_with_grad_of(const CudaContext& ctx, const GraphNode& node, Launch&& launch) {
   using T = AccessTypes<I>;
-  if (ctx.grads.table != nullptr) return launch(typename T::TableGrad{ctx.grads, 0});
+  if (node.grad_table.count != 0) {
+    // The plan's tensor table of node.g's view and this step's chunk addresses (grad_chunks.cu).
+    const GradTableRef ref{table_lookup(ctx.arena, node.grad_tensors), ctx.at<const uint64_t>(node.grad_table),
+                           ctx.at<const uint64_t>(node.grad_chunk_addresses)};
+    return launch(typename T::TableGrad{ref, 0});
+  }
   launch(arena_grad<typename T::ArenaGrad>(ctx, node));
 }
 
@@ -144,7 +149,8 @@ Copy node_copy(const CudaContext& ctx, const GraphNode& node) {
     // tensor_mask: each tensor's own step count keys its rounding (S_TENSOR_INT32's second half).
     const int32_t* steps =
         node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
-    return Copy{ctx.at<uint16_t>(node.copy.c), ctx.copy, node.copy.seed, ctx.scalars.i32, steps};
+    return Copy{ctx.at<uint16_t>(node.copy.c), table_lookup(ctx.arena, node.copy.tensors), node.copy.base,
+                node.copy.seed, ctx.scalars.i32, steps};
   }
 }
 

@@ -154,7 +154,6 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
-    upload_copy_tables(step);
     prepared_ = &step;
     prepared_nodes_ = step.node_count();
     if (!options_.cuda_graph) return;
@@ -173,7 +172,6 @@ class CudaBackend final : public Backend {
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
     release_alternate();
-    add_copy_tables(step);
     alt_prepared_ = &step;
     alt_nodes_ = step.node_count();
     if (!options_.cuda_graph) return;
@@ -341,7 +339,6 @@ class CudaBackend final : public Backend {
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
-    release_copy_tables();
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
     if (launch_in_ != nullptr) (void)cudaEventDestroy(launch_in_);
     if (launch_out_ != nullptr) (void)cudaEventDestroy(launch_out_);
@@ -401,15 +398,8 @@ class CudaBackend final : public Backend {
     ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
     ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
     // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
-    // origin stream, which every graph below forks from. Every prepared step has a job list
-    // (empty without a table); a table step that was not prepared has none, and its first node
-    // that reads the table throws below (no node tables either).
-    const auto chunk_jobs = std::find_if(step_chunks_.begin(), step_chunks_.end(),
-                                         [&](const StepChunkJobs& j) { return j.step == &step; });
-    if (chunk_jobs != step_chunks_.end() && chunk_jobs->count != 0) {
-      launch_grad_chunks(arena_, static_cast<const GradChunkJob*>(chunk_jobs->memory), chunk_jobs->count,
-                         chunk_jobs->total, launch_, origin());
-    }
+    // origin stream, which every graph below forks from.
+    launch_grad_chunks(arena_, grad_chunk_jobs(step), launch_, origin());
     for (const auto& graph : step.graphs) {
       bool used[kNumStreamKinds] = {};
       for (const GraphNode& node : graph) used[static_cast<int>(node.stream)] = true;
@@ -423,21 +413,6 @@ class CudaBackend final : public Backend {
       for (const GraphNode& node : graph) {
         ctx.stream = streams_[static_cast<int>(node.stream)];
         if (node.kind == NodeKind::kRange) {
-          // An update with a model copy writes it itself (model_copy.cuh) through its table.
-          // With a gradient table, G is read through it (grad_load.cuh) with the node's tensors.
-          ctx.copy = CopyLookup{};
-          ctx.grads = GradTableRef{};
-          if (node.copy.c.count != 0 || node.grad_table.count != 0) {
-            const auto found = std::find_if(copy_tables_.begin(), copy_tables_.end(),
-                                            [&](const NodeCopyTables& p) { return p.node == &node; });
-            if (found == copy_tables_.end()) {
-              throw Error(ErrorKind::kBackend, "cuda backend: a step with a model copy or a gradient table was not prepared");
-            }
-            ctx.copy = found->tables;
-            if (node.grad_table.count != 0) {
-              ctx.grads = GradTableRef{found->grads, ctx.at<const uint64_t>(node.grad_table), found->chunk_at};
-            }
-          }
           kRangeOps[static_cast<int>(node.range_op)](ctx, node);
         } else {
           kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
@@ -451,116 +426,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The model-copy table of each update node with a copy, in device memory (prepare()): the
-  // node's CopyTensor list followed by its chunk index, in one allocation.
-  // With a gradient table also the node's G tensor list and chunk index (graph.h), likewise, and
-  // its chunk addresses (grad_chunk_count(node.g.count) uint64, written by every step).
-  struct NodeCopyTables {
-    const GraphNode* node = nullptr;
-    void* memory = nullptr;
-    CopyLookup tables;
-    void* grad_memory = nullptr;
-    CopyLookup grads;
-    uint64_t* chunk_at = nullptr;
-  };
-  static void free_node_tables(NodeCopyTables& p) {
-    if (p.memory != nullptr) (void)cudaFree(p.memory);
-    if (p.grad_memory != nullptr) (void)cudaFree(p.grad_memory);
-    if (p.chunk_at != nullptr) (void)cudaFree(p.chunk_at);
-  }
-  // A prepared step's GradChunkJob list in device memory (one job per node that reads G).
-  struct StepChunkJobs {
-    const CompiledStep* step = nullptr;
-    void* memory = nullptr;
-    uint32_t count = 0;
-    uint64_t total = 0;
-  };
-  void release_copy_tables() {
-    for (NodeCopyTables& p : copy_tables_) free_node_tables(p);
-    copy_tables_.clear();
-    for (StepChunkJobs& j : step_chunks_) {
-      if (j.memory != nullptr) (void)cudaFree(j.memory);
-    }
-    step_chunks_.clear();
-  }
-  // A tensor list and its chunk index in one device allocation (*memory; null when empty).
-  static CopyLookup upload_lookup(const std::vector<CopyTensor>& tensors, const std::vector<int32_t>& chunks,
-                                  void** memory) {
-    CopyLookup lookup;
-    if (tensors.empty()) return lookup;
-    const size_t tensor_bytes = tensors.size() * sizeof(CopyTensor);
-    RN_CUDA_CHECK(cudaMalloc(memory, tensor_bytes + chunks.size() * sizeof(int32_t)));
-    char* base = static_cast<char*>(*memory);
-    RN_CUDA_CHECK(cudaMemcpy(base, tensors.data(), tensor_bytes, cudaMemcpyHostToDevice));
-    RN_CUDA_CHECK(cudaMemcpy(base + tensor_bytes, chunks.data(), chunks.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    lookup.tensors = reinterpret_cast<const CopyTensor*>(base);
-    lookup.chunks = reinterpret_cast<const int32_t*>(base + tensor_bytes);
-    lookup.count = static_cast<uint32_t>(tensors.size());
-    return lookup;
-  }
-  void upload_copy_tables(const CompiledStep& step) {
-    release_copy_tables();
-    add_copy_tables(step);
-  }
-  // The copy tables of `step`'s nodes besides those already there (prepare_alternate); a table
-  // of one of its nodes from an earlier call is replaced.
-  void add_copy_tables(const CompiledStep& step) {
-    for (const auto& graph : step.graphs) {
-      for (const GraphNode& node : graph) {
-        auto old = std::find_if(copy_tables_.begin(), copy_tables_.end(), [&](const NodeCopyTables& p) { return p.node == &node; });
-        if (old == copy_tables_.end()) continue;
-        free_node_tables(*old);
-        copy_tables_.erase(old);
-      }
-    }
-    auto old_jobs = std::find_if(step_chunks_.begin(), step_chunks_.end(), [&](const StepChunkJobs& j) { return j.step == &step; });
-    if (old_jobs != step_chunks_.end()) {
-      if (old_jobs->memory != nullptr) (void)cudaFree(old_jobs->memory);
-      step_chunks_.erase(old_jobs);
-    }
-    std::vector<GradChunkJob> jobs;
-    for (const auto& graph : step.graphs) {
-      for (const GraphNode& node : graph) {
-        if (node.copy.c.count == 0 && node.grad_table.count == 0) continue;
-        // Owned from here (freed by release_copy_tables); a node part without tensors gets an
-        // empty lookup (nothing to write; its G elements are all padding).
-        copy_tables_.push_back(NodeCopyTables{});
-        NodeCopyTables& entry = copy_tables_.back();
-        entry.node = &node;
-        if (node.copy.c.count != 0) entry.tables = upload_lookup(node.copy.tensors, copy_chunks(node.copy), &entry.memory);
-        if (node.grad_table.count != 0) {
-          entry.grads = upload_lookup(node.grad_tensors, node.grad_chunks, &entry.grad_memory);
-          // At least one entry (0: the full lookup), so a reader never meets a null array.
-          const uint64_t chunks = grad_chunk_count(node.g.count);
-          const uint64_t bytes = std::max<uint64_t>(chunks, 1) * sizeof(uint64_t);
-          RN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&entry.chunk_at), bytes));
-          RN_CUDA_CHECK(cudaMemset(entry.chunk_at, 0, bytes));
-          if (chunks != 0) {
-            GradChunkJob job;
-            job.ref.lookup = entry.grads;
-            job.table_offset = node.grad_table.offset;
-            job.out = entry.chunk_at;
-            job.span = node.g.count;
-            job.first_chunk = jobs.empty() ? 0 : jobs.back().first_chunk + grad_chunk_count(jobs.back().span);
-            job.elem = precision_bytes(node.grad_dtype);
-            jobs.push_back(job);
-          }
-        }
-      }
-    }
-    // Every prepared step gets a list (empty without a gradient table: no launch, no memory).
-    step_chunks_.push_back(StepChunkJobs{});
-    StepChunkJobs& list = step_chunks_.back();
-    list.step = &step;
-    if (jobs.empty()) return;
-    list.count = static_cast<uint32_t>(jobs.size());
-    list.total = jobs.back().first_chunk + grad_chunk_count(jobs.back().span);
-    RN_CUDA_CHECK(cudaMalloc(&list.memory, jobs.size() * sizeof(GradChunkJob)));
-    RN_CUDA_CHECK(cudaMemcpy(list.memory, jobs.data(), jobs.size() * sizeof(GradChunkJob), cudaMemcpyHostToDevice));
-  }
-
-  std::vector<NodeCopyTables> copy_tables_;
-  std::vector<StepChunkJobs> step_chunks_;
   BackendOptions options_;
   LaunchConfig launch_;
   int device_ = 0;

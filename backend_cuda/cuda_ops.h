@@ -39,11 +39,6 @@ struct CudaContext {
   // Two counters owned by the backend (outside the arena), zero between steps: CHECK_FINITE's
   // blocks-with-a-bad-value and blocks-done counts (see kernels_check.cu).
   unsigned* check_scratch = nullptr;
-  // The node's model-copy table in device memory (prepare(); count 0 without a copy).
-  CopyLookup copy{};
-  // TaskOptions::gradient_table: the node's tensors and chunk index in device memory and the
-  // S_GRAD_TABLE array (prepare(); table null without the flag): G is read through them.
-  GradTableRef grads{};
 
   template <class T>
   T* at(const Span& span) const {

@@ -1,53 +1,68 @@
 // TaskOptions::gradient_table on CUDA (the cheap lookup): the chunk addresses every G reader
-// looks at first (model_copy_key.h's GradTableRef::chunk_at). One kernel per step, enqueued
-// before the step's first graph (so inside the captured CUDA graph, after the caller's table
-// upload), fills them for every node of the step that reads G: the addresses change whenever the
-// caller moves a gradient, and the graph is never re-captured for that. The launch count does not
-// depend on the number of tensors or nodes: one thread per chunk of all nodes together.
+// looks at first (model_copy_key.h's GradTableRef::chunk_at, in the plan's T_GRAD_CHUNKS). One
+// kernel per step, enqueued before the step's first graph (so inside the captured CUDA graph,
+// after the caller's table upload), fills them for every view the step's nodes read G through:
+// the addresses change whenever the caller moves a gradient, and the graph is never re-captured
+// for that. The launch count does not depend on the number of tensors or nodes: one thread per
+// chunk of all views together.
 #include "backend_cuda/grad_chunks.h"
 
 #include "backend_cuda/cuda_check.h"
+#include "renaissance/error.h"
 
 namespace renaissance {
 namespace cuda {
 
 namespace {
 
-// Global chunk c belongs to the last job whose first_chunk <= c (jobs in first_chunk order,
-// job 0 at 0): a binary search, since a step may have many G-reading nodes.
-__device__ __forceinline__ uint32_t job_of(const GradChunkJob* jobs, uint32_t count, uint64_t c) {
-  uint32_t lo = 0, hi = count;  // jobs[lo].first_chunk <= c < jobs[hi].first_chunk (hi = count: end)
-  while (hi - lo > 1) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (jobs[mid].first_chunk <= c) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-__global__ void grad_chunks_kernel(const char* arena, const GradChunkJob* __restrict__ jobs, uint32_t count,
-                                   uint64_t total) {
+__global__ void grad_chunks_kernel(char* arena, const GradChunkJobs jobs) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t c = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < total; c += stride) {
-    const GradChunkJob& job = jobs[job_of(jobs, count, c)];
-    GradTableRef ref = job.ref;
+  for (uint64_t c = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < jobs.total; c += stride) {
+    // Global chunk c belongs to the last job whose first_chunk <= c (job 0 starts at 0).
+    uint32_t j = 0;
+    while (j + 1 < jobs.count && jobs.job[j + 1].first_chunk <= c) ++j;
+    const GradChunkJob& job = jobs.job[j];
+    GradTableRef ref;
+    ref.lookup = table_lookup(arena, job.tensors);
     ref.table = reinterpret_cast<const uint64_t*>(arena + job.table_offset);
     const uint64_t k = c - job.first_chunk;
-    job.out[k] = ref.chunk_address(k, job.span, job.elem);
+    reinterpret_cast<uint64_t*>(arena + job.out_offset)[k] = ref.chunk_address(k, job.span, job.elem);
   }
 }
 
 }  // namespace
 
-void launch_grad_chunks(const char* arena, const GradChunkJob* jobs, uint32_t count, uint64_t total,
-                        const LaunchConfig& launch, cudaStream_t stream) {
-  if (count == 0 || total == 0) return;
+GradChunkJobs grad_chunk_jobs(const CompiledStep& step) {
+  GradChunkJobs jobs;
+  for (const auto& graph : step.graphs) {
+    for (const GraphNode& node : graph) {
+      const Span& out = node.grad_chunk_addresses;
+      if (node.grad_table.count == 0 || out.count == 0) continue;
+      bool listed = false;
+      for (uint32_t j = 0; j < jobs.count; ++j) listed = listed || jobs.job[j].out_offset == out.offset;
+      if (listed) continue;
+      if (jobs.count == kNumTableViews) {
+        throw Error(ErrorKind::kBackend, "cuda backend: a step reads G through more than " +
+                                             std::to_string(kNumTableViews) + " tensor tables");
+      }
+      GradChunkJob& job = jobs.job[jobs.count++];
+      job.tensors = node.grad_tensors;
+      job.table_offset = node.grad_table.offset;
+      job.out_offset = out.offset;
+      job.span = node.g.count;
+      job.first_chunk = jobs.total;
+      job.elem = precision_bytes(node.grad_dtype);
+      jobs.total += out.count;
+    }
+  }
+  return jobs;
+}
+
+void launch_grad_chunks(char* arena, const GradChunkJobs& jobs, const LaunchConfig& launch, cudaStream_t stream) {
+  if (jobs.count == 0 || jobs.total == 0) return;
   constexpr auto kernel = &grad_chunks_kernel;
   const int block = fit_block<kernel>(launch.block);
-  grad_chunks_kernel<<<grid_for(total, block, launch), block, 0, stream>>>(arena, jobs, count, total);
+  grad_chunks_kernel<<<grid_for(jobs.total, block, launch), block, 0, stream>>>(arena, jobs);
   RN_CUDA_CHECK_LAUNCH("GRAD_CHUNKS");
 }
 

@@ -31,7 +31,8 @@ struct CopyWriter {
   static constexpr bool kWarpPairs = kRounding == Rounding::kStochastic;
 
   uint16_t* c;                  // the node's copy span; element e pairs with element e of node.w
-  CopyLookup lookup;            // the node's tensors and chunk index, in device memory
+  CopyLookup lookup;            // the group's tensors and chunk index (the arena's tensor table)
+  uint64_t base;                // element e of c is element base + e of the table (ModelCopy::base)
   uint64_t seed;
   const int32_t* flags;         // the step's int32 scalars (kStep: the applied step t)
   const int32_t* tensor_steps;  // tensor_mask: each tensor's own count; null: the task's t
@@ -41,7 +42,7 @@ struct CopyWriter {
   // Span element e whose new master is x (a tile's unaligned head or tail).
   __device__ __forceinline__ void one(uint64_t e, float x) const {
     uint16_t out;
-    if (copy_one<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), e, x, &out)) c[e] = out;
+    if (copy_one<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), base + e, x, &out)) c[e] = out;
   }
 
   // The copy bits of span elements e0 .. e0+3, one 8-byte store where aligned.
@@ -56,7 +57,7 @@ struct CopyWriter {
   // Span elements e0 .. e0+3 (e0 a multiple of 4) whose new masters are x.
   __device__ __forceinline__ void quad(uint64_t e0, float4 x) const {
     uint16_t out[4];
-    if (copy_quad<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), e0, x.x, x.y, x.z, x.w, out)) {
+    if (copy_quad<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), base + e0, x.x, x.y, x.z, x.w, out)) {
       store_quad(e0, out);
       return;
     }
@@ -74,8 +75,8 @@ struct CopyWriter {
   // fewer registers live across them, made ptxas spill more in the grid kernel.)
   __device__ __forceinline__ void quad_pairs(uint64_t ea, float4 xa, bool in_a, uint64_t eb, float4 xb, bool in_b,
                                              bool odd) const {
-    const CopyPairKey ka = in_a ? copy_pair_key(lookup, tensor_steps, task_t(), ea, odd) : CopyPairKey{};
-    const CopyPairKey kb = in_b ? copy_pair_key(lookup, tensor_steps, task_t(), eb, odd) : CopyPairKey{};
+    const CopyPairKey ka = in_a ? copy_pair_key(lookup, tensor_steps, task_t(), base + ea, odd) : CopyPairKey{};
+    const CopyPairKey kb = in_b ? copy_pair_key(lookup, tensor_steps, task_t(), base + eb, odd) : CopyPairKey{};
     const math::Philox4x32 p = pair_lane_block(odd, seed, ka, kb);
     const PairSent sent = pair_sent_words(odd, p);
     const PairSent got{__shfl_xor_sync(0xffffffffu, sent.w0, 1), __shfl_xor_sync(0xffffffffu, sent.w1, 1)};

@@ -97,6 +97,8 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       }
     }
     slot(S_SCALAR_INT32, kStep, sizeof(int32_t));
+    // The momentum's gradient factor (SGD dampening, docs/math.md): every applied step forms it.
+    slot(S_SCALAR_FP32, kMomentumGradFactor, sizeof(float));
     if (has_v(kind)) {
       slot(S_SCALAR_FP32, kBiasCorrection1, sizeof(float));
       slot(S_SCALAR_FP32, kBiasCorrection2, sizeof(float));
@@ -115,9 +117,9 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       slot(S_SCALAR_FP32, kClipCoefficient, sizeof(float));
     }
   }
-  if (plan.region(T_NORM_PARTIALS).allocated) {
-    const RegionInfo& t = plan.region(T_NORM_PARTIALS);
-    w.push_back({t.offset, region_end(t)});
+  // Scratch: the norm partials, and the gradient table's chunk addresses (written by CUDA).
+  for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS}) {
+    if (plan.region(r).allocated) w.push_back({plan.region(r).offset, region_end(plan.region(r))});
   }
   std::sort(w.begin(), w.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
   return w;
@@ -390,15 +392,17 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     }
 
     // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch
-    // (whose contents are an implementation detail, not state).
+    // and the gradient table's chunk addresses (implementation details, not state; only CUDA
+    // writes the addresses).
     if (with_cuda) {
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
-      std::vector<ByteRange> compare = {{0, arena_bytes}};
-      if (plan.region(T_NORM_PARTIALS).allocated) {
-        const RegionInfo& t = plan.region(T_NORM_PARTIALS);
-        compare = complement({{t.offset, region_end(t)}}, arena_bytes);
+      std::vector<ByteRange> scratch;
+      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS}) {
+        if (plan.region(r).allocated) scratch.push_back({plan.region(r).offset, region_end(plan.region(r))});
       }
+      std::sort(scratch.begin(), scratch.end(), [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });
+      const std::vector<ByteRange> compare = complement(scratch, arena_bytes);
       for (const ByteRange& r : compare) {
         if (std::memcmp(a + r.begin, b + r.begin, r.end - r.begin) == 0) continue;
         uint64_t first = r.begin;

@@ -3,13 +3,10 @@
 // global gradient norm and followed by the clip coefficient when max_grad_norm > 0), the step
 // counter (and Adam bias corrections), the kind's norm pass when kKindTable asks for one, then one update node per
 // non-empty group. The node count depends on the kind, never on the number of tensors.
-#include <algorithm>
-#include <utility>
 #include <vector>
 
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
-#include "renaissance/model_copy_key.h"
 
 namespace renaissance {
 
@@ -20,24 +17,13 @@ Span region_span(const MemoryPlan& plan, Region r) {
   return Span{info.offset, info.count};
 }
 
-// TaskOptions::gradient_table: the node reads G span node.g through S_GRAD_TABLE; its tensors
-// (those whose G lies in node.g) in span order with their chunk index (graph.h).
-void attach_grad_table(const MemoryPlan& plan, GraphNode& node) {
+// TaskOptions::gradient_table: the node reads G span node.g (the span of `view`) through
+// S_GRAD_TABLE, with the plan's tensor table and chunk addresses of that view (graph.h).
+void attach_grad_table(const MemoryPlan& plan, GraphNode& node, TableView view) {
   if (!plan.config().gradient_table) return;
   node.grad_table = region_span(plan, S_GRAD_TABLE);
-  const uint64_t elem = precision_bytes(node.grad_dtype);
-  std::vector<std::pair<uint64_t, uint32_t>> order;  // (begin in node.g, id)
-  for (size_t id = 0; id < plan.num_params(); ++id) {
-    const uint64_t at = plan.tensor_offset(Family::kG, id);
-    if (at < node.g.offset || at >= node.g.offset + node.g.count * elem) continue;
-    order.push_back({(at - node.g.offset) / elem, static_cast<uint32_t>(id)});
-  }
-  std::sort(order.begin(), order.end());
-  node.grad_tensors.clear();
-  for (const auto& entry : order) {
-    node.grad_tensors.push_back({entry.first, static_cast<uint64_t>(plan.tensor(entry.second).numel), entry.second, 0});
-  }
-  node.grad_chunks = tensor_chunks(node.grad_tensors, node.g.count);
+  node.grad_tensors = plan.tensor_table(view);
+  node.grad_chunk_addresses = plan.grad_chunk_addresses(view);
 }
 
 // read_mask false: compile_unmasked_step (graph.h), the program of a tensor_mask plan while no
@@ -106,11 +92,11 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
         partials.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
       }
     }
-    attach_grad_table(plan, partials);
+    attach_grad_table(plan, partials, TableView::kFamily);
     pre.push_back(partials);
     partials.grad_table = Span{};  // the coefficient reads no G
-    partials.grad_tensors.clear();
-    partials.grad_chunks.clear();
+    partials.grad_tensors = TensorTable{};
+    partials.grad_chunk_addresses = Span{};
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
     partials.hyper_groups = blocks;
@@ -135,7 +121,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
           check.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
         }
       }
-      attach_grad_table(plan, check);
+      attach_grad_table(plan, check, TableView::kFamily);
       pre.push_back(check);
     }
     GraphNode advance;
@@ -163,7 +149,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
       node.hyper_items = plan.hyper_item_span(group);
       if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
     }
-    attach_grad_table(plan, node);
+    attach_grad_table(plan, node, table_view(group));
     return node;
   };
 
@@ -199,16 +185,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
       node.copy.rounding = precision.rounding;
       node.copy.seed = precision.seed;
       node.copy.c = plan.model_copy_group_span(group);
-      const uint64_t group_first = plan.group_span(Family::kW, group).offset;
-      std::vector<std::pair<uint64_t, uint32_t>> order;  // (begin in the group, id)
-      for (size_t id = 0; id < plan.num_params(); ++id) {
-        if (group_of(plan.tensor(id).spec.role) != group) continue;
-        order.push_back({(plan.tensor_offset(Family::kW, id) - group_first) / sizeof(float), static_cast<uint32_t>(id)});
-      }
-      std::sort(order.begin(), order.end());
-      for (const auto& entry : order) {
-        node.copy.tensors.push_back({entry.first, static_cast<uint64_t>(plan.tensor(entry.second).numel), entry.second});
-      }
+      node.copy.tensors = plan.tensor_table(table_view(group));
     }
     // The weight group's update walks the norm tiles to find each tensor's ratio.
     if (normed && group == Group::kWeight) node.norm = norm_tables;

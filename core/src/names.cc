@@ -40,7 +40,8 @@ const char* region_name(Region region) {
 #undef RN_FAMILY_NAMES
       "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
       "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY",
-      "T_HYPER_ITEMS", "T_TENSOR_BLOCKS", "S_TENSOR_INT32", "S_GRAD_TABLE"};
+      "T_HYPER_ITEMS", "T_TENSOR_BLOCKS", "S_TENSOR_INT32", "S_GRAD_TABLE",
+      "T_TENSOR_LIST", "T_TENSOR_CHUNKS", "T_GRAD_CHUNKS"};
   return names[region];
 }
 

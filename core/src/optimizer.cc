@@ -78,7 +78,9 @@ void check_float32_domain(const OptimizerConfig& c) {
   check_f32("trust_coefficient", c.trust_coefficient, true);
   check_f32("1 - lr * weight_decay", 1.0 - c.lr * c.weight_decay, false);
   check_f32("lr * weight_decay", c.lr * c.weight_decay, false);
+  check_f32("1 - dampening", 1.0 - c.dampening, false);
 }
+
 }  // namespace
 
 void check_max_grad_norm(double max_norm) {
@@ -97,6 +99,7 @@ void check_rule(const HyperparameterInfo& row, double v) {
     case HyperRule::kUnitInterval: return check_unit_interval(row.name, v);
     case HyperRule::kPositive: return check_positive(row.name, v);
     case HyperRule::kMaxGradNorm: return check_max_grad_norm(v);
+    case HyperRule::kFloat32: return check_f32(row.name, v, false);
     case HyperRule::kFlag: return;
   }
 }
@@ -111,9 +114,12 @@ void OptimizerConfig::validate() const {
   if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= kNumOptimizerKinds) {
     throw_invalid("unknown optimizer kind #" + std::to_string(static_cast<int>(kind)));
   }
-  // Each number by its rule, in table order; clipping's float32 check comes last, as it always has.
+  // Each number by its rule, in table order; the float32-only rows (dampening) come after the
+  // kind's own rules and clipping's float32 check last, as they always have.
   for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.number != nullptr && row.rule != HyperRule::kMaxGradNorm) check_rule(row, this->*row.number);
+    if (row.number != nullptr && row.rule != HyperRule::kMaxGradNorm && row.rule != HyperRule::kFloat32) {
+      check_rule(row, this->*row.number);
+    }
   }
   const KindInfo& info = kind_info(kind);
   if (info.needs_momentum && momentum <= 0.0) {
@@ -122,6 +128,15 @@ void OptimizerConfig::validate() const {
   if (weight_decay_mode == WeightDecayMode::kL2 && !info.allows_l2) {
     throw_invalid(std::string("weight_decay_mode l2 applies to the SGD kinds only, not ") +
                   optimizer_kind_name(kind));
+  }
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.rule == HyperRule::kFloat32) check_rule(row, this->*row.number);
+  }
+  if (dampening != 0.0 && info.family != KindFamily::kSgd) {
+    throw_invalid(std::string("dampening applies to the SGD kinds only, not ") + optimizer_kind_name(kind));
+  }
+  if (kind == OptimizerKind::kSgdNesterov && dampening != 0.0) {
+    reject("dampening", dampening, "Nesterov momentum requires a momentum and zero dampening");
   }
   check_float32_domain(*this);
   for (const HyperparameterInfo& row : kHyperparameterTable) {
@@ -146,6 +161,7 @@ OptimizerConfig SGD::config() const {
   OptimizerConfig c = c_;
   if (nesterov_) {
     if (c.momentum <= 0.0) reject("momentum", c.momentum, "nesterov requires momentum > 0");
+    if (c.dampening != 0.0) reject("dampening", c.dampening, "Nesterov momentum requires a momentum and zero dampening");
     c.kind = OptimizerKind::kSgdNesterov;
   } else {
     c.kind = c.momentum > 0.0 ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;

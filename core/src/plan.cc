@@ -8,6 +8,7 @@
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
+#include "renaissance/model_copy_key.h"
 
 namespace renaissance {
 
@@ -251,7 +252,66 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     const uint64_t slots = tensors_.size();
     place(S_GRAD_TABLE, slots, slots, sizeof(uint64_t));
   }
+  // The tensor tables a model copy's writer and a gradient-table reader look elements up in,
+  // after every other region (a plan without either is byte for byte the one before them).
+  if (config_.precision != Precision::kFp32 || config_.gradient_table) {
+    plan_tensor_tables();
+    place(T_TENSOR_LIST, table_tensors_.size(), table_tensors_.size(), sizeof(CopyTensor));
+    place(T_TENSOR_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(int32_t));
+    if (config_.gradient_table) place(T_GRAD_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(uint64_t));
+  }
   arena_bytes_ = offset;
+}
+
+void MemoryPlan::plan_tensor_tables() {
+  has_views_ = true;
+  const uint64_t family_first = regions_[W_BN_BIAS].offset;
+  const int views = config_.gradient_table ? kNumTableViews : 2;
+  for (int v = 0; v < views; ++v) {
+    const TableView view = static_cast<TableView>(v);
+    // The view's span in family elements, and its tensors (a group's by role, so that a tensor
+    // of no elements belongs to its own group wherever it sits).
+    uint64_t first = 0, count = family_elements_;
+    if (view != TableView::kFamily) {
+      const Span w = group_span(Family::kW, static_cast<Group>(v));
+      first = (w.offset - family_first) / sizeof(float);
+      count = w.count;
+    }
+    std::vector<CopyTensor> list;
+    for (size_t id = 0; id < tensors_.size(); ++id) {
+      const TensorInfo& t = tensors_[id];
+      if (view != TableView::kFamily && static_cast<int>(group_of(t.spec.role)) != v) continue;
+      list.push_back({t.offset_in_family - first, static_cast<uint64_t>(t.numel), id, 0});
+    }
+    // Span order: by start, then end (a tensor of no elements before the one starting where it
+    // sits), so that the ends are ascending too.
+    std::sort(list.begin(), list.end(), [](const CopyTensor& a, const CopyTensor& b) {
+      if (a.begin != b.begin) return a.begin < b.begin;
+      if (a.numel != b.numel) return a.numel < b.numel;
+      return a.param < b.param;
+    });
+    const std::vector<int32_t> chunks = tensor_chunks(list, count);
+    ViewRange& range = views_[static_cast<size_t>(v)];
+    range.tensor_first = table_tensors_.size();
+    range.tensor_count = list.size();
+    range.chunk_first = table_chunks_.size();
+    range.chunk_count = chunks.size();
+    table_tensors_.insert(table_tensors_.end(), list.begin(), list.end());
+    table_chunks_.insert(table_chunks_.end(), chunks.begin(), chunks.end());
+  }
+}
+
+TensorTable MemoryPlan::tensor_table(TableView view) const {
+  if (!has_views_ || (view == TableView::kFamily && !config_.gradient_table)) return TensorTable{};
+  const ViewRange& range = views_[static_cast<size_t>(view)];
+  return TensorTable{Span{regions_[T_TENSOR_LIST].offset + range.tensor_first * sizeof(CopyTensor), range.tensor_count},
+                     Span{regions_[T_TENSOR_CHUNKS].offset + range.chunk_first * sizeof(int32_t), range.chunk_count}};
+}
+
+Span MemoryPlan::grad_chunk_addresses(TableView view) const {
+  if (!config_.gradient_table) return Span{};
+  const ViewRange& range = views_[static_cast<size_t>(view)];
+  return Span{regions_[T_GRAD_CHUNKS].offset + range.chunk_first * sizeof(uint64_t), range.chunk_count};
 }
 
 void MemoryPlan::set_state_slice(uint64_t family_elements) {

@@ -9,7 +9,9 @@ buffers the core passes (renaissance._core._raw_view), so any backend torch has 
 NCCL on GPUs) moves the bytes, and none of them adds anything up: `ordered` never uses torch's
 all_reduce, whose order is the backend's.
 """
+import atexit
 import collections
+import ctypes
 import hashlib
 import json
 
@@ -19,6 +21,36 @@ import torch.distributed as dist
 from . import _core
 
 GRAD_REDUCE = ("replicated", "ordered", "fast")
+
+# Every tensor this package hands to torch.distributed, kept here for the next _KEEP collectives
+# and, from interpreter exit on, for good (never freed). Why: gloo runs a collective on one of its
+# worker threads, which lets go of the finished work, and with it of the work's tensors, a moment
+# after wait() has returned. When that thread drops the last reference to a tensor whose Python
+# object has gone already, torch frees the Python object from that thread
+# (TensorImpl::destroy_pyobj_if_needed takes the GIL); an arena view also calls into Python when
+# freed (nanobind's DLPack deleter). A thread that asks for the GIL after the interpreter has begun
+# to finalize is ended by pthread_exit, whose unwinding through torch's noexcept destructor is
+# std::terminate: "terminate called without an active exception", status 134. Its window is the
+# exit of a script that never calls destroy_process_group, or calls it while this optimizer still
+# holds the group (so that its worker threads are not joined). Held here, each tensor's Python
+# object outlives gloo's reference, which is then never the last; at exit (atexit runs before
+# finalization) the held tensors are leaked, so that no late release by a gloo thread can be the
+# last. Small: arena views own no memory, the flags and digests are a few words, `fast`'s sum
+# buffer is reused (TorchCommunicator._sum); the Recorder's gathers are the largest.
+_KEEP = 64
+_HELD = collections.deque(maxlen=_KEEP)
+
+
+def _lend(*tensors):
+    """The tensors (or lists of tensors) of one torch.distributed call, held (see _HELD); returns
+    its argument (the first tensor when one is given)."""
+    _HELD.append(tensors)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+@atexit.register
+def _keep_lent_at_exit():
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_HELD))  # never freed: see _HELD
 
 
 def _global_rank(group, r):
@@ -42,15 +74,7 @@ class TorchCommunicator:
         self.device_id = device.index if device.type == "cuda" else -1
         self.peers = [_global_rank(group, r) for r in range(self.size)]
         self._workspace = None
-        # Every view handed to torch.distributed, kept for a while after its collective: a view's
-        # last reference must not be dropped on one of gloo's threads (it releases a finished
-        # work, and with it the tensor, after wait() has returned), because freeing a view calls
-        # into Python (nanobind's DLPack deleter takes the GIL), and a thread that asks for the GIL
-        # while the interpreter exits is ended inside C++ (std::terminate: "terminate called
-        # without an active exception", status 134, at the exit of a script that does not call
-        # destroy_process_group). Held here, the view is freed by Python, on a Python thread.
-        # Long after its collective ended (each one is waited for), so the bound is harmless.
-        self._held = collections.deque(maxlen=4096)
+        self._sum = None  # reduce_scatter_sum_f32's buffer, reused (see _HELD)
 
     def describe(self):
         return "torch.distributed (%s, %d ranks)" % (dist.get_backend(self.group), self.size)
@@ -59,10 +83,8 @@ class TorchCommunicator:
         return _core._raw_view(ptr, nbytes, self.device_id if on_device else -1)
 
     def _lent(self, ptr, nbytes):
-        """A view for a torch.distributed call, held (see _held)."""
-        v = self._view(ptr, nbytes)
-        self._held.append(v)
-        return v
+        """A view for a torch.distributed call, held (see _HELD)."""
+        return _lend(self._view(ptr, nbytes))
 
     def all_gather_v(self, buf, offsets, counts):
         # Rank r's block broadcast from r, in rank order: the blocks may differ in size, which
@@ -94,8 +116,11 @@ class TorchCommunicator:
         # `fast`: the backend's own sum (gloo has no reduce_scatter: an all_reduce of a copy,
         # then this rank's block). No bitwise promise, as in the core.
         total = sum(counts)
-        whole = self._view(send, 4 * total).view(torch.float32).clone()
-        dist.all_reduce(whole, op=dist.ReduceOp.SUM, group=self.group)
+        if self._sum is None or self._sum.numel() < total:
+            self._sum = torch.empty(max(total, 1), dtype=torch.float32, device=self.device)
+        whole = self._sum[:total]
+        whole.copy_(self._view(send, 4 * total).view(torch.float32))
+        dist.all_reduce(_lend(whole), op=dist.ReduceOp.SUM, group=self.group)
         first = sum(counts[:self.rank])
         mine = counts[self.rank]
         if mine:
@@ -103,7 +128,9 @@ class TorchCommunicator:
 
     def all_reduce_max_i32(self, values, count):
         if count:
-            dist.all_reduce(self._lent(values, 4 * count).view(torch.int32), op=dist.ReduceOp.MAX, group=self.group)
+            # The int32 view is a tensor of its own (held too, not only its uint8 base).
+            dist.all_reduce(_lend(self._view(values, 4 * count).view(torch.int32)), op=dist.ReduceOp.MAX,
+                            group=self.group)
 
     def barrier(self):
         dist.barrier(group=self.group)
@@ -163,7 +190,7 @@ def all_gather_text(group, text):
         buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     mine = _carrier(group, buf)
     seen = [torch.zeros_like(mine) for _ in lengths]
-    dist.all_gather(seen, mine, group=group)
+    dist.all_gather(*_lend(seen, mine), group=group)
     return [bytes(t.cpu()[:n].numpy()).decode() for t, n in zip(seen, lengths)]
 
 
@@ -250,7 +277,7 @@ def agree_step(group, sizes, missings, lines, words=None, error=None):
             first += n
     vals = flags + head
     t = _carrier(group, torch.tensor(vals + [-v for v in vals], dtype=torch.int32))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(_lend(t), op=dist.ReduceOp.MAX, group=group)
     t = t.cpu().tolist()
     m = len(vals)
     hi, lo = t[:m], [-v for v in t[m:]]
@@ -290,7 +317,7 @@ def all_gather_words(group, words):
     """Every rank's list of int64 `words` (the same length on every rank), in rank order."""
     mine = _carrier(group, torch.tensor([int(w) for w in words], dtype=torch.int64))
     seen = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(seen, mine, group=group)
+    dist.all_gather(*_lend(seen, mine), group=group)
     return [[int(w) for w in t.cpu()] for t in seen]
 
 
@@ -300,5 +327,5 @@ def gather_bytes(group, data):
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     mine = _carrier(group, data)
     out = [torch.empty_like(mine) for _ in range(size)] if rank == 0 else None
-    dist.gather(mine, gather_list=out, dst=_global_rank(group, 0), group=group)
+    dist.gather(_lend(mine, out)[0], gather_list=out, dst=_global_rank(group, 0), group=group)
     return None if out is None else [t.cpu() for t in out]

@@ -49,6 +49,7 @@ _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturabl
 
 # Parameter dtypes the adapter takes, and the core precision of each (bf16/fp16: fp32 masters in
 # the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters").
+_DEVICES = ("cpu", "cuda")  # where the library's step runs
 _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
               torch.complex64: "fp32"}  # complex: the arena holds the float32 real view (_torch_group.py)
 
@@ -129,9 +130,15 @@ class _Base(Optimizer):
         self._step_lock = threading.Lock()
         for table in _HOOK_TABLES:  # torch 2.x's constructor makes them again (empty), 1.x's not at all
             setattr(self, table, OrderedDict())
+        # Parameters on a device without this step (meta: not materialized yet) are taken as
+        # torch takes them, and bound at the first call that finds every parameter on cpu or
+        # cuda (_bind_pending); until then a step over one with a gradient is torch's error.
+        # Not under a process group: every rank binds at construction (the handshake).
+        self._pending = False
+        defer = process_group is None
         groups = _as_groups(params)
         _check_names(groups, [])
-        _validate_new(groups, [])
+        _validate_new(groups, [], defer=defer)
         if stochastic_rounding and all(_PRECISION[p.dtype] == "fp32" for g in groups for p in g["params"]):
             raise ValueError("stochastic_rounding=True rounds the bf16/fp16 copy of bf16/fp16 parameters; these "
                              "parameters are all float32 (no copy to round)")
@@ -140,7 +147,14 @@ class _Base(Optimizer):
         self._deferred = True
         try:
             super().__init__(groups, defaults)
-            self._bind(list(range(len(self.param_groups))))
+            if defer and any(p.device.type not in _DEVICES for g in self.param_groups for p in g["params"]):
+                self._pending = True
+                for group in self.param_groups:  # validated now, as torch's constructor does
+                    for flag in self._flags:
+                        _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+                    self._core_config(group)
+            else:
+                self._bind(list(range(len(self.param_groups))))
         finally:
             self._deferred = False
 
@@ -148,13 +162,24 @@ class _Base(Optimizer):
     def add_param_group(self, param_group):
         if not isinstance(param_group, dict):
             raise TypeError("param_group must be a dict, but got %s" % type(param_group))
-        existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
+        if getattr(self, "_pending", False):
+            existing = [p for g in self.param_groups for p in g["params"]]
+        else:
+            existing = [p for b in getattr(self, "_bindings", []) for p in b.params]
         group = _split_names(dict(param_group))
         _check_names([group], self.param_groups)
-        _validate_new([group], existing)
+        _validate_new([group], existing, defer=self._process_group is None)
         n_before = len(self.param_groups)
         super().add_param_group(group)
-        if getattr(self, "_deferred", False):
+        if getattr(self, "_deferred", False) or self._pending:
+            if not self._deferred:  # validated as the constructor validates a group
+                for flag in self._flags:
+                    _check_flag(flag, group.get(flag, _TORCH_FLAGS[flag]), type(self).__name__)
+                try:
+                    self._core_config(self.param_groups[-1])
+                except Exception:
+                    del self.param_groups[n_before:]
+                    raise
             return
         # A group added after construction gets a Task of its own (the others are compiled).
         self._bind([n_before])
@@ -215,6 +240,35 @@ class _Base(Optimizer):
             made[i].group_params = self.param_groups[i]["params"]  # the list _binding_plan compares
         self._bindings.extend(made[i] for i in indices)
         self._refresh_state()
+
+    def _bind_pending(self):
+        """An optimizer built over parameters on a device without this step (meta) binds them once
+        every one is on cpu or cuda (model.to_empty(device=...) keeping the parameter objects,
+        e.g. torch.__future__.set_swap_module_params_on_conversion(True)): every construction check
+        again, then the Tasks. -> whether the optimizer is bound."""
+        if not self._pending:
+            return True
+        if any(p.device.type not in _DEVICES for g in self.param_groups for p in g["params"]):
+            return False
+        _validate_new(self.param_groups, [])
+        saved = list(self.param_groups)
+        try:
+            self._bind(list(range(len(self.param_groups))))
+        except Exception:
+            self.param_groups[:] = saved  # _bind drops the groups it could not bind
+            raise
+        self._pending = False
+        return True
+
+    def _unbound_error(self, with_grad=False):
+        """torch's error for its fused step over a parameter on a device it has no kernel for (the
+        first such parameter; with_grad: the first that has a gradient, as torch checks only those),
+        or None."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.device.type not in _DEVICES and (p.grad is not None or not with_grad):
+                    return _fused_device_error(p)
+        return None
 
     def _shared(self):
         """The distinct Tasks, in the order their groups were bound (stable when param_groups is
@@ -308,6 +362,8 @@ class _Base(Optimizer):
 
     def _follow_params(self, repeats=False):
         """Checks the binding, then follows it (see _binding_plan)."""
+        if not self._bind_pending():
+            raise self._unbound_error()
         self._apply_binding_plan(self._binding_plan(repeats))
 
     def _roles(self, group):
@@ -327,6 +383,19 @@ class _Base(Optimizer):
         set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
         zeroed view, into which backward then accumulates. The first is the cheaper training step
         (autograd's accumulate is an add per parameter): see docs/python.md."""
+        if not self._bind_pending():  # torch's zero_grad on the parameters themselves
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        if set_to_none:
+                            p.grad = None
+                        else:
+                            if p.grad.grad_fn is not None:
+                                p.grad.detach_()
+                            else:
+                                p.grad.requires_grad_(False)
+                            p.grad.zero_()
+            return
         self._follow_params()
         for shared in self._shared():
             shared.zero_grad(set_to_none)
@@ -400,6 +469,17 @@ class _Base(Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if grad_scaler is not None:
             grad_scale, found_inf = _scale_from_scaler(grad_scaler, self)
+        if not self._bind_pending():
+            # Some parameter is still on a device without this step (meta). torch's fused step
+            # checks the parameters that have a gradient: its error for such a one; none with a
+            # gradient anywhere: nothing to step, as in torch.
+            error = self._unbound_error(with_grad=True)
+            if error is not None:
+                raise error
+            if any(p.grad is not None for g in self.param_groups for p in g["params"]):
+                raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(
+                    sorted({str(p.device) for g in self.param_groups for p in g["params"]})))
+            return loss
         if self._process_group is None:
             self._prepare_step()
         else:
@@ -530,6 +610,13 @@ class _Base(Optimizer):
         under a process group's sharded step (no per-tensor mask yet) its Task's count."""
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
+        if not self._bind_pending():
+            sd = self._packed_state_dict()  # parameters on meta: no state yet, as torch before a step
+            for post_hook in self._optimizer_state_dict_post_hooks.values():
+                result = post_hook(self, sd)
+                if result is not None:
+                    sd = result
+            return sd
         self._follow_params(repeats=True)  # a group listed again is packed as torch packs it
         self._gather_state()
         self._refresh_state()
@@ -615,7 +702,11 @@ class _Base(Optimizer):
             except (ValueError, TypeError) as e:
                 raise type(e)("load_state_dict: param group %d: %s" % (gi, e)) from None
             states = [state_dict["state"].get(k) for k in g["params"]]
-            per_param = [_step_of(s) or 0 for s in states]  # no state: the parameter never stepped
+            # No state: the parameter never stepped. torch's SGD keeps no `step`: a state with a
+            # momentum_buffer has stepped at least once (its next step is dampened; the core's
+            # first applied step is not: docs/math.md).
+            per_param = [_step_of(s) if _step_of(s) is not None else (1 if _has_buffer(s, b.state_names) else 0)
+                         for s in states]
             step = max(per_param, default=0)  # the Task's count; each parameter keeps its own below
             bufs = []  # a buffer the state lacks (or holds as None) starts at zero, as in torch
             for j, s in enumerate(states):
@@ -731,7 +822,9 @@ class _Base(Optimizer):
         clone = type(self)(groups, threads=self._threads, master_weights=self._master_weights,
                            stochastic_rounding=self._rounding == "stochastic", seed=self._seed)
         memo[id(self)] = clone
-        clone.load_state_dict(self.state_dict())
+        sd = self.state_dict()
+        if not self._pending:  # else nothing to load: no state before the first bound step
+            clone.load_state_dict(sd)
         return clone
 
     def __reduce_ex__(self, protocol):
@@ -798,7 +891,7 @@ class _Base(Optimizer):
             failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
             if dist.get_backend(self._process_group) == "nccl":
                 failed = failed.to(tasks[0].device)
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self._process_group)
+            dist.all_reduce(_torch_dist._lend(failed), op=dist.ReduceOp.MAX, group=self._process_group)
             if error is None and int(failed.item()):
                 raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
                                    (type(self).__name__, str(path)))
@@ -917,9 +1010,18 @@ def _as_groups(params):
     return [_split_names({"params": params})]
 
 
-def _validate_new(groups, existing):
+def _fused_device_error(p):
+    # torch's type and text for its fused step on a device it has no fused kernel for (e.g.
+    # meta); the library's step is always fused.
+    return RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                        "devices: ['cpu', 'cuda'] but %s and %s (renaissance.torch's step is always fused; "
+                        "it runs on cpu and cuda)" % (p.dtype, p.device.type))
+
+
+def _validate_new(groups, existing, defer=False):
     """Every error of the adapter's contract (ValueError; torch's RuntimeError for a device without the fused
-    step), before any parameter or task is touched."""
+    step), before any parameter or task is touched. defer: a parameter on such a device (meta) passes
+    (checked again when bound, see _Base._bind_pending)."""
     seen = {id(p) for p in existing}
     intervals = [tensor_interval(p) + (p,) for p in existing if p.numel() > 0]
     devices = {p.device for p in existing}
@@ -964,12 +1066,10 @@ def _validate_new(groups, existing):
                 raise ValueError("parameter of shape %s (strides %s) has elements that share memory; the optimizer "
                                  "writes every element: pass p.clone() or a contiguous tensor" %
                                  (tuple(p.shape), tuple(p.stride())))
-            if p.device.type not in ("cpu", "cuda"):
-                # torch's type and text for its fused step on a device it has no fused kernel for
-                # (e.g. meta); the library's step is always fused.
-                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
-                                   "devices: ['cpu', 'cuda'] but %s and %s (renaissance.torch's step is always fused; "
-                                   "it runs on cpu and cuda)" % (p.dtype, p.device.type))
+            if p.device.type not in _DEVICES:
+                if not defer:
+                    raise _fused_device_error(p)
+                continue  # no memory to check (meta)
             if p.device.type == "cuda" and not _core.with_cuda:
                 raise ValueError("parameter on %s but this renaissance build has no CUDA backend" % p.device)
             if p.numel() > 0:
@@ -1018,6 +1118,11 @@ def _maximize_value(value, cls):
     if not isinstance(value, bool):
         raise ValueError("%s: maximize=%r: expected True or False" % (cls, value))
     return value
+
+
+def _has_buffer(state, state_names):
+    """Whether a loaded state holds one of the class's buffers (not None)."""
+    return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
 
 
 def _step_of(state):
@@ -1149,7 +1254,8 @@ def _trust_roles(group, weight_role="fc_weight", bias_role="fc_bias"):
 # ---- the optimizers -----------------------------------------------------------------------------
 class SGD(_Base):
     """torch.optim.SGD semantics (L2 weight decay; decoupled_weight_decay=True for the library's
-    decoupled mode). dampening must be 0."""
+    decoupled mode), dampening included (the first step's buffer is the gradient, later steps add
+    (1 - dampening) times it)."""
 
     _flags = ("maximize", "foreach", "differentiable", "fused")
     _state_names = {"M": "momentum_buffer", "step": "step"}
@@ -1173,16 +1279,18 @@ class SGD(_Base):
         return self._state_names if group["momentum"] != 0 else {"step": "step"}
 
     def _core_config(self, group):
-        if group["dampening"] != 0:
-            raise ValueError("SGD: dampening=%r is not supported (only 0)" % (group["dampening"],))
         momentum = _at_least_zero("Invalid momentum value", "momentum", group["momentum"])
-        if group["nesterov"] and momentum <= 0:
-            raise ValueError("SGD: Nesterov momentum requires a momentum > 0 and zero dampening")
+        # torch checks no range for dampening (a value float32 cannot hold is refused by the core).
+        dampening = _number("dampening", group["dampening"])
+        if group["nesterov"] and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")  # torch's text
         kind = "sgd" if momentum == 0 else ("sgd_nesterov" if group["nesterov"] else "sgd_momentum")
         hyper = {"lr": _lr(group), "weight_decay": _weight_decay(group),
                  "weight_decay_mode": "decoupled" if group["decoupled_weight_decay"] else "l2"}
         if momentum > 0:
             hyper["momentum"] = momentum
+            if dampening != 0:  # without momentum torch ignores it (no buffer)
+                hyper["dampening"] = dampening
         return kind, _clip(group, hyper, "SGD")
 
 

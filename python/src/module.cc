@@ -99,6 +99,7 @@ const char* rule_name(HyperRule r) {
     case HyperRule::kUnitInterval: return "unit_interval";
     case HyperRule::kPositive: return "positive";
     case HyperRule::kMaxGradNorm: return "max_grad_norm";
+    case HyperRule::kFloat32: return "float32";
     case HyperRule::kFlag: return "flag";
   }
   return "";

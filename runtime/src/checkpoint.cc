@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,13 @@ void read_meta_hyperparameters(Cursor& c, MetaPlace place, OptimizerConfig* cfg)
     }
     if (row.number != nullptr) {
       cfg->*row.number = c.f64();
+      // The writer stops at the last optional row that differs from its default, so a number at
+      // its default that ends the file was not written by it (a flag at 0 there is read, as it always was).
+      if (place == MetaPlace::kOptional && c.remaining() == 0 && cfg->*row.number == row.fixed_default) {
+        std::ostringstream os;
+        os << row.name << " " << row.fixed_default << " is written by leaving the field out";
+        c.fail(os.str());
+      }
       continue;
     }
     const uint32_t flag = c.u32();
@@ -171,8 +179,9 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
   info->run.warmup = c.i64();
   info->run.seed = c.u64();
   read_meta_hyperparameters(c, MetaPlace::kTail, &cfg);
-  // Group 0's optional hyperparameters (maximize: a u32 1 only when it maximizes); a file that
-  // ends before one, as every file written before it existed, holds its default.
+  // Group 0's optional hyperparameters (maximize: a u32 0/1; dampening: an f64), written up to
+  // the last one off its default; a file that ends before one, as every file written before it
+  // existed, holds its default.
   read_meta_hyperparameters(c, MetaPlace::kOptional, &cfg);
   c.expect_end();
   if (!parse_optimizer_kind(kind_name, &cfg.kind)) c.fail("unknown optimizer kind '" + io::printable(kind_name) + "'");
@@ -239,10 +248,16 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   // The scalars are copied first; the state is streamed tensor by tensor into the file (a backend
   // error part-way removes the temporary file: the final name keeps the previous checkpoint).
   // Every hyperparameter group's block (scalars.h): the file holds H blocks of each.
-  std::vector<float> f32(plan_.region(S_SCALAR_FP32).count);
+  // Of the fp32 slots only the first kNumStoredScalarF32 of each block (scalars.h: the rest are
+  // formed again before they are read), so a run without dampening writes the bytes it always did.
+  std::vector<float> all32(plan_.region(S_SCALAR_FP32).count);
   std::vector<int32_t> i32(kNumScalarI32);
   std::vector<double> f64(plan_.region(S_SCALAR_FP64).count);
-  backend_->download(plan_.region(S_SCALAR_FP32).offset, f32.data(), f32.size() * sizeof(float));
+  backend_->download(plan_.region(S_SCALAR_FP32).offset, all32.data(), all32.size() * sizeof(float));
+  std::vector<float> f32;
+  for (size_t b = 0; b < all32.size() / kNumScalarF32; ++b) {
+    f32.insert(f32.end(), all32.begin() + b * kNumScalarF32, all32.begin() + b * kNumScalarF32 + kNumStoredScalarF32);
+  }
   backend_->download(plan_.region(S_SCALAR_INT32).offset, i32.data(), i32.size() * sizeof(int32_t));
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
@@ -482,7 +497,7 @@ void Task::load(const std::string& path) {
     // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
     // With tensor_mask: a block per tensor (plan.h), then the per-tensor step counts.
     const uint64_t hyper = static_cast<uint64_t>(plan_.scalar_blocks());
-    const uint64_t want32 = hyper * kNumScalarF32, want64 = hyper * kNumScalarF64;
+    const uint64_t want32 = hyper * kNumStoredScalarF32, want64 = hyper * kNumScalarF64;
     const uint64_t tensor_steps = options_.tensor_mask ? params_.size() : 0;
     const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
     Cursor c(v.payload, v.length, parser.where(Section::kScalars));
@@ -562,7 +577,8 @@ void Task::load(const std::string& path) {
                    " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
     }
   }
-  backend_->upload(plan_.region(S_SCALAR_FP32).offset, d.f32.data(), d.f32.size() * sizeof(float));
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), d.f32.data(),
+                        kNumStoredScalarF32 * sizeof(float), d.f32.size() / kNumStoredScalarF32);
   backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
   backend_->upload(plan_.region(S_SCALAR_FP64).offset, d.f64.data(), d.f64.size() * sizeof(double));
   if (!d.tensor_steps.empty()) {

@@ -4,7 +4,7 @@
 //   reduce G -> [check / clip partials] -> max flag, gather grad-norm partials
 //   -> [step counter, clip coefficient, norm partials] -> gather norm partials
 //   -> [trust ratios, updates] -> gather W (and the bf16/fp16 model copy, which the update
-//   nodes write for the slice only: cut_model_copy keeps each element's rounding key).
+//   nodes write for the slice only, each element with its own rounding key).
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
 // rank over the gathered partials, so every rank holds the values one device computes.
 #include <algorithm>
@@ -95,18 +95,8 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     node->norm.tiles = sub_span(node->norm.tiles, first, tiles, sizeof(NormTile));
     node->norm.partials = sub_span(node->norm.partials, math::kNormComponents * first,
                                    math::kNormComponents * tiles, sizeof(double));
-    if (node->copy.c.count != 0) {
-      // The tiles address the whole group: the copy span stays, its tensors shrink to the
-      // elements of the owned tiles (the CUDA kernel rounds every element its tensors list).
-      const std::vector<NormTile>& all = plan.norm_tiles();
-      uint64_t lo = 0, hi = 0;
-      if (tiles > 0) {
-        lo = static_cast<uint64_t>(all[static_cast<size_t>(s.norm_tile_begin)].start);
-        const NormTile& last = all[static_cast<size_t>(s.norm_tile_end - 1)];
-        hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
-      }
-      node->copy = cut_model_copy(node->copy, lo, hi, false);
-    }
+    // The tiles address the whole group: the copy stays whole too (the kernels write the copy
+    // of the elements of their tiles only).
     return;
   }
   if (node->hyper_items.count > 0) {
@@ -117,8 +107,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
       // No item of this group in the slice: nothing to update (a node without items would walk
       // the whole group span).
       node->w.count = node->g.count = node->m.count = node->v.count = 0;
-      node->copy.c.count = 0;
-      node->copy.tensors.clear();
+      node->copy = ModelCopy{};
     }
     return;
   }
@@ -130,7 +119,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   if (node->w.count) node->w = sub_span(node->w, skip, n, sizeof(float));
   if (node->m.count) node->m = sub_span(node->m, skip, n, sizeof(float));
   if (node->v.count) node->v = sub_span(node->v, skip, n, sizeof(float));
-  if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n, true);
+  if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n);
 }
 
 CompiledStep empty_like(const CompiledStep& step) {
@@ -503,10 +492,9 @@ void ShardedStep::step() {
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
     join();
   }
-  // CUDA looks up a model-copy node's copy table by the node: the update sub-step is prepared
-  // once, here, where it no longer moves.
-  // A tensor_mask task's second program is prepared as the alternate: prepare() would drop the
-  // first one's copy tables.
+  // CUDA with a model copy: the update sub-step is prepared (captured) once, here, where it no
+  // longer moves. A tensor_mask task's second program is prepared as the alternate: prepare()
+  // would drop the first one's graph.
   if (backend.kind() == BackendKind::kCuda && task_.plan().has_model_copy() && !program.update_prepared) {
     SubSteps& other = programs_[unmasked ? 0 : 1];
     if (other.update_prepared) {

@@ -182,11 +182,22 @@ void Task::compile() {
     backend->upload(plan_.region(T_TENSOR_BLOCKS).offset, plan_.tensor_blocks().data(),
                     plan_.tensor_blocks().size() * sizeof(int32_t));
   }
+  // The tensor tables (plan.h: a model copy's and a gradient table's lookups).
+  if (!plan_.table_tensors().empty()) {
+    backend->upload(plan_.region(T_TENSOR_LIST).offset, plan_.table_tensors().data(),
+                    plan_.table_tensors().size() * sizeof(CopyTensor));
+  }
+  if (!plan_.table_chunks().empty()) {
+    backend->upload(plan_.region(T_TENSOR_CHUNKS).offset, plan_.table_chunks().data(),
+                    plan_.table_chunks().size() * sizeof(int32_t));
+  }
   backend_ = std::move(backend);
   if (options_.gradient_table) reset_gradient_table();  // the arena's own G until written
   write_hyperparameters();
   // The clip coefficient is 1 until a clipping step writes it (and stays 1 without clipping).
   write_f32_slot(kClipCoefficient, 1.0f);
+  // The momentum's gradient factor is formed by every applied step before its update; 1 until then.
+  write_f32_slot(kMomentumGradFactor, 1.0f);
   // A sliced task never runs the whole step (its M/V spans leave the slice): ShardedStep
   // prepares the backend with its sub-steps instead.
   if (!plan_.state_sliced()) backend_->prepare(options_.tensor_mask ? unmasked_step_ : step_);
@@ -225,6 +236,12 @@ static void host_scalar_slots(const OptimizerConfig& config, double lr, double l
   f32[kInvLossScale] = inv_loss_scale_slot(config, loss_scale);
 }
 static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots come first");
+
+// kOneMinusDampening, the one host-owned fp32 slot after the device's (scalars.h: not stored in
+// checkpoints): 1 - dampening formed in double and rounded to float once (1.0f without dampening).
+static float one_minus_dampening_slot(const OptimizerConfig& config) {
+  return static_cast<float>(1.0 - config.dampening);
+}
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
 static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "the lr writers copy slots 0..2");
 
@@ -250,6 +267,10 @@ void Task::write_all_hyperparameters() {
                         kBiasCorrection1 * sizeof(float), n);
   backend_->upload_rows(plan_.region(S_SCALAR_FP64).offset, kNumScalarF64 * sizeof(double), f64.data(),
                         kGradNormD * sizeof(double), n);
+  std::vector<float> dampening(n);
+  for (size_t id = 0; id < n; ++id) dampening[id] = one_minus_dampening_slot(group_config(params_[id].hyper_group));
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset + kOneMinusDampening * sizeof(float),
+                        kNumScalarF32 * sizeof(float), dampening.data(), sizeof(float), n);
 }
 
 void Task::set_group_lrs(const std::vector<double>& lrs) {
@@ -287,6 +308,9 @@ void Task::write_group_hyperparameters(int group) {
                      kBiasCorrection1 * sizeof(float));
     backend_->upload(plan_.region(S_SCALAR_FP64).offset + b * kNumScalarF64 * sizeof(double), f64,
                      kGradNormD * sizeof(double));
+    const float dampening = one_minus_dampening_slot(config);
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + (b * kNumScalarF32 + kOneMinusDampening) * sizeof(float),
+                     &dampening, sizeof(float));
   }
 }
 

@@ -48,6 +48,10 @@ add_test(NAME cli_run_maximize
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/maximize
                  -P ${CMAKE_CURRENT_LIST_DIR}/maximize.cmake)
 set_tests_properties(cli_run_maximize PROPERTIES LABELS cli TIMEOUT 120)
+add_test(NAME cli_run_dampening
+         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/dampening
+                 -P ${CMAKE_CURRENT_LIST_DIR}/dampening.cmake)
+set_tests_properties(cli_run_dampening PROPERTIES LABELS cli TIMEOUT 120)
 add_test(NAME cli_run_grad_dtype
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/grad_dtype
                  -P ${CMAKE_CURRENT_LIST_DIR}/grad_dtype.cmake)

@@ -21,8 +21,18 @@ namespace {
 constexpr uint64_t kSeed = 0x0123456789abcdefULL;
 constexpr uint32_t kTaskStep = 0x80000003u;  // a t above 2^31: the key takes its low 32 bits unsigned
 
-ModelCopy test_copy() {
-  ModelCopy copy;
+// A copy span's tensor list (as the plan's tensor tables hold one) and its element count.
+struct TestCopy {
+  std::vector<CopyTensor> tensors;
+  struct {
+    uint64_t count = 0;
+  } c;
+};
+
+std::vector<int32_t> copy_chunks(const TestCopy& copy) { return tensor_chunks(copy.tensors, copy.c.count); }
+
+TestCopy test_copy() {
+  TestCopy copy;
   copy.tensors = {
       {0, 5, 3, 0},                             // shares quad 1 with the next tensor
       {5, 20003, 1, 0},                         // its blocks are shifted by 5 against the arena's
@@ -44,7 +54,7 @@ float master(uint64_t e) {  // ordinary values, exact bf16/fp16 ties, fp16 overf
 }
 
 // The scalar definition of element e's copy bits; false where e is padding.
-bool expected(const ModelCopy& copy, Precision p, Rounding r, const int32_t* steps, uint64_t e, uint16_t* out) {
+bool expected(const TestCopy& copy, Precision p, Rounding r, const int32_t* steps, uint64_t e, uint16_t* out) {
   for (const CopyTensor& t : copy.tensors) {
     if (e < t.begin || e >= t.begin + t.numel) continue;
     const uint64_t step = steps ? static_cast<uint32_t>(steps[t.param]) : kTaskStep;
@@ -60,7 +70,7 @@ bool expected(const ModelCopy& copy, Precision p, Rounding r, const int32_t* ste
 // Every quad (kN = 4 span elements, copy_quad) against the scalar definition.
 template <Precision kP, Rounding kR, int kN>
 void check_every_unit(const int32_t* steps) {
-  const ModelCopy copy = test_copy();
+  const TestCopy copy = test_copy();
   const std::vector<int32_t> chunks = copy_chunks(copy);
   const CopyLookup lookup{copy.tensors.data(), chunks.data(), static_cast<uint32_t>(copy.tensors.size())};
   uint64_t fast = 0, shifted = 0, mismatches = 0, padding = 0;
@@ -109,7 +119,7 @@ void check_every_quad(const int32_t* steps) {
 // must have the scalar definition's bits, and both lanes of a pair must agree that it is whole
 // (the odd lane of a whole a-pair uses the words its partner drew).
 template <Precision kP>
-uint64_t check_warp_pairs(const ModelCopy& copy, const int32_t* steps, uint64_t first) {
+uint64_t check_warp_pairs(const TestCopy& copy, const int32_t* steps, uint64_t first) {
   const std::vector<int32_t> chunks = copy_chunks(copy);
   const CopyLookup lookup{copy.tensors.data(), chunks.data(), static_cast<uint32_t>(copy.tensors.size())};
   const uint64_t end = copy.c.count / 4;
@@ -177,8 +187,8 @@ uint64_t check_warp_pairs(const ModelCopy& copy, const int32_t* steps, uint64_t 
 // A layout with tensors on the pair grid (index 0 at an arena multiple of 8, or a cut tensor whose
 // first index keeps it there), one shifted by 4 (every pair is split between two blocks), one
 // ending inside a pair, tiny ones and padding.
-ModelCopy pair_copy() {
-  ModelCopy copy;
+TestCopy pair_copy() {
+  TestCopy copy;
   copy.tensors = {
       {0, 4096, 0, 0},       // on the grid
       {4096, 1004, 1, 16},   // cut, still on the grid; ends inside a pair
@@ -191,7 +201,7 @@ ModelCopy pair_copy() {
 }
 
 TEST(ModelCopyKey, WarpPairsHaveTheScalarDefinitionsBits) {
-  const ModelCopy grid = pair_copy(), shifted = test_copy();
+  const TestCopy grid = pair_copy(), shifted = test_copy();
   const int32_t steps[7] = {4, 9, 1, 0, 7, 2, 3};  // tensor_mask: each tensor's own count
   // (4096 + 1000 + 2048) / 4 quads take the pair words; the rest, copy_quad / copy_one.
   EXPECT_EQ(check_warp_pairs<Precision::kBf16>(grid, nullptr, 0), 1786u);
@@ -203,7 +213,7 @@ TEST(ModelCopyKey, WarpPairsHaveTheScalarDefinitionsBits) {
 }
 
 TEST(ModelCopyKey, ChunkIndexNamesTheFirstTensorEndingAfterEachChunk) {
-  const ModelCopy copy = test_copy();
+  const TestCopy copy = test_copy();
   const std::vector<int32_t> chunks = copy_chunks(copy);
   ASSERT_EQ(chunks.size(), (copy.c.count + kCopyChunk - 1) / kCopyChunk);
   EXPECT_EQ(chunks[0], 0);

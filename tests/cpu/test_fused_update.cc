@@ -121,7 +121,8 @@ struct FusedSetup {
   std::vector<int32_t> i32;
   std::vector<HyperItem> items;
 
-  uint64_t w_at = 0, g_at = 0, m_at = 0, v_at = 0, c_at = 0, items_at = 0, state_at = 0, bytes = 0;
+  uint64_t w_at = 0, g_at = 0, m_at = 0, v_at = 0, c_at = 0, items_at = 0, state_at = 0, list_at = 0, chunks_at = 0,
+           bytes = 0;
 
   explicit FusedSetup(const Case& k) {
     auto region = [&](uint64_t size) {
@@ -146,6 +147,10 @@ struct FusedSetup {
     }
     items_at = region(items.size() * sizeof(HyperItem));
     state_at = region(2 * kBlocks * sizeof(int32_t));
+    // The copy's tensor table, as MemoryPlan lays one out (T_TENSOR_LIST, T_TENSOR_CHUNKS).
+    const std::vector<int32_t> chunks = tensor_chunks(tensors, kSpan);
+    list_at = region(tensors.size() * sizeof(CopyTensor));
+    chunks_at = region(chunks.size() * sizeof(int32_t));
     storage.assign(bytes / 8 + 32, 0);
     arena = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(storage.data()) + 255) / 256 * 256);
 
@@ -167,6 +172,8 @@ struct FusedSetup {
     std::memcpy(arena + c_at, c.data(), kSpan * 2);
     // (Without hyperparameter groups the list is empty: memcpy from its null data() is undefined.)
     if (!items.empty()) std::memcpy(arena + items_at, items.data(), items.size() * sizeof(HyperItem));
+    std::memcpy(arena + list_at, tensors.data(), tensors.size() * sizeof(CopyTensor));
+    std::memcpy(arena + chunks_at, chunks.data(), chunks.size() * sizeof(int32_t));
     int32_t* state = reinterpret_cast<int32_t*>(arena + state_at);
     for (int b = 0; b < kBlocks; ++b) {
       state[b] = b == 2 ? 1 : 0;  // mask
@@ -191,6 +198,8 @@ struct FusedSetup {
       s[kBiasCorrection1] = 1.5f;
       s[kBiasCorrection2] = 7.25f;
       s[kClipCoefficient] = 1.0f;
+      s[kOneMinusDampening] = 1.0f;
+      s[kMomentumGradFactor] = 1.0f;
     }
     i32.assign(kNumScalarI32, 0);
     i32[kStep] = 9;
@@ -208,7 +217,7 @@ struct FusedSetup {
     node.copy.rounding = k.rounding;
     node.copy.seed = 0x0123456789abcdefull;
     node.copy.c = {c_at, kSpan};
-    node.copy.tensors = tensors;
+    node.copy.tensors = TensorTable{{list_at, tensors.size()}, {chunks_at, chunks.size()}};
     if (k.hyper) {
       node.hyper_groups = kBlocks;
       node.hyper_items = {items_at, items.size()};

@@ -1,7 +1,7 @@
 # Cases from PyTorch's own optimizer tests (TestOptimRenewed), checked against torch.optim's
 # classes on whatever torch is installed: state_dict() of param_groups extended with itself, a
 # parameter listed twice (in one group, across groups), parameters on a device without the fused
-# step (meta).
+# step (meta: taken at construction, torch's error at a step over one with a gradient).
 import copy
 
 import numpy as np
@@ -105,12 +105,104 @@ def test_a_parameter_twice_in_one_group_is_refused_naming_torchs_warning():
             cls([p, p], lr=1.0)
 
 
+FUSED_META = "^`fused=True` requires all the params to be floating point Tensors of supported devices: "
+
+
+def meta_model():
+    # test_fused_error_on_params_on_meta's model; `with torch.device("meta")` (torch >= 2.0)
+    # spelled as the layers' device argument, which torch 1.13 has.
+    return torch.nn.Sequential(torch.nn.Linear(2, 3, device="meta"), torch.nn.Sigmoid(),
+                               torch.nn.Linear(3, 1, device="meta"), torch.nn.Sigmoid()).to(torch.float32)
+
+
 @pytest.mark.parametrize("cls", [rt.SGD, rt.Adam, rt.AdamW])
-def test_meta_parameters_are_torchs_fused_error(cls):
-    # TestOptimRenewed.test_fused_error_on_params_on_meta: torch's fused step refuses meta
-    # parameters with this RuntimeError (at step(); here at construction, nothing is bound).
-    ps = list(torch.nn.Linear(2, 3, device="meta").parameters())
-    for kwargs in ({"fused": True}, {}):
-        with pytest.raises(RuntimeError, match="^`fused=True` requires all the params to be floating point Tensors "
-                                               "of supported devices: \\['cpu', 'cuda'\\] but torch.float32 and meta"):
-            cls(ps, lr=0.1, **kwargs)
+def test_fused_error_on_params_on_meta(cls):
+    # TestOptimRenewed.test_fused_error_on_params_on_meta (torch 2.11), step by step: the optimizer
+    # is built over meta parameters; a step with meta gradients is torch's fused RuntimeError;
+    # zero_grad; model.to_empty() gives the model new parameter objects on the cpu (torch 1.13
+    # and 2.11 alike: meta and cpu tensors cannot share a parameter object), whose gradients the
+    # optimizer does not hold, so the last step has nothing to step and must not raise.
+    model = meta_model()
+    opt = cls(model.parameters(), fused=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.grad = torch.rand_like(p)
+    with pytest.raises(RuntimeError, match=FUSED_META + r"\['cpu', 'cuda'\] but torch.float32 and meta"):
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    assert all(p.grad is None for g in opt.param_groups for p in g["params"])
+    model.to_empty(device="cpu")
+    for p in model.parameters():
+        p.grad = torch.rand_like(p)
+    opt.step()
+
+
+@pytest.mark.parametrize("cls", [rt.SGD, rt.Adam, rt.AdamW])
+def test_meta_parameters_without_gradients_step_nothing_and_pack_no_state(cls):
+    # torch's fused step checks only the parameters that have a gradient; its state_dict before
+    # a step holds no state. A step with the refused gradient keeps refusing (it stays on meta).
+    model = meta_model()
+    opt = cls(model.parameters(), lr=0.1)
+    assert opt.step(lambda: 7.0) == 7.0
+    sd = opt.state_dict()
+    assert sd["state"] == {} and [g["params"] for g in sd["param_groups"]] == [[0, 1, 2, 3]]
+    opt.zero_grad(set_to_none=False)  # no gradient: nothing to zero
+    next(model.parameters()).grad = torch.zeros(3, 2, device="meta")
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=FUSED_META):
+            opt.step()
+    opt.zero_grad(set_to_none=False)  # torch's: the meta gradient zeroed in place, kept
+    assert next(model.parameters()).grad is not None
+    opt.zero_grad()
+    assert next(model.parameters()).grad is None
+    for call in (opt.fingerprint, lambda: opt.load_state_dict(sd)):  # need the arena: refused alike
+        with pytest.raises(RuntimeError, match=FUSED_META):
+            call()
+
+
+def test_meta_parameters_are_still_checked_at_construction():
+    # Deferred binding defers only the device: hyperparameters, dtypes, mixed devices and the
+    # groups' parameters are the constructor's errors as before.
+    ps = list(meta_model().parameters())
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        rt.AdamW(ps, lr=-1.0)
+    with pytest.raises(ValueError, match="different devices"):
+        rt.AdamW(ps + [torch.nn.Parameter(torch.zeros(2))])
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        rt.AdamW([{"params": ps[:2]}, {"params": ps[1:]}])
+    opt = rt.AdamW(ps[:2])
+    opt.add_param_group({"params": ps[2:], "lr": 0.5})
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))], "lr": -1.0})
+    assert len(opt.param_groups) == 2
+    with pytest.raises(ValueError, match="different devices"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+
+
+@pytest.mark.skipif(not hasattr(torch.utils, "swap_tensors"),
+                    reason="torch 1.13 cannot move a meta parameter object to the cpu in place (no "
+                           "torch.utils.swap_tensors, and set_data refuses a meta/cpu pair)")
+@pytest.mark.parametrize("cls, theirs", [(rt.SGD, torch.optim.SGD), (rt.Adam, torch.optim.Adam),
+                                         (rt.AdamW, torch.optim.AdamW)])
+def test_meta_parameters_moved_in_place_are_bound_at_the_first_step(cls, theirs):
+    # The same parameter objects moved to the cpu (swap_tensors, what
+    # torch.__future__.set_swap_module_params_on_conversion(True) makes to_empty do): the first
+    # step binds and steps them as torch steps them.
+    def moved(model, values):
+        for p, v in zip(model.parameters(), values):
+            torch.utils.swap_tensors(p, torch.nn.Parameter(v.clone()))
+    g = torch.Generator().manual_seed(3)
+    values = [torch.randn(*p.shape, generator=g) for p in meta_model().parameters()]
+    grads = [torch.randn(*v.shape, generator=g) for v in values]
+    runs = []
+    for make in (cls, theirs):
+        model = meta_model()
+        opt = make(model.parameters(), lr=0.1)
+        moved(model, values)
+        for _ in range(2):
+            for p, d in zip(model.parameters(), grads):
+                p.grad = d.clone()
+            opt.step()
+        runs.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*runs):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6), (a, b)

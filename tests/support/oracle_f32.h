@@ -184,11 +184,13 @@ class OracleF32 {
     }
   }
 
-  static void sgd_momentum(TensorStateF32& s, const std::vector<float>& gh, float lr, float wd, float decay, float mom,
-                           bool l2, bool nesterov) {
+  void sgd_momentum(TensorStateF32& s, const std::vector<float>& gh, float lr, float wd, float decay, float mom,
+                    bool l2, bool nesterov) const {
+    // torch.optim.SGD's dampening: the first applied step copies ĝ', later ones add (1-d)*ĝ'.
+    const float damp = static_cast<float>(1.0 - c_.dampening);
     for (size_t k = 0; k < s.w.size(); ++k) {
       const float g = l2 ? gh[k] + wd * s.w[k] : gh[k];
-      s.m[k] = mom * s.m[k] + g;
+      s.m[k] = t_ == 1 ? g : mom * s.m[k] + damp * g;
       const float dir = nesterov ? mom * s.m[k] + g : s.m[k];
       s.w[k] = l2 ? s.w[k] - lr * dir : s.w[k] * decay - lr * dir;
     }

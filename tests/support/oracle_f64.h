@@ -176,7 +176,12 @@ class OracleF64 {
   void sgd_momentum(TensorState& s, const Eigen::ArrayXd& g_hat, double lr, double wd, bool l2, bool nesterov) {
     const double beta = c_.momentum;
     const Eigen::ArrayXd g = l2 ? Eigen::ArrayXd(g_hat + wd * s.w) : g_hat;
-    s.m = beta * s.m + g;
+    // torch.optim.SGD: the first applied step's buffer is ĝ' itself, later ones are dampened.
+    if (t_ == 1) {
+      s.m = g;
+    } else {
+      s.m = beta * s.m + (1.0 - c_.dampening) * g;
+    }
     const Eigen::ArrayXd direction = nesterov ? Eigen::ArrayXd(beta * s.m + g) : s.m;
     if (l2) {
       s.w = s.w - lr * direction;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "renaissance/ops.h"
@@ -52,25 +53,17 @@ enum class NormRatio : int {
   kLamb = 1,  // math::lamb_trust_ratio(‖w‖², ‖u‖²)
 };
 
-// One tensor of a group, for the model copy's stochastic-rounding key: its elements are
-// [begin, begin + numel) of the node's copy span, and `param` is its id. Element begin + i is
-// element first + i of the tensor: first is 0 for a whole tensor, and where a sharded step cut
-// the tensor (cut_model_copy, shard.h) the index of the rank's first element in it.
-struct CopyTensor {
-  uint64_t begin = 0;
-  uint64_t numel = 0;
-  uint32_t param = 0;
-  uint64_t first = 0;
-};
-
 // What an update writes besides the fp32 master (precision.h): the model copy of the group,
 // rounded from the new master in the same pass. precision kFp32: no copy (c.count == 0).
 struct ModelCopy {
   Precision precision = Precision::kFp32;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;
-  Span c;                           // 2-byte elements, element j pairs with element j of node.w
-  std::vector<CopyTensor> tensors;  // the group's tensors in span order
+  Span c;               // 2-byte elements, element j pairs with element j of node.w
+  TensorTable tensors;  // the group's tensors (MemoryPlan::tensor_table of the group's view)
+  // Element j of c is element base + j of the group (0; a sharded step's element-wise update
+  // cut to a slice starting `base` elements into its group: cut_model_copy, shard_layout.h).
+  uint64_t base = 0;
 };
 
 struct GraphNode {
@@ -111,14 +104,19 @@ struct GraphNode {
   Span tensor_state;
   std::array<Span, 2> group_g{}, group_items{};
   // TaskOptions::gradient_table (plan.h) on every node that reads G (empty without it): the
-  // S_GRAD_TABLE span (a uint64 address per parameter), the tensors of node.g in span order
-  // (begin: element of node.g; first 0) and their chunk index (model_copy_key.h's tensor_chunks).
-  // Element e of node.g is then element first + (e - begin) of its tensor's gradient at
-  // table[param]; an element in no tensor (padding) reads +0.0.
+  // S_GRAD_TABLE span (a uint64 address per parameter), the tensors of node.g (the plan's table
+  // of node.g's view: begin counts from node.g's first element) and the view's chunk addresses
+  // (T_GRAD_CHUNKS, written by the CUDA backend at the start of every step). Element e of node.g
+  // is then element e - begin of its tensor's gradient at table[param]; an element in no tensor
+  // (padding) reads +0.0.
   Span grad_table;
-  std::vector<CopyTensor> grad_tensors;
-  std::vector<int32_t> grad_chunks;
+  TensorTable grad_tensors;
+  Span grad_chunk_addresses;
 };
+
+// A node holds spans and small values only (its per-tensor tables are arena regions planned by
+// MemoryPlan), so copying a step copies no host memory and no backend keys anything by a node.
+static_assert(std::is_trivially_copyable_v<GraphNode>, "GraphNode holds no host containers");
 
 struct CompiledStep {
   std::array<std::vector<GraphNode>, kNumGraphs> graphs;

@@ -27,8 +27,9 @@ enum class Hyperparameter {
   kTrustCoefficient,
   kMaxGradNorm,
   kMaximize,
+  kDampening,
 };
-constexpr int kNumHyperparameters = 9;
+constexpr int kNumHyperparameters = 10;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -37,6 +38,7 @@ enum class HyperRule {
   kUnitInterval,  // in [0, 1)
   kPositive,      // finite, > 0
   kMaxGradNorm,   // finite, >= 0, a float32 that does not round to 0
+  kFloat32,       // finite as a float32 (|x| <= FLT_MAX), any sign
   kFlag,          // true or false (a bool field, not a number)
 };
 
@@ -109,6 +111,12 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
     {Hyperparameter::kMaximize, "maximize", "--maximize",
      "Maximize instead of minimize, every kind (torch's maximize: the gradient is negated first)", HyperRule::kFlag,
      nullptr, &OptimizerConfig::maximize, nullptr, 0.0, kEveryFamily, false, false, MetaPlace::kOptional, -1, -1},
+    // torch checks no dampening; this library asks for a float32-finite value. Its fp32 slot holds
+    // 1 - dampening (kOneMinusDampening, written by Task), not the value, so the row names none.
+    {Hyperparameter::kDampening, "dampening", "--dampening",
+     "SGD momentum dampening (torch's: the momentum adds (1-X)*g after the first step; default 0)",
+     HyperRule::kFloat32, &OptimizerConfig::dampening, nullptr, nullptr, 0.0, kSgdFamily, false, true,
+     MetaPlace::kOptional, -1, -1},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.

@@ -7,7 +7,7 @@
 // and tests/core/test_model_copy_key.cc runs the very same functions on the CPU against the scalar
 // definitions, on layouts whose tensors start off multiples of 8, share quads and are cut.
 //
-// The lookup: a node's CopyTensor list (span order) and a chunk index (copy_chunks: per
+// The lookup: a node's CopyTensor list (span order) and a chunk index (tensor_chunks: per
 // kCopyChunk span elements, the first tensor that ends after the chunk's start). A lookup reads
 // one chunk entry and scans forward, which is one step inside a large tensor.
 #pragma once
@@ -34,8 +34,8 @@ namespace renaissance {
 constexpr uint64_t kCopyChunk = 1024;
 static_assert(kCopyChunk % 4 == 0, "a quad must never straddle two chunks (GradTableRef::chunked_quad)");
 
-// A node's model-copy table: node.copy.tensors and their chunk index (in the memory of whoever
-// reads it: host vectors in tests, device memory on CUDA).
+// A node's tensor table: its CopyTensor list and their chunk index (in the memory of whoever
+// reads it: the arena, or host vectors in tests).
 struct CopyLookup {
   const CopyTensor* tensors = nullptr;
   const int32_t* chunks = nullptr;
@@ -59,7 +59,7 @@ struct CopyLookup {
 
 // The chunk index of a tensor list in span order over a span of `span` elements: entry k is the
 // first tensor ending after k * kCopyChunk. It covers the span and any tensor beyond it. Used for
-// the model copy (copy_chunks) and for the gradient table (GraphNode::grad_chunks).
+// the tables of MemoryPlan (T_TENSOR_CHUNKS) and for tests.
 inline std::vector<int32_t> tensor_chunks(const std::vector<CopyTensor>& tensors, uint64_t span) {
   for (const CopyTensor& t : tensors) span = t.begin + t.numel > span ? t.begin + t.numel : span;
   if (tensors.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("tensor list: too many tensors");
@@ -72,9 +72,13 @@ inline std::vector<int32_t> tensor_chunks(const std::vector<CopyTensor>& tensors
   return chunks;
 }
 
-// The chunk index of a ModelCopy over its copy span (a tile node cut to a rank keeps group
-// coordinates, so tensors may lie beyond it).
-inline std::vector<int32_t> copy_chunks(const ModelCopy& copy) { return tensor_chunks(copy.tensors, copy.c.count); }
+// The lookup of a tensor table (plan.h) in an arena at `arena` (the host's on the CPU, the
+// device's on CUDA).
+RN_HD CopyLookup table_lookup(const char* arena, const TensorTable& table) {
+  return CopyLookup{reinterpret_cast<const CopyTensor*>(arena + table.tensors.offset),
+                    reinterpret_cast<const int32_t*>(arena + table.chunks.offset),
+                    static_cast<uint32_t>(table.tensors.count)};
+}
 
 // TaskOptions::gradient_table: a node's G read through the per-parameter address table (graph.h,
 // GraphNode::grad_table). address(e) is the address of span element e's gradient (element
@@ -170,7 +174,8 @@ RN_HD bool copy_one(const CopyLookup& lookup, uint64_t seed, const int32_t* step
   const CopyTensor& t = lookup.tensors[i];
   uint32_t r = 0;
   if (kRounding == Rounding::kStochastic) {
-    r = math::sr_random_word(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e - t.begin));
+    const uint32_t param = static_cast<uint32_t>(t.param);
+    r = math::sr_random_word(seed, copy_step(steps, task_t, param), param, t.first + (e - t.begin));
   }
   *out = round_copy<kPrecision, kRounding>(x, r);
   return true;
@@ -198,7 +203,8 @@ RN_HD bool copy_quad(const CopyLookup& lookup, uint64_t seed, const int32_t* ste
   const CopyTensor& t = lookup.tensors[i];
   uint32_t r[4] = {0, 0, 0, 0};
   if (kRounding == Rounding::kStochastic) {
-    copy_quad_words(seed, copy_step(steps, task_t, t.param), t.param, t.first + (e0 - t.begin), r);
+    const uint32_t param = static_cast<uint32_t>(t.param);
+    copy_quad_words(seed, copy_step(steps, task_t, param), param, t.first + (e0 - t.begin), r);
   }
   round_quad<kPrecision, kRounding>(x0, x1, x2, x3, r, out);
   return true;
@@ -238,8 +244,8 @@ RN_HD CopyPairKey copy_pair_key(const CopyLookup& lookup, const int32_t* steps, 
   const uint64_t index = t.first + (e0 - t.begin);
   if (index % math::kSrBlockElements != (upper ? 4u : 0u) || low < t.begin || low + 8 > t.begin + t.numel) return key;
   key.whole = true;
-  key.param = t.param;
-  key.step = copy_step(steps, task_t, t.param);
+  key.param = static_cast<uint32_t>(t.param);
+  key.step = copy_step(steps, task_t, key.param);
   key.block = index / math::kSrBlockElements;
   return key;
 }

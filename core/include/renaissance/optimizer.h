@@ -30,6 +30,9 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double trust_coefficient = 0.001;
+  // torch.optim.SGD's dampening (the SGD kinds only): the momentum buffer is m = β*m + (1-d)*ĝ'
+  // after the first applied step, whose m is ĝ' (docs/math.md). Nesterov needs it 0.
+  double dampening = 0.0;
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
   // Global gradient-norm clipping for every kind (docs/math.md): 0 = off, else the max ‖ĝ‖.
   double max_grad_norm = 0.0;
@@ -82,6 +85,7 @@ class BuilderSetters {
   Builder& eps(double v) { return set("eps", &OptimizerConfig::eps, v); }
   Builder& trust_coefficient(double v) { return set("trust_coefficient", &OptimizerConfig::trust_coefficient, v); }
   Builder& max_grad_norm(double v) { return set("max_grad_norm", &OptimizerConfig::max_grad_norm, v); }
+  Builder& dampening(double v) { return set("dampening", &OptimizerConfig::dampening, v); }
   Builder& maximize(bool v) {
     c_.maximize = v;
     return static_cast<Builder&>(*this);
@@ -98,12 +102,13 @@ class BuilderSetters {
 };
 
 // Fluent builders. The kind follows from the settings: SGD().momentum(0.9) is sgd_momentum,
-// .nesterov(true) makes it sgd_nesterov (an error without momentum at config()).
+// .nesterov(true) makes it sgd_nesterov (an error without momentum or with dampening at config(),
+// torch's rule). .dampening(d) is torch's; without momentum it has no effect (as in torch).
 class SGD : public BuilderSetters<SGD> {
  public:
   SGD() : BuilderSetters(OptimizerKind::kSgd) {}
   using BuilderSetters::lr, BuilderSetters::momentum, BuilderSetters::weight_decay, BuilderSetters::max_grad_norm,
-      BuilderSetters::maximize;
+      BuilderSetters::maximize, BuilderSetters::dampening;
   SGD& nesterov(bool v) { nesterov_ = v; return *this; }
   SGD& weight_decay_mode(WeightDecayMode v) { c_.weight_decay_mode = v; return *this; }
   OptimizerConfig config() const;

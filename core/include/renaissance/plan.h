@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "renaissance/optimizer.h"
@@ -58,6 +59,39 @@ PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 struct Span {
   uint64_t offset = 0;  // bytes from the arena's start
   uint64_t count = 0;   // elements (padding included for family regions)
+};
+
+// One tensor of a span, in a tensor table (T_TENSOR_LIST): its elements are [begin, begin + numel)
+// of the span, and `param` is its id (it keys the model copy's stochastic rounding and indexes
+// the gradient table). Element begin + i is element first + i of the tensor (first is 0: the
+// tables always list whole tensors). Every field is 64 bits wide, so the struct has no padding:
+// its bytes are only its values (they are written into the arena).
+struct CopyTensor {
+  uint64_t begin = 0;
+  uint64_t numel = 0;
+  uint64_t param = 0;
+  uint64_t first = 0;
+};
+static_assert(sizeof(CopyTensor) == 32, "CopyTensor is shared with device code");
+static_assert(std::has_unique_object_representations_v<CopyTensor>, "CopyTensor has no padding bytes");
+
+// The spans whose tensors a node may look up (a model copy's writer, a gradient-table reader).
+// Each has its own list in T_TENSOR_LIST and chunk index in T_TENSOR_CHUNKS, counted from the
+// span's first element.
+enum class TableView : int {
+  kBiasLike = 0,  // the bias-like group span
+  kWeight = 1,    // the weight group span
+  kFamily = 2,    // the whole family (the non-finite check and the clipping partials read G whole)
+};
+constexpr int kNumTableViews = 3;
+constexpr TableView table_view(Group group) { return static_cast<TableView>(static_cast<int>(group)); }
+
+// A view's tensors in the arena: `tensors` (CopyTensor entries in span order, of T_TENSOR_LIST)
+// and `chunks` (int32 entries, of T_TENSOR_CHUNKS: entry k is the first tensor that ends after
+// span element k * kCopyChunk, model_copy_key.h). Empty spans: no table.
+struct TensorTable {
+  Span tensors;
+  Span chunks;
 };
 
 struct RegionInfo {
@@ -139,6 +173,16 @@ class MemoryPlan {
   // The scalar block tensor `id` reads.
   int block_of(size_t id) const;
 
+  // The tensor tables (T_TENSOR_LIST, T_TENSOR_CHUNKS), planned with a model copy or a gradient
+  // table (the family view only with a gradient table); empty spans otherwise. The host copies
+  // of the two regions' contents, which Task::compile uploads.
+  TensorTable tensor_table(TableView view) const;
+  const std::vector<CopyTensor>& table_tensors() const { return table_tensors_; }
+  const std::vector<int32_t>& table_chunks() const { return table_chunks_; }
+  // With a gradient table: the view's part of T_GRAD_CHUNKS (grad_chunk_count(span) uint64
+  // entries, GradTableRef::chunk_at), written by the CUDA backend each step. Empty otherwise.
+  Span grad_chunk_addresses(TableView view) const;
+
   // A one-line summary per region, for logs and `renaissance run --verbose`.
   std::string describe() const;
 
@@ -154,6 +198,16 @@ class MemoryPlan {
   std::vector<HyperItem> hyper_items_;
   std::array<uint64_t, 2> hyper_item_count_{};  // items per group span (bias-like, weight)
   std::vector<int32_t> tensor_blocks_;
+  // The tensor tables and each view's first entry and count in them (tensors, chunks, chunk
+  // addresses).
+  struct ViewRange {
+    uint64_t tensor_first = 0, tensor_count = 0, chunk_first = 0, chunk_count = 0;
+  };
+  void plan_tensor_tables();
+  std::vector<CopyTensor> table_tensors_;
+  std::vector<int32_t> table_chunks_;
+  std::array<ViewRange, kNumTableViews> views_{};
+  bool has_views_ = false;
   int scalar_blocks_ = 1;
   uint64_t arena_bytes_ = 0;
   uint64_t family_elements_ = 0;  // elements of one family, padding included

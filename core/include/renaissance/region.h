@@ -62,6 +62,12 @@ enum Region : int {
   // Only with TaskOptions::gradient_table (plan.h): uint64 address per parameter of its gradient
   // (numel elements in G's encoding, contiguous), read by the step on the device at run time.
   S_GRAD_TABLE,
+  // Only with a model copy or a gradient table (plan.h, TableView), written once at compile():
+  T_TENSOR_LIST,    // CopyTensor per tensor of each view, in span order
+  T_TENSOR_CHUNKS,  // int32 chunk index of each view (model_copy_key.h's tensor_chunks)
+  // Only with a gradient table: uint64 chunk addresses of each view (GradTableRef::chunk_at),
+  // written by the CUDA backend at the start of every step; the CPU backend never reads them.
+  T_GRAD_CHUNKS,
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

@@ -32,8 +32,18 @@ enum ScalarF32 : int {
   // Global gradient-norm clipping (docs/math.md): min(1, max_norm/(total + 1e-6)) rounded to
   // float once, written on the device each step; 1.0f when clipping is off (x*1.0f == x).
   kClipCoefficient,
+  // The slots from here on are not stored in checkpoints (SCAL holds the first
+  // kNumStoredScalarF32 slots of each block): each is formed again before it is read.
+  // torch's SGD dampening: 1 - dampening, formed in double on the host (never 1.0f - dampeningf).
+  kOneMinusDampening,
+  // The factor of ĝ' in the momentum update of this step (docs/math.md): 1 at a tensor's first
+  // applied step (torch's buffer = clone(ĝ')), kOneMinusDampening after it. Written on the
+  // device by every applied step's advance (math::advance_step) before the update reads it.
+  kMomentumGradFactor,
   kNumScalarF32
 };
+// The fp32 slots a checkpoint's SCAL section holds per block (docs/checkpoint-format.md).
+constexpr int kNumStoredScalarF32 = kOneMinusDampening;
 
 enum ScalarI32 : int {
   kStep = 0,         // applied steps t

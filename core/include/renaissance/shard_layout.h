@@ -58,12 +58,11 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size);
 // that rank's slice of make_shard_layout(whole, world_size).
 PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
 
-// The model copy of a node cut to elements [lo, hi) of its group span (core/src/shard_copy.cc):
-// the tensors' parts inside it, each keeping its stochastic-rounding index (CopyTensor::first).
-// move_span: the node's spans start at lo (an element-wise update cut to a slice), so the copy
-// span moves with them and the tensors count from lo; otherwise (a tile-wise update, whose tiles
-// address the whole group) the span stays whole and only the tensor list shrinks.
-ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi, bool move_span);
+// The model copy of an element-wise update node whose spans were cut to elements [lo, hi) of its
+// group span (core/src/shard_copy.cc): the copy span moves with them and ModelCopy::base grows
+// by lo, so each element keeps its stochastic-rounding key. (A tile-wise update keeps its copy
+// whole: its owned tiles alone limit what it writes.)
+ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi);
 
 // The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
 // rank 0's stream is the run's own seed, so K = 1 is a plain run.

@@ -1,6 +1,7 @@
 // The per-step scalar state machine, written once for both backends: a step whose check found a
 // non-finite gradient only counts as skipped; an applied step advances t and, for the kinds with
-// bias corrections, 1/(1-β1^t) and 1/(1-β2^t) (formed in double, rounded to float once).
+// bias corrections, 1/(1-β1^t) and 1/(1-β2^t) (formed in double, rounded to float once), and in
+// every block the factor of ĝ' in the momentum update (SGD's dampening, 1 at the first step).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +21,10 @@ RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_b
   }
   const int32_t t = i32[kStep] + 1;
   i32[kStep] = t;
-  if (with_bias_correction) {
-    for (int h = 0; h < groups; ++h) {
-      float* s = f32 + h * kNumScalarF32;
+  for (int h = 0; h < groups; ++h) {
+    float* s = f32 + h * kNumScalarF32;
+    s[kMomentumGradFactor] = momentum_grad_factor(s[kOneMinusDampening], t);
+    if (with_bias_correction) {
       const double* d = f64 + h * kNumScalarF64;
       s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
       s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
@@ -46,8 +48,9 @@ RN_HD void advance_tensor_step(const int32_t* i32, float* f32, const double* f64
   if (i32[kHasNonFinite] != 0 || mask[b] != 0) return;
   const int32_t t = steps[b] + 1;
   steps[b] = t;
+  float* s = f32 + b * kNumScalarF32;
+  s[kMomentumGradFactor] = momentum_grad_factor(s[kOneMinusDampening], t);
   if (with_bias_correction) {
-    float* s = f32 + b * kNumScalarF32;
     const double* d = f64 + b * kNumScalarF64;
     s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
     s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
