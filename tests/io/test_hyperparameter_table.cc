@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "renaissance/hyperparameters.h"
 #include "support/checkpoint_test_util.h"
@@ -157,6 +161,37 @@ TEST(HyperparameterTable, OptionalRowsAtTheirDefaultsAddNoBytes) {
   auto all = make_task(tiny_params(), c, BackendKind::kCpu, 1);
   all->save(dir.file("all.ckpt"));
   EXPECT_EQ(read_file(dir.file("all.ckpt")).size(), plain_size + optional_bytes);
+}
+
+// The writer stops at the last optional row off its default, so a file whose META ends with a
+// number row at its default was not written by it: refused, naming the row (for dampening, as the
+// field's own reader did). The same file with the value left as saved loads.
+TEST(HyperparameterTable, AnOptionalNumberAtItsDefaultEndingMetaIsRefused) {
+  const HyperparameterInfo* last = nullptr;
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.meta == MetaPlace::kOptional) last = &row;
+  }
+  ASSERT_NE(last, nullptr);
+  if (last->number == nullptr) GTEST_SKIP() << "the last optional row is a flag";
+  TempDir dir;
+  OptimizerConfig c = default_config(OptimizerKind::kSgdMomentum);
+  set_hyper_value(c, *last, other_value(*last));
+  make_task(tiny_params(), c, BackendKind::kCpu, 1)->save(dir.file("saved.ckpt"));
+  EXPECT_EQ(hyper_value(read_checkpoint_info(dir.file("saved.ckpt")).config, *last), other_value(*last));
+  // META is the first section: its payload's last 8 bytes are the row's f64; the checksum follows.
+  std::vector<uint8_t> file = read_file(dir.file("saved.ckpt"));
+  ASSERT_EQ(std::memcmp(&file[24], "META", 4), 0);
+  uint64_t length;
+  std::memcpy(&length, &file[28], 8);
+  double stored;
+  std::memcpy(&stored, &file[24 + 12 + length - 8], 8);
+  ASSERT_EQ(stored, other_value(*last));
+  std::memcpy(&file[24 + 12 + length - 8], &last->fixed_default, 8);
+  const uint64_t sum = XXH3_64bits(&file[24], 12 + length);
+  std::memcpy(&file[24 + 12 + length], &sum, 8);
+  write_file(dir.file("default.ckpt"), file);
+  expect_error([&] { read_checkpoint_info(dir.file("default.ckpt")); },
+               std::string(last->name) + " 0 is written by leaving the field out", ErrorKind::kFormat);
 }
 
 }  // namespace
