@@ -23,11 +23,15 @@
 #include "audit/audit_cells.h"
 #include "renaissance/layout.h"
 #include "renaissance/math/synthetic_gradient.h"
+#include "renaissance/name_table.h"
 
 namespace renaissance {
 namespace conformance {
 
 namespace {
+
+constexpr NameRow<Site> kSites[] = {{Site::kFirst, "first"}, {Site::kMiddle, "middle"}, {Site::kLast, "last"}};
+constexpr NameRow<Tier> kTiers[] = {{Tier::kSmall, "small"}, {Tier::kBig, "big"}, {Tier::kDrift, "drift"}};
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // max_grad_norm of the clipping cells (see the top of the file).
@@ -129,23 +133,8 @@ std::string precision_spec(const PrecisionOptions& p) {
 
 }  // namespace
 
-const char* site_name(Site site) {
-  switch (site) {
-    case Site::kFirst: return "first";
-    case Site::kMiddle: return "middle";
-    case Site::kLast: return "last";
-  }
-  return "?";
-}
-
-const char* tier_name(Tier tier) {
-  switch (tier) {
-    case Tier::kSmall: return "small";
-    case Tier::kBig: return "big";
-    case Tier::kDrift: return "drift";
-  }
-  return "?";
-}
+const char* site_name(Site site) { return name_of(kSites, site, "?"); }
+const char* tier_name(Tier tier) { return name_of(kTiers, tier, "?"); }
 
 double Cell::lr_at(int s) const {
   if (!scheduled_lr) return config.lr;

@@ -11,6 +11,7 @@
 #include "audit/synthetic.h"
 #include "renaissance/error.h"
 #include "renaissance/math/synthetic_gradient.h"
+#include "renaissance/name_table.h"
 #include "renaissance/sharded_step.h"
 #include "renaissance/task.h"
 
@@ -25,6 +26,9 @@ constexpr uint64_t kWeightStep = std::numeric_limits<uint64_t>::max();
 constexpr float kWeightAmplitude = 0.05f;
 // Gradient magnitude before the loss scale; small against the weights, as in training.
 constexpr double kGradientAmplitude = 0.01;
+
+constexpr NameRow<Schedule> kSchedules[] = {
+    {Schedule::kConstant, "constant"}, {Schedule::kCosine, "cosine"}, {Schedule::kStep, "step"}};
 
 }  // namespace
 
@@ -43,14 +47,8 @@ double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t
   return base;
 }
 
-const char* schedule_name(Schedule s) {
-  switch (s) {
-    case Schedule::kConstant: return "constant";
-    case Schedule::kCosine: return "cosine";
-    case Schedule::kStep: return "step";
-  }
-  return "constant";
-}
+const char* schedule_name(Schedule s) { return name_of(kSchedules, s, "constant"); }
+bool parse_schedule(const std::string& text, Schedule* out) { return parse_by_name(kSchedules, text, out); }
 
 SyntheticResult run_synthetic(const SyntheticRun& run) {
   TaskOptions options;

@@ -92,6 +92,7 @@ struct SyntheticResult {
 // (past the horizon the schedule stays at its end value).
 double scheduled_lr(double base, Schedule schedule, int warmup, int steps, int t);
 const char* schedule_name(Schedule s);
+bool parse_schedule(const std::string& text, Schedule* out);  // false for an unknown name
 SyntheticResult run_synthetic(const SyntheticRun& run);
 
 }  // namespace audit

@@ -18,30 +18,8 @@ namespace {
 // A kind table column: the hyperparameter table's rows that have a per-kind value.
 nlohmann::json hyperparameters_json(const Hyperparameters& h) {
   nlohmann::json j = nlohmann::json::object();
-  for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.kind_column != nullptr) j[row.name] = h.*row.kind_column;
-  }
+  for_each_kind_column(h, [&j](const char* name, double value) { j[name] = value; });
   return j;
-}
-
-const char* family_name(KindFamily family) {
-  switch (family) {
-    case KindFamily::kSgd: return "sgd";
-    case KindFamily::kAdam: return "adam";
-    case KindFamily::kLars: return "lars";
-    case KindFamily::kLion: return "lion";
-    case KindFamily::kLamb: return "lamb";
-  }
-  return "?";
-}
-
-const char* norm_name(NormPass norm) {
-  switch (norm) {
-    case NormPass::kNone: return "none";
-    case NormPass::kLarsTrustRatio: return "lars_trust_ratio";
-    case NormPass::kLambTrustRatio: return "lamb_trust_ratio";
-  }
-  return "?";
 }
 
 }  // namespace
@@ -52,9 +30,9 @@ int cmd_kinds(bool json) {
     for (const KindInfo& k : kKindTable) {
       list.push_back({{"name", k.name},
                       {"summary", k.summary},
-                      {"family", family_name(k.family)},
+                      {"family", kind_family_name(k.family)},
                       {"state", {{"m", k.has_m}, {"v", k.has_v}}},
-                      {"norm_pass", norm_name(k.norm)},
+                      {"norm_pass", norm_pass_name(k.norm)},
                       {"bias_correction", k.bias_correction},
                       {"needs_momentum", k.needs_momentum},
                       {"allows_l2", k.allows_l2},
@@ -71,7 +49,7 @@ int cmd_kinds(bool json) {
   std::printf("%-15s %-6s %-5s %-17s %9s  %s\n", "kind", "family", "state", "norm pass", "B/param", "summary");
   for (const KindInfo& k : kKindTable) {
     const char* state = k.has_v ? "m, v" : (k.has_m ? "m" : "-");
-    std::printf("%-15s %-6s %-5s %-17s %9.0f  %s\n", k.name, family_name(k.family), state, norm_name(k.norm),
+    std::printf("%-15s %-6s %-5s %-17s %9.0f  %s\n", k.name, kind_family_name(k.family), state, norm_pass_name(k.norm),
                 k.bytes_per_param, k.summary);
   }
   std::printf("(B/param: ideal traffic of one fp32 step without the non-finite check, which adds 4)\n");

@@ -112,10 +112,11 @@ class Progress {
 };
 
 Schedule parse_schedule(const std::string& s) {
-  if (s == "constant") return Schedule::kConstant;
-  if (s == "cosine") return Schedule::kCosine;
-  if (s == "step") return Schedule::kStep;
-  throw_invalid("--schedule " + io::printable(s) + ": expected constant, cosine or step");
+  Schedule schedule;
+  if (!audit::parse_schedule(s, &schedule)) {
+    throw_invalid("--schedule " + io::printable(s) + ": expected constant, cosine or step");
+  }
+  return schedule;
 }
 
 bool given(const RunOptions& o, const std::string& flag) {

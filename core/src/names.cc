@@ -4,14 +4,48 @@
 
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
+#include "renaissance/hyperparameters.h"
+#include "renaissance/kinds.h"
+#include "renaissance/name_table.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/region.h"
 
 namespace renaissance {
 
 namespace {
+
 const char* const kRoleNames[kNumRoles] = {"bn_bias",   "bn_weight",  "fc_bias",
                                            "fc_weight", "first_conv", "deep_conv"};
+
+#define RN_NAME_ENTRY(name) #name,
+const char* const kRangeOpNames[] = {RN_RANGE_OPS(RN_NAME_ENTRY)};
+const char* const kComputeOpNames[] = {RN_COMPUTE_OPS(RN_NAME_ENTRY)};
+#undef RN_NAME_ENTRY
+
+constexpr NameRow<BackendKind> kBackendKinds[] = {
+    {BackendKind::kCpu, "cpu"}, {BackendKind::kCuda, "cuda"}, {BackendKind::kAuto, "auto"}};
+
+constexpr NameRow<CpuSchedule> kCpuSchedules[] = {
+    {CpuSchedule::kStatic, "static"}, {CpuSchedule::kInterleaved, "interleaved"}, {CpuSchedule::kDynamic, "dynamic"}};
+
+constexpr NameRow<KindFamily> kKindFamilies[] = {{KindFamily::kSgd, "sgd"},   {KindFamily::kAdam, "adam"},
+                                                 {KindFamily::kLars, "lars"}, {KindFamily::kLion, "lion"},
+                                                 {KindFamily::kLamb, "lamb"}};
+
+constexpr NameRow<NormPass> kNormPasses[] = {{NormPass::kNone, "none"},
+                                             {NormPass::kLarsTrustRatio, "lars_trust_ratio"},
+                                             {NormPass::kLambTrustRatio, "lamb_trust_ratio"}};
+
+constexpr NameRow<HyperRule> kHyperRules[] = {
+    {HyperRule::kLr, "lr"},
+    {HyperRule::kNonNegative, "non_negative"},
+    {HyperRule::kUnitInterval, "unit_interval"},
+    {HyperRule::kPositive, "positive"},
+    {HyperRule::kMaxGradNorm, "max_grad_norm"},
+    {HyperRule::kFloat32, "float32"},
+    {HyperRule::kFlag, "flag"},
+};
+
 }  // namespace
 
 const char* role_name(Role role) { return kRoleNames[static_cast<int>(role)]; }
@@ -48,13 +82,7 @@ const char* region_name(Region region) {
 const char* optimizer_kind_name(OptimizerKind kind) { return kind_info(kind).name; }
 
 bool parse_optimizer_kind(const std::string& text, OptimizerKind* out) {
-  for (const KindInfo& info : kKindTable) {
-    if (text == info.name) {
-      *out = info.kind;
-      return true;
-    }
-  }
-  return false;
+  return parse_by_name(kKindTable, &KindInfo::kind, text, out);
 }
 
 std::string optimizer_kind_names(const char* separator) {
@@ -66,56 +94,17 @@ std::string optimizer_kind_names(const char* separator) {
   return names;
 }
 
-const char* range_op_name(RangeOp op) {
-  static const char* const names[] = {
-#define RN_NAME_ENTRY(name) #name,
-      RN_RANGE_OPS(RN_NAME_ENTRY)
-#undef RN_NAME_ENTRY
-  };
-  return names[static_cast<int>(op)];
-}
+const char* range_op_name(RangeOp op) { return kRangeOpNames[static_cast<int>(op)]; }
+const char* compute_op_name(ComputeOp op) { return kComputeOpNames[static_cast<int>(op)]; }
 
-const char* compute_op_name(ComputeOp op) {
-  static const char* const names[] = {
-#define RN_NAME_ENTRY(name) #name,
-      RN_COMPUTE_OPS(RN_NAME_ENTRY)
-#undef RN_NAME_ENTRY
-  };
-  return names[static_cast<int>(op)];
-}
+const char* backend_kind_name(BackendKind kind) { return name_of(kBackendKinds, kind, "?"); }
+bool parse_backend_kind(const std::string& text, BackendKind* out) { return parse_by_name(kBackendKinds, text, out); }
 
-const char* backend_kind_name(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
-    case BackendKind::kAuto: return "auto";
-  }
-  return "?";
-}
+const char* cpu_schedule_name(CpuSchedule schedule) { return name_of(kCpuSchedules, schedule, "?"); }
+bool parse_cpu_schedule(const std::string& text, CpuSchedule* out) { return parse_by_name(kCpuSchedules, text, out); }
 
-bool parse_backend_kind(const std::string& text, BackendKind* out) {
-  if (text == "cpu") *out = BackendKind::kCpu;
-  else if (text == "cuda") *out = BackendKind::kCuda;
-  else if (text == "auto") *out = BackendKind::kAuto;
-  else return false;
-  return true;
-}
-
-const char* cpu_schedule_name(CpuSchedule schedule) {
-  switch (schedule) {
-    case CpuSchedule::kStatic: return "static";
-    case CpuSchedule::kInterleaved: return "interleaved";
-    case CpuSchedule::kDynamic: return "dynamic";
-  }
-  return "?";
-}
-
-bool parse_cpu_schedule(const std::string& text, CpuSchedule* out) {
-  if (text == "static") *out = CpuSchedule::kStatic;
-  else if (text == "interleaved") *out = CpuSchedule::kInterleaved;
-  else if (text == "dynamic") *out = CpuSchedule::kDynamic;
-  else return false;
-  return true;
-}
+const char* kind_family_name(KindFamily family) { return name_of(kKindFamilies, family, "?"); }
+const char* norm_pass_name(NormPass norm) { return name_of(kNormPasses, norm, "?"); }
+const char* hyper_rule_name(HyperRule rule) { return name_of(kHyperRules, rule, ""); }
 
 }  // namespace renaissance

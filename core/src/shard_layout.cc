@@ -5,28 +5,18 @@
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
+#include "renaissance/name_table.h"
 #include "renaissance/shard_layout.h"
 
 namespace renaissance {
 
-const char* grad_reduce_name(GradReduce mode) {
-  switch (mode) {
-    case GradReduce::kReplicated: return "replicated";
-    case GradReduce::kOrdered: return "ordered";
-    case GradReduce::kFast: return "fast";
-  }
-  return "replicated";
-}
+namespace {
+constexpr NameRow<GradReduce> kGradReduces[] = {
+    {GradReduce::kReplicated, "replicated"}, {GradReduce::kOrdered, "ordered"}, {GradReduce::kFast, "fast"}};
+}  // namespace
 
-bool parse_grad_reduce(const std::string& text, GradReduce* out) {
-  for (GradReduce m : {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast}) {
-    if (text == grad_reduce_name(m)) {
-      *out = m;
-      return true;
-    }
-  }
-  return false;
-}
+const char* grad_reduce_name(GradReduce mode) { return name_of(kGradReduces, mode, "replicated"); }
+bool parse_grad_reduce(const std::string& text, GradReduce* out) { return parse_by_name(kGradReduces, text, out); }
 
 namespace {
 

@@ -44,17 +44,6 @@ int checked_threads(int64_t threads) {
   return static_cast<int>(threads);
 }
 
-const char* family_name(KindFamily f) {
-  switch (f) {
-    case KindFamily::kSgd: return "sgd";
-    case KindFamily::kAdam: return "adam";
-    case KindFamily::kLars: return "lars";
-    case KindFamily::kLion: return "lion";
-    case KindFamily::kLamb: return "lamb";
-  }
-  return "?";
-}
-
 // The numbers of the hyperparameter table each kind reads (the fluent builders of optimizer.h
 // expose the same ones), then weight_decay_mode where the kind accepts l2; a keyword the kind
 // ignores is an error rather than a silent no-op. The table's flags (maximize) apply to every
@@ -86,23 +75,8 @@ std::string join(const std::vector<std::string>& v) {
 // A kind table column (defaults, reference): the table's rows that have a per-kind value.
 nb::dict hyper_dict(const Hyperparameters& h) {
   nb::dict d;
-  for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.kind_column != nullptr) d[row.name] = h.*row.kind_column;
-  }
+  for_each_kind_column(h, [&d](const char* name, double value) { d[name] = value; });
   return d;
-}
-
-const char* rule_name(HyperRule r) {
-  switch (r) {
-    case HyperRule::kLr: return "lr";
-    case HyperRule::kNonNegative: return "non_negative";
-    case HyperRule::kUnitInterval: return "unit_interval";
-    case HyperRule::kPositive: return "positive";
-    case HyperRule::kMaxGradNorm: return "max_grad_norm";
-    case HyperRule::kFloat32: return "float32";
-    case HyperRule::kFlag: return "flag";
-  }
-  return "";
 }
 
 // The hyperparameter table (renaissance/hyperparameters.h), one dict per row in table order:
@@ -115,7 +89,7 @@ nb::list hyperparameters() {
     d["flag"] = row.flag;
     d["help"] = row.help;
     d["type"] = row.number != nullptr ? "number" : "flag";
-    d["rule"] = rule_name(row.rule);
+    d["rule"] = hyper_rule_name(row.rule);
     nb::list kinds;
     for (const KindInfo& k : kKindTable) {
       if (kind_reads(k.kind, row)) kinds.append(k.name);
@@ -517,7 +491,7 @@ nb::list kinds() {
     nb::dict d;
     d["name"] = k.name;
     d["summary"] = k.summary;
-    d["family"] = family_name(k.family);
+    d["family"] = kind_family_name(k.family);
     d["has_m"] = k.has_m;
     d["has_v"] = k.has_v;
     d["bias_correction"] = k.bias_correction;

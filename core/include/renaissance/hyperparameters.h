@@ -148,6 +148,9 @@ static_assert(hyperparameter_table_consistent(),
 constexpr const HyperparameterInfo& hyperparameter_info(Hyperparameter h) {
   return kHyperparameterTable[static_cast<int>(h)];
 }
+// The rule's name as `renaissance.hyperparameters()` reports it ("lr", "non_negative", ...).
+const char* hyper_rule_name(HyperRule rule);
+
 // The row called `name` ("lr", ...), or nullptr.
 const HyperparameterInfo* find_hyperparameter(const std::string& name);
 
@@ -163,6 +166,14 @@ inline double hyper_value(const OptimizerConfig& c, const HyperparameterInfo& h)
 inline void set_hyper_value(OptimizerConfig& c, const HyperparameterInfo& h, double v) {
   if (h.number != nullptr) c.*h.number = v;
   else c.*h.flag_field = v != 0.0;
+}
+// fn(name, value) for every row with a kind table column, in table order, its value taken from
+// `h` (one column of a kind: defaults, reference or bench).
+template <typename Fn>
+void for_each_kind_column(const Hyperparameters& h, Fn fn) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.kind_column != nullptr) fn(row.name, h.*row.kind_column);
+  }
 }
 // The row's default for a kind (the kind table's column, else the fixed default).
 inline double hyper_default(OptimizerKind kind, const HyperparameterInfo& h) {

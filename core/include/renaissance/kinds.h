@@ -148,4 +148,7 @@ static_assert(kind_table_in_enum_order(), "kKindTable rows must follow the Optim
 
 constexpr const KindInfo& kind_info(OptimizerKind kind) { return kKindTable[static_cast<int>(kind)]; }
 
+const char* kind_family_name(KindFamily family);  // "sgd", "adam", "lars", "lion", "lamb"
+const char* norm_pass_name(NormPass norm);        // "none", "lars_trust_ratio", "lamb_trust_ratio"
+
 }  // namespace renaissance

@@ -18,6 +18,7 @@
 #include "core/src/io/atomic_file.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/name_table.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it verbatim and needs a little-endian host"
@@ -41,13 +42,7 @@ constexpr DtypeEntry kDtypes[] = {
 };
 
 bool parse_dtype(const std::string& text, StDtype* out) {
-  for (const DtypeEntry& e : kDtypes) {
-    if (text == e.name) {
-      *out = e.dtype;
-      return true;
-    }
-  }
-  return false;
+  return parse_by_name(kDtypes, &DtypeEntry::dtype, text, out);
 }
 
 std::string sq(const std::string& s) { return "'" + s + "'"; }
