@@ -56,6 +56,8 @@ class SafetensorsReader {
 
  private:
   std::vector<char> read_bytes(const StTensorInfo& t) const;
+  template <typename T>
+  std::vector<T> read_floats(const std::string& name) const;  // read_f32, read_f64
 
   std::string path_;
   std::string display_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/src/io/atomic_file.h"
@@ -237,41 +238,45 @@ std::vector<char> SafetensorsReader::read_bytes(const StTensorInfo& t) const {
   return bytes;
 }
 
-std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
-  const StTensorInfo& t = info(name);
-  std::vector<char> bytes = read_bytes(t);
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  if (t.dtype == StDtype::kF32) {
-    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else if (t.dtype == StDtype::kF64) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      double d;
-      std::memcpy(&d, bytes.data() + i * sizeof(double), sizeof(double));
-      out[i] = static_cast<float>(d);
+namespace {
+
+// The F32 or F64 data `bytes` of a tensor as n elements of type To: copied when the file holds To,
+// converted element by element when it holds the other one; false for any other dtype.
+template <typename To>
+bool float_data(StDtype dtype, const std::vector<char>& bytes, size_t n, std::vector<To>* out) {
+  static_assert(std::is_same<To, float>::value || std::is_same<To, double>::value, "F32 or F64 data only");
+  constexpr bool to_f32 = std::is_same<To, float>::value;
+  using Other = std::conditional_t<to_f32, double, float>;
+  out->resize(n);
+  if (dtype == (to_f32 ? StDtype::kF32 : StDtype::kF64)) {
+    if (!out->empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  } else if (dtype == (to_f32 ? StDtype::kF64 : StDtype::kF32)) {
+    for (size_t i = 0; i < n; ++i) {
+      Other x;
+      std::memcpy(&x, bytes.data() + i * sizeof(Other), sizeof(Other));
+      (*out)[i] = static_cast<To>(x);
     }
   } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<T> SafetensorsReader::read_floats(const std::string& name) const {
+  const StTensorInfo& t = info(name);
+  std::vector<char> bytes = read_bytes(t);
+  std::vector<T> out;
+  if (!float_data(t.dtype, bytes, static_cast<size_t>(t.numel()), &out)) {
     throw_format(display_ + ": tensor " + sq(name) + " has dtype " + st_dtype_name(t.dtype) + "; expected F32 or F64");
   }
   return out;
 }
 
-std::vector<double> SafetensorsReader::read_f64(const std::string& name) const {
-  const StTensorInfo& t = info(name);
-  std::vector<char> bytes = read_bytes(t);
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  if (t.dtype == StDtype::kF64) {
-    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else if (t.dtype == StDtype::kF32) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      float f;
-      std::memcpy(&f, bytes.data() + i * sizeof(float), sizeof(float));
-      out[i] = static_cast<double>(f);
-    }
-  } else {
-    throw_format(display_ + ": tensor " + sq(name) + " has dtype " + st_dtype_name(t.dtype) + "; expected F32 or F64");
-  }
-  return out;
-}
+std::vector<float> SafetensorsReader::read_f32(const std::string& name) const { return read_floats<float>(name); }
+std::vector<double> SafetensorsReader::read_f64(const std::string& name) const { return read_floats<double>(name); }
 
 std::vector<int64_t> SafetensorsReader::read_i64(const std::string& name) const {
   const StTensorInfo& t = info(name);
