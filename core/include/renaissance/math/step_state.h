@@ -13,6 +13,18 @@
 namespace renaissance {
 namespace math {
 
+// Scalar block b's factors at applied step t: the momentum factor and, where the kind has them,
+// the bias corrections from the block's own betas.
+RN_HD void set_block_factors(float* f32, const double* f64, bool with_bias_correction, int b, int32_t t) {
+  float* s = f32 + b * kNumScalarF32;
+  s[kMomentumGradFactor] = momentum_grad_factor(s[kOneMinusDampening], t);
+  if (with_bias_correction) {
+    const double* d = f64 + b * kNumScalarF64;
+    s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
+    s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
+  }
+}
+
 // `groups` scalar blocks (scalars.h): each block's corrections from its own betas.
 RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_bias_correction, int groups = 1) {
   if (i32[kHasNonFinite] != 0) {
@@ -21,15 +33,7 @@ RN_HD void advance_step(int32_t* i32, float* f32, const double* f64, bool with_b
   }
   const int32_t t = i32[kStep] + 1;
   i32[kStep] = t;
-  for (int h = 0; h < groups; ++h) {
-    float* s = f32 + h * kNumScalarF32;
-    s[kMomentumGradFactor] = momentum_grad_factor(s[kOneMinusDampening], t);
-    if (with_bias_correction) {
-      const double* d = f64 + h * kNumScalarF64;
-      s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
-      s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
-    }
-  }
+  for (int h = 0; h < groups; ++h) set_block_factors(f32, f64, with_bias_correction, h, t);
 }
 
 // TaskOptions::tensor_mask, in two parts so that CUDA runs one thread per tensor: the task-wide
@@ -48,13 +52,7 @@ RN_HD void advance_tensor_step(const int32_t* i32, float* f32, const double* f64
   if (i32[kHasNonFinite] != 0 || mask[b] != 0) return;
   const int32_t t = steps[b] + 1;
   steps[b] = t;
-  float* s = f32 + b * kNumScalarF32;
-  s[kMomentumGradFactor] = momentum_grad_factor(s[kOneMinusDampening], t);
-  if (with_bias_correction) {
-    const double* d = f64 + b * kNumScalarF64;
-    s[kBiasCorrection1] = bias_correction(d[kBeta1D], t);
-    s[kBiasCorrection2] = bias_correction(d[kBeta2D], t);
-  }
+  set_block_factors(f32, f64, with_bias_correction, b, t);
 }
 
 }  // namespace math
