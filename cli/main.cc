@@ -148,6 +148,77 @@ void refuse_empty_inline_values(CLI::App* app, int argc, char** argv) {
   }
 }
 
+// `renaissance run` and its options, in --help order.
+CLI::App* add_run_command(CLI::App* app, RunOptions* run) {
+  CLI::App* run_cmd = app->add_subcommand(
+      "run", "Run an optimizer over a model layout on synthetic gradients; report speed and a fingerprint");
+  run_cmd->add_option("--model", run->model, "Built-in layout name (see `renaissance layouts`) or a layout JSON file")
+      ->capture_default_str()->type_name("NAME|FILE");
+  run_cmd->add_option("--optimizer", run->optimizer,
+                      "Optimizer kind: " + optimizer_kind_names(", ") + " (see `renaissance kinds`)")
+      ->capture_default_str()->type_name("KIND");
+  add_hyperparameters(run_cmd, run, /*flags=*/false);
+  run_cmd->add_option("--weight-decay-mode", run->weight_decay_mode, "SGD kinds: decoupled (default) or l2")
+      ->type_name("MODE");
+  add_hyperparameters(run_cmd, run, /*flags=*/true);
+  add_count(run_cmd, "--steps", &run->steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");
+  add_count(run_cmd, "--schedule-steps", &run->schedule_steps, 1, kMaxSteps,
+            "Horizon of the lr schedule (default: --steps of a fresh run; stored in the checkpoint)");
+  run_cmd->add_option("--backend", run->backend, "cpu, cuda or auto (CUDA when a device is present)")
+      ->capture_default_str()->type_name("NAME");
+  add_count(run_cmd, "--threads", &run->threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
+  run_cmd->add_option("--schedule", run->schedule, "Learning-rate schedule: constant, cosine or step (x0.1 per third)")
+      ->capture_default_str()->type_name("NAME");
+  add_count(run_cmd, "--warmup", &run->warmup, 0, kMaxSteps, "Linear warm-up steps before the schedule (default 0)");
+  run_cmd->add_option("--loss-scale", run->loss_scale, "AMP loss scale the synthetic gradients carry")
+      ->capture_default_str()->type_name("S");
+  run_cmd->add_option("--nan-at", run->nan_at, "Steps (0-based, comma-separated) whose gradients get a NaN")
+      ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("T1,T2,...");
+  add_count(run_cmd, "--seed", &run->seed, 0, UINT64_MAX, "Seed of the synthetic weights and gradients (0 .. 2^64-1)");
+  run_cmd->add_option("--checkpoint", run->checkpoint, "Save the state to this file at the end (atomically: temp file, fsync, rename)");
+  add_count(run_cmd, "--checkpoint-every", &run->checkpoint_every, 0, kMaxSteps, "Also save every K steps (needs --checkpoint)");
+  run_cmd->add_option("--resume", run->resume,
+                      "Load this checkpoint and continue from its step; its configuration is inherited");
+  run_cmd->add_option("--override", run->overrides,
+                      "On --resume: allow this option (lr, seed, schedule, ...) to differ from the checkpoint")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
+  run_cmd->add_flag("--no-check-finite", run->no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
+  run_cmd->add_option("--precision", run->precision, "fp32, or keep a bf16/fp16 model copy besides the fp32 masters")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  run_cmd->add_flag("--stochastic-rounding", run->stochastic_rounding,
+                    "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
+  run_cmd->add_option("--grad-dtype", run->grad_dtype,
+                      "With --precision bf16|fp16: model holds the gradients in the model dtype (2 B/param, widened "
+                      "exactly); fp32 (default) keeps fp32 gradients")
+      ->check(CLI::IsMember({"fp32", "model"}));
+  run_cmd->add_flag("--json", run->json, "Print the result as one JSON object on stdout");
+  run_cmd->add_option("--distributed", run->distributed,
+                      "mpi (CPU ranks) or nccl (CUDA ranks, one GPU each): a sharded step over the ranks of mpirun "
+                      "(docs/distributed.md)")
+      ->type_name("ENGINE");
+  run_cmd->add_option("--grad-reduce", run->grad_reduce,
+                      "With --distributed: replicated, ordered (default; rank-order sum / K) or fast (reduce-scatter)")
+      ->type_name("MODE");
+  add_count(run_cmd, "--simulate-ranks", &run->simulate_ranks, 1, 1024,
+            "One process: G is the rank-order sum / K of K ranks' synthetic gradients (audits --grad-reduce ordered)");
+  return run_cmd;
+}
+
+// `renaissance replay` and its options, in --help order.
+CLI::App* add_replay_command(CLI::App* app, ReplayOptions* replay) {
+  CLI::App* replay_cmd = app->add_subcommand(
+      "replay", "Re-run a recorded case (docs/replay-format.md) and compare with its float64 reference");
+  replay_cmd->add_option("case_dir", replay->case_dir, "Case folder: case.json, init/grads[/expected].safetensors")
+      ->required()->type_name("CASE_DIR");
+  replay_cmd->add_option("--backend", replay->backend, "cpu, cuda or auto")->capture_default_str()->type_name("NAME");
+  add_count(replay_cmd, "--threads", &replay->threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
+  replay_cmd->add_option("--out", replay->out, "Write final weights, m/NAME and v/NAME here (F32 safetensors, atomically)")
+      ->type_name("FILE");
+  replay_cmd->add_option("--tolerance", replay->tolerance, "Largest relative L2 error per tensor that passes")
+      ->capture_default_str()->type_name("X");
+  return replay_cmd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,72 +239,10 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok; 1 a comparison or audit failed; 2 bad command, option or input file (fix the\n"
       "command); 3 a system failure during the work (disk full, I/O error, backend). See README.md.");
 
-  // ---- run ----
   RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand(
-      "run", "Run an optimizer over a model layout on synthetic gradients; report speed and a fingerprint");
-  run_cmd->add_option("--model", run.model, "Built-in layout name (see `renaissance layouts`) or a layout JSON file")
-      ->capture_default_str()->type_name("NAME|FILE");
-  run_cmd->add_option("--optimizer", run.optimizer,
-                      "Optimizer kind: " + optimizer_kind_names(", ") + " (see `renaissance kinds`)")
-      ->capture_default_str()->type_name("KIND");
-  add_hyperparameters(run_cmd, &run, /*flags=*/false);
-  run_cmd->add_option("--weight-decay-mode", run.weight_decay_mode, "SGD kinds: decoupled (default) or l2")
-      ->type_name("MODE");
-  add_hyperparameters(run_cmd, &run, /*flags=*/true);
-  add_count(run_cmd, "--steps", &run.steps, 1, kMaxSteps, "Optimizer steps to run (default 20; after --resume: the total)");
-  add_count(run_cmd, "--schedule-steps", &run.schedule_steps, 1, kMaxSteps,
-            "Horizon of the lr schedule (default: --steps of a fresh run; stored in the checkpoint)");
-  run_cmd->add_option("--backend", run.backend, "cpu, cuda or auto (CUDA when a device is present)")
-      ->capture_default_str()->type_name("NAME");
-  add_count(run_cmd, "--threads", &run.threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
-  run_cmd->add_option("--schedule", run.schedule, "Learning-rate schedule: constant, cosine or step (x0.1 per third)")
-      ->capture_default_str()->type_name("NAME");
-  add_count(run_cmd, "--warmup", &run.warmup, 0, kMaxSteps, "Linear warm-up steps before the schedule (default 0)");
-  run_cmd->add_option("--loss-scale", run.loss_scale, "AMP loss scale the synthetic gradients carry")
-      ->capture_default_str()->type_name("S");
-  run_cmd->add_option("--nan-at", run.nan_at, "Steps (0-based, comma-separated) whose gradients get a NaN")
-      ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("T1,T2,...");
-  add_count(run_cmd, "--seed", &run.seed, 0, UINT64_MAX, "Seed of the synthetic weights and gradients (0 .. 2^64-1)");
-  run_cmd->add_option("--checkpoint", run.checkpoint, "Save the state to this file at the end (atomically: temp file, fsync, rename)");
-  add_count(run_cmd, "--checkpoint-every", &run.checkpoint_every, 0, kMaxSteps, "Also save every K steps (needs --checkpoint)");
-  run_cmd->add_option("--resume", run.resume,
-                      "Load this checkpoint and continue from its step; its configuration is inherited");
-  run_cmd->add_option("--override", run.overrides,
-                      "On --resume: allow this option (lr, seed, schedule, ...) to differ from the checkpoint")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
-  run_cmd->add_flag("--no-check-finite", run.no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
-  run_cmd->add_option("--precision", run.precision, "fp32, or keep a bf16/fp16 model copy besides the fp32 masters")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  run_cmd->add_flag("--stochastic-rounding", run.stochastic_rounding,
-                    "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
-  run_cmd->add_option("--grad-dtype", run.grad_dtype,
-                      "With --precision bf16|fp16: model holds the gradients in the model dtype (2 B/param, widened "
-                      "exactly); fp32 (default) keeps fp32 gradients")
-      ->check(CLI::IsMember({"fp32", "model"}));
-  run_cmd->add_flag("--json", run.json, "Print the result as one JSON object on stdout");
-  run_cmd->add_option("--distributed", run.distributed,
-                      "mpi (CPU ranks) or nccl (CUDA ranks, one GPU each): a sharded step over the ranks of mpirun "
-                      "(docs/distributed.md)")
-      ->type_name("ENGINE");
-  run_cmd->add_option("--grad-reduce", run.grad_reduce,
-                      "With --distributed: replicated, ordered (default; rank-order sum / K) or fast (reduce-scatter)")
-      ->type_name("MODE");
-  add_count(run_cmd, "--simulate-ranks", &run.simulate_ranks, 1, 1024,
-            "One process: G is the rank-order sum / K of K ranks' synthetic gradients (audits --grad-reduce ordered)");
-
-  // ---- replay ----
+  CLI::App* run_cmd = add_run_command(&app, &run);
   ReplayOptions replay;
-  CLI::App* replay_cmd = app.add_subcommand(
-      "replay", "Re-run a recorded case (docs/replay-format.md) and compare with its float64 reference");
-  replay_cmd->add_option("case_dir", replay.case_dir, "Case folder: case.json, init/grads[/expected].safetensors")
-      ->required()->type_name("CASE_DIR");
-  replay_cmd->add_option("--backend", replay.backend, "cpu, cuda or auto")->capture_default_str()->type_name("NAME");
-  add_count(replay_cmd, "--threads", &replay.threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
-  replay_cmd->add_option("--out", replay.out, "Write final weights, m/NAME and v/NAME here (F32 safetensors, atomically)")
-      ->type_name("FILE");
-  replay_cmd->add_option("--tolerance", replay.tolerance, "Largest relative L2 error per tensor that passes")
-      ->capture_default_str()->type_name("X");
+  CLI::App* replay_cmd = add_replay_command(&app, &replay);
 
   // ---- audit ----
   AuditOptions audit;
