@@ -307,37 +307,39 @@ std::vector<Cell> all_cells() {
   return out;
 }
 
-void make_weights(const std::vector<ParamSpec>& params, std::vector<std::vector<float>>* out) {
+namespace {
+
+// out[id][i] = value(id, i) for every element i of every tensor id (a large tensor in parallel:
+// each element depends on its own indices only).
+template <typename Value>
+void fill_elements(const std::vector<ParamSpec>& params, std::vector<std::vector<float>>* out, Value value) {
   out->resize(params.size());
   for (size_t id = 0; id < params.size(); ++id) {
     const int64_t n = params[id].numel();
-    std::vector<float>& w = (*out)[id];
-    w.resize(static_cast<size_t>(n));
+    std::vector<float>& x = (*out)[id];
+    x.resize(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t u = static_cast<uint64_t>(i);
-      const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
-      const double unit = static_cast<double>(element_hash(0x57454947ULL, 0, id, u) >> 11) * 0x1p-53;
-      w[static_cast<size_t>(i)] = static_cast<float>(sign * (1.0 + unit));
-    }
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = value(id, static_cast<uint64_t>(i));
   }
+}
+
+}  // namespace
+
+void make_weights(const std::vector<ParamSpec>& params, std::vector<std::vector<float>>* out) {
+  fill_elements(params, out, [](size_t id, uint64_t u) {
+    const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
+    const double unit = static_cast<double>(element_hash(0x57454947ULL, 0, id, u) >> 11) * 0x1p-53;
+    return static_cast<float>(sign * (1.0 + unit));
+  });
 }
 
 void make_grads(const std::vector<ParamSpec>& params, uint64_t step, double loss_scale,
                 std::vector<std::vector<float>>* out) {
-  out->resize(params.size());
-  for (size_t id = 0; id < params.size(); ++id) {
-    const int64_t n = params[id].numel();
-    std::vector<float>& g = (*out)[id];
-    g.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t u = static_cast<uint64_t>(i);
-      const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
-      const double unit = static_cast<double>(element_hash(0x47524144ULL, step + 1, id, u) >> 11) * 0x1p-53;
-      g[static_cast<size_t>(i)] = static_cast<float>(sign * (0.1 + 0.9 * unit) * loss_scale);
-    }
-  }
+  fill_elements(params, out, [step, loss_scale](size_t id, uint64_t u) {
+    const double sign = (element_hash(0x5349474eULL, 0, id, u) >> 63) ? -1.0 : 1.0;
+    const double unit = static_cast<double>(element_hash(0x47524144ULL, step + 1, id, u) >> 11) * 0x1p-53;
+    return static_cast<float>(sign * (0.1 + 0.9 * unit) * loss_scale);
+  });
 }
 
 }  // namespace conformance
