@@ -79,12 +79,22 @@ nb::dict hyper_dict(const Hyperparameters& h) {
   return d;
 }
 
+// One dict per row of a table, in table order, filled by fill(row, dict).
+template <typename Row, size_t N, typename Fill>
+nb::list dict_per_row(const Row (&rows)[N], Fill fill) {
+  nb::list out;
+  for (const Row& row : rows) {
+    nb::dict d;
+    fill(row, d);
+    out.append(d);
+  }
+  return out;
+}
+
 // The hyperparameter table (renaissance/hyperparameters.h), one dict per row in table order:
 // what Python code checks and records by (the Recorder's fixed keys, a case's optional keys).
 nb::list hyperparameters() {
-  nb::list out;
-  for (const HyperparameterInfo& row : kHyperparameterTable) {
-    nb::dict d;
+  return dict_per_row(kHyperparameterTable, [](const HyperparameterInfo& row, nb::dict& d) {
     d["name"] = row.name;
     d["flag"] = row.flag;
     d["help"] = row.help;
@@ -102,9 +112,7 @@ nb::list hyperparameters() {
     d["resume_may_change"] = row.resume_may_change;
     // Left out of a file (checkpoint META, a recorded case.json) while at its default.
     d["optional"] = row.meta == MetaPlace::kOptional;
-    out.append(d);
-  }
-  return out;
+  });
 }
 
 BackendKind parse_backend(const std::string& name) {
@@ -486,9 +494,7 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t
 }
 
 nb::list kinds() {
-  nb::list out;
-  for (const KindInfo& k : kKindTable) {
-    nb::dict d;
+  return dict_per_row(kKindTable, [](const KindInfo& k, nb::dict& d) {
     d["name"] = k.name;
     d["summary"] = k.summary;
     d["family"] = kind_family_name(k.family);
@@ -501,9 +507,7 @@ nb::list kinds() {
     d["hyperparameters"] = nb::cast(family_hyperparameters(k));
     d["defaults"] = hyper_dict(k.defaults);
     d["reference"] = hyper_dict(k.reference);
-    out.append(d);
-  }
-  return out;
+  });
 }
 
 void translate(const std::exception_ptr& p, void*) {
