@@ -10,13 +10,9 @@
 #include "renaissance/layout.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(reinterpret_cast<const char*>(data), size);
   renaissance::Layout layout;
-  try {
-    layout = renaissance::parse_layout(text, "fuzz.json");
-  } catch (const renaissance::Error&) {
-    return 0;  // refused with an Error: the documented outcome for a malformed layout
-  }
+  const auto parse = [](const std::string& text) { return renaissance::parse_layout(text, "fuzz.json"); };
+  if (!renaissance_fuzz::parsed_text(data, size, parse, &layout)) return 0;  // refused: a malformed layout
   // The CLI sizes the arena from this; UBSan catches a signed overflow inside it.
   if (layout.total_numel() < 0) renaissance_fuzz::property_failed("an accepted layout has a negative total size");
   // Accepted parameter lists must pass the library's own check, which Task relies on.

@@ -10,13 +10,9 @@
 #include "renaissance/replay_case.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(reinterpret_cast<const char*>(data), size);
   renaissance::ReplayCase rc;
-  try {
-    rc = renaissance::parse_replay_case_json(text, "fuzz-case");
-  } catch (const renaissance::Error&) {
-    return 0;  // refused with an Error: the documented outcome for a malformed case
-  }
+  const auto parse = [](const std::string& text) { return renaissance::parse_replay_case_json(text, "fuzz-case"); };
+  if (!renaissance_fuzz::parsed_text(data, size, parse, &rc)) return 0;  // refused: a malformed case
   if (rc.steps < 0 || rc.groups.empty() || rc.loss_scale_per_step.size() != static_cast<size_t>(rc.steps)) {
     renaissance_fuzz::property_failed("per-step lists disagree with steps, or no group");
   }

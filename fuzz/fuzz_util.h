@@ -11,7 +11,22 @@
 #include <cstdlib>
 #include <string>
 
+#include "renaissance/error.h"
+
 namespace renaissance_fuzz {
+
+// parse(text) over the input read as text, its result in *out; false where parse refuses the
+// text with an Error, the documented outcome for malformed input.
+template <typename T, typename Parse>
+bool parsed_text(const uint8_t* data, size_t size, Parse parse, T* out) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    *out = parse(text);
+  } catch (const renaissance::Error&) {
+    return false;
+  }
+  return true;
+}
 
 class MemFile {
  public:
