@@ -23,6 +23,8 @@ namespace renaissance {
 namespace {
 
 using testing_util::same_bits;
+using testing_util::read_family;
+using testing_util::task_options;
 
 constexpr double kLr = 0.05, kMomentum = 0.9, kDampening = 0.3, kWeightDecay = 0.1;
 
@@ -102,20 +104,6 @@ Expected expected_run(size_t id, int64_t n, bool weight_group, WeightDecayMode m
   return e;
 }
 
-std::vector<float> read_family(Task& task, Family f, size_t id) {
-  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-  task.read(f, id, v.data());
-  return v;
-}
-
-TaskOptions options_for(BackendKind backend, bool mask) {
-  TaskOptions o;
-  o.backend = backend;
-  o.backend_options.threads = 2;
-  o.tensor_mask = mask;
-  return o;
-}
-
 // Runs steps [from, to); with `mask`, tensor 2 is masked at the steps in `masked`.
 void run(Task& task, int from, int to, const std::vector<int>& bad, const std::vector<int>& masked,
          bool mask = false) {
@@ -144,7 +132,7 @@ TEST_P(DampeningTest, MatchesTorchsRuleWrittenOut) {
         const std::vector<int> masked = mask ? std::vector<int>{0, 1, 4} : std::vector<int>{};
         SCOPED_TRACE(std::string(mode == WeightDecayMode::kL2 ? "l2" : "decoupled") + " mask " +
                      std::to_string(mask) + " bad " + (bad.empty() ? "-" : std::to_string(bad[0])));
-        Task task(params, options_for(GetParam(), mask));
+        Task task(params, task_options(GetParam(), mask));
         task.optimizer(damped_config(mode));
         task.compile();
         for (size_t id = 0; id < params.size(); ++id) task.set_weight(id, weights_of(id, params[id].numel()).data());
@@ -166,7 +154,7 @@ TEST_P(DampeningTest, ChangesTheRunFromTheSecondStep) {
   const std::vector<ParamSpec> params = test_params();
   OptimizerConfig plain = damped_config(WeightDecayMode::kDecoupled);
   plain.dampening = 0.0;
-  Task a(params, options_for(GetParam(), false)), b(params, options_for(GetParam(), false));
+  Task a(params, task_options(GetParam(), false)), b(params, task_options(GetParam(), false));
   a.optimizer(damped_config(WeightDecayMode::kDecoupled));
   b.optimizer(plain);
   for (Task* t : {&a, &b}) {
@@ -187,7 +175,7 @@ TEST_P(DampeningTest, SetGroupHyperBetweenSteps) {
   const std::vector<ParamSpec> params = test_params();
   OptimizerConfig plain = damped_config(WeightDecayMode::kDecoupled);
   plain.dampening = 0.0;
-  Task switched(params, options_for(GetParam(), false));
+  Task switched(params, task_options(GetParam(), false));
   switched.optimizer(plain);
   switched.compile();
   for (size_t id = 0; id < params.size(); ++id) switched.set_weight(id, weights_of(id, params[id].numel()).data());
@@ -228,7 +216,7 @@ TEST_P(DampeningTest, CheckpointCarriesDampening) {
   RN_SKIP_IF_UNAVAILABLE(GetParam());
   const std::vector<ParamSpec> params = test_params();
   const std::string path = ::testing::TempDir() + "dampening_" + backend_kind_name(GetParam()) + ".ckpt";
-  Task whole(params, options_for(GetParam(), false));
+  Task whole(params, task_options(GetParam(), false));
   whole.optimizer(damped_config(WeightDecayMode::kL2));
   whole.compile();
   for (size_t id = 0; id < params.size(); ++id) whole.set_weight(id, weights_of(id, params[id].numel()).data());
@@ -240,7 +228,7 @@ TEST_P(DampeningTest, CheckpointCarriesDampening) {
 
   OptimizerConfig plain = damped_config(WeightDecayMode::kL2);
   plain.dampening = 0.0;
-  Task resumed(params, options_for(GetParam(), false));
+  Task resumed(params, task_options(GetParam(), false));
   resumed.optimizer(plain);
   resumed.compile();
   resumed.load(path);
@@ -263,7 +251,7 @@ TEST(DampeningCuda, CpuAndCudaAgree) {
   for (bool mask : {false, true}) {
     OptimizerConfig c = damped_config(WeightDecayMode::kL2);
     c.max_grad_norm = 0.5;
-    Task cpu(params, options_for(BackendKind::kCpu, mask)), cuda(params, options_for(BackendKind::kCuda, mask));
+    Task cpu(params, task_options(BackendKind::kCpu, mask)), cuda(params, task_options(BackendKind::kCuda, mask));
     for (Task* t : {&cpu, &cuda}) {
       t->optimizer(c);
       t->compile();

@@ -26,6 +26,7 @@ namespace {
 
 using testing_util::KindCase;
 using testing_util::same_bits;
+using testing_util::task_options;
 
 constexpr int kGroups = 3;
 
@@ -49,12 +50,6 @@ std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_ut
 
 OptimizerConfig group_config(const OptimizerConfig& base, int h) { return testing_util::shifted_group_config(base, h); }
 
-TaskOptions options_for(BackendKind backend) {
-  TaskOptions o;
-  o.backend = backend;
-  o.backend_options.threads = 2;
-  return o;
-}
 
 // Weights of parameter `name` (seeded by name, so every task of a comparison gets the same).
 using testing_util::name_seed;
@@ -73,25 +68,7 @@ void set_grads(Task& task, int step) {
   }
 }
 
-std::vector<float> read_family(Task& task, Family f, size_t id) {
-  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-  task.read(f, id, v.data());
-  return v;
-}
-
-struct GroupCase {
-  KindCase kind;
-  BackendKind backend;
-};
-void PrintTo(const GroupCase& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
-
-std::vector<GroupCase> group_cases() {
-  std::vector<GroupCase> cases;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) cases.push_back({k, b});
-  }
-  return cases;
-}
+using GroupCase = testing_util::KindBackendCase;
 
 class HyperGroupsTest : public ::testing::TestWithParam<GroupCase> {};
 
@@ -110,10 +87,10 @@ TEST_P(HyperGroupsTest, EqualConfigsGiveTheFingerprintOfOneGroup) {
     config.max_grad_norm = clip;
     std::vector<ParamSpec> one = grouped_params();
     for (ParamSpec& p : one) p.hyper_group = 0;
-    Task single(one, options_for(GetParam().backend));
+    Task single(one, task_options(GetParam().backend));
     single.optimizer(config);
     single.compile();
-    Task grouped(params, options_for(GetParam().backend));
+    Task grouped(params, task_options(GetParam().backend));
     grouped.optimizer_groups(std::vector<OptimizerConfig>(kGroups, config));
     grouped.compile();
     ASSERT_EQ(grouped.hyper_groups(), kGroups);
@@ -144,7 +121,7 @@ TEST_P(HyperGroupsTest, DifferentGroupsMatchSeparateTasksBitForBit) {
   std::vector<OptimizerConfig> configs;
   for (int h = 0; h < kGroups; ++h) configs.push_back(group_config(base, h));
   const std::vector<ParamSpec> params = grouped_params();
-  Task grouped(params, options_for(GetParam().backend));
+  Task grouped(params, task_options(GetParam().backend));
   grouped.optimizer_groups(configs);
   grouped.compile();
   init_weights(grouped);
@@ -152,14 +129,8 @@ TEST_P(HyperGroupsTest, DifferentGroupsMatchSeparateTasksBitForBit) {
   std::vector<std::unique_ptr<Task>> separate;
   std::vector<std::vector<size_t>> ids(kGroups);  // grouped id of each separate task's params
   for (int h = 0; h < kGroups; ++h) {
-    std::vector<ParamSpec> mine;
-    for (size_t id = 0; id < params.size(); ++id) {
-      if (params[id].hyper_group != h) continue;
-      ids[h].push_back(id);
-      mine.push_back(params[id]);
-      mine.back().hyper_group = 0;
-    }
-    separate.push_back(std::make_unique<Task>(mine, options_for(GetParam().backend)));
+    const std::vector<ParamSpec> mine = testing_util::group_alone(params, h, &ids[h]);
+    separate.push_back(std::make_unique<Task>(mine, task_options(GetParam().backend)));
     separate[h]->optimizer(configs[h]);
     separate[h]->compile();
     init_weights(*separate[h]);
@@ -183,15 +154,7 @@ TEST_P(HyperGroupsTest, DifferentGroupsMatchSeparateTasksBitForBit) {
       t->step();
     }
   }
-  for (int h = 0; h < kGroups; ++h) {
-    for (size_t k = 0; k < ids[h].size(); ++k) {
-      for (Family f : {Family::kW, Family::kM, Family::kV}) {
-        if (!grouped.plan().has_family(f)) continue;
-        EXPECT_TRUE(same_bits(read_family(grouped, f, ids[h][k]), read_family(*separate[h], f, k)))
-            << "group " << h << " tensor " << params[ids[h][k]].name << " family " << family_name(f);
-      }
-    }
-  }
+  testing_util::expect_groups_match_separate(grouped, ids, separate);
 }
 
 // A checkpoint of an H-group task (every block's scalars) resumes bit for bit.
@@ -200,7 +163,7 @@ TEST_P(HyperGroupsTest, CheckpointResumesBitForBit) {
   std::vector<OptimizerConfig> configs;
   for (int h = 0; h < kGroups; ++h) configs.push_back(group_config(GetParam().kind.config, h));
   const std::string path = ::testing::TempDir() + "hyper_groups_" + GetParam().kind.name + ".ckpt";
-  Task a(grouped_params(), options_for(GetParam().backend));
+  Task a(grouped_params(), task_options(GetParam().backend));
   a.optimizer_groups(configs);
   a.compile();
   init_weights(a);
@@ -213,7 +176,7 @@ TEST_P(HyperGroupsTest, CheckpointResumesBitForBit) {
     set_grads(a, step);
     a.step();
   }
-  Task b(grouped_params(), options_for(GetParam().backend));
+  Task b(grouped_params(), task_options(GetParam().backend));
   b.optimizer_groups(configs);
   b.compile();
   b.load(path);
@@ -225,7 +188,7 @@ TEST_P(HyperGroupsTest, CheckpointResumesBitForBit) {
   // A one-group task has one block of slots: the file is refused, naming the groups.
   std::vector<ParamSpec> one = grouped_params();
   for (ParamSpec& p : one) p.hyper_group = 0;
-  Task c(one, options_for(GetParam().backend));
+  Task c(one, task_options(GetParam().backend));
   c.optimizer(configs[0]);
   c.compile();
   try {
@@ -237,10 +200,8 @@ TEST_P(HyperGroupsTest, CheckpointResumesBitForBit) {
   std::remove(path.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKinds, HyperGroupsTest, ::testing::ValuesIn(group_cases()),
-                         [](const ::testing::TestParamInfo<GroupCase>& info) {
-                           return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllKinds, HyperGroupsTest, ::testing::ValuesIn(testing_util::kind_backend_cases()),
+                         testing_util::kind_backend_case_name);
 
 // The grouped step on CUDA has the CPU's bits, every kind (the items kernel and the per-tensor
 // blocks of the tile kernels against the CPU's loops). Skips only without a CUDA device.
@@ -251,7 +212,7 @@ TEST(HyperGroups, CudaMatchesCpuBitForBit) {
     for (int h = 0; h < kGroups; ++h) configs.push_back(group_config(k.config, h));
     std::string fp[2];
     for (int b = 0; b < 2; ++b) {
-      Task t(grouped_params(), options_for(b == 0 ? BackendKind::kCpu : BackendKind::kCuda));
+      Task t(grouped_params(), task_options(b == 0 ? BackendKind::kCpu : BackendKind::kCuda));
       t.optimizer_groups(configs);
       t.compile();
       init_weights(t);
@@ -325,7 +286,7 @@ TEST(HyperGroups, PlanRunsAreAlignedAndNodesDoNotGrow) {
 // indices outside [0, H) and out-of-range group arguments.
 TEST(HyperGroups, MismatchedGroupsAreRefusedNamingTheField) {
   auto refused = [](const std::vector<OptimizerConfig>& configs, const char* field) {
-    Task t(grouped_params(), options_for(BackendKind::kCpu));
+    Task t(grouped_params(), task_options(BackendKind::kCpu));
     try {
       t.optimizer_groups(configs);
       ADD_FAILURE() << "accepted groups that differ in " << field;
@@ -345,10 +306,10 @@ TEST(HyperGroups, MismatchedGroupsAreRefusedNamingTheField) {
   refused({}, "at least one");
 
   // A parameter of group 2 in a task with two groups: compile() says so.
-  Task t(grouped_params(), options_for(BackendKind::kCpu));
+  Task t(grouped_params(), task_options(BackendKind::kCpu));
   t.optimizer_groups({adamw, adamw});
   EXPECT_THROW(t.compile(), Error);
-  Task ok(grouped_params(), options_for(BackendKind::kCpu));
+  Task ok(grouped_params(), task_options(BackendKind::kCpu));
   ok.optimizer_groups({adamw, adamw, adamw});
   ok.compile();
   EXPECT_THROW(ok.set_lr(3, 1e-3), Error);

@@ -17,6 +17,7 @@ namespace renaissance {
 namespace {
 
 using testing_util::same_bits;
+using testing_util::task_options;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -79,12 +80,6 @@ void run(Task& t, const Case& c, bool with_inf) {
   }
 }
 
-TaskOptions options_for(BackendKind b) {
-  TaskOptions o;
-  o.backend = b;
-  o.backend_options.threads = 2;
-  return o;
-}
 
 class L2ZeroDecayTest : public ::testing::TestWithParam<BackendKind> {};
 
@@ -92,7 +87,7 @@ TEST_P(L2ZeroDecayTest, AnInfiniteWeightStaysInfiniteAndTheRestIsUnchanged) {
   RN_SKIP_IF_UNAVAILABLE(GetParam());
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    Task with_inf(test_params(), options_for(GetParam())), finite(test_params(), options_for(GetParam()));
+    Task with_inf(test_params(), task_options(GetParam())), finite(test_params(), task_options(GetParam()));
     run(with_inf, c, true);
     run(finite, c, false);
     EXPECT_EQ(with_inf.step_count(), 3);
@@ -117,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, L2ZeroDecayTest, ::testing::ValuesIn(testing_
 TEST(L2ZeroDecayCuda, CpuAndCudaAgree) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
   for (const Case& c : cases()) {
-    Task cpu(test_params(), options_for(BackendKind::kCpu)), cuda(test_params(), options_for(BackendKind::kCuda));
+    Task cpu(test_params(), task_options(BackendKind::kCpu)), cuda(test_params(), task_options(BackendKind::kCuda));
     run(cpu, c, true);
     run(cuda, c, true);
     for (size_t id = 0; id < 2; ++id) EXPECT_TRUE(same_bits(read_w(cpu, id), read_w(cuda, id))) << c.name << " " << id;

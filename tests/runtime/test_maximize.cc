@@ -24,19 +24,20 @@
 namespace renaissance {
 namespace {
 
-using testing_util::KindCase;
+using testing_util::read_family;
 using testing_util::same_bits;
+using testing_util::task_options;
 
 // Bias-like and weight tensors of odd sizes, one over the norm tile, a scalar and an empty one.
 std::vector<ParamSpec> test_params(int groups) {
-  std::vector<ParamSpec> p = {
-      {"conv1", {7, 3, 5, 5}, Role::kFirstConv}, {"bn1.w", {37}, Role::kBnWeight},
-      {"bn1.b", {37}, Role::kBnBias},            {"conv2", {5000}, Role::kDeepConv},
-      {"fc.w", {10, 129}, Role::kFcWeight},      {"fc.b", {10}, Role::kFcBias},
-      {"bn2.w", {}, Role::kBnWeight},            {"empty", {0}, Role::kDeepConv},
-  };
-  for (size_t i = 0; i < p.size(); ++i) p[i].hyper_group = static_cast<int>(i) % groups;
-  return p;
+  return testing_util::round_robin_groups(
+      {
+          {"conv1", {7, 3, 5, 5}, Role::kFirstConv}, {"bn1.w", {37}, Role::kBnWeight},
+          {"bn1.b", {37}, Role::kBnBias},            {"conv2", {5000}, Role::kDeepConv},
+          {"fc.w", {10, 129}, Role::kFcWeight},      {"fc.b", {10}, Role::kFcBias},
+          {"bn2.w", {}, Role::kBnWeight},            {"empty", {0}, Role::kDeepConv},
+      },
+      groups);
 }
 
 std::vector<float> weights_of(const ParamSpec& p) {
@@ -53,33 +54,7 @@ std::vector<float> grad_of(const ParamSpec& p, int step, bool negate) {
   return g;
 }
 
-std::vector<float> read_family(Task& task, Family f, size_t id) {
-  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-  task.read(f, id, v.data());
-  return v;
-}
-
-TaskOptions options_for(BackendKind backend, bool mask) {
-  TaskOptions o;
-  o.backend = backend;
-  o.backend_options.threads = 2;
-  o.tensor_mask = mask;
-  return o;
-}
-
-struct Case {
-  KindCase kind;
-  BackendKind backend;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
-
-std::vector<Case> cases() {
-  std::vector<Case> out;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) out.push_back({k, b});
-  }
-  return out;
-}
+using Case = testing_util::KindBackendCase;
 
 class MaximizeTest : public ::testing::TestWithParam<Case> {};
 
@@ -97,10 +72,10 @@ TEST_P(MaximizeTest, MaximizeOnGIsMinimizeOnNegatedG) {
         up.maximize = true;
         OptimizerConfig down = up;
         down.maximize = false;
-        Task maximizing(params, options_for(GetParam().backend, mask));
+        Task maximizing(params, task_options(GetParam().backend, mask));
         maximizing.optimizer(up);
         maximizing.compile();
-        Task negated(params, options_for(GetParam().backend, mask));
+        Task negated(params, task_options(GetParam().backend, mask));
         negated.optimizer(down);
         negated.compile();
         for (Task* t : {&maximizing, &negated}) {
@@ -140,10 +115,10 @@ TEST_P(MaximizeTest, MaximizeChangesTheRun) {
   const std::vector<ParamSpec> params = test_params(1);
   OptimizerConfig up = GetParam().kind.config;
   up.maximize = true;
-  Task a(params, options_for(GetParam().backend, false));
+  Task a(params, task_options(GetParam().backend, false));
   a.optimizer(up);
   a.compile();
-  Task b(params, options_for(GetParam().backend, false));
+  Task b(params, task_options(GetParam().backend, false));
   b.optimizer(GetParam().kind.config);
   b.compile();
   for (Task* t : {&a, &b}) {
@@ -166,23 +141,17 @@ TEST_P(MaximizeTest, OnlyOneGroupMaximizes) {
     std::vector<OptimizerConfig> configs = {testing_util::shifted_group_config(GetParam().kind.config, 0),
                                             testing_util::shifted_group_config(GetParam().kind.config, 1)};
     configs[0].maximize = true;
-    Task grouped(params, options_for(GetParam().backend, mask));
+    Task grouped(params, task_options(GetParam().backend, mask));
     grouped.optimizer_groups(configs);
     grouped.compile();
     grouped.set_loss_scale(4.0);
     std::vector<std::unique_ptr<Task>> separate;
     std::vector<std::vector<size_t>> ids(2);
     for (int h = 0; h < 2; ++h) {
-      std::vector<ParamSpec> mine;
-      for (size_t id = 0; id < params.size(); ++id) {
-        if (params[id].hyper_group != h) continue;
-        ids[h].push_back(id);
-        mine.push_back(params[id]);
-        mine.back().hyper_group = 0;
-      }
+      const std::vector<ParamSpec> mine = testing_util::group_alone(params, h, &ids[h]);
       OptimizerConfig c = configs[h];
       c.maximize = false;  // the separate tasks minimize, on -G where the group maximizes
-      separate.push_back(std::make_unique<Task>(mine, options_for(GetParam().backend, false)));
+      separate.push_back(std::make_unique<Task>(mine, task_options(GetParam().backend, false)));
       separate[h]->optimizer(c);
       separate[h]->compile();
       separate[h]->set_loss_scale(4.0);
@@ -211,15 +180,7 @@ TEST_P(MaximizeTest, OnlyOneGroupMaximizes) {
         separate[h]->step();
       }
     }
-    for (int h = 0; h < 2; ++h) {
-      for (size_t k = 0; k < ids[h].size(); ++k) {
-        for (Family f : {Family::kW, Family::kM, Family::kV}) {
-          if (!grouped.plan().has_family(f)) continue;
-          EXPECT_TRUE(same_bits(read_family(grouped, f, ids[h][k]), read_family(*separate[h], f, k)))
-              << "group " << h << " tensor " << params[ids[h][k]].name << " family " << family_name(f);
-        }
-      }
-    }
+    testing_util::expect_groups_match_separate(grouped, ids, separate);
   }
 }
 
@@ -236,7 +197,7 @@ TEST_P(MaximizeTest, CheckpointCarriesMaximize) {
       t.step();
     }
   };
-  Task whole(params, options_for(GetParam().backend, false));
+  Task whole(params, task_options(GetParam().backend, false));
   whole.optimizer(up);
   whole.compile();
   for (size_t id = 0; id < params.size(); ++id) whole.set_weight(id, weights_of(params[id]).data());
@@ -245,7 +206,7 @@ TEST_P(MaximizeTest, CheckpointCarriesMaximize) {
   run(whole, 2, 4);
   EXPECT_TRUE(read_checkpoint_info(path).config.maximize);
 
-  Task resumed(params, options_for(GetParam().backend, false));
+  Task resumed(params, task_options(GetParam().backend, false));
   resumed.optimizer(GetParam().kind.config);  // minimizing until the load
   resumed.compile();
   resumed.load(path);
@@ -255,10 +216,8 @@ TEST_P(MaximizeTest, CheckpointCarriesMaximize) {
   std::remove(path.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, MaximizeTest, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
-                         });
+INSTANTIATE_TEST_SUITE_P(Kinds, MaximizeTest, ::testing::ValuesIn(testing_util::kind_backend_cases()),
+                         testing_util::kind_backend_case_name);
 
 // Every builder sets maximize; the default is false.
 TEST(MaximizeBuilders, EveryBuilderSetsIt) {

@@ -161,12 +161,7 @@ TEST_P(NonFiniteTest, ConsecutiveSkipsAreCountedAndLeaveNoTrace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, NonFiniteTest,
-                         ::testing::Combine(::testing::ValuesIn(testing_util::backends_under_test()),
-                                            ::testing::ValuesIn(testing_util::all_kind_cases())),
-                         [](const ::testing::TestParamInfo<NonFiniteTest::ParamType>& info) {
-                           return std::string(backend_kind_name(std::get<0>(info.param))) + "_" +
-                                  std::get<1>(info.param).name;
-                         });
+                         testing_util::backend_kind_tuples(), testing_util::backend_kind_tuple_name);
 
 }  // namespace
 }  // namespace renaissance

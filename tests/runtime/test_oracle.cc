@@ -159,6 +159,14 @@ class OracleTest : public ::testing::TestWithParam<std::tuple<BackendKind, KindC
     run(params, w0, grad_factor, config, out);
   }
 
+  // run() on `params` in their regimes, its errors reported under the name `layout`.
+  void run_and_report(const char* layout, const std::vector<ParamSpec>& params, const std::vector<Regime>& regimes,
+                      uint64_t seed, const OptimizerConfig& config) {
+    MaxErrors e;
+    run(params, regimes, seed, config, &e);
+    report(layout, e);
+  }
+
   void report(const char* layout, const MaxErrors& e) {
     std::ostringstream os;
     os.precision(3);
@@ -191,9 +199,7 @@ TEST_P(OracleTest, OddSizesInAllRoles) {
   regimes.push_back({1.0, 0.0});
   params.push_back({"last", {4099}, Role::kBnWeight});
   regimes.push_back({});
-  MaxErrors e;
-  run(params, regimes, 5, std::get<1>(GetParam()).config, &e);
-  report("odd_sizes", e);
+  run_and_report("odd_sizes", params, regimes, 5, std::get<1>(GetParam()).config);
 }
 
 TEST_P(OracleTest, HundredsOfTinyTensors) {
@@ -243,18 +249,14 @@ TEST_P(OracleTest, NearEpsTinyHugeWeightsAndTheClamp) {
   RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
   std::vector<Regime> regimes;
   const std::vector<ParamSpec> params = extreme_layout(&regimes);
-  MaxErrors e;
-  run(params, regimes, 7, std::get<1>(GetParam()).config, &e);
-  report("extremes", e);
+  run_and_report("extremes", params, regimes, 7, std::get<1>(GetParam()).config);
 }
 
 TEST_P(OracleTest, NearEpsTinyHugeWeightsAndTheClampWithBetaNearOne) {
   RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
   std::vector<Regime> regimes;
   const std::vector<ParamSpec> params = extreme_layout(&regimes);
-  MaxErrors e;
-  run(params, regimes, 8, beta_near_one(std::get<1>(GetParam()).config), &e);
-  report("extremes_beta_near_one", e);
+  run_and_report("extremes_beta_near_one", params, regimes, 8, beta_near_one(std::get<1>(GetParam()).config));
 }
 
 // Global gradient-norm clipping on every kind: max_grad_norm between the norms of the plain and
@@ -327,12 +329,7 @@ TEST(OracleRegimes, ExtremeLayoutReachesEveryRegime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, OracleTest,
-                         ::testing::Combine(::testing::ValuesIn(testing_util::backends_under_test()),
-                                            ::testing::ValuesIn(testing_util::all_kind_cases())),
-                         [](const ::testing::TestParamInfo<OracleTest::ParamType>& info) {
-                           return std::string(backend_kind_name(std::get<0>(info.param))) + "_" +
-                                  std::get<1>(info.param).name;
-                         });
+                         testing_util::backend_kind_tuples(), testing_util::backend_kind_tuple_name);
 
 }  // namespace
 }  // namespace renaissance

@@ -27,8 +27,9 @@
 namespace renaissance {
 namespace {
 
-using testing_util::KindCase;
 using testing_util::same_bits;
+using testing_util::read_family;
+using testing_util::task_options;
 
 // Both groups, tensors over several work items and norm tiles, a scalar tensor.
 std::vector<ParamSpec> mask_params() {
@@ -59,33 +60,8 @@ constexpr int kSteps = 7;
 using testing_util::name_seed;
 std::vector<float> weights_of(const ParamSpec& p) { return testing_util::named_weights(p); }
 std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util::named_grads(p, step); }
-std::vector<float> read_family(Task& task, Family f, size_t id) {
-  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
-  task.read(f, id, v.data());
-  return v;
-}
 OptimizerConfig group_config(const OptimizerConfig& base, int h) { return testing_util::shifted_group_config(base, h); }
-TaskOptions options_for(BackendKind backend, bool mask) {
-  TaskOptions o;
-  o.backend = backend;
-  o.backend_options.threads = 2;
-  o.tensor_mask = mask;
-  return o;
-}
-
-struct MaskCase {
-  KindCase kind;
-  BackendKind backend;
-};
-void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
-
-std::vector<MaskCase> mask_cases() {
-  std::vector<MaskCase> cases;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) cases.push_back({k, b});
-  }
-  return cases;
-}
+using MaskCase = testing_util::KindBackendCase;
 
 class TensorMaskTest : public ::testing::TestWithParam<MaskCase> {};
 
@@ -95,7 +71,7 @@ TEST_P(TensorMaskTest, MaskPatternMatchesOneTensorTasksTakingOnlyUnmaskedSteps) 
   const OptimizerConfig base = GetParam().kind.config;
   const std::vector<ParamSpec> params = mask_params();
   const std::vector<OptimizerConfig> configs = {group_config(base, 0), group_config(base, 1)};
-  Task task(params, options_for(backend, true));
+  Task task(params, task_options(backend, true));
   task.optimizer_groups(configs);
   task.compile();
   task.set_loss_scale(4.0);
@@ -104,7 +80,7 @@ TEST_P(TensorMaskTest, MaskPatternMatchesOneTensorTasksTakingOnlyUnmaskedSteps) 
     task.set_weight(id, weights_of(params[id]).data());
     ParamSpec p = params[id];
     p.hyper_group = 0;
-    alone.push_back(std::make_unique<Task>(std::vector<ParamSpec>{p}, options_for(backend, false)));
+    alone.push_back(std::make_unique<Task>(std::vector<ParamSpec>{p}, task_options(backend, false)));
     alone[id]->optimizer(configs[params[id].hyper_group]);
     alone[id]->compile();
     alone[id]->set_loss_scale(4.0);
@@ -165,7 +141,7 @@ TEST_P(TensorMaskTest, NothingMaskedIsTheFlaglessRunAndMaskedCopiesKeepTheirBits
     const std::vector<ParamSpec> params = mask_params();
     std::unique_ptr<Task> tasks[2];
     for (int flag = 0; flag < 2; ++flag) {
-      TaskOptions o = options_for(GetParam().backend, flag == 1);
+      TaskOptions o = task_options(GetParam().backend, flag == 1);
       o.precision.precision = precision;
       if (precision != Precision::kFp32) o.precision.rounding = Rounding::kStochastic;
       o.precision.seed = 99;
@@ -211,7 +187,7 @@ TEST_P(TensorMaskTest, NothingMaskedIsTheFlaglessRunAndMaskedCopiesKeepTheirBits
 TEST_P(TensorMaskTest, NonFiniteInAnUnmaskedTensorStillSkipsTheStep) {
   RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
   const std::vector<ParamSpec> params = one_group_params();
-  Task task(params, options_for(GetParam().backend, true));
+  Task task(params, task_options(GetParam().backend, true));
   task.optimizer(GetParam().kind.config);
   task.compile();
   for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, grads_of(params[id], 0).data());
@@ -239,7 +215,7 @@ TEST_P(TensorMaskTest, HyperparameterWritesReachEveryBlockOfTheGroup) {
   final_configs[1].lr = base.lr * 0.7;
   std::unique_ptr<Task> tasks[4];
   for (int k = 0; k < 4; ++k) {
-    tasks[k] = std::make_unique<Task>(params, options_for(GetParam().backend, k != 3));
+    tasks[k] = std::make_unique<Task>(params, task_options(GetParam().backend, k != 3));
     tasks[k]->optimizer_groups(k == 0 ? final_configs : std::vector<OptimizerConfig>{group_config(base, 0), group_config(base, 1)});
     tasks[k]->compile();
   }
@@ -267,10 +243,8 @@ TEST_P(TensorMaskTest, HyperparameterWritesReachEveryBlockOfTheGroup) {
   EXPECT_THROW(tasks[1]->set_group_lrs({1e-3}), Error);
 }
 
-std::string mask_case_name(const ::testing::TestParamInfo<MaskCase>& info) {
-  return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
-}
-INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskTest, ::testing::ValuesIn(mask_cases()), mask_case_name);
+INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskTest, ::testing::ValuesIn(testing_util::kind_backend_cases()),
+                         testing_util::kind_backend_case_name);
 
 // The flagless layout is untouched, and what the mask does not support yet is refused by name.
 TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
@@ -289,16 +263,16 @@ TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
   EXPECT_EQ(b.hyper_items().size(), params.size() + 2);
 
   const std::vector<ParamSpec> one = one_group_params();
-  Task plain_task(one, options_for(BackendKind::kCpu, false));
+  Task plain_task(one, task_options(BackendKind::kCpu, false));
   plain_task.optimizer(AdamW().lr(1e-3));
   plain_task.compile();
   EXPECT_THROW(plain_task.tensor_mask(), Error);
   EXPECT_THROW(plain_task.set_tensor_mask(std::vector<int32_t>(one.size(), 0)), Error);
 
-  Task clipped(one, options_for(BackendKind::kCpu, true));
+  Task clipped(one, task_options(BackendKind::kCpu, true));
   clipped.optimizer(AdamW().lr(1e-3).max_grad_norm(1.0));
   EXPECT_NO_THROW(clipped.compile());  // clipping with the mask: test_tensor_mask_clip.cc
-  TaskOptions sliced = options_for(BackendKind::kCpu, true);
+  TaskOptions sliced = task_options(BackendKind::kCpu, true);
   sliced.state_shard.world_size = 2;
   Task shard(one, sliced);
   shard.optimizer(AdamW().lr(1e-3));
@@ -306,7 +280,7 @@ TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
   // the task alone cannot step (its whole step leaves the slice).
   EXPECT_NO_THROW(shard.compile());
   EXPECT_THROW(shard.step(), Error);
-  Task masked_task(one, options_for(BackendKind::kCpu, true));
+  Task masked_task(one, task_options(BackendKind::kCpu, true));
   masked_task.optimizer(AdamW().lr(1e-3));
   masked_task.compile();
   EXPECT_THROW(masked_task.set_tensor_mask(std::vector<int32_t>(one.size() + 1, 0)), Error);
@@ -318,7 +292,7 @@ TEST(TensorMask, FlaglessPlanIsUnchangedAndUnsupportedUsesAreRefused) {
 TEST(TensorMask, CheckpointResumesPerTensorStepsBitForBit) {
   const std::vector<ParamSpec> params = one_group_params();
   auto make = [&](bool mask) {
-    auto t = std::make_unique<Task>(params, options_for(BackendKind::kCpu, mask));
+    auto t = std::make_unique<Task>(params, task_options(BackendKind::kCpu, mask));
     t->optimizer(AdamW().lr(1e-2).weight_decay(0.1));
     t->compile();
     return t;

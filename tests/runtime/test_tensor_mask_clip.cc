@@ -26,7 +26,7 @@
 namespace renaissance {
 namespace {
 
-using testing_util::KindCase;
+using testing_util::kind_precision_options;
 using testing_util::same_bits;
 
 // Both groups; "big" and "fc" span several grad-norm tiles (kGradNormTile elements) and start
@@ -60,22 +60,13 @@ std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util:
 
 using ClipCase = testing_util::KindPrecisionCase;
 
-TaskOptions options_for(const ClipCase& c, bool mask) {
-  TaskOptions o;
-  o.backend = c.backend;
-  o.backend_options.threads = 2;
-  o.tensor_mask = mask;
-  o.precision.precision = c.precision;
-  o.precision.model_dtype_gradients = c.precision != Precision::kFp32;
-  return o;
-}
 OptimizerConfig clipped(const ClipCase& c) {
   OptimizerConfig config = c.kind.config;
   config.max_grad_norm = 1.0;  // far under the gradients' norm: the coefficient is < 1
   return config;
 }
 std::unique_ptr<Task> make_task(const ClipCase& c, bool mask) {
-  auto task = std::make_unique<Task>(clip_params(), options_for(c, mask));
+  auto task = std::make_unique<Task>(clip_params(), kind_precision_options(c, mask));
   task->optimizer(clipped(c));
   task->compile();
   task->set_loss_scale(4.0);
@@ -217,19 +208,8 @@ TEST_P(TensorMaskClipTest, NonFiniteInAnUnmaskedTensorStillSkipsTheStep) {
   EXPECT_EQ(task->tensor_steps(), expected);
 }
 
-std::vector<ClipCase> clip_cases() {
-  std::vector<ClipCase> cases;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) {
-      for (Precision p : {Precision::kFp32, Precision::kBf16}) cases.push_back({k, p, b});
-    }
-  }
-  return cases;
-}
-std::string clip_case_name(const ::testing::TestParamInfo<ClipCase>& info) {
-  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + backend_kind_name(info.param.backend);
-}
-INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskClipTest, ::testing::ValuesIn(clip_cases()), clip_case_name);
+INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskClipTest, ::testing::ValuesIn(testing_util::kind_precision_cases({Precision::kFp32, Precision::kBf16})),
+                         testing_util::kind_precision_case_name);
 
 }  // namespace
 }  // namespace renaissance

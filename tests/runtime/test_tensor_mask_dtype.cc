@@ -22,7 +22,7 @@
 namespace renaissance {
 namespace {
 
-using testing_util::KindCase;
+using testing_util::kind_precision_options;
 using testing_util::same_bits;
 
 // Both groups, a tensor over several work items, a scalar, sizes off the 64-element padding.
@@ -42,34 +42,33 @@ std::vector<float> grads_of(const ParamSpec& p, int step) { return testing_util:
 
 using DtypeCase = testing_util::KindPrecisionCase;
 
-TaskOptions options_for(const DtypeCase& c, bool mask) {
-  TaskOptions o;
-  o.backend = c.backend;
-  o.backend_options.threads = 2;
-  o.tensor_mask = mask;
-  o.precision.precision = c.precision;
-  o.precision.model_dtype_gradients = true;
-  return o;
-}
 
 using Snapshot = testing_util::TensorSnapshot;
 Snapshot snapshot(Task& task, size_t id) { return testing_util::snapshot_tensor(task, id); }
 bool same(const Snapshot& a, const Snapshot& b) { return testing_util::same_snapshot(a, b); }
 
-class TensorMaskDtypeTest : public ::testing::TestWithParam<DtypeCase> {};
+class TensorMaskDtypeTest : public ::testing::TestWithParam<DtypeCase> {
+ protected:
+  // A compiled task of dtype_params() under the case, its mask on; the fixture keeps it.
+  Task& masked_task() {
+    task_ = std::make_unique<Task>(dtype_params(), kind_precision_options(GetParam(), true));
+    task_->optimizer(GetParam().kind.config);
+    task_->compile();
+    return *task_;
+  }
+  std::unique_ptr<Task> task_;
+};
 
 TEST_P(TensorMaskDtypeTest, MaskedTensorsKeepTheirBitsAndOthersMatchOneTensorTasks) {
   const DtypeCase c = GetParam();
   RN_SKIP_IF_UNAVAILABLE(c.backend);
   const std::vector<ParamSpec> params = dtype_params();
-  Task task(params, options_for(c, true));
-  task.optimizer(c.kind.config);
-  task.compile();
+  Task& task = masked_task();
   task.set_loss_scale(4.0);
   std::vector<std::unique_ptr<Task>> alone;
   for (size_t id = 0; id < params.size(); ++id) {
     task.set_weight(id, weights_of(params[id]).data());
-    alone.push_back(std::make_unique<Task>(std::vector<ParamSpec>{params[id]}, options_for(c, false)));
+    alone.push_back(std::make_unique<Task>(std::vector<ParamSpec>{params[id]}, kind_precision_options(c, false)));
     alone[id]->optimizer(c.kind.config);
     alone[id]->compile();
     alone[id]->set_loss_scale(4.0);
@@ -113,9 +112,7 @@ TEST_P(TensorMaskDtypeTest, NonFiniteInAnUnmaskedTensorStillSkipsTheStep) {
   const DtypeCase c = GetParam();
   RN_SKIP_IF_UNAVAILABLE(c.backend);
   const std::vector<ParamSpec> params = dtype_params();
-  Task task(params, options_for(c, true));
-  task.optimizer(c.kind.config);
-  task.compile();
+  Task& task = masked_task();
   for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, grads_of(params[id], 0).data());
   std::vector<uint16_t> g(static_cast<size_t>(params[3].numel()));
   task.read_grad_encoded(3, g.data());
@@ -131,19 +128,8 @@ TEST_P(TensorMaskDtypeTest, NonFiniteInAnUnmaskedTensorStillSkipsTheStep) {
   EXPECT_EQ(task.tensor_steps(), std::vector<int64_t>(params.size(), 0));
 }
 
-std::vector<DtypeCase> dtype_cases() {
-  std::vector<DtypeCase> cases;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) {
-      for (Precision p : {Precision::kBf16, Precision::kFp16}) cases.push_back({k, p, b});
-    }
-  }
-  return cases;
-}
-std::string dtype_case_name(const ::testing::TestParamInfo<DtypeCase>& info) {
-  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + backend_kind_name(info.param.backend);
-}
-INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskDtypeTest, ::testing::ValuesIn(dtype_cases()), dtype_case_name);
+INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskDtypeTest, ::testing::ValuesIn(testing_util::kind_precision_cases({Precision::kBf16, Precision::kFp16})),
+                         testing_util::kind_precision_case_name);
 
 }  // namespace
 }  // namespace renaissance

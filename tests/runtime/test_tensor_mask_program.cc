@@ -25,18 +25,17 @@
 namespace renaissance {
 namespace {
 
-using testing_util::KindCase;
 
 // Both groups, tensors over several work items and norm tiles, a scalar tensor.
 std::vector<ParamSpec> program_params(int groups) {
-  std::vector<ParamSpec> p = {
-      {"conv1", {7, 3, 5, 5}, Role::kFirstConv}, {"bn1.w", {37}, Role::kBnWeight},
-      {"bn1.b", {37}, Role::kBnBias},            {"conv2", {41000}, Role::kDeepConv},
-      {"fc.w", {10, 129}, Role::kFcWeight},      {"fc.b", {10}, Role::kFcBias},
-      {"bn2.w", {}, Role::kBnWeight},            {"fc2.w", {3, 17}, Role::kFcWeight},
-  };
-  for (size_t i = 0; i < p.size(); ++i) p[i].hyper_group = static_cast<int>(i) % groups;
-  return p;
+  return testing_util::round_robin_groups(
+      {
+          {"conv1", {7, 3, 5, 5}, Role::kFirstConv}, {"bn1.w", {37}, Role::kBnWeight},
+          {"bn1.b", {37}, Role::kBnBias},            {"conv2", {41000}, Role::kDeepConv},
+          {"fc.w", {10, 129}, Role::kFcWeight},      {"fc.b", {10}, Role::kFcBias},
+          {"bn2.w", {}, Role::kBnWeight},            {"fc2.w", {3, 17}, Role::kFcWeight},
+      },
+      groups);
 }
 
 std::vector<float> values_of(const ParamSpec& p, uint32_t salt, float a) {
@@ -45,19 +44,7 @@ std::vector<float> values_of(const ParamSpec& p, uint32_t salt, float a) {
   return testing_util::lcg_values(h + salt, p.numel(), a);
 }
 
-struct ProgramCase {
-  KindCase kind;
-  BackendKind backend;
-};
-void PrintTo(const ProgramCase& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
-
-std::vector<ProgramCase> program_cases() {
-  std::vector<ProgramCase> cases;
-  for (BackendKind b : testing_util::backends_under_test()) {
-    for (const KindCase& k : testing_util::all_kind_cases()) cases.push_back({k, b});
-  }
-  return cases;
-}
+using ProgramCase = testing_util::KindBackendCase;
 
 class TensorMaskProgramTest : public ::testing::TestWithParam<ProgramCase> {
  protected:
@@ -164,10 +151,8 @@ TEST_P(TensorMaskProgramTest, SwitchingProgramsKeepsCountsAndBits) {
   }
 }
 
-std::string program_case_name(const ::testing::TestParamInfo<ProgramCase>& info) {
-  return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
-}
-INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskProgramTest, ::testing::ValuesIn(program_cases()), program_case_name);
+INSTANTIATE_TEST_SUITE_P(Kinds, TensorMaskProgramTest, ::testing::ValuesIn(testing_util::kind_backend_cases()),
+                         testing_util::kind_backend_case_name);
 
 TaskOptions cpu_mask_options(bool mask) {
   TaskOptions o;

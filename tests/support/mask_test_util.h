@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,6 +38,30 @@ struct KindPrecisionCase {
 };
 inline void PrintTo(const KindPrecisionCase& c, std::ostream* os) {
   *os << c.kind.name << "/" << precision_name(c.precision) << "/" << backend_kind_name(c.backend);
+}
+
+// TaskOptions of a case: its backend (two threads), the mask on or off, its precision with the
+// gradients in the model dtype where there is a model copy.
+inline TaskOptions kind_precision_options(const KindPrecisionCase& c, bool mask) {
+  TaskOptions o = task_options(c.backend, mask);
+  o.precision.precision = c.precision;
+  o.precision.model_dtype_gradients = c.precision != Precision::kFp32;
+  return o;
+}
+
+// Every kind case in each of `precisions` on every backend of the build.
+inline std::vector<KindPrecisionCase> kind_precision_cases(std::initializer_list<Precision> precisions) {
+  std::vector<KindPrecisionCase> cases;
+  for (BackendKind b : backends_under_test()) {
+    for (const KindCase& k : all_kind_cases()) {
+      for (Precision p : precisions) cases.push_back({k, p, b});
+    }
+  }
+  return cases;
+}
+// gtest's name of a case: "adamw_bf16_cpu".
+inline std::string kind_precision_case_name(const ::testing::TestParamInfo<KindPrecisionCase>& info) {
+  return info.param.kind.name + "_" + precision_name(info.param.precision) + "_" + backend_kind_name(info.param.backend);
 }
 
 // W, then M and V where the kind has them, as floats, and the model copy's encodings (if any),

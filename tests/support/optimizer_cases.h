@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "renaissance/optimizer.h"
@@ -46,6 +47,35 @@ inline std::vector<KindCase> all_kind_cases() {
     cases.push_back({std::string(info.name) + "_l2", c});
   }
   return cases;
+}
+
+// A (kind, backend) parameter: every kind case on every backend of the build.
+struct KindBackendCase {
+  KindCase kind;
+  BackendKind backend;
+};
+inline void PrintTo(const KindBackendCase& c, std::ostream* os) { *os << c.kind.name << "/" << backend_kind_name(c.backend); }
+
+inline std::vector<KindBackendCase> kind_backend_cases() {
+  std::vector<KindBackendCase> cases;
+  for (BackendKind b : backends_under_test()) {
+    for (const KindCase& k : all_kind_cases()) cases.push_back({k, b});
+  }
+  return cases;
+}
+// gtest's name of a case: "adamw_cpu".
+inline std::string kind_backend_case_name(const ::testing::TestParamInfo<KindBackendCase>& info) {
+  return info.param.kind.name + "_" + backend_kind_name(info.param.backend);
+}
+
+// (backend, kind case) tuples, every backend of the build by every kind case, and their gtest
+// names ("cpu_adamw"): the parameters of the suites that take both as a tuple.
+using BackendKindTuple = std::tuple<BackendKind, KindCase>;
+inline auto backend_kind_tuples() {
+  return ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::ValuesIn(all_kind_cases()));
+}
+inline std::string backend_kind_tuple_name(const ::testing::TestParamInfo<BackendKindTuple>& info) {
+  return std::string(backend_kind_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
 }
 
 // A kind with a norm pass (LARS, LAMB): N holds the weight group's per-tensor ratios.

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,14 @@ inline TaskOptions cpu_task_options() {
   TaskOptions o;
   o.backend = BackendKind::kCpu;
   return o;
+}
+
+// gtest's name of a parameter that operator<< prints as a gtest-safe name.
+template <typename Param>
+std::string streamed_param_name(const ::testing::TestParamInfo<Param>& info) {
+  std::ostringstream os;
+  os << info.param;
+  return os.str();
 }
 
 inline std::string backend_param_name(const ::testing::TestParamInfo<BackendKind>& info) {
@@ -64,6 +75,67 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a, const s
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << a.size() << " elements differ; first at " << first
                                        << ": " << a[first] << " vs " << b[first];
+}
+
+// A new empty folder made from a mkdtemp template ("/tmp/rn-name-XXXXXX"); "" (with a test
+// failure) when it cannot be made.
+inline std::string make_temp_dir(std::string tmpl) {
+  if (::mkdtemp(&tmpl[0]) == nullptr) {
+    ADD_FAILURE() << "mkdtemp(" << tmpl << ") failed";
+    return "";
+  }
+  return tmpl;
+}
+
+// TaskOptions on `backend` with two CPU threads (a fixed, small team whatever the machine), the
+// per-tensor mask on or off.
+inline TaskOptions task_options(BackendKind backend, bool mask = false) {
+  TaskOptions o;
+  o.backend = backend;
+  o.backend_options.threads = 2;
+  o.tensor_mask = mask;
+  return o;
+}
+
+// Family f of tensor id, as the task holds it.
+inline std::vector<float> read_family(Task& task, Family f, size_t id) {
+  std::vector<float> v(static_cast<size_t>(task.param(id).numel()));
+  task.read(f, id, v.data());
+  return v;
+}
+
+// `params` spread over `groups` hyperparameter groups: tensor i in group i % groups.
+inline std::vector<ParamSpec> round_robin_groups(std::vector<ParamSpec> params, int groups) {
+  for (size_t i = 0; i < params.size(); ++i) params[i].hyper_group = static_cast<int>(i) % groups;
+  return params;
+}
+
+// The tensors of hyperparameter group h as a one-group layout (hyper_group 0) for a separate
+// task; their ids in `params` are appended to *ids.
+inline std::vector<ParamSpec> group_alone(const std::vector<ParamSpec>& params, int h, std::vector<size_t>* ids) {
+  std::vector<ParamSpec> mine;
+  for (size_t id = 0; id < params.size(); ++id) {
+    if (params[id].hyper_group != h) continue;
+    ids->push_back(id);
+    mine.push_back(params[id]);
+    mine.back().hyper_group = 0;
+  }
+  return mine;
+}
+
+// A task of hyperparameter groups against one separate task per group: W, M and V (those the
+// plan has) of tensor ids[h][k] of `grouped` hold the bits of tensor k of separate[h].
+inline void expect_groups_match_separate(Task& grouped, const std::vector<std::vector<size_t>>& ids,
+                                         const std::vector<std::unique_ptr<Task>>& separate) {
+  for (size_t h = 0; h < ids.size(); ++h) {
+    for (size_t k = 0; k < ids[h].size(); ++k) {
+      for (Family f : {Family::kW, Family::kM, Family::kV}) {
+        if (!grouped.plan().has_family(f)) continue;
+        EXPECT_TRUE(same_bits(read_family(grouped, f, ids[h][k]), read_family(*separate[h], f, k)))
+            << "group " << h << " tensor " << grouped.param(ids[h][k]).name << " family " << family_name(f);
+      }
+    }
+  }
 }
 
 // The repository root and its testdata/ folder (set by tests/CMakeLists.txt): tests read only
