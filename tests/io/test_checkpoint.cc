@@ -207,13 +207,8 @@ std::vector<ResumeParam> resume_params() {
   return out;
 }
 
-std::string resume_name(const ::testing::TestParamInfo<ResumeParam>& info) {
-  std::ostringstream os;
-  os << info.param;
-  return os.str();
-}
-
-INSTANTIATE_TEST_SUITE_P(AllKinds, CheckpointResume, ::testing::ValuesIn(resume_params()), resume_name);
+INSTANTIATE_TEST_SUITE_P(AllKinds, CheckpointResume, ::testing::ValuesIn(resume_params()),
+                         testing_util::streamed_param_name<ResumeParam>);
 
 // load() restores the host-side lr and loss scale and the configured hyperparameters too.
 TEST(CheckpointFormat, LoadRestoresHyperparametersAndHostScalars) {
@@ -273,13 +268,8 @@ std::vector<CrossParam> cross_params() {
           {BackendKind::kCuda, BackendKind::kCuda}};
 }
 
-std::string cross_name(const ::testing::TestParamInfo<CrossParam>& info) {
-  std::ostringstream os;
-  os << info.param;
-  return os.str();
-}
-
-INSTANTIATE_TEST_SUITE_P(Pairs, CheckpointAcrossBackends, ::testing::ValuesIn(cross_params()), cross_name);
+INSTANTIATE_TEST_SUITE_P(Pairs, CheckpointAcrossBackends, ::testing::ValuesIn(cross_params()),
+                         testing_util::streamed_param_name<CrossParam>);
 
 // ===================================================================================
 // 3. SIGKILL at random points during save: the final name always holds a whole checkpoint.

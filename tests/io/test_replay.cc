@@ -104,9 +104,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, ReplayCases, ::testing::ValuesIn(testing_util
 class ReplayBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rn-replay-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_util::make_temp_dir("/tmp/rn-replay-XXXXXX");
+    ASSERT_FALSE(dir_.empty());
     for (const auto& e : fs::directory_iterator(case_dir("adamw"))) {
       fs::copy_file(e.path(), dir_ + "/" + e.path().filename().string());
       fs::permissions(dir_ + "/" + e.path().filename().string(), fs::perms::owner_read | fs::perms::owner_write);
@@ -146,6 +145,11 @@ class ReplayBadInput : public ::testing::Test {
   // The load must fail with a message containing every word.
   void expect_rejected(const std::vector<std::string>& words) const {
     testing_util::expect_replay_rejected(dir_, words);
+  }
+  // case.json changed by edit(j) must fail to load with a message containing every word.
+  template <typename F>
+  void expect_edit_rejected(F&& edit, const std::vector<std::string>& words) const {
+    testing_util::expect_case_edit_rejected(dir_, case_json(), edit, words);
   }
 
   std::string dir_;
@@ -210,66 +214,43 @@ TEST_F(ReplayBadInput, EmptyCaseJson) {
 }
 
 TEST_F(ReplayBadInput, UnknownTopLevelKey) {
-  nlohmann::json j = case_json();
-  j["stepz"] = 5;
-  set_case_json(j);
-  expect_rejected({"case.json", "'stepz'"});
+  expect_edit_rejected([](nlohmann::json& j) { j["stepz"] = 5; }, {"case.json", "'stepz'"});
 }
 
 TEST_F(ReplayBadInput, UnknownOptimizerKey) {
-  nlohmann::json j = case_json();
-  j["optimizer"]["betas"] = {0.9, 0.99};
-  set_case_json(j);
-  expect_rejected({"case.json", "'betas'"});
+  expect_edit_rejected([](nlohmann::json& j) { j["optimizer"]["betas"] = {0.9, 0.99}; }, {"case.json", "'betas'"});
 }
 
 TEST_F(ReplayBadInput, UnknownOptimizerKind) {
-  nlohmann::json j = case_json();
-  j["optimizer"]["kind"] = "adamax";
-  set_case_json(j);
-  expect_rejected({"case.json", "kind", "'adamax'"});
+  expect_edit_rejected([](nlohmann::json& j) { j["optimizer"]["kind"] = "adamax"; }, {"case.json", "kind", "'adamax'"});
 }
 
 TEST_F(ReplayBadInput, UnknownRole) {
-  nlohmann::json j = case_json();
-  j["params"][2]["role"] = "conv_weird";
-  set_case_json(j);
-  expect_rejected({"case.json", "'bn1.bias'", "role", "'conv_weird'"});
+  expect_edit_rejected([](nlohmann::json& j) { j["params"][2]["role"] = "conv_weird"; },
+                       {"case.json", "'bn1.bias'", "role", "'conv_weird'"});
 }
 
 TEST_F(ReplayBadInput, NegativeLr) {
-  nlohmann::json j = case_json();
-  j["optimizer"]["lr"] = -0.1;
-  set_case_json(j);
-  expect_rejected({"case.json", "lr", "-0.1"});
+  expect_edit_rejected([](nlohmann::json& j) { j["optimizer"]["lr"] = -0.1; }, {"case.json", "lr", "-0.1"});
 }
 
 TEST_F(ReplayBadInput, BetaOneIsRejected) {
-  nlohmann::json j = case_json();
-  j["optimizer"]["beta1"] = 1.0;
-  set_case_json(j);
-  expect_rejected({"case.json", "beta1", "1"});
+  expect_edit_rejected([](nlohmann::json& j) { j["optimizer"]["beta1"] = 1.0; }, {"case.json", "beta1", "1"});
 }
 
 TEST_F(ReplayBadInput, NegativeLrInSchedule) {
-  nlohmann::json j = case_json();
-  j["lr_per_step"] = {0.001, 0.001, -1.0, 0.001, 0.001, 0.001};
-  set_case_json(j);
-  expect_rejected({"case.json", "lr_per_step[2]"});
+  expect_edit_rejected([](nlohmann::json& j) { j["lr_per_step"] = {0.001, 0.001, -1.0, 0.001, 0.001, 0.001}; },
+                       {"case.json", "lr_per_step[2]"});
 }
 
 TEST_F(ReplayBadInput, LrPerStepWrongLength) {
-  nlohmann::json j = case_json();
-  j["lr_per_step"] = {0.1};
-  set_case_json(j);
-  expect_rejected({"case.json", "lr_per_step", "1 entries", "steps is 6"});
+  expect_edit_rejected([](nlohmann::json& j) { j["lr_per_step"] = {0.1}; },
+                       {"case.json", "lr_per_step", "1 entries", "steps is 6"});
 }
 
 TEST_F(ReplayBadInput, LossScalePerStepWrongLength) {
-  nlohmann::json j = case_json();
-  j["loss_scale_per_step"] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
-  set_case_json(j);
-  expect_rejected({"case.json", "loss_scale_per_step", "7 entries"});
+  expect_edit_rejected([](nlohmann::json& j) { j["loss_scale_per_step"] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}; },
+                       {"case.json", "loss_scale_per_step", "7 entries"});
 }
 
 TEST_F(ReplayBadInput, NonPositiveLossScale) {
@@ -282,19 +263,18 @@ TEST_F(ReplayBadInput, NonPositiveLossScale) {
 }
 
 TEST_F(ReplayBadInput, MoreStepsThanGradients) {
-  nlohmann::json j = case_json();
-  j["steps"] = 7;
-  j.erase("lr_per_step");
-  j.erase("loss_scale_per_step");
-  set_case_json(j);
-  expect_rejected({"grads.safetensors", "missing", "step6/"});
+  expect_edit_rejected(
+      [](nlohmann::json& j) {
+        j["steps"] = 7;
+        j.erase("lr_per_step");
+        j.erase("loss_scale_per_step");
+      },
+      {"grads.safetensors", "missing", "step6/"});
 }
 
 TEST_F(ReplayBadInput, WrongFormatTag) {
-  nlohmann::json j = case_json();
-  j["format"] = "renaissance-replay/9";
-  set_case_json(j);
-  expect_rejected({"case.json", "format", "renaissance-replay/9"});
+  expect_edit_rejected([](nlohmann::json& j) { j["format"] = "renaissance-replay/9"; },
+                       {"case.json", "format", "renaissance-replay/9"});
 }
 
 TEST_F(ReplayBadInput, MissingCaseDirectory) {

@@ -45,10 +45,7 @@ std::string combined_by_definition(const std::vector<std::string>& fps) {
   return text;
 }
 
-struct GroupDef {
-  OptimizerConfig config;
-  std::vector<ParamSpec> params;
-};
+using GroupDef = testing_util::CaseGroup;
 
 // Two groups of different kinds (adamw: M, V and bias corrections; sgd_nesterov: M only).
 std::vector<GroupDef> two_groups() {
@@ -147,9 +144,8 @@ std::string write_two_group_case(const std::string& dir) {
 class ReplayGroups : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rn-replay2-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_util::make_temp_dir("/tmp/rn-replay2-XXXXXX");
+    ASSERT_FALSE(dir_.empty());
     expected_ = write_two_group_case(dir_);
     std::ifstream in(dir_ + "/case.json");
     original_ = nlohmann::json::parse(in);
@@ -173,6 +169,11 @@ class ReplayGroups : public ::testing::Test {
   }
   void expect_rejected(const std::vector<std::string>& words) const {
     testing_util::expect_replay_rejected(dir_, words);
+  }
+  // case.json changed by edit(j) must fail to load with a message containing every word.
+  template <typename F>
+  void expect_edit_rejected(F&& edit, const std::vector<std::string>& words) const {
+    testing_util::expect_case_edit_rejected(dir_, case_json(), edit, words);
   }
   std::string dir_, expected_;
   nlohmann::json original_;
@@ -327,24 +328,18 @@ TEST_F(ReplayGroups, ATamperedGradientChangesTheFingerprint) {
 // ---- every new validation error names the file and the key ----
 
 TEST_F(ReplayGroups, Format1RejectsFormat2Keys) {
-  nlohmann::json j = case_json();
-  j["format"] = "renaissance-replay/1";
-  set_case_json(j);
-  expect_rejected({"case.json", "'expected_fingerprint'", "renaissance-replay/2"});
+  expect_edit_rejected([](nlohmann::json& j) { j["format"] = "renaissance-replay/1"; },
+                       {"case.json", "'expected_fingerprint'", "renaissance-replay/2"});
 }
 
 TEST_F(ReplayGroups, Format2RejectsTopLevelOptimizer) {
-  nlohmann::json j = case_json();
-  j["optimizer"] = {{"kind", "adamw"}};
-  set_case_json(j);
-  expect_rejected({"case.json", "'optimizer'", "groups"});
+  expect_edit_rejected([](nlohmann::json& j) { j["optimizer"] = {{"kind", "adamw"}}; },
+                       {"case.json", "'optimizer'", "groups"});
 }
 
 TEST_F(ReplayGroups, UnknownFormat) {
-  nlohmann::json j = case_json();
-  j["format"] = "renaissance-replay/3";
-  set_case_json(j);
-  expect_rejected({"case.json", "format", "renaissance-replay/3"});
+  expect_edit_rejected([](nlohmann::json& j) { j["format"] = "renaissance-replay/3"; },
+                       {"case.json", "format", "renaissance-replay/3"});
 }
 
 TEST_F(ReplayGroups, GroupsMissingEmptyOrNotObjects) {
@@ -394,10 +389,8 @@ TEST_F(ReplayGroups, GroupScheduleWrongLengthOrValue) {
 }
 
 TEST_F(ReplayGroups, NameInTwoGroups) {
-  nlohmann::json j = case_json();
-  j["groups"][1]["params"][1]["name"] = "g0.b";
-  set_case_json(j);
-  expect_rejected({"case.json", "groups[1]", "'g0.b'", "groups[0]", "unique"});
+  expect_edit_rejected([](nlohmann::json& j) { j["groups"][1]["params"][1]["name"] = "g0.b"; },
+                       {"case.json", "groups[1]", "'g0.b'", "groups[0]", "unique"});
 }
 
 TEST_F(ReplayGroups, BadInitialStep) {

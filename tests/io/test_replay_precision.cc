@@ -22,6 +22,7 @@
 #include "renaissance/safetensors.h"
 #include "renaissance/task.h"
 #include "support/replay_test_util.h"
+#include "support/test_util.h"
 
 namespace renaissance {
 namespace {
@@ -111,9 +112,8 @@ Expected direct_run(const PrecisionOptions& prec, const OptimizerConfig& config)
 class ReplayPrecision : public ::testing::TestWithParam<PrecisionOptions> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rn_replay_precision_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_util::make_temp_dir("/tmp/rn_replay_precision_XXXXXX");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { fs::remove_all(dir_); }
 

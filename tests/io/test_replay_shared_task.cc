@@ -17,6 +17,7 @@
 #include "renaissance/replay.h"
 #include "renaissance/safetensors.h"
 #include "renaissance/task.h"
+#include "support/replay_test_util.h"
 #include "support/test_util.h"
 
 namespace renaissance {
@@ -26,10 +27,7 @@ namespace fs = std::filesystem;
 
 std::vector<float> values(uint32_t seed, int64_t n, float a) { return testing_util::lcg_values(seed, n, a, 977u); }
 
-struct Group {
-  OptimizerConfig config;
-  std::vector<ParamSpec> params;
-};
+using Group = testing_util::CaseGroup;
 
 // Two AdamW groups that clip at 0.5 (gradients of amplitude 3: the norm is far above it, so every
 // step clips) and an SGD-Nesterov group without clipping: two structures.

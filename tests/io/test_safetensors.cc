@@ -27,9 +27,8 @@ namespace {
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/rn-st-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_util::make_temp_dir("/tmp/rn-st-XXXXXX");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
 
@@ -56,6 +55,13 @@ class SafetensorsTest : public ::testing::Test {
       EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
       for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
     }
+  }
+
+  // A file of `header` and `data_bytes` zero bytes must be refused on opening (kFormat), with a
+  // message naming every word.
+  void expect_open_refused(const std::string& header, size_t data_bytes, const std::vector<std::string>& words) const {
+    write_raw(path("a.safetensors"), file_bytes(header, data_bytes));
+    expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, words);
   }
 
   std::string dir_;
@@ -165,18 +171,15 @@ TEST_F(SafetensorsTest, HugeHeaderLengthIsRejectedBeforeAllocating) {
 }
 
 TEST_F(SafetensorsTest, InvalidJsonHeader) {
-  write_raw(path("a.safetensors"), file_bytes("{not json", 0));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"a.safetensors", "JSON"});
+  expect_open_refused("{not json", 0, {"a.safetensors", "JSON"});
 }
 
 TEST_F(SafetensorsTest, HeaderNotAnObject) {
-  write_raw(path("a.safetensors"), file_bytes("[1, 2]", 0));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"a.safetensors", "object"});
+  expect_open_refused("[1, 2]", 0, {"a.safetensors", "object"});
 }
 
 TEST_F(SafetensorsTest, UnknownDtype) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})", 4));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "Q7"});
+  expect_open_refused(R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})", 4, {"'w'", "Q7"});
 }
 
 TEST_F(SafetensorsTest, KnownButUnconvertedDtypeFailsOnRead) {
@@ -186,18 +189,15 @@ TEST_F(SafetensorsTest, KnownButUnconvertedDtypeFailsOnRead) {
 }
 
 TEST_F(SafetensorsTest, ShapeDoesNotMatchByteRange) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", 16));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "24 bytes"});
+  expect_open_refused(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", 16, {"'w'", "24 bytes"});
 }
 
 TEST_F(SafetensorsTest, OffsetsPastEndOfData) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "past the end"});
+  expect_open_refused(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, {"'w'", "past the end"});
 }
 
 TEST_F(SafetensorsTest, OffsetsReversed) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "begin > end"});
+  expect_open_refused(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8, {"'w'", "begin > end"});
 }
 
 TEST_F(SafetensorsTest, OverlappingTensors) {
@@ -213,15 +213,13 @@ TEST_F(SafetensorsTest, ShapeOverflow) {
 }
 
 TEST_F(SafetensorsTest, NegativeOrFractionalNumbers) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "shape"});
+  expect_open_refused(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, {"'w'", "shape"});
   write_raw(path("b.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0.0,4]}})", 4));
   expect_error([&] { SafetensorsReader r(path("b.safetensors")); }, ErrorKind::kFormat, {"'w'", "data_offsets"});
 }
 
 TEST_F(SafetensorsTest, MissingAndUnknownKeys) {
-  write_raw(path("a.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[1]}})", 4));
-  expect_error([&] { SafetensorsReader r(path("a.safetensors")); }, ErrorKind::kFormat, {"'w'", "data_offsets"});
+  expect_open_refused(R"({"w":{"dtype":"F32","shape":[1]}})", 4, {"'w'", "data_offsets"});
   write_raw(path("b.safetensors"), file_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4));
   expect_error([&] { SafetensorsReader r(path("b.safetensors")); }, ErrorKind::kFormat, {"'w'", "'x'"});
 }
