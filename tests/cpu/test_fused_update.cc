@@ -25,6 +25,7 @@
 #include "renaissance/math/update_rules.h"
 #include "renaissance/model_copy_key.h"
 #include "renaissance/scalars.h"
+#include "support/simd_targets.h"
 
 namespace renaissance {
 namespace {
@@ -356,10 +357,6 @@ int differences(const FusedSetup& s, const std::vector<char>& want, const std::v
   return bad;
 }
 
-struct ResetSupportedTargets {
-  ~ResetSupportedTargets() { hwy::SetSupportedTargetsForTest(0); }
-};
-
 std::vector<Case> cases() {
   std::vector<Case> out;
   const std::pair<RangeOp, bool> kinds[] = {
@@ -410,8 +407,7 @@ TEST(FusedUpdate, EveryTargetEqualsTheUnfusedPathAndTheScalarDefinition) {
   std::string exercised;
   for (int64_t target : targets) {
     SCOPED_TRACE(hwy::TargetName(target));
-    ResetSupportedTargets reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     ASSERT_EQ(std::string(cpu::current_simd_target()), hwy::TargetName(target));  // dispatch runs this target
     int failures = 0, nan_unfused = 0, nan_scalar = 0, nan_unfused_scalar = 0, nan_stream = 0;
     for (const Case& k : all) {

@@ -17,6 +17,7 @@
 
 #include "backend_cpu/model_copy.h"
 #include "renaissance/math/precision.h"
+#include "support/simd_targets.h"
 
 namespace renaissance {
 namespace {
@@ -75,10 +76,6 @@ uint16_t reference(Precision p, Rounding r, float x, uint64_t seed, uint64_t t, 
   return p == Precision::kBf16 ? math::f32_to_bf16_sr(x, word) : math::f32_to_f16_sr(x, word);
 }
 
-struct ResetSupportedTargets {
-  ~ResetSupportedTargets() { hwy::SetSupportedTargetsForTest(0); }
-};
-
 // Returns how many elements differ (each difference is reported, the first few in detail).
 int compare(Precision p, Rounding r, const std::vector<float>& x, uint64_t offset, uint64_t n, uint64_t first,
             uint64_t seed, uint64_t t, uint32_t param) {
@@ -117,8 +114,7 @@ TEST(ModelCopySimd, EveryTargetEqualsTheScalarDefinition) {
                       {(0xffffffffull - 5) * 8 + 1, 5, 3, 2}};
   for (int64_t target : targets) {
     SCOPED_TRACE(hwy::TargetName(target));
-    ResetSupportedTargets reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     // Proof that dispatch now runs this target's code.
     ASSERT_EQ(std::string(cpu::model_copy_target()), hwy::TargetName(target));
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {

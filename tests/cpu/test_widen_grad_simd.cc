@@ -19,13 +19,10 @@
 
 #include "backend_cpu/grad_dtype.h"
 #include "renaissance/math/precision.h"
+#include "support/simd_targets.h"
 
 namespace renaissance {
 namespace {
-
-struct ResetSupportedTargets {
-  ~ResetSupportedTargets() { hwy::SetSupportedTargetsForTest(0); }
-};
 
 // How many of src[offset, offset + n) widen to other bits than the scalar definition's.
 int compare(Precision p, const std::vector<uint16_t>& src, uint64_t offset, uint64_t n) {
@@ -51,8 +48,7 @@ TEST(WidenGradSimd, EveryTargetEqualsTheScalarDefinitionOnEveryEncoding) {
   std::ostringstream exercised;
   for (int64_t target : targets) {
     SCOPED_TRACE(hwy::TargetName(target));
-    ResetSupportedTargets reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     // Proof that dispatch now runs this target's code.
     ASSERT_EQ(std::string(cpu::widen_grad_target()), hwy::TargetName(target));
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {
@@ -76,8 +72,7 @@ TEST(WidenGradSimd, NonFiniteScanFindsEveryNonFiniteEncodingAtEveryPlace) {
   const uint64_t places[] = {0, 1, 31, 32, 40, 63, 64, 80, 96, 120, 127, 128, 150, 159, 160, kN - 1};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
-    ResetSupportedTargets reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {
       std::vector<uint16_t> g(kN, 0);
       int bad = 0;
@@ -111,8 +106,7 @@ TEST(WidenGradSimd, NonFiniteScansFindOneBadElementAtEveryPlaceOfEveryLength) {
                               -std::numeric_limits<float>::infinity(), math::f32_from_bits(0x7f800001u)};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
-    ResetSupportedTargets reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     for (uint64_t n : {1u, 7u, 31u, 64u, 167u, 259u, 1031u}) {
       SCOPED_TRACE("length " + std::to_string(n));
       const float largest_float = std::numeric_limits<float>::max();

@@ -16,6 +16,7 @@
 
 #include "renaissance/task.h"
 #include "support/optimizer_cases.h"
+#include "support/simd_targets.h"
 #include "support/test_util.h"
 
 namespace renaissance {
@@ -56,12 +57,6 @@ TaskState run(const KindCase& kc, BackendKind backend, int threads, std::string*
 
 class DeterminismTest : public ::testing::TestWithParam<KindCase> {};
 
-// Undoes hwy::SetSupportedTargetsForTest even when a test bails out early, so no later test
-// runs with a mocked target set.
-struct ResetSupportedTargets {
-  ~ResetSupportedTargets() { hwy::SetSupportedTargetsForTest(0); }
-};
-
 TEST_P(DeterminismTest, ThreadCountsAreBitIdentical) {
   const TaskState one = run(GetParam(), BackendKind::kCpu, 1);
   ASSERT_EQ(one.step_count, 4);
@@ -82,8 +77,7 @@ TEST_P(DeterminismTest, HighwayTargetsAreBitIdentical) {
     std::string described;
     TaskState got;
     {
-      ResetSupportedTargets reset;
-      hwy::SetSupportedTargetsForTest(target);
+      const testing_util::OnlySimdTarget only(target);
       got = run(GetParam(), BackendKind::kCpu, 2, &described);
     }
     // The backend reports the target its dispatcher picked: proof that the mock took effect.

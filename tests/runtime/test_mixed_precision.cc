@@ -22,6 +22,7 @@
 #include "support/optimizer_cases.h"
 #include "support/precision_cells.h"
 #include "support/precision_oracle.h"
+#include "support/simd_targets.h"
 #include "support/test_util.h"
 
 namespace renaissance {
@@ -228,12 +229,8 @@ TEST_P(MixedPrecisionCpu, HighwayTargetsGiveTheSameFingerprint) {
     return task->fingerprint();
   };
   const std::string reference = print();
-  struct Reset {
-    ~Reset() { hwy::SetSupportedTargetsForTest(0); }
-  };
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    Reset reset;
-    hwy::SetSupportedTargetsForTest(target);
+    const testing_util::OnlySimdTarget only(target);
     EXPECT_EQ(print(), reference) << hwy::TargetName(target);
   }
 }
