@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "renaissance/layout.h"
+#include "check_log.h"
 #include "renaissance/mpi_communicator.h"
 #ifdef RN_WITH_NCCL
 #include "renaissance/nccl_communicator.h"
@@ -185,11 +186,7 @@ int main(int argc, char** argv) {
   const int K = comm->size();
   const bool lead = comm->rank() == 0;
   const Layout layout = load_layout_file(argv[1]);
-  int32_t failures = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    if (!ok) ++failures;
-    if (lead) std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  };
+  CheckLog check{lead};
   std::vector<Case> cases;
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars,
                              OptimizerKind::kSgdMomentum}) {
@@ -225,7 +222,5 @@ int main(int argc, char** argv) {
     const Result unmasked = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame, 1, false);
     check(unmasked.fingerprint != plain.fingerprint, tag + " the mask matters: unmasked " + unmasked.fingerprint);
   }
-  comm->all_reduce_max_i32(&failures, 1);
-  if (lead) std::printf("%s\n", failures ? "SHARDED MASK RUNS FAILED" : "all sharded mask runs match");
-  return failures ? 1 : 0;
+  return check.verdict(*comm, "all sharded mask runs match", "SHARDED MASK RUNS FAILED");
 }

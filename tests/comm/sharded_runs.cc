@@ -22,6 +22,7 @@
 #include "audit/synthetic.h"
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
+#include "check_log.h"
 #include "renaissance/mpi_communicator.h"
 
 using namespace renaissance;
@@ -64,6 +65,32 @@ bool ranks_agree(Communicator& comm, const std::string& fp) {
   return true;
 }
 
+// The sharded run in `mode`, its gradients reduced in one round: every rank must hold the same
+// state after 3 applied steps (the NaN one skipped). Returns the fingerprint.
+std::string run_in_one_round(CheckLog& check, Communicator& comm, audit::SyntheticRun& run, GradReduce mode,
+                             const std::string& tag) {
+  run.grad_reduce = mode;
+  run.reduce_chunk = 0;
+  const audit::SyntheticResult r = audit::run_synthetic(run);
+  check(ranks_agree(comm, r.fingerprint), tag + " " + grad_reduce_name(mode) + ": every rank holds the same state");
+  check(r.steps_applied == 3, tag + " " + grad_reduce_name(mode) + ": 3 steps applied, the NaN one skipped");
+  return r.fingerprint;
+}
+
+// The lead rank's references for a configuration with clipping: the replicated fingerprint is the
+// plain run's, the ordered one that of the one-process simulation of K ranks. Returns the plain
+// run's fingerprint.
+std::string check_one_process_runs(CheckLog& check, const Layout& layout, OptimizerKind kind, const PrecisionOptions& precision,
+                            int K, const std::string& tag, const std::string& replicated, const std::string& ordered) {
+  const audit::SyntheticResult plain = audit::run_synthetic(base_run(layout, kind, true, precision));
+  check(replicated == plain.fingerprint, tag + " replicated " + replicated + " == plain run " + plain.fingerprint);
+  audit::SyntheticRun sim = base_run(layout, kind, true, precision);
+  sim.simulate_ranks = K;
+  const std::string simulated = audit::run_synthetic(sim).fingerprint;
+  check(ordered == simulated, tag + " ordered " + ordered + " == --simulate-ranks " + simulated);
+  return plain.fingerprint;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,27 +102,16 @@ int main(int argc, char** argv) {
   const int K = comm->size();
   const bool lead = comm->rank() == 0;
   const Layout layout = load_layout_file(argv[1]);
-  int32_t failures = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    if (!ok) ++failures;
-    if (lead) std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  };
+  CheckLog check{lead};
   for (const KindInfo& info : kKindTable) {
     for (bool clip : {false, true}) {
       const std::string tag = std::string(info.name) + (clip ? " clip" : "") + " K=" + std::to_string(K);
       audit::SyntheticRun run = base_run(layout, info.kind, clip);
       run.comm = comm.get();
       std::string fp[3], chunked[3];
-      int64_t applied[3] = {0, 0, 0};
       const GradReduce modes[3] = {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast};
       for (int m = 0; m < 3; ++m) {
-        run.grad_reduce = modes[m];
-        run.reduce_chunk = 0;
-        const audit::SyntheticResult r = audit::run_synthetic(run);
-        fp[m] = r.fingerprint;
-        applied[m] = r.steps_applied;
-        check(ranks_agree(*comm, fp[m]), tag + " " + grad_reduce_name(modes[m]) + ": every rank holds the same state");
-        check(applied[m] == 3, tag + " " + grad_reduce_name(modes[m]) + ": 3 steps applied, the NaN one skipped");
+        fp[m] = run_in_one_round(check, *comm, run, modes[m], tag);
         if (modes[m] == GradReduce::kReplicated || !clip) continue;
         // The reduction in many uneven rounds (kSmallChunk is no divisor of any tile or slice;
         // the layout's family is ~107K elements), with clipping only: that is where the norm
@@ -137,12 +153,7 @@ int main(int argc, char** argv) {
           check(ranks_agree(*comm, fp[m]), tag + " " + grad_reduce_name(modes[m]) + ": every rank holds the same W, M, V and copy");
         }
         if (!lead) continue;
-        const audit::SyntheticResult plain = audit::run_synthetic(base_run(layout, info.kind, true, precision));
-        check(fp[0] == plain.fingerprint, tag + " replicated " + fp[0] + " == plain run " + plain.fingerprint);
-        audit::SyntheticRun sim = base_run(layout, info.kind, true, precision);
-        sim.simulate_ranks = K;
-        const std::string simulated = audit::run_synthetic(sim).fingerprint;
-        check(fp[1] == simulated, tag + " ordered " + fp[1] + " == --simulate-ranks " + simulated);
+        check_one_process_runs(check, layout, info.kind, precision, K, tag, fp[0], fp[1]);
       }
     }
   }
@@ -160,12 +171,7 @@ int main(int argc, char** argv) {
       std::string fp[3], chunked[3];
       const GradReduce modes[3] = {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast};
       for (int m = 0; m < 3; ++m) {
-        run.grad_reduce = modes[m];
-        run.reduce_chunk = 0;
-        const audit::SyntheticResult r = audit::run_synthetic(run);
-        fp[m] = r.fingerprint;
-        check(ranks_agree(*comm, fp[m]), tag + " " + grad_reduce_name(modes[m]) + ": every rank holds the same state");
-        check(r.steps_applied == 3, tag + " " + grad_reduce_name(modes[m]) + ": 3 steps applied, the NaN one skipped");
+        fp[m] = run_in_one_round(check, *comm, run, modes[m], tag);
         if (modes[m] == GradReduce::kReplicated) continue;
         run.reduce_chunk = kSmallChunk;
         chunked[m] = audit::run_synthetic(run).fingerprint;
@@ -177,21 +183,14 @@ int main(int argc, char** argv) {
         check(chunked[2] == fp[1], tag + " fast in rounds " + chunked[2] + " == ordered " + fp[1]);
       }
       if (!lead) continue;
-      const audit::SyntheticResult plain = audit::run_synthetic(base_run(layout, info.kind, true, precision));
-      check(fp[0] == plain.fingerprint, tag + " replicated " + fp[0] + " == plain run " + plain.fingerprint);
-      audit::SyntheticRun sim = base_run(layout, info.kind, true, precision);
-      sim.simulate_ranks = K;
-      const std::string simulated = audit::run_synthetic(sim).fingerprint;
-      check(fp[1] == simulated, tag + " ordered " + fp[1] + " == --simulate-ranks " + simulated);
+      const std::string plain = check_one_process_runs(check, layout, info.kind, precision, K, tag, fp[0], fp[1]);
       // The gradients really are in the model dtype: the fp32-gradient run of the same
       // configuration ends elsewhere (else this block would repeat the one above).
       PrecisionOptions fp32_grads = precision;
       fp32_grads.model_dtype_gradients = false;
       const std::string wide = audit::run_synthetic(base_run(layout, info.kind, true, fp32_grads)).fingerprint;
-      check(wide != plain.fingerprint, tag + " differs from fp32 gradients " + wide);
+      check(wide != plain, tag + " differs from fp32 gradients " + wide);
     }
   }
-  comm->all_reduce_max_i32(&failures, 1);
-  if (lead) std::printf("%s\n", failures ? "SHARDED RUNS FAILED" : "all sharded runs match");
-  return failures ? 1 : 0;
+  return check.verdict(*comm, "all sharded runs match", "SHARDED RUNS FAILED");
 }
