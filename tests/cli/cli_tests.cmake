@@ -36,26 +36,13 @@ add_test(NAME cli_run_fingerprints
          COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} "-DKINDS=${RN_KIND_NAMES}"
                  -DWORK=${CMAKE_CURRENT_BINARY_DIR}/fingerprints -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
 set_tests_properties(cli_run_fingerprints PROPERTIES LABELS cli TIMEOUT 120)
-add_test(NAME cli_run_checkpoint_resume
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_resume
-                 -P ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume.cmake)
-set_tests_properties(cli_run_checkpoint_resume PROPERTIES LABELS cli TIMEOUT 120)
-add_test(NAME cli_run_checkpoint_resume_precision
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_resume_precision
-                 -P ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume_precision.cmake)
-set_tests_properties(cli_run_checkpoint_resume_precision PROPERTIES LABELS cli TIMEOUT 120)
-add_test(NAME cli_run_maximize
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/maximize
-                 -P ${CMAKE_CURRENT_LIST_DIR}/maximize.cmake)
-set_tests_properties(cli_run_maximize PROPERTIES LABELS cli TIMEOUT 120)
-add_test(NAME cli_run_dampening
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/dampening
-                 -P ${CMAKE_CURRENT_LIST_DIR}/dampening.cmake)
-set_tests_properties(cli_run_dampening PROPERTIES LABELS cli TIMEOUT 120)
-add_test(NAME cli_run_grad_dtype
-         COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/grad_dtype
-                 -P ${CMAKE_CURRENT_LIST_DIR}/grad_dtype.cmake)
-set_tests_properties(cli_run_grad_dtype PROPERTIES LABELS cli TIMEOUT 120)
+# Script tests on the tiny layout: tests/cli/NAME.cmake is the entry cli_run_NAME, in a folder of its own.
+foreach(script checkpoint_resume checkpoint_resume_precision maximize dampening grad_dtype)
+  add_test(NAME cli_run_${script}
+           COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/${script}
+                   -P ${CMAKE_CURRENT_LIST_DIR}/${script}.cmake)
+  set_tests_properties(cli_run_${script} PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()
 
 # audit: every kind, every available backend, all agree.
 rn_cli_test(cli_audit 0 "-DMATCH=all backends agree" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} audit --steps 4)

@@ -1,6 +1,7 @@
 # ctest helper (cmake -P): runs a command and checks its exit code, its output and that a file
 # was not created. Usage:
 #   cmake -DRC=<code> [-DMATCH=<regex>] [-DONE_LINE_ERROR=1] [-DNO_FILE=<path>] -P expect.cmake -- CMD ARGS...
+include(${CMAKE_CURRENT_LIST_DIR}/cli_checks.cmake)
 set(cmd "")
 set(seen_separator OFF)
 math(EXPR last "${CMAKE_ARGC} - 1")
@@ -23,11 +24,7 @@ if(DEFINED MATCH AND NOT "${out}${err}" MATCHES "${MATCH}")
   message(FATAL_ERROR "output does not match '${MATCH}'")
 endif()
 if(ONE_LINE_ERROR)
-  string(REGEX MATCHALL "\n" newlines "${err}")
-  list(LENGTH newlines n)
-  if(NOT n EQUAL 1 OR NOT err MATCHES "^renaissance: error: ")
-    message(FATAL_ERROR "expected exactly one 'renaissance: error:' line on stderr, got: ${err}")
-  endif()
+  expect_one_error_line("${err}" "")
 endif()
 if(DEFINED NO_FILE AND EXISTS "${NO_FILE}")
   message(FATAL_ERROR "${NO_FILE} was written although the command failed")

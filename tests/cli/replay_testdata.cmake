@@ -7,6 +7,17 @@
 #     copies sgd_momentum_decoupled and puts sgd_momentum_l2's expected file in it (same tensors,
 #     weight decay applied the other way): the replay must fail with exit 1, so the comparison
 #     really tells a wrong reference from a right one.
+# `renaissance replay DIR --backend cpu` must exit `want` with stdout matching `says`; `what`
+# starts the failure message.
+function(expect_replay dir want says what)
+  execute_process(COMMAND "${CLI}" replay "${dir}" --backend cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL want OR NOT out MATCHES "${says}")
+    message(FATAL_ERROR "${what}: expected exit ${want} and ${says}, got exit ${rc}")
+  endif()
+endfunction()
+
 if(MODE STREQUAL "all")
   file(GLOB entries LIST_DIRECTORIES true "${CASES}/*")
   set(count 0)
@@ -15,12 +26,7 @@ if(MODE STREQUAL "all")
     if(NOT IS_DIRECTORY "${dir}")
       continue()
     endif()
-    execute_process(COMMAND "${CLI}" replay "${dir}" --backend cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                    ERROR_VARIABLE err)
-    message("${out}${err}")
-    if(NOT rc EQUAL 0 OR NOT out MATCHES "PASS")
-      message(FATAL_ERROR "${dir}: expected exit 0 and PASS, got exit ${rc}")
-    endif()
+    expect_replay("${dir}" 0 "PASS" "${dir}")
     file(READ "${dir}/case.json" text)
     string(JSON kind GET "${text}" optimizer kind)
     list(APPEND kinds ${kind})
@@ -44,12 +50,7 @@ elseif(MODE STREQUAL "perturbed")
     file(COPY "${CASES}/sgd_momentum_decoupled/${f}" DESTINATION "${WORK}")
   endforeach()
   file(COPY "${CASES}/sgd_momentum_l2/expected.safetensors" DESTINATION "${WORK}")
-  execute_process(COMMAND "${CLI}" replay "${WORK}" --backend cpu RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                  ERROR_VARIABLE err)
-  message("${out}${err}")
-  if(NOT rc EQUAL 1 OR NOT out MATCHES "ABOVE TOLERANCE")
-    message(FATAL_ERROR "a case with the wrong expected file: expected exit 1 and ABOVE TOLERANCE, got exit ${rc}")
-  endif()
+  expect_replay("${WORK}" 1 "ABOVE TOLERANCE" "a case with the wrong expected file")
 else()
   message(FATAL_ERROR "MODE must be all or perturbed")
 endif()

@@ -12,6 +12,18 @@ function(run_fp out_var)
   set(${out_var} "${fp}" PARENT_SCOPE)
 endfunction()
 
+# expect_option_changes_run(WHAT PLAIN ONE TWO): the fingerprints ONE and TWO of a run with the
+# option WHAT names, on 1 and 2 threads, must agree (no thread count changes a bit) and differ
+# from PLAIN, the same run without the option (else the option did nothing).
+function(expect_option_changes_run what plain one two)
+  if(NOT one STREQUAL two)
+    message(FATAL_ERROR "${what}: the fingerprint depends on the thread count (${one} vs ${two})")
+  endif()
+  if(one STREQUAL plain)
+    message(FATAL_ERROR "${what} did not change the fingerprint (${one})")
+  endif()
+endfunction()
+
 # precision_cell(CELL KIND_VAR PRECISION_VAR FLAGS_VAR): a cell "kind:bf16|fp16:nearest|stochastic"
 # as the optimizer kind and the `run` flags of its precision and rounding.
 function(precision_cell cell kind_var precision_var flags_var)
