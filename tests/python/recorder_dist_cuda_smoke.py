@@ -12,15 +12,13 @@ Last line: "recorder_dist cuda smoke: PASS (N cases)" or "... FAIL ..." (exit st
 """
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
 
 import renaissance
 import renaissance.torch as rt
-
-SHAPES = [(256, 128), (128,), (64, 32, 3, 3), (300,)]
+from cuda_smoke_util import cuda_params, one_rank_world_main
 CASES = [
     ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
     ("lamb_clip", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
@@ -32,8 +30,7 @@ STEPS = 3
 def run(cls, kw, dtype, case_dir=None, **dist_kw):
     """Two steps, then STEPS recorded ones (when case_dir is given); parameter 1 has no gradient
     at the second recorded step. Returns the final fingerprint."""
-    g = torch.Generator().manual_seed(1)
-    ps = [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype).cuda()) for s in SHAPES]
+    ps = cuda_params(dtype)
     opt = cls(ps, **kw, **dist_kw)
     rec = None
     for step in range(2 + STEPS):
@@ -51,34 +48,25 @@ def run(cls, kw, dtype, case_dir=None, **dist_kw):
     return fp
 
 
+def check(case, work):
+    name, cls, kw, dtype = case
+    want = run(cls, kw, dtype)
+
+    def in_mode(mode):
+        case_dir = os.path.join(work, "%s_%s" % (name, mode))
+        try:
+            got = run(cls, kw, dtype, case_dir, process_group=dist.group.WORLD, grad_reduce=mode)
+            r = renaissance.replay(case_dir, backend="cpu", tolerance=0.0)
+            ok = got == want and r["fingerprint"] == want and r["passed"] in (None, True)
+            return ok, "plain %s recorded %s cpu replay %s" % (want, got, r["fingerprint"])
+        except Exception as e:  # reported as a failure of this case
+            return False, "%s: %s" % (type(e).__name__, e)
+
+    return in_mode
+
+
 def main():
-    if not torch.cuda.is_available():
-        print("recorder_dist cuda smoke: no GPU")
-        return 1
-    torch.cuda.set_device(0)
-    work = tempfile.mkdtemp()
-    dist.init_process_group("nccl", init_method="file://" + os.path.join(work, "init"), rank=0, world_size=1)
-    failures = []
-    for name, cls, kw, dtype in CASES:
-        want = run(cls, kw, dtype)
-        for mode in ("replicated", "ordered"):
-            case = os.path.join(work, "%s_%s" % (name, mode))
-            try:
-                got = run(cls, kw, dtype, case, process_group=dist.group.WORLD, grad_reduce=mode)
-                r = renaissance.replay(case, backend="cpu", tolerance=0.0)
-                ok = got == want and r["fingerprint"] == want and r["passed"] in (None, True)
-                detail = "plain %s recorded %s cpu replay %s" % (want, got, r["fingerprint"])
-            except Exception as e:  # reported as a failure of this case
-                ok, detail = False, "%s: %s" % (type(e).__name__, e)
-            print("%-11s %-10s %s %s" % (name, mode, detail, "ok" if ok else "DIFFERS"))
-            if not ok:
-                failures.append("%s/%s" % (name, mode))
-    dist.destroy_process_group()
-    if failures:
-        print("recorder_dist cuda smoke: FAIL (%s)" % ", ".join(failures))
-        return 1
-    print("recorder_dist cuda smoke: PASS (%d cases)" % (2 * len(CASES)))
-    return 0
+    return one_rank_world_main("recorder_dist cuda smoke", CASES, check)
 
 
 if __name__ == "__main__":

@@ -13,30 +13,12 @@ import torch  # noqa: E402  (CI installs it: scripts/test_python.sh)
 import renaissance  # noqa: E402
 import renaissance.torch as rt  # noqa: E402
 
-SHAPES = [(6, 5), (6,), (3, 2, 2, 2), (3,)]
-
-
-def params(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in SHAPES]
-
-
-def grads(step, seed=10):
-    g = torch.Generator().manual_seed(seed + step)
-    return [torch.randn(*s, generator=g) for s in SHAPES]
+from torch_test_util import SHAPES, bits, grads, params, same_bits  # noqa: E402
 
 
 def feed(ps, step, scale=1.0):
     for p, g in zip(ps, grads(step)):
         p.grad.copy_(g * scale)
-
-
-def bits(t):
-    return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()
-
-
-def same_bits(a, b):
-    return np.array_equal(bits(a), bits(b))
 
 
 def test_import_renaissance_does_not_import_torch():

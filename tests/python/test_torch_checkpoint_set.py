@@ -31,6 +31,17 @@ def _train(params, opt, steps, seed=1):
         opt.step()
 
 
+def _other_set_saved_then_setup(tmp_path, steps):
+    """Saves a set of another optimizer (another shape) as tmp_path/other, then returns a fresh
+    _setup() trained `steps` steps."""
+    params, opt = _setup(big=50000)
+    _train(params, opt, 1)
+    opt.save(str(tmp_path / "other"))
+    params, opt = _setup()
+    _train(params, opt, steps)
+    return params, opt
+
+
 class _FileSizeLimit:
     """Writes past `limit` bytes fail with EFBIG (SIGXFSZ ignored) while inside."""
 
@@ -104,11 +115,7 @@ def test_an_incomplete_set_is_refused_and_nothing_changes(tmp_path):
 
 
 def test_a_set_of_another_optimizer_is_refused_and_nothing_changes(tmp_path):
-    params, opt = _setup(big=50000)
-    _train(params, opt, 1)
-    opt.save(str(tmp_path / "other"))
-    params, opt = _setup()
-    _train(params, opt, 1)
+    params, opt = _other_set_saved_then_setup(tmp_path, 1)
     fp = opt.fingerprint()
     with pytest.raises(ValueError, match="Task 1 of the set was saved with shapes"):
         opt.load(str(tmp_path / "other"))
@@ -193,11 +200,7 @@ def test_a_task_loaded_before_a_later_one_fails_is_put_back(tmp_path, monkeypatc
     # another optimizer with the checks switched off. The first Task's file loads, the second's
     # does not (another shape): the first is put back as it was.
     import renaissance._checkpoint_set as checkpoint_set
-    params, opt = _setup(big=50000)
-    _train(params, opt, 1)
-    opt.save(str(tmp_path / "other"))
-    params, opt = _setup()
-    _train(params, opt, 3)
+    params, opt = _other_set_saved_then_setup(tmp_path, 3)
     fp = opt.fingerprint()
     monkeypatch.setattr(checkpoint_set, "check", lambda *args: None)
     with pytest.raises((OSError, RuntimeError, ValueError), match="task1"):

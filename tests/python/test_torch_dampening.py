@@ -11,23 +11,14 @@ import torch  # noqa: E402  (CI installs it: scripts/test_python.sh)
 
 import renaissance.torch as rt  # noqa: E402
 
-SHAPES = [(6, 5), (6,), (3, 2, 2, 2), (3,)]
+from torch_test_util import max_diff, params, step_alongside  # noqa: E402
 STEPS = 6
-
-
-def params(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in SHAPES]
 
 
 def feed(ps, step, seed=10):
     g = torch.Generator().manual_seed(seed + step)
     for p in ps:
         p.grad = torch.randn(*p.shape, generator=g)
-
-
-def max_diff(a, b):
-    return max(float((x.detach().double() - y.detach().double()).abs().max()) for x, y in zip(a, b))
 
 
 CASES = {
@@ -108,11 +99,7 @@ def test_dampening_edited_in_param_groups():
         d = [0.0, 0.0, 0.4, 0.4, 0.0, 0.9][step]
         ours.param_groups[0]["dampening"] = d
         theirs.param_groups[0]["dampening"] = d
-        feed(a, step)
-        feed(b, step)
-        ours.step()
-        theirs.step()
-        assert max_diff(a, b) < 1e-6, (step, max_diff(a, b))
+        step_alongside(ours, theirs, a, b, step, feed)
     # A value nesterov cannot take, set between steps, is refused at the step, the weights kept.
     ours.param_groups[0]["nesterov"] = True
     ours.param_groups[0]["dampening"] = 0.5

@@ -126,17 +126,29 @@ def _init(rank, k, init_file, timeout_s=30):
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def _sharded_runs(rank, k, mode, cases, grads_for, **run_kw):
+    """Runs each (name, cls, kw, dtype) of `cases` sharded over the group in `mode`, fed
+    grads_for(src, name, dtype) (a function of the step; src: rank 0 in replicated mode, where
+    every rank gives the same gradients, else this rank); every rank must own a slice. Yields
+    (name, result, optimizer)."""
+    for name, cls, kw, dtype in cases:
+        src = 0 if mode == "replicated" else rank
+        res, opt = run(cls, kw, dtype, grads_for(src, name, dtype), process_group=dist.group.WORLD, grad_reduce=mode,
+                       **run_kw)
+        layout = opt._shared()[0].sharded.layout
+        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+        yield name, res, opt
+
+
 def _worker_steps(rank, k, init_file, out_dir, mode):
     _init(rank, k, init_file)
     torch.set_num_threads(1)
     results = {}
-    for name, cls, kw, dtype in CASES:
-        src = 0 if mode == "replicated" else rank
-        nan = name.endswith("_nan")
-        res, opt = run(cls, kw, dtype, lambda s: rank_grads(s, src, dtype, nan),
-                       process_group=dist.group.WORLD, grad_reduce=mode)
-        layout = opt._shared()[0].sharded.layout
-        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+
+    def grads_for(src, name, dtype):
+        return lambda s: rank_grads(s, src, dtype, name.endswith("_nan"))
+
+    for name, res, opt in _sharded_runs(rank, k, mode, CASES, grads_for):
         if name == "adamw":
             opt.save(os.path.join(out_dir, "adamw.ckpt"))  # a collective: the whole state, from rank 0
             # Memory per rank: the arena holds M and V for this rank's slice only.
@@ -388,12 +400,11 @@ def _worker_nones(rank, k, init_file, out_dir, mode):
     _init(rank, k, init_file)
     torch.set_num_threads(1)
     results = {}
-    for name, cls, kw, dtype in NONE_CASES:
-        src = 0 if mode == "replicated" else rank
-        res, opt = run(cls, kw, dtype, lambda s: _with_nones(rank_grads(s, src, dtype), s), steps=NONE_STEPS,
-                       process_group=dist.group.WORLD, grad_reduce=mode)
-        layout = opt._shared()[0].sharded.layout
-        assert len(layout) == k and all(e > b for b, e in layout), layout  # every rank owns a slice
+
+    def grads_for(src, name, dtype):
+        return lambda s: _with_nones(rank_grads(s, src, dtype), s)
+
+    for name, res, _ in _sharded_runs(rank, k, mode, NONE_CASES, grads_for, steps=NONE_STEPS):
         results[name] = res
     torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     _finish()

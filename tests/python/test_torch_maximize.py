@@ -5,25 +5,15 @@ flag is a group key (edited between steps, kept by state_dict and by save/load);
 it is; a value that is not a bool is refused."""
 import copy
 
-import numpy as np
 import pytest
 
 import torch  # noqa: E402  (CI installs it: scripts/test_python.sh)
 
 import renaissance.torch as rt  # noqa: E402
 
-SHAPES = [(6, 5), (6,), (3, 2, 2, 2), (3,)]
+from torch_test_util import grads, max_diff, params, same_bits, step_alongside  # noqa: E402
+
 STEPS = 5
-
-
-def params(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in SHAPES]
-
-
-def grads(step, seed=10):
-    g = torch.Generator().manual_seed(seed + step)
-    return [torch.randn(*s, generator=g) for s in SHAPES]
 
 
 def feed(ps, step, sign=1.0, scale=1.0):
@@ -31,14 +21,6 @@ def feed(ps, step, sign=1.0, scale=1.0):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         p.grad.copy_(g * (sign * scale))
-
-
-def bits(t):
-    return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()
-
-
-def same_bits(a, b):
-    return np.array_equal(bits(a), bits(b))
 
 
 # (ours, torch's) with the same arguments, torch's maximize=True on both sides.
@@ -50,10 +32,6 @@ TORCH_CASES = {
     "adam": (rt.Adam, torch.optim.Adam, dict(lr=1e-2, weight_decay=0.1)),
     "adamw": (rt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
 }
-
-
-def max_diff(a, b):
-    return max(float((x.detach().double() - y.detach().double()).abs().max()) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_CASES))
@@ -149,11 +127,7 @@ def test_maximize_edited_in_param_groups_follows_torch():
         if step == 4:
             for opt in (ours, theirs):
                 opt.param_groups[0]["maximize"] = False
-        feed(a, step)
-        feed(b, step)
-        ours.step()
-        theirs.step()
-        assert max_diff(a, b) < 1e-6, (step, max_diff(a, b))
+        step_alongside(ours, theirs, a, b, step, feed)
 
 
 def test_state_dict_round_trip_keeps_maximize():

@@ -10,16 +10,13 @@ on its CUDA install of the package; by hand on that install:
     PYTHONPATH=build-gpu-python/site python3 tests/python/torch_dist_cuda_smoke.py
 Last line: "torch_dist cuda smoke: PASS (N cases)" or "... FAIL ..." (exit status 1).
 """
-import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
 
 import renaissance.torch as rt
-
-SHAPES = [(256, 128), (128,), (64, 32, 3, 3), (300,)]
+from cuda_smoke_util import cuda_params, one_rank_world_main
 CASES = [
     ("sgd", rt.SGD, dict(lr=0.1, momentum=0.9), torch.float32),
     ("adamw", rt.AdamW, dict(lr=1e-2, weight_decay=0.05), torch.float32),
@@ -30,8 +27,7 @@ CASES = [
 
 
 def run(cls, kw, dtype, **dist_kw):
-    g = torch.Generator().manual_seed(1)
-    ps = [torch.nn.Parameter(torch.randn(*s, generator=g).to(dtype).cuda()) for s in SHAPES]
+    ps = cuda_params(dtype)
     opt = cls(ps, **kw, **dist_kw)
     for step in range(3):
         gg = torch.Generator().manual_seed(100 + step)
@@ -45,31 +41,22 @@ def run(cls, kw, dtype, **dist_kw):
     return [p.detach().cpu() for p in ps], opt.fingerprint()
 
 
+def check(case, work):
+    name, cls, kw, dtype = case
+    want_p, want_fp = run(cls, kw, dtype)
+
+    def in_mode(mode):
+        got_p, got_fp = run(cls, kw, dtype, process_group=dist.group.WORLD, grad_reduce=mode)
+        same = all(torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
+                               b.view(torch.int16 if b.element_size() == 2 else torch.int32))
+                   for a, b in zip(got_p, want_p))
+        return same and got_fp == want_fp, "plain %s sharded %s" % (want_fp, got_fp)
+
+    return in_mode
+
+
 def main():
-    if not torch.cuda.is_available():
-        print("torch_dist cuda smoke: no GPU")
-        return 1
-    torch.cuda.set_device(0)
-    init = os.path.join(tempfile.mkdtemp(), "init")
-    dist.init_process_group("nccl", init_method="file://" + init, rank=0, world_size=1)
-    failures = []
-    for name, cls, kw, dtype in CASES:
-        want_p, want_fp = run(cls, kw, dtype)
-        for mode in ("replicated", "ordered"):
-            got_p, got_fp = run(cls, kw, dtype, process_group=dist.group.WORLD, grad_reduce=mode)
-            same = all(torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
-                                   b.view(torch.int16 if b.element_size() == 2 else torch.int32))
-                       for a, b in zip(got_p, want_p))
-            ok = same and got_fp == want_fp
-            print("%-11s %-10s plain %s sharded %s %s" % (name, mode, want_fp, got_fp, "ok" if ok else "DIFFERS"))
-            if not ok:
-                failures.append("%s/%s" % (name, mode))
-    dist.destroy_process_group()
-    if failures:
-        print("torch_dist cuda smoke: FAIL (%s)" % ", ".join(failures))
-        return 1
-    print("torch_dist cuda smoke: PASS (%d cases)" % (2 * len(CASES)))
-    return 0
+    return one_rank_world_main("torch_dist cuda smoke", CASES, check)
 
 
 if __name__ == "__main__":
