@@ -73,12 +73,17 @@ def floor_table(results):
     return out + [""]
 
 
+def table_head(title, columns):
+    """The lines that open a markdown table: its title, a blank line, the header row and its rule."""
+    return ["### " + title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def gpu_tables(results):
     rows = results["gpu"]
     out = floor_table(results)
-    out += ["### GPU, default mode (non-finite check on), enqueued: the headline", "",
-           "| layout | kind | ours, check on | torch with found_inf check (fastest path) | speed-up | ours: % of floor | launches |",
-           "|---|---|---|---|---|---|---|"]
+    out += table_head("GPU, default mode (non-finite check on), enqueued: the headline",
+                      ["layout", "kind", "ours, check on", "torch with found_inf check (fastest path)", "speed-up",
+                       "ours: % of floor", "launches"])
     for r in rows:
         on = get(r["ours_checked"], "enqueued")
         t, path = best(r["torch_checked"], "enqueued")
@@ -86,17 +91,17 @@ def gpu_tables(results):
         torch_cell = f"{fmt(t)} ({path})" if t is not None else "n/a (torch has none)" if none else "n/a"
         out.append(f"| {r['layout']} | {r['kind']} | {fmt(on)} | {torch_cell} | {ratio(t, on)} | "
                    f"{pct(r.get('floor_checked'), on)} | {r.get('launches_checked') or 'n/a'} |")
-    out += ["", "### GPU, non-finite check off, enqueued", "",
-            "| layout | kind | ours, check off | fastest torch (path) | speed-up | ours: % of floor | launches |",
-            "|---|---|---|---|---|---|---|"]
+    out += [""] + table_head("GPU, non-finite check off, enqueued",
+                             ["layout", "kind", "ours, check off", "fastest torch (path)", "speed-up",
+                              "ours: % of floor", "launches"])
     for r in rows:
         off = get(r["ours"], "enqueued")
         t, path = best(r["torch"], "enqueued")
         out.append(f"| {r['layout']} | {r['kind']} | {fmt(off)} | {fmt(t)}{f' ({path})' if path else ''} | {ratio(t, off)} | "
                    f"{pct(r.get('floor'), off)} | {r.get('launches')} |")
-    out += ["", "### GPU, synced: a synchronisation after every step (what a loop with host work sees)", "",
-            "| layout | kind | ours, check on | torch with check (path) | speed-up | ours, check off | fastest torch (path) | speed-up |",
-            "|---|---|---|---|---|---|---|---|"]
+    out += [""] + table_head("GPU, synced: a synchronisation after every step (what a loop with host work sees)",
+                             ["layout", "kind", "ours, check on", "torch with check (path)", "speed-up",
+                              "ours, check off", "fastest torch (path)", "speed-up"])
     for r in rows:
         on, off = get(r["ours_checked"], "synced"), get(r["ours"], "synced")
         tc, pc = best(r["torch_checked"], "synced")

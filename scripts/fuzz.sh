@@ -39,13 +39,10 @@ fi
 # RENAISSANCE_SIMD_TARGETS=native: the fuzzed code is the parsers; the CPU kernels that the
 # checkpoint target links are built for this machine's SIMD target only.
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-cmake -S . -B "$build" -G Ninja \
+source scripts/sanitized_build.sh
+configure_sanitized "$build" "$san" \
   -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DCMAKE_CXX_FLAGS="$san" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DRENAISSANCE_CUDA=OFF \
   -DRENAISSANCE_BUILD_TESTS=OFF \
   -DRENAISSANCE_BUILD_BENCH=OFF \
   -DRENAISSANCE_BUILD_CLI=OFF \

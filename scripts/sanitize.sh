@@ -26,13 +26,10 @@ jobs="${SANITIZE_JOBS:-$(nproc)}"
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 # MPI off: the mpirun tests run in the normal build (scripts/test.sh); the sharded step's code
 # runs here through its one-rank tests (ShardedStep.*, ShardLayout.*).
-cmake -S . -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DCMAKE_CXX_FLAGS="$san" \
+source scripts/sanitized_build.sh
+configure_sanitized "$build" "$san" \
   -DCMAKE_EXE_LINKER_FLAGS="$san" \
   -DCMAKE_SHARED_LINKER_FLAGS="$san" \
-  -DRENAISSANCE_CUDA=OFF \
   -DRENAISSANCE_MPI=OFF \
   -DRENAISSANCE_BUILD_BENCH=OFF \
   -DRENAISSANCE_SIMD_TARGETS="${SANITIZE_SIMD_TARGETS:-native}"
