@@ -26,8 +26,6 @@
 namespace renaissance {
 namespace {
 
-using testing_util::kind_precision_options;
-using testing_util::same_bits;
 
 // Both groups; "big" and "fc" span several grad-norm tiles (kGradNormTile elements) and start
 // inside one; sizes off the 64-element padding; a scalar.
@@ -66,7 +64,7 @@ OptimizerConfig clipped(const ClipCase& c) {
   return config;
 }
 std::unique_ptr<Task> make_task(const ClipCase& c, bool mask) {
-  auto task = std::make_unique<Task>(clip_params(), kind_precision_options(c, mask));
+  auto task = std::make_unique<Task>(clip_params(), testing_util::kind_precision_options(c, mask));
   task->optimizer(clipped(c));
   task->compile();
   task->set_loss_scale(4.0);

@@ -23,7 +23,6 @@ namespace renaissance {
 namespace {
 
 using testing_util::kind_precision_options;
-using testing_util::same_bits;
 
 // Both groups, a tensor over several work items, a scalar, sizes off the 64-element padding.
 std::vector<ParamSpec> dtype_params() {
