@@ -31,7 +31,9 @@ namespace conformance {
 namespace {
 
 constexpr NameRow<Site> kSites[] = {{Site::kFirst, "first"}, {Site::kMiddle, "middle"}, {Site::kLast, "last"}};
+static_assert(rows_in_enum_order(kSites), "kSites: one row per enumerator, in enum order");
 constexpr NameRow<Tier> kTiers[] = {{Tier::kSmall, "small"}, {Tier::kBig, "big"}, {Tier::kDrift, "drift"}};
+static_assert(rows_in_enum_order(kTiers), "kTiers: one row per enumerator, in enum order");
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // max_grad_norm of the clipping cells (see the top of the file).

@@ -29,6 +29,7 @@ constexpr double kGradientAmplitude = 0.01;
 
 constexpr NameRow<Schedule> kSchedules[] = {
     {Schedule::kConstant, "constant"}, {Schedule::kCosine, "cosine"}, {Schedule::kStep, "step"}};
+static_assert(rows_in_enum_order(kSchedules), "kSchedules: one row per enumerator, in enum order");
 
 }  // namespace
 

@@ -24,17 +24,21 @@ const char* const kComputeOpNames[] = {RN_COMPUTE_OPS(RN_NAME_ENTRY)};
 
 constexpr NameRow<BackendKind> kBackendKinds[] = {
     {BackendKind::kCpu, "cpu"}, {BackendKind::kCuda, "cuda"}, {BackendKind::kAuto, "auto"}};
+static_assert(rows_in_enum_order(kBackendKinds), "kBackendKinds: one row per enumerator, in enum order");
 
 constexpr NameRow<CpuSchedule> kCpuSchedules[] = {
     {CpuSchedule::kStatic, "static"}, {CpuSchedule::kInterleaved, "interleaved"}, {CpuSchedule::kDynamic, "dynamic"}};
+static_assert(rows_in_enum_order(kCpuSchedules), "kCpuSchedules: one row per enumerator, in enum order");
 
 constexpr NameRow<KindFamily> kKindFamilies[] = {{KindFamily::kSgd, "sgd"},   {KindFamily::kAdam, "adam"},
                                                  {KindFamily::kLars, "lars"}, {KindFamily::kLion, "lion"},
                                                  {KindFamily::kLamb, "lamb"}};
+static_assert(rows_in_enum_order(kKindFamilies), "kKindFamilies: one row per enumerator, in enum order");
 
 constexpr NameRow<NormPass> kNormPasses[] = {{NormPass::kNone, "none"},
                                              {NormPass::kLarsTrustRatio, "lars_trust_ratio"},
                                              {NormPass::kLambTrustRatio, "lamb_trust_ratio"}};
+static_assert(rows_in_enum_order(kNormPasses), "kNormPasses: one row per enumerator, in enum order");
 
 constexpr NameRow<HyperRule> kHyperRules[] = {
     {HyperRule::kLr, "lr"},
@@ -45,6 +49,7 @@ constexpr NameRow<HyperRule> kHyperRules[] = {
     {HyperRule::kFloat32, "float32"},
     {HyperRule::kFlag, "flag"},
 };
+static_assert(rows_in_enum_order(kHyperRules), "kHyperRules: one row per enumerator, in enum order");
 
 }  // namespace
 

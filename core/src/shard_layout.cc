@@ -13,6 +13,7 @@ namespace renaissance {
 namespace {
 constexpr NameRow<GradReduce> kGradReduces[] = {
     {GradReduce::kReplicated, "replicated"}, {GradReduce::kOrdered, "ordered"}, {GradReduce::kFast, "fast"}};
+static_assert(rows_in_enum_order(kGradReduces), "kGradReduces: one row per enumerator, in enum order");
 }  // namespace
 
 const char* grad_reduce_name(GradReduce mode) { return name_of(kGradReduces, mode, "replicated"); }

@@ -13,6 +13,17 @@ struct NameRow {
   const char* name;
 };
 
+// True when row i holds the enumerator of value i: the rows follow the enum's order with no
+// gap (static_assert'ed next to each table; an enumerator appended to the enum still needs its
+// row, as it needed its case in the switch these tables replace).
+template <typename E, std::size_t N>
+constexpr bool rows_in_enum_order(const NameRow<E> (&rows)[N]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (static_cast<std::size_t>(rows[i].value) != i) return false;
+  }
+  return true;
+}
+
 // The name of `value` in `rows`, or `otherwise` where no row holds it.
 template <typename E, std::size_t N>
 const char* name_of(const NameRow<E> (&rows)[N], E value, const char* otherwise) {
