@@ -27,16 +27,9 @@ namespace {
 
 using OpFn = void (*)(const CpuContext&, const GraphNode&);
 
-constexpr OpFn kRangeOps[kNumRangeOps] = {
-#define RN_TABLE_ENTRY(name) &run_##name,
-    RN_RANGE_OPS(RN_TABLE_ENTRY)
-#undef RN_TABLE_ENTRY
-};
-constexpr OpFn kComputeOps[kNumComputeOps] = {
-#define RN_TABLE_ENTRY(name) &run_##name,
-    RN_COMPUTE_OPS(RN_TABLE_ENTRY)
-#undef RN_TABLE_ENTRY
-};
+#define RN_CPU_OP(name) &run_##name,
+RN_OP_TABLES(OpFn, RN_CPU_OP)
+#undef RN_CPU_OP
 
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 
@@ -148,16 +141,10 @@ class CpuBackend final : public Backend {
     ctx.arena = arena_;
     ctx.threads = threads_;
     ctx.tuning = tuning_;
-    ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
-    ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
-    ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
+    ctx.scalars = step.scalars_in(arena_);
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
-        if (node.kind == NodeKind::kRange) {
-          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
-        } else {
-          kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
-        }
+        run_node(ctx, node);
       }
     }
   }

@@ -98,10 +98,10 @@ inline void prefetch_lines(const void* x, uint64_t elem, uint64_t begin, uint64_
 //   none), n elements, the float scalars, the node's group (bias-like: wd = 0) and L2 mode;
 using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, size_t n, const float* s,
                                bool weight_group, bool l2);
-// - tile-wise over the norm tiles [tile_begin, tile_end) of the weight group, each tile with its
-//   tensor's ratio from N.
-using TileFn = void (*)(float* w, const float* g, float* m, float* v, const NormTile* tiles, size_t tile_begin,
-                        size_t tile_end, const float* ratio, const float* s);
+// - tile-wise over norm tiles of the weight group (the norm kinds' tile walker,
+//   tile_walker-inl.h): one TileArgs.
+struct TileArgs;
+using TileFn = void (*)(const TileArgs& a);
 
 // Rounds the new masters w[begin, end) (elements of the node's group span) into the node's model
 // copy, tensor by tensor with each element's index in its tensor (ops_model_copy.cc). Called by
@@ -233,25 +233,60 @@ inline uint64_t tile_range_end(const NormTile* tiles, uint64_t e) {
   return static_cast<uint64_t>(tiles[e - 1].start + tiles[e - 1].length);
 }
 
-// Runs a tile-wise update over the node's norm tiles, kTilesPerBlock tiles per work item.
-inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn) {
+// The most state arrays a tile-wise rule reads or writes besides W and G.
+constexpr int kMaxTileState = 4;
+
+// The operands of one call of a TileFn over the norm tiles [begin, end) of the weight group, all
+// with the same scalar block s: every array at its group span's first element. A rule names the
+// ones it reads or writes (tile_walker-inl.h).
+struct TileArgs {
+  float* w = nullptr;
+  const float* g = nullptr;             // G in fp32 (fp32_grad); null when the op reads no G
+  float* state[kMaxTileState] = {};     // the op's state spans, in the order run_tiles got them
+  const NormTile* tiles = nullptr;
+  size_t begin = 0, end = 0;
+  const float* ratio = nullptr;         // N: each tensor's ratio (the updates read it)
+  double* partials = nullptr;           // NORM_TILE_PARTIALS: kNormComponents per tile
+  const float* s = nullptr;
+};
+
+// Whether a tile-wise op reads G (LAMB's update reads W, M and V only: G is not widened).
+enum class TileGrad : bool { kNone = false, kRead = true };
+
+// Runs a tile-wise op (a norm pass or a tile-wise update) over the node's norm tiles,
+// kTilesPerBlock tiles per work item, each run of tiles with its scalar block (for_tile_blocks:
+// masked tensors skipped), with `state`: the node's state spans the op's rule reads or writes, in
+// its order (TileArgs::state). An update node with a model copy goes tile by tile, each tile
+// rounded right after its update (in cache); masked tiles keep their copy untouched.
+template <class... State>
+inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn, TileGrad grad, const State&... state) {
+  static_assert(sizeof...(State) <= kMaxTileState, "raise kMaxTileState");
   if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
+  TileArgs base;
+  base.w = ctx.at<float>(node.w);
+  [[maybe_unused]] int k = 0;
+  ((base.state[k++] = ctx.at<float>(state)), ...);
+  base.tiles = ctx.at<NormTile>(node.norm.tiles);
+  if (node.n.count != 0) base.ratio = ctx.at<float>(node.n);
+  if (node.norm.partials.count != 0) base.partials = ctx.at<double>(node.norm.partials);
   const GradSource g_src = grad_source(ctx, node);
-  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
-  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
-  const float* ratio = ctx.at<float>(node.n);
-  const NormTile* tiles = ctx.at<NormTile>(node.norm.tiles);
+  const NormTile* tiles = base.tiles;
   parallel_blocks(ctx.threads, node.norm.tiles.count, kTilesPerBlock, [&](uint64_t b, uint64_t e) {
-    const float* g = fp32_grad(g_src, tile_range_begin(tiles, b), tile_range_end(tiles, e));
+    TileArgs a = base;
+    if (grad == TileGrad::kRead) a.g = fp32_grad(g_src, tile_range_begin(tiles, b), tile_range_end(tiles, e));
     for_tile_blocks(ctx, node, tiles, b, e, [&](uint64_t tb, uint64_t te, const float* s) {
-      if (node.copy.c.count == 0) return fn(w, g, m, v, tiles, tb, te, ratio, s);
-      // With a model copy, tile by tile, each tile rounded right after its update (in cache);
-      // masked tiles (for_tile_blocks skips them) keep their copy untouched.
-      for (uint64_t k = tb; k < te; ++k) {
-        fn(w, g, m, v, tiles, k, k + 1, ratio, s);
-        write_model_copy(ctx, node, static_cast<uint64_t>(tiles[k].start),
-                         static_cast<uint64_t>(tiles[k].start + tiles[k].length));
+      a.s = s;
+      if (node.copy.c.count == 0) {
+        a.begin = tb;
+        a.end = te;
+        return fn(a);
+      }
+      for (uint64_t t = tb; t < te; ++t) {
+        a.begin = t;
+        a.end = t + 1;
+        fn(a);
+        write_model_copy(ctx, node, static_cast<uint64_t>(tiles[t].start),
+                         static_cast<uint64_t>(tiles[t].start + tiles[t].length));
       }
     });
   }, ctx.tuning.schedule);

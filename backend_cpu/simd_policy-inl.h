@@ -146,33 +146,54 @@ HWY_INLINE void UnscaleInto(const float* HWY_RESTRICT g, size_t n, const rules::
   }
 }
 
-// The lane accumulation of the canonical norm order (math/norm_reduction.h): x[0] is a lane-0
-// element of its tile (its offset in the tile is a multiple of kNormLanes); lane j adds, in order,
-// the squares in double of x[j], x[j + kNormLanes], ... for indices < n. Whole rows of kNormLanes
-// use double vectors over consecutive lanes, a last short row the scalar path: the same
-// additions in the same order. Callers may feed a tile in consecutive pieces of whole rows.
+// The lane accumulation of the canonical norm orders (math/norm_reduction.h), one lane sum per
+// lane j of kNormLanes, each adding in increasing element order the squares in double of the
+// elements it owns; x[0] is the first element of a lane-0 run. kQuad = 1 (the gradient-norm
+// order): lane j owns x[j], x[j + kNormLanes], ...; callers may feed a tile in consecutive pieces
+// of whole rows of kNormLanes. kQuad = kNormQuad (the norm tiles' order): element e goes to lane
+// norm_lane_of(e) = (e mod kNormRound) / kNormQuad. Whole rows of kNormLanes * kQuad use double
+// vectors over consecutive lanes (with kNormQuad, LoadInterleaved4 hands the k-th elements of the
+// quads of consecutive lanes to consecutive double lanes, so every lane adds its quad's elements
+// 0, 1, 2, 3 in that order, row after row, on any vector width); the elements after the last
+// whole row go one by one in increasing order: the same additions per lane.
+template <int kQuad = 1>
 HWY_INLINE void AddSquaresByLane(const float* HWY_RESTRICT x, size_t n, double* HWY_RESTRICT lanes_acc) {
+  static_assert(kQuad == 1 || kQuad == math::kNormQuad, "a lane takes one element or one quad per row");
   using math::kNormLanes;
+  constexpr size_t kRow = static_cast<size_t>(kNormLanes) * kQuad;
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const size_t lanes = hn::Lanes(dd);
-  const size_t rows = n / kNormLanes;
+  const size_t rows = n / kRow;
   size_t done = 0;
   if (rows > 0 && kNormLanes % lanes == 0) {
     for (size_t j = 0; j < static_cast<size_t>(kNormLanes); j += lanes) {
       auto acc = hn::Load(dd, lanes_acc + j);
       for (size_t r = 0; r < rows; ++r) {
-        const auto xv = hn::PromoteTo(dd, hn::LoadU(df, x + r * kNormLanes + j));
-        acc = hn::Add(acc, hn::Mul(xv, xv));
+        const float* row = x + r * kRow + kQuad * j;
+        if constexpr (kQuad == 1) {
+          const auto xv = hn::PromoteTo(dd, hn::LoadU(df, row));
+          acc = hn::Add(acc, hn::Mul(xv, xv));
+        } else {
+          hn::Vec<decltype(df)> q0, q1, q2, q3;
+          hn::LoadInterleaved4(df, row, q0, q1, q2, q3);
+          const auto d0 = hn::PromoteTo(dd, q0);
+          acc = hn::Add(acc, hn::Mul(d0, d0));
+          const auto d1 = hn::PromoteTo(dd, q1);
+          acc = hn::Add(acc, hn::Mul(d1, d1));
+          const auto d2 = hn::PromoteTo(dd, q2);
+          acc = hn::Add(acc, hn::Mul(d2, d2));
+          const auto d3 = hn::PromoteTo(dd, q3);
+          acc = hn::Add(acc, hn::Mul(d3, d3));
+        }
       }
       hn::Store(acc, dd, lanes_acc + j);
     }
-    done = rows * kNormLanes;
+    done = rows * kRow;
   }
-  for (int j = 0; j < kNormLanes; ++j) {
-    double a = lanes_acc[j];
-    for (size_t idx = done + static_cast<size_t>(j); idx < n; idx += kNormLanes) a = a + math::square_in_double(x[idx]);
-    lanes_acc[j] = a;
+  for (size_t e = done; e < n; ++e) {
+    double& lane = lanes_acc[(e % kRow) / kQuad];
+    lane = lane + math::square_in_double(x[e]);
   }
 }
 

@@ -25,16 +25,9 @@ namespace {
 
 using LaunchFn = void (*)(const CudaContext&, const GraphNode&);
 
-constexpr LaunchFn kRangeOps[kNumRangeOps] = {
-#define RN_TABLE_ENTRY(name) &launch_##name,
-    RN_RANGE_OPS(RN_TABLE_ENTRY)
-#undef RN_TABLE_ENTRY
-};
-constexpr LaunchFn kComputeOps[kNumComputeOps] = {
-#define RN_TABLE_ENTRY(name) &launch_##name,
-    RN_COMPUTE_OPS(RN_TABLE_ENTRY)
-#undef RN_TABLE_ENTRY
-};
+#define RN_CUDA_OP(name) &launch_##name,
+RN_OP_TABLES(LaunchFn, RN_CUDA_OP)
+#undef RN_CUDA_OP
 
 struct DeviceProbe {
   bool available = false;
@@ -394,9 +387,7 @@ class CudaBackend final : public Backend {
     ctx.arena = arena_;
     ctx.launch = launch_;
     ctx.check_scratch = check_scratch_;
-    ctx.scalars.f32 = ctx.at<float>(step.scalars_f32);
-    ctx.scalars.i32 = ctx.at<int32_t>(step.scalars_i32);
-    ctx.scalars.f64 = ctx.at<double>(step.scalars_f64);
+    ctx.scalars = step.scalars_in(arena_);
     // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
     // origin stream, which every graph below forks from.
     launch_grad_chunks(arena_, grad_chunk_jobs(step), launch_, origin());
@@ -412,11 +403,7 @@ class CudaBackend final : public Backend {
       }
       for (const GraphNode& node : graph) {
         ctx.stream = streams_[static_cast<int>(node.stream)];
-        if (node.kind == NodeKind::kRange) {
-          kRangeOps[static_cast<int>(node.range_op)](ctx, node);
-        } else {
-          kComputeOps[static_cast<int>(node.compute_op)](ctx, node);
-        }
+        run_node(ctx, node);
       }
       for (int s = 1; s < kNumStreamKinds; ++s) {
         if (!used[s]) continue;

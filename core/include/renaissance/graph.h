@@ -130,6 +130,11 @@ struct CompiledStep {
     for (const auto& g : graphs) n += g.size();
     return n;
   }
+  // The scalar regions in an arena (host or device memory) whose first byte is at `arena`.
+  ScalarPtrs scalars_in(char* arena) const {
+    return {reinterpret_cast<float*>(arena + scalars_f32.offset), reinterpret_cast<int32_t*>(arena + scalars_i32.offset),
+            reinterpret_cast<double*>(arena + scalars_f64.offset)};
+  }
 };
 
 // Builds the step graphs. Throws Error(kInvalidArgument) for an invalid config.

@@ -42,6 +42,22 @@ constexpr int kNumRangeOps = 0 RN_RANGE_OPS(RN_COUNT_ENTRY);
 constexpr int kNumComputeOps = 0 RN_COMPUTE_OPS(RN_COUNT_ENTRY);
 #undef RN_COUNT_ENTRY
 
+// A backend's dispatch tables kRangeOps and kComputeOps of function type Fn (taking the
+// backend's context and a GraphNode), indexed by the enums, and run_node(ctx, node), which calls
+// the node's function: ENTRY is the backend's X-macro callback naming its function of an op
+// (`#define RN_CPU_OP(name) &run_##name,`), so an op without one does not build.
+#define RN_OP_TABLES(Fn, ENTRY)                                                  \
+  constexpr Fn kRangeOps[kNumRangeOps] = {RN_RANGE_OPS(ENTRY)};                  \
+  constexpr Fn kComputeOps[kNumComputeOps] = {RN_COMPUTE_OPS(ENTRY)};            \
+  template <class Context>                                                       \
+  void run_node(const Context& ctx, const GraphNode& node) {                     \
+    if (node.kind == NodeKind::kRange) {                                         \
+      kRangeOps[static_cast<int>(node.range_op)](ctx, node);                     \
+    } else {                                                                     \
+      kComputeOps[static_cast<int>(node.compute_op)](ctx, node);                 \
+    }                                                                            \
+  }
+
 const char* range_op_name(RangeOp op);
 const char* compute_op_name(ComputeOp op);
 
