@@ -369,10 +369,11 @@ class PyTask {
     else if (family == "G") f = Family::kG;
     else if (family == "M") f = Family::kM;
     else if (family == "V") f = Family::kV;
-    else throw_invalid("view(): family '" + family + "': expected W, G, M, V or C");
+    else if (family == "VMAX") f = Family::kVmax;
+    else throw_invalid("view(): family '" + family + "': expected W, G, M, V, VMAX or C");
     if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
     // A sliced task's M and V hold only its slice: no whole-tensor view (ShardedStep reads them).
-    if ((f == Family::kM || f == Family::kV) && task_->plan().state_sliced())
+    if ((f == Family::kM || f == Family::kV || f == Family::kVmax) && task_->plan().state_sliced())
       throw_invalid("view(): this task holds only a slice of " + family + " (state_shard); read it through its sharded step");
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
       return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));
