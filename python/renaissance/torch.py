@@ -31,7 +31,7 @@ from torch.utils.hooks import RemovableHandle
 from . import _checkpoint_set
 from . import _core
 from . import _torch_dist
-from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
+from ._torch_group import TASK_WIDE, GroupBinding, SharedTask, structure_key, tensor_interval
 
 __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder", "register_optimizer_step_pre_hook",
            "register_optimizer_step_post_hook"]
@@ -207,7 +207,10 @@ class _Base(Optimizer):
                 classes.setdefault(key, []).append((i, self._roles(group), hyper))
             made = {}
             for key, members in classes.items():
-                kind, device, precision = key[0], key[3], key[5]
+                # structure_key is (kind, decay mode, the task-wide rows..., device), then the
+                # state names and the precision.
+                at = 2 + len(TASK_WIDE)
+                kind, device, precision = key[0], key[at], key[at + 2]
                 rounding = self._rounding if precision != "fp32" else "nearest"
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
                                     kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),

@@ -68,11 +68,11 @@ std::vector<std::string> family_hyperparameters(const KindInfo& k) {
   return h;
 }
 
-// The table's flags, joined for messages ("maximize").
-std::string flag_names() {
+// The table's flags a kind reads, joined for messages (", maximize", ", maximize, amsgrad").
+std::string flag_names(OptimizerKind kind) {
   std::string s;
   for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.flag_field != nullptr) s += std::string(", ") + row.name;
+    if (row.flag_field != nullptr && kind_reads(kind, row)) s += std::string(", ") + row.name;
   }
   return s;
 }
@@ -233,7 +233,7 @@ class PyTask {
     for (auto [key, value] : hyper) {
       const std::string name = nb::cast<std::string>(key);
       const HyperparameterInfo* row = find_hyperparameter(name);
-      if (row != nullptr && row->flag_field != nullptr) {  // every kind: a bool (torch's maximize)
+      if (row != nullptr && row->flag_field != nullptr && kind_reads(kind, *row)) {  // a bool (torch's maximize)
         if (!nb::isinstance<nb::bool_>(value)) {
           throw nb::type_error(("optimizer(): " + name + " must be True or False").c_str());
         }
@@ -244,7 +244,7 @@ class PyTask {
       for (const std::string& a : allowed) ok = ok || a == name;
       if (!ok) {
         throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
-                              "' (this kind reads: " + join(allowed) + flag_names() + ")").c_str());
+                              "' (this kind reads: " + join(allowed) + flag_names(kind) + ")").c_str());
       }
       if (name == "weight_decay_mode") {
         const std::string mode = nb::cast<std::string>(value);

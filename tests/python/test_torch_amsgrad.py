@@ -16,9 +16,10 @@ STEPS = 8
 AMPLITUDE = [4.0, 2.0, 0.1, 0.5, 0.02, 1.0, 0.01, 0.2]
 TOL = 1e-6  # the tolerance of the other torch.optim comparisons (test_torch_maximize.py)
 
+# beta2 = 0.8: v forgets a large gradient within a few steps, so vmax and v part far.
 CASES = {
-    "adam": (rt.Adam, torch.optim.Adam, dict(lr=1e-2, weight_decay=0.1)),
-    "adamw": (rt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+    "adam": (rt.Adam, torch.optim.Adam, dict(lr=1e-2, betas=(0.9, 0.8), weight_decay=0.1)),
+    "adamw": (rt.AdamW, torch.optim.AdamW, dict(lr=1e-2, betas=(0.9, 0.8), weight_decay=0.1)),
 }
 
 
@@ -56,7 +57,9 @@ def test_amsgrad_follows_torch_optim(name):
     for i, p in enumerate(a):
         st, ts = ours.state[p], theirs.state[b[i]]
         assert set(st) == set(ts) == {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
-        assert float((st["max_exp_avg_sq"].double() - ts["max_exp_avg_sq"].double()).abs().max()) < TOL
+        # Relative (the values are squared gradients, up to ~16): torch's addcmul rounds otherwise.
+        want = ts["max_exp_avg_sq"].double()
+        assert float((st["max_exp_avg_sq"].double() - want).abs().max() / want.abs().max()) < TOL
     assert ours.param_groups[0]["amsgrad"] is True
 
 
