@@ -154,3 +154,27 @@ def test_amsgrad_edit_after_construction_and_non_bool_are_refused():
     with pytest.raises(TypeError):
         rt.SGD(params(), lr=0.1, amsgrad=True)
     np.testing.assert_equal(opt.param_groups[0]["amsgrad"], True)
+
+
+def test_an_amsgrad_recording_replays_and_a_late_one_is_refused(tmp_path):
+    """The replay key `amsgrad`: a Recorder writes it into case.json and the replay, a core Task
+    of its own, reaches the recorded fingerprint (VMAX included); a recording that starts after a
+    step is refused (a case holds no max_exp_avg_sq)."""
+    import json
+    import os
+
+    import renaissance
+    from renaissance.recorder import Recorder
+
+    ps = params()
+    opt = rt.AdamW(ps, lr=1e-2, betas=(0.9, 0.8), amsgrad=True)
+    case = str(tmp_path / "case")
+    with Recorder(opt, case, steps=STEPS) as rec:
+        for step in range(STEPS):
+            feed(ps, step)
+            opt.step()
+    with open(os.path.join(case, "case.json")) as f:
+        assert json.load(f)["groups"][0]["optimizer"]["amsgrad"] is True
+    assert renaissance.replay(case)["fingerprint"] == rec.fingerprint
+    with pytest.raises(ValueError, match="uses amsgrad and has stepped"):
+        Recorder(opt, str(tmp_path / "late"), steps=1)
