@@ -91,6 +91,8 @@ inline std::string config_spec(const OptimizerConfig& c) {
     std::snprintf(buf, sizeof(buf), " dampening=%.17g", c.dampening);
     spec += buf;
   }
+  // Only with amsgrad, for the same reason.
+  if (c.amsgrad) spec += " amsgrad=1";
   return spec;
 }
 

@@ -277,6 +277,23 @@ std::vector<Cell> cells(Tier tier) {
             out.push_back(c);
           }
         }
+        // torch's amsgrad (adam and adamw: the VMAX family), appended last for the same reason:
+        // fp32 on every layout, and a bf16 model copy (nearest) on small_cnn.
+        if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW) {
+          Cell c = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+          c.config.amsgrad = true;
+          c.config.validate();
+          c.name += ".amsgrad";
+          out.push_back(c);
+          if (std::string(layout) == "small_cnn") {
+            Cell b = make_cell(tier, kind, layout, true, WeightDecayMode::kDecoupled, true, 65536.0, pattern++ % 4);
+            b.config.amsgrad = true;
+            b.config.validate();
+            b.precision = {Precision::kBf16, Rounding::kNearest, kSyntheticSeed};
+            b.name += ".bf16.nearest.amsgrad";
+            out.push_back(b);
+          }
+        }
       }
     } else if (tier == Tier::kBig) {
       Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);

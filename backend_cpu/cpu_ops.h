@@ -8,6 +8,7 @@
 #include "backend_cpu/fused_update.h"
 #include "backend_cpu/grad_dtype.h"
 #include "renaissance/backend.h"
+#include "renaissance/error.h"
 #include "renaissance/graph.h"
 #include "renaissance/scalars.h"
 
@@ -98,6 +99,9 @@ inline void prefetch_lines(const void* x, uint64_t elem, uint64_t begin, uint64_
 //   none), n elements, the float scalars, the node's group (bias-like: wd = 0) and L2 mode;
 using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, size_t n, const float* s,
                                bool weight_group, bool l2);
+// - the same with a fifth array x at the chunk's start (the VMAX family: amsgrad's running max);
+using ElementwiseXFn = void (*)(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,
+                                bool weight_group, bool l2);
 // - tile-wise over norm tiles of the weight group (the norm kinds' tile walker,
 //   tile_walker-inl.h): one TileArgs.
 struct TileArgs;
@@ -145,7 +149,10 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 // parallel loop of the same size in elements. With a model copy or a 2-byte G, `fused` (the
 // kind's fused loop, fused_update.h) runs instead of fn + the widen + write_model_copy, unless
 // the gradient table supplies G (its gather stays in grad_dtype.h) or CpuTuning::fuse is off.
-inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr) {
+// A node with a VMAX span (amsgrad) runs `xfn` instead of fn, always on the unfused path (the
+// same bits: the fused loop only saves passes over memory).
+inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr,
+                            ElementwiseXFn xfn = nullptr) {
   if (ctx.step_skipped()) return;
   float* w = ctx.at<float>(node.w);
   const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
@@ -154,6 +161,9 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const uint64_t g_elem = precision_bytes(node.grad_dtype);
   float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
   float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  float* x = node.vmax.count ? ctx.at<float>(node.vmax) : nullptr;
+  if (x != nullptr && xfn == nullptr) throw_invalid("run_elementwise: this update op reads no VMAX family");
+  if (x != nullptr) fused = nullptr;
   const bool weight_group = node.group == Group::kWeight;
   const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
@@ -170,7 +180,11 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
     for (uint64_t i = b; i < e;) {
       const uint64_t ie = copy ? std::min(e, i + kCopyStepElements) : e;
       const float* gi = fp32_grad(g_src, i, ie) + i;
-      fn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, ie - i, s, weight_group, l2);
+      if (x != nullptr) {
+        xfn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, x + i, ie - i, s, weight_group, l2);
+      } else {
+        fn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, ie - i, s, weight_group, l2);
+      }
       if (copy) write_model_copy(ctx, node, i, ie);
       i = ie;
     }
@@ -189,6 +203,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       if (c) prefetch_lines(c, sizeof(uint16_t), pb, pe, true);
       if (m) prefetch_lines(m, sizeof(float), pb, pe);
       if (v) prefetch_lines(v, sizeof(float), pb, pe);
+      if (x) prefetch_lines(x, sizeof(float), pb, pe);
       update(i, ie, s);
     }
   };

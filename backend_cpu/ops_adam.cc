@@ -25,6 +25,15 @@ struct AdamRule {
       rules::adam<P>(w, g, m, v, c);
     }
   }
+  // amsgrad: x is the element's running max of v (VMAX).
+  template <class P, class V>
+  static HWY_INLINE void apply_x(V& w, V g, V& m, V& v, V& x, const rules::Coeffs<V>& c) {
+    if (kDecoupled) {
+      rules::adamw_amsgrad<P>(w, g, m, v, x, c);
+    } else {
+      rules::adam_amsgrad<P>(w, g, m, v, x, c);
+    }
+  }
 };
 
 // One exported kernel per (rule, vectors per iteration: CpuTuning::unroll).
@@ -39,6 +48,19 @@ RN_ADAM_KERNEL(AdamW, true, 1)
 RN_ADAM_KERNEL(AdamW2, true, 2)
 RN_ADAM_KERNEL(AdamW4, true, 4)
 #undef RN_ADAM_KERNEL
+
+// amsgrad (ElementwiseXFn): the same rules reading and writing VMAX too.
+#define RN_ADAM_X_KERNEL(name, decoupled, unroll)                                                             \
+  void name(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s, bool wg, bool) { \
+    RuleChunkX<AdamRule<decoupled>, unroll>(w, g, m, v, x, n, s, wg);                                        \
+  }
+RN_ADAM_X_KERNEL(AdamAmsgrad, false, 1)
+RN_ADAM_X_KERNEL(AdamAmsgrad2, false, 2)
+RN_ADAM_X_KERNEL(AdamAmsgrad4, false, 4)
+RN_ADAM_X_KERNEL(AdamWAmsgrad, true, 1)
+RN_ADAM_X_KERNEL(AdamWAmsgrad2, true, 2)
+RN_ADAM_X_KERNEL(AdamWAmsgrad4, true, 4)
+#undef RN_ADAM_X_KERNEL
 
 // The fused update-and-copy loops (fused_update-inl.h; one per vector width, no unroll).
 void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
@@ -66,6 +88,12 @@ HWY_EXPORT(Adam4);
 HWY_EXPORT(AdamW);
 HWY_EXPORT(AdamW2);
 HWY_EXPORT(AdamW4);
+HWY_EXPORT(AdamAmsgrad);
+HWY_EXPORT(AdamAmsgrad2);
+HWY_EXPORT(AdamAmsgrad4);
+HWY_EXPORT(AdamWAmsgrad);
+HWY_EXPORT(AdamWAmsgrad2);
+HWY_EXPORT(AdamWAmsgrad4);
 HWY_EXPORT(AdamFused);
 HWY_EXPORT(AdamWFused);
 
@@ -77,11 +105,22 @@ ElementwiseFn adam_kernel(bool decoupled, unsigned unroll) {
   }
 }
 
+ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll) {
+  switch (unroll) {
+    case 2: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad2) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad2);
+    case 4: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad4) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad4);
+    default: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad);
+  }
+}
+
+// A node with a VMAX span (amsgrad) runs the amsgrad kernel (run_elementwise's run-time choice).
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(false, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused));
+  run_elementwise(ctx, node, adam_kernel(false, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused),
+                  adam_amsgrad_kernel(false, ctx.tuning.unroll));
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(true, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused));
+  run_elementwise(ctx, node, adam_kernel(true, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused),
+                  adam_amsgrad_kernel(true, ctx.tuning.unroll));
 }
 
 }  // namespace cpu

@@ -10,6 +10,8 @@ namespace cpu {
 // adamw (decoupled) or adam (L2) over one chunk, `unroll` vectors per loop iteration (1, 2 or 4;
 // anything else is 1). Every choice computes the same bits (simd_policy-inl.h, for_each_element).
 ElementwiseFn adam_kernel(bool decoupled, unsigned unroll);
+// The same with amsgrad: also reads and writes the chunk's VMAX (the running max of v).
+ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll);
 
 }  // namespace cpu
 }  // namespace renaissance

@@ -49,6 +49,12 @@ struct VectorPolicy {
     r = hn::IfThenElse(hn::Lt(a, zero), hn::Set(d, -1.0f), r);
     return hn::IfThenElse(hn::Eq(a, a), r, a);
   }
+  // As ScalarPolicy::max: a if a is NaN, else b if b is NaN, else b where a < b, else a.
+  static HWY_INLINE V max(V a, V b) {
+    V r = hn::IfThenElse(hn::Lt(a, b), b, a);
+    r = hn::IfThenElse(hn::Eq(b, b), r, b);
+    return hn::IfThenElse(hn::Eq(a, a), r, a);
+  }
 };
 
 HWY_INLINE rules::Coeffs<FloatVec> vector_coeffs(const float* s, bool weight_group) {
@@ -67,28 +73,38 @@ HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, bool weight_group)
 // arithmetic and every store after it (more independent work in flight for the division and
 // square-root units; each element still gets the same operations, so no bit changes). Not on
 // targets with sizeless vectors (SVE, RVV), which cannot form arrays.
-template <bool kHasM, bool kHasV, size_t kUnroll = 1, class VectorRule, class ScalarRule>
+// kHasX: a fifth array x (the VMAX family) is read and written too, and the rules take it as a
+// fifth argument `rule(w, g, m, v, x)`.
+template <bool kHasM, bool kHasV, size_t kUnroll = 1, bool kHasX = false, class VectorRule, class ScalarRule>
 HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRICT g,
                                  float* HWY_RESTRICT m, float* HWY_RESTRICT v, size_t n,
-                                 VectorRule vector_rule, ScalarRule scalar_rule) {
+                                 VectorRule vector_rule, ScalarRule scalar_rule, float* HWY_RESTRICT x = nullptr) {
   const FloatTag d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
 #if !HWY_HAVE_SCALABLE
   if (kUnroll > 1) {
     for (; i + kUnroll * lanes <= n; i += kUnroll * lanes) {
-      FloatVec vw[kUnroll], vg[kUnroll], vm[kUnroll], vv[kUnroll];
+      FloatVec vw[kUnroll], vg[kUnroll], vm[kUnroll], vv[kUnroll], vx[kUnroll];
       for (size_t u = 0; u < kUnroll; ++u) {
         vw[u] = hn::LoadU(d, w + i + u * lanes);
         vg[u] = hn::LoadU(d, g + i + u * lanes);
         vm[u] = kHasM ? hn::LoadU(d, m + i + u * lanes) : hn::Zero(d);
         vv[u] = kHasV ? hn::LoadU(d, v + i + u * lanes) : hn::Zero(d);
+        vx[u] = kHasX ? hn::LoadU(d, x + i + u * lanes) : hn::Zero(d);
       }
-      for (size_t u = 0; u < kUnroll; ++u) vector_rule(vw[u], vg[u], vm[u], vv[u]);
+      for (size_t u = 0; u < kUnroll; ++u) {
+        if constexpr (kHasX) {
+          vector_rule(vw[u], vg[u], vm[u], vv[u], vx[u]);
+        } else {
+          vector_rule(vw[u], vg[u], vm[u], vv[u]);
+        }
+      }
       for (size_t u = 0; u < kUnroll; ++u) {
         hn::StoreU(vw[u], d, w + i + u * lanes);
         if (kHasM) hn::StoreU(vm[u], d, m + i + u * lanes);
         if (kHasV) hn::StoreU(vv[u], d, v + i + u * lanes);
+        if (kHasX) hn::StoreU(vx[u], d, x + i + u * lanes);
       }
     }
   }
@@ -98,7 +114,13 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
     const FloatVec vg = hn::LoadU(d, g + i);
     FloatVec vm = kHasM ? hn::LoadU(d, m + i) : hn::Zero(d);
     FloatVec vv = kHasV ? hn::LoadU(d, v + i) : hn::Zero(d);
-    vector_rule(vw, vg, vm, vv);
+    if constexpr (kHasX) {
+      FloatVec vx = hn::LoadU(d, x + i);
+      vector_rule(vw, vg, vm, vv, vx);
+      hn::StoreU(vx, d, x + i);
+    } else {
+      vector_rule(vw, vg, vm, vv);
+    }
     hn::StoreU(vw, d, w + i);
     if (kHasM) hn::StoreU(vm, d, m + i);
     if (kHasV) hn::StoreU(vv, d, v + i);
@@ -106,7 +128,11 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
   for (; i < n; ++i) {
     float sm = kHasM ? m[i] : 0.0f;
     float sv = kHasV ? v[i] : 0.0f;
-    scalar_rule(w[i], g[i], sm, sv);
+    if constexpr (kHasX) {
+      scalar_rule(w[i], g[i], sm, sv, x[i]);
+    } else {
+      scalar_rule(w[i], g[i], sm, sv);
+    }
     if (kHasM) m[i] = sm;
     if (kHasV) v[i] = sv;
   }
@@ -127,6 +153,24 @@ HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n
         Rule::template apply<VectorPolicy>(wv, gv, mv, vv, cv);
       },
       [&](float& wv, float gv, float& mv, float& vv) { Rule::template apply<rules::ScalarPolicy>(wv, gv, mv, vv, cs); });
+}
+
+// RuleChunk with the fifth array x (VMAX, amsgrad): Rule also has `template <class P, class V>
+// static void apply_x(V& w, V g, V& m, V& v, V& x, const rules::Coeffs<V>& c)`.
+template <class Rule, size_t kUnroll = 1>
+HWY_INLINE void RuleChunkX(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,
+                           bool weight_group) {
+  const auto cv = vector_coeffs(s, weight_group);
+  const auto cs = scalar_coeffs(s, weight_group);
+  for_each_element<Rule::kHasM, Rule::kHasV, kUnroll, true>(
+      w, g, m, v, n,
+      [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv, FloatVec& xv) {
+        Rule::template apply_x<VectorPolicy>(wv, gv, mv, vv, xv, cv);
+      },
+      [&](float& wv, float gv, float& mv, float& vv, float& xv) {
+        Rule::template apply_x<rules::ScalarPolicy>(wv, gv, mv, vv, xv, cs);
+      },
+      x);
 }
 
 // out[i] = ĝ = (g[i]*(1/scale))*clip for i < n (rules::unscale, vector and scalar paths), or

@@ -11,10 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
 #include "backend_cuda/access.cuh"
+#include "renaissance/error.h"
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
@@ -43,12 +46,39 @@ inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
   return node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) : nullptr;
 }
 
-// Rule on the four lanes of float4 q of w, g (and m, v when the rule has them); G is read
-// through the reader of its encoding (grad_load.cuh). Returns the new masters (for the copy).
+// Whether a rule has `apply_x(w, g, m, v, x, c)`, its form with the VMAX family (amsgrad; the rule
+// says so with `static constexpr bool kHasX = true`): only such rules read the kernels' x
+// pointer, and only where it is non-null (a run-time branch, no kernel of its own).
+template <class Rule, class = void>
+struct RuleHasX : std::false_type {};
+template <class Rule>
+struct RuleHasX<Rule, std::void_t<decltype(Rule::kHasX)>> : std::bool_constant<Rule::kHasX> {};
+
+// Rule on the four lanes of float4 q of w, g (and m, v when the rule has them; x too where it is
+// non-null and the rule has apply_x); G is read through the reader of its encoding
+// (grad_load.cuh). Returns the new masters (for the copy).
 template <class Rule, bool kHasM, bool kHasV, class GQ>
 __device__ __forceinline__ float4 update_float4(float4* __restrict__ w, const GQ g,
-                                                float4* __restrict__ m, float4* __restrict__ v, uint64_t q,
-                                                const Coeffs<float>& c) {
+                                                float4* __restrict__ m, float4* __restrict__ v,
+                                                float4* __restrict__ x, uint64_t q, const Coeffs<float>& c) {
+  if constexpr (RuleHasX<Rule>::value) {
+    if (x != nullptr) {
+      float4 wv = w[q];
+      float4 mv = m[q];
+      float4 vv = v[q];
+      float4 xv = x[q];
+      const float4 gv = g[q];
+      Rule::apply_x(wv.x, gv.x, mv.x, vv.x, xv.x, c);
+      Rule::apply_x(wv.y, gv.y, mv.y, vv.y, xv.y, c);
+      Rule::apply_x(wv.z, gv.z, mv.z, vv.z, xv.z, c);
+      Rule::apply_x(wv.w, gv.w, mv.w, vv.w, xv.w, c);
+      w[q] = wv;
+      m[q] = mv;
+      v[q] = vv;
+      x[q] = xv;
+      return wv;
+    }
+  }
   // All loads first: four (or fewer) independent 16-byte loads in flight per thread. G last:
   // through a gradient table its address comes from a load (the chunk's address) and its reader
   // branches, and nvcc issues no load written after a branch before it, so W, M and V written
@@ -78,7 +108,8 @@ __device__ __forceinline__ float4 update_float4(float4* __restrict__ w, const GQ
 // warp), so the shuffles see the whole warp. Both paths give the same bits.
 template <class Rule, bool kHasM, bool kHasV, class GQ, class Copy>
 __device__ __forceinline__ void update_quads(float4* __restrict__ w, const GQ g, float4* __restrict__ m,
-                                             float4* __restrict__ v, uint64_t first, uint64_t end,
+                                             float4* __restrict__ v, float4* __restrict__ x, uint64_t first,
+                                             uint64_t end,
                                              uint64_t thread, uint64_t threads, const Coeffs<float>& c,
                                              const Copy& copy) {
   if constexpr (Copy::kWarpPairs) {
@@ -89,15 +120,15 @@ __device__ __forceinline__ void update_quads(float4* __restrict__ w, const GQ g,
         const uint64_t qa = base + lane, qb = qa + 32;
         const bool in_a = qa < end, in_b = qb < end;
         float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
-        if (in_a) xa = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qa, c);
-        if (in_b) xb = update_float4<Rule, kHasM, kHasV>(w, g, m, v, qb, c);
+        if (in_a) xa = update_float4<Rule, kHasM, kHasV>(w, g, m, v, x, qa, c);
+        if (in_b) xb = update_float4<Rule, kHasM, kHasV>(w, g, m, v, x, qb, c);
         copy.quad_pairs(4 * qa, xa, in_a, 4 * qb, xb, in_b, odd);
       }
       return;
     }
   }
   for (uint64_t q = first + thread; q < end; q += threads) {
-    copy.quad(4 * q, update_float4<Rule, kHasM, kHasV>(w, g, m, v, q, c));
+    copy.quad(4 * q, update_float4<Rule, kHasM, kHasV>(w, g, m, v, x, q, c));
   }
 }
 
@@ -113,7 +144,7 @@ constexpr int kUpdateMinBlocksPerSm = 5;
 template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     elementwise_update_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
-                              float4* __restrict__ v, uint64_t n4, const float* __restrict__ s,
+                              float4* __restrict__ v, float4* __restrict__ x, uint64_t n4, const float* __restrict__ s,
                               const int32_t* __restrict__ flags, bool weight_group, const Copy copy) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
@@ -121,7 +152,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
   const auto g = g_elements.quads();
   const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t thread = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  update_quads<Rule, kHasM, kHasV>(w, g, m, v, 0, n4, thread, threads, c, copy);
+  update_quads<Rule, kHasM, kHasV>(w, g, m, v, x, 0, n4, thread, threads, c, copy);
 }
 
 // H > 1 hyperparameter groups (multi-tensor-apply style): one block per HyperItem (grid-stride
@@ -131,7 +162,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
 template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     elementwise_items_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
-                             float4* __restrict__ v, const HyperItem* __restrict__ items, int64_t num_items,
+                             float4* __restrict__ v, float4* __restrict__ x, const HyperItem* __restrict__ items, int64_t num_items,
                              const float* __restrict__ s, const int32_t* __restrict__ flags, bool weight_group,
                              const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
@@ -142,7 +173,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
-    update_quads<Rule, kHasM, kHasV>(w, g, m, v, first, end, threadIdx.x, blockDim.x, c, copy);
+    update_quads<Rule, kHasM, kHasV>(w, g, m, v, x, first, end, threadIdx.x, blockDim.x, c, copy);
   }
 }
 
@@ -153,6 +184,9 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
   if (n4 == 0) return;
   float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
   float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
+  // VMAX (amsgrad): only a rule with apply_x reads it.
+  if (node.vmax.count != 0 && !RuleHasX<Rule>::value) throw_invalid(std::string(name) + " reads no VMAX family");
+  float4* x = RuleHasX<Rule>::value && node.vmax.count != 0 ? ctx.at<float4>(node.vmax) : nullptr;
   with_access(ctx, node, [&](auto g, auto copy) {
     using G = decltype(g);
     using Copy = decltype(copy);
@@ -161,7 +195,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
       const int block = fit_block<kernel>(ctx.launch.block);
       const int64_t items = static_cast<int64_t>(node.hyper_items.count);
       kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
-          ctx.at<float4>(node.w), g, m, v, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
+          ctx.at<float4>(node.w), g, m, v, x, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
           ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node), copy);
       RN_CUDA_CHECK_LAUNCH(name);
       return;
@@ -170,7 +204,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     const int block = fit_block<kernel>(ctx.launch.block);
     // A warp-pair writer takes two quads per thread and trip: half the threads cover the span.
     const unsigned grid = grid_for(Copy::kWarpPairs ? (n4 + 1) / 2 : n4, block, ctx.launch);
-    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, n4, ctx.scalars.f32, ctx.scalars.i32,
+    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, x, n4, ctx.scalars.f32, ctx.scalars.i32,
                                            node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);
   });

@@ -7,14 +7,26 @@ namespace renaissance {
 namespace cuda {
 namespace {
 
+// apply_x: amsgrad, x the element's running max of v (VMAX); the kernels take it where the node
+// has a VMAX span (elementwise.cuh's run-time branch: no kernel of its own).
 struct AdamRule {
+  static constexpr bool kHasX = true;
   static __device__ __forceinline__ void apply(float& w, float g, float& m, float& v, const Coeffs<float>& c) {
     math::adam<ScalarPolicy>(w, g, m, v, c);
   }
+  static __device__ __forceinline__ void apply_x(float& w, float g, float& m, float& v, float& x,
+                                                 const Coeffs<float>& c) {
+    math::adam_amsgrad<ScalarPolicy>(w, g, m, v, x, c);
+  }
 };
 struct AdamWRule {
+  static constexpr bool kHasX = true;
   static __device__ __forceinline__ void apply(float& w, float g, float& m, float& v, const Coeffs<float>& c) {
     math::adamw<ScalarPolicy>(w, g, m, v, c);
+  }
+  static __device__ __forceinline__ void apply_x(float& w, float g, float& m, float& v, float& x,
+                                                 const Coeffs<float>& c) {
+    math::adamw_amsgrad<ScalarPolicy>(w, g, m, v, x, c);
   }
 };
 

@@ -2,6 +2,7 @@
 // it. Scripts (bench/compare_torch.py, conformance/render_report.py) read `--json` instead of
 // keeping their own list of kinds and hyperparameters.
 #include <cstdio>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,15 @@ namespace {
 nlohmann::json hyperparameters_json(const Hyperparameters& h) {
   nlohmann::json j = nlohmann::json::object();
   for_each_kind_column(h, [&j](const char* name, double value) { j[name] = value; });
+  return j;
+}
+
+// The flag rows of the hyperparameter table the kind takes (maximize, amsgrad, ...).
+nlohmann::json flags_json(OptimizerKind kind) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.flag_field != nullptr && kind_reads(kind, row)) j.push_back(row.name);
+  }
   return j;
 }
 
@@ -41,7 +51,8 @@ int cmd_kinds(bool json) {
                       {"bytes_per_param", k.bytes_per_param},
                       {"defaults", hyperparameters_json(k.defaults)},
                       {"reference", hyperparameters_json(k.reference)},
-                      {"bench", hyperparameters_json(k.bench)}});
+                      {"bench", hyperparameters_json(k.bench)},
+                      {"flags", flags_json(k.kind)}});
     }
     std::printf("%s\n", list.dump().c_str());
     return kExitOk;
@@ -53,6 +64,15 @@ int cmd_kinds(bool json) {
                 k.bytes_per_param, k.summary);
   }
   std::printf("(B/param: ideal traffic of one fp32 step without the non-finite check, which adds 4)\n");
+  // The flags only some kinds take, with those kinds (amsgrad: adam, adamw; one more state buffer).
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.flag_field == nullptr || row.families == kEveryFamily) continue;
+    std::string kinds;
+    for (const KindInfo& k : kKindTable) {
+      if (kind_reads(k.kind, row)) kinds += std::string(kinds.empty() ? "" : ", ") + k.name;
+    }
+    std::printf("%s (%s): %s\n", row.flag, kinds.c_str(), row.help);
+  }
   return kExitOk;
 }
 

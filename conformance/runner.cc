@@ -72,7 +72,7 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
     w.push_back({off, off + size});
   };
   if (!skipped) {
-    for (Family f : {Family::kW, Family::kM, Family::kV}) {
+    for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
       if (!plan.has_family(f)) continue;
       for (int role = 0; role < kNumRoles; ++role) {
         const RegionInfo& info = plan.region(family_region(f, static_cast<Role>(role)));
@@ -261,7 +261,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   std::vector<ByteRange> sample_ranges;
   for (size_t id : sample) {
     const uint64_t bytes = static_cast<uint64_t>(params[id].numel()) * sizeof(float);
-    for (Family f : {Family::kW, Family::kM, Family::kV}) {
+    for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
       if (plan.has_family(f)) sample_ranges.push_back({plan.tensor_offset(f, id), plan.tensor_offset(f, id) + bytes});
     }
     if (plan.has_family(Family::kN)) {
@@ -447,6 +447,11 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
         if (has_v(kind)) {
           check("V", oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kV, id), n), want.v),
                 oracle::relative_l2(f32.v, want.v), &br.err_v);
+        }
+        if (plan.has_family(Family::kVmax)) {  // amsgrad's running max, reported with V
+          check("VMAX",
+                oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kVmax, id), n), want.vmax),
+                oracle::relative_l2(f32.vmax, want.vmax), &br.err_v);
         }
         if (is_lars(kind) && ref.is_weight_group(k) && ref.t() > 0) {
           const float eta = read_floats(lane.after.get(), plan.tensor_offset(Family::kN, id), 1)[0];

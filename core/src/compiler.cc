@@ -44,10 +44,14 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
                   precision_name(precision.precision) + " rounded " + rounding_name(precision.rounding) +
                   " (stochastic rounding needs a bf16 or fp16 model copy)");
   }
-  const PlanConfig need = plan_config_from_optimizer(config.kind);
+  const PlanConfig need = plan_config_from_optimizer(config);
   if (need.has_m != plan.config().has_m || need.has_v != plan.config().has_v ||
       need.has_n != plan.config().has_n) {
     throw_invalid(std::string("the memory plan was not made for ") + optimizer_kind_name(config.kind));
+  }
+  if (need.has_vmax != plan.config().has_vmax) {
+    throw_invalid(std::string("the memory plan was made ") + (plan.config().has_vmax ? "with" : "without") +
+                  " the VMAX family, the configuration has amsgrad " + (config.amsgrad ? "on" : "off"));
   }
 
   const bool mask = plan.config().tensor_mask;
@@ -142,6 +146,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     node.grad_dtype = grad_dtype;
     if (need.has_m) node.m = plan.group_span(Family::kM, group);
     if (need.has_v) node.v = plan.group_span(Family::kV, group);
+    if (need.has_vmax) node.vmax = plan.group_span(Family::kVmax, group);
     if (need.has_n) node.n = plan.group_span(Family::kN, group);
     node.hyper_groups = blocks;
     node.tensor_state = update_state;

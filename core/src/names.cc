@@ -66,7 +66,7 @@ bool parse_role(const char* text, Role* out) {
 }
 
 const char* family_name(Family family) {
-  static const char* const names[kNumFamilies] = {"W", "G", "M", "V", "N"};
+  static const char* const names[kNumFamilies] = {"W", "G", "M", "V", "N", "VMAX"};
   return names[static_cast<int>(family)];
 }
 
@@ -75,7 +75,7 @@ const char* region_name(Region region) {
 #define RN_FAMILY_NAMES(F) \
   #F "_BN_BIAS", #F "_BN_WEIGHT", #F "_FC_BIAS", #F "_FC_WEIGHT", #F "_FIRST_CONV", #F "_DEEP_CONV"
       RN_FAMILY_NAMES(W), RN_FAMILY_NAMES(G), RN_FAMILY_NAMES(M), RN_FAMILY_NAMES(V),
-      RN_FAMILY_NAMES(N),
+      RN_FAMILY_NAMES(N), RN_FAMILY_NAMES(VMAX),
 #undef RN_FAMILY_NAMES
       "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
       "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY",

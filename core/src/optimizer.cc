@@ -138,6 +138,9 @@ void OptimizerConfig::validate() const {
   if (kind == OptimizerKind::kSgdNesterov && dampening != 0.0) {
     reject("dampening", dampening, "Nesterov momentum requires a momentum and zero dampening");
   }
+  if (amsgrad && info.family != KindFamily::kAdam) {
+    throw_invalid(std::string("amsgrad applies to adam and adamw only, not ") + optimizer_kind_name(kind));
+  }
   check_float32_domain(*this);
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.rule == HyperRule::kMaxGradNorm) check_rule(row, this->*row.number);

@@ -51,6 +51,12 @@ PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
   return c;
 }
 
+PlanConfig plan_config_from_optimizer(const OptimizerConfig& config) {
+  PlanConfig c = plan_config_from_optimizer(config.kind);
+  c.has_vmax = config.amsgrad;
+  return c;
+}
+
 MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : config_(config) {
   validate_param_specs(params);
   const int hyper = config_.hyper_groups;
@@ -186,6 +192,10 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   };
   if (config_.has_m) place_state(Family::kM);
   if (config_.has_v) place_state(Family::kV);
+  if (config_.has_vmax) {
+    if (!config_.has_v) throw_invalid("plan: the VMAX family (amsgrad) needs the V family");
+    place_state(Family::kVmax);
+  }
   if (config_.has_n) {
     // One trust ratio per tensor, packed without per-role padding so that the weight group's
     // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).

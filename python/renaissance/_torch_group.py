@@ -128,6 +128,8 @@ class SharedTask:
                                    "mismatch)" % (self.pW[j].dtype, self.pG[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
+        # amsgrad: torch's max_exp_avg_sq (the core refuses a sliced task with it).
+        self.VMAX = [task.view("VMAX", j, did) for j in range(n)] if "VMAX" in state_names else None
         self.g_ptrs = tuple(g.data_ptr() for g in self.G)
         # What a .grad read in place must match (readable): one dtype and device per Task; an
         # empty tensor goes through the copy path (its data_ptr may be null).
@@ -508,6 +510,7 @@ class GroupBinding:
         self.G = shared.G[sl]
         self.M = shared.M[sl] if shared.M is not None else None
         self.V = shared.V[sl] if shared.V is not None else None
+        self.VMAX = shared.VMAX[sl] if shared.VMAX is not None else None
         self.task = GroupTask(self)
         shared.bindings.append(self)
 
@@ -525,6 +528,9 @@ class GroupBinding:
                 "cannot change the optimizer of a param group from '%s' to '%s' after construction "
                 "(momentum to or from 0, nesterov or decoupled_weight_decay change the compiled step); "
                 "build a new optimizer" % (self.kind, kind))
+        if hyper.get("amsgrad", False) != self.hyper.get("amsgrad", False):
+            raise ValueError("cannot change amsgrad after construction (it adds a state buffer, one setting per "
+                             "compiled step); build a new optimizer")
         if hyper.get("max_grad_norm") != self.hyper.get("max_grad_norm"):
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
@@ -551,7 +557,7 @@ class GroupBinding:
         st = {}
         if "step" in self.state_names:
             st["step"] = step_tensor
-        for fam, bufs in (("W", self.W), ("M", self.M), ("V", self.V)):
+        for fam, bufs in (("W", self.W), ("M", self.M), ("V", self.V), ("VMAX", self.VMAX)):
             if bufs is not None and fam in self.state_names:
                 # A complex parameter's state is complex, as torch keeps it (the arena's real view).
                 st[self.state_names[fam]] = torch.view_as_complex(bufs[j]) if self.params[j].is_complex() else bufs[j]

@@ -333,6 +333,12 @@ class Recorder:
             self._agree_at_start(target_error)
         for gi, g in enumerate(self._groups):
             task = g.task
+            if _config(task).get("amsgrad") and int(task.step_count) > 0:
+                # A case holds M and V (m/, v/) but not amsgrad's running max: from the first
+                # step on a replay would start it at zero.
+                raise ValueError("Recorder: group %d uses amsgrad and has stepped (%d steps): a case does not hold "
+                                 "its max_exp_avg_sq; start the recording before the first step" %
+                                 (gi, int(task.step_count)))
             families = _families(task)
             params = []
             for name_, shape, role in task.params:

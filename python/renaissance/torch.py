@@ -31,15 +31,16 @@ from torch.utils.hooks import RemovableHandle
 from . import _checkpoint_set
 from . import _core
 from . import _torch_dist
-from ._torch_group import GroupBinding, SharedTask, structure_key, tensor_interval
+from ._torch_group import TASK_WIDE, GroupBinding, SharedTask, structure_key, tensor_interval
 
 __all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Recorder", "register_optimizer_step_pre_hook",
            "register_optimizer_step_post_hook"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
-# torch.optim's flags: the default of each (a group without the key takes it). amsgrad is not
-# implemented (refused unless False); maximize is a per-group setting of the core (every kind,
+# torch.optim's flags: the default of each (a group without the key takes it). amsgrad (Adam,
+# AdamW) is a task-wide setting of the core (groups that differ get Tasks of their own; an edit
+# after construction is refused); maximize is a per-group setting of the core (every kind,
 # the gradient negated before everything else of the update); foreach, fused and capturable choose among
 # torch's implementations, and the library has one, which is fused and captured (docs/python.md):
 # every value torch takes is accepted and kept; differentiable=True is refused as torch refuses it
@@ -206,7 +207,10 @@ class _Base(Optimizer):
                 classes.setdefault(key, []).append((i, self._roles(group), hyper))
             made = {}
             for key, members in classes.items():
-                kind, device, precision = key[0], key[3], key[5]
+                # structure_key is (kind, decay mode, the task-wide rows..., device), then the
+                # state names and the precision.
+                at = 2 + len(TASK_WIDE)
+                kind, device, precision = key[0], key[at], key[at + 2]
                 rounding = self._rounding if precision != "fp32" else "nearest"
                 shared = SharedTask([(self.param_groups[i]["params"], roles, hyper) for i, roles, hyper in members],
                                     kind, device, self._threads, self._state_names_for(self.param_groups[members[0][0]]),
@@ -669,6 +673,8 @@ class _Base(Optimizer):
         for gi, g in enumerate(groups):  # another class's dict: refused before anything else
             self._check_group_keys(gi, g)
         state_keys = set(self._state_names.values()) | {"master_weight"}
+        if isinstance(self, _AdamFamily):
+            state_keys.add("max_exp_avg_sq")  # amsgrad's, checked against each group below
         for gi, g in enumerate(groups):
             for j, k in enumerate(g["params"]):
                 foreign = sorted(set(state_dict["state"].get(k) or ()) - state_keys)
@@ -742,7 +748,7 @@ class _Base(Optimizer):
         tensor_steps = {}  # every parameter's own count, per Task
         with torch.no_grad():
             for b, step, bufs, per_param in plan:
-                for view in (b.M or []) + (b.V or []):
+                for view in (b.M or []) + (b.V or []) + (b.VMAX or []):
                     view.zero_()
                 if b.C is not None:
                     # bf16/fp16: a state without 'master_weight' (torch's own) gives masters equal
@@ -1108,8 +1114,17 @@ def _check_flag(name, value, cls):
                                "fused; differentiable=%r is not supported)" % (cls, value))
     elif name == "maximize":
         _maximize_value(value, cls)
-    elif value != False:  # noqa: E712  amsgrad
+    elif name == "amsgrad":
+        _amsgrad_value(value, cls)
+    elif value != False:  # noqa: E712
         raise ValueError("%s: %s=%r is not supported" % (cls, name, value))
+
+
+def _amsgrad_value(value, cls):
+    """amsgrad as a bool (True or False only, as maximize: the flag adds a state buffer)."""
+    if not isinstance(value, bool):
+        raise ValueError("%s: amsgrad=%r: expected True or False" % (cls, value))
+    return value
 
 
 def _maximize_value(value, cls):
@@ -1329,9 +1344,18 @@ class _AdamFamily(_Base):
                                                         "AdamW's" if decoupled else "Adam's (L2)",
                                                         "decoupled" if self._kind == "adamw" else "L2",
                                                         "AdamW" if decoupled else "Adam"))
-        return self._kind, _clip(group, {"lr": _lr(group), "beta1": b1, "beta2": b2,
-                                         "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
-                                         "weight_decay": _weight_decay(group)}, type(self).__name__)
+        hyper = {"lr": _lr(group), "beta1": b1, "beta2": b2,
+                 "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
+                 "weight_decay": _weight_decay(group)}
+        if _amsgrad_value(group.get("amsgrad", False), type(self).__name__):
+            hyper["amsgrad"] = True  # only when on: a run without it keeps its keys (Recorder, replay)
+        return self._kind, _clip(group, hyper, type(self).__name__)
+
+    def _state_names_for(self, group):
+        # amsgrad: torch's max_exp_avg_sq (the core's VMAX), in torch's state only then.
+        if group.get("amsgrad", False) is True:
+            return dict(self._state_names, VMAX="max_exp_avg_sq")
+        return self._state_names
 
 
 class Adam(_AdamFamily):

@@ -57,11 +57,11 @@ std::vector<std::string> family_hyperparameters(const KindInfo& k) {
   return h;
 }
 
-// The table's flags, joined for messages ("maximize").
-std::string flag_names() {
+// The table's flags a kind reads, joined for messages (", maximize", ", maximize, amsgrad").
+std::string flag_names(OptimizerKind kind) {
   std::string s;
   for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.flag_field != nullptr) s += std::string(", ") + row.name;
+    if (row.flag_field != nullptr && kind_reads(kind, row)) s += std::string(", ") + row.name;
   }
   return s;
 }
@@ -215,7 +215,7 @@ class PyTask {
     for (auto [key, value] : hyper) {
       const std::string name = nb::cast<std::string>(key);
       const HyperparameterInfo* row = find_hyperparameter(name);
-      if (row != nullptr && row->flag_field != nullptr) {  // every kind: a bool (torch's maximize)
+      if (row != nullptr && row->flag_field != nullptr && kind_reads(kind, *row)) {  // a bool (torch's maximize)
         if (!nb::isinstance<nb::bool_>(value)) {
           throw nb::type_error(("optimizer(): " + name + " must be True or False").c_str());
         }
@@ -226,7 +226,7 @@ class PyTask {
       for (const std::string& a : allowed) ok = ok || a == name;
       if (!ok) {
         throw nb::type_error(("optimizer('" + kind_name + "'): unexpected keyword '" + name +
-                              "' (this kind reads: " + join(allowed) + flag_names() + ")").c_str());
+                              "' (this kind reads: " + join(allowed) + flag_names(kind) + ")").c_str());
       }
       if (name == "weight_decay_mode") {
         const std::string mode = nb::cast<std::string>(value);
@@ -351,10 +351,11 @@ class PyTask {
     else if (family == "G") f = Family::kG;
     else if (family == "M") f = Family::kM;
     else if (family == "V") f = Family::kV;
-    else throw_invalid("view(): family '" + family + "': expected W, G, M, V or C");
+    else if (family == "VMAX") f = Family::kVmax;
+    else throw_invalid("view(): family '" + family + "': expected W, G, M, V, VMAX or C");
     if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
     // A sliced task's M and V hold only its slice: no whole-tensor view (ShardedStep reads them).
-    if ((f == Family::kM || f == Family::kV) && task_->plan().state_sliced())
+    if ((f == Family::kM || f == Family::kV || f == Family::kVmax) && task_->plan().state_sliced())
       throw_invalid("view(): this task holds only a slice of " + family + " (state_shard); read it through its sharded step");
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
       return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));

@@ -47,25 +47,33 @@ Family section_family(Section s) {
   switch (s) {
     case Section::kM: return Family::kM;
     case Section::kV: return Family::kV;
+    case Section::kVmax: return Family::kVmax;
     case Section::kN: return Family::kN;
     default: return Family::kW;
   }
 }
 
 bool is_state_section(Section s) {
-  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kN || s == Section::kC;
+  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kVmax || s == Section::kN ||
+         s == Section::kC;
 }
 
+// The sections read and written through the optimizer-state slice (read_state, write_state_part).
+bool is_sliced_section(Section s) { return s == Section::kM || s == Section::kV || s == Section::kVmax; }
+
 // The sections a checkpoint of this optimizer kind holds, in file order; a task with a model copy
-// adds PRECISION after META and the copy C after the fp32 state (format version 3).
-std::vector<Section> sections_for(OptimizerKind kind, bool model_copy) {
-  const PlanConfig need = plan_config_from_optimizer(kind);
+// adds PRECISION after META and the copy C after the fp32 state (format version 3); amsgrad adds
+// VMAX after V (a file without it keeps its bytes).
+std::vector<Section> sections_for(OptimizerKind kind, bool amsgrad, bool model_copy) {
+  PlanConfig need = plan_config_from_optimizer(kind);
+  need.has_vmax = amsgrad;
   std::vector<Section> s = {Section::kMeta};
   if (model_copy) s.push_back(Section::kPrecision);
   s.push_back(Section::kLayout);
   s.push_back(Section::kW);
   if (need.has_m) s.push_back(Section::kM);
   if (need.has_v) s.push_back(Section::kV);
+  if (need.has_vmax) s.push_back(Section::kVmax);
   if (need.has_n) s.push_back(Section::kN);
   if (model_copy) s.push_back(Section::kC);
   s.push_back(Section::kScalars);
@@ -262,7 +270,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const bool model_copy = plan_.has_model_copy();
-  const std::vector<Section> sections = sections_for(config_.kind, model_copy);
+  const std::vector<Section> sections = sections_for(config_.kind, config_.amsgrad, model_copy);
 
   Bytes precision;
   precision.u32(static_cast<uint32_t>(options_.precision.precision));
@@ -321,7 +329,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
       for (uint64_t done = 0; done < bytes;) {
         const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
         chunk.resize(static_cast<size_t>((n + sizeof(float) - 1) / sizeof(float)));
-        if (s == Section::kM || s == Section::kV) {
+        if (is_sliced_section(s)) {
           static_assert(kStreamChunkBytes % sizeof(float) == 0, "M and V chunks are whole floats");
           read_state(section_family(s), id, done / sizeof(float), n / sizeof(float), chunk.data());
         } else {
@@ -335,7 +343,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   if (!write_file) {
     // Another rank writes: take part in the same reads of M and V, in the same order.
     for (Section s : sections) {
-      if (s == Section::kM || s == Section::kV) stream_section(s, [](const void*, size_t) {});
+      if (is_sliced_section(s)) stream_section(s, [](const void*, size_t) {});
     }
     return;
   }
@@ -380,7 +388,7 @@ void Task::load(const std::string& path) {
   uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
   max_bytes += kMaxMetaBytes + 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8);
   for (const ParamSpec& p : params_) max_bytes += p.name.size();
-  for (Family f : {Family::kW, Family::kM, Family::kV, Family::kN}) {
+  for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax, Family::kN}) {
     if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
   }
   max_bytes += 3 * 4 + (plan_.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan_.region(S_SCALAR_FP64).count * 8;
@@ -411,6 +419,10 @@ void Task::load(const std::string& path) {
       throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
                     ", task uses " + optimizer_kind_name(config_.kind));
     }
+    if (cfg.amsgrad != config_.amsgrad) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
+                    " amsgrad, task runs " + (config_.amsgrad ? "with" : "without") + " it");
+    }
     if (cfg.weight_decay_mode != config_.weight_decay_mode) {
       auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
       throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
@@ -427,7 +439,7 @@ void Task::load(const std::string& path) {
     }
   }
 
-  const std::vector<Section> sections = sections_for(d.info.config.kind, file_copy);
+  const std::vector<Section> sections = sections_for(d.info.config.kind, d.info.config.amsgrad, file_copy);
   if (declared_sections != sections.size()) {
     parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
                               optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
@@ -561,7 +573,7 @@ void Task::load(const std::string& path) {
         chunk.resize(static_cast<size_t>(n));
         file.read(pos, chunk.data(), n);
         XXH3_64bits_update(&again, chunk.data(), n);
-        if (s == Section::kM || s == Section::kV) {
+        if (is_sliced_section(s)) {
           // A sliced task (a rank of a sharded step) keeps the part inside its slice.
           write_state_part(section_family(s), id, done / sizeof(float), n / sizeof(float),
                            reinterpret_cast<const float*>(chunk.data()));

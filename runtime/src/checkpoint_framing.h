@@ -37,13 +37,15 @@ constexpr size_t kFrameBytes = 4 + 8;  // tag + length, before the payload
 constexpr size_t kChecksumBytes = 8;
 constexpr uint64_t kStreamChunkBytes = uint64_t{4} << 20;
 
-enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars, kPrecision, kC };
-constexpr int kNumSections = 9;
+// kVmax: the VMAX family (amsgrad only), in the file right after V.
+enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars, kPrecision, kC, kVmax };
+constexpr int kNumSections = 10;
 
 // File tag and the name errors use ("section M: checksum mismatch"), in Section order.
 constexpr const char* kSectionText[][2] = {{"META", "META"}, {"LAYT", "LAYOUT"},  {"FAMW", "W"},
                                            {"FAMM", "M"},    {"FAMV", "V"},       {"FAMN", "N"},
-                                           {"SCAL", "SCALARS"}, {"PREC", "PRECISION"}, {"FAMC", "C"}};
+                                           {"SCAL", "SCALARS"}, {"PREC", "PRECISION"}, {"FAMC", "C"},
+                                           {"FAMX", "VMAX"}};
 inline const char* section_tag(Section s) { return kSectionText[static_cast<int>(s)][0]; }
 inline const char* section_name(Section s) { return kSectionText[static_cast<int>(s)][1]; }
 

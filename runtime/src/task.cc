@@ -140,7 +140,7 @@ void Task::compile() {
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }
-  PlanConfig plan_config = plan_config_from_optimizer(config_.kind);
+  PlanConfig plan_config = plan_config_from_optimizer(config_);
   plan_config.precision = precision.precision;
   plan_config.model_dtype_gradients = precision.model_dtype_gradients;
   plan_config.hyper_groups = hyper_groups();
@@ -149,6 +149,10 @@ void Task::compile() {
   if (options_.gradient_table && options_.state_shard.world_size > 0) {
     throw_invalid("compile(): gradient_table is for single-device tasks; a state shard (sharded step) reduces the "
                   "gradients in the arena's G");
+  }
+  if (config_.amsgrad && options_.state_shard.world_size > 0) {
+    throw_invalid("compile(): amsgrad is not supported by the sharded step (its VMAX state is not sharded); use an "
+                  "unsharded task");
   }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
@@ -436,7 +440,9 @@ void Task::write(Family family, size_t id, const float* src) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
-  if (family == Family::kM || family == Family::kV) return write_state_part(family, id, 0, count, src);
+  if (family == Family::kM || family == Family::kV || family == Family::kVmax) {
+    return write_state_part(family, id, 0, count, src);
+  }
   if (family == Family::kG && grad_dtype() != Precision::kFp32) {
     // Model-dtype gradients: each float rounded to nearest even in the model dtype.
     std::vector<uint16_t> h(count);
@@ -472,7 +478,7 @@ void Task::read(Family family, size_t id, float* dst) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
-  if ((family == Family::kM || family == Family::kV) &&
+  if ((family == Family::kM || family == Family::kV || family == Family::kVmax) &&
       !plan_.holds_state(plan_.tensor(id).offset_in_family, count)) {
     throw_invalid(std::string("read(") + family_name(family) + ", '" + params_[id].name + "'): the tensor lies outside "
                   "the slice [" + std::to_string(plan_.state_begin()) + ", " + std::to_string(plan_.state_end()) +
@@ -691,7 +697,7 @@ std::string Task::hash_state(const std::vector<size_t>& ids, const StateReader& 
   XXH3_64bits_reset(state);
   constexpr uint64_t kPiece = uint64_t{1} << 20;
   std::vector<float> buffer;
-  for (Family family : {Family::kW, Family::kM, Family::kV}) {
+  for (Family family : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
     if (!plan_.has_family(family)) continue;
     for (size_t id : ids) {
       const uint64_t numel = static_cast<uint64_t>(plan_.tensor(id).numel);

@@ -481,7 +481,7 @@ def test_errors_change_nothing():
 
 def test_unsupported_arguments_are_refused():
     # foreach, fused and capturable are accepted (tests/python/test_torch_dropin.py).
-    for error, make in ((ValueError, lambda p: rt.Adam(p, amsgrad=True)),
+    for error, make in ((ValueError, lambda p: rt.Adam(p, amsgrad=1)),
                         (ValueError, lambda p: rt.AdamW(p, maximize=1)),
                         (ValueError, lambda p: rt.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)),
                         (ValueError, lambda p: rt.SGD(p, lr=0.1, nesterov=True)),

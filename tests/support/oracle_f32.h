@@ -27,6 +27,7 @@ namespace oracle {
 
 struct TensorStateF32 {
   std::vector<float> w, m, v;
+  std::vector<float> vmax;  // amsgrad: the running maximum of v
   float trust = 0.0f;  // LARS η of the last applied step (weight group)
 };
 
@@ -41,6 +42,7 @@ class OracleF32 {
       s.w = initial_weights[i];
       s.m.assign(s.w.size(), 0.0f);
       s.v.assign(s.w.size(), 0.0f);
+      s.vmax.assign(s.w.size(), 0.0f);
       tensors_.push_back(std::move(s));
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
     }
@@ -116,7 +118,14 @@ class OracleF32 {
           }
           s.m[k] = b1 * s.m[k] + omb1 * g;
           s.v[k] = b2 * s.v[k] + omb2 * (g * g);
-          s.w[k] = s.w[k] - (lr * (s.m[k] * bc1)) / (std::sqrt(s.v[k] * bc2) + eps);
+          float second = s.v[k];
+          if (c_.amsgrad) {
+            // torch.maximum: a NaN on either side is the result (the running max's first).
+            float& x = s.vmax[k];
+            if (!std::isnan(x)) x = std::isnan(s.v[k]) || x < s.v[k] ? s.v[k] : x;
+            second = x;
+          }
+          s.w[k] = s.w[k] - (lr * (s.m[k] * bc1)) / (std::sqrt(second * bc2) + eps);
         }
         break;
       }

@@ -28,6 +28,7 @@ namespace oracle {
 // (weight-group tensors of the norm kinds only; 0 before the first step).
 struct TensorState {
   Eigen::ArrayXd w, m, v;
+  Eigen::ArrayXd vmax;  // amsgrad: the running maximum of v (torch's max_exp_avg_sq)
   double trust = 0.0;
 };
 
@@ -46,6 +47,7 @@ class OracleF64 {
       s.w = Eigen::Map<const Eigen::ArrayXf>(initial_weights[i].data(), n).cast<double>();
       s.m = Eigen::ArrayXd::Zero(n);
       s.v = Eigen::ArrayXd::Zero(n);
+      s.vmax = Eigen::ArrayXd::Zero(n);
       tensors_.push_back(std::move(s));
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
     }
@@ -119,7 +121,13 @@ class OracleF64 {
         s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g.square();
         const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_)));
         const double bc2 = 1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_)));
-        s.w = s.w - lr * (s.m * bc1) / ((s.v * bc2).sqrt() + c_.eps);
+        if (c_.amsgrad) {
+          // torch.maximum(max_exp_avg_sq, exp_avg_sq): the denominator reads the running max.
+          s.vmax = s.vmax.max(s.v);
+          s.w = s.w - lr * (s.m * bc1) / ((s.vmax * bc2).sqrt() + c_.eps);
+        } else {
+          s.w = s.w - lr * (s.m * bc1) / ((s.v * bc2).sqrt() + c_.eps);
+        }
         break;
       }
       case OptimizerKind::kLars:

@@ -75,6 +75,9 @@ struct GraphNode {
   WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
   // Ranges of one group in each family (same element count); G alone for CHECK_FINITE.
   Span w, g, m, v;
+  // VMAX of the group, the running maximum of v (amsgrad; empty otherwise): the Adam updates
+  // read their denominator from it when it is non-empty (a run-time branch, no op of its own).
+  Span vmax;
   // The encoding of G's elements (PrecisionOptions::model_dtype_gradients): kFp32 (4-byte floats),
   // or kBf16 / kFp16 2-byte encodings that every op widens exactly to fp32 before it computes.
   Precision grad_dtype = Precision::kFp32;

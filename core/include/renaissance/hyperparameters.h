@@ -28,8 +28,9 @@ enum class Hyperparameter {
   kMaxGradNorm,
   kMaximize,
   kDampening,
+  kAmsgrad,
 };
-constexpr int kNumHyperparameters = 10;
+constexpr int kNumHyperparameters = 11;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -117,6 +118,11 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
      "SGD momentum dampening (torch's: the momentum adds (1-X)*g after the first step; default 0)",
      HyperRule::kFloat32, &OptimizerConfig::dampening, nullptr, nullptr, 0.0, kSgdFamily, false, true,
      MetaPlace::kOptional, -1, -1},
+    // A flag of the plan, not of the math's scalars: it adds the VMAX family (region.h), whose
+    // presence the update reads. One value per task, fixed for a run (a resume cannot turn it on).
+    {Hyperparameter::kAmsgrad, "amsgrad", "--amsgrad",
+     "AMSGrad, adam and adamw (torch's amsgrad: the denominator reads the running max of v)", HyperRule::kFlag,
+     nullptr, &OptimizerConfig::amsgrad, nullptr, 0.0, kAdamFamily, true, false, MetaPlace::kOptional, -1, -1},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.

@@ -40,6 +40,9 @@ struct OptimizerConfig {
   // the update (weight decay, momentum, moments), so the step is bit for bit the minimizing step
   // on -G (docs/math.md). A per-group setting: the groups of one task may differ in it.
   bool maximize = false;
+  // torch's amsgrad (adam and adamw only): the denominator reads the running maximum of V, held in
+  // the VMAX family (docs/math.md). Task-wide: every hyperparameter group of a task holds the same.
+  bool amsgrad = false;
 
   // Rechecks every field against its kind (used by compile() and by file loaders).
   void validate() const;
@@ -90,6 +93,10 @@ class BuilderSetters {
     c_.maximize = v;
     return static_cast<Builder&>(*this);
   }
+  Builder& amsgrad(bool v) {
+    c_.amsgrad = v;
+    return static_cast<Builder&>(*this);
+  }
 
   OptimizerConfig c_;
 
@@ -117,14 +124,15 @@ class SGD : public BuilderSetters<SGD> {
   bool nesterov_ = false;
 };
 
-// Adam (L2 weight decay) and AdamW (decoupled): lr, beta1, beta2, eps, weight_decay.
+// Adam (L2 weight decay) and AdamW (decoupled): lr, beta1, beta2, eps, weight_decay, amsgrad.
 template <OptimizerKind kKind>
 class AdamFamily : public BuilderSetters<AdamFamily<kKind>> {
   using Base = BuilderSetters<AdamFamily<kKind>>;
 
  public:
   AdamFamily() : Base(kKind) {}
-  using Base::lr, Base::beta1, Base::beta2, Base::eps, Base::weight_decay, Base::max_grad_norm, Base::maximize;
+  using Base::lr, Base::beta1, Base::beta2, Base::eps, Base::weight_decay, Base::max_grad_norm, Base::maximize,
+      Base::amsgrad;
   OptimizerConfig config() const { return this->c_; }
 };
 using Adam = AdamFamily<OptimizerKind::kAdam>;

@@ -1,6 +1,6 @@
 // MemoryPlan: where every tensor, scalar and scratch buffer lives in the one arena.
 //
-// Families (W, G, M, V, N) are allocated only when the optimizer needs them. Within a family the
+// Families (W, G, M, V, N, VMAX) are allocated only when the optimizer needs them. Within a family the
 // six role regions follow the Region order, and tensors follow declaration order within a role,
 // so tensor i sits at the same relative position in W, G, M and V. Every region is padded to a
 // multiple of 64 elements (256 bytes), hence every region and family starts on a 256-byte
@@ -33,6 +33,9 @@ struct PlanConfig {
   uint64_t state_end = UINT64_MAX;
   bool has_m = false;
   bool has_v = false;
+  // amsgrad (Adam/AdamW): the VMAX family, placed right after V and sliced like it. Off: the plan
+  // is byte for byte the one without the family.
+  bool has_vmax = false;
   bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
   Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
   // bf16/fp16 only: the G family holds 2-byte model-dtype encodings, element j of G pairing with
@@ -54,6 +57,8 @@ struct PlanConfig {
   bool gradient_table = false;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
+// The families of a configuration: the kind's, and VMAX with amsgrad.
+PlanConfig plan_config_from_optimizer(const OptimizerConfig& config);
 
 // A byte range of the arena holding `count` elements.
 struct Span {

@@ -33,8 +33,11 @@ enum class Family : int {
   kM = 2,  // first moment / momentum
   kV = 3,  // second moment (Adam kinds)
   kN = 4,  // per-tensor trust ratios of the norm kinds: one float per tensor, not per element
+  // The running maximum of V (torch's max_exp_avg_sq): Adam/AdamW with amsgrad only. Laid out
+  // exactly as V (same role regions, same slice in a sharded plan).
+  kVmax = 5,
 };
-constexpr int kNumFamilies = 5;
+constexpr int kNumFamilies = 6;
 
 #define RN_FAMILY_REGIONS(F) \
   F##_BN_BIAS, F##_BN_WEIGHT, F##_FC_BIAS, F##_FC_WEIGHT, F##_FIRST_CONV, F##_DEEP_CONV
@@ -45,6 +48,7 @@ enum Region : int {
   RN_FAMILY_REGIONS(M),
   RN_FAMILY_REGIONS(V),
   RN_FAMILY_REGIONS(N),
+  RN_FAMILY_REGIONS(VMAX),
   S_SCALAR_FP32,   // hyperparameters and per-step float scalars (ScalarF32 slots)
   S_SCALAR_INT32,  // step count and the non-finite flag (ScalarI32 slots)
   S_SCALAR_FP64,   // hyperparameters the device needs in double (ScalarF64 slots)
@@ -84,7 +88,7 @@ static_assert(W_BN_WEIGHT == W_BN_BIAS + 1 && W_FC_BIAS == W_BN_WEIGHT + 1,
               "bias-like roles must be consecutive");
 static_assert(W_FIRST_CONV == W_FC_WEIGHT + 1 && W_DEEP_CONV == W_FIRST_CONV + 1,
               "weight roles must be consecutive");
-static_assert(G_BN_BIAS == W_DEEP_CONV + 1 && N_DEEP_CONV + 1 == S_SCALAR_FP32,
+static_assert(G_BN_BIAS == W_DEEP_CONV + 1 && VMAX_DEEP_CONV + 1 == S_SCALAR_FP32,
               "families are laid out one after another with the roles in the same order");
 static_assert(family_region(Family::kM, Role::kFcWeight) == M_FC_WEIGHT, "family arithmetic");
 static_assert(group_of(Role::kFcBias) == Group::kBiasLike && group_of(Role::kFcWeight) == Group::kWeight,
