@@ -283,9 +283,9 @@ class SharedTask:
         G, use_table, cplx, dropped = self.pG, self.use_table, bool(self.complex_ids), self.dropped
         for j, p in enumerate(self.params):
             g = p.grad
-            # requires_grad turned off after construction (a stale or zeroed .grad may remain)
-            # and a removed group: masked, never updated.
-            if not p.requires_grad or (dropped and j in dropped):
+            # A removed group: masked, never updated. requires_grad is not looked at: as torch, a
+            # parameter is stepped iff its .grad is not None (a frozen one given a .grad included).
+            if dropped and j in dropped:
                 missing.append(j)
                 continue
             if g is G[j]:
