@@ -43,6 +43,7 @@ leaves the master, the state and C as they were, and the parameter's own count. 
 weights (master_weights=False) each step first sets every master to its parameter widened
 (exact), so the update starts from the bf16/fp16 weights alone; W is then scratch between steps.
 """
+import gc
 import warnings
 
 import torch
@@ -102,13 +103,27 @@ class SharedTask:
         self.sliced = state_shard is not None
         # The gradient table on single-device Tasks (a sharded step reduces gradients in G).
         self.use_table = not sharded
-        with _device_context(device):
-            task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
-                              tensor_mask=True, precision=precision, rounding=rounding, seed=seed,
-                              model_dtype_gradients=precision != "fp32",
-                              state_shard=list(state_shard) if self.sliced else [], gradient_table=self.use_table)
-            task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
-            task.compile()
+        def build():
+            with _device_context(device):
+                task = _core.Task(specs, backend=backend, threads=threads, check_finite=True, groups=groups,
+                                  tensor_mask=True, precision=precision, rounding=rounding, seed=seed,
+                                  model_dtype_gradients=precision != "fp32",
+                                  state_shard=list(state_shard) if self.sliced else [], gradient_table=self.use_table)
+                task.optimizer_groups(kind, [dict(hyper) for _, _, hyper in members])
+                task.compile()
+            return task
+        try:
+            task = build()
+        except RuntimeError as e:
+            # An optimizer that was dropped keeps its arena until Python's cyclic collector runs
+            # (its Tasks and bindings refer to each other), and torch's caching allocator keeps
+            # freed blocks: both released, the allocation is tried once more.
+            if "cannot allocate an arena" not in str(e):
+                raise
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            task = build()
         self.task = task
         did = self.device_id
         n = len(self.params)
@@ -285,9 +300,9 @@ class SharedTask:
         G, use_table, cplx, dropped = self.pG, self.use_table, bool(self.complex_ids), self.dropped
         for j, p in enumerate(self.params):
             g = p.grad
-            # requires_grad turned off after construction (a stale or zeroed .grad may remain)
-            # and a removed group: masked, never updated.
-            if not p.requires_grad or (dropped and j in dropped):
+            # A removed group: masked, never updated. requires_grad is not looked at: as torch, a
+            # parameter is stepped iff its .grad is not None (a frozen one given a .grad included).
+            if dropped and j in dropped:
                 missing.append(j)
                 continue
             if g is G[j]:

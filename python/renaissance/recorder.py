@@ -470,7 +470,7 @@ class Recorder:
             core = id(_core_task(g.task))
             has_grad.setdefault(core, False)
             for name_, p in zip(self._names[gi], g.params):
-                if p.grad is None or not p.requires_grad:  # renaissance.torch masks both
+                if p.grad is None:  # renaissance.torch masks it (as torch, whatever requires_grad says)
                     if self._initial_tensor_steps[gi] is None:
                         self._refuse(f"parameter {name_} of group {gi} has no gradient at step {len(self._grads)}, and "
                                      "its Task runs without the per-tensor mask (a replay case cannot describe "

@@ -504,6 +504,7 @@ class _Base(Optimizer):
         if self._process_group is None:
             for shared in self._shared():
                 shared.step(grad_scale)
+                self._state_of_first_steps(shared)
             return loss
         # One collective for the whole optimizer before any Task steps: every Task's mask and
         # the digest of the configuration this rank steps with (a hyperparameter changed on one
@@ -523,11 +524,13 @@ class _Base(Optimizer):
         for s, missing in zip(tasks, missings):
             if id(s) in stepping:
                 s.finish_step(missing, grad_scale)
+                self._state_of_first_steps(s)
         return loss
 
     def _prepare_step(self):
         """The binding followed and every group's hyperparameters validated, then applied to the
         Tasks' scalars. -> each param group's (kind, core hyperparameters)."""
+        self._check_dense_grads()
         # Every group's hyperparameters are checked (values, and what the compiled step fixes)
         # before any is applied: a refused edit in one group leaves every group as it was, so
         # the other groups' edits reach the next step that is not refused.
@@ -553,6 +556,15 @@ class _Base(Optimizer):
             for shared in lr_batch.values():
                 shared.flush_lrs()
         return configs
+
+    def _check_dense_grads(self):
+        """A sparse gradient (nn.Embedding(sparse=True), a .grad made with to_sparse()) is refused
+        before anything of the step changes: the arena holds dense gradients only."""
+        for gi, group in enumerate(self.param_groups):
+            for j, p in enumerate(group["params"]):
+                g = p.grad
+                if g is not None and g.layout is not torch.strided:
+                    raise RuntimeError(_sparse_grad_text(type(self), j, gi))
 
     def _agreement_lines(self, configs):
         """This optimizer's whole configuration as (name, value) strings, in one fixed order: what
@@ -596,16 +608,40 @@ class _Base(Optimizer):
     # ---- state ------------------------------------------------------------------------------
     def _refresh_state(self):
         """self.state holds live views of M, V and, as `step`, each parameter's applied-step count
-        (its own with the per-tensor mask; else its Task's)."""
+        (its own with the per-tensor mask; else its Task's). A parameter that has not had an
+        applied step has no state, as in torch (which makes it at the first step with a gradient)."""
         steps = {}
         for b in self._bindings:
-            if "step" in b.state_names and id(b.shared) not in steps:
+            if id(b.shared) not in steps:
                 steps[id(b.shared)] = b.shared.step_tensors()
-            per = steps.get(id(b.shared))
+                b.shared.unstepped = set()
+            per = steps[id(b.shared)]
             for j, p in enumerate(b.params):
-                st = b.state_of(j, per[b.ids[j]] if per is not None else None)
+                if float(per[b.ids[j]]) == 0:
+                    self.state.pop(p, None)
+                    b.shared.unstepped.add(b.ids[j])
+                    continue
+                st = b.state_of(j, per[b.ids[j]] if "step" in b.state_names else None)
                 if st:
                     self.state[p] = st
+
+    def _state_of_first_steps(self, shared):
+        """After a step: the parameters of `shared` that had their first applied step get their
+        state (torch makes it then). Cheap while none is waiting, or none waiting had a gradient."""
+        waiting = getattr(shared, "unstepped", None)
+        if not waiting or waiting.issubset(shared.mask_written):
+            return
+        counts = shared.task.tensor_steps
+        for b in self._bindings:
+            if b.shared is not shared:
+                continue
+            for j, p in enumerate(b.params):
+                k = b.ids[j]
+                if k in waiting and counts[k] > 0:
+                    waiting.discard(k)
+                    st = b.state_of(j, torch.tensor(float(counts[k])) if "step" in b.state_names else None)
+                    if st:
+                        self.state[p] = st
 
     def state_dict(self):
         """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
@@ -629,7 +665,7 @@ class _Base(Optimizer):
         index = 0
         for b in self._bindings:
             for j in range(len(b.params)):
-                if b.shared.sliced:
+                if b.shared.sliced and b.params[j] in self.state:  # state only once it stepped
                     st = sd["state"].setdefault(index, {})
                     for fam in ("M", "V"):
                         if fam in b.state_names:
@@ -1151,6 +1187,17 @@ def _step_of(state):
             or not 0 <= v < 2 ** 31:
         raise ValueError("load_state_dict: step=%r: expected a whole number in [0, 2**31)" % (s,))
     return int(v)
+
+
+def _sparse_grad_text(cls, j, gi):
+    """The refusal of a sparse gradient: torch's own text where its class refuses one too (its
+    Adam and AdamW), else renaissance.torch's (torch's SGD steps sparse gradients)."""
+    where = "parameter %d of param_groups[%d]" % (j, gi)
+    if issubclass(cls, _AdamFamily):
+        return "%s does not support sparse gradients, please consider SparseAdam instead (renaissance.torch: %s)" % (
+            cls.__name__, where)
+    return ("%s: sparse gradients are not supported by renaissance.torch (%s); use torch.optim.SparseAdam or "
+            "torch.optim.SGD" % (cls.__name__, where))
 
 
 def _scale_from_scaler(scaler, optimizer):

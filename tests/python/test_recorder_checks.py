@@ -74,7 +74,8 @@ def test_weights_edited_between_recorded_steps_are_refused(tmp_path, edit):
 
 
 def test_a_parameter_frozen_during_the_recording_replays(tmp_path):
-    """requires_grad turned off mid-recording: the step masks it, and so does the case."""
+    """requires_grad turned off mid-recording: its zeroed .grad is still stepped (as torch steps
+    every parameter whose .grad is not None), and the case records it so the replay agrees."""
     model, opt, x = _setup()
     case = str(tmp_path / "case")
     with rt.Recorder(opt, case, steps=3) as rec:

@@ -540,6 +540,8 @@ def test_complex_errors():
         rt.AdamW(ps + [torch.nn.Parameter(torch.zeros(2, dtype=torch.complex128))])
     check()
     a = rt.AdamW([ps[0]])
+    ps[0].grad = torch.ones_like(ps[0])
+    a.step()  # the state exists from the first step on, as in torch
     sd = a.state_dict()
     sd["state"][0] = dict(sd["state"][0], exp_avg=torch.zeros(3, 4))  # real where complex belongs
     before = _bits(a.state[ps[0]]["exp_avg"])

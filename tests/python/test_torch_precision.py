@@ -394,6 +394,9 @@ def test_groups_of_two_dtypes_and_refusals():
     h = torch.nn.Parameter(torch.randn(3).to(torch.float16))
     opt = rt.Adam([{"params": [f]}, {"params": [b], "lr": 1e-2}, {"params": [h]}])
     assert [s.precision for s in opt._shared()] == ["fp32", "bf16", "fp16"]
+    for p in (f, b, h):
+        p.grad = torch.ones_like(p)
+    opt.step()  # the state exists from the first step on, as in torch
     assert "master_weight" not in opt.state[f] and opt.state[b]["master_weight"].dtype == torch.float32
     with pytest.raises(ValueError, match="one dtype per param group"):
         rt.AdamW([torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))])

@@ -19,7 +19,8 @@ missing file, e.g. a run cut by a time limit, is a row that says so).
 
 Counts are per optimizer class and device: passed, failed, skipped, errors, and the failures and
 errors split into "refused by design" (the exception names differentiable=True, float64
-parameters or sparse gradients, which renaissance.torch refuses: docs/python.md) and the rest,
+parameters or sparse gradients, which renaissance.torch refuses, or a test patches one of torch's
+per-implementation step functions, which renaissance.torch does not have: docs/python.md) and the rest,
 with the most frequent causes of the rest.
 """
 import argparse
@@ -33,7 +34,7 @@ import types
 import xml.etree.ElementTree as ET
 
 KINDS = ("SGD", "Adam", "AdamW")
-DESIGN_REASONS = ("differentiable", "float64", "sparse")
+DESIGN_REASONS = ("differentiable", "float64", "sparse", "torch internals")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TEST_FILE = os.path.join(_ROOT, ".deps", "torch_suite", "test_optim.py")
 
@@ -46,6 +47,10 @@ _TEXT_REASONS = (
     ("differentiable", re.compile(r"differentiable", re.I)),
     ("float64", re.compile(r"float64|torch\.double\b|\bDouble\b")),
     ("sparse", re.compile(r"sparse", re.I)),
+    # A test that patches one of torch's per-implementation functions (_multi_tensor_sgd,
+    # _fused_adam, ...) in the optimizer class's module: renaissance.torch has none (every step is
+    # one compiled Task, whatever foreach/fused say), so mock.patch finds no such attribute.
+    ("torch internals", re.compile(r"does not have the attribute '_(multi_tensor|fused|single_tensor)_")),
 )
 
 
@@ -68,7 +73,7 @@ def exception_text(message, text):
 
 
 def design_reason(name, exc):
-    """'differentiable', 'float64' or 'sparse' when the failure is one renaissance.torch makes by
+    """'differentiable', 'float64', 'sparse' or 'torch internals' when the failure is one renaissance.torch makes by
     design, else None. The exception's text decides, not the test's name: a test named float64 or
     sparse may fail first on another refusal (test_rosenbrock_sparse's params are float32 and its
     first configuration has SGD's dampening), which is then one of the rest."""
