@@ -339,13 +339,13 @@ TEST(TensorMask, NormKindsRatiosOfMaskedTensorsMatchOnCudaAndCpu) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
   const std::vector<ParamSpec> params = mask_params();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const KindCase& k : testing_util::all_kind_cases()) {
+  for (const testing_util::KindCase& k : testing_util::all_kind_cases()) {
     if (!testing_util::is_lars(k.config.kind)) continue;
     const std::vector<OptimizerConfig> configs = {group_config(k.config, 0), group_config(k.config, 1)};
     std::vector<float> ratios[2];
     std::string fp[2];
     for (int b = 0; b < 2; ++b) {
-      Task task(params, options_for(b == 0 ? BackendKind::kCpu : BackendKind::kCuda, true));
+      Task task(params, task_options(b == 0 ? BackendKind::kCpu : BackendKind::kCuda, true));
       task.optimizer_groups(configs);
       task.compile();
       task.set_loss_scale(4.0);
