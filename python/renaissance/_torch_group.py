@@ -4,8 +4,10 @@ The groups of one optimizer that share a compiled step (kind, weight-decay mode,
 ONE core Task (SharedTask): each torch group is a hyperparameter group of it (its own block of
 scalar slots), so step() is one core step whatever the number of groups, and a group's lr or
 betas change without re-capture. The parameters' .data and .grad are re-pointed to views into
-the Task's W and G regions (DLPack tensors that keep the Task alive), so autograd accumulates
-straight into the arena. GroupBinding is the per-torch-group face of a SharedTask.
+the Task's W and G regions (DLPack tensors that keep the Task alive); .grad only for a parameter
+that has a gradient (torch's rule: a parameter backward never reached has none and is not
+stepped), so autograd accumulates straight into the arena where .grad is the view.
+GroupBinding is the per-torch-group face of a SharedTask.
 
 A parameter whose .grad is None at step() is skipped as torch skips it: the Task is built with the
 core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask from `p.grad is None`
@@ -95,7 +97,10 @@ class SharedTask:
                 specs.append((str(len(specs)), [int(d) for d in p.shape] + ([2] if p.is_complex() else []), role))
                 groups.append(h)
         self.complex_ids = [j for j, p in enumerate(self.params) if p.is_complex()]
-        self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
+        # zero_grad(set_to_none=True) ran: .grad tensors are autograd's, copying them in is expected
+        # (no warning). Without the gradient table (a sharded step) that holds from construction
+        # too: a parameter without a .grad then gets autograd's tensor at its first backward.
+        self.grads_released = bool(sharded)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
         # (TaskOptions::state_shard); they have no per-parameter views, the sharded step's
@@ -197,9 +202,13 @@ class SharedTask:
                     self.G[j].copy_(_real(p.grad.detach()))
             for j, p in enumerate(self.params):
                 p.data = self.pW[j]
-                # A frozen parameter (requires_grad=False) keeps .grad None, as torch leaves it:
-                # step() then masks it, so weight decay never touches it.
-                if p.requires_grad or p.grad is not None:
+                # Only a parameter that came with a gradient gets the view (its values copied in
+                # above). Every other .grad stays None, as torch leaves it until backward reaches
+                # the parameter: a parameter backward never reaches (an unused layer, a frozen
+                # one) is masked at every step and gets no state, as torch never steps it. A
+                # gradient backward hands over later is read in place (the gradient table) or
+                # copied in (collect_missing).
+                if p.grad is not None:
                     p.grad = self.pG[j]
 
     def moved(self):
@@ -243,9 +252,9 @@ class SharedTask:
             self.G_all.zero_()
         for j, (p, g) in enumerate(zip(self.params, self.pG)):
             grad = p.grad
-            if grad is None and not p.requires_grad:
-                continue  # frozen: no gradient to zero, none to hand to backward (torch's rule)
-            if grad is not g and (grad is None or not self.is_view(j, grad)):
+            if grad is None:
+                continue  # torch zeroes the gradients there are; a None one stays None (not stepped)
+            if grad is not g and not self.is_view(j, grad):
                 p.grad = g
 
     def set_scale(self, grad_scale):

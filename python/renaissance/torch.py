@@ -384,8 +384,9 @@ class _Base(Optimizer):
         """torch's semantics: set_to_none=True (the default, as in torch 2.x) sets every `.grad`
         to None, so the next backward hands over fresh gradients, which step() reads where they are
         through the Task's gradient table (no copy, no zeroing; `.grad` stays autograd's tensor);
-        set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
-        zeroed view, into which backward then accumulates. The first is the cheaper training step
+        set_to_none=False zeroes G in place (one op per Task) and points every `.grad` that is not
+        None at its zeroed view, into which backward then accumulates (a None one stays None, as
+        in torch: the parameter is not stepped until backward reaches it). The first is the cheaper training step
         (autograd's accumulate is an add per parameter): see docs/python.md."""
         if not self._bind_pending():  # torch's zero_grad on the parameters themselves
             for g in self.param_groups:

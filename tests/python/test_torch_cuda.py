@@ -125,6 +125,7 @@ def test_step_is_ordered_on_torch_current_stream():
     the step must see the new gradients and the forward the new weights."""
     n = 1 << 24  # 64 MB per tensor: the step takes long enough for a missing dependency to show
     w = torch.nn.Parameter(torch.full((n,), 1.0, device="cuda"))
+    w.grad = torch.zeros_like(w)  # a parameter with a .grad: construction points it at the arena's G
     opt = rt.SGD([w], lr=0.5)
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
