@@ -412,10 +412,6 @@ class SharedTask:
         self.task.tensor_mask_written(bool(missing))
         self.mask_written = missing
 
-    def step_tensors(self):
-        """Each parameter's `step` for the torch state: its own count (the per-tensor mask)."""
-        return [torch.tensor(float(s)) for s in self.task.tensor_steps]
-
     def flush_lrs(self):
         """Every group's lr in one host-to-device copy (an lr schedule over many groups)."""
         self.task.set_group_lrs([b.hyper["lr"] for b in self.bindings])

@@ -614,17 +614,27 @@ class _Base(Optimizer):
         steps = {}
         for b in self._bindings:
             if id(b.shared) not in steps:
-                steps[id(b.shared)] = b.shared.step_tensors()
+                steps[id(b.shared)] = b.shared.task.tensor_steps
                 b.shared.unstepped = set()
             per = steps[id(b.shared)]
+            on_device = self._step_on_device(b)
             for j, p in enumerate(b.params):
-                if float(per[b.ids[j]]) == 0:
+                if per[b.ids[j]] == 0:
                     self.state.pop(p, None)
                     b.shared.unstepped.add(b.ids[j])
                     continue
-                st = b.state_of(j, per[b.ids[j]] if "step" in b.state_names else None)
+                st = b.state_of(j, _step_tensor(per[b.ids[j]], p, on_device) if "step" in b.state_names else None)
                 if st:
                     self.state[p] = st
+
+    def _step_on_device(self, b):
+        """Whether binding b's group keeps `step` on its parameters' device: torch's rule, with
+        fused or capturable set (Adam's and AdamW's _init_group, and load_state_dict's
+        _process_value_according_to_param_policy), else a CPU float32 scalar."""
+        for g in self.param_groups:
+            if g["params"] is b.group_params:
+                return bool(g.get("fused") or g.get("capturable"))
+        return False
 
     def _state_of_first_steps(self, shared):
         """After a step: the parameters of `shared` that had their first applied step get their
@@ -636,11 +646,14 @@ class _Base(Optimizer):
         for b in self._bindings:
             if b.shared is not shared:
                 continue
+            on_device = None
             for j, p in enumerate(b.params):
                 k = b.ids[j]
                 if k in waiting and counts[k] > 0:
                     waiting.discard(k)
-                    st = b.state_of(j, torch.tensor(float(counts[k])) if "step" in b.state_names else None)
+                    if on_device is None:
+                        on_device = self._step_on_device(b)
+                    st = b.state_of(j, _step_tensor(counts[k], p, on_device) if "step" in b.state_names else None)
                     if st:
                         self.state[p] = st
 
@@ -1175,6 +1188,12 @@ def _maximize_value(value, cls):
 def _has_buffer(state, state_names):
     """Whether a loaded state holds one of the class's buffers (not None)."""
     return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
+
+
+def _step_tensor(count, p, on_device):
+    """A parameter's `step` as torch keeps it: a float32 scalar, on the parameter's device when
+    its group has fused or capturable set, else on the CPU."""
+    return torch.tensor(float(count), dtype=torch.float32, device=p.device if on_device else "cpu")
 
 
 def _step_of(state):
