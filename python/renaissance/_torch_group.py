@@ -55,6 +55,30 @@ from . import _core
 _GRAD_COPY_WARNED = [False]  # warn once per process that a foreign .grad was copied in
 
 
+def arena_text(params, precision, state_names, device):
+    """What an arena that could not be allocated holds per element, for the error: the float32
+    masters (W), the state families and the gradient (G) and, for bf16/fp16 parameters, the model
+    copy (C) and model-dtype gradients; torch.optim keeps its state in the parameter's dtype."""
+    elements = sum(p.numel() * (2 if p.is_complex() else 1) for p in params)
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    parts = [("float32 master weights" if precision != "fp32" else "float32 weights", 4)]
+    parts += [(state_names[fam], 4) for fam in ("M", "V", "VMAX") if fam in state_names]
+    if precision != "fp32":
+        parts += [("the %s copy" % dtypes[0], 2), ("the %s gradient" % dtypes[0], 2)]
+    else:
+        parts += [("the gradient", 4)]
+    per = sum(b for _, b in parts)
+    text = ("renaissance.torch: %d elements of %s parameters take %d bytes each in the arena (%s)" %
+            (elements, "/".join(dtypes), per, ", ".join("%s %d" % pb for pb in parts)))
+    if precision != "fp32":
+        text += ("; the state is float32 for %s parameters (torch.optim keeps it in the parameter's dtype: "
+                 "%d bytes each)" % (dtypes[0], 2 * (2 + sum(1 for f in ("M", "V", "VMAX") if f in state_names))))
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        text += "; %d of %d bytes free on %s" % (free, total, device)
+    return text
+
+
 def tensor_interval(p):
     """The byte range [start, end) a non-empty tensor's elements span (strided: from its first to
     its last element, gaps included)."""
@@ -128,7 +152,12 @@ class SharedTask:
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            task = build()
+            try:
+                task = build()
+            except RuntimeError as e2:
+                if "cannot allocate an arena" not in str(e2):
+                    raise
+                raise RuntimeError("%s; %s" % (e2, arena_text(self.params, precision, state_names, device))) from None
         self.task = task
         did = self.device_id
         n = len(self.params)
