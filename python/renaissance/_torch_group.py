@@ -450,6 +450,11 @@ class SharedTask:
         self.task.optimizer_groups(self.kind, [dict(b.hyper) for b in self.bindings])
 
 
+def _task_property(name):
+    """A read-only property of GroupTask: the shared core Task's attribute `name`."""
+    return property(lambda self: getattr(self.shared, name), doc="The shared core Task's %s." % name)
+
+
 class GroupTask:
     """What a one-group Task offered per torch group, over the group's slice of a SharedTask:
     its parameters, lr, loss scale, step counts and fingerprint (the fingerprint a Task holding
@@ -473,21 +478,15 @@ class GroupTask:
     def lr(self):
         return self._b.hyper["lr"]
 
-    @property
-    def loss_scale(self):
-        return self.shared.loss_scale
-
-    @property
-    def step_count(self):
-        return self.shared.step_count
-
-    @property
-    def skipped_steps(self):
-        return self.shared.skipped_steps
-
-    @property
-    def backend(self):
-        return self.shared.backend
+    # What the shared core Task holds for all its groups, read from it.
+    loss_scale = _task_property("loss_scale")
+    step_count = _task_property("step_count")
+    skipped_steps = _task_property("skipped_steps")
+    backend = _task_property("backend")
+    precision = _task_property("precision")
+    rounding = _task_property("rounding")
+    seed = _task_property("seed")
+    grad_dtype = _task_property("grad_dtype")
 
     def fingerprint(self):
         s = self._b.shared
@@ -514,22 +513,6 @@ class GroupTask:
     def read(self, family, name):
         """A host copy of the group's parameter `name` (its index in the group, as text)."""
         return _core._task_read(self.shared, family, self._b.ids[int(name)])
-
-    @property
-    def precision(self):
-        return self.shared.precision
-
-    @property
-    def rounding(self):
-        return self.shared.rounding
-
-    @property
-    def seed(self):
-        return self.shared.seed
-
-    @property
-    def grad_dtype(self):
-        return self.shared.grad_dtype
 
     def read_encoded(self, family, name):
         """Host uint16 encodings of the group's parameter `name`: "C" its model copy, "G" its

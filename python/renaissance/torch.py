@@ -1190,6 +1190,12 @@ def _has_buffer(state, state_names):
     return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
 
 
+def _arguments(names):
+    """A constructor's arguments from its locals(), for the base class's __init__ (the subclasses
+    keep torch's own signatures, which differ in defaults and keyword order)."""
+    return {k: v for k, v in names.items() if k not in ("self", "__class__")}
+
+
 def _step_tensor(count, p, on_device):
     """A parameter's `step` as torch keeps it: a float32 scalar, on the parameter's device when
     its group has fused or capturable set, else on the CPU."""
@@ -1435,9 +1441,7 @@ class Adam(_AdamFamily):
                  max_grad_norm=None, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
-                         process_group, grad_reduce)
+        super().__init__(**_arguments(locals()))
 
 
 class AdamW(_AdamFamily):
@@ -1450,9 +1454,7 @@ class AdamW(_AdamFamily):
                  max_grad_norm=None, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
-                         process_group, grad_reduce)
+        super().__init__(**_arguments(locals()))
 
 
 class LARS(_Base):
