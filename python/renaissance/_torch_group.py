@@ -38,7 +38,7 @@ is read in place through its real view.
 bf16/fp16 parameters: the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
-.data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
+.data is the view of C and .grad (where it is the view) the view of G, both in the parameter's dtype, so the forward and
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
 are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
 leaves the master, the state and C as they were, and the parameter's own count. Without master
