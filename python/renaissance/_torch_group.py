@@ -4,8 +4,10 @@ The groups of one optimizer that share a compiled step (kind, weight-decay mode,
 ONE core Task (SharedTask): each torch group is a hyperparameter group of it (its own block of
 scalar slots), so step() is one core step whatever the number of groups, and a group's lr or
 betas change without re-capture. The parameters' .data and .grad are re-pointed to views into
-the Task's W and G regions (DLPack tensors that keep the Task alive), so autograd accumulates
-straight into the arena. GroupBinding is the per-torch-group face of a SharedTask.
+the Task's W and G regions (DLPack tensors that keep the Task alive); .grad only for a parameter
+that has a gradient (torch's rule: a parameter backward never reached has none and is not
+stepped), so autograd accumulates straight into the arena where .grad is the view.
+GroupBinding is the per-torch-group face of a SharedTask.
 
 A parameter whose .grad is None at step() is skipped as torch skips it: the Task is built with the
 core's per-tensor mask (TaskOptions::tensor_mask) and step() writes the mask from `p.grad is None`
@@ -36,7 +38,7 @@ is read in place through its real view.
 bf16/fp16 parameters: the Task keeps fp32 masters in W and a model copy C in the
 parameters' dtype, written by every applied step from the new masters (rounded to nearest even or
 stochastically), and its gradients in the model dtype (PrecisionOptions::model_dtype_gradients).
-.data is the view of C and .grad the view of G, both in the parameter's dtype, so the forward and
+.data is the view of C and .grad (where it is the view) the view of G, both in the parameter's dtype, so the forward and
 backward run on the copy and the step reads the gradients where autograd wrote them. The masters
 are torch state under 'master_weight'. The core mask takes model-dtype gradients: a None gradient
 leaves the master, the state and C as they were, and the parameter's own count. Without master
@@ -51,6 +53,30 @@ import torch
 from . import _core
 
 _GRAD_COPY_WARNED = [False]  # warn once per process that a foreign .grad was copied in
+
+
+def arena_text(params, precision, state_names, device):
+    """What an arena that could not be allocated holds per element, for the error: the float32
+    masters (W), the state families and the gradient (G) and, for bf16/fp16 parameters, the model
+    copy (C) and model-dtype gradients; torch.optim keeps its state in the parameter's dtype."""
+    elements = sum(p.numel() * (2 if p.is_complex() else 1) for p in params)
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    parts = [("float32 master weights" if precision != "fp32" else "float32 weights", 4)]
+    parts += [(state_names[fam], 4) for fam in ("M", "V", "VMAX") if fam in state_names]
+    if precision != "fp32":
+        parts += [("the %s copy" % dtypes[0], 2), ("the %s gradient" % dtypes[0], 2)]
+    else:
+        parts += [("the gradient", 4)]
+    per = sum(b for _, b in parts)
+    text = ("renaissance.torch: %d elements of %s parameters take %d bytes each in the arena (%s)" %
+            (elements, "/".join(dtypes), per, ", ".join("%s %d" % pb for pb in parts)))
+    if precision != "fp32":
+        text += ("; the state is float32 for %s parameters (torch.optim keeps it in the parameter's dtype: "
+                 "%d bytes each)" % (dtypes[0], 2 * (2 + sum(1 for f in ("M", "V", "VMAX") if f in state_names))))
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        text += "; %d of %d bytes free on %s" % (free, total, device)
+    return text
 
 
 def tensor_interval(p):
@@ -95,7 +121,10 @@ class SharedTask:
                 specs.append((str(len(specs)), [int(d) for d in p.shape] + ([2] if p.is_complex() else []), role))
                 groups.append(h)
         self.complex_ids = [j for j, p in enumerate(self.params) if p.is_complex()]
-        self.grads_released = False  # zero_grad(set_to_none=True) ran: .grad tensors are autograd's
+        # zero_grad(set_to_none=True) ran: .grad tensors are autograd's, copying them in is expected
+        # (no warning). Without the gradient table (a sharded step) that holds from construction
+        # too: a parameter without a .grad then gets autograd's tensor at its first backward.
+        self.grads_released = bool(sharded)
         self.sharded = None  # the sharded step over a process group (_torch_dist.attach)
         # (rank, K) under a process group: the arena holds M and V for this rank's slice only
         # (TaskOptions::state_shard); they have no per-parameter views, the sharded step's
@@ -123,7 +152,12 @@ class SharedTask:
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            task = build()
+            try:
+                task = build()
+            except RuntimeError as e2:
+                if "cannot allocate an arena" not in str(e2):
+                    raise
+                raise RuntimeError("%s; %s" % (e2, arena_text(self.params, precision, state_names, device))) from None
         self.task = task
         did = self.device_id
         n = len(self.params)
@@ -197,9 +231,13 @@ class SharedTask:
                     self.G[j].copy_(_real(p.grad.detach()))
             for j, p in enumerate(self.params):
                 p.data = self.pW[j]
-                # A frozen parameter (requires_grad=False) keeps .grad None, as torch leaves it:
-                # step() then masks it, so weight decay never touches it.
-                if p.requires_grad or p.grad is not None:
+                # Only a parameter that came with a gradient gets the view (its values copied in
+                # above). Every other .grad stays None, as torch leaves it until backward reaches
+                # the parameter: a parameter backward never reaches (an unused layer, a frozen
+                # one) is masked at every step and gets no state, as torch never steps it. A
+                # gradient backward hands over later is read in place (the gradient table) or
+                # copied in (collect_missing).
+                if p.grad is not None:
                     p.grad = self.pG[j]
 
     def moved(self):
@@ -243,9 +281,9 @@ class SharedTask:
             self.G_all.zero_()
         for j, (p, g) in enumerate(zip(self.params, self.pG)):
             grad = p.grad
-            if grad is None and not p.requires_grad:
-                continue  # frozen: no gradient to zero, none to hand to backward (torch's rule)
-            if grad is not g and (grad is None or not self.is_view(j, grad)):
+            if grad is None:
+                continue  # torch zeroes the gradients there are; a None one stays None (not stepped)
+            if grad is not g and not self.is_view(j, grad):
                 p.grad = g
 
     def set_scale(self, grad_scale):
@@ -403,10 +441,6 @@ class SharedTask:
         self.task.tensor_mask_written(bool(missing))
         self.mask_written = missing
 
-    def step_tensors(self):
-        """Each parameter's `step` for the torch state: its own count (the per-tensor mask)."""
-        return [torch.tensor(float(s)) for s in self.task.tensor_steps]
-
     def flush_lrs(self):
         """Every group's lr in one host-to-device copy (an lr schedule over many groups)."""
         self.task.set_group_lrs([b.hyper["lr"] for b in self.bindings])
@@ -414,6 +448,11 @@ class SharedTask:
     def reapply_hyper(self):
         """Every group's scalars from the hyperparameters last applied (after a checkpoint load)."""
         self.task.optimizer_groups(self.kind, [dict(b.hyper) for b in self.bindings])
+
+
+def _task_property(name):
+    """A read-only property of GroupTask: the shared core Task's attribute `name`."""
+    return property(lambda self: getattr(self.shared, name), doc="The shared core Task's %s." % name)
 
 
 class GroupTask:
@@ -439,21 +478,15 @@ class GroupTask:
     def lr(self):
         return self._b.hyper["lr"]
 
-    @property
-    def loss_scale(self):
-        return self.shared.loss_scale
-
-    @property
-    def step_count(self):
-        return self.shared.step_count
-
-    @property
-    def skipped_steps(self):
-        return self.shared.skipped_steps
-
-    @property
-    def backend(self):
-        return self.shared.backend
+    # What the shared core Task holds for all its groups, read from it.
+    loss_scale = _task_property("loss_scale")
+    step_count = _task_property("step_count")
+    skipped_steps = _task_property("skipped_steps")
+    backend = _task_property("backend")
+    precision = _task_property("precision")
+    rounding = _task_property("rounding")
+    seed = _task_property("seed")
+    grad_dtype = _task_property("grad_dtype")
 
     def fingerprint(self):
         s = self._b.shared
@@ -480,22 +513,6 @@ class GroupTask:
     def read(self, family, name):
         """A host copy of the group's parameter `name` (its index in the group, as text)."""
         return _core._task_read(self.shared, family, self._b.ids[int(name)])
-
-    @property
-    def precision(self):
-        return self.shared.precision
-
-    @property
-    def rounding(self):
-        return self.shared.rounding
-
-    @property
-    def seed(self):
-        return self.shared.seed
-
-    @property
-    def grad_dtype(self):
-        return self.shared.grad_dtype
 
     def read_encoded(self, family, name):
         """Host uint16 encodings of the group's parameter `name`: "C" its model copy, "G" its

@@ -384,8 +384,9 @@ class _Base(Optimizer):
         """torch's semantics: set_to_none=True (the default, as in torch 2.x) sets every `.grad`
         to None, so the next backward hands over fresh gradients, which step() reads where they are
         through the Task's gradient table (no copy, no zeroing; `.grad` stays autograd's tensor);
-        set_to_none=False zeroes G in place (one op per Task) and points every `.grad` at its
-        zeroed view, into which backward then accumulates. The first is the cheaper training step
+        set_to_none=False zeroes G in place (one op per Task) and points every `.grad` that is not
+        None at its zeroed view, into which backward then accumulates (a None one stays None, as
+        in torch: the parameter is not stepped until backward reaches it). The first is the cheaper training step
         (autograd's accumulate is an add per parameter): see docs/python.md."""
         if not self._bind_pending():  # torch's zero_grad on the parameters themselves
             for g in self.param_groups:
@@ -613,17 +614,27 @@ class _Base(Optimizer):
         steps = {}
         for b in self._bindings:
             if id(b.shared) not in steps:
-                steps[id(b.shared)] = b.shared.step_tensors()
+                steps[id(b.shared)] = b.shared.task.tensor_steps
                 b.shared.unstepped = set()
             per = steps[id(b.shared)]
+            on_device = self._step_on_device(b)
             for j, p in enumerate(b.params):
-                if float(per[b.ids[j]]) == 0:
+                if per[b.ids[j]] == 0:
                     self.state.pop(p, None)
                     b.shared.unstepped.add(b.ids[j])
                     continue
-                st = b.state_of(j, per[b.ids[j]] if "step" in b.state_names else None)
+                st = b.state_of(j, _step_tensor(per[b.ids[j]], p, on_device) if "step" in b.state_names else None)
                 if st:
                     self.state[p] = st
+
+    def _step_on_device(self, b):
+        """Whether binding b's group keeps `step` on its parameters' device: torch's rule, with
+        fused or capturable set (Adam's and AdamW's _init_group, and load_state_dict's
+        _process_value_according_to_param_policy), else a CPU float32 scalar."""
+        for g in self.param_groups:
+            if g["params"] is b.group_params:
+                return bool(g.get("fused") or g.get("capturable"))
+        return False
 
     def _state_of_first_steps(self, shared):
         """After a step: the parameters of `shared` that had their first applied step get their
@@ -635,11 +646,14 @@ class _Base(Optimizer):
         for b in self._bindings:
             if b.shared is not shared:
                 continue
+            on_device = None
             for j, p in enumerate(b.params):
                 k = b.ids[j]
                 if k in waiting and counts[k] > 0:
                     waiting.discard(k)
-                    st = b.state_of(j, torch.tensor(float(counts[k])) if "step" in b.state_names else None)
+                    if on_device is None:
+                        on_device = self._step_on_device(b)
+                    st = b.state_of(j, _step_tensor(counts[k], p, on_device) if "step" in b.state_names else None)
                     if st:
                         self.state[p] = st
 
@@ -1176,6 +1190,18 @@ def _has_buffer(state, state_names):
     return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
 
 
+def _arguments(names):
+    """A constructor's arguments from its locals(), for the base class's __init__ (the subclasses
+    keep torch's own signatures, which differ in defaults and keyword order)."""
+    return {k: v for k, v in names.items() if k not in ("self", "__class__")}
+
+
+def _step_tensor(count, p, on_device):
+    """A parameter's `step` as torch keeps it: a float32 scalar, on the parameter's device when
+    its group has fused or capturable set, else on the CPU."""
+    return torch.tensor(float(count), dtype=torch.float32, device=p.device if on_device else "cpu")
+
+
 def _step_of(state):
     """A state's step count, checked before the load changes anything: a whole number in
     [0, 2^31) (the core's per-tensor counts), as torch writes it (a float tensor or a number)."""
@@ -1415,9 +1441,7 @@ class Adam(_AdamFamily):
                  max_grad_norm=None, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
-                         process_group, grad_reduce)
+        super().__init__(**_arguments(locals()))
 
 
 class AdamW(_AdamFamily):
@@ -1430,9 +1454,7 @@ class AdamW(_AdamFamily):
                  max_grad_norm=None, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                         differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
-                         process_group, grad_reduce)
+        super().__init__(**_arguments(locals()))
 
 
 class LARS(_Base):

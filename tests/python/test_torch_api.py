@@ -13,12 +13,28 @@ import torch  # noqa: E402  (CI installs it: scripts/test_python.sh)
 import renaissance  # noqa: E402
 import renaissance.torch as rt  # noqa: E402
 
-from torch_test_util import SHAPES, bits, grads, params, same_bits  # noqa: E402
+from torch_test_util import SHAPES, bits, grads, same_bits  # noqa: E402
+from torch_test_util import params as _params  # noqa: E402
+
+
+def params(seed=0):
+    """The shared parameters, each with a zero .grad (as torch 1.x's zero_grad() leaves one):
+    construction points it at the arena's G, into which feed() writes. A parameter without a
+    .grad keeps None (tests/python/test_torch_unused_layer.py)."""
+    ps = _params(seed)
+    for p in ps:
+        p.grad = torch.zeros_like(p)
+    return ps
 
 
 def feed(ps, step, scale=1.0):
+    """The step's gradients: written into each .grad (the arena's view), or handed over as fresh
+    tensors where .grad is None (as backward does)."""
     for p, g in zip(ps, grads(step)):
-        p.grad.copy_(g * scale)
+        if p.grad is None:
+            p.grad = g * scale
+        else:
+            p.grad.copy_(g * scale)
 
 
 def test_import_renaissance_does_not_import_torch():
@@ -194,7 +210,7 @@ def test_one_group_per_tensor_has_the_bits_of_one_group():
 
 
 def test_add_param_group_builds_another_task():
-    ps = params()
+    ps = _params()  # no .grad: a refusal must leave it None
     opt = rt.AdamW(ps[:2], lr=1e-2)
     with pytest.raises(ValueError, match="some parameters appear in more than one parameter group"):
         opt.add_param_group({"params": [ps[2], ps[0]]})
@@ -470,7 +486,7 @@ def test_errors_change_nothing():
         ("different devices", lambda p: [p[0], torch.zeros(3, device="meta")]),
     ]
     for what, make in cases:
-        ps = params()
+        ps = _params()  # no .grad: a refusal must leave it None
         w = [p.detach().clone() for p in ps]
         ptrs = [p.data_ptr() for p in ps]
         with pytest.raises(ValueError, match=what):
@@ -486,7 +502,7 @@ def test_unsupported_arguments_are_refused():
                         (ValueError, lambda p: rt.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)),
                         (ValueError, lambda p: rt.SGD(p, lr=0.1, nesterov=True)),
                         (RuntimeError, lambda p: rt.Adam(p, differentiable=True))):
-        ps = params()
+        ps = _params()  # no .grad: a refusal must leave it None
         with pytest.raises(error):
             make(ps)
         assert all(p.grad is None for p in ps)

@@ -51,3 +51,56 @@ def test_a_dropped_optimizers_arena_is_collected_when_a_new_one_does_not_fit():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0 and "BUILT" in out.stdout, (out.returncode, out.stdout, out.stderr[-2000:])
+
+
+CHILD_HELD = r"""
+import resource
+import torch
+import renaissance.torch as rt
+
+MIB = 1 << 20
+N = 1 << 24  # bf16 AdamW: 16 bytes per element in the arena = 256 MiB
+
+
+def vm_bytes():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+
+
+p = torch.nn.Parameter(torch.zeros(N, dtype=torch.bfloat16))
+opt = rt.AdamW([p], lr=0.1, threads=1)  # still held below: no collector can free it
+limit = vm_bytes() + 160 * MIB  # room for the new parameter and gradient, not for a second arena
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+q = torch.nn.Parameter(torch.zeros(N, dtype=torch.bfloat16))
+q.grad = torch.ones(N, dtype=torch.bfloat16)
+try:
+    rt.AdamW([q], lr=0.1, threads=1)
+except RuntimeError as e:
+    print("REFUSED", str(e))
+    raise SystemExit(3)
+print("BUILT")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status and RLIMIT_AS")
+def test_an_arena_that_does_not_fit_says_what_it_holds():
+    """An arena that still does not fit after the retry: the error adds what the arena holds per
+    element (bf16 AdamW: float32 masters, exp_avg and exp_avg_sq, 4 bytes each, the bf16 copy and
+    gradient, 2 each) and that torch.optim's state of such a parameter takes 8; the torch-suite
+    harness counts exactly that text as the by-design `fp32 state` class."""
+    out = subprocess.run([sys.executable, "-c", CHILD_HELD], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 3 and "REFUSED" in out.stdout, (out.returncode, out.stdout, out.stderr[-2000:])
+    msg = out.stdout.split("REFUSED ", 1)[1]
+    assert "cannot allocate an arena" in msg
+    assert ("renaissance.torch: 16777216 elements of bfloat16 parameters take 16 bytes each in the arena "
+            "(float32 master weights 4, exp_avg 4, exp_avg_sq 4, the bfloat16 copy 2, the bfloat16 gradient 2); "
+            "the state is float32 for bfloat16 parameters (torch.optim keeps it in the parameter's dtype: 8 bytes "
+            "each)") in msg, msg
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "torch_suite",
+                        "run_torch_optim_suite.py")
+    spec = importlib.util.spec_from_file_location("run_torch_optim_suite", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    assert suite.design_reason("test_foreach_large_tensor_AdamW_cuda_float16", "RuntimeError: " + msg) == "fp32 state"

@@ -125,6 +125,7 @@ def test_step_is_ordered_on_torch_current_stream():
     the step must see the new gradients and the forward the new weights."""
     n = 1 << 24  # 64 MB per tensor: the step takes long enough for a missing dependency to show
     w = torch.nn.Parameter(torch.full((n,), 1.0, device="cuda"))
+    w.grad = torch.zeros_like(w)  # a parameter with a .grad: construction points it at the arena's G
     opt = rt.SGD([w], lr=0.5)
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
@@ -139,6 +140,40 @@ def test_step_is_ordered_on_torch_current_stream():
             value = total.item()  # host sync only here, after all three were queued
             expect = float(n) * (1.0 - 0.5 * sum(range(1, k + 2)))
             assert value == expect, (k, value, expect)
+
+
+def test_step_is_placed_as_torch_places_it():
+    """torch's test_state_dict_with_cuda_params: a CPU optimizer's state dict loaded into one over
+    CUDA copies of the parameters; `step` is on the parameter's device when the loaded groups have
+    fused (or capturable) set, else on the CPU, float32 either way; then both step alike."""
+    import copy
+    for cls, flags in ((rt.SGD, {}), (rt.SGD, {"fused": True}), (rt.Adam, {}), (rt.Adam, {"fused": True}),
+                       (rt.AdamW, {"capturable": True}), (rt.AdamW, {"fused": True, "weight_decay": 0.1})):
+        kwargs = dict(flags, momentum=0.9) if cls is rt.SGD else dict(flags)
+        g = torch.Generator().manual_seed(5)
+        params = [torch.nn.Parameter(torch.randn(2, 3, generator=g)) for _ in range(2)]
+        for p in params:
+            p.grad = torch.randn(2, 3, generator=g)
+        opt = cls(params, **kwargs)
+        for _ in range(3):
+            opt.step()
+        with torch.no_grad():
+            params_cuda = [p.to(device="cuda") for p in params]
+            for i, p in enumerate(params_cuda):
+                p.grad = params[i].grad.to(device="cuda")
+        opt_cuda = cls(params_cuda, **kwargs)
+        opt_cuda.load_state_dict(copy.deepcopy(opt.state_dict()))
+        on_device = bool(flags.get("fused") or flags.get("capturable"))
+        for st in opt.state_dict()["state"].values():
+            assert st["step"].device.type == "cpu" and st["step"].dtype == torch.float32
+        for st in opt_cuda.state_dict()["state"].values():
+            assert st["step"].device.type == ("cuda" if on_device else "cpu"), (cls.__name__, flags)
+            assert st["step"].dtype == torch.float32 and float(st["step"]) == 3.0
+        for _ in range(5):
+            opt.step()
+            opt_cuda.step()
+            assert all(torch.equal(p.detach(), q.detach().cpu()) for p, q in zip(params, params_cuda)), \
+                (cls.__name__, flags)
 
 
 if __name__ == "__main__":

@@ -256,7 +256,7 @@ def _worker_none_on_one_rank(rank, k, init_file, out_dir):
     ps = make_params(torch.float32)
     opt = rt.AdamW(ps, process_group=dist.group.WORLD)
     for p, g in zip(ps, rank_grads(0, 0, torch.float32)):
-        p.grad.copy_(g)
+        p.grad = g.clone()
     if rank == 1:
         ps[3].grad = None  # only rank 1 leaves parameter 3 out
     _report(out_dir, rank, _error_message(opt.step))

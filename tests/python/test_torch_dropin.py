@@ -468,7 +468,10 @@ def _complex_pair(seed=0):
     torch.manual_seed(seed)
     z = torch.nn.Parameter(torch.randn(3, 4, dtype=torch.complex64))
     w = torch.nn.Parameter(torch.randn(5))
-    return [z, w], [torch.nn.Parameter(torch.view_as_real(z.detach()).clone()), torch.nn.Parameter(w.detach().clone())]
+    pair = [z, w], [torch.nn.Parameter(torch.view_as_real(z.detach()).clone()), torch.nn.Parameter(w.detach().clone())]
+    for p in pair[0] + pair[1]:
+        p.grad = torch.zeros_like(p)  # construction points it at the arena's G (complex: its complex view)
+    return pair
 
 
 def _complex_backward(ps, seed):

@@ -23,6 +23,17 @@ import renaissance.torch as rt
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and renaissance.with_cuda else [])
 
 
+
+def set_grad(p, g):
+    """p's gradient for the next step: written into its .grad (the arena's view, or a tensor of
+    autograd's) when it has one, else handed over as a fresh tensor (read in place by the step),
+    as backward does."""
+    if p.grad is None:
+        p.grad = g.detach().clone()
+    else:
+        p.grad.copy_(g)
+
+
 def f32(x):
     """x rounded to float32 (the library's float slots), as a Python float."""
     return struct.unpack("f", struct.pack("f", x))[0]
@@ -206,8 +217,8 @@ def test_no_master_weights_bitwise_against_reference(device, dtype):
     for step in range(20):
         grads = [(0.1 * torch.randn(s, generator=gen)).to(dtype) for s in shapes]
         for p, q, g in zip(params, params_m, grads):
-            p.grad.copy_(g)
-            q.grad.copy_(g)
+            set_grad(p, g)
+            set_grad(q, g)
         for w in ref._w:  # the reference without masters: its weights rounded, widened back
             w[...] = torch.from_numpy(w).to(dtype).float().numpy()
         ref.step(grads)
@@ -230,7 +241,7 @@ def test_no_master_weights_takes_the_parameter_as_written():
                      stochastic_rounding=True, seed=5)
         gen = torch.Generator().manual_seed(4)
         for k in range(3):
-            p.grad.copy_(torch.randn(300, 70, generator=gen).to(torch.bfloat16))
+            set_grad(p, torch.randn(300, 70, generator=gen).to(torch.bfloat16))
             opt.step()
             if write and k == 1:
                 with torch.no_grad():
@@ -256,7 +267,7 @@ def sr_run(seed, threads=1, stochastic=True, steps=3, device="cpu"):
                  stochastic_rounding=stochastic, seed=seed)
     gen = torch.Generator().manual_seed(4)
     for _ in range(steps):
-        p.grad.copy_(torch.randn(512, 640, generator=gen).to(device=device, dtype=torch.bfloat16))
+        set_grad(p, torch.randn(512, 640, generator=gen).to(device=device, dtype=torch.bfloat16))
         opt.step()
     return bits(p).clone(), opt.fingerprint()
 
@@ -284,7 +295,7 @@ def test_stochastic_rounding_is_unbiased(device):
     for stochastic in (False, True):
         p = torch.nn.Parameter(torch.ones(n, device=device, dtype=torch.bfloat16))
         opt = rt.SGD([p], lr=1.0, stochastic_rounding=stochastic, seed=11)
-        p.grad.fill_(-d)
+        set_grad(p, torch.full_like(p, -d))
         opt.step()
         assert float(opt.state[p]["master_weight"][0]) == 1.0 + d  # the master holds it exactly
         means[stochastic] = float(p.detach().double().mean())
@@ -311,7 +322,7 @@ def test_fp16_loss_scale_and_injected_inf(device):
         grads = [(torch.randn(p.shape, generator=gen) * 1e-2 * scale).to(device=device, dtype=torch.float16)
                  for p in params]
         for p, g in zip(params, grads):
-            p.grad.copy_(g)
+            set_grad(p, g)
         opt.grad_scale = torch.tensor(scale, device=device)
         opt.step()
         ref.step(grads, inv_scale=1.0 / scale)
@@ -320,7 +331,7 @@ def test_fp16_loss_scale_and_injected_inf(device):
     task = opt._bindings[0].shared.task
     before = [bits(t).clone() for t in params + [opt.state[p][k] for p in params
                                                    for k in ("master_weight", "exp_avg", "exp_avg_sq")]]
-    params[0].grad.copy_(torch.full((33, 17), 1e-2 * scale, device=device).to(torch.float16))
+    set_grad(params[0], torch.full((33, 17), 1e-2 * scale, device=device).to(torch.float16))
     # 70000 is beyond fp16's 65504: it rounds to inf, as an overflowing backward writes it.
     params[0].grad[3, 4] = torch.tensor(70000.0).to(torch.float16)
     assert torch.isinf(params[0].grad[3, 4])
@@ -371,11 +382,11 @@ def test_none_gradient_leaves_bf16_parameter_alone(device):
     gen = torch.Generator().manual_seed(9)
     for step in range(3):
         gs = [torch.randn(40, 8, generator=gen).to(device=device, dtype=torch.bfloat16) for _ in ps]
-        opt.zero_grad(set_to_none=False)  # .grad back to the gradient views after the None
+        opt.zero_grad(set_to_none=False)  # zeroes the .grad there are (ps[1]'s None stays None)
         for p, g in zip(ps, gs):
-            p.grad.copy_(g)
+            set_grad(p, g)
         for q, g in zip((qs[0], qs[2]), (gs[0], gs[2])):
-            q.grad.copy_(g)
+            set_grad(q, g)
         if step == 1:
             held = [bits(t).clone() for t in (ps[1], opt.state[ps[1]]["master_weight"], opt.state[ps[1]]["exp_avg"])]
             ps[1].grad = None
@@ -582,7 +593,7 @@ def test_every_class_keeps_copy_equal_to_rounded_masters(cls):
     gen = torch.Generator().manual_seed(16)
     for _ in range(3):
         for p in ps:
-            p.grad.copy_(torch.randn(p.shape, generator=gen).to(torch.bfloat16))
+            set_grad(p, torch.randn(p.shape, generator=gen).to(torch.bfloat16))
         opt.step()
     assert not torch.equal(start[0], bits(ps[0])) and not torch.equal(start[1], bits(ps[1]))
     for p in ps:
@@ -601,7 +612,7 @@ def test_recorder_fp16_loss_scale_and_skip_replays(tmp_path):
     with rt.Recorder(opt, case, steps=4) as rec:
         for step, scale in enumerate((256.0, 256.0, 128.0, 128.0)):
             for p in ps:
-                p.grad.copy_((torch.randn(p.shape, generator=gen) * scale).to(torch.float16))
+                set_grad(p, (torch.randn(p.shape, generator=gen) * scale).to(torch.float16))
             if step == 1:
                 ps[1].grad[2] = torch.tensor(1e6).to(torch.float16)  # inf
             opt.grad_scale = torch.tensor(scale)

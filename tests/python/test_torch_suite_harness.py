@@ -226,3 +226,108 @@ def test_table_of_both_runs_per_device(files, tmp_path, capsys):
     combined = json.loads(out.read_text())
     assert combined["cuda"]["ours"] is None
     assert combined["cpu"]["ours"]["against_reference"]["by_design"] == 3
+
+
+# The float32 state of a bf16/fp16 parameter: a class the exception text alone does not name.
+def test_a_recorded_reason_makes_a_failure_by_design(tmp_path):
+    prop = '<properties><property name="%s" value="fp32 state" /></properties>' % suite.REASON_PROPERTY
+    path = tmp_path / "r.xml"
+    path.write_text(_junit(
+        _case("TestOptimRenewedCUDA", "test_fused_cpu_matches_cuda_Adam_cuda_bfloat16",
+              prop + _fail("AssertionError: Tensor-likes are not close!")),
+        _case("TestOptimRenewedCUDA", "test_fused_cpu_matches_cuda_AdamW_cuda_bfloat16",
+              _fail("AssertionError: Tensor-likes are not close!"))))
+    got = _by_name(suite.read_junit(str(path)))
+    assert got["test_fused_cpu_matches_cuda_Adam_cuda_bfloat16"]["reason"] == "fp32 state"
+    assert got["test_fused_cpu_matches_cuda_AdamW_cuda_bfloat16"]["reason"] is None
+
+
+def test_arena_out_of_memory_is_by_design_only_for_16_bit_state():
+    oom = "RuntimeError: cuda backend: cannot allocate an arena of 68826433280 bytes on cuda (NVIDIA H200): out of memory"
+    ours = (oom + "; renaissance.torch: 4294967296 elements of float16 parameters take 16 bytes each in the arena "
+            "(float32 master weights 4, exp_avg 4, exp_avg_sq 4, the float16 copy 2, the float16 gradient 2); the "
+            "state is float32 for float16 parameters (torch.optim keeps it in the parameter's dtype: 8 bytes each)")
+    assert suite.design_reason("test_foreach_large_tensor_Adam_cuda_float16", ours) == "fp32 state"
+    assert suite.design_reason("test_foreach_large_tensor_Adam_cuda_float16", oom) is None
+    fp32 = oom + "; renaissance.torch: 10 elements of float32 parameters take 16 bytes each in the arena"
+    assert suite.design_reason("test_x_Adam_cuda_float32", fp32) is None
+
+
+# TensorTracker's pop_check_set (the next reference, compared with assertEqual's defaults for the
+# dtype: float32's for float32 tensors) and test_optim.py's comparison of the state tensors, with
+# its source line; run here and written into the end-to-end run's test file.
+_COMPARE_SRC = """
+import torch
+
+
+class _Tracker:
+    def __init__(self, refs):
+        self.refs = list(refs)
+
+    def pop_check_set(self, tensor_to_set, testcase):
+        ref = self.refs.pop(0)
+        torch.testing.assert_close(tensor_to_set, ref)
+
+
+def _compare_between(new_p, new_p_state, refs):
+    tracker, self = _Tracker(refs), None
+    for k in new_p_state:
+        tracker.pop_check_set(new_p_state[k], self)
+"""
+_compare_ns = {}
+
+
+def _compare_between(*args):
+    if not _compare_ns:
+        import linecache
+        # The harness reads the failing line's source, as from a file.
+        linecache.cache["<compare>"] = (len(_COMPARE_SRC), None, _COMPARE_SRC.splitlines(True), "<compare>")
+        exec(compile(_COMPARE_SRC, "<compare>", "exec"), _compare_ns)
+    return _compare_ns["_compare_between"](*args)
+
+
+def test_state_dtype_reason_reads_the_failing_comparison():
+    torch = pytest.importorskip("torch")
+    ulp = 2.0 ** -13  # one bf16 ulp of a gradient in [2^-6, 2^-5)
+    ref = torch.tensor([0.0129, 0.02, -0.013])
+    near = ref + torch.tensor([0.1 * ulp, 0.0, 0.0])  # exp_avg off by (1 - beta1) * one gradient ulp
+    far = ref + torch.tensor([0.002, 0.0, 0.0])  # beyond bf16's tolerance too
+    reasons = []
+    for p_dtype, state, r in ((torch.bfloat16, near, ref), (torch.float16, near, ref), (torch.bfloat16, far, ref),
+                              (torch.float32, near, ref),
+                              (torch.bfloat16, far.to(torch.bfloat16), ref.to(torch.bfloat16))):
+        p = torch.zeros(3, dtype=p_dtype)
+        with pytest.raises(AssertionError) as ei:
+            _compare_between(p, {"exp_avg": state}, [r])
+        reasons.append(suite._state_dtype_reason(ei))
+    # fp16's tolerance is 1e-3 relative: 1.2e-5 on 0.0129 is 9.5e-4, within it.
+    assert reasons == ["fp32 state", "fp32 state", None, None, None]
+
+
+def test_the_plugin_records_the_reason_in_the_junit_report(tmp_path):
+    """End to end: a pytest run with the harness's plugin writes the reason of a failing float32
+    state comparison of a bf16 parameter into the junit report, and read_junit counts it by design;
+    the same comparison for a float32 parameter stays a failure of the rest."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    test = tmp_path / "test_fake_optim.py"
+    test.write_text(_COMPARE_SRC +
+                    "def _run(dtype):\n"
+                    "    ref = torch.tensor([0.0129, 0.02])\n"
+                    "    _compare_between(torch.zeros(2, dtype=dtype), {'exp_avg': ref + 1.2e-5}, [ref])\n"
+                    "def test_fused_cpu_matches_cuda_Adam_cuda_bfloat16():\n"
+                    "    _run(torch.bfloat16)\n"
+                    "def test_fused_cpu_matches_cuda_Adam_cuda_float32():\n"
+                    "    _run(torch.float32)\n")
+    junit = tmp_path / "r.xml"
+    code = ("import importlib.util, sys, pytest\n"
+            "spec = importlib.util.spec_from_file_location('h', %r)\n"
+            "h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)\n"
+            "sys.exit(pytest.main([%r, '-q', '-p', 'no:cacheprovider', '--junitxml', %r, '-o', 'junit_family=xunit1',"
+            " '--rootdir', %r], plugins=[h._cause_plugin()]))\n" % (_HARNESS, str(test), str(junit), str(tmp_path)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr  # both tests fail
+    got = _by_name(suite.read_junit(str(junit)))
+    assert got["test_fused_cpu_matches_cuda_Adam_cuda_bfloat16"]["reason"] == "fp32 state"
+    assert got["test_fused_cpu_matches_cuda_Adam_cuda_float32"]["reason"] is None

@@ -35,7 +35,10 @@ def run(cls, kw, dtype, **dist_kw):
             grad = torch.randn(*p.shape, generator=gg).to(dtype)
             if step == 1 and p is ps[0]:
                 grad[0, 0] = float("inf")  # a skipped step: the non-finite flag's max
-            p.grad.copy_(grad.cuda())
+            if p.grad is None:  # the first step: no .grad yet (as before a backward)
+                p.grad = grad.cuda()
+            else:
+                p.grad.copy_(grad.cuda())
         opt.step()
     torch.cuda.synchronize()
     return [p.detach().cpu() for p in ps], opt.fingerprint()
