@@ -497,6 +497,11 @@ class _Base(Optimizer):
                 raise
         # The scaler's verdict before anything of the step runs (see _amp_skip).
         self._amp_skipped = _amp_skip(grad_scale, found_inf)
+        if self._amp_skipped and self._process_group is not None:
+            # Every rank must skip together: the verdict rides in the step's one collective.
+            tasks = self._sharded_tasks
+            _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], [[] for _ in tasks],
+                                   *self._agreement(configs), amp_skip=True)
         if self._amp_skipped:
             for shared in self._shared():  # counted as the core counts its own skips
                 shared.task.count_skipped_step()
@@ -513,13 +518,7 @@ class _Base(Optimizer):
         stepping = {id(s) for s in self._shared()}
         tasks = self._sharded_tasks
         missings = [s.collect_missing() if id(s) in stepping else list(range(len(s.params))) for s in tasks]
-        # The lines and their digest are remade only when a group's configuration or the groups'
-        # order changed (a comparison of small dicts per step, not a hash).
-        key = ([id(g["params"]) for g in self.param_groups], configs)
-        if key != getattr(self, "_agree_key", None):
-            lines = self._agreement_lines(configs)
-            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
-        lines, words = self._agree_lines
+        lines, words = self._agreement(configs)
         _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], missings, lines, words=words)
         for s, missing in zip(tasks, missings):
             if id(s) in stepping:
@@ -565,6 +564,16 @@ class _Base(Optimizer):
                 g = p.grad
                 if g is not None and g.layout is not torch.strided:
                     raise RuntimeError(_sparse_grad_text(type(self), j, gi))
+
+    def _agreement(self, configs):
+        """-> (lines, digest words) of the configuration this rank steps with, for agree_step. They
+        are remade only when a group's configuration or the groups' order changed (a comparison of
+        small dicts per step, not a hash)."""
+        key = ([id(g["params"]) for g in self.param_groups], configs)
+        if key != getattr(self, "_agree_key", None):
+            lines = self._agreement_lines(configs)
+            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
+        return self._agree_lines
 
     def _agreement_lines(self, configs):
         """This optimizer's whole configuration as (name, value) strings, in one fixed order: what
