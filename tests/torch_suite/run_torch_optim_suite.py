@@ -34,7 +34,7 @@ import types
 import xml.etree.ElementTree as ET
 
 KINDS = ("SGD", "Adam", "AdamW")
-DESIGN_REASONS = ("differentiable", "float64", "sparse", "torch internals")
+DESIGN_REASONS = ("differentiable", "float64", "sparse")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TEST_FILE = os.path.join(_ROOT, ".deps", "torch_suite", "test_optim.py")
 
@@ -47,10 +47,6 @@ _TEXT_REASONS = (
     ("differentiable", re.compile(r"differentiable", re.I)),
     ("float64", re.compile(r"float64|torch\.double\b|\bDouble\b")),
     ("sparse", re.compile(r"sparse", re.I)),
-    # A test that patches one of torch's per-implementation functions (_multi_tensor_sgd,
-    # _fused_adam, ...) in the optimizer class's module: renaissance.torch has none (every step is
-    # one compiled Task, whatever foreach/fused say), so mock.patch finds no such attribute.
-    ("torch internals", re.compile(r"does not have the attribute '_(multi_tensor|fused|single_tensor)_")),
 )
 
 
@@ -73,7 +69,7 @@ def exception_text(message, text):
 
 
 def design_reason(name, exc):
-    """'differentiable', 'float64', 'sparse' or 'torch internals' when the failure is one renaissance.torch makes by
+    """'differentiable', 'float64' or 'sparse' when the failure is one renaissance.torch makes by
     design, else None. The exception's text decides, not the test's name: a test named float64 or
     sparse may fail first on another refusal (test_rosenbrock_sparse's params are float32 and its
     first configuration has SGD's dampening), which is then one of the rest."""
