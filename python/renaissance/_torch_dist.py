@@ -250,7 +250,7 @@ def attach(shared_tasks, process_group, grad_reduce, lines):
         s.sharded_comm = comm
 
 
-def agree_step(group, sizes, missings, lines, words=None, error=None):
+def agree_step(group, sizes, missings, lines, words=None, error=None, amp_skip=False):
     """The step's one collective before any Task of the optimizer steps: an all_reduce(MAX) of
     int32 flags, each with its negation (so that max and min come back together), holding
     - every Task's mask (1 for a parameter without a gradient): every rank must leave out the same
@@ -259,15 +259,19 @@ def agree_step(group, sizes, missings, lines, words=None, error=None):
       _Base._agreement_lines): a hyperparameter changed on some ranks only (a scheduler stepped on
       one rank, a param_groups edit) must not run a mixed step;
     - whether this rank refused the step itself (`error`, raised before this point): the others
-      must not wait for it in a collective it never joins.
+      must not wait for it in a collective it never joins;
+    - whether the GradScaler protocol skips this step on this rank (`amp_skip`: found_inf or a
+      non-finite 1/scale): a rank that skips while another steps would leave the ranks' weights
+      and step counts apart, and its next step's collective would pair with the others' current
+      one. A skip on every rank is a skip; on some ranks only, no rank steps and every rank raises.
     `words`: digest_words(lines) when the caller has them already.
     Any difference raises on every rank (after an all-gather of the ranks' descriptions, only then,
     to say what differs); the rank that refused re-raises its own error."""
     total = sum(sizes)
     if error is not None:
-        head = [1, 0, 0]
+        head = [1, 0, 0, 0]
     else:
-        head = [0] + (words if words is not None else digest_words(lines))
+        head = [0, int(bool(amp_skip))] + (words if words is not None else digest_words(lines))
     flags = [0] * total
     if error is None:
         first = 0
@@ -282,7 +286,8 @@ def agree_step(group, sizes, missings, lines, words=None, error=None):
     m = len(vals)
     hi, lo = t[:m], [-v for v in t[m:]]
     if hi[total] or hi[total + 1:] != lo[total + 1:]:
-        mine = json.dumps({"error": "%s: %s" % (type(error).__name__, error)} if error is not None else {"lines": lines})
+        mine = json.dumps({"error": "%s: %s" % (type(error).__name__, error)} if error is not None else
+                          {"lines": lines, "amp_skip": bool(amp_skip)})
         said = [json.loads(x) for x in all_gather_text(group, mine)]
         if error is not None:
             raise error
@@ -290,6 +295,12 @@ def agree_step(group, sizes, missings, lines, words=None, error=None):
         if refused:
             raise ValueError("renaissance.torch: %s of the process group refused this step (%s); no rank stepped"
                              % (_ranks(refused), said[refused[0]]["error"]))
+        skipped = [r for r, d in enumerate(said) if d["amp_skip"]]
+        if 0 < len(skipped) < len(said):
+            raise ValueError("renaissance.torch: the GradScaler skips this step on %s of the process group only "
+                             "(found_inf, or a scale whose reciprocal is not finite, differs between the ranks: "
+                             "unscale each rank's gradients after their all-reduce); no rank stepped"
+                             % _ranks(skipped))
         raise ValueError(mismatch_message([d["lines"] for d in said], "at this step (a hyperparameter changed on "
                                           "some ranks only: a scheduler, a param_groups edit?); no rank stepped"))
     first = 0

@@ -93,6 +93,10 @@ _HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_opt
 
 
 class _Base(Optimizer):
+    # The module-level function that step() runs, looked up by name at every step (see
+    # _multi_tensor_step below); each class names torch's default implementation of its kind.
+    _implementation = "_multi_tensor_step"
+
     """What every renaissance.torch optimizer shares; subclasses say how a group maps to a kind."""
 
     _step_supports_amp_scaling = True
@@ -456,7 +460,7 @@ class _Base(Optimizer):
                     else:
                         raise RuntimeError("%s must return None or a tuple of (new_args, new_kwargs), but got %s."
                                            % (pre_hook, result))
-            out = _Base._step(*args, **kwargs)
+            out = globals()[self._implementation](*args, **kwargs)
             for post_hook in chain(self._optimizer_step_post_hooks.values(), _GLOBAL_POST_HOOKS.values()):
                 post_hook(self, args, kwargs)
             return out
@@ -498,6 +502,11 @@ class _Base(Optimizer):
                 raise
         # The scaler's verdict before anything of the step runs (see _amp_skip).
         self._amp_skipped = _amp_skip(grad_scale, found_inf)
+        if self._amp_skipped and self._process_group is not None:
+            # Every rank must skip together: the verdict rides in the step's one collective.
+            tasks = self._sharded_tasks
+            _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], [[] for _ in tasks],
+                                   *self._agreement(configs), amp_skip=True)
         if self._amp_skipped:
             for shared in self._shared():  # counted as the core counts its own skips
                 shared.task.count_skipped_step()
@@ -514,13 +523,7 @@ class _Base(Optimizer):
         stepping = {id(s) for s in self._shared()}
         tasks = self._sharded_tasks
         missings = [s.collect_missing() if id(s) in stepping else list(range(len(s.params))) for s in tasks]
-        # The lines and their digest are remade only when a group's configuration or the groups'
-        # order changed (a comparison of small dicts per step, not a hash).
-        key = ([id(g["params"]) for g in self.param_groups], configs)
-        if key != getattr(self, "_agree_key", None):
-            lines = self._agreement_lines(configs)
-            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
-        lines, words = self._agree_lines
+        lines, words = self._agreement(configs)
         _torch_dist.agree_step(self._process_group, [len(s.params) for s in tasks], missings, lines, words=words)
         for s, missing in zip(tasks, missings):
             if id(s) in stepping:
@@ -566,6 +569,16 @@ class _Base(Optimizer):
                 g = p.grad
                 if g is not None and g.layout is not torch.strided:
                     raise RuntimeError(_sparse_grad_text(type(self), j, gi))
+
+    def _agreement(self, configs):
+        """-> (lines, digest words) of the configuration this rank steps with, for agree_step. They
+        are remade only when a group's configuration or the groups' order changed (a comparison of
+        small dicts per step, not a hash)."""
+        key = ([id(g["params"]) for g in self.param_groups], configs)
+        if key != getattr(self, "_agree_key", None):
+            lines = self._agreement_lines(configs)
+            self._agree_key, self._agree_lines = key, (lines, _torch_dist.digest_words(lines))
+        return self._agree_lines
 
     def _agreement_lines(self, configs):
         """This optimizer's whole configuration as (name, value) strings, in one fixed order: what
@@ -1239,6 +1252,19 @@ def _scale_from_scaler(scaler, optimizer):
     return (None if state["stage"] is OptState.UNSCALED else scaler._get_scale_async()), found_inf
 
 
+def _multi_tensor_step(optimizer, *args, **kwargs):
+    """The step's one implementation: every group's parameters in one fused, capturable core step
+    per Task. torch's classes step through a module-level function per implementation
+    (torch.optim.adamw's _multi_tensor_adamw, _fused_adamw, _single_tensor_adamw) that step()
+    looks up when it runs, and torch's own tests patch the default one to see that it runs; here
+    that name (_multi_tensor_sgd, _multi_tensor_adam, ...) is this function."""
+    return _Base._step(optimizer, *args, **kwargs)
+
+
+_multi_tensor_sgd = _multi_tensor_adam = _multi_tensor_adamw = _multi_tensor_step
+_multi_tensor_lars = _multi_tensor_lion = _multi_tensor_lamb = _multi_tensor_step
+
+
 def _amp_skip(grad_scale, found_inf):
     """Whether the GradScaler protocol says to skip this step: a nonzero found_inf (torch skips
     the step then), or a scale whose reciprocal (formed as set_scale forms it: in double, rounded
@@ -1345,6 +1371,7 @@ class SGD(_Base):
     decoupled mode), dampening included (the first step's buffer is the gradient, later steps add
     (1 - dampening) times it)."""
 
+    _implementation = "_multi_tensor_sgd"
     _flags = ("maximize", "foreach", "differentiable", "fused")
     _state_names = {"M": "momentum_buffer", "step": "step"}
     _required_keys = ("momentum", "dampening", "nesterov")
@@ -1434,6 +1461,7 @@ class _AdamFamily(_Base):
 class Adam(_AdamFamily):
     """torch.optim.Adam (L2 weight decay)."""
 
+    _implementation = "_multi_tensor_adam"
     _kind = "adam"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
@@ -1447,6 +1475,7 @@ class Adam(_AdamFamily):
 class AdamW(_AdamFamily):
     """torch.optim.AdamW (decoupled weight decay)."""
 
+    _implementation = "_multi_tensor_adamw"
     _kind = "adamw"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
@@ -1461,6 +1490,7 @@ class LARS(_Base):
     """LARS (docs/math.md). A parameter gets the trust ratio and weight decay when the group's
     trust_ratio says so (default: ndim > 1); the others get plain momentum with no weight decay."""
 
+    _implementation = "_multi_tensor_lars"
     _state_names = {"M": "momentum_buffer", "step": "step"}
     _required_keys = ("momentum", "trust_coefficient", "eps", "nesterov")
     _group_keys = ("lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "trust_ratio",
@@ -1492,6 +1522,7 @@ class LARS(_Base):
 class Lion(_Base):
     """Lion (Chen et al. 2023; timm's Lion): every parameter gets the group's weight decay."""
 
+    _implementation = "_multi_tensor_lion"
     _state_names = {"M": "exp_avg", "step": "step"}
     _required_keys = ("betas",)
     _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm", "maximize")
@@ -1515,6 +1546,7 @@ class LAMB(_Base):
     """LAMB (docs/math.md): trust ratio and weight decay where the group's trust_ratio says so
     (default: ndim > 1); the others take the Adam direction with r = 1 and no weight decay."""
 
+    _implementation = "_multi_tensor_lamb"
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
     _required_keys = ("betas", "eps")
     _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm", "maximize")

@@ -75,6 +75,13 @@ def _edit(key, value):
     return change
 
 
+def _amp_skip_on_rank1(rank, opt, sched):
+    # What torch 2.x's GradScaler.step sets before it calls step(): found_inf nonzero on rank 1
+    # only (gradients unscaled before their all-reduce, or no all-reduce at all).
+    opt.grad_scale = torch.ones(())
+    opt.found_inf = torch.full((), float(rank == 1))
+
+
 # name -> (make the call that must raise on this rank, what every rank's message must hold)
 CASES = {
     "lr": (lambda r: _ctor(r, lr=(1e-3, 2e-3)), "param_groups[0]['lr'] differs: 0.001 on rank 0; 0.002 on rank 1"),
@@ -98,6 +105,8 @@ CASES = {
                              "param_groups[0]['lr'] differs: 0.01 on rank 0; 0.5 on rank 1"),
     "param_groups_weight_decay_edit": (lambda r: _after_steps(r, _edit("weight_decay", 0.3)),
                                        "param_groups[0]['weight_decay'] differs: 0.01 on rank 0; 0.3 on rank 1"),
+    "amp_skip_on_rank1": (lambda r: _after_steps(r, _amp_skip_on_rank1),
+                          "the GradScaler skips this step on rank 1 of the process group only"),
     # Refused by rank 1 itself (clipping cannot change after construction): rank 0 must not wait.
     "param_groups_max_grad_norm_edit": (lambda r: _after_steps(r, _edit("max_grad_norm", 1.0)),
                                         "cannot change max_grad_norm after construction"),
@@ -166,3 +175,36 @@ def test_same_changes_on_every_rank_run(tmp_path):
     a, b = (torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(2))
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], _params()[0])  # it did step
+
+
+def _worker_amp_skip_everywhere(rank, k, init_file, out_dir):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=k,
+                            timeout=datetime.timedelta(seconds=GLOO_TIMEOUT_S))
+    torch.set_num_threads(1)
+    ps = _params()
+    opt = rt.AdamW(ps, lr=1e-2, weight_decay=0.01, process_group=dist.group.WORLD, threads=1)
+    _grads(ps, 0)
+    opt.step()
+    before = [p.detach().clone() for p in ps]
+    opt.grad_scale, opt.found_inf = torch.ones(()), torch.ones(())  # skipped on every rank
+    _grads(ps, 1)
+    opt.step()
+    skipped_same = all(torch.equal(p, b) for p, b in zip(ps, before))
+    opt.found_inf = torch.zeros(())  # then a step that runs everywhere
+    _grads(ps, 2)
+    opt.step()
+    torch.save({"skipped_same": skipped_same, "after": [p.detach().clone() for p in ps]},
+               os.path.join(out_dir, "rank%d.pt" % rank))
+    del opt
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_amp_skip_on_every_rank_skips(tmp_path):
+    """A GradScaler skip on every rank is a skip (nothing changes, no error); the next step runs
+    on every rank with the same bits."""
+    mp.spawn(_worker_amp_skip_everywhere, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    a, b = (torch.load(str(tmp_path / ("rank%d.pt" % r))) for r in range(2))
+    assert a["skipped_same"] and b["skipped_same"]
+    assert all(torch.equal(x, y) for x, y in zip(a["after"], b["after"]))

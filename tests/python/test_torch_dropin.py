@@ -551,3 +551,22 @@ def test_complex_errors():
     with pytest.raises(ValueError, match="'exp_avg' is torch.float32 for a torch.complex64 parameter"):
         a.load_state_dict(sd)
     assert torch.equal(_bits(a.state[ps[0]]["exp_avg"]), before)
+
+
+@pytest.mark.parametrize("cls", [rt.SGD, rt.Adam, rt.AdamW, rt.LARS, rt.Lion, rt.LAMB])
+def test_step_runs_through_torchs_default_implementation_name(cls):
+    """torch's classes step through a module-level function (torch.optim.adamw._multi_tensor_adamw
+    by default), and torch's test_defaults_changed_to_foreach patches it in the optimizer's module
+    and asserts that step() called it: ours is renaissance.torch._multi_tensor_<class>."""
+    from unittest import mock
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 5)
+    opt = cls(model.parameters(), lr=0.1)
+    model(torch.rand(2, 5)).sum().backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    with mock.patch.object(rt, "_multi_tensor_" + cls.__name__.lower()) as mocked:
+        opt.step()
+    assert mocked.called
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))  # the mock ran instead
+    opt.step()  # unpatched: the real step runs
+    assert not all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
