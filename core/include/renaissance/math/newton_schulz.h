@@ -1,0 +1,97 @@
+// Muon's orthogonalisation in exact mode (docs/math.md, "Muon: Newton–Schulz in exact mode"): the
+// host reference that every backend must match bit for bit. The matrix products are
+// exact_matmul.h's, the Frobenius norm follows the canonical tensor-norm order of
+// norm_reduction.h, and the element-wise steps are single fp32 operations in a fixed order (no
+// FMA contraction).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "renaissance/math/exact_matmul.h"
+#include "renaissance/math/norm_reduction.h"
+
+namespace renaissance {
+namespace math {
+
+// torch.optim.Muon's defaults: X <- a X + (b A + c A A) X with A = X X^T, five times.
+struct NewtonSchulzCoefficients {
+  float a = 3.4445f;
+  float b = -4.7750f;
+  float c = 2.0315f;
+};
+constexpr int kDefaultNewtonSchulzSteps = 5;
+constexpr float kDefaultNewtonSchulzEps = 1e-7f;
+
+// Σ x² over `count` elements in the canonical order of a tensor norm (tiles of kNormTile, lanes
+// of quads, the halving trees): the double a norm pass computes for a tensor of these elements.
+inline double sum_of_squares_canonical(const float* x, int64_t count) {
+  const int64_t tiles = (count + kNormTile - 1) / kNormTile;
+  std::vector<double> partials(static_cast<size_t>(kNormComponents * tiles), 0.0);
+  double lanes[kNormLanes];
+  for (int64_t t = 0; t < tiles; ++t) {
+    for (double& l : lanes) l = 0.0;
+    const int64_t begin = t * kNormTile;
+    const int length = static_cast<int>(count - begin < kNormTile ? count - begin : kNormTile);
+    for (int e = 0; e < length; ++e) lanes[norm_lane_of(e)] = lanes[norm_lane_of(e)] + square_in_double(x[begin + e]);
+    norm_lane_tree(lanes);
+    partials[static_cast<size_t>(kNormComponents * t)] = lanes[0];
+  }
+  double sums[kNormComponents];
+  combine_tile_partials(partials.data(), tiles, sums);
+  return sums[0];
+}
+
+// out (rows x cols, row-major) = the orthogonalised update of u (rows x cols):
+// X = u / max(‖u‖_F, eps) (‖u‖_F = sqrt of the canonical sum in double, rounded to float; one fp32
+// division per element), on u^T when rows > cols; then `steps` times
+//   A = X X^T, P = A A (exact products), B = (b*A) + (c*P), Q = B X (exact), X = (a*X) + Q
+// (each bracket one rounded fp32 operation); out = X, transposed back when rows > cols.
+// Returns false (out untouched) when an exact product would be too long (k above kExactMatmulMaxK).
+inline bool newton_schulz_reference(const float* u, size_t rows, size_t cols, float* out,
+                                    const NewtonSchulzCoefficients& coeff = {},
+                                    int steps = kDefaultNewtonSchulzSteps, float eps = kDefaultNewtonSchulzEps) {
+  const bool transposed = rows > cols;
+  const size_t r = transposed ? cols : rows, c = transposed ? rows : cols;  // X is r x c, r <= c
+  if (c > kExactMatmulMaxK) return false;
+  std::vector<float> x(r * c), xt(c * r), gram(r * r), gram2(r * r), poly(r * r), q(r * c);
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
+  }
+  // The norm of u: the same elements in either orientation, summed in u's own (row-major) order.
+  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, static_cast<int64_t>(rows * cols))));
+  const float denom = norm > eps ? norm : eps;
+  for (float& v : x) v = v / denom;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < r; ++i) {
+      for (size_t j = 0; j < c; ++j) xt[j * r + i] = x[i * c + j];
+    }
+    exact_matmul_reference(x.data(), xt.data(), gram.data(), r, c, r);
+    exact_matmul_reference(gram.data(), gram.data(), gram2.data(), r, r, r);
+    for (size_t e = 0; e < r * r; ++e) {
+      const float bt = coeff.b * gram[e];
+      const float ct = coeff.c * gram2[e];
+      poly[e] = bt + ct;
+    }
+    exact_matmul_reference(poly.data(), x.data(), q.data(), r, r, c);
+    for (size_t e = 0; e < r * c; ++e) {
+      const float at = coeff.a * x[e];
+      x[e] = at + q[e];
+    }
+  }
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) {
+      if (transposed) {
+        out[j * cols + i] = x[i * c + j];
+      } else {
+        out[i * cols + j] = x[i * c + j];
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace math
+}  // namespace renaissance

@@ -1,0 +1,82 @@
+// Muon's exact matrix product on the CUDA device against the host reference
+// (renaissance/math/exact_matmul.h): the same bits for mixed magnitudes, subnormals, zero and
+// non-finite rows and columns, odd shapes, and a k above 131071 with every digit at its bound.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "renaissance/backend.h"
+#include "renaissance/math/exact_matmul.h"
+#include "support/test_util.h"
+#if RENAISSANCE_WITH_CUDA
+#include "backend_cuda/exact_matmul.h"
+#endif
+
+namespace renaissance {
+namespace {
+
+#if RENAISSANCE_WITH_CUDA
+void expect_device_equals_reference(const std::vector<float>& a, const std::vector<float>& b, size_t m, size_t k,
+                                    size_t n) {
+  std::vector<float> host(m * n), device(m * n);
+  ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), host.data(), m, k, n));
+  cuda::exact_matmul_on_device(a.data(), b.data(), device.data(), m, k, n);
+  size_t differ = 0;
+  for (size_t e = 0; e < m * n; ++e) {
+    uint32_t x, y;
+    std::memcpy(&x, &host[e], 4);
+    std::memcpy(&y, &device[e], 4);
+    if (x != y && differ++ < 5) ADD_FAILURE() << "element " << e << ": host " << host[e] << " device " << device[e];
+  }
+  EXPECT_EQ(differ, 0u) << m << "x" << k << "x" << n;
+}
+#endif
+
+TEST(ExactMatmulCuda, DeviceEqualsTheHostReferenceBitForBit) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {3, 7, 2}, {33, 257, 65}, {128, 768, 128}, {5, 0, 3}}) {
+    const size_t m = shape[0], k = shape[1], n = shape[2];
+    std::vector<float> a(m * k), b(k * n);
+    for (size_t e = 0; e < a.size(); ++e) {
+      const int scale = static_cast<int>(rng() % 170) - 140;  // subnormals up to 2^30
+      a[e] = (e % 11 == 0) ? 0.0f : std::ldexp(nd(rng), scale);
+    }
+    for (float& x : b) x = nd(rng);
+    if (m > 2 && k > 0) {
+      for (size_t p = 0; p < k; ++p) a[k + p] = 0.0f;  // a zero row
+      a[2 * k] = std::numeric_limits<float>::infinity();  // a non-finite row
+    }
+    if (n > 1 && k > 0) b[1] = std::nanf("");  // a non-finite column
+    expect_device_equals_reference(a, b, m, k, n);
+  }
+#endif
+}
+
+TEST(ExactMatmulCuda, LongSumsWithDigitsAtTheirBound) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  const size_t k = 131073;
+  std::vector<float> a(2 * k), b(k * 2);
+  for (size_t p = 0; p < k; ++p) {
+    a[p] = 1.99999988f;                                        // q = 8192 everywhere
+    a[k + p] = (p % 3 == 0) ? -1.99999988f : 1.99999988f;      // mixed signs
+    b[p * 2] = 1.99999988f;
+    b[p * 2 + 1] = (p % 2 == 0) ? 1.99999988f : -1.99999988f;
+  }
+  expect_device_equals_reference(a, b, 2, k, 2);
+  std::vector<float> c(4);
+  cuda::exact_matmul_on_device(a.data(), b.data(), c.data(), 2, k, 2);
+  EXPECT_EQ(c[0], 4.0f * static_cast<float>(k));  // 8192^2 * k * 2^-24, as on the host
+#endif
+}
+
+}  // namespace
+}  // namespace renaissance
