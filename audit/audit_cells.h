@@ -110,10 +110,11 @@ inline std::string audit_cell_spec(const audit::SyntheticRun& run) {
 // bf16/fp16 model copy (every kind x layout x {bf16, fp16} x {nearest, stochastic} x gradients
 // {fp32, model dtype}), run by cell_fingerprint() exactly as the suite records them, so they are
 // golden cells by construction too. Their steps are the matrix's, whatever the audit's --steps.
+// (The feature-axis cells among them are the suite's: the audit's table is the precision axis.)
 inline std::vector<Cell> audit_precision_cells() {
   std::vector<Cell> out;
   for (Cell& c : cells(Tier::kSmall)) {
-    if (c.precision.precision != Precision::kFp32) out.push_back(std::move(c));
+    if (c.precision.precision != Precision::kFp32 && !c.has_feature_axes()) out.push_back(std::move(c));
   }
   return out;
 }

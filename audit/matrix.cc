@@ -10,7 +10,16 @@
 //    appended after the others so that no earlier cell's inputs change): clip_active, whose
 //    max_grad_norm of 1 is far below every step's ‖ĝ‖ (about 24 to 115 here), and clip_idle,
 //    whose 1e6 is never reached (coefficient 1: the same bits as no clipping, through the
-//    clipping graph). The big tier's oracle samples tensors, which a global norm cannot use.
+//    clipping graph). The big tier's oracle samples tensors, which a global norm cannot use;
+//  - the feature axes (hyperparameter groups, the tensor mask, the gradient table, simulated
+//    ranks) run on a diagonal of the small tier, not its full product, appended after every other
+//    cell of a (kind, layout) so that no earlier cell's inputs change: on small_cnn every kind
+//    case (both weight-decay modes where the kind has them) with 3 groups, and with the mask and
+//    2 groups (clipping on every other kind); every kind with 3 simulated ranks and 2 groups, its
+//    precision rotating over fp32, bf16 and fp16 (model-dtype gradients); sgd_momentum's L2
+//    dampening with clipping, with and without the mask; on odd_sizes (empty and scalar tensors)
+//    every kind with the mask, the gradient table and 2 groups, precision rotating; on tiny_many
+//    every kind with the gradient table and 3 groups.
 #include "audit/matrix.h"
 
 #include <cmath>
@@ -40,6 +49,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kClipActive = 1.0;
 constexpr double kClipIdle = 1e6;
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// The feature-axis cells' golden fingerprints are recorded on a GPU after they are added: true
+// until then (Cell::golden_pending), false in the commit that records them.
+constexpr bool kFeatureAxesAwaitGolden = true;
 
 // Scheduled lr factors: warm-up, decay, a zero (a legal lr) and a tail. Literals rather than a
 // cosine, so no libm result (which may differ in the last bit between machines) enters inputs
@@ -133,6 +145,101 @@ std::string precision_spec(const PrecisionOptions& p) {
          ":seed=" + std::to_string(p.seed) + (p.model_dtype_gradients ? ":grad=model" : "");
 }
 
+// The feature axes in a spec, each only when on (so every other cell's spec is unchanged).
+std::string feature_spec(const Cell& c) {
+  std::string s;
+  if (c.hyper_groups > 1) {
+    s += " groups=" + std::to_string(c.hyper_groups) + ":round_robin";
+    for (int h = 1; h < c.hyper_groups; ++h) s += " group" + std::to_string(h) + "=" + config_spec(c.group_config(h));
+  }
+  if (c.tensor_mask) s += " mask=pattern/1:nan_grads";
+  if (c.gradient_table) s += " grad_table=two_donors/1";
+  if (c.simulated_ranks > 0) s += " ranks=" + std::to_string(c.simulated_ranks) + ":ordered_sum";
+  return s;
+}
+
+// Precision p of the feature-axis diagonal: 0 fp32, 1 bf16 nearest, 2 fp16 stochastic, both with
+// model-dtype gradients (fp16 at the loss scale 2^10, as the precision axis's fp16 cells).
+void rotate_precision(Cell* c, int p) {
+  if (p % 3 == 0) return;
+  const Precision prec = p % 3 == 1 ? Precision::kBf16 : Precision::kFp16;
+  const Rounding rounding = p % 3 == 1 ? Rounding::kNearest : Rounding::kStochastic;
+  c->precision = {prec, rounding, kSyntheticSeed};
+  c->precision.model_dtype_gradients = true;
+  c->name += std::string(".") + precision_name(prec) + "." + rounding_name(rounding) + ".grad_model";
+  if (prec == Precision::kFp16) {
+    c->loss_scale = 1024.0;
+    const size_t at = c->name.find("scale_2p16");
+    if (at != std::string::npos) c->name.replace(at, 10, "scale_2p10");
+  }
+}
+
+// Appends the feature-axis cells of (kind, layout) (see the top of the file); `pattern` is the
+// (kind, layout)'s injection rotation, continued.
+void append_feature_cells(Tier tier, OptimizerKind kind, const std::string& layout,
+                          const std::vector<WeightDecayMode>& modes, int* pattern, std::vector<Cell>* out) {
+  const int k = static_cast<int>(kind);
+  auto base = [&](WeightDecayMode mode) {
+    Cell c = make_cell(tier, kind, layout, true, mode, true, 65536.0, (*pattern)++ % 4);
+    c.golden_pending = kFeatureAxesAwaitGolden;
+    return c;
+  };
+  if (layout == "small_cnn") {
+    for (WeightDecayMode mode : modes) {
+      Cell c = base(mode);
+      c.hyper_groups = 3;
+      c.name += ".groups3";
+      out->push_back(c);
+    }
+    for (WeightDecayMode mode : modes) {
+      Cell c = base(mode);
+      c.tensor_mask = true;
+      c.hyper_groups = 2;
+      c.name += ".mask.groups2";
+      if (k % 2 == 1) {
+        c.config.max_grad_norm = kClipActive;
+        c.name += ".clip_active";
+      }
+      c.config.validate();
+      out->push_back(c);
+    }
+    {
+      Cell c = base(WeightDecayMode::kDecoupled);
+      c.simulated_ranks = 3;
+      c.hyper_groups = 2;
+      c.backend_gradients = true;
+      c.name += ".ranks3.groups2";
+      rotate_precision(&c, k);
+      out->push_back(c);
+    }
+    if (kind == OptimizerKind::kSgdMomentum) {
+      for (bool mask : {false, true}) {
+        Cell c = base(WeightDecayMode::kL2);
+        c.config.dampening = kDampening;
+        c.config.max_grad_norm = kClipActive;
+        c.config.validate();
+        c.tensor_mask = mask;
+        c.name += std::string(".dampening.clip_active") + (mask ? ".mask" : "");
+        out->push_back(c);
+      }
+    }
+  } else if (layout == "odd_sizes") {
+    Cell c = base(WeightDecayMode::kDecoupled);
+    c.tensor_mask = true;
+    c.gradient_table = true;
+    c.hyper_groups = 2;
+    c.name += ".mask.grad_table.groups2";
+    rotate_precision(&c, k + 1);
+    out->push_back(c);
+  } else if (layout == "tiny_many") {
+    Cell c = base(WeightDecayMode::kDecoupled);
+    c.gradient_table = true;
+    c.hyper_groups = 3;
+    c.name += ".grad_table.groups3";
+    out->push_back(c);
+  }
+}
+
 }  // namespace
 
 const char* site_name(Site site) { return name_of(kSites, site, "?"); }
@@ -141,6 +248,45 @@ const char* tier_name(Tier tier) { return name_of(kTiers, tier, "?"); }
 double Cell::lr_at(int s) const {
   if (!scheduled_lr) return config.lr;
   return config.lr * kLrFactor[s % kNumLrFactors];
+}
+
+// Every scalar a kind reads moved away from group 0's, so that a tensor reading another group's
+// block shows in the bits (what the unit tests' groups do too).
+OptimizerConfig Cell::group_config(int h) const {
+  OptimizerConfig c = config;
+  if (h == 0) return c;
+  c.lr = config.lr * (1.0 + 0.5 * h);
+  c.weight_decay = config.weight_decay * (1.0 + h);
+  if (config.momentum > 0.0) c.momentum = config.momentum - 0.1 * h;
+  c.beta1 = config.beta1 - 0.05 * h;
+  c.beta2 = config.beta2 - 0.004 * h;
+  c.eps = config.eps * (1.0 + h);
+  c.trust_coefficient = config.trust_coefficient * (1.0 + h);
+  return c;
+}
+
+double Cell::lr_at(int s, int h) const {
+  const double base = group_config(h).lr;
+  return scheduled_lr ? base * kLrFactor[s % kNumLrFactors] : base;
+}
+
+// Every tensor is masked at some steps and taken at others; step 5 (never an injection step)
+// masks every tensor, and the tensors an injection poisons stay unmasked at its step.
+bool Cell::mask_at(size_t id, int s, const std::vector<size_t>& site_ids) const {
+  if (!tensor_mask) return false;
+  for (size_t site : site_ids) {
+    if (site == id) return false;
+  }
+  if (s == 5) return true;
+  return (id * 5 + static_cast<size_t>(s) * 3) % 4 == 0;
+}
+
+std::vector<ParamSpec> cell_params(const Cell& cell) {
+  std::vector<ParamSpec> p = conformance_layout(cell.layout);
+  if (cell.hyper_groups > 1) {
+    for (size_t i = 0; i < p.size(); ++i) p[i].hyper_group = static_cast<int>(i % static_cast<size_t>(cell.hyper_groups));
+  }
+  return p;
 }
 
 std::string Cell::spec() const {
@@ -158,7 +304,7 @@ std::string Cell::spec() const {
          (backend_gradients ? "w:signed-hash/1,g:backend-synthetic/1:seed=" + std::to_string(kSyntheticSeed)
                             : std::string("signed-hash/1")) +
          " layout=" + layout + ":" + layout_digest(conformance_layout(layout)) + " " +
-         config_spec(config) + buf + inj + precision_spec(precision);
+         config_spec(config) + buf + inj + precision_spec(precision) + feature_spec(*this);
 }
 
 std::vector<ParamSpec> conformance_layout(const std::string& name) {
@@ -294,6 +440,7 @@ std::vector<Cell> cells(Tier tier) {
             out.push_back(b);
           }
         }
+        append_feature_cells(tier, kind, layout, modes, &pattern, &out);
       }
     } else if (tier == Tier::kBig) {
       Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);

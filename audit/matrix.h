@@ -59,14 +59,41 @@ struct Cell {
   // A bf16/fp16 model copy: the fingerprint then covers the copy too. fp32 cells
   // leave it out of spec(), so their recorded specs are unchanged.
   PrecisionOptions precision;
+  // The feature axes (small tier only, on a diagonal: see matrix.cc). Each is left out of spec()
+  // while off, so the specs of the cells without them are unchanged.
+  // H hyperparameter groups: tensor i in group i % H, group h's configuration group_config(h).
+  int hyper_groups = 1;
+  // TaskOptions::tensor_mask with the pattern mask_at(): a masked tensor's G holds NaN (never read).
+  bool tensor_mask = false;
+  // TaskOptions::gradient_table: the step reads every gradient through the table, from the G of
+  // one of two donor tasks (alternating per step and tensor); the arena's own G holds NaN.
+  bool gradient_table = false;
+  // > 0: G is the rank-order sum of this many ranks' backend-synthesized gradients divided by the
+  // count (synthesize_rank_sum, `renaissance run --simulate-ranks K`), the input of an ordered
+  // K-rank sharded step, whose bits the distributed tests equate with this one-device step.
+  int simulated_ranks = 0;
+  // Cells whose golden fingerprint is not recorded yet (kFeatureAxesAwaitGolden in matrix.cc):
+  // while the golden file lacks them, a run without a CUDA device reports them as awaiting and
+  // passes; a run with one fails as for any cell the file lacks.
+  bool golden_pending = false;
 
   // Everything the fingerprint depends on, in one canonical line (stored in the golden file).
   std::string spec() const;
   // The learning rate of step s (host double; the library rounds it to float once).
   double lr_at(int s) const;
+  // Hyperparameter group h's configuration (group 0: config) and its learning rate at step s.
+  OptimizerConfig group_config(int h) const;
+  double lr_at(int s, int h) const;
+  // Whether tensor id is masked at step s (tensor_mask cells only; false otherwise). `site_ids`:
+  // the tensors the step's injections poison, which stay unmasked so the step is still skipped.
+  bool mask_at(size_t id, int s, const std::vector<size_t>& site_ids) const;
+  bool has_feature_axes() const { return hyper_groups > 1 || tensor_mask || gradient_table || simulated_ranks > 0; }
+
 };
 
 std::vector<ParamSpec> conformance_layout(const std::string& name);
+// The cell's parameters: its layout with each tensor's hyperparameter group (i % hyper_groups).
+std::vector<ParamSpec> cell_params(const Cell& cell);
 // All cells of one tier, in a fixed order.
 std::vector<Cell> cells(Tier tier);
 std::vector<Cell> all_cells();

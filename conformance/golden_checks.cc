@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,11 +67,24 @@ TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
                                << ". Every CI run must check the CPU against the fingerprints recorded on a GPU.";
   EXPECT_FALSE(g_golden.machine.value("gpu", "").empty()) << "the golden file does not name its GPU";
   std::map<std::string, std::string> want;  // name -> spec, the whole current matrix
-  for (const Cell& c : g_all_cells) want[c.name] = c.spec();
+  std::set<std::string> pending;            // Cell::golden_pending
+  for (const Cell& c : g_all_cells) {
+    want[c.name] = c.spec();
+    if (c.golden_pending) pending.insert(c.name);
+  }
   for (const CheapCell& c : cheap_cells()) want[c.name] = c.spec;
+  const bool cuda = backend_available(BackendKind::kCuda);
+  int awaiting = 0;
   for (const auto& kv : want) {
     const auto it = g_golden.cells.find(kv.first);
-    if (it == g_golden.cells.end()) {
+    if (it != g_golden.cells.end() && pending.count(kv.first)) {
+      ADD_FAILURE() << "cell " << kv.first << " is recorded in " << g_golden.path
+                    << " but still marked as awaiting its golden fingerprint: set kFeatureAxesAwaitGolden "
+                    << "(audit/matrix.cc) to false in the commit that records it";
+    }
+    if (it == g_golden.cells.end() && pending.count(kv.first) && !cuda) {
+      ++awaiting;  // reported by its own cell test; recorded on a GPU (scripts/gpu.sh golden)
+    } else if (it == g_golden.cells.end()) {
       ADD_FAILURE() << "NO GOLDEN for cell " << kv.first << ": the matrix has it, " << g_golden.path
                     << " does not (re-record with scripts/record_golden.sh on a GPU)";
     } else if (it->second.spec != kv.second) {
@@ -100,6 +114,11 @@ TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
     }
   }
   EXPECT_EQ(compared, audit_cells) << "audit cells compared with the golden file";
+  if (awaiting > 0) {
+    std::cout << "[conformance] AWAITING GOLDEN: " << awaiting << " cells of the feature axes are not recorded yet "
+              << "(no CUDA device here; a run with one fails on them until scripts/gpu.sh golden records them)"
+              << std::endl;
+  }
   std::cout << "[conformance] golden file " << g_golden.path << ": " << g_golden.cells.size()
             << " cells, recorded on " << g_golden.machine_line() << "; " << compared
             << " audit fingerprints recomputed on the CPU, " << differ << " differ" << std::endl;
@@ -125,7 +144,8 @@ TEST(Cuda, BitwiseAgainstCpuInEverySmallAndAuditCell) {
 }
 
 // Every small-tier cell on every Highway target this build compiled and this CPU runs (AVX2,
-// SSE4, SSSE3, EMU128, ... as hwy::SupportedAndGeneratedTargets() lists them), each against
+// SSE4, SSSE3, EMU128, ... as hwy::SupportedAndGeneratedTargets() lists them; a feature-axis
+// cell on one of them, see below), each against
 // the golden fingerprint: a last-bit difference in one SIMD path alone fails here, naming
 // target and cell. The default (best) target is left out: the Small/* cell tests run it and
 // compare with the golden file (no need to pay for it twice in CI).
@@ -144,23 +164,42 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
   ASSERT_FALSE(targets.empty());
   std::map<std::string, std::string> first;  // cell -> fingerprint on the default target (no golden)
   std::string default_target;
+  // A cell awaiting its golden fingerprint (Cell::golden_pending, absent from the file) is
+  // compared with the default target's fingerprint, as every cell is without a golden file.
+  auto awaiting = [&](const Cell& c) { return c.golden_pending && !g_golden.cells.count(c.name); };
   for (const Cell& c : g_all_cells) {
     if (c.tier != Tier::kSmall) continue;
-    if (!have_golden) {
+    if (!have_golden || awaiting(c)) {
       first[c.name] = cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
     } else if (default_target.empty()) {
       cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
     }
   }
+  // The feature-axis cells run on a diagonal here too: the k-th of them on the k-th other target
+  // (modulo their count), so each meets one other target and every target meets them (they run
+  // the item walks, table reads and group blocks of every op; running each on every target
+  // would cost more CI time than the rest of the tier's growth).
+  std::map<std::string, size_t> feature_target;
+  {
+    size_t others = 0;
+    for (int64_t target : targets) others += default_target.find(hwy::TargetName(target)) == std::string::npos ? 1 : 0;
+    size_t k = 0;
+    for (const Cell& c : g_all_cells) {
+      if (c.tier == Tier::kSmall && c.has_feature_axes()) feature_target[c.name] = others ? k++ % others : 0;
+    }
+  }
   std::string ran;
   int compared = 0;
+  size_t other = 0;  // index of the target among those run here
   for (int64_t target : targets) {
     const std::string tname = hwy::TargetName(target);
     if (default_target.find(tname) != std::string::npos) continue;  // the Small/* tests' target
     ResetSupportedTargets reset;
     hwy::SetSupportedTargetsForTest(target);
+    const size_t this_target = other++;
     for (const Cell& c : g_all_cells) {
       if (c.tier != Tier::kSmall) continue;
+      if (c.has_feature_axes() && feature_target[c.name] != this_target) continue;
       std::string described;
       const std::string fp = cell_fingerprint(c, BackendKind::kCpu, &described, g_options.backend_options);
       // The backend names the target its dispatcher picked: proof the restriction took effect.
@@ -169,7 +208,7 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
         return;
       }
       std::string want;
-      if (have_golden) {
+      if (have_golden && !awaiting(c)) {
         const auto it = g_golden.cells.find(c.name);
         if (it == g_golden.cells.end()) continue;  // Golden.* reports the missing cell
         want = it->second.fingerprint;

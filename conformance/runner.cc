@@ -64,44 +64,64 @@ std::string where(const MemoryPlan& plan, uint64_t x) {
 // W, M, V, the weight group's trust ratios N, the step counter and (Adam kinds) the bias
 // corrections; a skipped step only the skip counter. Both write the non-finite flag and may
 // use the LARS reduction scratch. Region padding is deliberately NOT writable: kernels run over
-// whole padded regions, but padding must stay +0.0 bit for bit (all rules map 0 to +0).
-std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped, bool clip) {
+// whole padded regions, but padding must stay +0.0 bit for bit (all rules map 0 to +0), also
+// the padding between the runs of H groups or of masked tensors inside a role region.
+// With the tensor mask (`mask` non-empty) only the unmasked tensors' elements of W, M, V, VMAX and
+// the model copy and their own step counts are writable: a masked tensor stays bit for bit.
+// The step-dependent slots of every scalar block (H groups, or one per tensor with the mask).
+std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped, bool clip,
+                                const std::vector<ParamSpec>& params, const std::vector<int32_t>& mask) {
   std::vector<ByteRange> w;
   auto slot = [&](Region r, int index, uint64_t size) {
     const uint64_t off = plan.region(r).offset + static_cast<uint64_t>(index) * size;
     w.push_back({off, off + size});
   };
+  // A step-dependent fp32 slot in every scalar block.
+  auto block_slots = [&](int index) {
+    for (int b = 0; b < plan.scalar_blocks(); ++b) slot(S_SCALAR_FP32, b * kNumScalarF32 + index, sizeof(float));
+  };
   if (!skipped) {
+    const uint64_t w0 = plan.region(W_BN_BIAS).offset;
+    // Tensor by tensor: with H groups or the mask, runs of a role region are padded apart.
     for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
       if (!plan.has_family(f)) continue;
-      for (int role = 0; role < kNumRoles; ++role) {
-        const RegionInfo& info = plan.region(family_region(f, static_cast<Role>(role)));
-        w.push_back({info.offset, info.offset + info.used * info.elem_size});
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (!mask.empty() && mask[id]) continue;
+        const uint64_t at = plan.tensor_offset(f, id);
+        w.push_back({at, at + static_cast<uint64_t>(params[id].numel()) * sizeof(float)});
       }
     }
     if (plan.has_family(Family::kN)) {
       // Only the weight group is LARS-adapted: the bias-like ratios must stay as they were.
-      for (Role role : {Role::kFcWeight, Role::kFirstConv, Role::kDeepConv}) {
-        const RegionInfo& info = plan.region(family_region(Family::kN, role));
-        w.push_back({info.offset, info.offset + info.used * info.elem_size});
+      // (A masked tensor's ratio is written too: it follows the partials its tiles kept.)
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (group_of(params[id].role) != Group::kWeight) continue;
+        const uint64_t at = plan.tensor_offset(Family::kN, id);
+        w.push_back({at, at + sizeof(float)});
       }
     }
     if (plan.has_model_copy()) {
       // The bf16/fp16 copy of the same tensor elements (2 bytes each in W's layout); its padding
       // stays 0 and a skipped step leaves it alone.
-      const uint64_t w0 = plan.region(W_BN_BIAS).offset, c0 = plan.region(C_MODEL_COPY).offset;
-      for (int role = 0; role < kNumRoles; ++role) {
-        const RegionInfo& info = plan.region(family_region(Family::kW, static_cast<Role>(role)));
-        const uint64_t begin = c0 + (info.offset - w0) / sizeof(float) * sizeof(uint16_t);
-        w.push_back({begin, begin + info.used * sizeof(uint16_t)});
+      const uint64_t c0 = plan.region(C_MODEL_COPY).offset;
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (!mask.empty() && mask[id]) continue;
+        const uint64_t begin = c0 + (plan.tensor_offset(Family::kW, id) - w0) / sizeof(float) * sizeof(uint16_t);
+        w.push_back({begin, begin + static_cast<uint64_t>(params[id].numel()) * sizeof(uint16_t)});
+      }
+    }
+    if (!mask.empty()) {
+      // S_TENSOR_INT32: mask[n] (the caller's), then steps[n]: an unmasked tensor's count advances.
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (!mask[id]) slot(S_TENSOR_INT32, static_cast<int>(params.size() + id), sizeof(int32_t));
       }
     }
     slot(S_SCALAR_INT32, kStep, sizeof(int32_t));
     // The momentum's gradient factor (SGD dampening, docs/math.md): every applied step forms it.
-    slot(S_SCALAR_FP32, kMomentumGradFactor, sizeof(float));
+    block_slots(kMomentumGradFactor);
     if (has_v(kind)) {
-      slot(S_SCALAR_FP32, kBiasCorrection1, sizeof(float));
-      slot(S_SCALAR_FP32, kBiasCorrection2, sizeof(float));
+      block_slots(kBiasCorrection1);
+      block_slots(kBiasCorrection2);
     }
   } else {
     slot(S_SCALAR_INT32, kSkippedSteps, sizeof(int32_t));
@@ -114,7 +134,7 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
     w.push_back({t.offset, region_end(t)});
     if (!skipped) {
       slot(S_SCALAR_FP64, kGradNormD, sizeof(double));
-      slot(S_SCALAR_FP32, kClipCoefficient, sizeof(float));
+      block_slots(kClipCoefficient);
     }
   }
   // Scratch: the norm partials, and the gradient table's chunk addresses (written by CUDA).
@@ -159,6 +179,7 @@ struct Lane {
   // a bert_base cell does not page in two full copies of its arena per backend.
   std::unique_ptr<uint8_t[]> before, after;
   BackendResult* result;
+  BackendOptions options;
 };
 
 void download_ranges(Task& task, const std::vector<ByteRange>& ranges, uint8_t* buf) {
@@ -182,7 +203,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   res.name = cell.name;
   res.spec = cell.spec();
   const OptimizerKind kind = cell.config.kind;
-  const std::vector<ParamSpec> params = conformance_layout(cell.layout);
+  const std::vector<ParamSpec> params = cell_params(cell);
   res.tensors = params.size();
 
   std::map<std::string, int> failures_per_check;
@@ -191,21 +212,15 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   };
 
   std::vector<Lane> lanes;
-  lanes.push_back({BackendKind::kCpu, nullptr, {}, {}, &res.cpu});
+  lanes.push_back({BackendKind::kCpu, nullptr, {}, {}, &res.cpu, {}});
   res.cuda.not_run_reason = "no CUDA device or no CUDA build";
-  if (with_cuda) lanes.push_back({BackendKind::kCuda, nullptr, {}, {}, &res.cuda});
+  if (with_cuda) lanes.push_back({BackendKind::kCuda, nullptr, {}, {}, &res.cuda, {}});
 
   std::vector<std::vector<float>> w0;
   make_weights(params, &w0);
   for (Lane& lane : lanes) {
-    TaskOptions options;
-    options.backend = lane.kind;
-    if (lane.kind == BackendKind::kCpu) options.backend_options = g_options.backend_options;
-    options.precision = cell.precision;
-    lane.task = std::make_unique<Task>(params, options);
-    lane.task->optimizer(cell.config);
-    lane.task->compile();
-    for (size_t id = 0; id < params.size(); ++id) lane.task->set_weight(id, w0[id].data());
+    lane.options = lane.kind == BackendKind::kCpu ? g_options.backend_options : BackendOptions{};
+    lane.task = make_cell_task(cell, lane.kind, lane.options);
     lane.result->ran = true;
     lane.result->description = lane.task->backend().describe();
   }
@@ -222,13 +237,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   }
 
   // Injection sites: non-empty G tensors in arena order.
-  std::vector<size_t> by_offset;
-  for (size_t id = 0; id < params.size(); ++id) {
-    if (params[id].numel() > 0) by_offset.push_back(id);
-  }
-  std::sort(by_offset.begin(), by_offset.end(), [&](size_t a, size_t b) {
-    return plan.tensor_offset(Family::kG, a) < plan.tensor_offset(Family::kG, b);
-  });
+  const std::vector<size_t> by_offset = injection_order(plan, params);
   auto site_id = [&](Site s) {
     switch (s) {
       case Site::kFirst: return by_offset.front();
@@ -237,10 +246,10 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     }
     return by_offset.front();
   };
-  auto site_index = [&](Site s, size_t id) -> uint64_t {
-    const uint64_t n = static_cast<uint64_t>(params[id].numel());
-    return s == Site::kFirst ? 0 : (s == Site::kMiddle ? n / 2 : n - 1);
-  };
+  // Every lane's inputs go in through the feeder cell_fingerprint() uses (gradient-table cells:
+  // the lane's donor tasks).
+  std::vector<std::unique_ptr<CellFeeder>> feeders;
+  for (Lane& lane : lanes) feeders.push_back(std::make_unique<CellFeeder>(cell, *lane.task, lane.options));
 
   // The oracle follows all tensors, or a sample that always includes the injection sites.
   std::vector<size_t> sample;
@@ -276,53 +285,39 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
   }
   w0.clear();
   w0.shrink_to_fit();
-  oracle::OracleF64 ref(cell.config, sample_params, sample_w0);
+  std::vector<OptimizerConfig> group_configs;
+  for (int h = 0; h < cell.hyper_groups; ++h) group_configs.push_back(cell.group_config(h));
+  oracle::OracleF64 ref(group_configs, sample_params, sample_w0);
   // The bound of each check: 3x the error of an honest float32 implementation on the same
   // sampled tensors (tests/support/oracle_f32.h), floor 1e-7, instead of one constant for all regimes.
-  oracle::OracleF32 honest(cell.config, sample_params, sample_w0);
+  oracle::OracleF32 honest(group_configs, sample_params, sample_w0);
   sample_w0.clear();
 
-  std::vector<std::vector<float>> g;
   std::vector<std::vector<float>> sample_g(sample.size());
+  std::vector<int32_t> sample_mask;
   bool cuda_bitwise = with_cuda;
   for (int s = 0; s < cell.steps; ++s) {
     const std::string at = "step " + std::to_string(s);
-    const double lr = cell.lr_at(s);
+    const CellStep st = cell_step(cell, params, by_offset, s);
+    const Injection* inj = st.injection;
     if (!cell.backend_gradients) {
-      make_grads(params, static_cast<uint64_t>(s), cell.loss_scale, &g);
-      round_grads_to_model_dtype(cell.precision, &g);
+      for (size_t k = 0; k < sample.size(); ++k) sample_g[k] = st.grads[sample[k]];
     }
-    const Injection* inj = nullptr;
-    for (const Injection& i : cell.injections) {
-      if (i.step == s) inj = &i;
-    }
-    size_t poison_id = 0;
-    uint64_t poison_idx = 0;
-    if (inj) {
-      poison_id = site_id(inj->site);
-      poison_idx = site_index(inj->site, poison_id);
-      if (!cell.backend_gradients) g[poison_id][poison_idx] = inj->value;  // the oracle must skip the step as well
-    }
-    if (!cell.backend_gradients) {
-      for (size_t k = 0; k < sample.size(); ++k) sample_g[k] = g[sample[k]];
+    sample_mask.clear();
+    for (size_t id : sample) {
+      if (!st.mask.empty()) sample_mask.push_back(st.mask[id]);
     }
 
-    for (Lane& lane : lanes) {
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      Lane& lane = lanes[l];
       Task& task = *lane.task;
-      task.set_lr(lr);
-      task.set_loss_scale(cell.loss_scale);
-      if (cell.backend_gradients) {
-        task.synthesize_gradients(kSyntheticSeed, static_cast<uint64_t>(s), static_cast<float>(cell.loss_scale));
-      } else {
-        for (size_t id = 0; id < params.size(); ++id) task.set_grad(id, g[id].data());
-      }
-      // The poisoned element also goes in through the raw arena upload at its G offset.
-      if (inj) upload_gradient_element(task, cell.precision, poison_id, poison_idx, inj->value);
+      feeders[l]->feed(st);
       // Snapshots hold only what is compared: the frozen bytes before and after, plus the
       // oracle's tensors after (the whole arena after when CUDA is compared with the CPU).
       // Copying all 1.7 GB of a bert_base Adam arena twice per step would dominate the suite.
       const bool skip_expected = inj != nullptr;
-      const std::vector<ByteRange> frozen = complement(writable(plan, kind, skip_expected, cell.config.max_grad_norm > 0.0), arena_bytes);
+      const std::vector<ByteRange> frozen =
+          complement(writable(plan, kind, skip_expected, cell.config.max_grad_norm > 0.0, params, st.mask), arena_bytes);
       if (!lane.before) {
         lane.before.reset(new uint8_t[arena_bytes]);
         lane.after.reset(new uint8_t[arena_bytes]);
@@ -373,8 +368,10 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
         lanes[0].task->read(Family::kG, sample[k], sample_g[k].data());
       }
     }
-    const bool applied = ref.step(sample_g, lr, cell.loss_scale);
-    if (honest.step(sample_g, lr, cell.loss_scale) != applied) fail("oracle", at + ": the float32 reference disagrees");
+    const bool applied = ref.step(sample_g, st.lrs, cell.loss_scale, sample_mask);
+    if (honest.step(sample_g, st.lrs, cell.loss_scale, sample_mask) != applied) {
+      fail("oracle", at + ": the float32 reference disagrees");
+    }
     if (applied == (inj != nullptr)) fail("oracle", at + ": the oracle's skip decision disagrees with the injection");
     if (applied) {
       ++res.applied;
@@ -383,6 +380,17 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     }
     for (Lane& lane : lanes) {
       Task& task = *lane.task;
+      if (cell.tensor_mask) {
+        // Each tensor's own count: the oracle's, tensor by tensor (the sampled ones).
+        const std::vector<int64_t> counts = task.tensor_steps();
+        for (size_t k = 0; k < sample.size(); ++k) {
+          if (counts[sample[k]] == ref.t(k)) continue;
+          lane.result->skips_ok = false;
+          fail(std::string(backend_kind_name(lane.kind)) + " skip", at + ": " + params[sample[k]].name + " has t = " +
+                                                                       std::to_string(counts[sample[k]]) + ", expected " +
+                                                                       std::to_string(ref.t(k)));
+        }
+      }
       if (task.step_count() != res.applied || task.skipped_steps() != res.skipped) {
         lane.result->skips_ok = false;
         fail(std::string(backend_kind_name(lane.kind)) + " skip",
@@ -453,7 +461,9 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
                 oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kVmax, id), n), want.vmax),
                 oracle::relative_l2(f32.vmax, want.vmax), &br.err_v);
         }
-        if (is_lars(kind) && ref.is_weight_group(k) && ref.t() > 0) {
+        // (A tensor masked this step keeps no ratio of its own: its N follows stale partials.)
+        const bool masked_now = !sample_mask.empty() && sample_mask[k] != 0;
+        if (is_lars(kind) && ref.is_weight_group(k) && ref.t(k) > 0 && !masked_now) {
           const float eta = read_floats(lane.after.get(), plan.tensor_offset(Family::kN, id), 1)[0];
           check("N", std::abs(static_cast<double>(eta) - want.trust) / want.trust,
                 std::abs(static_cast<double>(f32.trust) - want.trust) / want.trust, &br.err_n);

@@ -21,6 +21,7 @@
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
 #include "renaissance/region.h"
+#include "support/oracle_f64.h"  // ungrouped()
 
 namespace renaissance {
 namespace oracle {
@@ -35,9 +36,16 @@ class OracleF32 {
  public:
   OracleF32(const OptimizerConfig& config, const std::vector<ParamSpec>& params,
             const std::vector<std::vector<float>>& initial_weights)
-      : c_(config) {
+      : OracleF32(std::vector<OptimizerConfig>{config}, ungrouped(params), initial_weights) {}
+  // Hyperparameter groups, as OracleF64's.
+  OracleF32(const std::vector<OptimizerConfig>& group_configs, const std::vector<ParamSpec>& params,
+            const std::vector<std::vector<float>>& initial_weights)
+      : configs_(group_configs), c_(group_configs.at(0)) {
     if (initial_weights.size() != params.size()) throw std::invalid_argument("oracle32: one weight vector per param");
     for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].hyper_group < 0 || params[i].hyper_group >= static_cast<int>(configs_.size())) {
+        throw std::invalid_argument("oracle32: " + params[i].name + " is in a group without a configuration");
+      }
       TensorStateF32 s;
       s.w = initial_weights[i];
       s.m.assign(s.w.size(), 0.0f);
@@ -45,13 +53,22 @@ class OracleF32 {
       s.vmax.assign(s.w.size(), 0.0f);
       tensors_.push_back(std::move(s));
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+      group_.push_back(params[i].hyper_group);
+      steps_.push_back(0);
     }
   }
 
   // Same contract as OracleF64::step: false (and nothing changed) on a non-finite gradient.
   bool step(const std::vector<std::vector<float>>& grads, double lr, double loss_scale) {
-    for (const auto& g : grads) {
-      for (float x : g) {
+    return step(grads, std::vector<double>(configs_.size(), lr), loss_scale, {});
+  }
+  // Per-group lrs and a per-tensor mask, as OracleF64's.
+  bool step(const std::vector<std::vector<float>>& grads, const std::vector<double>& lrs, double loss_scale,
+            const std::vector<int32_t>& mask) {
+    auto masked = [&](size_t i) { return !mask.empty() && mask[i] != 0; };
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (masked(i)) continue;
+      for (float x : grads[i]) {
         if (!std::isfinite(x)) return false;
       }
     }
@@ -60,21 +77,27 @@ class OracleF32 {
     std::vector<std::vector<float>> gh(tensors_.size());
     double sum_sq = 0.0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (masked(i)) continue;
       gh[i].resize(grads[i].size());
       for (size_t k = 0; k < gh[i].size(); ++k) {
         gh[i][k] = grads[i][k] * inv_scale;
         sum_sq += static_cast<double>(gh[i][k]) * gh[i][k];
       }
     }
-    if (c_.max_grad_norm > 0.0) {
+    if (configs_[0].max_grad_norm > 0.0) {
       // Clipping: the total in double, the coefficient rounded to float once, ĝ*coef in float.
       last_total_norm_ = std::sqrt(sum_sq);
-      const float coefficient = static_cast<float>(std::min(1.0, c_.max_grad_norm / (last_total_norm_ + 1e-6)));
+      const float coefficient = static_cast<float>(std::min(1.0, configs_[0].max_grad_norm / (last_total_norm_ + 1e-6)));
       for (auto& g : gh) {
         for (float& x : g) x = x * coefficient;
       }
     }
-    for (size_t i = 0; i < tensors_.size(); ++i) update(tensors_[i], gh[i], lr, weight_group_[i]);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (masked(i)) continue;
+      c_ = configs_[static_cast<size_t>(group_[i])];
+      tc_ = ++steps_[i];
+      update(tensors_[i], gh[i], lrs.at(static_cast<size_t>(group_[i])), weight_group_[i]);
+    }
     return true;
   }
 
@@ -107,8 +130,8 @@ class OracleF32 {
         const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
         const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
         const float eps = static_cast<float>(c_.eps);
-        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_))));
-        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_))));
+        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(tc_))));
+        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(tc_))));
         for (size_t k = 0; k < n; ++k) {
           float g = gh[k];
           if (decoupled) {
@@ -169,8 +192,8 @@ class OracleF32 {
         const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
         const float omb1 = static_cast<float>(1.0 - c_.beta1), omb2 = static_cast<float>(1.0 - c_.beta2);
         const float eps = static_cast<float>(c_.eps);
-        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_))));
-        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_))));
+        const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(tc_))));
+        const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(tc_))));
         std::vector<float> u(n);
         double w_sq = 0, u_sq = 0;
         for (size_t k = 0; k < n; ++k) {
@@ -199,13 +222,19 @@ class OracleF32 {
     const float damp = static_cast<float>(1.0 - c_.dampening);
     for (size_t k = 0; k < s.w.size(); ++k) {
       const float g = l2 ? gh[k] + wd * s.w[k] : gh[k];
-      s.m[k] = t_ == 1 ? g : mom * s.m[k] + damp * g;
+      s.m[k] = tc_ == 1 ? g : mom * s.m[k] + damp * g;
       const float dir = nesterov ? mom * s.m[k] + g : s.m[k];
       s.w[k] = l2 ? s.w[k] - lr * dir : s.w[k] * decay - lr * dir;
     }
   }
 
+  // Each hyperparameter group's configuration, each tensor's group and applied steps; c_ and tc_
+  // are those of the tensor being updated (update() and sgd_momentum() read them).
+  std::vector<OptimizerConfig> configs_;
+  std::vector<int> group_;
+  std::vector<int64_t> steps_;
   OptimizerConfig c_;
+  int64_t tc_ = 0;
   std::vector<TensorStateF32> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;

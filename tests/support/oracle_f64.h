@@ -24,6 +24,12 @@
 namespace renaissance {
 namespace oracle {
 
+// The parameters with every tensor in hyperparameter group 0 (the one-configuration oracles).
+inline std::vector<ParamSpec> ungrouped(std::vector<ParamSpec> params) {
+  for (ParamSpec& p : params) p.hyper_group = 0;
+  return params;
+}
+
 // The state of one tensor. `trust` is the LARS trust ratio η (LAMB: r) of the last applied step
 // (weight-group tensors of the norm kinds only; 0 before the first step).
 struct TensorState {
@@ -36,12 +42,20 @@ class OracleF64 {
  public:
   OracleF64(const OptimizerConfig& config, const std::vector<ParamSpec>& params,
             const std::vector<std::vector<float>>& initial_weights)
-      : c_(config) {
+      : OracleF64(std::vector<OptimizerConfig>{config}, ungrouped(params), initial_weights) {}
+  // Hyperparameter groups: tensor i follows group_configs[params[i].hyper_group]; the loss scale,
+  // clipping (group 0's max_grad_norm) and the skip rule are task-wide.
+  OracleF64(const std::vector<OptimizerConfig>& group_configs, const std::vector<ParamSpec>& params,
+            const std::vector<std::vector<float>>& initial_weights)
+      : configs_(group_configs), c_(group_configs.at(0)) {
     if (initial_weights.size() != params.size()) throw std::invalid_argument("oracle: one weight vector per param");
     for (size_t i = 0; i < params.size(); ++i) {
       const Eigen::Index n = static_cast<Eigen::Index>(params[i].numel());
       if (static_cast<Eigen::Index>(initial_weights[i].size()) != n) {
         throw std::invalid_argument("oracle: weight vector of " + params[i].name + " has the wrong size");
+      }
+      if (params[i].hyper_group < 0 || params[i].hyper_group >= static_cast<int>(configs_.size())) {
+        throw std::invalid_argument("oracle: " + params[i].name + " is in a group without a configuration");
       }
       TensorState s;
       s.w = Eigen::Map<const Eigen::ArrayXf>(initial_weights[i].data(), n).cast<double>();
@@ -50,15 +64,26 @@ class OracleF64 {
       s.vmax = Eigen::ArrayXd::Zero(n);
       tensors_.push_back(std::move(s));
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+      group_.push_back(params[i].hyper_group);
+      steps_.push_back(0);
     }
   }
 
   // One optimizer step with the given learning rate and loss scale. Returns false, and changes
   // nothing (not even t), when any gradient element of any tensor is NaN or ±Inf.
   bool step(const std::vector<std::vector<float>>& grads, double lr, double loss_scale) {
+    return step(grads, std::vector<double>(configs_.size(), lr), loss_scale, {});
+  }
+  // With lrs[h] for group h and a per-tensor mask (torch's `.grad is None`; empty: none masked):
+  // a masked tensor's gradient is not looked at, it takes no part in the clip norm, and its state
+  // and its own applied-step count (bias corrections, the first momentum step) stay as they were.
+  bool step(const std::vector<std::vector<float>>& grads, const std::vector<double>& lrs, double loss_scale,
+            const std::vector<int32_t>& mask) {
     if (grads.size() != tensors_.size()) throw std::invalid_argument("oracle: one gradient vector per param");
-    for (const auto& g : grads) {
-      for (float x : g) {
+    auto masked = [&](size_t i) { return !mask.empty() && mask[i] != 0; };
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (masked(i)) continue;
+      for (float x : grads[i]) {
         if (!std::isfinite(x)) return false;
       }
     }
@@ -66,18 +91,24 @@ class OracleF64 {
     std::vector<Eigen::ArrayXd> g_hat(tensors_.size());
     double sum_sq = 0.0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (masked(i)) continue;
       const Eigen::Index n = tensors_[i].w.size();
       if (static_cast<Eigen::Index>(grads[i].size()) != n) throw std::invalid_argument("oracle: gradient size");
       g_hat[i] = Eigen::Map<const Eigen::ArrayXf>(grads[i].data(), n).cast<double>() / loss_scale;
       sum_sq += g_hat[i].square().sum();
     }
-    if (c_.max_grad_norm > 0.0) {
+    if (configs_[0].max_grad_norm > 0.0) {
       // torch.nn.utils.clip_grad_norm_: total over every parameter, coefficient clamped at 1.
       last_total_norm_ = std::sqrt(sum_sq);
-      const double coefficient = std::min(1.0, c_.max_grad_norm / (last_total_norm_ + 1e-6));
+      const double coefficient = std::min(1.0, configs_[0].max_grad_norm / (last_total_norm_ + 1e-6));
       for (auto& g : g_hat) g = g * coefficient;
     }
-    for (size_t i = 0; i < tensors_.size(); ++i) update(tensors_[i], g_hat[i], lr, weight_group_[i]);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (masked(i)) continue;
+      c_ = configs_[static_cast<size_t>(group_[i])];
+      tc_ = ++steps_[i];
+      update(tensors_[i], g_hat[i], lrs.at(static_cast<size_t>(group_[i])), weight_group_[i]);
+    }
     return true;
   }
 
@@ -85,6 +116,7 @@ class OracleF64 {
   double last_total_norm() const { return last_total_norm_; }
 
   int64_t t() const { return t_; }
+  int64_t t(size_t id) const { return steps_.at(id); }  // tensor id's applied steps
   size_t size() const { return tensors_.size(); }
   const TensorState& tensor(size_t id) const { return tensors_.at(id); }
   bool is_weight_group(size_t id) const { return weight_group_.at(id); }
@@ -119,8 +151,8 @@ class OracleF64 {
         }
         s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g;
         s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g.square();
-        const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t_)));
-        const double bc2 = 1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t_)));
+        const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(tc_)));
+        const double bc2 = 1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(tc_)));
         if (c_.amsgrad) {
           // torch.maximum(max_exp_avg_sq, exp_avg_sq): the denominator reads the running max.
           s.vmax = s.vmax.max(s.v);
@@ -164,8 +196,8 @@ class OracleF64 {
       case OptimizerKind::kLamb: {
         s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g_hat;
         s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g_hat.square();
-        const double bc1 = 1.0 - std::pow(c_.beta1, static_cast<double>(t_));
-        const double bc2 = 1.0 - std::pow(c_.beta2, static_cast<double>(t_));
+        const double bc1 = 1.0 - std::pow(c_.beta1, static_cast<double>(tc_));
+        const double bc2 = 1.0 - std::pow(c_.beta2, static_cast<double>(tc_));
         const Eigen::ArrayXd u = (s.m / bc1) / ((s.v / bc2).sqrt() + c_.eps) + wd * s.w;
         double r = 1.0;  // the bias-like group is never adapted
         if (weight_group) {
@@ -185,7 +217,7 @@ class OracleF64 {
     const double beta = c_.momentum;
     const Eigen::ArrayXd g = l2 ? Eigen::ArrayXd(g_hat + wd * s.w) : g_hat;
     // torch.optim.SGD: the first applied step's buffer is ĝ' itself, later ones are dampened.
-    if (t_ == 1) {
+    if (tc_ == 1) {
       s.m = g;
     } else {
       s.m = beta * s.m + (1.0 - c_.dampening) * g;
@@ -198,7 +230,13 @@ class OracleF64 {
     }
   }
 
+  // Each hyperparameter group's configuration, each tensor's group and applied steps; c_ and tc_
+  // are those of the tensor being updated (update() and sgd_momentum() read them).
+  std::vector<OptimizerConfig> configs_;
+  std::vector<int> group_;
+  std::vector<int64_t> steps_;
   OptimizerConfig c_;
+  int64_t tc_ = 0;
   std::vector<TensorState> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;
