@@ -487,7 +487,7 @@ int cmd_run(const RunOptions& o) {
   run.seed = seed;
   run.check_finite = check_finite;
   if (!parse_precision(o.precision, &run.precision.precision)) {
-    throw_invalid("--precision " + io::printable(o.precision) + ": expected fp32, bf16 or fp16");
+    throw_invalid("--precision " + io::printable(o.precision) + ": expected " + precision_names_text(false));
   }
   run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
   run.precision.seed = seed;
@@ -496,12 +496,12 @@ int cmd_run(const RunOptions& o) {
   // --override changes the synthetic gradients only).
   if (!o.resume.empty()) run.precision = ck.precision;
   if (o.stochastic_rounding && run.precision.precision == Precision::kFp32) {
-    throw_invalid("--stochastic-rounding needs --precision bf16 or fp16");
+    throw_invalid("--stochastic-rounding needs --precision " + precision_names_text(true));
   }
   // Not stored in a checkpoint (G is not part of it): a resume takes the flag as given.
   run.precision.model_dtype_gradients = o.grad_dtype == "model";
   if (run.precision.model_dtype_gradients && run.precision.precision == Precision::kFp32) {
-    throw_invalid("--grad-dtype model needs --precision bf16 or fp16");
+    throw_invalid("--grad-dtype model needs --precision " + precision_names_text(true));
   }
   if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
   run.checkpoint = o.checkpoint;
@@ -564,7 +564,7 @@ int cmd_run(const RunOptions& o) {
         {"check_finite", check_finite},
         {"precision", precision_name(run.precision.precision)},
         {"rounding", rounding_name(run.precision.rounding)},
-        {"grad_dtype", run.precision.model_dtype_gradients ? precision_name(run.precision.precision) : "fp32"},
+        {"grad_dtype", precision_name(gradient_precision(run.precision))},
         {"backend", backend_kind_name(r.backend)},
         {"backend_description", r.backend_description},
         {"threads", threads},

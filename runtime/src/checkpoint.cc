@@ -100,19 +100,31 @@ void decode_precision(Cursor& c, PrecisionOptions* p) {
   const uint32_t rounding = c.u32();
   p->seed = c.u64();
   c.expect_end();
-  if (precision != static_cast<uint32_t>(Precision::kBf16) && precision != static_cast<uint32_t>(Precision::kFp16)) {
-    c.fail("model copy precision " + std::to_string(precision) + " is neither 1 (bf16) nor 2 (fp16)");
+  Precision copy = Precision::kFp32;
+  if (!precision_from_code(precision, &copy) || copy == Precision::kFp32) {
+    std::string known;
+    for (const PrecisionRow& row : kPrecisionRows) {
+      if (row.value == Precision::kFp32) continue;
+      known += std::string(known.empty() ? "neither " : " nor ") + std::to_string(static_cast<int>(row.value)) + " (" +
+               row.name + ")";
+    }
+    c.fail("model copy precision " + std::to_string(precision) + " is " + known);
   }
   if (rounding > static_cast<uint32_t>(Rounding::kStochastic)) {
     c.fail("rounding " + std::to_string(rounding) + " is neither 0 (nearest) nor 1 (stochastic)");
   }
-  p->precision = static_cast<Precision>(precision);
+  p->precision = copy;
   p->rounding = static_cast<Rounding>(rounding);
+}
+
+// "a " or "an " before an initialism such as "bf16" / "fp16" (its first letter read by name).
+std::string article(const std::string& initialism) {
+  return std::string("aefhilmnorsx").find(initialism.at(0)) != std::string::npos ? "an " : "a ";
 }
 
 std::string precision_text(const PrecisionOptions& p) {
   if (p.precision == Precision::kFp32) return "no model copy (fp32)";
-  std::string s = std::string(p.precision == Precision::kFp16 ? "an " : "a ") + precision_name(p.precision) +
+  std::string s = article(precision_name(p.precision)) + precision_name(p.precision) +
                   " model copy rounded " + (p.rounding == Rounding::kStochastic ? "stochastically" : "to nearest even");
   if (p.rounding == Rounding::kStochastic) s += " with seed " + std::to_string(p.seed);
   return s;

@@ -129,8 +129,9 @@ ReplayResult run_replay(const ReplayCase& rc, const TaskOptions& options) {
           } else {  // model-dtype gradients, widened exactly
             const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
             grad.resize(bits.size());
+            const bool bf16 = precision_bf16_coded(rc.precision.precision);
             for (size_t i = 0; i < bits.size(); ++i) {
-              grad[i] = rc.precision.precision == Precision::kFp16 ? math::f16_to_f32(bits[i]) : math::bf16_to_f32(bits[i]);
+              grad[i] = math::half_to_f32(bf16, bits[i]);
             }
           }
           task.set_grad(place[gi].first_id + k, grad.data());

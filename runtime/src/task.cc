@@ -416,7 +416,7 @@ Precision Task::grad_dtype() const {
 }
 
 uint16_t Task::round_to_grad_dtype(float value) const {
-  return math::f32_to_half_rne(grad_dtype() == Precision::kBf16, value);
+  return math::f32_to_half_rne(precision_bf16_coded(grad_dtype()), value);
 }
 
 void Task::write_grad_encoded(size_t id, const uint16_t* src) {
@@ -460,7 +460,7 @@ void Task::refresh_model_copy(size_t id) {
   std::vector<float> w(n);
   std::vector<uint16_t> c(n);
   read(Family::kW, id, w.data());
-  const bool bf16 = options_.precision.precision == Precision::kBf16;
+  const bool bf16 = precision_bf16_coded(options_.precision.precision);
   for (size_t i = 0; i < n; ++i) c[i] = math::f32_to_half_rne(bf16, w[i]);
   if (n != 0) backend_->upload(plan_.model_copy_offset(id), c.data(), n * sizeof(uint16_t));
 }
@@ -488,7 +488,7 @@ void Task::read(Family family, size_t id, float* dst) {
     // Model-dtype gradients widen exactly (math/precision.h).
     std::vector<uint16_t> h(count);
     read_grad_encoded(id, h.data());
-    const bool bf16 = grad_dtype() == Precision::kBf16;
+    const bool bf16 = precision_bf16_coded(grad_dtype());
     for (uint64_t i = 0; i < count; ++i) dst[i] = math::half_to_f32(bf16, h[i]);
     return;
   }

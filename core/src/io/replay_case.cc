@@ -146,13 +146,10 @@ void check_tensor(const SafetensorsReader& file, const std::string& name, const 
   }
 }
 
-// The safetensors dtype of a model copy (and of model-dtype gradients).
-StDtype copy_dtype(Precision p) { return p == Precision::kFp16 ? StDtype::kF16 : StDtype::kBF16; }
-
 // A gradient tensor: F32, or the case's model dtype (BF16 / F16) when it has a model copy.
 void check_grad_tensor(const SafetensorsReader& file, const std::string& name, const std::vector<int64_t>& shape,
                        Precision precision) {
-  if (precision != Precision::kFp32 && file.has(name) && file.info(name).dtype == copy_dtype(precision)) {
+  if (precision != Precision::kFp32 && file.has(name) && file.info(name).dtype == st_dtype_of(precision)) {
     const StTensorInfo& t = file.info(name);
     if (t.shape != shape) {
       throw_format(file.display_name() + ": tensor " + sq(name) + " has shape " + shape_text(t.shape) +
@@ -164,7 +161,7 @@ void check_grad_tensor(const SafetensorsReader& file, const std::string& name, c
     throw_format(file.display_name() + ": tensor " + sq(name) + " has dtype " + st_dtype_name(file.info(name).dtype) +
                  "; expected F32" +
                  (precision == Precision::kFp32 ? std::string(" (BF16 / F16 gradients need case.json's precision bf16 / fp16)")
-                                                : std::string(" or ") + st_dtype_name(copy_dtype(precision)) +
+                                                : std::string(" or ") + st_dtype_name(st_dtype_of(precision)) +
                                                       " (the case's precision " + precision_name(precision) + ")"));
   }
   check_tensor(file, name, shape, /*allow_f64=*/false);
@@ -464,10 +461,10 @@ ReplayCase load_replay_case(const std::string& dir_in) {
         const StTensorInfo& t = expected.info(n);
         for (const ParamSpec& p : rc.params) {
           if (p.name != n.substr(2)) continue;
-          if (t.dtype != copy_dtype(rc.precision.precision)) {
+          if (t.dtype != st_dtype_of(rc.precision.precision)) {
             throw_format(expected.display_name() + ": tensor " + sq(n) + " has dtype " + st_dtype_name(t.dtype) +
                          "; the model copy of a " + precision_name(rc.precision.precision) + " case is " +
-                         st_dtype_name(copy_dtype(rc.precision.precision)));
+                         st_dtype_name(st_dtype_of(rc.precision.precision)));
           }
           if (t.shape != p.shape) {
             throw_format(expected.display_name() + ": tensor " + sq(n) + " has shape " + shape_text(t.shape) +
