@@ -282,7 +282,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const bool model_copy = plan_.has_model_copy();
-  const std::vector<Section> sections = sections_for(config_.kind, config_.amsgrad, model_copy);
+  const std::vector<Section> sections = sections_for(config().kind, config().amsgrad, model_copy);
 
   Bytes precision;
   precision.u32(static_cast<uint32_t>(options_.precision.precision));
@@ -290,10 +290,10 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   precision.u64(options_.precision.seed);
 
   Bytes meta;
-  meta.str(optimizer_kind_name(config_.kind));
-  meta.u32(static_cast<uint32_t>(config_.weight_decay_mode));
-  write_meta_hyperparameters(meta, MetaPlace::kHead, config_);
-  meta.f64(lr_);
+  meta.str(optimizer_kind_name(config().kind));
+  meta.u32(static_cast<uint32_t>(config().weight_decay_mode));
+  write_meta_hyperparameters(meta, MetaPlace::kHead, config());
+  meta.f64(lr());
   meta.f64(loss_scale_);
   meta.i64(i32[kStep]);
   meta.i64(i32[kSkippedSteps]);
@@ -302,8 +302,8 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   meta.i64(run_settings_.schedule_steps);
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
-  write_meta_hyperparameters(meta, MetaPlace::kTail, config_);
-  write_meta_hyperparameters(meta, MetaPlace::kOptional, config_);  // none at their defaults: no bytes
+  write_meta_hyperparameters(meta, MetaPlace::kTail, config());
+  write_meta_hyperparameters(meta, MetaPlace::kOptional, config());  // none at their defaults: no bytes
 
   Bytes layout;
   layout.u64(params_.size());
@@ -427,22 +427,22 @@ void Task::load(const std::string& path) {
     const OptimizerConfig& cfg = d.info.config;
     // The compiled step depends on the kind, the decay mode and the check-finite flag; everything
     // else is adopted.
-    if (cfg.kind != config_.kind) {
+    if (cfg.kind != config().kind) {
       throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
-                    ", task uses " + optimizer_kind_name(config_.kind));
+                    ", task uses " + optimizer_kind_name(config().kind));
     }
-    if (cfg.amsgrad != config_.amsgrad) {
+    if (cfg.amsgrad != config().amsgrad) {
       throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
-                    " amsgrad, task runs " + (config_.amsgrad ? "with" : "without") + " it");
+                    " amsgrad, task runs " + (config().amsgrad ? "with" : "without") + " it");
     }
-    if (cfg.weight_decay_mode != config_.weight_decay_mode) {
+    if (cfg.weight_decay_mode != config().weight_decay_mode) {
       auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
       throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
-                    ", task uses " + mode_name(config_.weight_decay_mode));
+                    ", task uses " + mode_name(config().weight_decay_mode));
     }
-    if ((cfg.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
+    if ((cfg.max_grad_norm > 0.0) != (config().max_grad_norm > 0.0)) {
       throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
-                    " gradient-norm clipping, task runs " + (config_.max_grad_norm > 0.0 ? "with" : "without") + " it");
+                    " gradient-norm clipping, task runs " + (config().max_grad_norm > 0.0 ? "with" : "without") + " it");
     }
     if (d.info.check_finite != options_.check_finite) {
       throw_invalid("checkpoint " + path + ": checkpoint was made " +
@@ -618,8 +618,8 @@ void Task::load(const std::string& path) {
   // holds group 0's configuration (maximize included): groups 1..H-1 keep the hyperparameters
   // and maximize flags this task has (set_group_hyper), only their device-owned slots come from
   // the file.
-  config_ = d.info.config;
-  lr_ = d.info.lr;
+  groups_[0] = d.info.config;
+  lrs_[0] = d.info.lr;
   loss_scale_ = d.info.loss_scale;
   run_settings_ = d.info.run;
   write_hyperparameters();
