@@ -94,6 +94,30 @@ Task& Task::optimizer_groups(const std::vector<OptimizerConfig>& configs) {
   return *this;
 }
 
+namespace {
+
+// One host table of the plan into its arena region (nothing for an empty table).
+template <typename T>
+void upload_table(Backend* backend, const MemoryPlan& plan, Region region, const std::vector<T>& rows) {
+  if (!rows.empty()) backend->upload(plan.region(region).offset, rows.data(), rows.size() * sizeof(T));
+}
+
+// The plan's host tables the step reads from the arena: the norm tiles and tensors, the
+// hyperparameter items and tensor blocks, and the tensor tables (plan.h: a model copy's and a
+// gradient table's lookups).
+void upload_plan_tables(const MemoryPlan& plan, Backend* backend) {
+  if (plan.config().has_n) {
+    upload_table(backend, plan, T_NORM_TILES, plan.norm_tiles());
+    upload_table(backend, plan, T_NORM_TENSORS, plan.norm_tensors());
+  }
+  upload_table(backend, plan, T_HYPER_ITEMS, plan.hyper_items());
+  upload_table(backend, plan, T_TENSOR_BLOCKS, plan.tensor_blocks());
+  upload_table(backend, plan, T_TENSOR_LIST, plan.table_tensors());
+  upload_table(backend, plan, T_TENSOR_CHUNKS, plan.table_chunks());
+}
+
+}  // namespace
+
 void Task::check_group(int group, const char* what) const {
   if (group < 0 || group >= hyper_groups()) {
     throw_invalid(std::string(what) + ": hyperparameter group " + std::to_string(group) + " is out of range (the task has " +
@@ -158,34 +182,7 @@ void Task::compile() {
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
   backend->allocate_arena(plan_.arena_bytes());
-  if (plan_.config().has_n) {
-    const auto& tiles = plan_.norm_tiles();
-    const auto& tensors = plan_.norm_tensors();
-    if (!tiles.empty()) {
-      backend->upload(plan_.region(T_NORM_TILES).offset, tiles.data(), tiles.size() * sizeof(NormTile));
-    }
-    if (!tensors.empty()) {
-      backend->upload(plan_.region(T_NORM_TENSORS).offset, tensors.data(),
-                      tensors.size() * sizeof(NormTensor));
-    }
-  }
-  if (!plan_.hyper_items().empty()) {
-    backend->upload(plan_.region(T_HYPER_ITEMS).offset, plan_.hyper_items().data(),
-                    plan_.hyper_items().size() * sizeof(HyperItem));
-  }
-  if (!plan_.tensor_blocks().empty()) {
-    backend->upload(plan_.region(T_TENSOR_BLOCKS).offset, plan_.tensor_blocks().data(),
-                    plan_.tensor_blocks().size() * sizeof(int32_t));
-  }
-  // The tensor tables (plan.h: a model copy's and a gradient table's lookups).
-  if (!plan_.table_tensors().empty()) {
-    backend->upload(plan_.region(T_TENSOR_LIST).offset, plan_.table_tensors().data(),
-                    plan_.table_tensors().size() * sizeof(CopyTensor));
-  }
-  if (!plan_.table_chunks().empty()) {
-    backend->upload(plan_.region(T_TENSOR_CHUNKS).offset, plan_.table_chunks().data(),
-                    plan_.table_chunks().size() * sizeof(int32_t));
-  }
+  upload_plan_tables(plan_, backend.get());
   backend_ = std::move(backend);
   if (options_.gradient_table) reset_gradient_table();  // the arena's own G until written
   write_hyperparameters();
