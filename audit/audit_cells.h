@@ -25,18 +25,13 @@ constexpr int kAuditGoldenSteps[] = {4, 8};
 // Small, but covering every role, a zero-size tensor and weight tensors longer than one LARS
 // reduction tile (4096 elements), so multi-tile reductions are part of the fingerprint.
 inline std::vector<ParamSpec> audit_layout() {
-  return {
-      {"conv1.weight", {16, 3, 3, 3}, Role::kFirstConv},
-      {"bn1.weight", {16}, Role::kBnWeight},
-      {"bn1.bias", {16}, Role::kBnBias},
-      {"layer1.conv.weight", {32, 16, 3, 3}, Role::kDeepConv},
-      {"layer1.bn.weight", {32}, Role::kBnWeight},
-      {"layer1.bn.bias", {32}, Role::kBnBias},
-      {"layer2.conv.weight", {64, 32, 3, 3}, Role::kDeepConv},
-      {"empty.weight", {0, 8}, Role::kDeepConv},
-      {"fc.weight", {10, 64}, Role::kFcWeight},
-      {"fc.bias", {10}, Role::kFcBias},
-  };
+  std::vector<ParamSpec> p = small_cnn_stem();
+  p.insert(p.end(), {
+                        {"empty.weight", {0, 8}, Role::kDeepConv},
+                        {"fc.weight", {10, 64}, Role::kFcWeight},
+                        {"fc.bias", {10}, Role::kFcBias},
+                    });
+  return p;
 }
 
 // One audit run (backend and threads are left to the caller: they must not change the bits).

@@ -307,23 +307,30 @@ std::string Cell::spec() const {
          config_spec(config) + buf + inj + precision_spec(precision) + feature_spec(*this);
 }
 
+std::vector<ParamSpec> small_cnn_stem() {
+  return {
+      {"conv1.weight", {16, 3, 3, 3}, Role::kFirstConv},
+      {"bn1.weight", {16}, Role::kBnWeight},
+      {"bn1.bias", {16}, Role::kBnBias},
+      {"layer1.conv.weight", {32, 16, 3, 3}, Role::kDeepConv},
+      {"layer1.bn.weight", {32}, Role::kBnWeight},
+      {"layer1.bn.bias", {32}, Role::kBnBias},
+      {"layer2.conv.weight", {64, 32, 3, 3}, Role::kDeepConv},
+  };
+}
+
 std::vector<ParamSpec> conformance_layout(const std::string& name) {
   if (name == "small_cnn") {
     // Every role; two deep convs longer than one LARS tile (4096), so multi-tile norms count.
-    return {
-        {"conv1.weight", {16, 3, 3, 3}, Role::kFirstConv},
-        {"bn1.weight", {16}, Role::kBnWeight},
-        {"bn1.bias", {16}, Role::kBnBias},
-        {"layer1.conv.weight", {32, 16, 3, 3}, Role::kDeepConv},
-        {"layer1.bn.weight", {32}, Role::kBnWeight},
-        {"layer1.bn.bias", {32}, Role::kBnBias},
-        {"layer2.conv.weight", {64, 32, 3, 3}, Role::kDeepConv},
-        {"layer2.downsample.weight", {64, 32, 1, 1}, Role::kDeepConv},
-        {"layer2.bn.weight", {64}, Role::kBnWeight},
-        {"layer2.bn.bias", {64}, Role::kBnBias},
-        {"fc.weight", {10, 64}, Role::kFcWeight},
-        {"fc.bias", {10}, Role::kFcBias},
-    };
+    std::vector<ParamSpec> p = small_cnn_stem();
+    p.insert(p.end(), {
+                          {"layer2.downsample.weight", {64, 32, 1, 1}, Role::kDeepConv},
+                          {"layer2.bn.weight", {64}, Role::kBnWeight},
+                          {"layer2.bn.bias", {64}, Role::kBnBias},
+                          {"fc.weight", {10, 64}, Role::kFcWeight},
+                          {"fc.bias", {10}, Role::kFcBias},
+                      });
+    return p;
   }
   if (name == "odd_sizes") {
     // Sizes around vector widths (1, 3, 7, 15, 16, 17, 63, 65), around a LARS tile (4097) and a

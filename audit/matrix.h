@@ -94,6 +94,9 @@ struct Cell {
 std::vector<ParamSpec> conformance_layout(const std::string& name);
 // The cell's parameters: its layout with each tensor's hyperparameter group (i % hyper_groups).
 std::vector<ParamSpec> cell_params(const Cell& cell);
+// The first seven tensors of a small CNN (a first conv, two deep convs, their batch norms): the
+// start of both the conformance layout small_cnn and the audit's layout.
+std::vector<ParamSpec> small_cnn_stem();
 // All cells of one tier, in a fixed order.
 std::vector<Cell> cells(Tier tier);
 std::vector<Cell> all_cells();

@@ -372,49 +372,64 @@ void check_threads_option(int threads) {
   }
 }
 
-int cmd_run(const RunOptions& o) {
-  // Everything the user typed is checked before any memory is allocated or work is done.
-  check_threads_option(o.threads);
-  // Output safety first: a bad --checkpoint must not cost a whole run.
-  if (!o.checkpoint.empty()) io::check_output_path(o.checkpoint, "--checkpoint");
+namespace {
+
+// The optimizer, schedule and run settings a run uses: the options as given, or after --resume
+// the checkpoint's with any --override (inherit_from_checkpoint).
+struct RunSettingsChosen {
   OptimizerKind kind;
-  if (!parse_optimizer_kind(o.optimizer, &kind)) {
+  OptimizerConfig config;
+  Schedule schedule;
+  int schedule_steps;
+  int warmup;
+  uint64_t seed;
+  double loss_scale;
+  bool check_finite;
+  CheckpointInfo ck;  // the resumed checkpoint's (empty without --resume)
+};
+
+RunSettingsChosen choose_run_settings(const RunOptions& o) {
+  RunSettingsChosen c;
+  if (!parse_optimizer_kind(o.optimizer, &c.kind)) {
     throw_invalid("--optimizer " + io::printable(o.optimizer) + ": unknown kind (expected " + optimizer_kind_names() + ")");
   }
-  OptimizerConfig config = default_config(kind);
-  apply_given_hyperparameters(o, &config);
-  if (o.weight_decay_mode == "l2") config.weight_decay_mode = WeightDecayMode::kL2;
-  else if (o.weight_decay_mode == "decoupled") config.weight_decay_mode = WeightDecayMode::kDecoupled;
+  c.config = default_config(c.kind);
+  apply_given_hyperparameters(o, &c.config);
+  if (o.weight_decay_mode == "l2") c.config.weight_decay_mode = WeightDecayMode::kL2;
+  else if (o.weight_decay_mode == "decoupled") c.config.weight_decay_mode = WeightDecayMode::kDecoupled;
   else if (!o.weight_decay_mode.empty()) throw_invalid("--weight-decay-mode " + io::printable(o.weight_decay_mode) + ": expected decoupled or l2");
-  if (given(o, "--momentum") && config.momentum == 0.0 && kind_info(kind).needs_momentum) {
+  if (given(o, "--momentum") && c.config.momentum == 0.0 && kind_info(c.kind).needs_momentum) {
     throw_invalid("--momentum 0: " + o.optimizer + " needs momentum > 0");
   }
-  Schedule schedule = parse_schedule(o.schedule);
-  int schedule_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;
-  int warmup = o.warmup;
-  uint64_t seed = o.seed;
-  double loss_scale = o.loss_scale;
-  bool check_finite = !o.no_check_finite;
-  CheckpointInfo ck;
+  c.schedule = parse_schedule(o.schedule);
+  c.schedule_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;
+  c.warmup = o.warmup;
+  c.seed = o.seed;
+  c.loss_scale = o.loss_scale;
+  c.check_finite = !o.no_check_finite;
   if (!o.resume.empty()) {
-    ck = read_checkpoint_info(o.resume);
-    inherit_from_checkpoint(o, ck, &config, &schedule, &schedule_steps, &warmup, &seed, &loss_scale);
-    kind = config.kind;
-    check_finite = ck.check_finite;
+    c.ck = read_checkpoint_info(o.resume);
+    inherit_from_checkpoint(o, c.ck, &c.config, &c.schedule, &c.schedule_steps, &c.warmup, &c.seed, &c.loss_scale);
+    c.kind = c.config.kind;
+    c.check_finite = c.ck.check_finite;
   }
-  config.validate();  // names the hyperparameter and the value
-  check_loss_scale(loss_scale);
-  if (warmup > schedule_steps) {
-    throw_invalid("--warmup " + std::to_string(warmup) + ": must be at most the schedule's horizon (" +
-                  std::to_string(schedule_steps) + ", --schedule-steps)");
+  c.config.validate();  // names the hyperparameter and the value
+  check_loss_scale(c.loss_scale);
+  if (c.warmup > c.schedule_steps) {
+    throw_invalid("--warmup " + std::to_string(c.warmup) + ": must be at most the schedule's horizon (" +
+                  std::to_string(c.schedule_steps) + ", --schedule-steps)");
   }
   for (int64_t t : o.nan_at) {
     if (t < 0 || t >= o.steps) {
       throw_invalid("--nan-at " + std::to_string(t) + ": steps are numbered 0.." + std::to_string(o.steps - 1));
     }
   }
+  return c;
+}
 
-  // Sharded runs (docs/distributed.md): checked before MPI starts, the same on every rank.
+// Sharded runs (docs/distributed.md): checked before MPI starts, the same on every rank. Returns
+// the gradient reduction (ordered unless --grad-reduce says otherwise).
+GradReduce check_distributed_options(const RunOptions& o) {
   GradReduce grad_reduce = GradReduce::kOrdered;
   if (!o.grad_reduce.empty() && o.distributed.empty()) {
     throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": needs --distributed mpi or nccl (a one-process run has no ranks to reduce over)");
@@ -425,33 +440,180 @@ int cmd_run(const RunOptions& o) {
   const bool distributed = !o.distributed.empty();
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   if (!distributed) refuse_copies_under_launcher();
-  if (distributed) {
-    if (!nccl && o.distributed != "mpi") {
-      throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi (CPU ranks) or nccl (CUDA ranks)");
-    }
-    if (o.simulate_ranks > 0) {
-      throw_invalid("--simulate-ranks: the one-process audit of a sharded run; it cannot be combined with --distributed");
-    }
-    BackendKind requested = BackendKind::kAuto;
-    const bool parsed = parse_backend_kind(o.backend, &requested);
-    if (!nccl && parsed && requested == BackendKind::kCuda) {
-      throw_invalid("--distributed mpi --backend cuda: MPI ranks run the CPU backend; CUDA ranks run with --distributed nccl");
-    }
-    if (nccl && parsed && requested == BackendKind::kCpu) {
-      throw_invalid("--distributed nccl --backend cpu: NCCL ranks run the CUDA backend; CPU ranks run with --distributed mpi");
-    }
-    // NCCL first: a build without MPI has no NCCL either, and the NCCL line says what it needs.
+  if (!distributed) return grad_reduce;
+  if (!nccl && o.distributed != "mpi") {
+    throw_invalid("--distributed " + io::printable(o.distributed) + ": expected mpi (CPU ranks) or nccl (CUDA ranks)");
+  }
+  if (o.simulate_ranks > 0) {
+    throw_invalid("--simulate-ranks: the one-process audit of a sharded run; it cannot be combined with --distributed");
+  }
+  BackendKind requested = BackendKind::kAuto;
+  const bool parsed = parse_backend_kind(o.backend, &requested);
+  if (!nccl && parsed && requested == BackendKind::kCuda) {
+    throw_invalid("--distributed mpi --backend cuda: MPI ranks run the CPU backend; CUDA ranks run with --distributed nccl");
+  }
+  if (nccl && parsed && requested == BackendKind::kCpu) {
+    throw_invalid("--distributed nccl --backend cpu: NCCL ranks run the CUDA backend; CPU ranks run with --distributed mpi");
+  }
+  // NCCL first: a build without MPI has no NCCL either, and the NCCL line says what it needs.
 #if !RENAISSANCE_WITH_NCCL
-    if (nccl) {
-      throw_invalid("--distributed nccl: this build has no NCCL communicator (configure with CUDA, MPI and NCCL found: "
-                    "-DRENAISSANCE_NCCL=AUTO or ON, NCCL_ROOT=...)");
-    }
+  if (nccl) {
+    throw_invalid("--distributed nccl: this build has no NCCL communicator (configure with CUDA, MPI and NCCL found: "
+                  "-DRENAISSANCE_NCCL=AUTO or ON, NCCL_ROOT=...)");
+  }
 #endif
 #if !RENAISSANCE_WITH_MPI
-    throw_invalid("--distributed " + o.distributed + ": this build has no MPI communicator (install libopenmpi-dev and "
-                  "configure with -DRENAISSANCE_MPI=AUTO or ON)");
+  throw_invalid("--distributed " + o.distributed + ": this build has no MPI communicator (install libopenmpi-dev and "
+                "configure with -DRENAISSANCE_MPI=AUTO or ON)");
 #endif
+  return grad_reduce;
+}
+
+// The model copy and gradient encoding of the run: --precision, --stochastic-rounding and
+// --grad-dtype, or after --resume the checkpoint's copy.
+PrecisionOptions choose_precision(const RunOptions& o, const RunSettingsChosen& c) {
+  PrecisionOptions p;
+  if (!parse_precision(o.precision, &p.precision)) {
+    throw_invalid("--precision " + io::printable(o.precision) + ": expected " + precision_names_text(false));
   }
+  p.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
+  p.seed = c.seed;
+  // A resume continues the saved copy: dtype, rounding and the rounding key's seed come from the
+  // file (a conflicting --precision / --stochastic-rounding was refused above; --seed
+  // --override changes the synthetic gradients only).
+  if (!o.resume.empty()) p = c.ck.precision;
+  if (o.stochastic_rounding && p.precision == Precision::kFp32) {
+    throw_invalid("--stochastic-rounding needs --precision " + precision_names_text(true));
+  }
+  // Not stored in a checkpoint (G is not part of it): a resume takes the flag as given.
+  p.model_dtype_gradients = o.grad_dtype == "model";
+  if (p.model_dtype_gradients && p.precision == Precision::kFp32) {
+    throw_invalid("--grad-dtype model needs --precision " + precision_names_text(true));
+  }
+  return p;
+}
+
+// What a finished run measured, as both result formats print it.
+struct RunMeasures {
+  int threads;
+  double ms;                    // median step time
+  double gbps;                  // effective bandwidth
+  double share;                 // of the same-traffic limit
+  double step_bytes_per_param;  // traffic per parameter of one step
+};
+
+void print_json_result(const RunOptions& o, const Layout& layout, const SyntheticRun& run, const SyntheticResult& r,
+                       const Communicator* comm, const RunMeasures& m) {
+  const OptimizerConfig& config = run.config;
+  nlohmann::json j = {
+      {"model", io::printable(layout.name)},
+      {"tensors", layout.params.size()},
+      {"params", layout.total_numel()},
+      {"optimizer", optimizer_kind_name(config.kind)},
+      {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
+      // The total gradient norm of the last step (0 without clipping: it is not computed).
+      {"last_grad_norm", r.last_grad_norm},
+      {"schedule", schedule_name(run.schedule)},
+      {"schedule_steps", run.schedule_steps},
+      {"warmup", run.warmup},
+      {"loss_scale", run.loss_scale},
+      {"seed", run.seed},
+      {"check_finite", run.check_finite},
+      {"precision", precision_name(run.precision.precision)},
+      {"rounding", rounding_name(run.precision.rounding)},
+      {"grad_dtype", precision_name(gradient_precision(run.precision))},
+      {"backend", backend_kind_name(r.backend)},
+      {"backend_description", r.backend_description},
+      {"threads", m.threads},
+      {"steps", o.steps},
+      {"steps_applied", r.steps_applied},
+      {"steps_skipped", r.steps_skipped},
+      {"ms_per_step", m.ms},
+      {"ms_per_step_min", r.step_ms.empty() ? 0.0 : *std::min_element(r.step_ms.begin(), r.step_ms.end())},
+      {"first_step", r.first_step},
+      {"bytes_per_param", m.step_bytes_per_param},
+      {"gb_per_s", m.gbps},
+      {"limit_gb_per_s", r.limit_gb_per_s},
+      {"share_of_limit", m.share},
+      {"fingerprint", r.fingerprint},
+      // Bytes of this process's arena; a sharded run's rank holds W and G whole, M and V of its
+      // slice (docs/distributed.md, "Memory per rank"), rank 0's figure.
+      {"arena_bytes_per_rank", r.arena_bytes},
+  };
+  // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr) j[row.name] = config.*row.number;
+    else j[row.name] = config.*row.flag_field;
+  }
+  if (comm) {
+    j["world_size"] = comm->size();
+    j["grad_reduce"] = grad_reduce_name(run.grad_reduce);
+    j["comm_ms_per_step"] = r.comm_ms_per_step;
+  }
+  if (o.simulate_ranks > 0) j["simulate_ranks"] = o.simulate_ranks;
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_text_result(const RunOptions& o, const SyntheticRun& run, const SyntheticResult& r, const Communicator* comm,
+                       const RunMeasures& m) {
+  std::printf("backend        %s\n", r.backend_description.c_str());
+  if (comm) {
+    std::printf("ranks          %d over %s, --grad-reduce %s, %.3f ms/step in collectives\n", comm->size(),
+                comm->describe().c_str(), grad_reduce_name(run.grad_reduce), r.comm_ms_per_step);
+  }
+  if (o.simulate_ranks > 0) std::printf("simulated      %d ranks, gradients summed in rank order\n", o.simulate_ranks);
+  std::printf("arena          %llu bytes%s\n", static_cast<unsigned long long>(r.arena_bytes),
+              comm ? " on rank 0 (W, G whole; M, V of its slice)" : "");
+  std::printf("step time      %.3f ms (median of %d)\n", m.ms, o.steps);
+  std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
+              m.gbps, m.step_bytes_per_param, r.limit_gb_per_s, 100.0 * m.share);
+  std::printf("steps          %lld applied, %lld skipped\n", static_cast<long long>(r.steps_applied),
+              static_cast<long long>(r.steps_skipped));
+  if (run.config.max_grad_norm > 0.0) {
+    std::printf("grad norm      %.9g (last step; clipped to %.9g)\n", r.last_grad_norm, run.config.max_grad_norm);
+  }
+  std::printf("fingerprint    %s\n", r.fingerprint.c_str());
+}
+
+// The synthetic run of these choices over `layout`, on the ranks of `comm` (null: one process).
+void fill_run(const RunOptions& o, const RunSettingsChosen& c, const Layout& layout, GradReduce grad_reduce,
+              Communicator* comm, SyntheticRun* run) {
+  const bool distributed = !o.distributed.empty();
+  const bool nccl = o.distributed == "nccl";
+  run->params = layout.params;
+  run->config = c.config;
+  run->steps = o.steps;
+  run->backend = distributed ? (nccl ? BackendKind::kCuda : BackendKind::kCpu) : backend_from_option(o.backend);
+  run->comm = comm;
+  run->before_sharded_step = maybe_lose_rank;
+  run->grad_reduce = grad_reduce;
+  run->simulate_ranks = o.simulate_ranks;
+  run->threads = o.threads;
+  run->schedule = c.schedule;
+  run->schedule_steps = c.schedule_steps;
+  run->warmup = c.warmup;
+  run->loss_scale = c.loss_scale;
+  run->nan_at = o.nan_at;
+  run->seed = c.seed;
+  run->check_finite = c.check_finite;
+  run->precision = choose_precision(o, c);
+  if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
+  run->checkpoint = o.checkpoint;
+  run->checkpoint_every = o.checkpoint_every;
+  run->resume = o.resume;
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& o) {
+  // Everything the user typed is checked before any memory is allocated or work is done.
+  check_threads_option(o.threads);
+  // Output safety first: a bad --checkpoint must not cost a whole run.
+  if (!o.checkpoint.empty()) io::check_output_path(o.checkpoint, "--checkpoint");
+  const RunSettingsChosen c = choose_run_settings(o);
+  const GradReduce grad_reduce = check_distributed_options(o);
+  const bool distributed = !o.distributed.empty();
+  const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   std::unique_ptr<Communicator> comm;
 #if RENAISSANCE_WITH_NCCL
   if (nccl) comm = make_nccl_communicator();  // before the task: it picks this rank's GPU
@@ -470,50 +632,14 @@ int cmd_run(const RunOptions& o) {
       io::file_id(o.model, &in_id) && in_id == out_id) {
     throw_invalid("--checkpoint " + io::printable(o.checkpoint) + ": is the layout file given as --model; it would be overwritten");
   }
-  run.params = layout.params;
-  run.config = config;
-  run.steps = o.steps;
-  run.backend = distributed ? (nccl ? BackendKind::kCuda : BackendKind::kCpu) : backend_from_option(o.backend);
-  run.comm = comm.get();
-  run.before_sharded_step = maybe_lose_rank;
-  run.grad_reduce = grad_reduce;
-  run.simulate_ranks = o.simulate_ranks;
-  run.threads = o.threads;
-  run.schedule = schedule;
-  run.schedule_steps = schedule_steps;
-  run.warmup = warmup;
-  run.loss_scale = loss_scale;
-  run.nan_at = o.nan_at;
-  run.seed = seed;
-  run.check_finite = check_finite;
-  if (!parse_precision(o.precision, &run.precision.precision)) {
-    throw_invalid("--precision " + io::printable(o.precision) + ": expected fp32, bf16 or fp16");
-  }
-  run.precision.rounding = o.stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
-  run.precision.seed = seed;
-  // A resume continues the saved copy: dtype, rounding and the rounding key's seed come from the
-  // file (a conflicting --precision / --stochastic-rounding was refused above; --seed
-  // --override changes the synthetic gradients only).
-  if (!o.resume.empty()) run.precision = ck.precision;
-  if (o.stochastic_rounding && run.precision.precision == Precision::kFp32) {
-    throw_invalid("--stochastic-rounding needs --precision bf16 or fp16");
-  }
-  // Not stored in a checkpoint (G is not part of it): a resume takes the flag as given.
-  run.precision.model_dtype_gradients = o.grad_dtype == "model";
-  if (run.precision.model_dtype_gradients && run.precision.precision == Precision::kFp32) {
-    throw_invalid("--grad-dtype model needs --precision bf16 or fp16");
-  }
-  if (o.checkpoint_every > 0 && o.checkpoint.empty()) throw_invalid("--checkpoint-every needs --checkpoint PATH");
-  run.checkpoint = o.checkpoint;
-  run.checkpoint_every = o.checkpoint_every;
-  run.resume = o.resume;
+  fill_run(o, c, layout, grad_reduce, comm.get(), &run);
 #if RENAISSANCE_WITH_MPI
   // Every rank must run the same configuration: each one gathers every rank's (the first
   // collective after MPI starts, so no rank waits behind another's different sequence) and all
   // find the same difference. They then end MPI together and exit 2, before any step.
   if (comm) {
     const std::string difference =
-        configuration_difference(mpi_all_gather_text(configuration_text(o, run, layout, ck)));
+        configuration_difference(mpi_all_gather_text(configuration_text(o, run, layout, c.ck)));
     if (!difference.empty()) {
       run.comm = nullptr;
       comm.reset();  // MPI_Finalize on every rank: a clean end, not an abort by mpirun
@@ -526,13 +652,14 @@ int cmd_run(const RunOptions& o) {
   const int64_t numel = layout.total_numel();
   // The kind's traffic (and the check's read of G), plus the model copy's 2-byte write per
   // parameter, less 2 B per read of G with --grad-dtype model.
-  const double step_bytes_per_param = bytes_per_param(kind, check_finite, run.precision);
-  const double bytes_per_step = static_cast<double>(numel) * step_bytes_per_param;
+  RunMeasures m{};
+  m.step_bytes_per_param = bytes_per_param(c.kind, c.check_finite, run.precision);
+  const double bytes_per_step = static_cast<double>(numel) * m.step_bytes_per_param;
   Progress progress(o.steps, bytes_per_step, /*plain_lines=*/!o.json);
   if (lead) run.on_step = [&](int done, double ms) { progress.update(done, ms); };
   if (!o.json && lead) {
     std::printf("renaissance run: %s (%zu tensors, %.2f M params), %s, %d steps on %s\n", io::printable(layout.name).c_str(),
-                layout.params.size(), static_cast<double>(numel) / 1e6, optimizer_kind_name(kind), o.steps,
+                layout.params.size(), static_cast<double>(numel) / 1e6, optimizer_kind_name(c.kind), o.steps,
                 backend_kind_name(run.backend));
     std::fflush(stdout);
   }
@@ -541,77 +668,14 @@ int cmd_run(const RunOptions& o) {
   // just before the task is made.
   run.cpu = program_env::cpu_tuning_for(run.backend);
   SyntheticResult r = run_synthetic(run);
-  const int threads = r.backend == BackendKind::kCpu ? (o.threads > 0 ? o.threads : omp_get_num_procs()) : o.threads;
-  const double ms = median(r.step_ms);
-  const double gbps = ms > 0 ? bytes_per_step / (ms * 1e-3) / 1e9 : 0.0;
-  const double share = r.limit_gb_per_s > 0 ? gbps / r.limit_gb_per_s : 0.0;
+  m.threads = r.backend == BackendKind::kCpu ? (o.threads > 0 ? o.threads : omp_get_num_procs()) : o.threads;
+  m.ms = median(r.step_ms);
+  m.gbps = m.ms > 0 ? bytes_per_step / (m.ms * 1e-3) / 1e9 : 0.0;
+  m.share = r.limit_gb_per_s > 0 ? m.gbps / r.limit_gb_per_s : 0.0;
 
   if (!lead) return kExitOk;
-  if (o.json) {
-    nlohmann::json j = {
-        {"model", io::printable(layout.name)},
-        {"tensors", layout.params.size()},
-        {"params", numel},
-        {"optimizer", optimizer_kind_name(kind)},
-        {"weight_decay_mode", config.weight_decay_mode == WeightDecayMode::kL2 ? "l2" : "decoupled"},
-        // The total gradient norm of the last step (0 without clipping: it is not computed).
-        {"last_grad_norm", r.last_grad_norm},
-        {"schedule", schedule_name(schedule)},
-        {"schedule_steps", schedule_steps},
-        {"warmup", warmup},
-        {"loss_scale", loss_scale},
-        {"seed", seed},
-        {"check_finite", check_finite},
-        {"precision", precision_name(run.precision.precision)},
-        {"rounding", rounding_name(run.precision.rounding)},
-        {"grad_dtype", run.precision.model_dtype_gradients ? precision_name(run.precision.precision) : "fp32"},
-        {"backend", backend_kind_name(r.backend)},
-        {"backend_description", r.backend_description},
-        {"threads", threads},
-        {"steps", o.steps},
-        {"steps_applied", r.steps_applied},
-        {"steps_skipped", r.steps_skipped},
-        {"ms_per_step", ms},
-        {"ms_per_step_min", r.step_ms.empty() ? 0.0 : *std::min_element(r.step_ms.begin(), r.step_ms.end())},
-        {"first_step", r.first_step},
-        {"bytes_per_param", step_bytes_per_param},
-        {"gb_per_s", gbps},
-        {"limit_gb_per_s", r.limit_gb_per_s},
-        {"share_of_limit", share},
-        {"fingerprint", r.fingerprint},
-        // Bytes of this process's arena; a sharded run's rank holds W and G whole, M and V of its
-        // slice (docs/distributed.md, "Memory per rank"), rank 0's figure.
-        {"arena_bytes_per_rank", r.arena_bytes},
-    };
-    // The hyperparameters that ran (after a resume: the checkpoint's, with any --override).
-    for (const HyperparameterInfo& row : kHyperparameterTable) {
-      if (row.number != nullptr) j[row.name] = config.*row.number;
-      else j[row.name] = config.*row.flag_field;
-    }
-    if (comm) {
-      j["world_size"] = comm->size();
-      j["grad_reduce"] = grad_reduce_name(grad_reduce);
-      j["comm_ms_per_step"] = r.comm_ms_per_step;
-    }
-    if (o.simulate_ranks > 0) j["simulate_ranks"] = o.simulate_ranks;
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("backend        %s\n", r.backend_description.c_str());
-    if (comm) {
-      std::printf("ranks          %d over %s, --grad-reduce %s, %.3f ms/step in collectives\n", comm->size(),
-                  comm->describe().c_str(), grad_reduce_name(grad_reduce), r.comm_ms_per_step);
-    }
-    if (o.simulate_ranks > 0) std::printf("simulated      %d ranks, gradients summed in rank order\n", o.simulate_ranks);
-    std::printf("arena          %llu bytes%s\n", static_cast<unsigned long long>(r.arena_bytes),
-                comm ? " on rank 0 (W, G whole; M, V of its slice)" : "");
-    std::printf("step time      %.3f ms (median of %d)\n", ms, o.steps);
-    std::printf("bandwidth      %.1f GB/s effective (%.0f B/param), same-traffic limit %.1f GB/s measured now: %.0f%% of limit\n",
-                gbps, step_bytes_per_param, r.limit_gb_per_s, 100.0 * share);
-    std::printf("steps          %lld applied, %lld skipped\n", static_cast<long long>(r.steps_applied),
-                static_cast<long long>(r.steps_skipped));
-    if (config.max_grad_norm > 0.0) std::printf("grad norm      %.9g (last step; clipped to %.9g)\n", r.last_grad_norm, config.max_grad_norm);
-    std::printf("fingerprint    %s\n", r.fingerprint.c_str());
-  }
+  if (o.json) print_json_result(o, layout, run, r, comm.get(), m);
+  else print_text_result(o, run, r, comm.get(), m);
   return kExitOk;
 }
 

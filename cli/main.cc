@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/precision.h"
 
 namespace {
 
@@ -26,6 +27,13 @@ std::string one_line(std::string s) {
   }
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return io::printable(s);
+}
+
+// Every name of the precision table (the values --precision takes).
+std::vector<std::string> precision_names() {
+  std::vector<std::string> names;
+  for (const PrecisionRow& row : kPrecisionRows) names.push_back(row.name);
+  return names;
 }
 
 int fail(const std::string& message, int code) {
@@ -183,8 +191,9 @@ CLI::App* add_run_command(CLI::App* app, RunOptions* run) {
                       "On --resume: allow this option (lr, seed, schedule, ...) to differ from the checkpoint")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->type_name("NAME");
   run_cmd->add_flag("--no-check-finite", run->no_check_finite, "Do not skip steps with NaN/Inf gradients (saves one read of G)");
-  run_cmd->add_option("--precision", run->precision, "fp32, or keep a bf16/fp16 model copy besides the fp32 masters")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  run_cmd->add_option("--precision", run->precision,
+                      "fp32, or keep a " + precision_names_text(true) + " model copy besides the fp32 masters")
+      ->check(CLI::IsMember(precision_names()));
   run_cmd->add_flag("--stochastic-rounding", run->stochastic_rounding,
                     "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
   run_cmd->add_option("--grad-dtype", run->grad_dtype,

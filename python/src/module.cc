@@ -310,7 +310,7 @@ class PyTask {
   // The 2-byte DLPack dtype of a bf16/fp16 encoding (torch takes both: torch.bfloat16, torch.float16).
   static nb::dlpack::dtype half_dtype(Precision p) {
     nb::dlpack::dtype d;
-    d.code = static_cast<uint8_t>(p == Precision::kBf16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float);
+    d.code = static_cast<uint8_t>(precision_bf16_coded(p) ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float);
     d.bits = 16;
     d.lanes = 1;
     return d;

@@ -91,6 +91,7 @@ struct Decoded {
   std::vector<int32_t> i32;
   std::vector<double> f64;
   std::vector<int32_t> tensor_steps;  // tensor_mask only
+  std::vector<Section> sections;      // the sections a file of its kind, amsgrad and version holds
 };
 
 // PRECISION: the copy's dtype and the stochastic-rounding key (the step is in SCALARS). A
@@ -100,19 +101,31 @@ void decode_precision(Cursor& c, PrecisionOptions* p) {
   const uint32_t rounding = c.u32();
   p->seed = c.u64();
   c.expect_end();
-  if (precision != static_cast<uint32_t>(Precision::kBf16) && precision != static_cast<uint32_t>(Precision::kFp16)) {
-    c.fail("model copy precision " + std::to_string(precision) + " is neither 1 (bf16) nor 2 (fp16)");
+  Precision copy = Precision::kFp32;
+  if (!precision_from_code(precision, &copy) || copy == Precision::kFp32) {
+    std::string known;
+    for (const PrecisionRow& row : kPrecisionRows) {
+      if (row.value == Precision::kFp32) continue;
+      known += std::string(known.empty() ? "neither " : " nor ") + std::to_string(static_cast<int>(row.value)) + " (" +
+               row.name + ")";
+    }
+    c.fail("model copy precision " + std::to_string(precision) + " is " + known);
   }
   if (rounding > static_cast<uint32_t>(Rounding::kStochastic)) {
     c.fail("rounding " + std::to_string(rounding) + " is neither 0 (nearest) nor 1 (stochastic)");
   }
-  p->precision = static_cast<Precision>(precision);
+  p->precision = copy;
   p->rounding = static_cast<Rounding>(rounding);
+}
+
+// "a " or "an " before an initialism such as "bf16" / "fp16" (its first letter read by name).
+std::string article(const std::string& initialism) {
+  return std::string("aefhilmnorsx").find(initialism.at(0)) != std::string::npos ? "an " : "a ";
 }
 
 std::string precision_text(const PrecisionOptions& p) {
   if (p.precision == Precision::kFp32) return "no model copy (fp32)";
-  std::string s = std::string(p.precision == Precision::kFp16 ? "an " : "a ") + precision_name(p.precision) +
+  std::string s = article(precision_name(p.precision)) + precision_name(p.precision) +
                   " model copy rounded " + (p.rounding == Rounding::kStochastic ? "stochastically" : "to nearest even");
   if (p.rounding == Rounding::kStochastic) s += " with seed " + std::to_string(p.seed);
   return s;
@@ -270,7 +283,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const bool model_copy = plan_.has_model_copy();
-  const std::vector<Section> sections = sections_for(config_.kind, config_.amsgrad, model_copy);
+  const std::vector<Section> sections = sections_for(config().kind, config().amsgrad, model_copy);
 
   Bytes precision;
   precision.u32(static_cast<uint32_t>(options_.precision.precision));
@@ -278,10 +291,10 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   precision.u64(options_.precision.seed);
 
   Bytes meta;
-  meta.str(optimizer_kind_name(config_.kind));
-  meta.u32(static_cast<uint32_t>(config_.weight_decay_mode));
-  write_meta_hyperparameters(meta, MetaPlace::kHead, config_);
-  meta.f64(lr_);
+  meta.str(optimizer_kind_name(config().kind));
+  meta.u32(static_cast<uint32_t>(config().weight_decay_mode));
+  write_meta_hyperparameters(meta, MetaPlace::kHead, config());
+  meta.f64(lr());
   meta.f64(loss_scale_);
   meta.i64(i32[kStep]);
   meta.i64(i32[kSkippedSteps]);
@@ -290,8 +303,8 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   meta.i64(run_settings_.schedule_steps);
   meta.i64(run_settings_.warmup);
   meta.u64(run_settings_.seed);
-  write_meta_hyperparameters(meta, MetaPlace::kTail, config_);
-  write_meta_hyperparameters(meta, MetaPlace::kOptional, config_);  // none at their defaults: no bytes
+  write_meta_hyperparameters(meta, MetaPlace::kTail, config());
+  write_meta_hyperparameters(meta, MetaPlace::kOptional, config());  // none at their defaults: no bytes
 
   Bytes layout;
   layout.u64(params_.size());
@@ -379,118 +392,93 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   file.commit();
 }
 
-void Task::load(const std::string& path) {
-  require_compiled("load()");
-  if (path.empty()) throw_invalid("load(): the checkpoint path is empty");
+namespace {
 
-  // A bound on the size of any checkpoint of this task, so a wrong path to a huge file is
-  // refused before it is read into memory.
+// A bound on the size of any checkpoint of this task, so a wrong path to a huge file is refused
+// before it is read into memory.
+uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const MemoryPlan& plan, bool tensor_mask) {
   uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
-  max_bytes += kMaxMetaBytes + 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8);
-  for (const ParamSpec& p : params_) max_bytes += p.name.size();
+  max_bytes += kMaxMetaBytes + 8 + params.size() * (4 + 4 + 4 + kMaxParamRank * 8);
+  for (const ParamSpec& p : params) max_bytes += p.name.size();
   for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax, Family::kN}) {
-    if (plan_.has_family(f)) max_bytes += 8 + family_elements(plan_, f) * sizeof(float);
+    if (plan.has_family(f)) max_bytes += 8 + family_elements(plan, f) * sizeof(float);
   }
-  max_bytes += 3 * 4 + (plan_.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan_.region(S_SCALAR_FP64).count * 8;
-  if (options_.tensor_mask) max_bytes += 4 + params_.size() * 4;  // the per-tensor steps
+  max_bytes += 3 * 4 + (plan.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan.region(S_SCALAR_FP64).count * 8;
+  if (tensor_mask) max_bytes += 4 + params.size() * 4;  // the per-tensor steps
   // Checkpoints of another kind may hold more families (Adam: W, M, V): let those through so
   // that the error says which kind it is.
-  max_bytes += 3 * (8 + family_elements(plan_, Family::kW) * sizeof(float));
+  max_bytes += 3 * (8 + family_elements(plan, Family::kW) * sizeof(float));
   // A model copy (PRECISION and C), also for a task without one, so that the error names it.
-  max_bytes += kPrecisionBytes + 8 + family_elements(plan_, Family::kW) * sizeof(uint16_t);
+  max_bytes += kPrecisionBytes + 8 + family_elements(plan, Family::kW) * sizeof(uint16_t);
+  return max_bytes;
+}
 
-  const FileReader file(path, max_bytes);
-  Parser parser(path, file);
-  const uint64_t layout_limit = 8 + params_.size() * (4 + 4 + 4 + kMaxParamRank * 8 + kMaxParamNameBytes);
-  Decoded d;
+// The compiled step depends on the kind, amsgrad, the decay mode, clipping on or off and the
+// check-finite flag: META's must be the task's. Everything else is adopted.
+void check_meta_matches(const std::string& path, const CheckpointInfo& info, const OptimizerConfig& task,
+                        bool check_finite) {
+  const OptimizerConfig& cfg = info.config;
+  if (cfg.kind != task.kind) {
+    throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
+                  ", task uses " + optimizer_kind_name(task.kind));
+  }
+  if (cfg.amsgrad != task.amsgrad) {
+    throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
+                  " amsgrad, task runs " + (task.amsgrad ? "with" : "without") + " it");
+  }
+  if (cfg.weight_decay_mode != task.weight_decay_mode) {
+    auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
+    throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
+                  ", task uses " + mode_name(task.weight_decay_mode));
+  }
+  if ((cfg.max_grad_norm > 0.0) != (task.max_grad_norm > 0.0)) {
+    throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
+                  " gradient-norm clipping, task runs " + (task.max_grad_norm > 0.0 ? "with" : "without") + " it");
+  }
+  if (info.check_finite != check_finite) {
+    throw_invalid("checkpoint " + path + ": checkpoint was made " + (info.check_finite ? "with" : "without") +
+                  " the non-finite check, task runs " + (check_finite ? "with" : "without") + " it");
+  }
+}
 
-  // ---- validate everything; nothing in the task changes until the end ----
-  const uint32_t declared_sections = parser.header(&d.version);
-  const bool file_copy = d.version == kFormatVersionModelCopy;
-
-  {
-    const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
-    Cursor c(v.payload, v.length, parser.where(Section::kMeta));
-    decode_meta(c, &d.info);
-    const OptimizerConfig& cfg = d.info.config;
-    // The compiled step depends on the kind, the decay mode and the check-finite flag; everything
-    // else is adopted.
-    if (cfg.kind != config_.kind) {
-      throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
-                    ", task uses " + optimizer_kind_name(config_.kind));
+// LAYOUT: the file's parameters are the task's (count, then name, shape and role of each).
+void check_layout(Cursor& c, const std::string& path, const std::vector<ParamSpec>& params) {
+  const uint64_t count = c.u64();
+  const std::string differs = "checkpoint " + path + ": checkpoint layout differs from the task's";
+  if (count != params.size()) {
+    throw_invalid(differs + ": " + std::to_string(count) + " parameters (checkpoint) vs " +
+                  std::to_string(params.size()) + " (task)");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const std::string name = c.str();
+    const uint32_t role = c.u32();
+    const uint32_t rank = c.u32();
+    if (rank > kMaxParamRank || rank * uint64_t{8} > c.remaining()) c.fail("malformed payload (rank " + std::to_string(rank) + ")");
+    std::vector<int64_t> shape(rank);
+    for (auto& e : shape) e = c.i64();
+    const std::string at = differs + " at parameter " + std::to_string(i);
+    if (name != p.name) throw_invalid(at + ": name '" + name + "' (checkpoint) vs '" + p.name + "' (task)");
+    const std::string named = at + " '" + p.name + "'";
+    if (shape != p.shape) {
+      throw_invalid(named + ": shape " + shape_text(shape) + " (checkpoint) vs " + shape_text(p.shape) + " (task)");
     }
-    if (cfg.amsgrad != config_.amsgrad) {
-      throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
-                    " amsgrad, task runs " + (config_.amsgrad ? "with" : "without") + " it");
-    }
-    if (cfg.weight_decay_mode != config_.weight_decay_mode) {
-      auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
-      throw_invalid("checkpoint " + path + ": checkpoint uses weight decay mode " + mode_name(cfg.weight_decay_mode) +
-                    ", task uses " + mode_name(config_.weight_decay_mode));
-    }
-    if ((cfg.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
-      throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
-                    " gradient-norm clipping, task runs " + (config_.max_grad_norm > 0.0 ? "with" : "without") + " it");
-    }
-    if (d.info.check_finite != options_.check_finite) {
-      throw_invalid("checkpoint " + path + ": checkpoint was made " +
-                    (d.info.check_finite ? "with" : "without") + " the non-finite check, task runs " +
-                    (options_.check_finite ? "with" : "without") + " it");
+    if (role != static_cast<uint32_t>(p.role)) {
+      const std::string seen = role < static_cast<uint32_t>(kNumRoles) ? role_name(static_cast<Role>(role))
+                                                                       : "#" + std::to_string(role);
+      throw_invalid(named + ": role " + seen + " (checkpoint) vs " + role_name(p.role) + " (task)");
     }
   }
+  c.expect_end();
+}
 
-  const std::vector<Section> sections = sections_for(d.info.config.kind, d.info.config.amsgrad, file_copy);
-  if (declared_sections != sections.size()) {
-    parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
-                              optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
-                              " has " + std::to_string(sections.size()));
-  }
-
-  // The model copy's dtype and rounding key decide the compiled step and the bits of every later
-  // copy: they must be the task's (a version-2 file has no copy).
-  if (file_copy) {
-    const SectionView v = parser.section(Section::kPrecision, kPrecisionBytes);
-    Cursor c(v.payload, v.length, parser.where(Section::kPrecision));
-    decode_precision(c, &d.precision);
-  }
-  check_precision(path, d.precision, options_.precision);
-
-  {
-    const SectionView v = parser.section(Section::kLayout, layout_limit);
-    Cursor c(v.payload, v.length, parser.where(Section::kLayout));
-    const uint64_t count = c.u64();
-    const std::string differs = "checkpoint " + path + ": checkpoint layout differs from the task's";
-    if (count != params_.size()) {
-      throw_invalid(differs + ": " + std::to_string(count) + " parameters (checkpoint) vs " +
-                    std::to_string(params_.size()) + " (task)");
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const ParamSpec& p = params_[i];
-      const std::string name = c.str();
-      const uint32_t role = c.u32();
-      const uint32_t rank = c.u32();
-      if (rank > kMaxParamRank || rank * uint64_t{8} > c.remaining()) c.fail("malformed payload (rank " + std::to_string(rank) + ")");
-      std::vector<int64_t> shape(rank);
-      for (auto& e : shape) e = c.i64();
-      const std::string at = differs + " at parameter " + std::to_string(i);
-      if (name != p.name) throw_invalid(at + ": name '" + name + "' (checkpoint) vs '" + p.name + "' (task)");
-      const std::string named = at + " '" + p.name + "'";
-      if (shape != p.shape) {
-        throw_invalid(named + ": shape " + shape_text(shape) + " (checkpoint) vs " + shape_text(p.shape) + " (task)");
-      }
-      if (role != static_cast<uint32_t>(p.role)) {
-        const std::string seen = role < static_cast<uint32_t>(kNumRoles) ? role_name(static_cast<Role>(role))
-                                                                         : "#" + std::to_string(role);
-        throw_invalid(named + ": role " + seen + " (checkpoint) vs " + role_name(p.role) + " (task)");
-      }
-    }
-    c.expect_end();
-  }
-
-  for (Section s : sections) {
+// The frame of each state section (streamed: checked here, applied later): its element count is
+// the task's and its length matches; records where its elements start and the payload's hash.
+void check_state_sections(const FileReader& file, Parser& parser, const MemoryPlan& plan, Decoded* d) {
+  for (Section s : d->sections) {
     if (!is_state_section(s)) continue;
-    const SectionView v = parser.section(s, 0);  // streamed: checked here, applied below
-    const uint64_t want = section_elements(plan_, s);
+    const SectionView v = parser.section(s, 0);
+    const uint64_t want = section_elements(plan, s);
     uint64_t count = 0;
     uint8_t count_bytes[8];
     if (v.length < sizeof(count_bytes)) throw_format(parser.where(s) + "malformed payload (a field runs past the section's end)");
@@ -501,62 +489,104 @@ void Task::load(const std::string& path) {
       c.fail("holds " + std::to_string(count) + " elements, the task's layout needs " + std::to_string(want));
     }
     if (v.length - 8 != want * element_bytes(s)) c.fail("malformed payload (its length does not match its count)");
-    d.section_data[static_cast<int>(s)] = v.offset;
-    d.section_hash[static_cast<int>(s)] = v.payload_hash;
+    d->section_data[static_cast<int>(s)] = v.offset;
+    d->section_hash[static_cast<int>(s)] = v.payload_hash;
   }
+}
 
+// SCALARS: H hyperparameter groups' blocks of fp32 and fp64 slots (scalars.h), as many as the
+// task has; with tensor_mask a block per tensor (plan.h), then the per-tensor step counts
+// (`tensor_steps` of them, else 0). The step counts must agree with META's.
+void decode_scalars(Parser& parser, const MemoryPlan& plan, uint64_t tensor_steps, Decoded* d) {
+  const uint64_t hyper = static_cast<uint64_t>(plan.scalar_blocks());
+  const uint64_t want32 = hyper * kNumStoredScalarF32, want64 = hyper * kNumScalarF64;
+  const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
+  Cursor c(v.payload, v.length, parser.where(Section::kScalars));
+  auto slots = [&](uint64_t want, const char* what) {
+    const uint32_t n = c.u32();
+    if (n != want) {
+      c.fail("holds " + std::to_string(n) + " " + what + " slots, this build has " + std::to_string(want) +
+             (hyper > 1 || n > want ? " (the task has " + std::to_string(hyper) +
+                                          " hyperparameter groups: a block of slots per group)"
+                                    : std::string()));
+    }
+  };
+  slots(want32, "fp32");
+  d->f32.resize(want32);
+  c.raw(d->f32.data(), d->f32.size() * sizeof(float));
+  slots(kNumScalarI32, "int32");
+  d->i32.resize(kNumScalarI32);
+  c.raw(d->i32.data(), d->i32.size() * sizeof(int32_t));
+  slots(want64, "fp64");
+  d->f64.resize(want64);
+  c.raw(d->f64.data(), d->f64.size() * sizeof(double));
+  if (tensor_steps != 0) {
+    slots(tensor_steps, "per-tensor step");
+    d->tensor_steps.resize(tensor_steps);
+    c.raw(d->tensor_steps.data(), d->tensor_steps.size() * sizeof(int32_t));
+    for (int32_t t : d->tensor_steps) {
+      if (t < 0) c.fail("a per-tensor step count is negative (" + std::to_string(t) + ")");
+    }
+  }
+  c.expect_end();
+  if (d->i32[kStep] != d->info.step || d->i32[kSkippedSteps] != d->info.skipped) {
+    c.fail("step counts (" + std::to_string(d->i32[kStep]) + ", " + std::to_string(d->i32[kSkippedSteps]) +
+           ") disagree with section META (" + std::to_string(d->info.step) + ", " + std::to_string(d->info.skipped) + ")");
+  }
+  if (d->i32[kHasNonFinite] != 0 && d->i32[kHasNonFinite] != 1) {
+    c.fail("non-finite flag " + std::to_string(d->i32[kHasNonFinite]) + " is neither 0 nor 1");
+  }
+}
+
+// The first pass: every byte of the file validated against the task (its parameters, plan,
+// options and group 0's configuration) and decoded; nothing in the task changes.
+Decoded decode_checkpoint(const std::string& path, const FileReader& file, const std::vector<ParamSpec>& params,
+                          const MemoryPlan& plan, const TaskOptions& options, const OptimizerConfig& config) {
+  Parser parser(path, file);
+  Decoded d;
+  const uint32_t declared_sections = parser.header(&d.version);
+  const bool file_copy = d.version == kFormatVersionModelCopy;
   {
-    // H hyperparameter groups: H blocks of fp32 and fp64 slots (scalars.h), as many as the task has.
-    // With tensor_mask: a block per tensor (plan.h), then the per-tensor step counts.
-    const uint64_t hyper = static_cast<uint64_t>(plan_.scalar_blocks());
-    const uint64_t want32 = hyper * kNumStoredScalarF32, want64 = hyper * kNumScalarF64;
-    const uint64_t tensor_steps = options_.tensor_mask ? params_.size() : 0;
-    const SectionView v = parser.section(Section::kScalars, 64 * 1024 + want32 * 4 + want64 * 8 + tensor_steps * 4);
-    Cursor c(v.payload, v.length, parser.where(Section::kScalars));
-    auto slots = [&](uint64_t want, const char* what) {
-      const uint32_t n = c.u32();
-      if (n != want) {
-        c.fail("holds " + std::to_string(n) + " " + what + " slots, this build has " + std::to_string(want) +
-               (hyper > 1 || n > want ? " (the task has " + std::to_string(hyper) +
-                                            " hyperparameter groups: a block of slots per group)"
-                                      : std::string()));
-      }
-    };
-    slots(want32, "fp32");
-    d.f32.resize(want32);
-    c.raw(d.f32.data(), d.f32.size() * sizeof(float));
-    slots(kNumScalarI32, "int32");
-    d.i32.resize(kNumScalarI32);
-    c.raw(d.i32.data(), d.i32.size() * sizeof(int32_t));
-    slots(want64, "fp64");
-    d.f64.resize(want64);
-    c.raw(d.f64.data(), d.f64.size() * sizeof(double));
-    if (options_.tensor_mask) {
-      slots(tensor_steps, "per-tensor step");
-      d.tensor_steps.resize(tensor_steps);
-      c.raw(d.tensor_steps.data(), d.tensor_steps.size() * sizeof(int32_t));
-      for (int32_t t : d.tensor_steps) {
-        if (t < 0) c.fail("a per-tensor step count is negative (" + std::to_string(t) + ")");
-      }
-    }
-    c.expect_end();
-    if (d.i32[kStep] != d.info.step || d.i32[kSkippedSteps] != d.info.skipped) {
-      c.fail("step counts (" + std::to_string(d.i32[kStep]) + ", " + std::to_string(d.i32[kSkippedSteps]) +
-             ") disagree with section META (" + std::to_string(d.info.step) + ", " + std::to_string(d.info.skipped) + ")");
-    }
-    if (d.i32[kHasNonFinite] != 0 && d.i32[kHasNonFinite] != 1) {
-      c.fail("non-finite flag " + std::to_string(d.i32[kHasNonFinite]) + " is neither 0 nor 1");
-    }
+    const SectionView v = parser.section(Section::kMeta, kMaxMetaBytes);
+    Cursor c(v.payload, v.length, parser.where(Section::kMeta));
+    decode_meta(c, &d.info);
+    check_meta_matches(path, d.info, config, options.check_finite);
   }
+  d.sections = sections_for(d.info.config.kind, d.info.config.amsgrad, file_copy);
+  if (declared_sections != d.sections.size()) {
+    parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
+                              optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
+                              " has " + std::to_string(d.sections.size()));
+  }
+  // The model copy's dtype and rounding key decide the compiled step and the bits of every later
+  // copy: they must be the task's (a version-2 file has no copy).
+  if (file_copy) {
+    const SectionView v = parser.section(Section::kPrecision, kPrecisionBytes);
+    Cursor c(v.payload, v.length, parser.where(Section::kPrecision));
+    decode_precision(c, &d.precision);
+  }
+  check_precision(path, d.precision, options.precision);
+  {
+    const uint64_t layout_limit = 8 + params.size() * (4 + 4 + 4 + kMaxParamRank * 8 + kMaxParamNameBytes);
+    const SectionView v = parser.section(Section::kLayout, layout_limit);
+    Cursor c(v.payload, v.length, parser.where(Section::kLayout));
+    check_layout(c, path, params);
+  }
+  check_state_sections(file, parser, plan, &d);
+  decode_scalars(parser, plan, options.tensor_mask ? params.size() : 0, &d);
   parser.expect_end(Section::kScalars);
+  return d;
+}
 
-  // ---- apply: the file is valid; stream each state section into the arena, tensor by tensor
-  // (the host never holds more than one chunk). Padding is zero in every live task and is not
-  // touched. The payload is hashed again on the way: a file rewritten in place between the two
-  // passes is reported, and the task's state is then undefined (load a checkpoint again); the
-  // same holds for a backend failure part-way. An invalid file never changes anything. ----
+// The second pass over the state sections, tensor by tensor in chunks (the host never holds more
+// than one): write(section, tensor id, first byte of the tensor, data, bytes) applies a chunk.
+// The payload is hashed again on the way: a file rewritten in place between the two passes is
+// reported, and the task's state is then undefined (load a checkpoint again).
+template <typename Write>
+void stream_state_sections(const std::string& path, const FileReader& file, const Decoded& d, const MemoryPlan& plan,
+                           size_t num_params, Write write) {
   std::vector<uint8_t> chunk;
-  for (Section s : sections) {
+  for (Section s : d.sections) {
     if (!is_state_section(s)) continue;
     XXH3_state_t again;
     XXH3_64bits_reset(&again);
@@ -565,21 +595,14 @@ void Task::load(const std::string& path) {
     file.read(pos, count_bytes, sizeof(count_bytes));
     XXH3_64bits_update(&again, count_bytes, sizeof(count_bytes));
     pos += sizeof(count_bytes);
-    for (size_t id = 0; id < params_.size(); ++id) {
-      const uint64_t bytes = section_tensor_bytes(plan_, s, id);
-      const uint64_t base = section_tensor_offset(plan_, s, id);
+    for (size_t id = 0; id < num_params; ++id) {
+      const uint64_t bytes = section_tensor_bytes(plan, s, id);
       for (uint64_t done = 0; done < bytes;) {
         const uint64_t n = std::min<uint64_t>(bytes - done, kStreamChunkBytes);
         chunk.resize(static_cast<size_t>(n));
         file.read(pos, chunk.data(), n);
         XXH3_64bits_update(&again, chunk.data(), n);
-        if (is_sliced_section(s)) {
-          // A sliced task (a rank of a sharded step) keeps the part inside its slice.
-          write_state_part(section_family(s), id, done / sizeof(float), n / sizeof(float),
-                           reinterpret_cast<const float*>(chunk.data()));
-        } else {
-          backend_->upload(base + done, chunk.data(), n);
-        }
+        write(s, id, done, chunk.data(), n);
         pos += n;
         done += n;
       }
@@ -589,6 +612,29 @@ void Task::load(const std::string& path) {
                    " changed while it was being loaded; the task's state is undefined: load a checkpoint again");
     }
   }
+}
+
+}  // namespace
+
+void Task::load(const std::string& path) {
+  require_compiled("load()");
+  if (path.empty()) throw_invalid("load(): the checkpoint path is empty");
+  const FileReader file(path, checkpoint_bytes_bound(params_, plan_, options_.tensor_mask));
+  const Decoded d = decode_checkpoint(path, file, params_, plan_, options_, config());
+
+  // ---- apply: the file is valid; stream each state section into the arena. Padding is zero in
+  // every live task and is not touched. A file changed between the passes or a backend failure
+  // part-way leaves the task's state undefined; an invalid file never changes anything. ----
+  stream_state_sections(path, file, d, plan_, params_.size(),
+                        [&](Section s, size_t id, uint64_t done, const uint8_t* data, uint64_t n) {
+                          if (is_sliced_section(s)) {
+                            // A sliced task (a rank of a sharded step) keeps the part inside its slice.
+                            write_state_part(section_family(s), id, done / sizeof(float), n / sizeof(float),
+                                             reinterpret_cast<const float*>(data));
+                          } else {
+                            backend_->upload(section_tensor_offset(plan_, s, id) + done, data, n);
+                          }
+                        });
   backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset, kNumScalarF32 * sizeof(float), d.f32.data(),
                         kNumStoredScalarF32 * sizeof(float), d.f32.size() / kNumStoredScalarF32);
   backend_->upload(plan_.region(S_SCALAR_INT32).offset, d.i32.data(), d.i32.size() * sizeof(int32_t));
@@ -606,8 +652,8 @@ void Task::load(const std::string& path) {
   // holds group 0's configuration (maximize included): groups 1..H-1 keep the hyperparameters
   // and maximize flags this task has (set_group_hyper), only their device-owned slots come from
   // the file.
-  config_ = d.info.config;
-  lr_ = d.info.lr;
+  groups_[0] = d.info.config;
+  lrs_[0] = d.info.lr;
   loss_scale_ = d.info.loss_scale;
   run_settings_ = d.info.run;
   write_hyperparameters();

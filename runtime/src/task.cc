@@ -35,17 +35,15 @@ Task& Task::optimizer(const OptimizerConfig& config) {
     throw_invalid("optimizer(): the task was compiled with " + std::to_string(hyper_groups()) +
                   " hyperparameter groups; use optimizer_groups() or compile again");
   }
-  if (compiled() && (config.kind != config_.kind || config.weight_decay_mode != config_.weight_decay_mode)) {
-    throw_invalid(std::string("cannot change the optimizer from ") + optimizer_kind_name(config_.kind) +
+  if (compiled() && (config.kind != this->config().kind || config.weight_decay_mode != this->config().weight_decay_mode)) {
+    throw_invalid(std::string("cannot change the optimizer from ") + optimizer_kind_name(this->config().kind) +
                   " to " + optimizer_kind_name(config.kind) + " after compile()");
   }
   // The value of max_grad_norm is a scalar slot; turning clipping on or off changes the graph.
-  if (compiled() && (config.max_grad_norm > 0.0) != (config_.max_grad_norm > 0.0)) {
+  if (compiled() && (config.max_grad_norm > 0.0) != (this->config().max_grad_norm > 0.0)) {
     throw_invalid("cannot turn gradient-norm clipping on or off after compile(); compile again");
   }
-  config_ = config;
   have_optimizer_ = true;
-  lr_ = config.lr;
   groups_.assign(1, config);
   lrs_.assign(1, config.lr);
   if (compiled()) write_hyperparameters();
@@ -86,10 +84,8 @@ Task& Task::optimizer_groups(const std::vector<OptimizerConfig>& configs) {
       throw_invalid("optimizer_groups(): the task was compiled with " + std::to_string(groups_.size()) +
                     " hyperparameter groups, got " + std::to_string(configs.size()) + "; compile again");
     }
-    check_same_structure(config_, configs[0], 0);
+    check_same_structure(config(), configs[0], 0);
   }
-  config_ = configs[0];
-  lr_ = configs[0].lr;
   groups_ = configs;
   lrs_.resize(configs.size());
   for (size_t h = 0; h < configs.size(); ++h) lrs_[h] = configs[h].lr;
@@ -97,6 +93,30 @@ Task& Task::optimizer_groups(const std::vector<OptimizerConfig>& configs) {
   if (compiled()) write_hyperparameters();
   return *this;
 }
+
+namespace {
+
+// One host table of the plan into its arena region (nothing for an empty table).
+template <typename T>
+void upload_table(Backend* backend, const MemoryPlan& plan, Region region, const std::vector<T>& rows) {
+  if (!rows.empty()) backend->upload(plan.region(region).offset, rows.data(), rows.size() * sizeof(T));
+}
+
+// The plan's host tables the step reads from the arena: the norm tiles and tensors, the
+// hyperparameter items and tensor blocks, and the tensor tables (plan.h: a model copy's and a
+// gradient table's lookups).
+void upload_plan_tables(const MemoryPlan& plan, Backend* backend) {
+  if (plan.config().has_n) {
+    upload_table(backend, plan, T_NORM_TILES, plan.norm_tiles());
+    upload_table(backend, plan, T_NORM_TENSORS, plan.norm_tensors());
+  }
+  upload_table(backend, plan, T_HYPER_ITEMS, plan.hyper_items());
+  upload_table(backend, plan, T_TENSOR_BLOCKS, plan.tensor_blocks());
+  upload_table(backend, plan, T_TENSOR_LIST, plan.table_tensors());
+  upload_table(backend, plan, T_TENSOR_CHUNKS, plan.table_chunks());
+}
+
+}  // namespace
 
 void Task::check_group(int group, const char* what) const {
   if (group < 0 || group >= hyper_groups()) {
@@ -107,25 +127,20 @@ void Task::check_group(int group, const char* what) const {
 
 const OptimizerConfig& Task::group_config(int group) const {
   check_group(group, "group_config()");
-  return group == 0 ? config_ : groups_[group];
+  return groups_[group];
 }
 
 double Task::lr(int group) const {
   check_group(group, "lr()");
-  return group == 0 ? lr_ : lrs_[group];
+  return lrs_[group];
 }
 
 void Task::set_group_hyper(int group, const OptimizerConfig& config) {
   check_group(group, "set_group_hyper()");
   config.validate();
-  check_same_structure(config_, config, static_cast<size_t>(group));
-  if (group == 0) {
-    config_ = config;
-    lr_ = config.lr;
-  } else {
-    groups_[group] = config;
-    lrs_[group] = config.lr;
-  }
+  check_same_structure(this->config(), config, static_cast<size_t>(group));
+  groups_[group] = config;
+  lrs_[group] = config.lr;
   if (compiled()) write_group_hyperparameters(group);
 }
 
@@ -140,7 +155,7 @@ void Task::compile() {
   if (precision.precision == Precision::kFp32 && precision.model_dtype_gradients) {
     throw_invalid("compile(): model-dtype gradients need a bf16 or fp16 precision (precision is fp32)");
   }
-  PlanConfig plan_config = plan_config_from_optimizer(config_);
+  PlanConfig plan_config = plan_config_from_optimizer(config());
   plan_config.precision = precision.precision;
   plan_config.model_dtype_gradients = precision.model_dtype_gradients;
   plan_config.hyper_groups = hyper_groups();
@@ -150,16 +165,16 @@ void Task::compile() {
     throw_invalid("compile(): gradient_table is for single-device tasks; a state shard (sharded step) reduces the "
                   "gradients in the arena's G");
   }
-  if (config_.amsgrad && options_.state_shard.world_size > 0) {
+  if (config().amsgrad && options_.state_shard.world_size > 0) {
     throw_invalid("compile(): amsgrad is not supported by the sharded step (its VMAX state is not sharded); use an "
                   "unsharded task");
   }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
-  step_ = compile_step(plan_, config_, options_.check_finite, precision);
+  step_ = compile_step(plan_, config(), options_.check_finite, precision);
   // tensor_mask: the unmasked program runs until a step may have a masked tensor (task.h).
-  unmasked_step_ = options_.tensor_mask ? compile_unmasked_step(plan_, config_, options_.check_finite, precision)
+  unmasked_step_ = options_.tensor_mask ? compile_unmasked_step(plan_, config(), options_.check_finite, precision)
                                         : CompiledStep{};
   alternate_prepared_ = false;
   mask_clear_ = true;
@@ -167,34 +182,7 @@ void Task::compile() {
   backend_.reset();
   std::unique_ptr<Backend> backend = create_backend(options_.backend, options_.backend_options);
   backend->allocate_arena(plan_.arena_bytes());
-  if (plan_.config().has_n) {
-    const auto& tiles = plan_.norm_tiles();
-    const auto& tensors = plan_.norm_tensors();
-    if (!tiles.empty()) {
-      backend->upload(plan_.region(T_NORM_TILES).offset, tiles.data(), tiles.size() * sizeof(NormTile));
-    }
-    if (!tensors.empty()) {
-      backend->upload(plan_.region(T_NORM_TENSORS).offset, tensors.data(),
-                      tensors.size() * sizeof(NormTensor));
-    }
-  }
-  if (!plan_.hyper_items().empty()) {
-    backend->upload(plan_.region(T_HYPER_ITEMS).offset, plan_.hyper_items().data(),
-                    plan_.hyper_items().size() * sizeof(HyperItem));
-  }
-  if (!plan_.tensor_blocks().empty()) {
-    backend->upload(plan_.region(T_TENSOR_BLOCKS).offset, plan_.tensor_blocks().data(),
-                    plan_.tensor_blocks().size() * sizeof(int32_t));
-  }
-  // The tensor tables (plan.h: a model copy's and a gradient table's lookups).
-  if (!plan_.table_tensors().empty()) {
-    backend->upload(plan_.region(T_TENSOR_LIST).offset, plan_.table_tensors().data(),
-                    plan_.table_tensors().size() * sizeof(CopyTensor));
-  }
-  if (!plan_.table_chunks().empty()) {
-    backend->upload(plan_.region(T_TENSOR_CHUNKS).offset, plan_.table_chunks().data(),
-                    plan_.table_chunks().size() * sizeof(int32_t));
-  }
+  upload_plan_tables(plan_, backend.get());
   backend_ = std::move(backend);
   if (options_.gradient_table) reset_gradient_table();  // the arena's own G until written
   write_hyperparameters();
@@ -282,7 +270,6 @@ void Task::set_group_lrs(const std::vector<double>& lrs) {
     throw_invalid("set_group_lrs(): " + std::to_string(lrs.size()) + " learning rates for " + std::to_string(groups_.size()) + " groups");
   }
   for (double lr : lrs) check_lr(lr);
-  lr_ = lrs[0];
   lrs_ = lrs;
   if (!compiled()) return;
   // Slots 0..2 (lr, wd, 1 - lr*wd) of every block in one copy.
@@ -350,16 +337,13 @@ void Task::set_lr(double lr) {
 void Task::set_lr(int group, double lr) {
   check_group(group, "set_lr()");
   check_lr(lr);
-  if (group == 0) lr_ = lr;
   lrs_[group] = lr;
   if (compiled()) write_group_lr(group);
 }
 
 void Task::write_group_lr(int group) {
-  if (plan_.config().tensor_mask) {  // every block in one copy (lr(0) is lr_, not lrs_[0])
-    std::vector<double> lrs(groups_.size());
-    for (int h = 0; h < hyper_groups(); ++h) lrs[h] = lr(h);
-    return set_group_lrs(lrs);
+  if (plan_.config().tensor_mask) {  // every block in one copy
+    return set_group_lrs(std::vector<double>(lrs_));
   }
   // lr, wd and 1 - lr*wd are slots 0..2: one small copy.
   float f32[kBiasCorrection1];
@@ -416,7 +400,7 @@ Precision Task::grad_dtype() const {
 }
 
 uint16_t Task::round_to_grad_dtype(float value) const {
-  return math::f32_to_half_rne(grad_dtype() == Precision::kBf16, value);
+  return math::f32_to_half_rne(precision_bf16_coded(grad_dtype()), value);
 }
 
 void Task::write_grad_encoded(size_t id, const uint16_t* src) {
@@ -460,7 +444,7 @@ void Task::refresh_model_copy(size_t id) {
   std::vector<float> w(n);
   std::vector<uint16_t> c(n);
   read(Family::kW, id, w.data());
-  const bool bf16 = options_.precision.precision == Precision::kBf16;
+  const bool bf16 = precision_bf16_coded(options_.precision.precision);
   for (size_t i = 0; i < n; ++i) c[i] = math::f32_to_half_rne(bf16, w[i]);
   if (n != 0) backend_->upload(plan_.model_copy_offset(id), c.data(), n * sizeof(uint16_t));
 }
@@ -488,7 +472,7 @@ void Task::read(Family family, size_t id, float* dst) {
     // Model-dtype gradients widen exactly (math/precision.h).
     std::vector<uint16_t> h(count);
     read_grad_encoded(id, h.data());
-    const bool bf16 = grad_dtype() == Precision::kBf16;
+    const bool bf16 = precision_bf16_coded(grad_dtype());
     for (uint64_t i = 0; i < count; ++i) dst[i] = math::half_to_f32(bf16, h[i]);
     return;
   }
@@ -590,7 +574,7 @@ void Task::set_step_count(int64_t t) {
 // Block b's corrections after t applied steps: math::advance_step's values for t (the next step
 // recomputes them for t + 1 anyway), and the compiled arena's zeros for t = 0.
 void Task::write_bias_corrections(int block, const OptimizerConfig& c, int32_t t) {
-  if (!kind_info(config_.kind).bias_correction) return;
+  if (!kind_info(config().kind).bias_correction) return;
   static_assert(kBiasCorrection2 == kBiasCorrection1 + 1, "the two corrections are adjacent");
   const float bc[2] = {t == 0 ? 0.0f : math::bias_correction(c.beta1, t),
                        t == 0 ? 0.0f : math::bias_correction(c.beta2, t)};

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 
+#include "renaissance/name_table.h"
 #include "renaissance/ops.h"
 
 namespace renaissance {
@@ -138,13 +139,7 @@ inline constexpr KindInfo kKindTable[] = {
 // A forgotten row, or rows out of enum order, is a compile error.
 static_assert(sizeof(kKindTable) / sizeof(kKindTable[0]) == kNumOptimizerKinds,
               "kKindTable needs one row per OptimizerKind");
-constexpr bool kind_table_in_enum_order() {
-  for (int i = 0; i < kNumOptimizerKinds; ++i) {
-    if (static_cast<int>(kKindTable[i].kind) != i) return false;
-  }
-  return true;
-}
-static_assert(kind_table_in_enum_order(), "kKindTable rows must follow the OptimizerKind order");
+static_assert(rows_in_enum_order(kKindTable, &KindInfo::kind), "kKindTable rows must follow the OptimizerKind order");
 
 constexpr const KindInfo& kind_info(OptimizerKind kind) { return kKindTable[static_cast<int>(kind)]; }
 

@@ -16,12 +16,19 @@ struct NameRow {
 // True when row i holds the enumerator of value i: the rows follow the enum's order with no
 // gap (static_assert'ed next to each table; an enumerator appended to the enum still needs its
 // row, as it needed its case in the switch these tables replace).
-template <typename E, std::size_t N>
-constexpr bool rows_in_enum_order(const NameRow<E> (&rows)[N]) {
+// Serves any table of rows whose member `value` holds the enumerator (the kind and precision
+// tables too).
+template <typename Row, std::size_t N, typename E>
+constexpr bool rows_in_enum_order(const Row (&rows)[N], E Row::*value) {
   for (std::size_t i = 0; i < N; ++i) {
-    if (static_cast<std::size_t>(rows[i].value) != i) return false;
+    if (static_cast<std::size_t>(rows[i].*value) != i) return false;
   }
   return true;
+}
+
+template <typename E, std::size_t N>
+constexpr bool rows_in_enum_order(const NameRow<E> (&rows)[N]) {
+  return rows_in_enum_order(rows, &NameRow<E>::value);
 }
 
 // The name of `value` in `rows`, or `otherwise` where no row holds it.

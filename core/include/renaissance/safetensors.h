@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "renaissance/precision.h"
+
 namespace renaissance {
 
 // The dtypes of the format. The reader knows all of them (so it can validate any file), but
@@ -17,6 +19,8 @@ namespace renaissance {
 enum class StDtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64 };
 const char* st_dtype_name(StDtype dtype);
 size_t st_dtype_size(StDtype dtype);
+// The dtype of a tensor in encoding p (precision.h's table: a model copy, model-dtype gradients).
+StDtype st_dtype_of(Precision p);
 
 struct StTensorInfo {
   std::string name;

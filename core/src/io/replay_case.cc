@@ -146,13 +146,10 @@ void check_tensor(const SafetensorsReader& file, const std::string& name, const 
   }
 }
 
-// The safetensors dtype of a model copy (and of model-dtype gradients).
-StDtype copy_dtype(Precision p) { return p == Precision::kFp16 ? StDtype::kF16 : StDtype::kBF16; }
-
 // A gradient tensor: F32, or the case's model dtype (BF16 / F16) when it has a model copy.
 void check_grad_tensor(const SafetensorsReader& file, const std::string& name, const std::vector<int64_t>& shape,
                        Precision precision) {
-  if (precision != Precision::kFp32 && file.has(name) && file.info(name).dtype == copy_dtype(precision)) {
+  if (precision != Precision::kFp32 && file.has(name) && file.info(name).dtype == st_dtype_of(precision)) {
     const StTensorInfo& t = file.info(name);
     if (t.shape != shape) {
       throw_format(file.display_name() + ": tensor " + sq(name) + " has shape " + shape_text(t.shape) +
@@ -164,7 +161,7 @@ void check_grad_tensor(const SafetensorsReader& file, const std::string& name, c
     throw_format(file.display_name() + ": tensor " + sq(name) + " has dtype " + st_dtype_name(file.info(name).dtype) +
                  "; expected F32" +
                  (precision == Precision::kFp32 ? std::string(" (BF16 / F16 gradients need case.json's precision bf16 / fp16)")
-                                                : std::string(" or ") + st_dtype_name(copy_dtype(precision)) +
+                                                : std::string(" or ") + st_dtype_name(st_dtype_of(precision)) +
                                                       " (the case's precision " + precision_name(precision) + ")"));
   }
   check_tensor(file, name, shape, /*allow_f64=*/false);
@@ -363,23 +360,13 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
   return rc;
 }
 
-ReplayCase load_replay_case(const std::string& dir_in) {
-  const std::string dir = strip_trailing_slashes(dir_in);
-  const std::string case_path = dir + "/case.json";
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw_io(case_path + ": cannot open (is " + sq(io::printable(dir_in)) + " a replay case directory?)");
-  }
-  ReplayCase rc = parse_replay_case_json(io::read_regular_file(case_path, "case file", io::kMaxJsonBytes), dir);
+namespace {
 
-  // init.safetensors: exactly the parameters, F32, declared shapes; in format 2 also m/NAME and
-  // v/NAME (the initial state) where the group's kind keeps it, for all or none of a group.
-  const SafetensorsReader init(dir + "/init.safetensors");
-  std::set<std::string> names;
-  for (const ParamSpec& p : rc.params) {
-    names.insert(p.name);
-    check_tensor(init, p.name, p.shape, /*allow_f64=*/false);
-  }
+// init.safetensors: exactly the parameters (`names`), F32, declared shapes; in format 2 also
+// m/NAME and v/NAME (the initial state) where the group's kind keeps it, for all or none of a
+// group (rc.has_init_m, has_init_v say which).
+void check_init_file(const SafetensorsReader& init, const std::set<std::string>& names, ReplayCase& rc) {
+  for (const ParamSpec& p : rc.params) check_tensor(init, p.name, p.shape, /*allow_f64=*/false);
   for (const auto& kv : init.tensors()) {
     const std::string& n = kv.first;
     const bool state = rc.format == 2 && (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0);
@@ -415,10 +402,11 @@ ReplayCase load_replay_case(const std::string& dir_in) {
       }
     }
   }
+}
 
-  // grads.safetensors: step{t}/{name} for every step and parameter, F32, declared shapes; none
-  // for a parameter that had no gradient at that step (no_grad_per_step).
-  rc.grads = std::make_shared<SafetensorsReader>(dir + "/grads.safetensors");
+// grads.safetensors: step{t}/{name} for every step and parameter, F32 (or the model dtype),
+// declared shapes; none for a parameter that had no gradient at that step (no_grad_per_step).
+void check_grads_file(const ReplayCase& rc) {
   size_t wanted_count = 0;
   for (int64_t t = 0; t < rc.steps; ++t) {
     for (size_t id = 0; id < rc.params.size(); ++id) {
@@ -432,76 +420,99 @@ ReplayCase load_replay_case(const std::string& dir_in) {
       }
     }
   }
-  if (rc.grads->tensors().size() != wanted_count) {
-    std::set<std::string> wanted;
-    for (int64_t t = 0; t < rc.steps; ++t) {
-      for (size_t id = 0; id < rc.params.size(); ++id) {
-        if (!rc.masked(t, id)) wanted.insert(ReplayCase::grad_name(t, rc.params[id].name));
-      }
-    }
-    for (const auto& kv : rc.grads->tensors()) {
-      if (!wanted.count(kv.first)) {
-        throw_format(rc.grads->display_name() + ": unexpected tensor " + sq(kv.first) + " (case.json has " +
-                     std::to_string(rc.steps) + " steps and names step{t}/{param} for t < steps)");
-      }
+  if (rc.grads->tensors().size() == wanted_count) return;
+  std::set<std::string> wanted;
+  for (int64_t t = 0; t < rc.steps; ++t) {
+    for (size_t id = 0; id < rc.params.size(); ++id) {
+      if (!rc.masked(t, id)) wanted.insert(ReplayCase::grad_name(t, rc.params[id].name));
     }
   }
+  for (const auto& kv : rc.grads->tensors()) {
+    if (!wanted.count(kv.first)) {
+      throw_format(rc.grads->display_name() + ": unexpected tensor " + sq(kv.first) + " (case.json has " +
+                   std::to_string(rc.steps) + " steps and names step{t}/{param} for t < steps)");
+    }
+  }
+}
 
-  // expected.safetensors (optional): every parameter, F32 or F64; m/NAME and v/NAME allowed
-  // where the parameter's group's optimizer keeps that state.
-  const std::string expected_path = dir + "/expected.safetensors";
-  if (optional_file_present(expected_path)) {
-    const SafetensorsReader expected(expected_path);
-    std::map<std::string, OptimizerKind> kind_of;
-    for (size_t id = 0; id < rc.params.size(); ++id) kind_of[rc.params[id].name] = rc.group_of(id).config.kind;
-    for (const ParamSpec& p : rc.params) check_tensor(expected, p.name, p.shape, /*allow_f64=*/true);
-    for (const auto& kv : expected.tensors()) {
-      const std::string& n = kv.first;
-      std::string base = n;
-      bool state_ok = false;
-      if (n.compare(0, 2, "c/") == 0 && rc.precision.precision != Precision::kFp32 && names.count(n.substr(2))) {
-        // The model copy: the case's dtype, the parameter's shape, compared bit for bit.
-        const StTensorInfo& t = expected.info(n);
-        for (const ParamSpec& p : rc.params) {
-          if (p.name != n.substr(2)) continue;
-          if (t.dtype != copy_dtype(rc.precision.precision)) {
-            throw_format(expected.display_name() + ": tensor " + sq(n) + " has dtype " + st_dtype_name(t.dtype) +
-                         "; the model copy of a " + precision_name(rc.precision.precision) + " case is " +
-                         st_dtype_name(copy_dtype(rc.precision.precision)));
-          }
-          if (t.shape != p.shape) {
-            throw_format(expected.display_name() + ": tensor " + sq(n) + " has shape " + shape_text(t.shape) +
-                         " but case.json declares " + shape_text(p.shape));
-          }
-        }
-        continue;
-      }
-      if (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0) {
-        base = n.substr(2);
-        if (kind_of.count(base)) {
-          const PlanConfig families = plan_config_from_optimizer(kind_of[base]);
-          state_ok = n[0] == 'm' ? families.has_m : families.has_v;
-        }
-      }
-      if (!names.count(base) || (base != n && !state_ok)) {
-        throw_format(expected.display_name() + ": unexpected tensor " + sq(n) +
-                     " (expected parameter names, and m/NAME, v/NAME where " +
-                     (kind_of.count(base) ? optimizer_kind_name(kind_of[base]) : "the kind") + " keeps that state" +
-                     (rc.precision.precision != Precision::kFp32 ? ", c/NAME: the model copy" : ", c/NAME with precision bf16 / fp16") +
-                     ")");
-      }
-      if (base != n) {
-        for (const ParamSpec& p : rc.params) {
-          if (p.name == base) check_tensor(expected, n, p.shape, true);
-        }
-      }
+// expected.safetensors' model copy c/NAME: the case's dtype, the parameter's shape (compared bit
+// for bit).
+void check_expected_copy(const SafetensorsReader& expected, const std::string& n, const ReplayCase& rc) {
+  const StTensorInfo& t = expected.info(n);
+  for (const ParamSpec& p : rc.params) {
+    if (p.name != n.substr(2)) continue;
+    if (t.dtype != st_dtype_of(rc.precision.precision)) {
+      throw_format(expected.display_name() + ": tensor " + sq(n) + " has dtype " + st_dtype_name(t.dtype) +
+                   "; the model copy of a " + precision_name(rc.precision.precision) + " case is " +
+                   st_dtype_name(st_dtype_of(rc.precision.precision)));
     }
-    for (const auto& kv : expected.tensors()) {
-      if (kv.first.compare(0, 2, "c/") == 0) rc.expected_copy[kv.first] = expected.read_half_bits(kv.first);
-      else rc.expected[kv.first] = expected.read_f64(kv.first);
+    if (t.shape != p.shape) {
+      throw_format(expected.display_name() + ": tensor " + sq(n) + " has shape " + shape_text(t.shape) +
+                   " but case.json declares " + shape_text(p.shape));
     }
-    rc.has_expected = true;
   }
+}
+
+// expected.safetensors (optional): every parameter, F32 or F64; m/NAME and v/NAME allowed where
+// the parameter's group's optimizer keeps that state; c/NAME with a model copy. Read into rc.
+void read_expected_file(const std::string& expected_path, const std::set<std::string>& names, ReplayCase& rc) {
+  const SafetensorsReader expected(expected_path);
+  std::map<std::string, OptimizerKind> kind_of;
+  for (size_t id = 0; id < rc.params.size(); ++id) kind_of[rc.params[id].name] = rc.group_of(id).config.kind;
+  for (const ParamSpec& p : rc.params) check_tensor(expected, p.name, p.shape, /*allow_f64=*/true);
+  for (const auto& kv : expected.tensors()) {
+    const std::string& n = kv.first;
+    std::string base = n;
+    bool state_ok = false;
+    if (n.compare(0, 2, "c/") == 0 && rc.precision.precision != Precision::kFp32 && names.count(n.substr(2))) {
+      check_expected_copy(expected, n, rc);
+      continue;
+    }
+    if (n.compare(0, 2, "m/") == 0 || n.compare(0, 2, "v/") == 0) {
+      base = n.substr(2);
+      if (kind_of.count(base)) {
+        const PlanConfig families = plan_config_from_optimizer(kind_of[base]);
+        state_ok = n[0] == 'm' ? families.has_m : families.has_v;
+      }
+    }
+    if (!names.count(base) || (base != n && !state_ok)) {
+      throw_format(expected.display_name() + ": unexpected tensor " + sq(n) +
+                   " (expected parameter names, and m/NAME, v/NAME where " +
+                   (kind_of.count(base) ? optimizer_kind_name(kind_of[base]) : "the kind") + " keeps that state" +
+                   (rc.precision.precision != Precision::kFp32 ? ", c/NAME: the model copy" : ", c/NAME with precision bf16 / fp16") +
+                   ")");
+    }
+    if (base != n) {
+      for (const ParamSpec& p : rc.params) {
+        if (p.name == base) check_tensor(expected, n, p.shape, true);
+      }
+    }
+  }
+  for (const auto& kv : expected.tensors()) {
+    if (kv.first.compare(0, 2, "c/") == 0) rc.expected_copy[kv.first] = expected.read_half_bits(kv.first);
+    else rc.expected[kv.first] = expected.read_f64(kv.first);
+  }
+  rc.has_expected = true;
+}
+
+}  // namespace
+
+ReplayCase load_replay_case(const std::string& dir_in) {
+  const std::string dir = strip_trailing_slashes(dir_in);
+  const std::string case_path = dir + "/case.json";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw_io(case_path + ": cannot open (is " + sq(io::printable(dir_in)) + " a replay case directory?)");
+  }
+  ReplayCase rc = parse_replay_case_json(io::read_regular_file(case_path, "case file", io::kMaxJsonBytes), dir);
+  const SafetensorsReader init(dir + "/init.safetensors");
+  std::set<std::string> names;
+  for (const ParamSpec& p : rc.params) names.insert(p.name);
+  check_init_file(init, names, rc);
+  rc.grads = std::make_shared<SafetensorsReader>(dir + "/grads.safetensors");
+  check_grads_file(rc);
+  const std::string expected_path = dir + "/expected.safetensors";
+  if (optional_file_present(expected_path)) read_expected_file(expected_path, names, rc);
 
   // Read the initial weights and state last: every check above is cheap, this is the first bulk read.
   rc.init_m.resize(rc.params.size());

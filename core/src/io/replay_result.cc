@@ -21,9 +21,6 @@ namespace {
 
 std::string sq(const std::string& s) { return "'" + s + "'"; }
 
-// The safetensors dtype of a model copy (as replay.cc's).
-StDtype copy_dtype(Precision p) { return p == Precision::kFp16 ? StDtype::kF16 : StDtype::kBF16; }
-
 }  // namespace
 
 bool fingerprint_matches(const ReplayCase& rc, const ReplayResult& result) {
@@ -108,7 +105,7 @@ void write_replay_result(const std::string& path, const ReplayCase& rc, const Re
     if (result.param_has_m[id]) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
     if (result.param_has_v[id]) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
     if (result.precision != Precision::kFp32) {
-      views.push_back({"c/" + p.name, copy_dtype(result.precision), p.shape, result.c[id].data()});
+      views.push_back({"c/" + p.name, st_dtype_of(result.precision), p.shape, result.c[id].data()});
     }
   }
   write_safetensors(path, views,

@@ -95,6 +95,12 @@ const char* st_dtype_name(StDtype dtype) {
   return "?";
 }
 
+StDtype st_dtype_of(Precision p) {
+  StDtype dtype = StDtype::kF32;
+  if (!parse_dtype(precision_row(p).safetensors, &dtype)) throw_invalid(std::string("no safetensors dtype ") + precision_row(p).safetensors);
+  return dtype;
+}
+
 size_t st_dtype_size(StDtype dtype) {
   for (const DtypeEntry& e : kDtypes) {
     if (e.dtype == dtype) return e.size;

@@ -163,7 +163,7 @@ class Task {
   // tensor_mask, whatever the number of tensors): what an lr schedule over many groups calls.
   void set_group_lrs(const std::vector<double>& lrs);
   void set_loss_scale(double scale);
-  double lr() const { return lr_; }  // group 0's
+  double lr() const { return lrs_[0]; }  // group 0's
   double lr(int group) const;
   double loss_scale() const { return loss_scale_; }
 
@@ -253,7 +253,7 @@ class Task {
 
   const MemoryPlan& plan() const { return plan_; }
   const CompiledStep& compiled_step() const { return step_; }
-  const OptimizerConfig& config() const { return config_; }
+  const OptimizerConfig& config() const { return groups_[0]; }
   Backend& backend();
 
  private:
@@ -283,11 +283,9 @@ class Task {
 
   std::vector<ParamSpec> params_;
   TaskOptions options_;
-  OptimizerConfig config_;
   bool have_optimizer_ = false;
-  double lr_ = 0.0;
-  // Every group's configuration and lr; for group 0 config_ and lr_ are the truth (the
-  // checkpoint code reads and writes them) and groups_[0], lrs_[0] are unused.
+  // Every group's configuration and current lr, group 0's included (never empty): group 0's are
+  // config() and lr(), what META of a checkpoint holds.
   std::vector<OptimizerConfig> groups_{OptimizerConfig{}};
   std::vector<double> lrs_{0.0};
   double loss_scale_ = 1.0;
