@@ -307,6 +307,11 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn, T
   }, ctx.tuning.schedule);
 }
 
+// ADVANCE_STEP's work, which CLIP_COEFFICIENT also does (ops_step.cc): the step counter and the
+// bias corrections of every scalar block, or with tensor_mask each unmasked tensor's own count
+// and corrections (block b = tensor b), then the task-wide counters.
+void advance_counters(const CpuContext& ctx, const GraphNode& node);
+
 // One function per op of RN_RANGE_OPS / RN_COMPUTE_OPS, implemented in the ops_*.cc files.
 #define RN_DECLARE_CPU_RANGE_OP(name) void run_##name(const CpuContext& ctx, const GraphNode& node);
 RN_RANGE_OPS(RN_DECLARE_CPU_RANGE_OP)

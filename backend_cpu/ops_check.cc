@@ -281,21 +281,10 @@ void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
 }  // namespace
 
 // A skipped step leaves the last total norm and the coefficient as they were. Then the step
-// counter (math::advance_step): with clipping this node replaces ADVANCE_STEP.
+// counters (advance_counters, as ADVANCE_STEP): with clipping this node replaces ADVANCE_STEP.
 void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
   if (!ctx.step_skipped()) clip_coefficient(ctx, node);
-  if (node.work.tensor_state.count == 0) {
-    math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, node.work.hyper_groups);
-    return;
-  }
-  // tensor_mask: each tensor's own count (block b = tensor b), as run_ADVANCE_STEP.
-  int32_t* state = ctx.at<int32_t>(node.work.tensor_state);
-  const int n = static_cast<int>(node.work.tensor_state.count / 2);
-  for (int b = 0; b < n; ++b) {
-    math::advance_tensor_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, b, state,
-                              state + n);
-  }
-  math::advance_task_counters(ctx.scalars.i32);
+  advance_counters(ctx, node);
 }
 
 const char* current_simd_target() {

@@ -7,7 +7,7 @@
 namespace renaissance {
 namespace cpu {
 
-void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
+void advance_counters(const CpuContext& ctx, const GraphNode& node) {
   if (node.work.tensor_state.count == 0) {
     math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, node.work.hyper_groups);
     return;
@@ -20,6 +20,8 @@ void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
   }
   math::advance_task_counters(ctx.scalars.i32);
 }
+
+void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) { advance_counters(ctx, node); }
 
 }  // namespace cpu
 }  // namespace renaissance

@@ -75,28 +75,34 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     norm_tables.partials = region_span(plan, T_NORM_PARTIALS);
   }
 
+  // A pre-step node over the whole G family: the non-finite check, or the clip norm's partials
+  // (fused with the check). With tensor_mask (and read_mask) it walks each group's items over that
+  // group's G span and skips the masked tensors: the partials read their elements as +0.0 (torch's
+  // clip_grad_norm_ sees only the parameters that have a .grad) and keep their canonical tile
+  // order, so the bits are those of the same step with that G zeroed.
+  auto g_family_node = [&](RangeOp op) {
+    GraphNode node;
+    node.kind = NodeKind::kRange;
+    node.range_op = op;
+    node.span(Family::kG) = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+    node.grad.encoding = grad_dtype;
+    if (mask && read_mask) {
+      node.work.tensor_state = tensor_state;
+      for (Group group : {Group::kBiasLike, Group::kWeight}) {
+        node.work.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
+        node.work.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
+      }
+    }
+    attach_grad_table(plan, node, TableView::kFamily);
+    return node;
+  };
   auto& pre = step.graphs[static_cast<int>(GraphId::kPreStep)];
   step.clip = config.max_grad_norm > 0.0;
   if (step.clip) {
     // One read of G for both the check and the norm (docs/math.md, "Gradient-norm clipping").
-    GraphNode partials;
-    partials.kind = NodeKind::kRange;
-    partials.range_op = RangeOp::GRAD_NORM_PARTIALS;
-    partials.span(Family::kG) = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
-    partials.grad.encoding = grad_dtype;
+    GraphNode partials = g_family_node(RangeOp::GRAD_NORM_PARTIALS);
     partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
     partials.flags.check_finite = check_finite;
-    if (mask && read_mask) {
-      // tensor_mask: a masked tensor's elements are read as +0.0, in the check and in the norm
-      // (torch's clip_grad_norm_ sees only the parameters that have a .grad); the tiles keep
-      // their canonical order, so the bits are those of the same step with that G zeroed.
-      partials.work.tensor_state = tensor_state;
-      for (Group group : {Group::kBiasLike, Group::kWeight}) {
-        partials.work.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
-        partials.work.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
-      }
-    }
-    attach_grad_table(plan, partials, TableView::kFamily);
     pre.push_back(partials);
     partials.grad.table = Span{};  // the coefficient reads no G
     partials.grad.tensors = TensorTable{};
@@ -113,19 +119,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     pre.push_back(coefficient);
   } else {
     if (check_finite) {
-      GraphNode check;
-      check.kind = NodeKind::kRange;
-      check.range_op = RangeOp::CHECK_FINITE;
-      check.span(Family::kG) = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
-      check.grad.encoding = grad_dtype;
-      if (mask && read_mask) {
-        check.work.tensor_state = tensor_state;
-        for (Group group : {Group::kBiasLike, Group::kWeight}) {
-          check.work.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
-          check.work.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
-        }
-      }
-      attach_grad_table(plan, check, TableView::kFamily);
+      GraphNode check = g_family_node(RangeOp::CHECK_FINITE);
       pre.push_back(check);
     }
     GraphNode advance;
