@@ -120,11 +120,12 @@ class CpuBackend final : public Backend {
     for (int pass = 0; pass < 2; ++pass) {
       for (const auto& graph : step.graphs) {
         for (const GraphNode& node : graph) {
-          if (node.kind != NodeKind::kRange || (node.w.count > 0) != (pass == 0)) continue;
-          for (const Span* span : {&node.w, &node.g, &node.m, &node.v}) {
+          if (node.kind != NodeKind::kRange || (node.span(Family::kW).count > 0) != (pass == 0)) continue;
+          for (Family family : {Family::kW, Family::kG, Family::kM, Family::kV}) {
+            const Span* span = &node.span(family);
             if (span->count == 0) continue;
             // G of model-dtype gradients holds 2-byte elements.
-            const uint64_t size = span == &node.g && node.grad_dtype != Precision::kFp32 ? 2 : sizeof(float);
+            const uint64_t size = family == Family::kG && node.grad.encoding != Precision::kFp32 ? 2 : sizeof(float);
             check_range(span->offset, span->count * size);
             char* base = arena_ + span->offset;
             parallel_blocks(threads_, span->count, tuning_.chunk_elements, [&](uint64_t b, uint64_t e) {

@@ -128,18 +128,18 @@ inline const float* scalar_block(const CpuContext& ctx, int32_t h) { return ctx.
 
 // TaskOptions::tensor_mask (graph.h): the mask array (block b = tensor b), or null without it.
 inline const int32_t* tensor_mask(const CpuContext& ctx, const GraphNode& node) {
-  return node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr;
+  return node.work.tensor_state.count ? ctx.at<int32_t>(node.work.tensor_state) : nullptr;
 }
 inline bool block_masked(const int32_t* mask, int32_t block) { return mask != nullptr && mask[block] != 0; }
 
 // The node's G: its arena span, or with a gradient table the tensors' own memory (grad_dtype.h).
 inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
   GradSource src;
-  src.g = ctx.at<char>(node.g);
-  src.dtype = node.grad_dtype;
-  if (node.grad_table.count != 0) {
-    src.table.table = ctx.at<uint64_t>(node.grad_table);
-    src.table.lookup = table_lookup(ctx.arena, node.grad_tensors);
+  src.g = ctx.at<char>(node.span(Family::kG));
+  src.dtype = node.grad.encoding;
+  if (node.grad.table.count != 0) {
+    src.table.table = ctx.at<uint64_t>(node.grad.table);
+    src.table.lookup = table_lookup(ctx.arena, node.grad.tensors);
   }
   return src;
 }
@@ -154,25 +154,25 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr,
                             ElementwiseXFn xfn = nullptr) {
   if (ctx.step_skipped()) return;
-  float* w = ctx.at<float>(node.w);
-  const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
+  float* w = ctx.at<float>(node.span(Family::kW));
+  const GradSource g_src = grad_source(ctx, node);  // G in node.grad.encoding (grad_dtype.h)
   // G is prefetched where it is the arena's (a table's tensors lie anywhere).
-  const char* g_arena = node.grad_table.count == 0 ? ctx.at<char>(node.g) : nullptr;
-  const uint64_t g_elem = precision_bytes(node.grad_dtype);
-  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
-  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
-  float* x = node.vmax.count ? ctx.at<float>(node.vmax) : nullptr;
+  const char* g_arena = node.grad.table.count == 0 ? ctx.at<char>(node.span(Family::kG)) : nullptr;
+  const uint64_t g_elem = precision_bytes(node.grad.encoding);
+  float* m = node.span(Family::kM).count ? ctx.at<float>(node.span(Family::kM)) : nullptr;
+  float* v = node.span(Family::kV).count ? ctx.at<float>(node.span(Family::kV)) : nullptr;
+  float* x = node.span(Family::kVmax).count ? ctx.at<float>(node.span(Family::kVmax)) : nullptr;
   if (x != nullptr && xfn == nullptr) throw_invalid("run_elementwise: this update op reads no VMAX family");
   if (x != nullptr) fused = nullptr;
   const bool weight_group = node.group == Group::kWeight;
-  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
-  const uint64_t count = node.w.count, ahead = ctx.tuning.prefetch_elements;
+  const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
+  const uint64_t count = node.span(Family::kW).count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
   const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
   // The fused path where it applies: something to fuse (a copy or a 2-byte G), G in the arena.
-  const FusedMode with_copy = fused_mode(node.grad_dtype, copy ? node.copy.precision : Precision::kFp32,
+  const FusedMode with_copy = fused_mode(node.grad.encoding, copy ? node.copy.precision : Precision::kFp32,
                                          node.copy.rounding);
-  const FusedMode no_copy = fused_mode(node.grad_dtype, Precision::kFp32, node.copy.rounding);
+  const FusedMode no_copy = fused_mode(node.grad.encoding, Precision::kFp32, node.copy.rounding);
   const bool fuse = fused != nullptr && ctx.tuning.fuse && g_arena != nullptr && with_copy != FusedMode::kG32 &&
                     with_copy != FusedMode::kNone;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
@@ -207,15 +207,15 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       update(i, ie, s);
     }
   };
-  if (node.hyper_items.count == 0) {
+  if (node.work.hyper_items.count == 0) {
     parallel_blocks(ctx.threads, count, ctx.tuning.chunk_elements,
                     [&](uint64_t b, uint64_t e) { block(b, e, ctx.scalars.f32); }, ctx.tuning.schedule);
     return;
   }
-  const HyperItem* items = ctx.at<HyperItem>(node.hyper_items);
+  const HyperItem* items = ctx.at<HyperItem>(node.work.hyper_items);
   const int32_t* mask = tensor_mask(ctx, node);
   const uint64_t per_block = std::max<uint64_t>(1, ctx.tuning.chunk_elements / kHyperItemElements);
-  parallel_blocks(ctx.threads, node.hyper_items.count, per_block, [&](uint64_t b, uint64_t e) {
+  parallel_blocks(ctx.threads, node.work.hyper_items.count, per_block, [&](uint64_t b, uint64_t e) {
     for (uint64_t k = b; k < e; ++k) {
       if (block_masked(mask, items[k].block)) continue;
       const uint64_t start = static_cast<uint64_t>(items[k].start);
@@ -225,12 +225,12 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
 }
 
 // Calls fn(b, e, s) for the runs of tiles [begin, end) whose tensors share a scalar block
-// (H > 1: node.tensor_blocks), or once with block 0 (H = 1).
+// (H > 1: node.work.tensor_blocks), or once with block 0 (H = 1).
 template <class Fn>
 void for_tile_blocks(const CpuContext& ctx, const GraphNode& node, const NormTile* tiles, uint64_t begin,
                      uint64_t end, Fn&& fn) {
-  if (node.tensor_blocks.count == 0) return fn(begin, end, ctx.scalars.f32);
-  const int32_t* blocks = ctx.at<int32_t>(node.tensor_blocks);
+  if (node.work.tensor_blocks.count == 0) return fn(begin, end, ctx.scalars.f32);
+  const int32_t* blocks = ctx.at<int32_t>(node.work.tensor_blocks);
   const int32_t* mask = tensor_mask(ctx, node);
   while (begin < end) {
     const int32_t h = blocks[tiles[begin].tensor];
@@ -278,11 +278,11 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn, T
   static_assert(sizeof...(State) <= kMaxTileState, "raise kMaxTileState");
   if (ctx.step_skipped()) return;
   TileArgs base;
-  base.w = ctx.at<float>(node.w);
+  base.w = ctx.at<float>(node.span(Family::kW));
   [[maybe_unused]] int k = 0;
   ((base.state[k++] = ctx.at<float>(state)), ...);
   base.tiles = ctx.at<NormTile>(node.norm.tiles);
-  if (node.n.count != 0) base.ratio = ctx.at<float>(node.n);
+  if (node.span(Family::kN).count != 0) base.ratio = ctx.at<float>(node.span(Family::kN));
   if (node.norm.partials.count != 0) base.partials = ctx.at<double>(node.norm.partials);
   const GradSource g_src = grad_source(ctx, node);
   const NormTile* tiles = base.tiles;
@@ -306,6 +306,11 @@ inline void run_tiles(const CpuContext& ctx, const GraphNode& node, TileFn fn, T
     });
   }, ctx.tuning.schedule);
 }
+
+// ADVANCE_STEP's work, which CLIP_COEFFICIENT also does (ops_step.cc): the step counter and the
+// bias corrections of every scalar block, or with tensor_mask each unmasked tensor's own count
+// and corrections (block b = tensor b), then the task-wide counters.
+void advance_counters(const CpuContext& ctx, const GraphNode& node);
 
 // One function per op of RN_RANGE_OPS / RN_COMPUTE_OPS, implemented in the ops_*.cc files.
 #define RN_DECLARE_CPU_RANGE_OP(name) void run_##name(const CpuContext& ctx, const GraphNode& node);

@@ -36,31 +36,23 @@ struct AdamRule {
   }
 };
 
-// One exported kernel per (rule, vectors per iteration: CpuTuning::unroll).
-#define RN_ADAM_KERNEL(name, decoupled, unroll)                                                              \
+// Two exported kernels per (rule, vectors per iteration: CpuTuning::unroll): the update
+// (ElementwiseFn) and its amsgrad form (ElementwiseXFn), the same rule reading and writing VMAX too.
+#define RN_ADAM_KERNELS(name, decoupled, unroll)                                                              \
   void name(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {          \
     RuleChunk<AdamRule<decoupled>, unroll>(w, g, m, v, n, s, wg);                                              \
-  }
-RN_ADAM_KERNEL(Adam, false, 1)
-RN_ADAM_KERNEL(Adam2, false, 2)
-RN_ADAM_KERNEL(Adam4, false, 4)
-RN_ADAM_KERNEL(AdamW, true, 1)
-RN_ADAM_KERNEL(AdamW2, true, 2)
-RN_ADAM_KERNEL(AdamW4, true, 4)
-#undef RN_ADAM_KERNEL
-
-// amsgrad (ElementwiseXFn): the same rules reading and writing VMAX too.
-#define RN_ADAM_X_KERNEL(name, decoupled, unroll)                                                             \
-  void name(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s, bool wg, bool) { \
+  }                                                                                                          \
+  void name##Amsgrad(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s, bool wg, \
+                     bool) {                                                                                 \
     RuleChunkX<AdamRule<decoupled>, unroll>(w, g, m, v, x, n, s, wg);                                        \
   }
-RN_ADAM_X_KERNEL(AdamAmsgrad, false, 1)
-RN_ADAM_X_KERNEL(AdamAmsgrad2, false, 2)
-RN_ADAM_X_KERNEL(AdamAmsgrad4, false, 4)
-RN_ADAM_X_KERNEL(AdamWAmsgrad, true, 1)
-RN_ADAM_X_KERNEL(AdamWAmsgrad2, true, 2)
-RN_ADAM_X_KERNEL(AdamWAmsgrad4, true, 4)
-#undef RN_ADAM_X_KERNEL
+RN_ADAM_KERNELS(Adam, false, 1)
+RN_ADAM_KERNELS(Adam2, false, 2)
+RN_ADAM_KERNELS(Adam4, false, 4)
+RN_ADAM_KERNELS(AdamW, true, 1)
+RN_ADAM_KERNELS(AdamW2, true, 2)
+RN_ADAM_KERNELS(AdamW4, true, 4)
+#undef RN_ADAM_KERNELS
 
 // The fused update-and-copy loops (fused_update-inl.h; one per vector width, no unroll).
 void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
@@ -83,17 +75,17 @@ namespace renaissance {
 namespace cpu {
 
 HWY_EXPORT(Adam);
-HWY_EXPORT(Adam2);
-HWY_EXPORT(Adam4);
-HWY_EXPORT(AdamW);
-HWY_EXPORT(AdamW2);
-HWY_EXPORT(AdamW4);
 HWY_EXPORT(AdamAmsgrad);
-HWY_EXPORT(AdamAmsgrad2);
-HWY_EXPORT(AdamAmsgrad4);
+HWY_EXPORT(Adam2);
+HWY_EXPORT(Adam2Amsgrad);
+HWY_EXPORT(Adam4);
+HWY_EXPORT(Adam4Amsgrad);
+HWY_EXPORT(AdamW);
 HWY_EXPORT(AdamWAmsgrad);
-HWY_EXPORT(AdamWAmsgrad2);
-HWY_EXPORT(AdamWAmsgrad4);
+HWY_EXPORT(AdamW2);
+HWY_EXPORT(AdamW2Amsgrad);
+HWY_EXPORT(AdamW4);
+HWY_EXPORT(AdamW4Amsgrad);
 HWY_EXPORT(AdamFused);
 HWY_EXPORT(AdamWFused);
 
@@ -107,8 +99,8 @@ ElementwiseFn adam_kernel(bool decoupled, unsigned unroll) {
 
 ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll) {
   switch (unroll) {
-    case 2: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad2) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad2);
-    case 4: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad4) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad4);
+    case 2: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW2Amsgrad) : &HWY_DYNAMIC_DISPATCH(Adam2Amsgrad);
+    case 4: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW4Amsgrad) : &HWY_DYNAMIC_DISPATCH(Adam4Amsgrad);
     default: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad);
   }
 }

@@ -149,22 +149,22 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
   // Inf exactly when its encoding is), at their place in node.g (which holds both groups' spans).
   const GradSource g_src = grad_source(ctx, node);
   auto has_non_finite = [&](const Span& s, uint64_t at, uint64_t n) {
-    if (node.grad_table.count != 0) {
-      const uint64_t elem = precision_bytes(node.grad_dtype);
-      const uint64_t b = (s.offset - node.g.offset) / elem + at;
+    if (node.grad.table.count != 0) {
+      const uint64_t elem = precision_bytes(node.grad.encoding);
+      const uint64_t b = (s.offset - node.span(Family::kG).offset) / elem + at;
       return fp32_has_non_finite(fp32_grad(g_src, b, b + n) + b, n);
     }
-    if (node.grad_dtype != Precision::kFp32) return encoded_has_non_finite(node.grad_dtype, ctx.at<uint16_t>(s) + at, n);
+    if (node.grad.encoding != Precision::kFp32) return encoded_has_non_finite(node.grad.encoding, ctx.at<uint16_t>(s) + at, n);
     return fp32_has_non_finite(ctx.at<float>(s) + at, n);
   };
   if (const int32_t* mask = tensor_mask(ctx, node)) {
     // tensor_mask: the unmasked tensors' items only (a masked tensor's G is never looked at).
     for (int group = 0; group < 2; ++group) {
-      const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
-      parallel_blocks(ctx.threads, node.group_items[group].count, 1, [&](uint64_t b, uint64_t e) {
+      const HyperItem* items = ctx.at<HyperItem>(node.work.group_items[group]);
+      parallel_blocks(ctx.threads, node.work.group_items[group].count, 1, [&](uint64_t b, uint64_t e) {
         for (uint64_t k = b; k < e; ++k) {
           if (block_masked(mask, items[k].block)) continue;
-          if (has_non_finite(node.group_g[group], static_cast<uint64_t>(items[k].start), static_cast<uint64_t>(items[k].count))) {
+          if (has_non_finite(node.work.group_g[group], static_cast<uint64_t>(items[k].start), static_cast<uint64_t>(items[k].count))) {
             found.store(true, std::memory_order_relaxed);
           }
         }
@@ -178,9 +178,9 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
     // 0.992 (dev VM, 8 interleaved rounds). Through a gradient table a block is
     // first gathered into the thread's buffer (64 KiB of floats at one chunk, which L2 holds);
     // longer blocks were not measured there, so that path keeps 1 chunk.
-    const uint64_t block = (node.grad_table.count != 0 ? 1 : kCheckBlockChunks) * ctx.tuning.chunk_elements;
-    parallel_blocks(ctx.threads, node.g.count, block, [&](uint64_t begin, uint64_t end) {
-      if (has_non_finite(node.g, begin, end - begin)) found.store(true, std::memory_order_relaxed);
+    const uint64_t block = (node.grad.table.count != 0 ? 1 : kCheckBlockChunks) * ctx.tuning.chunk_elements;
+    parallel_blocks(ctx.threads, node.span(Family::kG).count, block, [&](uint64_t begin, uint64_t end) {
+      if (has_non_finite(node.span(Family::kG), begin, end - begin)) found.store(true, std::memory_order_relaxed);
     }, ctx.tuning.schedule);
   }
   ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
@@ -200,15 +200,15 @@ std::vector<ElementRun> masked_runs(const CpuContext& ctx, const GraphNode& node
   std::vector<ElementRun> runs;
   const int32_t* mask = tensor_mask(ctx, node);
   if (mask == nullptr) return runs;
-  const uint64_t element_bytes = precision_bytes(node.grad_dtype);
-  const int64_t count = static_cast<int64_t>(node.g.count);
+  const uint64_t element_bytes = precision_bytes(node.grad.encoding);
+  const int64_t count = static_cast<int64_t>(node.span(Family::kG).count);
   for (int group = 0; group < 2; ++group) {
     // Signed, and each run clipped to the node's span: a sharded step's node covers only its
-    // rank's tiles, which may start inside the group (ShardedStep cuts node.g, not the tables).
-    const int64_t first = (static_cast<int64_t>(node.group_g[group].offset) - static_cast<int64_t>(node.g.offset)) /
+    // rank's tiles, which may start inside the group (ShardedStep cuts the node's G span, not the tables).
+    const int64_t first = (static_cast<int64_t>(node.work.group_g[group].offset) - static_cast<int64_t>(node.span(Family::kG).offset)) /
                           static_cast<int64_t>(element_bytes);
-    const HyperItem* items = ctx.at<HyperItem>(node.group_items[group]);
-    for (uint64_t k = 0; k < node.group_items[group].count; ++k) {
+    const HyperItem* items = ctx.at<HyperItem>(node.work.group_items[group]);
+    for (uint64_t k = 0; k < node.work.group_items[group].count; ++k) {
       if (!block_masked(mask, items[k].block)) continue;
       const int64_t b = std::max<int64_t>(0, first + items[k].start);
       const int64_t e = std::min<int64_t>(count, first + items[k].start + items[k].count);
@@ -245,19 +245,19 @@ const float* masked_fp32_grad(const GradSource& src, uint64_t begin, uint64_t en
 }  // namespace
 
 void run_GRAD_NORM_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
-  const GradSource g_src = grad_source(ctx, node);  // node.grad_dtype encodings (grad_dtype.h)
+  const GradSource g_src = grad_source(ctx, node);  // G in node.grad.encoding (grad_dtype.h)
   double* partials = ctx.at<double>(node.norm.partials);
   const float* s = ctx.scalars.f32;
-  const bool check = node.check_finite;
+  const bool check = node.flags.check_finite;
   std::atomic<bool> found{false};
   auto* fn = &HWY_DYNAMIC_DISPATCH(GradNormPartials);
   const std::vector<ElementRun> runs = masked_runs(ctx, node);
   parallel_blocks(ctx.threads, node.norm.partials.count, 1, [&](uint64_t b, uint64_t e) {
     // The widened tiles [b, e) of G (kGradNormTile elements each, the last one shorter).
     const uint64_t begin = b * static_cast<uint64_t>(math::kGradNormTile);
-    const uint64_t end = std::min<uint64_t>(node.g.count, e * static_cast<uint64_t>(math::kGradNormTile));
+    const uint64_t end = std::min<uint64_t>(node.span(Family::kG).count, e * static_cast<uint64_t>(math::kGradNormTile));
     const float* g = runs.empty() ? fp32_grad(g_src, begin, end) : masked_fp32_grad(g_src, begin, end, runs);
-    if (fn(g, node.g.count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
+    if (fn(g, node.span(Family::kG).count, b, e, s, check, partials)) found.store(true, std::memory_order_relaxed);
   }, ctx.tuning.schedule);
   if (check) ctx.scalars.i32[kHasNonFinite] = found.load() ? 1 : 0;
 }
@@ -275,27 +275,16 @@ void clip_coefficient(const CpuContext& ctx, const GraphNode& node) {
   ctx.scalars.f64[kGradNormD] = total;
   // Task-wide: the same coefficient in every hyperparameter block (scalars.h).
   const float coefficient = math::clip_coefficient(total, ctx.scalars.f64[kMaxGradNormD]);
-  for (int h = 0; h < node.hyper_groups; ++h) ctx.scalars.f32[h * kNumScalarF32 + kClipCoefficient] = coefficient;
+  for (int h = 0; h < node.work.hyper_groups; ++h) ctx.scalars.f32[h * kNumScalarF32 + kClipCoefficient] = coefficient;
 }
 
 }  // namespace
 
 // A skipped step leaves the last total norm and the coefficient as they were. Then the step
-// counter (math::advance_step): with clipping this node replaces ADVANCE_STEP.
+// counters (advance_counters, as ADVANCE_STEP): with clipping this node replaces ADVANCE_STEP.
 void run_CLIP_COEFFICIENT(const CpuContext& ctx, const GraphNode& node) {
   if (!ctx.step_skipped()) clip_coefficient(ctx, node);
-  if (node.tensor_state.count == 0) {
-    math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
-    return;
-  }
-  // tensor_mask: each tensor's own count (block b = tensor b), as run_ADVANCE_STEP.
-  int32_t* state = ctx.at<int32_t>(node.tensor_state);
-  const int n = static_cast<int>(node.tensor_state.count / 2);
-  for (int b = 0; b < n; ++b) {
-    math::advance_tensor_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, b, state,
-                              state + n);
-  }
-  math::advance_task_counters(ctx.scalars.i32);
+  advance_counters(ctx, node);
 }
 
 const char* current_simd_target() {

@@ -54,7 +54,7 @@ HWY_EXPORT(LambBias);
 
 // TileArgs::state = {M, V}, as LambRule::operands reads them.
 void run_UPDATE_LAMB(const CpuContext& ctx, const GraphNode& node) {
-  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LambTilesUpdate), TileGrad::kNone, node.m, node.v);
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LambTilesUpdate), TileGrad::kNone, node.span(Family::kM), node.span(Family::kV));
 }
 
 // The bias-like group only (the compiler never gives it a weight-group node): r = 1, wd = 0.

@@ -45,10 +45,10 @@ HWY_EXPORT(LarsNesterovUpdate);
 
 // TileArgs::state = {M}, as LarsRule::operands reads it.
 void run_UPDATE_LARS(const CpuContext& ctx, const GraphNode& node) {
-  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsUpdate), TileGrad::kRead, node.m);
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsUpdate), TileGrad::kRead, node.span(Family::kM));
 }
 void run_UPDATE_LARS_NESTEROV(const CpuContext& ctx, const GraphNode& node) {
-  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate), TileGrad::kRead, node.m);
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate), TileGrad::kRead, node.span(Family::kM));
 }
 
 }  // namespace cpu

@@ -120,7 +120,7 @@ void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t 
   const CopyTensor* tensors_end = tensors + node.copy.tensors.tensors.count;
   const uint64_t base = node.copy.base;
   const uint32_t task_t = static_cast<uint32_t>(ctx.scalars.i32[kStep]);
-  const int32_t* steps = node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
+  const int32_t* steps = node.work.tensor_state.count ? ctx.at<int32_t>(node.work.tensor_state) + node.work.tensor_state.count / 2 : nullptr;
   auto padding = [&](uint64_t lo, uint64_t hi) {
     if (kPadding && lo < hi) fn(lo, hi, static_cast<const CopyTensor*>(nullptr), uint64_t{0}, uint64_t{0});
   };
@@ -145,7 +145,7 @@ void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t 
 
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end) {
   const ModelCopy& copy = node.copy;
-  const float* w = ctx.at<float>(node.w);
+  const float* w = ctx.at<float>(node.span(Family::kW));
   uint16_t* c = ctx.at<uint16_t>(copy.c);
   // A masked tensor's copy is rewritten from its unchanged master with its unchanged key, so it
   // keeps its bits.
@@ -159,14 +159,14 @@ void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t beg
 void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, FusedMode with_copy, FusedMode no_copy,
                      uint64_t begin, uint64_t end, const float* s) {
   const ModelCopy& copy = node.copy;
-  float* w = ctx.at<float>(node.w);
-  const char* g = ctx.at<char>(node.g);
-  const uint64_t g_elem = precision_bytes(node.grad_dtype);
-  float* m = node.m.count ? ctx.at<float>(node.m) : nullptr;
-  float* v = node.v.count ? ctx.at<float>(node.v) : nullptr;
+  float* w = ctx.at<float>(node.span(Family::kW));
+  const char* g = ctx.at<char>(node.span(Family::kG));
+  const uint64_t g_elem = precision_bytes(node.grad.encoding);
+  float* m = node.span(Family::kM).count ? ctx.at<float>(node.span(Family::kM)) : nullptr;
+  float* v = node.span(Family::kV).count ? ctx.at<float>(node.span(Family::kV)) : nullptr;
   uint16_t* c = copy.c.count ? ctx.at<uint16_t>(copy.c) : nullptr;
   const bool weight_group = node.group == Group::kWeight;
-  const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
+  const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
   // Elements [lo, hi): inside tensor t (copy written, keyed by `step`), or padding (t null).
   auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step, uint64_t first) {
     FusedPiece p;

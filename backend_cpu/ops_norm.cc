@@ -1,8 +1,8 @@
 // CPU ops of the norm passes: NORM_TILE_PARTIALS (the tile walker's norm pass, tile_walker-inl.h:
 // the per-tile squared norms of w and of a second array in the canonical order of
-// renaissance/math/norm_reduction.h; the second array is the rule node.norm_inputs names: ĝ for
+// renaissance/math/norm_reduction.h; the second array is the rule node.norm.inputs names: ĝ for
 // LARS, LAMB's u after the moment update) and NORM_TRUST_RATIO (each tensor's partials combined by
-// math::combine_tile_partials, then the formula node.ratio names, from the math file).
+// math::combine_tile_partials, then the formula node.norm.ratio names, from the math file).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_norm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -63,11 +63,11 @@ HWY_EXPORT(LambMomentPartials);
 
 // TileArgs::state: none for LARS, {M, V} for LAMB, as the rules' operands read them.
 void run_NORM_TILE_PARTIALS(const CpuContext& ctx, const GraphNode& node) {
-  switch (node.norm_inputs) {
+  switch (node.norm.inputs) {
     case NormInputs::kWeightAndGradient:
       return run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(WeightAndGradientPartials), TileGrad::kRead);
     case NormInputs::kLambMoments:
-      return run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LambMomentPartials), TileGrad::kRead, node.m, node.v);
+      return run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LambMomentPartials), TileGrad::kRead, node.span(Family::kM), node.span(Family::kV));
   }
 }
 
@@ -75,14 +75,14 @@ void run_NORM_TRUST_RATIO(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
   const NormTensor* tensors = ctx.at<NormTensor>(node.norm.tensors);
   const double* partials = ctx.at<double>(node.norm.partials);
-  float* ratio = ctx.at<float>(node.n);
+  float* ratio = ctx.at<float>(node.span(Family::kN));
   // H > 1: each tensor's ratio from its own block's configured doubles (scalars.h).
-  const int32_t* blocks = node.tensor_blocks.count ? ctx.at<int32_t>(node.tensor_blocks) : nullptr;
+  const int32_t* blocks = node.work.tensor_blocks.count ? ctx.at<int32_t>(node.work.tensor_blocks) : nullptr;
   for (uint64_t k = 0; k < node.norm.tensors.count; ++k) {
     double sums[math::kNormComponents];
     math::combine_tile_partials(partials + math::kNormComponents * tensors[k].first_tile, tensors[k].tile_count, sums);
     const double* f64 = ctx.scalars.f64 + (blocks ? blocks[k] * kNumScalarF64 : 0);
-    ratio[k] = math::trust_ratio(node.ratio == NormRatio::kLamb, sums[0], sums[1], f64);
+    ratio[k] = math::trust_ratio(node.norm.ratio == NormRatio::kLamb, sums[0], sums[1], f64);
   }
 }
 

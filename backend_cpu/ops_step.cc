@@ -7,19 +7,21 @@
 namespace renaissance {
 namespace cpu {
 
-void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) {
-  if (node.tensor_state.count == 0) {
-    math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups);
+void advance_counters(const CpuContext& ctx, const GraphNode& node) {
+  if (node.work.tensor_state.count == 0) {
+    math::advance_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, node.work.hyper_groups);
     return;
   }
   // tensor_mask: every tensor's own count (block b = tensor b), then the task-wide counters.
-  int32_t* mask = ctx.at<int32_t>(node.tensor_state);
-  const int n = static_cast<int>(node.tensor_state.count / 2);
+  int32_t* mask = ctx.at<int32_t>(node.work.tensor_state);
+  const int n = static_cast<int>(node.work.tensor_state.count / 2);
   for (int b = 0; b < n; ++b) {
-    math::advance_tensor_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, b, mask, mask + n);
+    math::advance_tensor_step(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, b, mask, mask + n);
   }
   math::advance_task_counters(ctx.scalars.i32);
 }
+
+void run_ADVANCE_STEP(const CpuContext& ctx, const GraphNode& node) { advance_counters(ctx, node); }
 
 }  // namespace cpu
 }  // namespace renaissance

@@ -101,8 +101,8 @@ struct AccessTypes {
 // no tensor (a sharded step's slice of padding only): every element is then padding and the
 // writer stores nothing, as no copy would.
 inline Access node_access(const GraphNode& node) {
-  if (node.copy.c.count == 0) return {node.grad_dtype, Precision::kFp32, Rounding::kNearest};
-  return {node.grad_dtype, node.copy.precision, node.copy.rounding};
+  if (node.copy.c.count == 0) return {node.grad.encoding, Precision::kFp32, Rounding::kNearest};
+  return {node.grad.encoding, node.copy.precision, node.copy.rounding};
 }
 
 [[noreturn]] inline void refuse_access(const Access& a, const char* what) {
@@ -124,7 +124,7 @@ inline int checked_access(const GraphNode& node, const char* what) {
 template <class Grad>
 Grad arena_grad(const CudaContext& ctx, const GraphNode& node) {
   using Element = std::remove_const_t<std::remove_pointer_t<decltype(Grad::p)>>;
-  return Grad{ctx.at<const Element>(node.g)};
+  return Grad{ctx.at<const Element>(node.span(Family::kG))};
 }
 
 // The reader of the node's G for entry I: through the gradient table when the step has one
@@ -132,10 +132,10 @@ Grad arena_grad(const CudaContext& ctx, const GraphNode& node) {
 template <int I, class Launch>
 void launch_with_grad_of(const CudaContext& ctx, const GraphNode& node, Launch&& launch) {
   using T = AccessTypes<I>;
-  if (node.grad_table.count != 0) {
-    // The plan's tensor table of node.g's view and this step's chunk addresses (grad_chunks.cu).
-    const GradTableRef ref{table_lookup(ctx.arena, node.grad_tensors), ctx.at<const uint64_t>(node.grad_table),
-                           ctx.at<const uint64_t>(node.grad_chunk_addresses)};
+  if (node.grad.table.count != 0) {
+    // The plan's tensor table of the view of the node's G span and this step's chunk addresses (grad_chunks.cu).
+    const GradTableRef ref{table_lookup(ctx.arena, node.grad.tensors), ctx.at<const uint64_t>(node.grad.table),
+                           ctx.at<const uint64_t>(node.grad.chunk_addresses)};
     return launch(typename T::TableGrad{ref, 0});
   }
   launch(arena_grad<typename T::ArenaGrad>(ctx, node));
@@ -148,7 +148,7 @@ Copy node_copy(const CudaContext& ctx, const GraphNode& node) {
   } else {
     // tensor_mask: each tensor's own step count keys its rounding (S_TENSOR_INT32's second half).
     const int32_t* steps =
-        node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) + node.tensor_state.count / 2 : nullptr;
+        node.work.tensor_state.count ? ctx.at<const int32_t>(node.work.tensor_state) + node.work.tensor_state.count / 2 : nullptr;
     return Copy{ctx.at<uint16_t>(node.copy.c), table_lookup(ctx.arena, node.copy.tensors), node.copy.base,
                 node.copy.seed, ctx.scalars.i32, steps};
   }
@@ -185,11 +185,11 @@ void with_grad(const CudaContext& ctx, const GraphNode& node, Launch&& launch) {
   // Only G's encoding matters here: any copy the table has with it selects the same reader.
   int index = -1;
   for (int i = 0; i < kNumAccess && index < 0; ++i) {
-    if (kAccessTable[i].grad == node.grad_dtype) index = i;
+    if (kAccessTable[i].grad == node.grad.encoding) index = i;
   }
   if (index < 0) {
     throw Error(ErrorKind::kInvalidArgument, "cuda backend: no gradient reader for encoding " +
-                                                 std::to_string(static_cast<int>(node.grad_dtype)));
+                                                 std::to_string(static_cast<int>(node.grad.encoding)));
   }
   dispatch_grad(index, ctx, node, launch);
 }

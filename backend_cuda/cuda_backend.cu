@@ -147,15 +147,8 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
-    prepared_ = &step;
-    prepared_nodes_ = step.node_count();
+    prepare_program(step, &prepared_, &prepared_nodes_, &graph_, &graph_exec_);
     if (!options_.cuda_graph) return;
-    try {
-      capture(step, &graph_, &graph_exec_);
-    } catch (...) {
-      prepared_ = nullptr;
-      throw;
-    }
     size_t nodes = 0;
     RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
     graph_nodes_ = static_cast<int>(nodes);
@@ -165,15 +158,7 @@ class CudaBackend final : public Backend {
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
     release_alternate();
-    alt_prepared_ = &step;
-    alt_nodes_ = step.node_count();
-    if (!options_.cuda_graph) return;
-    try {
-      capture(step, &alt_graph_, &alt_exec_);
-    } catch (...) {
-      alt_prepared_ = nullptr;
-      throw;
-    }
+    prepare_program(step, &alt_prepared_, &alt_nodes_, &alt_graph_, &alt_exec_);
   }
 
   void execute(const CompiledStep& step) override {
@@ -358,6 +343,22 @@ class CudaBackend final : public Backend {
     alt_exec_ = nullptr;
     alt_graph_ = nullptr;
     alt_prepared_ = nullptr;
+  }
+
+  // Makes `step` the program that *prepared names (with its node count in *nodes, which execute
+  // checks) and, with CUDA graphs on, captures it into *graph / *exec; a failed capture leaves
+  // no program prepared.
+  void prepare_program(const CompiledStep& step, const CompiledStep** prepared, size_t* nodes, cudaGraph_t* graph,
+                       cudaGraphExec_t* exec) {
+    *prepared = &step;
+    *nodes = step.node_count();
+    if (!options_.cuda_graph) return;
+    try {
+      capture(step, graph, exec);
+    } catch (...) {
+      *prepared = nullptr;
+      throw;
+    }
   }
 
   // Captures every node of `step` into *graph, instantiated and uploaded into *exec.

@@ -43,7 +43,7 @@ __device__ __forceinline__ const float* tensor_scalars(const float* s, const int
 __device__ __forceinline__ bool block_masked(const int32_t* mask, int32_t b) { return mask != nullptr && mask[b] != 0; }
 // The node's mask array on the device, or nullptr without the flag.
 inline const int32_t* node_mask(const CudaContext& ctx, const GraphNode& node) {
-  return node.tensor_state.count ? ctx.at<const int32_t>(node.tensor_state) : nullptr;
+  return node.work.tensor_state.count ? ctx.at<const int32_t>(node.work.tensor_state) : nullptr;
 }
 
 // Whether a rule has `apply_x(w, g, m, v, x, c)`, its form with the VMAX family (amsgrad; the rule
@@ -180,22 +180,22 @@ __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
 // Launches Rule over the node's group span (w, g and, when the rule has them, m and v).
 template <class Rule, bool kHasM, bool kHasV>
 void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const char* name) {
-  const uint64_t n4 = node.w.count / 4;
+  const uint64_t n4 = node.span(Family::kW).count / 4;
   if (n4 == 0) return;
-  float4* m = kHasM ? ctx.at<float4>(node.m) : nullptr;
-  float4* v = kHasV ? ctx.at<float4>(node.v) : nullptr;
+  float4* m = kHasM ? ctx.at<float4>(node.span(Family::kM)) : nullptr;
+  float4* v = kHasV ? ctx.at<float4>(node.span(Family::kV)) : nullptr;
   // VMAX (amsgrad): only a rule with apply_x reads it.
-  if (node.vmax.count != 0 && !RuleHasX<Rule>::value) throw_invalid(std::string(name) + " reads no VMAX family");
-  float4* x = RuleHasX<Rule>::value && node.vmax.count != 0 ? ctx.at<float4>(node.vmax) : nullptr;
+  if (node.span(Family::kVmax).count != 0 && !RuleHasX<Rule>::value) throw_invalid(std::string(name) + " reads no VMAX family");
+  float4* x = RuleHasX<Rule>::value && node.span(Family::kVmax).count != 0 ? ctx.at<float4>(node.span(Family::kVmax)) : nullptr;
   with_access(ctx, node, [&](auto g, auto copy) {
     using G = decltype(g);
     using Copy = decltype(copy);
-    if (node.hyper_items.count != 0) {
+    if (node.work.hyper_items.count != 0) {
       constexpr auto kernel = &elementwise_items_kernel<Rule, kHasM, kHasV, G, Copy>;
       const int block = fit_block<kernel>(ctx.launch.block);
-      const int64_t items = static_cast<int64_t>(node.hyper_items.count);
+      const int64_t items = static_cast<int64_t>(node.work.hyper_items.count);
       kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
-          ctx.at<float4>(node.w), g, m, v, x, ctx.at<const HyperItem>(node.hyper_items), items, ctx.scalars.f32,
+          ctx.at<float4>(node.span(Family::kW)), g, m, v, x, ctx.at<const HyperItem>(node.work.hyper_items), items, ctx.scalars.f32,
           ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node), copy);
       RN_CUDA_CHECK_LAUNCH(name);
       return;
@@ -204,7 +204,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     const int block = fit_block<kernel>(ctx.launch.block);
     // A warp-pair writer takes two quads per thread and trip: half the threads cover the span.
     const unsigned grid = grid_for(Copy::kWarpPairs ? (n4 + 1) / 2 : n4, block, ctx.launch);
-    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.w), g, m, v, x, n4, ctx.scalars.f32, ctx.scalars.i32,
+    kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.span(Family::kW)), g, m, v, x, n4, ctx.scalars.f32, ctx.scalars.i32,
                                            node.group == Group::kWeight, copy);
     RN_CUDA_CHECK_LAUNCH(name);
   });

@@ -36,8 +36,8 @@ GradChunkJobs grad_chunk_jobs(const CompiledStep& step) {
   GradChunkJobs jobs;
   for (const auto& graph : step.graphs) {
     for (const GraphNode& node : graph) {
-      const Span& out = node.grad_chunk_addresses;
-      if (node.grad_table.count == 0 || out.count == 0) continue;
+      const Span& out = node.grad.chunk_addresses;
+      if (node.grad.table.count == 0 || out.count == 0) continue;
       bool listed = false;
       for (uint32_t j = 0; j < jobs.count; ++j) listed = listed || jobs.job[j].out_offset == out.offset;
       if (listed) continue;
@@ -46,12 +46,12 @@ GradChunkJobs grad_chunk_jobs(const CompiledStep& step) {
                                              std::to_string(kNumTableViews) + " tensor tables");
       }
       GradChunkJob& job = jobs.job[jobs.count++];
-      job.tensors = node.grad_tensors;
-      job.table_offset = node.grad_table.offset;
+      job.tensors = node.grad.tensors;
+      job.table_offset = node.grad.table.offset;
       job.out_offset = out.offset;
-      job.span = node.g.count;
+      job.span = node.span(Family::kG).count;
       job.first_chunk = jobs.total;
-      job.elem = precision_bytes(node.grad_dtype);
+      job.elem = precision_bytes(node.grad.encoding);
       jobs.total += out.count;
     }
   }

@@ -264,20 +264,20 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
   unsigned grid = tile_grid(num_tiles, ctx.launch);
   if (ctx.launch.grid == 0) grid = std::min<unsigned>(grid, ctx.launch.sm_count * (2048 / kNormLanes));
   GradMask gm;
-  if (node.tensor_state.count != 0) {
-    const uint64_t element_bytes = precision_bytes(node.grad_dtype);
-    gm.mask = ctx.at<const int32_t>(node.tensor_state);
+  if (node.work.tensor_state.count != 0) {
+    const uint64_t element_bytes = precision_bytes(node.grad.encoding);
+    gm.mask = ctx.at<const int32_t>(node.work.tensor_state);
     for (int group = 0; group < 2; ++group) {
-      gm.items[group] = ctx.at<const HyperItem>(node.group_items[group]);
-      gm.count[group] = static_cast<int64_t>(node.group_items[group].count);
-      // Signed: a sharded step's node starts inside the group (ShardedStep cuts node.g to its tiles).
-      gm.first[group] = (static_cast<int64_t>(node.group_g[group].offset) - static_cast<int64_t>(node.g.offset)) /
+      gm.items[group] = ctx.at<const HyperItem>(node.work.group_items[group]);
+      gm.count[group] = static_cast<int64_t>(node.work.group_items[group].count);
+      // Signed: a sharded step's node starts inside the group (ShardedStep cuts the node's G span to its tiles).
+      gm.first[group] = (static_cast<int64_t>(node.work.group_g[group].offset) - static_cast<int64_t>(node.span(Family::kG).offset)) /
                         static_cast<int64_t>(element_bytes);
     }
   }
   with_grad(ctx, node, [&](auto g) {
     grad_norm_partials_kernel<<<grid, kNormLanes, 0, ctx.stream>>>(
-        g, node.g.count, num_tiles, ctx.scalars.f32, node.check_finite, ctx.scalars.i32, ctx.check_scratch,
+        g, node.span(Family::kG).count, num_tiles, ctx.scalars.f32, node.flags.check_finite, ctx.scalars.i32, ctx.check_scratch,
         ctx.at<double>(node.norm.partials), gm);
     RN_CUDA_CHECK_LAUNCH("grad_norm_partials_kernel");
   });
@@ -286,21 +286,21 @@ void launch_GRAD_NORM_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
 void launch_CLIP_COEFFICIENT(const CudaContext& ctx, const GraphNode& node) {
   clip_coefficient_kernel<<<1, kCoefficientBlock, 0, ctx.stream>>>(
       ctx.at<const double>(node.norm.partials), static_cast<int64_t>(node.norm.partials.count), ctx.scalars.i32,
-      ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, node.hyper_groups,
-      node.tensor_state.count ? ctx.at<int32_t>(node.tensor_state) : nullptr,
-      static_cast<int>(node.tensor_state.count / 2));
+      ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, node.work.hyper_groups,
+      node.work.tensor_state.count ? ctx.at<int32_t>(node.work.tensor_state) : nullptr,
+      static_cast<int>(node.work.tensor_state.count / 2));
   RN_CUDA_CHECK_LAUNCH("clip_coefficient_kernel");
 }
 
 void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
-  if (node.tensor_state.count != 0) {
-    const int64_t bias = static_cast<int64_t>(node.group_items[0].count);
-    const int64_t weight = static_cast<int64_t>(node.group_items[1].count);
+  if (node.work.tensor_state.count != 0) {
+    const int64_t bias = static_cast<int64_t>(node.work.group_items[0].count);
+    const int64_t weight = static_cast<int64_t>(node.work.group_items[1].count);
     // The two groups' G spans: the node's reader (arena or gradient table) moved to each group's
     // first element in node.g (group_g lie inside it).
-    const int64_t element_bytes = precision_bytes(node.grad_dtype);
-    const int64_t bias_first = (static_cast<int64_t>(node.group_g[0].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
-    const int64_t weight_first = (static_cast<int64_t>(node.group_g[1].offset) - static_cast<int64_t>(node.g.offset)) / element_bytes;
+    const int64_t element_bytes = precision_bytes(node.grad.encoding);
+    const int64_t bias_first = (static_cast<int64_t>(node.work.group_g[0].offset) - static_cast<int64_t>(node.span(Family::kG).offset)) / element_bytes;
+    const int64_t weight_first = (static_cast<int64_t>(node.work.group_g[1].offset) - static_cast<int64_t>(node.span(Family::kG).offset)) / element_bytes;
     with_grad(ctx, node, [&](auto g) {
       const auto g_bias = g + bias_first;
       const auto g_weight = g + weight_first;
@@ -308,14 +308,14 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
       const int block = fit_block<kernel>(ctx.launch.block);
       // At least one block: the flag is written every step.
       kernel<<<tile_grid(std::max<int64_t>(bias + weight, 1), ctx.launch), block, 0, ctx.stream>>>(
-          g_bias, ctx.at<const HyperItem>(node.group_items[0]), bias, g_weight,
-          ctx.at<const HyperItem>(node.group_items[1]), weight, ctx.at<const int32_t>(node.tensor_state),
+          g_bias, ctx.at<const HyperItem>(node.work.group_items[0]), bias, g_weight,
+          ctx.at<const HyperItem>(node.work.group_items[1]), weight, ctx.at<const int32_t>(node.work.tensor_state),
           ctx.scalars.i32, ctx.check_scratch);
       RN_CUDA_CHECK_LAUNCH("check_finite_items_kernel");
     });
     return;
   }
-  const uint64_t n4 = node.g.count / 4;  // G spans are multiples of 64 elements
+  const uint64_t n4 = node.span(Family::kG).count / 4;  // G spans are multiples of 64 elements
   // Launched even for an empty G (one block): the flag is written every step. The default grid
   // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
   // tickets number about a thousand, not one per 4 KB of gradients.

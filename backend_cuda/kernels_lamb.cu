@@ -36,7 +36,7 @@ struct LambBiasRule {
 }  // namespace
 
 void launch_UPDATE_LAMB(const CudaContext& ctx, const GraphNode& node) {
-  launch_tile_update<LambRule>(ctx, node, "lamb update kernel", node.m, node.v);
+  launch_tile_update<LambRule>(ctx, node, "lamb update kernel", node.span(Family::kM), node.span(Family::kV));
 }
 
 void launch_UPDATE_LAMB_BIAS(const CudaContext& ctx, const GraphNode& node) {

@@ -27,10 +27,10 @@ struct LarsRule {
 }  // namespace
 
 void launch_UPDATE_LARS(const CudaContext& ctx, const GraphNode& node) {
-  launch_tile_update<LarsRule<false>>(ctx, node, "lars update kernel", node.m);
+  launch_tile_update<LarsRule<false>>(ctx, node, "lars update kernel", node.span(Family::kM));
 }
 void launch_UPDATE_LARS_NESTEROV(const CudaContext& ctx, const GraphNode& node) {
-  launch_tile_update<LarsRule<true>>(ctx, node, "lars_nesterov update kernel", node.m);
+  launch_tile_update<LarsRule<true>>(ctx, node, "lars_nesterov update kernel", node.span(Family::kM));
 }
 
 }  // namespace cuda

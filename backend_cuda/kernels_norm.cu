@@ -1,5 +1,5 @@
 // CUDA ops of the norm passes: NORM_TILE_PARTIALS (the tile walker's norm kernel,
-// tile_walker.cuh: the per-tile squared norms of w and of the array the rule node.norm_inputs
+// tile_walker.cuh: the per-tile squared norms of w and of the array the rule node.norm.inputs
 // names, in the canonical order of renaissance/math/norm_reduction.h: ĝ for LARS, or LAMB's phase
 // 1, which updates m and v and squares u) and NORM_TRUST_RATIO (each tensor's partials combined
 // by math::tensor_sum_lane and the lane tree, then the ratio formula of the math file). Each op is
@@ -63,11 +63,11 @@ __global__ void __launch_bounds__(kNormLanes)
 }  // namespace
 
 void launch_NORM_TILE_PARTIALS(const CudaContext& ctx, const GraphNode& node) {
-  switch (node.norm_inputs) {
+  switch (node.norm.inputs) {
     case NormInputs::kWeightAndGradient:
       return launch_tile_partials<WeightAndGradientRule>(ctx, node, "weight and gradient partials kernel");
     case NormInputs::kLambMoments:
-      return launch_tile_partials<LambMomentsRule>(ctx, node, "lamb moment partials kernel", node.m, node.v);
+      return launch_tile_partials<LambMomentsRule>(ctx, node, "lamb moment partials kernel", node.span(Family::kM), node.span(Family::kV));
   }
 }
 
@@ -76,8 +76,8 @@ void launch_NORM_TRUST_RATIO(const CudaContext& ctx, const GraphNode& node) {
   if (num_tensors == 0) return;
   trust_ratio_kernel<<<tile_grid(num_tensors, ctx.launch), kNormLanes, 0, ctx.stream>>>(
       ctx.at<const NormTensor>(node.norm.tensors), num_tensors, ctx.at<const double>(node.norm.partials),
-      ctx.scalars.f64, ctx.scalars.i32, node.ratio,
-      node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr, ctx.at<float>(node.n));
+      ctx.scalars.f64, ctx.scalars.i32, node.norm.ratio,
+      node.work.tensor_blocks.count ? ctx.at<const int32_t>(node.work.tensor_blocks) : nullptr, ctx.at<float>(node.span(Family::kN)));
   RN_CUDA_CHECK_LAUNCH("trust_ratio_kernel");
 }
 

@@ -27,7 +27,7 @@ struct SgdNesterovRule {
 
 template <template <bool> class Rule, bool kHasM>
 void launch_sgd_kind(const CudaContext& ctx, const GraphNode& node, const char* name) {
-  if (node.weight_decay_mode == WeightDecayMode::kL2) {
+  if (node.flags.weight_decay_mode == WeightDecayMode::kL2) {
     launch_elementwise<Rule<true>, kHasM, false>(ctx, node, name);
   } else {
     launch_elementwise<Rule<false>, kHasM, false>(ctx, node, name);

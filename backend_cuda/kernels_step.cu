@@ -58,16 +58,16 @@ void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, 
 }
 
 void launch_ADVANCE_STEP(const CudaContext& ctx, const GraphNode& node) {
-  if (node.tensor_state.count != 0) {
-    const int n = static_cast<int>(node.tensor_state.count / 2);
+  if (node.work.tensor_state.count != 0) {
+    const int n = static_cast<int>(node.work.tensor_state.count / 2);
     constexpr int kThreads = 128;
     advance_tensor_steps_kernel<<<(n + kThreads - 1) / kThreads + (n == 0 ? 1 : 0), kThreads, 0, ctx.stream>>>(
-        ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.bias_correction, n, ctx.at<int32_t>(node.tensor_state));
+        ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64, node.flags.bias_correction, n, ctx.at<int32_t>(node.work.tensor_state));
     RN_CUDA_CHECK_LAUNCH("advance_tensor_steps_kernel");
     return;
   }
   advance_step_kernel<<<1, 1, 0, ctx.stream>>>(ctx.scalars.i32, ctx.scalars.f32, ctx.scalars.f64,
-                                               node.bias_correction, node.hyper_groups);
+                                               node.flags.bias_correction, node.work.hyper_groups);
   RN_CUDA_CHECK_LAUNCH("advance_step_kernel");
 }
 

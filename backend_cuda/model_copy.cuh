@@ -30,7 +30,7 @@ struct CopyWriter {
   // per 8 elements; nearest rounding draws nothing and keeps one quad per thread.
   static constexpr bool kWarpPairs = kRounding == Rounding::kStochastic;
 
-  uint16_t* c;                  // the node's copy span; element e pairs with element e of node.w
+  uint16_t* c;                  // the node's copy span; element e pairs with element e of the node's W span
   CopyLookup lookup;            // the group's tensors and chunk index (the arena's tensor table)
   uint64_t base;                // element e of c is element base + e of the table (ModelCopy::base)
   uint64_t seed;

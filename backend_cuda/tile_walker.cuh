@@ -279,7 +279,7 @@ TileState<Rule::kStates> tile_state(const CudaContext& ctx, const State&... stat
 }
 
 inline const int32_t* node_blocks(const CudaContext& ctx, const GraphNode& node) {
-  return node.tensor_blocks.count ? ctx.at<const int32_t>(node.tensor_blocks) : nullptr;
+  return node.work.tensor_blocks.count ? ctx.at<const int32_t>(node.work.tensor_blocks) : nullptr;
 }
 
 // NORM_TILE_PARTIALS with Rule over the node's norm tiles; `state`: the node's spans of the
@@ -292,7 +292,7 @@ void launch_tile_partials(const CudaContext& ctx, const GraphNode& node, const c
   with_grad(ctx, node, [&](auto g) {
     constexpr auto kernel = partials_kernel_of<Rule, decltype(g)>(std::make_integer_sequence<int, Rule::kStates>{});
     kernel<<<tile_grid(num_tiles, ctx.launch), math::kNormLanes, 0, ctx.stream>>>(
-        ctx.at<const float>(node.w), g, st, ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32,
+        ctx.at<const float>(node.span(Family::kW)), g, st, ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.scalars.f32,
         ctx.scalars.i32, node_blocks(ctx, node), node_mask(ctx, node), ctx.at<double>(node.norm.partials));
     RN_CUDA_CHECK_LAUNCH(name);
   });
@@ -311,7 +311,7 @@ void launch_tile_update(const CudaContext& ctx, const GraphNode& node, const cha
         std::make_integer_sequence<int, Rule::kStates>{});
     const int block = fit_block<kernel>(ctx.launch.block);
     kernel<<<tile_grid(num_tiles, ctx.launch), block, 0, ctx.stream>>>(
-        ctx.at<float>(node.w), g, st, ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.at<const float>(node.n),
+        ctx.at<float>(node.span(Family::kW)), g, st, ctx.at<const NormTile>(node.norm.tiles), num_tiles, ctx.at<const float>(node.span(Family::kN)),
         ctx.scalars.f32, ctx.scalars.i32, node_blocks(ctx, node), node_mask(ctx, node), copy);
     RN_CUDA_CHECK_LAUNCH(name);
   };

@@ -21,9 +21,9 @@ Span region_span(const MemoryPlan& plan, Region r) {
 // S_GRAD_TABLE, with the plan's tensor table and chunk addresses of that view (graph.h).
 void attach_grad_table(const MemoryPlan& plan, GraphNode& node, TableView view) {
   if (!plan.config().gradient_table) return;
-  node.grad_table = region_span(plan, S_GRAD_TABLE);
-  node.grad_tensors = plan.tensor_table(view);
-  node.grad_chunk_addresses = plan.grad_chunk_addresses(view);
+  node.grad.table = region_span(plan, S_GRAD_TABLE);
+  node.grad.tensors = plan.tensor_table(view);
+  node.grad.chunk_addresses = plan.grad_chunk_addresses(view);
 }
 
 // read_mask false: compile_unmasked_step (graph.h), the program of a tensor_mask plan while no
@@ -68,91 +68,85 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
   step.scalars_f64 = region_span(plan, S_SCALAR_FP64);
   const KindInfo& kind = kind_info(config.kind);
   // The norm pass covers the weight group; its tables travel in every node that reads them.
-  NormTables norm_tables;
+  NormDesc norm_tables;
   if (kind.norm != NormPass::kNone) {
     norm_tables.tiles = region_span(plan, T_NORM_TILES);
     norm_tables.tensors = region_span(plan, T_NORM_TENSORS);
     norm_tables.partials = region_span(plan, T_NORM_PARTIALS);
   }
 
+  // A pre-step node over the whole G family: the non-finite check, or the clip norm's partials
+  // (fused with the check). With tensor_mask (and read_mask) it walks each group's items over that
+  // group's G span and skips the masked tensors: the partials read their elements as +0.0 (torch's
+  // clip_grad_norm_ sees only the parameters that have a .grad) and keep their canonical tile
+  // order, so the bits are those of the same step with that G zeroed.
+  auto g_family_node = [&](RangeOp op) {
+    GraphNode node;
+    node.kind = NodeKind::kRange;
+    node.range_op = op;
+    node.span(Family::kG) = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
+    node.grad.encoding = grad_dtype;
+    if (mask && read_mask) {
+      node.work.tensor_state = tensor_state;
+      for (Group group : {Group::kBiasLike, Group::kWeight}) {
+        node.work.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
+        node.work.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
+      }
+    }
+    attach_grad_table(plan, node, TableView::kFamily);
+    return node;
+  };
   auto& pre = step.graphs[static_cast<int>(GraphId::kPreStep)];
   step.clip = config.max_grad_norm > 0.0;
   if (step.clip) {
     // One read of G for both the check and the norm (docs/math.md, "Gradient-norm clipping").
-    GraphNode partials;
-    partials.kind = NodeKind::kRange;
-    partials.range_op = RangeOp::GRAD_NORM_PARTIALS;
-    partials.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
-    partials.grad_dtype = grad_dtype;
+    GraphNode partials = g_family_node(RangeOp::GRAD_NORM_PARTIALS);
     partials.norm.partials = region_span(plan, T_GRAD_NORM_PARTIALS);
-    partials.check_finite = check_finite;
-    if (mask && read_mask) {
-      // tensor_mask: a masked tensor's elements are read as +0.0, in the check and in the norm
-      // (torch's clip_grad_norm_ sees only the parameters that have a .grad); the tiles keep
-      // their canonical order, so the bits are those of the same step with that G zeroed.
-      partials.tensor_state = tensor_state;
-      for (Group group : {Group::kBiasLike, Group::kWeight}) {
-        partials.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
-        partials.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
-      }
-    }
-    attach_grad_table(plan, partials, TableView::kFamily);
+    partials.flags.check_finite = check_finite;
     pre.push_back(partials);
-    partials.grad_table = Span{};  // the coefficient reads no G
-    partials.grad_tensors = TensorTable{};
-    partials.grad_chunk_addresses = Span{};
+    partials.grad.table = Span{};  // the coefficient reads no G
+    partials.grad.tensors = TensorTable{};
+    partials.grad.chunk_addresses = Span{};
     // The coefficient's node also advances the step (as ADVANCE_STEP would): one launch less,
     // so clipping adds no launch to the step.
-    partials.hyper_groups = blocks;
+    partials.work.hyper_groups = blocks;
     GraphNode coefficient = partials;
     coefficient.kind = NodeKind::kCompute;
     coefficient.compute_op = ComputeOp::CLIP_COEFFICIENT;
-    coefficient.bias_correction = kind.bias_correction;
+    coefficient.flags.bias_correction = kind.bias_correction;
     // tensor_mask: the per-tensor counts advance as ADVANCE_STEP advances them, in both programs.
-    coefficient.tensor_state = tensor_state;
+    coefficient.work.tensor_state = tensor_state;
     pre.push_back(coefficient);
   } else {
     if (check_finite) {
-      GraphNode check;
-      check.kind = NodeKind::kRange;
-      check.range_op = RangeOp::CHECK_FINITE;
-      check.g = plan.region_range(G_BN_BIAS, G_DEEP_CONV);
-      check.grad_dtype = grad_dtype;
-      if (mask && read_mask) {
-        check.tensor_state = tensor_state;
-        for (Group group : {Group::kBiasLike, Group::kWeight}) {
-          check.group_g[static_cast<int>(group)] = plan.group_span(Family::kG, group);
-          check.group_items[static_cast<int>(group)] = plan.hyper_item_span(group);
-        }
-      }
-      attach_grad_table(plan, check, TableView::kFamily);
+      GraphNode check = g_family_node(RangeOp::CHECK_FINITE);
       pre.push_back(check);
     }
     GraphNode advance;
     advance.kind = NodeKind::kCompute;
     advance.compute_op = ComputeOp::ADVANCE_STEP;
-    advance.bias_correction = kind.bias_correction;
-    advance.hyper_groups = blocks;
-    advance.tensor_state = tensor_state;
+    advance.flags.bias_correction = kind.bias_correction;
+    advance.work.hyper_groups = blocks;
+    advance.work.tensor_state = tensor_state;
     pre.push_back(advance);
   }
 
   auto group_node = [&](Group group) {
     GraphNode node;
     node.group = group;
-    node.weight_decay_mode = config.weight_decay_mode;
-    node.w = plan.group_span(Family::kW, group);
-    node.g = plan.group_span(Family::kG, group);
-    node.grad_dtype = grad_dtype;
-    if (need.has_m) node.m = plan.group_span(Family::kM, group);
-    if (need.has_v) node.v = plan.group_span(Family::kV, group);
-    if (need.has_vmax) node.vmax = plan.group_span(Family::kVmax, group);
-    if (need.has_n) node.n = plan.group_span(Family::kN, group);
-    node.hyper_groups = blocks;
-    node.tensor_state = update_state;
+    node.flags.weight_decay_mode = config.weight_decay_mode;
+    node.span(Family::kW) = plan.group_span(Family::kW, group);
+    node.span(Family::kG) = plan.group_span(Family::kG, group);
+    node.grad.encoding = grad_dtype;
+    if (need.has_m) node.span(Family::kM) = plan.group_span(Family::kM, group);
+    if (need.has_v) node.span(Family::kV) = plan.group_span(Family::kV, group);
+    if (need.has_vmax) node.span(Family::kVmax) = plan.group_span(Family::kVmax, group);
+    if (need.has_n) node.span(Family::kN) = plan.group_span(Family::kN, group);
+    node.work.hyper_groups = blocks;
+    node.work.tensor_state = update_state;
     if (items) {
-      node.hyper_items = plan.hyper_item_span(group);
-      if (group == Group::kWeight) node.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
+      node.work.hyper_items = plan.hyper_item_span(group);
+      if (group == Group::kWeight) node.work.tensor_blocks = region_span(plan, T_TENSOR_BLOCKS);
     }
     attach_grad_table(plan, node, table_view(group));
     return node;
@@ -165,21 +159,21 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     GraphNode partials = group_node(Group::kWeight);
     partials.range_op = RangeOp::NORM_TILE_PARTIALS;
     partials.norm = norm_tables;
-    partials.norm_inputs = kind.norm == NormPass::kLambTrustRatio ? NormInputs::kLambMoments
-                                                                  : NormInputs::kWeightAndGradient;
+    partials.norm.inputs = kind.norm == NormPass::kLambTrustRatio ? NormInputs::kLambMoments
+                                                                    : NormInputs::kWeightAndGradient;
     norms.push_back(partials);
     GraphNode ratio = group_node(Group::kWeight);
     ratio.kind = NodeKind::kCompute;
     ratio.compute_op = ComputeOp::NORM_TRUST_RATIO;
     ratio.norm = norm_tables;
-    ratio.ratio = kind.norm == NormPass::kLambTrustRatio ? NormRatio::kLamb : NormRatio::kLars;
+    ratio.norm.ratio = kind.norm == NormPass::kLambTrustRatio ? NormRatio::kLamb : NormRatio::kLars;
     norms.push_back(ratio);
   }
 
   auto& opt = step.graphs[static_cast<int>(GraphId::kOptimizer)];
   for (Group group : {Group::kWeight, Group::kBiasLike}) {
     GraphNode node = group_node(group);
-    if (node.w.count == 0) continue;
+    if (node.span(Family::kW).count == 0) continue;
     // A normed weight group with only zero-size tensors has no tiles and nothing to update.
     if (normed && group == Group::kWeight && !has_weight_tiles) continue;
     node.range_op = group == Group::kWeight ? kind.weight_update : kind.bias_update;

@@ -74,18 +74,18 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   // The masked check walks each group's items over the group's whole G span: only the items of
   // the slice stay (the rest of G is not reduced on this rank). (GRAD_NORM_PARTIALS keeps its
   // tables whole: it reads them only to zero the masked tensors' elements of its own tiles.)
-  if (node->range_op == RangeOp::CHECK_FINITE && node->tensor_state.count > 0) {
+  if (node->range_op == RangeOp::CHECK_FINITE && node->work.tensor_state.count > 0) {
     for (int group = 0; group < 2; ++group) {
-      node->group_items[group] =
-          items_in_slice(plan, node->group_items[group], (node->group_g[group].offset - g0) / ge, s);
+      node->work.group_items[group] =
+          items_in_slice(plan, node->work.group_items[group], (node->work.group_g[group].offset - g0) / ge, s);
     }
   }
   if (node->range_op == RangeOp::GRAD_NORM_PARTIALS) {
     const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
     const uint64_t first = static_cast<uint64_t>(s.grad_tile_begin) * tile;
     const uint64_t tiles = static_cast<uint64_t>(s.grad_tile_end - s.grad_tile_begin);
-    const uint64_t end = std::min(node->g.count, static_cast<uint64_t>(s.grad_tile_end) * tile);
-    node->g = sub_span(node->g, first, tiles ? end - first : 0, ge);
+    const uint64_t end = std::min(node->span(Family::kG).count, static_cast<uint64_t>(s.grad_tile_end) * tile);
+    node->span(Family::kG) = sub_span(node->span(Family::kG), first, tiles ? end - first : 0, ge);
     node->norm.partials = sub_span(node->norm.partials, static_cast<uint64_t>(s.grad_tile_begin), tiles, sizeof(double));
     return;
   }
@@ -99,26 +99,26 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     // of the elements of their tiles only).
     return;
   }
-  if (node->hyper_items.count > 0) {
+  if (node->work.hyper_items.count > 0) {
     // An element-wise update over per-tensor items (the masked program): the spans stay whole
     // (the items address elements from the group's start), the items shrink to the slice's.
-    node->hyper_items = items_in_slice(plan, node->hyper_items, (node->g.offset - g0) / ge, s);
-    if (node->hyper_items.count == 0) {
+    node->work.hyper_items = items_in_slice(plan, node->work.hyper_items, (node->span(Family::kG).offset - g0) / ge, s);
+    if (node->work.hyper_items.count == 0) {
       // No item of this group in the slice: nothing to update (a node without items would walk
       // the whole group span).
-      node->w.count = node->g.count = node->m.count = node->v.count = 0;
+      node->span(Family::kW).count = node->span(Family::kG).count = node->span(Family::kM).count = node->span(Family::kV).count = 0;
       node->copy = ModelCopy{};
     }
     return;
   }
   // Element-wise over one span of G (the check) or of one group in every family.
-  const uint64_t start = (node->g.offset - g0) / ge;
-  const uint64_t lo = std::max(start, s.begin), hi = std::max(lo, std::min(start + node->g.count, s.end));
+  const uint64_t start = (node->span(Family::kG).offset - g0) / ge;
+  const uint64_t lo = std::max(start, s.begin), hi = std::max(lo, std::min(start + node->span(Family::kG).count, s.end));
   const uint64_t skip = lo - start, n = hi - lo;
-  node->g = sub_span(node->g, skip, n, ge);
-  if (node->w.count) node->w = sub_span(node->w, skip, n, sizeof(float));
-  if (node->m.count) node->m = sub_span(node->m, skip, n, sizeof(float));
-  if (node->v.count) node->v = sub_span(node->v, skip, n, sizeof(float));
+  node->span(Family::kG) = sub_span(node->span(Family::kG), skip, n, ge);
+  if (node->span(Family::kW).count) node->span(Family::kW) = sub_span(node->span(Family::kW), skip, n, sizeof(float));
+  if (node->span(Family::kM).count) node->span(Family::kM) = sub_span(node->span(Family::kM), skip, n, sizeof(float));
+  if (node->span(Family::kV).count) node->span(Family::kV) = sub_span(node->span(Family::kV), skip, n, sizeof(float));
   if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n);
 }
 
@@ -226,19 +226,19 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
               const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
               hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
             }
-            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
-              const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
+            for (Span* span : {&node.span(Family::kW), &node.span(Family::kG), &node.span(Family::kM), &node.span(Family::kV)}) {
+              const uint64_t elem = span == &node.span(Family::kG) ? grad_element_bytes(plan) : sizeof(float);
               if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
             }
-          } else if (node.kind == NodeKind::kRange && node.hyper_items.count > 0) {
+          } else if (node.kind == NodeKind::kRange && node.work.hyper_items.count > 0) {
             // An update over the slice's items (tensor_mask) keeps its group's whole spans: for
             // the placement, they shrink to the items' elements.
-            const HyperItem* items = plan.hyper_items_in(node.hyper_items);
-            const HyperItem& last = items[node.hyper_items.count - 1];
+            const HyperItem* items = plan.hyper_items_in(node.work.hyper_items);
+            const HyperItem& last = items[node.work.hyper_items.count - 1];
             const uint64_t lo = static_cast<uint64_t>(items[0].start);
             const uint64_t hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.count);
-            for (Span* span : {&node.w, &node.g, &node.m, &node.v}) {
-              const uint64_t elem = span == &node.g ? grad_element_bytes(plan) : sizeof(float);
+            for (Span* span : {&node.span(Family::kW), &node.span(Family::kG), &node.span(Family::kM), &node.span(Family::kV)}) {
+              const uint64_t elem = span == &node.span(Family::kG) ? grad_element_bytes(plan) : sizeof(float);
               if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
             }
           }

@@ -208,21 +208,21 @@ struct FusedSetup {
     node.kind = NodeKind::kRange;
     node.range_op = k.op;
     node.group = k.group;
-    node.weight_decay_mode = k.l2 || k.op == RangeOp::UPDATE_ADAM ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled;
-    node.w = {w_at, kSpan};
-    node.g = {g_at, kSpan};
-    if (has_m(k.op)) node.m = {m_at, kSpan};
-    if (has_v(k.op)) node.v = {v_at, kSpan};
-    node.grad_dtype = g_dtype;
+    node.flags.weight_decay_mode = k.l2 || k.op == RangeOp::UPDATE_ADAM ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled;
+    node.span(Family::kW) = {w_at, kSpan};
+    node.span(Family::kG) = {g_at, kSpan};
+    if (has_m(k.op)) node.span(Family::kM) = {m_at, kSpan};
+    if (has_v(k.op)) node.span(Family::kV) = {v_at, kSpan};
+    node.grad.encoding = g_dtype;
     node.copy.precision = k.copy;
     node.copy.rounding = k.rounding;
     node.copy.seed = 0x0123456789abcdefull;
     node.copy.c = {c_at, kSpan};
     node.copy.tensors = TensorTable{{list_at, tensors.size()}, {chunks_at, chunks.size()}};
     if (k.hyper) {
-      node.hyper_groups = kBlocks;
-      node.hyper_items = {items_at, items.size()};
-      node.tensor_state = {state_at, 2 * kBlocks};
+      node.work.hyper_groups = kBlocks;
+      node.work.hyper_items = {items_at, items.size()};
+      node.work.tensor_state = {state_at, 2 * kBlocks};
     }
   }
 
@@ -273,15 +273,15 @@ struct FusedSetup {
       const float* s = f32.data() + block * kNumScalarF32;
       const auto co = math::make_coeffs<float>(s, k.group == Group::kWeight, [](float x) { return x; });
       float g = 0.0f;
-      if (node.grad_dtype == Precision::kFp32) {
+      if (node.grad.encoding == Precision::kFp32) {
         std::memcpy(&g, a + g_at + e * 4, 4);
       } else {
         uint16_t h;
         std::memcpy(&h, a + g_at + e * 2, 2);
-        g = math::half_to_f32(node.grad_dtype == Precision::kBf16, h);
+        g = math::half_to_f32(node.grad.encoding == Precision::kBf16, h);
       }
       using P = math::ScalarPolicy;
-      const bool l2 = node.weight_decay_mode == WeightDecayMode::kL2;
+      const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
       switch (k.op) {
         case RangeOp::UPDATE_SGD: l2 ? math::sgd<P, true>(w[e], g, co) : math::sgd<P, false>(w[e], g, co); break;
         case RangeOp::UPDATE_SGD_MOMENTUM:

@@ -80,7 +80,7 @@ class CutCopy : public ::testing::Test {
 
   GraphNode whole_node(Precision p, Rounding r) const {
     GraphNode node;
-    node.w = Span{0, kGroup};
+    node.span(Family::kW) = Span{0, kGroup};
     node.copy.precision = p;
     node.copy.rounding = r;
     node.copy.seed = kSeed;
@@ -125,7 +125,7 @@ TEST_F(CutCopy, EveryCutRoundsTheBitsOfOneDevice) {
             if (move) {  // an element-wise update cut to the part: its spans start there
               GraphNode node = whole;
               node.copy = cut_model_copy(whole.copy, part.first, part.second);
-              node.w = Span{part.first * 4, part.second - part.first};
+              node.span(Family::kW) = Span{part.first * 4, part.second - part.first};
               cpu::write_model_copy(ctx_, node, 0, part.second - part.first);
             } else {  // a tile-wise update: the whole span, its tiles cover the part
               cpu::write_model_copy(ctx_, whole, part.first, part.second);
@@ -188,8 +188,8 @@ void check_cut_update_nodes(BackendKind kind) {
           node.kind = NodeKind::kRange;
           node.range_op = RangeOp::UPDATE_SGD;
           node.group = Group::kWeight;
-          node.g = Span{g_off + part.first * 4, part.second - part.first};
-          node.w = Span{part.first * 4, part.second - part.first};
+          node.span(Family::kG) = Span{g_off + part.first * 4, part.second - part.first};
+          node.span(Family::kW) = Span{part.first * 4, part.second - part.first};
           node.copy = cut_model_copy(whole, part.first, part.second);
           step.graphs[static_cast<int>(GraphId::kOptimizer)].push_back(node);
         }

@@ -465,7 +465,7 @@ TEST(CudaBackend, RefusesAnAccessCombinationOutsideItsTable) {
   backend->prepare(step);
   backend->execute(step);  // the step as compiled runs
   backend->synchronize();
-  for (GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) node.grad_dtype = Precision::kFp16;
+  for (GraphNode& node : step.graphs[static_cast<int>(GraphId::kOptimizer)]) node.grad.encoding = Precision::kFp16;
   backend->prepare(step);
   try {
     backend->execute(step);

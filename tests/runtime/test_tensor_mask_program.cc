@@ -262,10 +262,10 @@ TEST(TensorMaskProgram, UnmaskedProgramHasTheFlaglessNodes) {
       for (size_t k = 0; k < unmasked.graphs[g].size(); ++k) {
         const GraphNode& node = unmasked.graphs[g][k];
         const bool advance = node.kind == NodeKind::kCompute && node.compute_op == ComputeOp::ADVANCE_STEP;
-        EXPECT_EQ(node.tensor_state.count, advance ? masked.graphs[g][k].tensor_state.count : 0u) << g << "/" << k;
-        EXPECT_EQ(node.hyper_items.count != 0, groups > 1 && masked.graphs[g][k].hyper_items.count != 0) << g << "/" << k;
-        EXPECT_EQ(node.tensor_blocks.count != 0, groups > 1 && masked.graphs[g][k].tensor_blocks.count != 0);
-        EXPECT_EQ(node.group_items[0].count + node.group_items[1].count, 0u);
+        EXPECT_EQ(node.work.tensor_state.count, advance ? masked.graphs[g][k].work.tensor_state.count : 0u) << g << "/" << k;
+        EXPECT_EQ(node.work.hyper_items.count != 0, groups > 1 && masked.graphs[g][k].work.hyper_items.count != 0) << g << "/" << k;
+        EXPECT_EQ(node.work.tensor_blocks.count != 0, groups > 1 && masked.graphs[g][k].work.tensor_blocks.count != 0);
+        EXPECT_EQ(node.work.group_items[0].count + node.work.group_items[1].count, 0u);
       }
     }
     PlanConfig without = with;

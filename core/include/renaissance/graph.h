@@ -32,14 +32,6 @@ enum class GraphId : int {
 };
 constexpr int kNumGraphs = 3;
 
-// The tables a norm pass reads, carried by every node that reads them (no op looks them up
-// elsewhere). Tile starts are relative to the first element of the node's group.
-struct NormTables {
-  Span tiles;     // NormTile per tile
-  Span tensors;   // NormTensor per tensor of the group
-  Span partials;  // math::kNormComponents doubles per tile
-};
-
 // What a NORM_TILE_PARTIALS node squares and sums, component by component.
 enum class NormInputs : int {
   kWeightAndGradient = 0,  // component 0: ‖w‖², component 1: ‖ĝ‖² with ĝ = (g*(1/scale))*clip
@@ -53,46 +45,51 @@ enum class NormRatio : int {
   kLamb = 1,  // math::lamb_trust_ratio(‖w‖², ‖u‖²)
 };
 
+// What a norm node reads and how it combines it: the tables of the norm pass, carried by every
+// node that reads them (no op looks them up elsewhere; tile starts are relative to the first
+// element of the node's group), what NORM_TILE_PARTIALS squares and NORM_TRUST_RATIO's formula.
+struct NormDesc {
+  Span tiles;     // NormTile per tile
+  Span tensors;   // NormTensor per tensor of the group
+  Span partials;  // math::kNormComponents doubles per tile
+  NormInputs inputs = NormInputs::kWeightAndGradient;
+  NormRatio ratio = NormRatio::kLars;
+};
+
 // What an update writes besides the fp32 master (precision.h): the model copy of the group,
 // rounded from the new master in the same pass. precision kFp32: no copy (c.count == 0).
 struct ModelCopy {
   Precision precision = Precision::kFp32;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;
-  Span c;               // 2-byte elements, element j pairs with element j of node.w
+  Span c;               // 2-byte elements, element j pairs with element j of the node's W span
   TensorTable tensors;  // the group's tensors (MemoryPlan::tensor_table of the group's view)
   // Element j of c is element base + j of the group (0; a sharded step's element-wise update
   // cut to a slice starting `base` elements into its group: cut_model_copy, shard_layout.h).
   uint64_t base = 0;
 };
 
-struct GraphNode {
-  NodeKind kind = NodeKind::kRange;
-  RangeOp range_op = RangeOp::CHECK_FINITE;
-  ComputeOp compute_op = ComputeOp::ADVANCE_STEP;
-  StreamKind stream = StreamKind::kUpdate;
-  Group group = Group::kWeight;  // which coefficients an update uses (bias-like: wd = 0)
-  WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
-  // Ranges of one group in each family (same element count); G alone for CHECK_FINITE.
-  Span w, g, m, v;
-  // VMAX of the group, the running maximum of v (amsgrad; empty otherwise): the Adam updates
-  // read their denominator from it when it is non-empty (a run-time branch, no op of its own).
-  Span vmax;
+// Where a node's G elements come from, on every node that reads G.
+struct GradAccess {
   // The encoding of G's elements (PrecisionOptions::model_dtype_gradients): kFp32 (4-byte floats),
   // or kBf16 / kFp16 2-byte encodings that every op widens exactly to fp32 before it computes.
-  Precision grad_dtype = Precision::kFp32;
-  Span n;                  // per-tensor trust ratios of the group (norm kinds)
-  NormTables norm;         // NORM_* nodes and the tile-wise updates that read the ratios
-  NormInputs norm_inputs = NormInputs::kWeightAndGradient;
-  NormRatio ratio = NormRatio::kLars;
-  // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
-  bool check_finite = false;
-  bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
-  ModelCopy copy;                // update nodes of a task with a bf16/fp16 model copy
+  Precision encoding = Precision::kFp32;
+  // TaskOptions::gradient_table (plan.h) only (empty without it): the S_GRAD_TABLE span (a uint64
+  // address per parameter), the tensors of the G span (the plan's table of its view: begin counts
+  // from the span's first element) and the view's chunk addresses (T_GRAD_CHUNKS, written by the
+  // CUDA backend at the start of every step). Element e of the G span is then element e - begin
+  // of its tensor's gradient at table[param]; an element in no tensor (padding) reads +0.0.
+  Span table;
+  TensorTable tensors;
+  Span chunk_addresses;
+};
+
+// Which elements a node visits and with which scalar block.
+struct WorkList {
   // Hyperparameter groups (scalars.h, plan.h). H = 1: hyper_items and tensor_blocks are empty and
-  // every op reads scalar block 0 as before. H > 1: element-wise updates walk the HyperItems of
-  // their group span, tile-wise ops and NORM_TRUST_RATIO read each tensor's block from
-  // tensor_blocks, and ADVANCE_STEP / CLIP_COEFFICIENT write all hyper_groups blocks.
+  // every op reads scalar block 0. H > 1: element-wise updates walk the HyperItems of their group
+  // span, tile-wise ops and NORM_TRUST_RATIO read each tensor's block from tensor_blocks, and
+  // ADVANCE_STEP / CLIP_COEFFICIENT write all hyper_groups blocks.
   int hyper_groups = 1;
   Span hyper_items;
   Span tensor_blocks;
@@ -102,19 +99,40 @@ struct GraphNode {
   // steps[b] of the unmasked tensors and form block b's corrections from it; the model copy's
   // stochastic-rounding key uses steps[param]. CHECK_FINITE with the mask walks each group's
   // items over that group's G span (group_g, group_items, indexed by Group), skipping masked ones;
-  // GRAD_NORM_PARTIALS with the mask keeps its tiles over node.g and finds each element's item
-  // from the same tables, reading a masked tensor's elements as +0.0 (check and norm alike).
+  // GRAD_NORM_PARTIALS with the mask keeps its tiles over the node's G span and finds each
+  // element's item from the same tables, reading a masked tensor's elements as +0.0 (check and
+  // norm alike).
   Span tensor_state;
   std::array<Span, 2> group_g{}, group_items{};
-  // TaskOptions::gradient_table (plan.h) on every node that reads G (empty without it): the
-  // S_GRAD_TABLE span (a uint64 address per parameter), the tensors of node.g (the plan's table
-  // of node.g's view: begin counts from node.g's first element) and the view's chunk addresses
-  // (T_GRAD_CHUNKS, written by the CUDA backend at the start of every step). Element e of node.g
-  // is then element e - begin of its tensor's gradient at table[param]; an element in no tensor
-  // (padding) reads +0.0.
-  Span grad_table;
-  TensorTable grad_tensors;
-  Span grad_chunk_addresses;
+};
+
+// The small per-node switches.
+struct NodeFlags {
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kDecoupled;
+  // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
+  bool check_finite = false;
+  bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
+};
+
+struct GraphNode {
+  NodeKind kind = NodeKind::kRange;
+  RangeOp range_op = RangeOp::CHECK_FINITE;
+  ComputeOp compute_op = ComputeOp::ADVANCE_STEP;
+  StreamKind stream = StreamKind::kUpdate;
+  Group group = Group::kWeight;  // which coefficients an update uses (bias-like: wd = 0)
+  // The node's range of one group in each family (same element count; empty where the node
+  // reads no such family), indexed by Family: G alone for CHECK_FINITE; N holds the group's
+  // per-tensor trust ratios (norm kinds); VMAX (amsgrad) is the running maximum of V, and the
+  // Adam updates read their denominator from it when it is non-empty (a run-time branch).
+  std::array<Span, kNumFamilies> spans{};
+  GradAccess grad;   // every node that reads G
+  ModelCopy copy;    // update nodes of a task with a bf16/fp16 model copy
+  WorkList work;     // hyperparameter items and blocks, the tensor mask
+  NormDesc norm;     // NORM_* nodes and the tile-wise updates that read the ratios
+  NodeFlags flags;
+
+  Span& span(Family family) { return spans[static_cast<int>(family)]; }
+  const Span& span(Family family) const { return spans[static_cast<int>(family)]; }
 };
 
 // A node holds spans and small values only (its per-tensor tables are arena regions planned by

@@ -81,7 +81,7 @@ RN_HD CopyLookup table_lookup(const char* arena, const TensorTable& table) {
 }
 
 // TaskOptions::gradient_table: a node's G read through the per-parameter address table (graph.h,
-// GraphNode::grad_table). address(e) is the address of span element e's gradient (element
+// GraphNode::grad.table). address(e) is the address of span element e's gradient (element
 // bytes `elem` each), or 0 when e is padding, which reads +0.0. Host and device code.
 //
 // chunk_at (CUDA, to cut the lookup's cost; null on the CPU): the node's chunk addresses for this
