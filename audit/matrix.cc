@@ -51,7 +51,7 @@ constexpr double kClipIdle = 1e6;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 // The feature-axis cells' golden fingerprints are recorded on a GPU after they are added: true
 // until then (Cell::golden_pending), false in the commit that records them.
-constexpr bool kFeatureAxesAwaitGolden = true;
+constexpr bool kFeatureAxesAwaitGolden = false;
 
 // Scheduled lr factors: warm-up, decay, a zero (a legal lr) and a tail. Literals rather than a
 // cosine, so no libm result (which may differ in the last bit between machines) enters inputs

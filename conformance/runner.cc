@@ -399,14 +399,15 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
       }
     }
 
-    // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch
-    // and the gradient table's chunk addresses (implementation details, not state; only CUDA
-    // writes the addresses).
+    // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch,
+    // the gradient table's chunk addresses (implementation details, not state; only CUDA writes
+    // them) and the gradient table itself (the gradients' addresses: host addresses on the CPU,
+    // device addresses on CUDA).
     if (with_cuda) {
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
       std::vector<ByteRange> scratch;
-      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS}) {
+      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, S_GRAD_TABLE}) {
         if (plan.region(r).allocated) scratch.push_back({plan.region(r).offset, region_end(plan.region(r))});
       }
       std::sort(scratch.begin(), scratch.end(), [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });

@@ -25,7 +25,7 @@ struct PrecisionOptions {
   bool model_dtype_gradients = false;
 };
 
-// The encoding of G that these options give (graph.h's GraphNode::grad_dtype on every node that
+// The encoding of G that these options give (graph.h's GraphNode::grad.encoding on every node that
 // reads G): the model dtype with model_dtype_gradients, else fp32.
 constexpr Precision gradient_precision(const PrecisionOptions& p) {
   return p.model_dtype_gradients ? p.precision : Precision::kFp32;
