@@ -64,26 +64,25 @@ inline bool exact_matmul_reference(const float* a, const float* b, float* c, siz
   std::vector<int> row_shift(m), col_shift(n);
   std::vector<bool> row_finite(m, true), col_finite(n, true);
   std::vector<int32_t> qa(m * k), qb(k * n);
-  for (size_t i = 0; i < m; ++i) {
-    float amax = 0.0f;
-    for (size_t p = 0; p < k; ++p) {
-      const float x = std::fabs(a[i * k + p]);
-      if (!std::isfinite(x)) row_finite[i] = false;
-      if (x > amax) amax = x;
+  // Vector v of `count`, element p at x[v * outer + p * inner] (a row of A or a column of B):
+  // its shift, whether it is finite, and its fixed-point values at the same places in q.
+  auto scale_vectors = [k](const float* x, size_t count, size_t outer, size_t inner, std::vector<int>& shift,
+                           std::vector<bool>& finite, std::vector<int32_t>& q) {
+    for (size_t v = 0; v < count; ++v) {
+      float amax = 0.0f;
+      for (size_t p = 0; p < k; ++p) {
+        const float ax = std::fabs(x[v * outer + p * inner]);
+        if (!std::isfinite(ax)) finite[v] = false;
+        if (ax > amax) amax = ax;
+      }
+      shift[v] = finite[v] ? fixed_point_shift(amax) : 0;
+      for (size_t p = 0; p < k; ++p) {
+        q[v * outer + p * inner] = finite[v] ? to_fixed_point(x[v * outer + p * inner], shift[v]) : 0;
+      }
     }
-    row_shift[i] = row_finite[i] ? fixed_point_shift(amax) : 0;
-    for (size_t p = 0; p < k; ++p) qa[i * k + p] = row_finite[i] ? to_fixed_point(a[i * k + p], row_shift[i]) : 0;
-  }
-  for (size_t j = 0; j < n; ++j) {
-    float amax = 0.0f;
-    for (size_t p = 0; p < k; ++p) {
-      const float x = std::fabs(b[p * n + j]);
-      if (!std::isfinite(x)) col_finite[j] = false;
-      if (x > amax) amax = x;
-    }
-    col_shift[j] = col_finite[j] ? fixed_point_shift(amax) : 0;
-    for (size_t p = 0; p < k; ++p) qb[p * n + j] = col_finite[j] ? to_fixed_point(b[p * n + j], col_shift[j]) : 0;
-  }
+  };
+  scale_vectors(a, m, k, 1, row_shift, row_finite, qa);
+  scale_vectors(b, n, 1, n, col_shift, col_finite, qb);
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < n; ++j) {
       if (!row_finite[i] || !col_finite[j]) {
