@@ -250,20 +250,20 @@ double Cell::lr_at(int s) const {
   return config.lr * kLrFactor[s % kNumLrFactors];
 }
 
-// Every scalar a kind reads moved away from group 0's, so that a tensor reading another group's
-// block shows in the bits (what the unit tests' groups do too).
-OptimizerConfig Cell::group_config(int h) const {
-  OptimizerConfig c = config;
+OptimizerConfig shifted_group_config(const OptimizerConfig& base, int h) {
+  OptimizerConfig c = base;
   if (h == 0) return c;
-  c.lr = config.lr * (1.0 + 0.5 * h);
-  c.weight_decay = config.weight_decay * (1.0 + h);
-  if (config.momentum > 0.0) c.momentum = config.momentum - 0.1 * h;
-  c.beta1 = config.beta1 - 0.05 * h;
-  c.beta2 = config.beta2 - 0.004 * h;
-  c.eps = config.eps * (1.0 + h);
-  c.trust_coefficient = config.trust_coefficient * (1.0 + h);
+  c.lr = base.lr * (1.0 + 0.5 * h);
+  c.weight_decay = base.weight_decay * (1.0 + h);
+  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
+  c.beta1 = base.beta1 - 0.05 * h;
+  c.beta2 = base.beta2 - 0.004 * h;
+  c.eps = base.eps * (1.0 + h);
+  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
   return c;
 }
+
+OptimizerConfig Cell::group_config(int h) const { return shifted_group_config(config, h); }
 
 double Cell::lr_at(int s, int h) const {
   const double base = group_config(h).lr;

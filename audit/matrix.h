@@ -92,6 +92,10 @@ struct Cell {
 };
 
 std::vector<ParamSpec> conformance_layout(const std::string& name);
+// Hyperparameter group h's configuration: every scalar a kind reads moved away from group 0's
+// (h = 0: `base` itself), so that a tensor reading another group's block shows in the bits. The
+// feature-axis cells and the unit tests' group cases share it.
+OptimizerConfig shifted_group_config(const OptimizerConfig& base, int h);
 // The cell's parameters: its layout with each tensor's hyperparameter group (i % hyper_groups).
 std::vector<ParamSpec> cell_params(const Cell& cell);
 // The first seven tensors of a small CNN (a first conv, two deep convs, their batch norms): the

@@ -134,9 +134,9 @@ TEST(NewtonSchulz, CanonicalSumOfSquaresIsTheNormPassesOrder) {
   const std::vector<float> x = random_matrix(1, 2 * 4096 + 100, 9, 1.0f);
   double plain = 0.0;
   for (float v : x) plain += static_cast<double>(v) * v;
-  const double canonical = math::sum_of_squares_canonical(x.data(), static_cast<int64_t>(x.size()));
+  const double canonical = math::tensor_sum_of_squares(x.data(), static_cast<int64_t>(x.size()));
   EXPECT_NEAR(canonical, plain, 1e-12 * plain);
-  EXPECT_EQ(math::sum_of_squares_canonical(x.data(), 0), 0.0);
+  EXPECT_EQ(math::tensor_sum_of_squares(x.data(), 0), 0.0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "audit/matrix.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/param.h"
 #include "renaissance/task.h"
@@ -204,19 +205,8 @@ inline void set_all_grads(Task& task, const std::vector<std::vector<float>>& g) 
 }
 
 // Hyperparameter group h's configuration for the group tests (test_hyper_groups.cc,
-// test_tensor_mask.cc): every scalar a kind reads moved away from group 0's, so a group that
-// reads another group's block shows in the bits.
-inline OptimizerConfig shifted_group_config(const OptimizerConfig& base, int h) {
-  OptimizerConfig c = base;
-  c.lr = base.lr * (1.0 + 0.5 * h);
-  c.weight_decay = base.weight_decay * (1.0 + h);
-  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
-  c.beta1 = base.beta1 - 0.05 * h;
-  c.beta2 = base.beta2 - 0.004 * h;
-  c.eps = base.eps * (1.0 + h);
-  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
-  return c;
-}
+// test_tensor_mask.cc, ...): the conformance cells' recipe (audit/matrix.h).
+using conformance::shifted_group_config;
 
 }  // namespace testing_util
 }  // namespace renaissance

@@ -25,25 +25,6 @@ struct NewtonSchulzCoefficients {
 constexpr int kDefaultNewtonSchulzSteps = 5;
 constexpr float kDefaultNewtonSchulzEps = 1e-7f;
 
-// Σ x² over `count` elements in the canonical order of a tensor norm (tiles of kNormTile, lanes
-// of quads, the halving trees): the double a norm pass computes for a tensor of these elements.
-inline double sum_of_squares_canonical(const float* x, int64_t count) {
-  const int64_t tiles = (count + kNormTile - 1) / kNormTile;
-  std::vector<double> partials(static_cast<size_t>(kNormComponents * tiles), 0.0);
-  double lanes[kNormLanes];
-  for (int64_t t = 0; t < tiles; ++t) {
-    for (double& l : lanes) l = 0.0;
-    const int64_t begin = t * kNormTile;
-    const int length = static_cast<int>(count - begin < kNormTile ? count - begin : kNormTile);
-    for (int e = 0; e < length; ++e) lanes[norm_lane_of(e)] = lanes[norm_lane_of(e)] + square_in_double(x[begin + e]);
-    norm_lane_tree(lanes);
-    partials[static_cast<size_t>(kNormComponents * t)] = lanes[0];
-  }
-  double sums[kNormComponents];
-  combine_tile_partials(partials.data(), tiles, sums);
-  return sums[0];
-}
-
 // out (rows x cols, row-major) = the orthogonalised update of u (rows x cols):
 // X = u / max(‖u‖_F, eps) (‖u‖_F = sqrt of the canonical sum in double, rounded to float; one fp32
 // division per element), on u^T when rows > cols; then `steps` times
@@ -61,7 +42,7 @@ inline bool newton_schulz_reference(const float* u, size_t rows, size_t cols, fl
     for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
   }
   // The norm of u: the same elements in either orientation, summed in u's own (row-major) order.
-  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, static_cast<int64_t>(rows * cols))));
+  const float norm = static_cast<float>(std::sqrt(tensor_sum_of_squares(u, static_cast<int64_t>(rows * cols))));
   const float denom = norm > eps ? norm : eps;
   for (float& v : x) v = v / denom;
   for (int s = 0; s < steps; ++s) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "renaissance/math/host_device.h"
 
@@ -90,6 +91,26 @@ inline void combine_tile_partials(const double* partials, int64_t count, double*
     norm_lane_tree(lanes[c]);
     sums[c] = lanes[c][0];
   }
+}
+
+// Σ x² over a tensor's `count` elements in the canonical order above (tiles of kNormTile, lanes of
+// quads, the halving trees, then combine_tile_partials): the double a norm pass computes for a
+// tensor of these elements (host code).
+inline double tensor_sum_of_squares(const float* x, int64_t count) {
+  const int64_t tiles = (count + kNormTile - 1) / kNormTile;
+  std::vector<double> partials(static_cast<size_t>(kNormComponents * tiles), 0.0);
+  double lanes[kNormLanes];
+  for (int64_t t = 0; t < tiles; ++t) {
+    for (double& l : lanes) l = 0.0;
+    const int64_t begin = t * kNormTile;
+    const int length = static_cast<int>(count - begin < kNormTile ? count - begin : kNormTile);
+    for (int e = 0; e < length; ++e) lanes[norm_lane_of(e)] = lanes[norm_lane_of(e)] + square_in_double(x[begin + e]);
+    norm_lane_tree(lanes);
+    partials[static_cast<size_t>(kNormComponents * t)] = lanes[0];
+  }
+  double sums[kNormComponents];
+  combine_tile_partials(partials.data(), tiles, sums);
+  return sums[0];
 }
 
 // ---- Global gradient norm (clipping, docs/math.md "Gradient-norm clipping") ----
