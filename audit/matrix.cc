@@ -49,9 +49,6 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kClipActive = 1.0;
 constexpr double kClipIdle = 1e6;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-// The feature-axis cells' golden fingerprints are recorded on a GPU after they are added: true
-// until then (Cell::golden_pending), false in the commit that records them.
-constexpr bool kFeatureAxesAwaitGolden = false;
 
 // Scheduled lr factors: warm-up, decay, a zero (a legal lr) and a tail. Literals rather than a
 // cosine, so no libm result (which may differ in the last bit between machines) enters inputs
@@ -180,9 +177,7 @@ void append_feature_cells(Tier tier, OptimizerKind kind, const std::string& layo
                           const std::vector<WeightDecayMode>& modes, int* pattern, std::vector<Cell>* out) {
   const int k = static_cast<int>(kind);
   auto base = [&](WeightDecayMode mode) {
-    Cell c = make_cell(tier, kind, layout, true, mode, true, 65536.0, (*pattern)++ % 4);
-    c.golden_pending = kFeatureAxesAwaitGolden;
-    return c;
+    return make_cell(tier, kind, layout, true, mode, true, 65536.0, (*pattern)++ % 4);
   };
   if (layout == "small_cnn") {
     for (WeightDecayMode mode : modes) {

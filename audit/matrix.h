@@ -72,10 +72,6 @@ struct Cell {
   // count (synthesize_rank_sum, `renaissance run --simulate-ranks K`), the input of an ordered
   // K-rank sharded step, whose bits the distributed tests equate with this one-device step.
   int simulated_ranks = 0;
-  // Cells whose golden fingerprint is not recorded yet (kFeatureAxesAwaitGolden in matrix.cc):
-  // while the golden file lacks them, a run without a CUDA device reports them as awaiting and
-  // passes; a run with one fails as for any cell the file lacks.
-  bool golden_pending = false;
 
   // Everything the fingerprint depends on, in one canonical line (stored in the golden file).
   std::string spec() const;

@@ -87,11 +87,8 @@ std::string hostname() {
 
 
 // Compares one cell's fingerprints with the golden file; returns the status for the report.
-// When recording, the old file is not consulted (it is being replaced). `pending`: the cell's
-// fingerprint is to be recorded on a GPU (Cell::golden_pending): absent from the file, it is
-// reported as awaiting on a machine without a CUDA device, and fails as any other absent cell
-// where CUDA runs (that run can record it).
-std::string check_golden(const std::string& name, const std::string& spec, const CellResult& r, bool pending = false) {
+// When recording, the old file is not consulted (it is being replaced).
+std::string check_golden(const std::string& name, const std::string& spec, const CellResult& r) {
   if (!g_options.record_path.empty()) return "recording";
   if (!g_golden.usable) {
     if (golden_optional()) return "not checked (recording)";
@@ -99,11 +96,6 @@ std::string check_golden(const std::string& name, const std::string& spec, const
     return "no golden file";
   }
   const auto it = g_golden.cells.find(name);
-  if (it == g_golden.cells.end() && pending && !backend_available(BackendKind::kCuda)) {
-    std::cout << "[conformance] AWAITING GOLDEN: cell " << name << " (fingerprint " << r.cpu.fingerprint
-              << ") is not recorded yet: record it on a GPU with scripts/gpu.sh golden" << std::endl;
-    return "awaiting golden";
-  }
   if (it == g_golden.cells.end()) {
     ADD_FAILURE() << "cell " << name << " is not in the golden file " << g_golden.path << " (recorded on "
                   << g_golden.machine_line() << "): the matrix changed since it was recorded; re-record it on a GPU "
@@ -166,7 +158,7 @@ TEST_P(CellTest, Conforms) {
   row.layout = cell.layout;
   row.cell = &cell;
   row.result = r;
-  row.golden = check_golden(cell.name, r.spec, r, cell.golden_pending);
+  row.golden = check_golden(cell.name, r.spec, r);
   g_rows[cell.name] = row;
 }
 

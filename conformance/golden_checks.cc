@@ -9,7 +9,6 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -67,24 +66,11 @@ TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
                                << ". Every CI run must check the CPU against the fingerprints recorded on a GPU.";
   EXPECT_FALSE(g_golden.machine.value("gpu", "").empty()) << "the golden file does not name its GPU";
   std::map<std::string, std::string> want;  // name -> spec, the whole current matrix
-  std::set<std::string> pending;            // Cell::golden_pending
-  for (const Cell& c : g_all_cells) {
-    want[c.name] = c.spec();
-    if (c.golden_pending) pending.insert(c.name);
-  }
+  for (const Cell& c : g_all_cells) want[c.name] = c.spec();
   for (const CheapCell& c : cheap_cells()) want[c.name] = c.spec;
-  const bool cuda = backend_available(BackendKind::kCuda);
-  int awaiting = 0;
   for (const auto& kv : want) {
     const auto it = g_golden.cells.find(kv.first);
-    if (it != g_golden.cells.end() && pending.count(kv.first)) {
-      ADD_FAILURE() << "cell " << kv.first << " is recorded in " << g_golden.path
-                    << " but still marked as awaiting its golden fingerprint: set kFeatureAxesAwaitGolden "
-                    << "(audit/matrix.cc) to false in the commit that records it";
-    }
-    if (it == g_golden.cells.end() && pending.count(kv.first) && !cuda) {
-      ++awaiting;  // reported by its own cell test; recorded on a GPU (scripts/gpu.sh golden)
-    } else if (it == g_golden.cells.end()) {
+    if (it == g_golden.cells.end()) {
       ADD_FAILURE() << "NO GOLDEN for cell " << kv.first << ": the matrix has it, " << g_golden.path
                     << " does not (re-record with scripts/record_golden.sh on a GPU)";
     } else if (it->second.spec != kv.second) {
@@ -114,11 +100,6 @@ TEST(Golden, RecordedOnGpuAndCoversTheMatrix) {
     }
   }
   EXPECT_EQ(compared, audit_cells) << "audit cells compared with the golden file";
-  if (awaiting > 0) {
-    std::cout << "[conformance] AWAITING GOLDEN: " << awaiting << " cells of the feature axes are not recorded yet "
-              << "(no CUDA device here; a run with one fails on them until scripts/gpu.sh golden records them)"
-              << std::endl;
-  }
   std::cout << "[conformance] golden file " << g_golden.path << ": " << g_golden.cells.size()
             << " cells, recorded on " << g_golden.machine_line() << "; " << compared
             << " audit fingerprints recomputed on the CPU, " << differ << " differ" << std::endl;
@@ -164,12 +145,9 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
   ASSERT_FALSE(targets.empty());
   std::map<std::string, std::string> first;  // cell -> fingerprint on the default target (no golden)
   std::string default_target;
-  // A cell awaiting its golden fingerprint (Cell::golden_pending, absent from the file) is
-  // compared with the default target's fingerprint, as every cell is without a golden file.
-  auto awaiting = [&](const Cell& c) { return c.golden_pending && !g_golden.cells.count(c.name); };
   for (const Cell& c : g_all_cells) {
     if (c.tier != Tier::kSmall) continue;
-    if (!have_golden || awaiting(c)) {
+    if (!have_golden) {
       first[c.name] = cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
     } else if (default_target.empty()) {
       cell_fingerprint(c, BackendKind::kCpu, &default_target, g_options.backend_options);
@@ -208,7 +186,7 @@ TEST(HighwayTargets, SmallTierBitIdenticalOnEveryTarget) {
         return;
       }
       std::string want;
-      if (have_golden && !awaiting(c)) {
+      if (have_golden) {
         const auto it = g_golden.cells.find(c.name);
         if (it == g_golden.cells.end()) continue;  // Golden.* reports the missing cell
         want = it->second.fingerprint;
