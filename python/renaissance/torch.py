@@ -93,11 +93,11 @@ _HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_opt
 
 
 class _Base(Optimizer):
+    """What every renaissance.torch optimizer shares; subclasses say how a group maps to a kind."""
+
     # The module-level function that step() runs, looked up by name at every step (see
     # _multi_tensor_step below); each class names torch's default implementation of its kind.
     _implementation = "_multi_tensor_step"
-
-    """What every renaissance.torch optimizer shares; subclasses say how a group maps to a kind."""
 
     _step_supports_amp_scaling = True
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
