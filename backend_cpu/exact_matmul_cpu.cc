@@ -1,0 +1,356 @@
+// The exact matrix product and exact Newton–Schulz on the CPU (exact_matmul_cpu.h). Highway
+// compiles the integer kernel once per SIMD target (foreach_target) and dispatches at run time;
+// the fixed-point conversion, the blocking, the OpenMP loop and the fp32 steps are target-free.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend_cpu/exact_matmul_cpu.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace renaissance {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The int32 lanes of the accumulators are moved into int64 after at most kFlushSteps calls of
+// ReorderWidenMulAccumulate. Why 15 is safe: every q has |q| <= 2^13 (math::kFixedPointBits), so
+// one product has |q_a q_b| <= 2^26. One call adds to each int32 lane of sum0 (and of sum1) at
+// most two products (x86: vpmaddwd's pair; emu128: one product in each of sum0 and sum1;
+// scalar: one), i.e. at most 2^27 in magnitude. After 15 calls a lane holds at most
+// 15 * 2^27 = 2^31 - 2^27 < 2^31 - 1, and sum0 + sum1 (RearrangeToOddPlusEven) holds at most
+// 30 products, the same bound. A 16th call could reach 16 * 2^27 = 2^31, one past INT32_MAX.
+// The int64 sums hold at most k * 2^26 <= 2^52 (k <= math::kExactMatmulMaxK). vpmaddwd wraps
+// (never saturates) and no sum here comes near its one wrapping input (-2^15 * -2^15 twice).
+constexpr size_t kFlushSteps = 15;
+
+// Rows and columns of C per register tile: 12 int32 accumulators, 3 + 1 loaded vectors.
+constexpr int kTileRows = 4;
+constexpr int kTileCols = 3;
+
+// sums[r * ld + c] += sum over p < len of a[r * kp + p] * b[c * kp + p] for r < MR, c < NR; len is a
+// multiple of the vector length (the operands are zero-padded to math's kExactMatmulPad).
+template <int MR, int NR>
+HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRICT b, size_t kp, size_t len,
+                        int64_t* HWY_RESTRICT sums, size_t ld) {
+  const hn::ScalableTag<int16_t> d16;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::Half<decltype(d32)> d32h;
+#endif
+  const hn::Repartition<int64_t, decltype(d32)> d64;
+  using V32 = hn::Vec<decltype(d32)>;
+  using V64 = hn::Vec<decltype(d64)>;
+  const size_t lanes = hn::Lanes(d16);
+  V64 total[MR * NR];
+  for (int t = 0; t < MR * NR; ++t) total[t] = hn::Zero(d64);
+  for (size_t p = 0; p < len;) {
+    const size_t end = std::min(len, p + kFlushSteps * lanes);
+    V32 s0[MR * NR], s1[MR * NR];
+    for (int t = 0; t < MR * NR; ++t) s0[t] = s1[t] = hn::Zero(d32);
+    for (; p < end; p += lanes) {
+      hn::Vec<decltype(d16)> bv[NR];
+      for (int c = 0; c < NR; ++c) bv[c] = hn::LoadU(d16, b + c * kp + p);
+      for (int r = 0; r < MR; ++r) {
+        const auto av = hn::LoadU(d16, a + r * kp + p);
+        for (int c = 0; c < NR; ++c) s0[r * NR + c] = hn::ReorderWidenMulAccumulate(d32, av, bv[c], s0[r * NR + c], s1[r * NR + c]);
+      }
+    }
+    for (int t = 0; t < MR * NR; ++t) {
+      const V32 s = hn::RearrangeToOddPlusEven(s0[t], s1[t]);
+#if HWY_TARGET == HWY_SCALAR
+      total[t] = hn::Add(total[t], hn::PromoteTo(d64, s));  // one lane, and d64 has one too
+#else
+      total[t] = hn::Add(total[t], hn::Add(hn::PromoteTo(d64, hn::LowerHalf(d32h, s)),
+                                           hn::PromoteTo(d64, hn::UpperHalf(d32h, s))));
+#endif
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NR; ++c) sums[r * ld + c] += hn::GetLane(hn::SumOfLanes(d64, total[r * NR + c]));
+  }
+}
+
+template <int MR>
+HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t* b, size_t kp, size_t len, int64_t* sums,
+                            size_t ld) {
+  if (nr == 3) DotTile<MR, 3>(a, b, kp, len, sums, ld);
+  if (nr == 2) DotTile<MR, 2>(a, b, kp, len, sums, ld);
+  if (nr == 1) DotTile<MR, 1>(a, b, kp, len, sums, ld);
+}
+
+// sums[(i - i0) * ld + (j - j0)] = the integer dot product of vector i of qa and vector j of qb
+// (kp int16 each) for i in [i0, i1), j in [j0, j1); sums is overwritten. The k range is walked
+// in chunks that keep a register tile's operands in L1.
+void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_t i0, size_t i1, size_t j0, size_t j1,
+              int64_t* sums, size_t ld) {
+  constexpr size_t kChunk = 960;  // k per pass: 7 vectors of 1920 bytes
+  for (size_t i = i0; i < i1; ++i) std::fill(sums + (i - i0) * ld, sums + (i - i0) * ld + (j1 - j0), int64_t{0});
+  for (size_t k0 = 0; k0 < kp; k0 += kChunk) {
+    const size_t len = std::min(kChunk, kp - k0);
+    for (size_t i = i0; i < i1; i += kTileRows) {
+      const int mr = static_cast<int>(std::min<size_t>(kTileRows, i1 - i));
+      for (size_t j = j0; j < j1; j += kTileCols) {
+        const int nr = static_cast<int>(std::min<size_t>(kTileCols, j1 - j));
+        const int16_t* a = qa + i * kp + k0;
+        const int16_t* b = qb + j * kp + k0;
+        int64_t* s = sums + (i - i0) * ld + (j - j0);
+        if (mr == 4) DotTileCols<4>(nr, a, b, kp, len, s, ld);
+        if (mr == 3) DotTileCols<3>(nr, a, b, kp, len, s, ld);
+        if (mr == 2) DotTileCols<2>(nr, a, b, kp, len, s, ld);
+        if (mr == 1) DotTileCols<1>(nr, a, b, kp, len, s, ld);
+      }
+    }
+  }
+}
+
+const char* DotTarget() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace renaissance
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend_cpu/exact_matmul_cpu.h"
+#include "renaissance/math/exact_matmul.h"
+#include "renaissance/math/norm_reduction.h"
+
+namespace renaissance {
+namespace cpu {
+
+HWY_EXPORT(DotBlock);
+HWY_EXPORT(DotTarget);
+
+const char* exact_matmul_target() { return HWY_DYNAMIC_DISPATCH(DotTarget)(); }
+
+// |x| = mant * 2^(e - 150) with the implicit bit in mant (a subnormal has e = 1), so
+// y = x * 2^shift = mant * 2^t, t = e - 150 + shift. t >= 0 only for small mant (|y| <= 2^13 + 1/2),
+// a left shift; otherwise mant >> -t, rounded half to even on the bits shifted out (a shift of 25
+// or more leaves y < 1/2, i.e. 0, which the clamp at 31 keeps). Branch-free so that loops of it
+// vectorise.
+int32_t fixed_point_from_bits(float x, int shift) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t biased = (u >> 23) & 0xffu;
+  const uint64_t mant = (u & 0x7fffffu) | (biased != 0 ? 0x800000u : 0u);
+  const int t = (biased != 0 ? static_cast<int>(biased) : 1) - 150 + shift;
+  const int left = std::min(std::max(t, 0), 31);
+  const int right = std::min(std::max(-t, 0), 31);
+  const uint64_t y = mant << left;
+  const uint64_t q = y >> right;
+  const uint64_t rem = y & ((uint64_t{1} << right) - 1);
+  const uint64_t half = (uint64_t{1} << right) >> 1;
+  const uint64_t up = (right > 0) & ((rem > half) | ((rem == half) & (q & 1)));
+  const int32_t mag = static_cast<int32_t>(q + up);
+  return (u >> 31) != 0 ? -mag : mag;
+}
+
+namespace {
+
+constexpr uint32_t kAbsMask = 0x7fffffffu, kInfBits = 0x7f800000u;
+
+uint32_t abs_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u & kAbsMask;
+}
+
+float from_abs_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The shift and finiteness of a vector whose largest |bits| is amax_bits: the bits of
+// non-negative floats order as the floats, and a NaN or inf has bits >= those of inf. This is the
+// reference's (max of std::fabs, math::fixed_point_shift) for finite vectors.
+void scale_of(uint32_t amax_bits, int& shift, uint8_t& finite) {
+  finite = amax_bits < kInfBits;
+  shift = finite ? math::fixed_point_shift(from_abs_bits(amax_bits)) : 0;
+}
+
+void resize(FixedPointOperand& op, size_t count, size_t k) {
+  op.count = count;
+  op.k = k;
+  op.kp = (k + kExactMatmulPad - 1) / kExactMatmulPad * kExactMatmulPad;
+  op.q.resize(count * op.kp);
+  op.shift.resize(count);
+  op.finite.resize(count);
+}
+
+// The rows of x (count x k, row-major) as a left operand (or, equally, the columns of xᵀ as a
+// right one).
+void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int threads) {
+  resize(op, count, k);
+  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t v = 0; v < static_cast<int64_t>(count); ++v) {
+    const float* row = x + v * k;
+    uint32_t amax = 0;
+    for (size_t p = 0; p < k; ++p) amax = std::max(amax, abs_bits(row[p]));
+    scale_of(amax, op.shift[v], op.finite[v]);
+    int16_t* q = op.q.data() + v * op.kp;
+    const int shift = op.shift[v];
+    if (op.finite[v]) {
+      for (size_t p = 0; p < k; ++p) q[p] = static_cast<int16_t>(fixed_point_from_bits(row[p], shift));
+    } else {
+      std::fill(q, q + k, int16_t{0});
+    }
+    std::fill(q + k, q + op.kp, int16_t{0});
+  }
+}
+
+// The columns of x (k x count, row-major) as a right operand, stored contiguous along k.
+void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, int threads) {
+  resize(op, count, k);
+  constexpr size_t kBand = 64;  // columns per work item: rows of the band are read contiguously
+  const int64_t bands = static_cast<int64_t>((count + kBand - 1) / kBand);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, bands)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t band = 0; band < bands; ++band) {
+    const size_t j0 = band * kBand, j1 = std::min(count, j0 + kBand);
+    uint32_t amax[kBand] = {};
+    for (size_t p = 0; p < k; ++p) {
+      for (size_t j = j0; j < j1; ++j) amax[j - j0] = std::max(amax[j - j0], abs_bits(x[p * count + j]));
+    }
+    for (size_t j = j0; j < j1; ++j) scale_of(amax[j - j0], op.shift[j], op.finite[j]);
+    for (size_t p = 0; p < k; ++p) {
+      for (size_t j = j0; j < j1; ++j) {
+        op.q[j * op.kp + p] = op.finite[j] ? static_cast<int16_t>(fixed_point_from_bits(x[p * count + j], op.shift[j])) : 0;
+      }
+    }
+    for (size_t j = j0; j < j1; ++j) std::fill(op.q.data() + j * op.kp + k, op.q.data() + (j + 1) * op.kp, int16_t{0});
+  }
+}
+
+// 2^e as a double, exactly (|e| well inside the normal range: shifts lie in [-115, 161]).
+double pow2(int e) {
+  const uint64_t bits = static_cast<uint64_t>(1023 + e) << 52;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+// math::from_fixed_point: sum < 2^53 converts exactly, and a product with a power of two inside
+// the normal range is exact, so this equals ldexp; the one rounding is the conversion to float.
+float round_sum(int64_t sum, int shift_a, int shift_b) {
+  return static_cast<float>(static_cast<double>(sum) * pow2(-(shift_a + shift_b)));
+}
+
+constexpr size_t kBlockRows = 48, kBlockCols = 48;  // C per work item (int64 sums: 18 KiB)
+
+// C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:
+// a and b are the same operand (C = M Mᵀ, or M M with M symmetric in its bits): only the blocks
+// on and above the diagonal are computed and each sum is written to (i, j) and (j, i), which the
+// reference gives the same bits (the same integer, shift_i + shift_j, the same finiteness).
+void product(const FixedPointOperand& a, const FixedPointOperand& b, float* c, size_t ldc, bool symmetric,
+             int threads) {
+  const size_t m = a.count, n = b.count, kp = a.kp;
+  const size_t row_blocks = (m + kBlockRows - 1) / kBlockRows, col_blocks = (n + kBlockCols - 1) / kBlockCols;
+  std::vector<std::pair<size_t, size_t>> blocks;
+  for (size_t bi = 0; bi < row_blocks; ++bi) {
+    for (size_t bj = symmetric ? bi : 0; bj < col_blocks; ++bj) blocks.emplace_back(bi, bj);
+  }
+  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, blocks.size())));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+#pragma omp parallel num_threads(team)
+  {
+    std::vector<int64_t> sums(kBlockRows * kBlockCols);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < static_cast<int64_t>(blocks.size()); ++w) {
+      const size_t i0 = blocks[w].first * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
+      const size_t j0 = blocks[w].second * kBlockCols, j1 = std::min(n, j0 + kBlockCols);
+      HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), kBlockCols);
+      for (size_t i = i0; i < i1; ++i) {
+        for (size_t j = j0; j < j1; ++j) {
+          const float v = a.finite[i] && b.finite[j] ? round_sum(sums[(i - i0) * kBlockCols + (j - j0)], a.shift[i], b.shift[j]) : nan;
+          c[i * ldc + j] = v;
+          if (symmetric) c[j * ldc + i] = v;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t k, size_t n,
+                      ExactMatmulScratch* scratch, int threads) {
+  if (k > math::kExactMatmulMaxK) return false;
+  ExactMatmulScratch local;
+  ExactMatmulScratch& s = scratch != nullptr ? *scratch : local;
+  threads = std::max(threads, 1);
+  fix_rows(a, m, k, s.a, threads);
+  fix_columns(b, k, n, s.b, threads);
+  product(s.a, s.b, c, n, false, threads);
+  return true;
+}
+
+bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* out,
+                             const math::NewtonSchulzCoefficients& coeff, int steps, float eps,
+                             NewtonSchulzScratch* scratch, int threads) {
+  const bool transposed = rows > cols;
+  const size_t r = transposed ? cols : rows, c = transposed ? rows : cols;  // X is r x c, r <= c
+  if (c > math::kExactMatmulMaxK) return false;
+  NewtonSchulzScratch local;
+  NewtonSchulzScratch& s = scratch != nullptr ? *scratch : local;
+  threads = std::max(threads, 1);
+  s.x.resize(r * c);
+  s.q.resize(r * c);
+  s.gram.resize(r * r);
+  s.gram2.resize(r * r);
+  s.poly.resize(r * r);
+  float* x = s.x.data();
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
+  }
+  // The reference's normalisation: the canonical sum over u in its own order, one division each.
+  const float norm = static_cast<float>(std::sqrt(math::tensor_sum_of_squares(u, static_cast<int64_t>(rows * cols))));
+  const float denom = norm > eps ? norm : eps;
+  for (size_t e = 0; e < r * c; ++e) x[e] = x[e] / denom;
+  for (int step = 0; step < steps; ++step) {
+    // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
+    fix_rows(x, r, c, s.qx, threads);
+    product(s.qx, s.qx, s.gram.data(), r, true, threads);
+    // A A: A is symmetric in its bits, so its columns are its rows.
+    fix_rows(s.gram.data(), r, r, s.qg, threads);
+    product(s.qg, s.qg, s.gram2.data(), r, true, threads);
+    for (size_t e = 0; e < r * r; ++e) {
+      const float bt = coeff.b * s.gram[e];
+      const float ct = coeff.c * s.gram2[e];
+      s.poly[e] = bt + ct;
+    }
+    fix_rows(s.poly.data(), r, r, s.qp, threads);
+    fix_columns(x, r, c, s.qxt, threads);
+    product(s.qp, s.qxt, s.q.data(), c, false, threads);
+    for (size_t e = 0; e < r * c; ++e) {
+      const float at = coeff.a * x[e];
+      x[e] = at + s.q[e];
+    }
+  }
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) {
+      if (transposed) {
+        out[j * cols + i] = x[i * c + j];
+      } else {
+        out[i * cols + j] = x[i * c + j];
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace cpu
+}  // namespace renaissance
+#endif  // HWY_ONCE
