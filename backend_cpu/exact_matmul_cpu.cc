@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "backend_cpu/exact_matmul_cpu.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace renaissance {
@@ -28,9 +31,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (never saturates) and no sum here comes near its one wrapping input (-2^15 * -2^15 twice).
 constexpr size_t kFlushSteps = 15;
 
-// Rows and columns of C per register tile: 12 int32 accumulators, 3 + 1 loaded vectors.
+// Rows and columns of C per register tile: 16 int32 accumulators, 4 + 1 loaded vectors (AVX-512
+// keeps them in its 32 registers; AVX2 spills a few and measured no faster with 4 x 3 or 3 x 3).
 constexpr int kTileRows = 4;
-constexpr int kTileCols = 3;
+constexpr int kTileCols = 4;
+
+// The tile loops must be unrolled so that the accumulator arrays live in registers (GCC keeps
+// them on the stack otherwise: 2.5x slower).
+#define RN_UNROLL _Pragma("GCC unroll 16")
 
 // sums[r * ld + c] += sum over p < len of a[r * kp + p] * b[c * kp + p] for r < MR, c < NR; len is a
 // multiple of the vector length (the operands are zero-padded to math's kExactMatmulPad).
@@ -47,19 +55,25 @@ HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRI
   using V64 = hn::Vec<decltype(d64)>;
   const size_t lanes = hn::Lanes(d16);
   V64 total[MR * NR];
+  RN_UNROLL
   for (int t = 0; t < MR * NR; ++t) total[t] = hn::Zero(d64);
   for (size_t p = 0; p < len;) {
     const size_t end = std::min(len, p + kFlushSteps * lanes);
     V32 s0[MR * NR], s1[MR * NR];
+    RN_UNROLL
     for (int t = 0; t < MR * NR; ++t) s0[t] = s1[t] = hn::Zero(d32);
     for (; p < end; p += lanes) {
       hn::Vec<decltype(d16)> bv[NR];
+      RN_UNROLL
       for (int c = 0; c < NR; ++c) bv[c] = hn::LoadU(d16, b + c * kp + p);
+      RN_UNROLL
       for (int r = 0; r < MR; ++r) {
         const auto av = hn::LoadU(d16, a + r * kp + p);
+        RN_UNROLL
         for (int c = 0; c < NR; ++c) s0[r * NR + c] = hn::ReorderWidenMulAccumulate(d32, av, bv[c], s0[r * NR + c], s1[r * NR + c]);
       }
     }
+    RN_UNROLL
     for (int t = 0; t < MR * NR; ++t) {
       const V32 s = hn::RearrangeToOddPlusEven(s0[t], s1[t]);
 #if HWY_TARGET == HWY_SCALAR
@@ -70,7 +84,9 @@ HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRI
 #endif
     }
   }
+  RN_UNROLL
   for (int r = 0; r < MR; ++r) {
+    RN_UNROLL
     for (int c = 0; c < NR; ++c) sums[r * ld + c] += hn::GetLane(hn::SumOfLanes(d64, total[r * NR + c]));
   }
 }
@@ -78,6 +94,7 @@ HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRI
 template <int MR>
 HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t* b, size_t kp, size_t len, int64_t* sums,
                             size_t ld) {
+  if (nr == 4) DotTile<MR, 4>(a, b, kp, len, sums, ld);
   if (nr == 3) DotTile<MR, 3>(a, b, kp, len, sums, ld);
   if (nr == 2) DotTile<MR, 2>(a, b, kp, len, sums, ld);
   if (nr == 1) DotTile<MR, 1>(a, b, kp, len, sums, ld);
@@ -88,7 +105,7 @@ HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t* b, size_t k
 // in chunks that keep a register tile's operands in L1.
 void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_t i0, size_t i1, size_t j0, size_t j1,
               int64_t* sums, size_t ld) {
-  constexpr size_t kChunk = 960;  // k per pass: 7 vectors of 1920 bytes
+  constexpr size_t kChunk = 1920;  // k per pass: the tile's 8 vectors of 3840 bytes stay in L1
   for (size_t i = i0; i < i1; ++i) std::fill(sums + (i - i0) * ld, sums + (i - i0) * ld + (j1 - j0), int64_t{0});
   for (size_t k0 = 0; k0 < kp; k0 += kChunk) {
     const size_t len = std::min(kChunk, kp - k0);
@@ -109,6 +126,97 @@ void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_t i0, size_t
 }
 
 const char* DotTarget() { return hwy::TargetName(HWY_TARGET); }
+
+// ---- The fixed-point conversion, vectorised: the bits algorithm of fixed_point_from_bits (below,
+// in HWY_ONCE) lane by lane, in int32 lanes, then narrowed to int16 (|q| <= 2^13 + 1 fits).
+
+// The largest |x| of x[0, count) as float bits (non-negative floats order as their bits; a NaN or
+// an inf has bits >= those of inf).
+uint32_t AbsMaxBits(const float* HWY_RESTRICT x, size_t count) {
+  const hn::ScalableTag<uint32_t> du;
+  const size_t lanes = hn::Lanes(du);
+  const auto mask = hn::Set(du, 0x7fffffffu);
+  auto amax = hn::Zero(du);
+  size_t p = 0;
+  for (; p + lanes <= count; p += lanes) {
+    amax = hn::Max(amax, hn::And(hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + p), mask));
+  }
+  uint32_t m = hn::GetLane(hn::MaxOfLanes(du, amax));
+  for (; p < count; ++p) {
+    uint32_t u;
+    std::memcpy(&u, x + p, sizeof u);
+    m = std::max(m, u & 0x7fffffffu);
+  }
+  return m;
+}
+
+// amax[j] = max(amax[j], |x[j]| as bits) for j < count (a row of a matrix whose columns are scaled).
+void AbsMaxBitsInto(const float* HWY_RESTRICT x, size_t count, uint32_t* HWY_RESTRICT amax) {
+  const hn::ScalableTag<uint32_t> du;
+  const size_t lanes = hn::Lanes(du);
+  const auto mask = hn::Set(du, 0x7fffffffu);
+  size_t j = 0;
+  for (; j + lanes <= count; j += lanes) {
+    const auto v = hn::And(hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + j), mask);
+    hn::StoreU(hn::Max(hn::LoadU(du, amax + j), v), du, amax + j);
+  }
+  for (; j < count; ++j) {
+    uint32_t u;
+    std::memcpy(&u, x + j, sizeof u);
+    amax[j] = std::max(amax[j], u & 0x7fffffffu);
+  }
+}
+
+template <class D, class VU, class VI>
+HWY_INLINE hn::Vec<hn::Rebind<int16_t, D>> FixLanes(D di, VU u, VI shift) {
+  const hn::RebindToUnsigned<D> du;
+  const auto biased = hn::And(hn::ShiftRight<23>(u), hn::Set(du, 0xffu));
+  const auto mant = hn::Or(hn::And(u, hn::Set(du, 0x7fffffu)),
+                           hn::IfThenElseZero(hn::Ne(biased, hn::Zero(du)), hn::Set(du, 0x800000u)));
+  const auto t = hn::Add(hn::Sub(hn::Max(hn::BitCast(di, biased), hn::Set(di, 1)), hn::Set(di, 150)), shift);
+  const auto left = hn::BitCast(du, hn::Min(hn::Max(t, hn::Zero(di)), hn::Set(di, 31)));
+  const auto right = hn::BitCast(du, hn::Min(hn::Max(hn::Neg(t), hn::Zero(di)), hn::Set(di, 31)));
+  const auto y = hn::Shl(mant, left);
+  const auto q = hn::Shr(y, right);
+  const auto unit = hn::Shl(hn::Set(du, 1u), right);
+  const auto rem = hn::BitCast(di, hn::And(y, hn::Sub(unit, hn::Set(du, 1u))));
+  const auto half = hn::BitCast(di, hn::ShiftRight<1>(unit));
+  const auto odd = hn::Ne(hn::And(hn::BitCast(di, q), hn::Set(di, 1)), hn::Zero(di));
+  const auto up = hn::Or(hn::Gt(rem, half), hn::And(hn::And(hn::Eq(rem, half), hn::Ne(half, hn::Zero(di))), odd));
+  const auto mag = hn::Add(hn::BitCast(di, q), hn::IfThenElseZero(up, hn::Set(di, 1)));
+  const auto negative = hn::Ne(hn::ShiftRight<31>(u), hn::Zero(du));
+  const auto value = hn::IfThenElse(hn::RebindMask(di, negative), hn::Neg(mag), mag);
+  return hn::DemoteTo(hn::Rebind<int16_t, D>(), value);
+}
+
+// q[p] = fixed_point_from_bits(x[p], shift) for p < count (a row scaled as a whole).
+void FixRow(const float* HWY_RESTRICT x, size_t count, int shift, int16_t* HWY_RESTRICT q) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::RebindToUnsigned<decltype(di)> du;
+  const hn::Rebind<int16_t, decltype(di)> d16;
+  const size_t lanes = hn::Lanes(di);
+  const auto vshift = hn::Set(di, shift);
+  size_t p = 0;
+  for (; p + lanes <= count; p += lanes) {
+    hn::StoreU(FixLanes(di, hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + p), vshift), d16, q + p);
+  }
+  for (; p < count; ++p) q[p] = static_cast<int16_t>(fixed_point_from_bits(x[p], shift));
+}
+
+// q[j] = fixed_point_from_bits(x[j], shift[j]) for j < count (a row whose columns are scaled).
+void FixRowPerColumn(const float* HWY_RESTRICT x, size_t count, const int32_t* HWY_RESTRICT shift,
+                     int16_t* HWY_RESTRICT q) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::RebindToUnsigned<decltype(di)> du;
+  const hn::Rebind<int16_t, decltype(di)> d16;
+  const size_t lanes = hn::Lanes(di);
+  size_t j = 0;
+  for (; j + lanes <= count; j += lanes) {
+    hn::StoreU(FixLanes(di, hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + j), hn::LoadU(di, shift + j)), d16,
+               q + j);
+  }
+  for (; j < count; ++j) q[j] = static_cast<int16_t>(fixed_point_from_bits(x[j], shift[j]));
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
@@ -131,14 +239,21 @@ namespace cpu {
 
 HWY_EXPORT(DotBlock);
 HWY_EXPORT(DotTarget);
+HWY_EXPORT(AbsMaxBits);
+HWY_EXPORT(AbsMaxBitsInto);
+HWY_EXPORT(FixRow);
+HWY_EXPORT(FixRowPerColumn);
 
 const char* exact_matmul_target() { return HWY_DYNAMIC_DISPATCH(DotTarget)(); }
+
+void fixed_point_row(const float* x, size_t count, int shift, int16_t* q) {
+  HWY_DYNAMIC_DISPATCH(FixRow)(x, count, shift, q);
+}
 
 // |x| = mant * 2^(e - 150) with the implicit bit in mant (a subnormal has e = 1), so
 // y = x * 2^shift = mant * 2^t, t = e - 150 + shift. t >= 0 only for small mant (|y| <= 2^13 + 1/2),
 // a left shift; otherwise mant >> -t, rounded half to even on the bits shifted out (a shift of 25
-// or more leaves y < 1/2, i.e. 0, which the clamp at 31 keeps). Branch-free so that loops of it
-// vectorise.
+// or more leaves y < 1/2, i.e. 0, which the clamp at 31 keeps). FixLanes is the same, lane by lane.
 int32_t fixed_point_from_bits(float x, int shift) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
@@ -158,13 +273,7 @@ int32_t fixed_point_from_bits(float x, int shift) {
 
 namespace {
 
-constexpr uint32_t kAbsMask = 0x7fffffffu, kInfBits = 0x7f800000u;
-
-uint32_t abs_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u & kAbsMask;
-}
+constexpr uint32_t kInfBits = 0x7f800000u;
 
 float from_abs_bits(uint32_t u) {
   float x;
@@ -189,6 +298,10 @@ void resize(FixedPointOperand& op, size_t count, size_t k) {
   op.finite.resize(count);
 }
 
+// A shift that turns every input, whatever its bits, into q = 0 (the digits of a non-finite
+// vector, as in the reference): y = x * 2^shift < 2^(128 - 400) < 1/2.
+constexpr int kZeroDigitsShift = -400;
+
 // The rows of x (count x k, row-major) as a left operand (or, equally, the columns of xᵀ as a
 // right one).
 void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int threads) {
@@ -197,37 +310,48 @@ void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t v = 0; v < static_cast<int64_t>(count); ++v) {
     const float* row = x + v * k;
-    uint32_t amax = 0;
-    for (size_t p = 0; p < k; ++p) amax = std::max(amax, abs_bits(row[p]));
-    scale_of(amax, op.shift[v], op.finite[v]);
+    scale_of(HWY_DYNAMIC_DISPATCH(AbsMaxBits)(row, k), op.shift[v], op.finite[v]);
     int16_t* q = op.q.data() + v * op.kp;
-    const int shift = op.shift[v];
-    if (op.finite[v]) {
-      for (size_t p = 0; p < k; ++p) q[p] = static_cast<int16_t>(fixed_point_from_bits(row[p], shift));
-    } else {
-      std::fill(q, q + k, int16_t{0});
-    }
+    HWY_DYNAMIC_DISPATCH(FixRow)(row, k, op.finite[v] ? op.shift[v] : kZeroDigitsShift, q);
     std::fill(q + k, q + op.kp, int16_t{0});
   }
 }
 
-// The columns of x (k x count, row-major) as a right operand, stored contiguous along k.
+// The columns of x (k x count, row-major) as a right operand, stored contiguous along k: the
+// column maxima and the digits row by row (contiguous reads and writes), then a blocked
+// transposition of the int16 digits.
 void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, int threads) {
   resize(op, count, k);
-  constexpr size_t kBand = 64;  // columns per work item: rows of the band are read contiguously
+  op.amax_bits.assign(count, 0u);
+  op.lane_shift.resize(count);
+  op.staging.resize(k * count);
+  constexpr size_t kBand = 256;  // columns per work item of the maxima
   const int64_t bands = static_cast<int64_t>((count + kBand - 1) / kBand);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, bands)));
-#pragma omp parallel for schedule(static) num_threads(team)
+  const int band_team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, bands)));
+#pragma omp parallel for schedule(static) num_threads(band_team)
   for (int64_t band = 0; band < bands; ++band) {
     const size_t j0 = band * kBand, j1 = std::min(count, j0 + kBand);
-    uint32_t amax[kBand] = {};
-    for (size_t p = 0; p < k; ++p) {
-      for (size_t j = j0; j < j1; ++j) amax[j - j0] = std::max(amax[j - j0], abs_bits(x[p * count + j]));
-    }
-    for (size_t j = j0; j < j1; ++j) scale_of(amax[j - j0], op.shift[j], op.finite[j]);
-    for (size_t p = 0; p < k; ++p) {
+    for (size_t p = 0; p < k; ++p) HWY_DYNAMIC_DISPATCH(AbsMaxBitsInto)(x + p * count + j0, j1 - j0, op.amax_bits.data() + j0);
+  }
+  for (size_t j = 0; j < count; ++j) {
+    scale_of(op.amax_bits[j], op.shift[j], op.finite[j]);
+    op.lane_shift[j] = op.finite[j] ? op.shift[j] : kZeroDigitsShift;
+  }
+  const int row_team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, k)));
+#pragma omp parallel for schedule(static) num_threads(row_team)
+  for (int64_t p = 0; p < static_cast<int64_t>(k); ++p) {
+    HWY_DYNAMIC_DISPATCH(FixRowPerColumn)(x + p * count, count, op.lane_shift.data(), op.staging.data() + p * count);
+  }
+  constexpr size_t kSide = 64;  // a 64 x 64 block of int16: 8 KiB read, 8 KiB written
+  const int64_t col_blocks = static_cast<int64_t>((count + kSide - 1) / kSide);
+  const int col_team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, col_blocks)));
+#pragma omp parallel for schedule(static) num_threads(col_team)
+  for (int64_t cb = 0; cb < col_blocks; ++cb) {
+    const size_t j0 = cb * kSide, j1 = std::min(count, j0 + kSide);
+    for (size_t p0 = 0; p0 < k; p0 += kSide) {
+      const size_t p1 = std::min(k, p0 + kSide);
       for (size_t j = j0; j < j1; ++j) {
-        op.q[j * op.kp + p] = op.finite[j] ? static_cast<int16_t>(fixed_point_from_bits(x[p * count + j], op.shift[j])) : 0;
+        for (size_t p = p0; p < p1; ++p) op.q[j * op.kp + p] = op.staging[p * count + j];
       }
     }
     for (size_t j = j0; j < j1; ++j) std::fill(op.q.data() + j * op.kp + k, op.q.data() + (j + 1) * op.kp, int16_t{0});

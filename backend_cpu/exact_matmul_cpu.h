@@ -26,6 +26,11 @@ struct FixedPointOperand {
   std::vector<int16_t> q;
   std::vector<int> shift;
   std::vector<uint8_t> finite;
+  // Working buffers of a column operand: the largest |x| bits per column, the shift each lane
+  // applies, the digits in the input's (row-major) layout before their transposition.
+  std::vector<uint32_t> amax_bits;
+  std::vector<int32_t> lane_shift;
+  std::vector<int16_t> staging;
 };
 
 // Buffers reused across calls (so a Newton–Schulz step allocates nothing once they have grown).
@@ -59,6 +64,8 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
 // the reference's math::to_fixed_point(x, shift) computed on the float's bits (no double, no
 // rounding mode), for |x| * 2^shift <= 2^13 + 1/2 (what a row's own shift guarantees);
 int32_t fixed_point_from_bits(float x, int shift);
+// the same for x[0, count) with the dispatched SIMD code (the kernels' own conversion of a row);
+void fixed_point_row(const float* x, size_t count, int shift, int16_t* q);
 // the name of the Highway target the integer kernel dispatches to now.
 const char* exact_matmul_target();
 

@@ -103,6 +103,28 @@ TEST(ExactMatmulCpu, FixedPointFromBitsEqualsTheReferenceRounding) {
     }
   }
   EXPECT_GT(checked, 500000u);
+  // The SIMD conversion of whole rows on every target (lanes and scalar tail), the same shifts.
+  for_each_target([&](const char* target) {
+    for (int offset = 0; offset <= 30; offset += 3) {
+      std::vector<float> row;
+      std::vector<int> shifts;
+      for (float x : xs) {
+        const int shift = math::fixed_point_shift(std::fabs(x)) - offset;
+        if (shift >= -115) row.push_back(x), shifts.push_back(shift);
+      }
+      // One shift per call: group the inputs by shift, a row of 37 (a tail on every width) at a time.
+      for (size_t start = 0; start + 37 <= row.size(); start += 37) {
+        std::vector<float> piece(37);
+        const int shift = shifts[start];
+        for (size_t e = 0; e < 37; ++e) piece[e] = std::ldexp(row[start + e], shifts[start + e] - shift);
+        std::vector<int16_t> q(37, 12345);
+        cpu::fixed_point_row(piece.data(), piece.size(), shift, q.data());
+        for (size_t e = 0; e < 37; ++e) {
+          ASSERT_EQ(q[e], math::to_fixed_point(piece[e], shift)) << target << " " << piece[e] << " at shift " << shift;
+        }
+      }
+    }
+  });
 }
 
 TEST(ExactMatmulCpu, ShapesEqualTheReferenceOnEveryTargetAndThreadCount) {
