@@ -139,7 +139,7 @@ uint32_t AbsMaxBits(const float* HWY_RESTRICT x, size_t count) {
   auto amax = hn::Zero(du);
   size_t p = 0;
   for (; p + lanes <= count; p += lanes) {
-    amax = hn::Max(amax, hn::And(hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + p), mask));
+    amax = hn::Max(amax, hn::And(hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + p)), mask));
   }
   uint32_t m = hn::GetLane(hn::MaxOfLanes(du, amax));
   for (; p < count; ++p) {
@@ -157,7 +157,7 @@ void AbsMaxBitsInto(const float* HWY_RESTRICT x, size_t count, uint32_t* HWY_RES
   const auto mask = hn::Set(du, 0x7fffffffu);
   size_t j = 0;
   for (; j + lanes <= count; j += lanes) {
-    const auto v = hn::And(hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + j), mask);
+    const auto v = hn::And(hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + j)), mask);
     hn::StoreU(hn::Max(hn::LoadU(du, amax + j), v), du, amax + j);
   }
   for (; j < count; ++j) {
@@ -198,7 +198,7 @@ void FixRow(const float* HWY_RESTRICT x, size_t count, int shift, int16_t* HWY_R
   const auto vshift = hn::Set(di, shift);
   size_t p = 0;
   for (; p + lanes <= count; p += lanes) {
-    hn::StoreU(FixLanes(di, hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + p), vshift), d16, q + p);
+    hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + p)), vshift), d16, q + p);
   }
   for (; p < count; ++p) q[p] = static_cast<int16_t>(fixed_point_from_bits(x[p], shift));
 }
@@ -212,7 +212,7 @@ void FixRowPerColumn(const float* HWY_RESTRICT x, size_t count, const int32_t* H
   const size_t lanes = hn::Lanes(di);
   size_t j = 0;
   for (; j + lanes <= count; j += lanes) {
-    hn::StoreU(FixLanes(di, hn::LoadU(du, reinterpret_cast<const uint32_t*>(x) + j), hn::LoadU(di, shift + j)), d16,
+    hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + j)), hn::LoadU(di, shift + j)), d16,
                q + j);
   }
   for (; j < count; ++j) q[j] = static_cast<int16_t>(fixed_point_from_bits(x[j], shift[j]));
@@ -372,6 +372,16 @@ float round_sum(int64_t sum, int shift_a, int shift_b) {
   return static_cast<float>(static_cast<double>(sum) * pow2(-(shift_a + shift_b)));
 }
 
+// fn(e) for e < count over the threads: each item computed alone (fp32 operations in the
+// reference's order), so the split changes no bit. `width`: elements an item touches (a thread
+// gets at least 16K elements).
+template <class Fn>
+void elementwise(size_t count, int threads, Fn&& fn, size_t width = 1) {
+  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count * width / 16384 + 1)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t e = 0; e < static_cast<int64_t>(count); ++e) fn(static_cast<size_t>(e));
+}
+
 constexpr size_t kBlockRows = 48, kBlockCols = 48;  // C per work item (int64 sums: 18 KiB)
 
 // C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:
@@ -409,6 +419,39 @@ void product(const FixedPointOperand& a, const FixedPointOperand& b, float* c, s
 
 }  // namespace
 
+double sum_of_squares_canonical(const float* x, size_t count, int threads) {
+  const int64_t tiles = static_cast<int64_t>((count + math::kNormTile - 1) / math::kNormTile);
+  std::vector<double> partials(static_cast<size_t>(math::kNormComponents * tiles), 0.0);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(std::max(threads, 1), tiles)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const float* tile = x + t * math::kNormTile;
+    const size_t length = std::min<size_t>(math::kNormTile, count - t * math::kNormTile);
+    double lanes[math::kNormLanes] = {};
+    if (length == static_cast<size_t>(math::kNormTile)) {
+      // Lane j adds, round by round and within a round quad element by element, the elements
+      // 1024 r + 4 j + e: the canonical order (norm_reduction.h), with the lanes side by side so
+      // that the loop over j vectorises.
+      for (int r = 0; r < math::kNormRounds; ++r) {
+        for (int e = 0; e < math::kNormQuad; ++e) {
+          const float* at = tile + r * math::kNormRound + e;
+          for (int j = 0; j < math::kNormLanes; ++j) lanes[j] = lanes[j] + math::square_in_double(at[j * math::kNormQuad]);
+        }
+      }
+    } else {
+      for (size_t e = 0; e < length; ++e) {
+        const int lane = math::norm_lane_of(static_cast<int>(e));
+        lanes[lane] = lanes[lane] + math::square_in_double(tile[e]);
+      }
+    }
+    math::norm_lane_tree(lanes);
+    partials[static_cast<size_t>(math::kNormComponents * t)] = lanes[0];
+  }
+  double sums[math::kNormComponents];
+  math::combine_tile_partials(partials.data(), tiles, sums);
+  return sums[0];
+}
+
 bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t k, size_t n,
                       ExactMatmulScratch* scratch, int threads) {
   if (k > math::kExactMatmulMaxK) return false;
@@ -436,13 +479,13 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
   s.gram2.resize(r * r);
   s.poly.resize(r * r);
   float* x = s.x.data();
-  for (size_t i = 0; i < r; ++i) {
+  elementwise(r, threads, [&](size_t i) {
     for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
-  }
+  }, c);
   // The reference's normalisation: the canonical sum over u in its own order, one division each.
-  const float norm = static_cast<float>(std::sqrt(math::tensor_sum_of_squares(u, static_cast<int64_t>(rows * cols))));
+  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, rows * cols, threads)));
   const float denom = norm > eps ? norm : eps;
-  for (size_t e = 0; e < r * c; ++e) x[e] = x[e] / denom;
+  elementwise(r * c, threads, [&](size_t e) { x[e] = x[e] / denom; });
   for (int step = 0; step < steps; ++step) {
     // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
     fix_rows(x, r, c, s.qx, threads);
@@ -450,20 +493,24 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     // A A: A is symmetric in its bits, so its columns are its rows.
     fix_rows(s.gram.data(), r, r, s.qg, threads);
     product(s.qg, s.qg, s.gram2.data(), r, true, threads);
-    for (size_t e = 0; e < r * r; ++e) {
-      const float bt = coeff.b * s.gram[e];
-      const float ct = coeff.c * s.gram2[e];
-      s.poly[e] = bt + ct;
-    }
+    const float* gram = s.gram.data();
+    const float* gram2 = s.gram2.data();
+    float* poly = s.poly.data();
+    elementwise(r * r, threads, [&](size_t e) {
+      const float bt = coeff.b * gram[e];
+      const float ct = coeff.c * gram2[e];
+      poly[e] = bt + ct;
+    });
     fix_rows(s.poly.data(), r, r, s.qp, threads);
     fix_columns(x, r, c, s.qxt, threads);
     product(s.qp, s.qxt, s.q.data(), c, false, threads);
-    for (size_t e = 0; e < r * c; ++e) {
+    const float* q = s.q.data();
+    elementwise(r * c, threads, [&](size_t e) {
       const float at = coeff.a * x[e];
-      x[e] = at + s.q[e];
-    }
+      x[e] = at + q[e];
+    });
   }
-  for (size_t i = 0; i < r; ++i) {
+  elementwise(r, threads, [&](size_t i) {
     for (size_t j = 0; j < c; ++j) {
       if (transposed) {
         out[j * cols + i] = x[i * c + j];
@@ -471,7 +518,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
         out[i * cols + j] = x[i * c + j];
       }
     }
-  }
+  }, c);
   return true;
 }
 

@@ -66,6 +66,9 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
 int32_t fixed_point_from_bits(float x, int shift);
 // the same for x[0, count) with the dispatched SIMD code (the kernels' own conversion of a row);
 void fixed_point_row(const float* x, size_t count, int shift, int16_t* q);
+// Σ x² of x[0, count) in the canonical order of a tensor norm (math::tensor_sum_of_squares, the
+// same double), its tiles over the threads;
+double sum_of_squares_canonical(const float* x, size_t count, int threads);
 // the name of the Highway target the integer kernel dispatches to now.
 const char* exact_matmul_target();
 

@@ -215,11 +215,56 @@ TEST(ExactMatmulCpu, TooLongKIsRefusedAsTheReference) {
   EXPECT_EQ(c, 3.0f);
 }
 
+// Σ x² of one whole tile with each lane's 16 elements added quad-major (element e of every round,
+// then e + 1, ...) instead of round-major: another order, for the test's sensitivity.
+double quad_major_tile_sum(const float* x) {
+  double lanes[math::kNormLanes] = {};
+  for (int e = 0; e < math::kNormQuad; ++e) {
+    for (int r = 0; r < math::kNormRounds; ++r) {
+      for (int j = 0; j < math::kNormLanes; ++j) {
+        lanes[j] = lanes[j] + math::square_in_double(x[r * math::kNormRound + j * math::kNormQuad + e]);
+      }
+    }
+  }
+  math::norm_lane_tree(lanes);
+  return lanes[0];
+}
+
+TEST(ExactMatmulCpu, SumOfSquaresIsTheCanonicalOne) {
+  std::mt19937 rng(37);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  // Whole tiles, a short last tile, fewer elements than a round; values of one magnitude, whose
+  // double sums depend on the order of their additions.
+  for (size_t count : {size_t{1}, size_t{5}, size_t{1023}, size_t{4095}, size_t{4096}, size_t{4097},
+                       size_t{3 * 4096 + 1029}, size_t{300001}}) {
+    std::vector<float> x(count);
+    for (float& v : x) v = nd(rng);
+    const double want = math::tensor_sum_of_squares(x.data(), static_cast<int64_t>(count));
+    for (int threads : {1, 2, 3}) {
+      const double got = cpu::sum_of_squares_canonical(x.data(), count, threads);
+      uint64_t gb, wb;
+      std::memcpy(&gb, &got, sizeof gb);
+      std::memcpy(&wb, &want, sizeof wb);
+      EXPECT_EQ(gb, wb) << count << " elements, " << threads << " threads: " << got << " vs " << want;
+    }
+  }
+  // Another order within a lane changes the bits of some tiles of such values: the comparison
+  // above can tell orders apart.
+  int differ = 0;
+  std::vector<float> tile(math::kNormTile);
+  for (int t = 0; t < 20; ++t) {
+    for (float& v : tile) v = nd(rng);
+    differ += quad_major_tile_sum(tile.data()) != math::tensor_sum_of_squares(tile.data(), math::kNormTile);
+  }
+  EXPECT_GT(differ, 0);
+}
+
 TEST(ExactMatmulCpu, NewtonSchulzEqualsTheReference) {
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   // (rows, cols): wide, tall (transposed), square, C past a block, a single row and column.
-  const size_t shapes[][2] = {{5, 7}, {7, 5}, {16, 40}, {33, 65}, {64, 64}, {1, 1}, {1, 9}, {9, 1}, {50, 130}};
+  // 50 x 130 and 140 x 33 have more than one norm tile (4096 elements), the last one short.
+  const size_t shapes[][2] = {{5, 7}, {7, 5}, {16, 40}, {33, 65}, {64, 64}, {1, 1}, {1, 9}, {9, 1}, {50, 130}, {140, 33}};
   std::ostringstream exercised;
   for (const auto& s : shapes) {
     const size_t rows = s[0], cols = s[1];
