@@ -53,8 +53,9 @@ struct NewtonSchulzScratch {
 
 // out (rows x cols, row-major) = math::newton_schulz_reference(u, rows, cols, out, coeff, steps,
 // eps), bit for bit: the same norm (canonical order), the same fp32 element-wise operations in the
-// same order, the products above. u and out must not overlap. Returns false (out untouched) when
-// the reference does (max(rows, cols) > math::kExactMatmulMaxK).
+// same order, the products above. out may be u (in place: u is read before out is written), or
+// else must not overlap it. Returns false (out untouched) when the reference does
+// (max(rows, cols) > math::kExactMatmulMaxK).
 bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* out,
                              const math::NewtonSchulzCoefficients& coeff = {},
                              int steps = math::kDefaultNewtonSchulzSteps, float eps = math::kDefaultNewtonSchulzEps,

@@ -312,6 +312,14 @@ TEST(ExactMatmulCpu, NewtonSchulzOtherCoefficientsStepsAndEdgeInputsEqualTheRefe
     ASSERT_TRUE(cpu::newton_schulz_exact_cpu(c.u->data(), rows, cols, got.data(), c.coeff, c.steps, c.eps, nullptr, 2));
     EXPECT_EQ(count_differences(got, want, c.name), 0);
   }
+  // In place, wide and tall (the tall one is transposed on the way in and out).
+  for (const bool tall : {false, true}) {
+    const size_t r = tall ? cols : rows, c = tall ? rows : cols;
+    std::vector<float> want(r * c), inout = u;
+    ASSERT_TRUE(math::newton_schulz_reference(u.data(), r, c, want.data()));
+    ASSERT_TRUE(cpu::newton_schulz_exact_cpu(inout.data(), r, c, inout.data(), {}, 5, 1e-7f, nullptr, 2));
+    EXPECT_EQ(count_differences(inout, want, tall ? "in place, tall" : "in place, wide"), 0);
+  }
 }
 
 }  // namespace
