@@ -1,0 +1,77 @@
+// The exact matrix product and Muon's exact Newton–Schulz on the CPU: the bits of
+// math::exact_matmul_reference and math::newton_schulz_reference (renaissance/math/), computed
+// fast. Each operand is converted once to the reference's fixed point (same scales, same q, held
+// in int16 since |q| <= 2^13, both operands laid out contiguous along k), the integer dot
+// products are summed exactly in Highway int16 lanes widened into int32 and flushed into int64
+// (exact_matmul_cpu.cc proves the bound), and each sum is rounded once to fp32 as the reference
+// does. Integer sums do not depend on their order, so SIMD target, blocking and thread count
+// change no bit (docs/math.md, "Muon: the exact matrix product").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "renaissance/math/newton_schulz.h"
+
+namespace renaissance {
+namespace cpu {
+
+// One operand in fixed point: `count` vectors (rows of a left operand, columns of a right one)
+// of k elements each, vector v's q at q[v * kp + p] (kp = k rounded up to kExactMatmulPad, the
+// padding is zero), its scale exponent and whether it was finite.
+constexpr size_t kExactMatmulPad = 64;
+struct FixedPointOperand {
+  size_t count = 0, k = 0, kp = 0;
+  std::vector<int16_t> q;
+  std::vector<int> shift;
+  std::vector<uint8_t> finite;
+  // Working buffers of a column operand: the largest |x| bits per column, the shift each lane
+  // applies, the digits in the input's (row-major) layout before their transposition.
+  std::vector<uint32_t> amax_bits;
+  std::vector<int32_t> lane_shift;
+  std::vector<int16_t> staging;
+};
+
+// Buffers reused across calls (so a Newton–Schulz step allocates nothing once they have grown).
+struct ExactMatmulScratch {
+  FixedPointOperand a, b;
+};
+
+// C = A B (row-major; A m x k, B k x n, C m x n) with exactly the bits of
+// math::exact_matmul_reference, non-finite rows and columns (NaN results) included. `threads`
+// OpenMP threads (1 or more); `scratch` may be null (then it allocates). Returns false with C
+// untouched when k > math::kExactMatmulMaxK, as the reference.
+bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t k, size_t n,
+                      ExactMatmulScratch* scratch = nullptr, int threads = 1);
+
+// Buffers of newton_schulz_exact_cpu.
+struct NewtonSchulzScratch {
+  std::vector<float> x, gram, gram2, poly, q;
+  FixedPointOperand qx, qxt, qg, qp;
+};
+
+// out (rows x cols, row-major) = math::newton_schulz_reference(u, rows, cols, out, coeff, steps,
+// eps), bit for bit: the same norm (canonical order), the same fp32 element-wise operations in the
+// same order, the products above. out may be u (in place: u is read before out is written), or
+// else must not overlap it. Returns false (out untouched) when the reference does
+// (max(rows, cols) > math::kExactMatmulMaxK).
+bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* out,
+                             const math::NewtonSchulzCoefficients& coeff = {},
+                             int steps = math::kDefaultNewtonSchulzSteps, float eps = math::kDefaultNewtonSchulzEps,
+                             NewtonSchulzScratch* scratch = nullptr, int threads = 1);
+
+// Pieces, exposed for the tests:
+// the reference's math::to_fixed_point(x, shift) computed on the float's bits (no double, no
+// rounding mode), for |x| * 2^shift <= 2^13 + 1/2 (what a row's own shift guarantees);
+int32_t fixed_point_from_bits(float x, int shift);
+// the same for x[0, count) with the dispatched SIMD code (the kernels' own conversion of a row);
+void fixed_point_row(const float* x, size_t count, int shift, int16_t* q);
+// Σ x² of x[0, count) in the canonical order of a tensor norm (math::tensor_sum_of_squares, the
+// same double), its tiles over the threads;
+double sum_of_squares_canonical(const float* x, size_t count, int threads);
+// the name of the Highway target the integer kernel dispatches to now.
+const char* exact_matmul_target();
+
+}  // namespace cpu
+}  // namespace renaissance
