@@ -68,6 +68,9 @@ void AdamWFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bo
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
+#include <vector>
+
 #include "backend_cpu/cpu_ops.h"
 #include "backend_cpu/ops_adam.h"
 
@@ -105,14 +108,32 @@ ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll) {
   }
 }
 
+// NodeFlags::lr_slot other than kLr (muon's auxiliary AdamW): the rules read lr from slot kLr, so
+// the update runs on a copy of the node's fp32 scalar blocks (WorkList::hyper_groups of them)
+// whose kLr holds each block's lr_slot (a few floats per block; the arena is not touched).
+template <class Run>
+void with_lr_slot(const CpuContext& ctx, const GraphNode& node, Run run) {
+  if (node.flags.lr_slot == kLr) return run(ctx);
+  const size_t blocks = static_cast<size_t>(std::max(1, node.work.hyper_groups));
+  std::vector<float> scalars(ctx.scalars.f32, ctx.scalars.f32 + blocks * kNumScalarF32);
+  for (size_t b = 0; b < blocks; ++b) scalars[b * kNumScalarF32 + kLr] = scalars[b * kNumScalarF32 + node.flags.lr_slot];
+  CpuContext local = ctx;
+  local.scalars.f32 = scalars.data();
+  run(local);
+}
+
 // A node with a VMAX span (amsgrad) runs the amsgrad kernel (run_elementwise's run-time choice).
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(false, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused),
-                  adam_amsgrad_kernel(false, ctx.tuning.unroll));
+  with_lr_slot(ctx, node, [&](const CpuContext& c) {
+    run_elementwise(c, node, adam_kernel(false, c.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused),
+                    adam_amsgrad_kernel(false, c.tuning.unroll));
+  });
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
-  run_elementwise(ctx, node, adam_kernel(true, ctx.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused),
-                  adam_amsgrad_kernel(true, ctx.tuning.unroll));
+  with_lr_slot(ctx, node, [&](const CpuContext& c) {
+    run_elementwise(c, node, adam_kernel(true, c.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused),
+                    adam_amsgrad_kernel(true, c.tuning.unroll));
+  });
 }
 
 }  // namespace cpu

@@ -154,7 +154,11 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
 
   const bool normed = kind.norm != NormPass::kNone;
   const bool has_weight_tiles = normed && !plan.norm_tiles().empty();
-  if (has_weight_tiles) {
+  // Muon's tiles only drive its update (UPDATE_MUON): its pass over the matrices is
+  // MUON_ORTHOGONALIZE in the optimizer graph, not a norm graph.
+  const bool muon = kind.norm == NormPass::kMuonOrthogonalize;
+  if (muon != plan.config().muon) throw_invalid(std::string("the memory plan was not made for ") + kind.name);
+  if (has_weight_tiles && !muon) {
     auto& norms = step.graphs[static_cast<int>(GraphId::kNorms)];
     GraphNode partials = group_node(Group::kWeight);
     partials.range_op = RangeOp::NORM_TILE_PARTIALS;
@@ -190,6 +194,36 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     if (normed && group == Group::kWeight) node.norm = norm_tables;
     // The two groups touch disjoint memory: the CUDA backend may run them concurrently.
     node.stream = group == Group::kWeight ? StreamKind::kUpdate : StreamKind::kSecond;
+    if (muon && group == Group::kWeight) {
+      // Muon (docs/math.md): momentum into U over the weight group span, Newton–Schulz on each
+      // matrix of U (writing each tensor's adjusted lr into N), then the tile-wise update from U
+      // and N. V is the auxiliary AdamW's: the weight-group nodes read none.
+      node.span(Family::kV) = Span{};
+      node.muon.update = region_span(plan, T_MUON_UPDATE);
+      node.muon.matrices = region_span(plan, T_MUON_MATRICES);
+      node.muon.scratch = region_span(plan, T_MUON_SCRATCH);
+      GraphNode momentum = node;
+      momentum.range_op = RangeOp::MUON_MOMENTUM;
+      momentum.copy = ModelCopy{};
+      momentum.norm = NormDesc{};
+      momentum.span(Family::kN) = Span{};
+      opt.push_back(momentum);
+      GraphNode orthogonalize = node;
+      orthogonalize.kind = NodeKind::kCompute;
+      orthogonalize.compute_op = ComputeOp::MUON_ORTHOGONALIZE;
+      orthogonalize.copy = ModelCopy{};
+      orthogonalize.norm = NormDesc{};
+      orthogonalize.span(Family::kG) = Span{};
+      orthogonalize.span(Family::kM) = Span{};
+      orthogonalize.grad = GradAccess{};
+      orthogonalize.work.hyper_items = Span{};
+      opt.push_back(orthogonalize);
+      node.span(Family::kG) = Span{};
+      node.span(Family::kM) = Span{};
+      node.grad = GradAccess{};
+    }
+    // A muon step's bias-like group is its auxiliary AdamW, with its own lr.
+    if (muon && group == Group::kBiasLike) node.flags.lr_slot = kAuxLr;
     opt.push_back(node);
   }
   return step;

@@ -32,12 +32,13 @@ static_assert(rows_in_enum_order(kCpuSchedules), "kCpuSchedules: one row per enu
 
 constexpr NameRow<KindFamily> kKindFamilies[] = {{KindFamily::kSgd, "sgd"},   {KindFamily::kAdam, "adam"},
                                                  {KindFamily::kLars, "lars"}, {KindFamily::kLion, "lion"},
-                                                 {KindFamily::kLamb, "lamb"}};
+                                                 {KindFamily::kLamb, "lamb"}, {KindFamily::kMuon, "muon"}};
 static_assert(rows_in_enum_order(kKindFamilies), "kKindFamilies: one row per enumerator, in enum order");
 
 constexpr NameRow<NormPass> kNormPasses[] = {{NormPass::kNone, "none"},
                                              {NormPass::kLarsTrustRatio, "lars_trust_ratio"},
-                                             {NormPass::kLambTrustRatio, "lamb_trust_ratio"}};
+                                             {NormPass::kLambTrustRatio, "lamb_trust_ratio"},
+                                             {NormPass::kMuonOrthogonalize, "muon_orthogonalize"}};
 static_assert(rows_in_enum_order(kNormPasses), "kNormPasses: one row per enumerator, in enum order");
 
 constexpr NameRow<HyperRule> kHyperRules[] = {
@@ -48,6 +49,8 @@ constexpr NameRow<HyperRule> kHyperRules[] = {
     {HyperRule::kMaxGradNorm, "max_grad_norm"},
     {HyperRule::kFloat32, "float32"},
     {HyperRule::kFlag, "flag"},
+    {HyperRule::kSteps, "steps"},
+    {HyperRule::kChoice, "choice"},
 };
 static_assert(rows_in_enum_order(kHyperRules), "kHyperRules: one row per enumerator, in enum order");
 
@@ -80,7 +83,8 @@ const char* region_name(Region region) {
       "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
       "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY",
       "T_HYPER_ITEMS", "T_TENSOR_BLOCKS", "S_TENSOR_INT32", "S_GRAD_TABLE",
-      "T_TENSOR_LIST", "T_TENSOR_CHUNKS", "T_GRAD_CHUNKS"};
+      "T_TENSOR_LIST", "T_TENSOR_CHUNKS", "T_GRAD_CHUNKS", "T_MUON_UPDATE", "T_MUON_MATRICES",
+      "T_MUON_SCRATCH"};
   return names[region];
 }
 

@@ -79,6 +79,8 @@ void check_float32_domain(const OptimizerConfig& c) {
   check_f32("1 - lr * weight_decay", 1.0 - c.lr * c.weight_decay, false);
   check_f32("lr * weight_decay", c.lr * c.weight_decay, false);
   check_f32("1 - dampening", 1.0 - c.dampening, false);
+  check_f32("aux_lr", c.aux_lr, false);
+  check_f32("ns_eps", c.ns_eps, true);
 }
 
 }  // namespace
@@ -101,6 +103,17 @@ void check_rule(const HyperparameterInfo& row, double v) {
     case HyperRule::kMaxGradNorm: return check_max_grad_norm(v);
     case HyperRule::kFloat32: return check_f32(row.name, v, false);
     case HyperRule::kFlag: return;
+    case HyperRule::kSteps:
+      if (!(v >= 1.0 && v <= 100.0) || v != std::floor(v)) reject(row.name, v, "must be a whole number from 1 to 100");
+      return;
+    case HyperRule::kChoice: {
+      int count = 1;
+      for (const char* p = row.choices; *p != '\0'; ++p) count += *p == '|';
+      if (!(v >= 0.0 && v < count) || v != std::floor(v)) {
+        reject(row.name, v, (std::string("must be one of ") + row.choices + " (0 to " + std::to_string(count - 1) + ")").c_str());
+      }
+      return;
+    }
   }
 }
 }  // namespace

@@ -2,11 +2,13 @@
 #include "renaissance/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
 
 #include "renaissance/error.h"
+#include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/model_copy_key.h"
 
@@ -48,13 +50,29 @@ PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
   c.has_m = info.has_m;
   c.has_v = info.has_v;
   c.has_n = info.norm != NormPass::kNone;
+  c.muon = info.norm == NormPass::kMuonOrthogonalize;
   return c;
 }
 
 PlanConfig plan_config_from_optimizer(const OptimizerConfig& config) {
   PlanConfig c = plan_config_from_optimizer(config.kind);
   c.has_vmax = config.amsgrad;
+  c.muon_adjust_lr = c.muon ? static_cast<int>(config.adjust_lr) : 0;
   return c;
+}
+
+MuonMatrix muon_matrix(const std::vector<int64_t>& shape, int adjust_lr) {
+  MuonMatrix m{};
+  m.rows = shape.empty() ? 1 : (shape.size() == 1 ? 1 : shape[0]);
+  m.cols = 1;
+  for (size_t d = shape.size() == 1 ? 0 : 1; d < shape.size(); ++d) m.cols *= shape[d];
+  const double a = static_cast<double>(m.rows), b = static_cast<double>(m.cols);
+  if (adjust_lr == 0) {
+    m.adjust = b > 0.0 ? std::sqrt(std::max(1.0, a / b)) : 1.0;
+  } else {
+    m.adjust = 0.2 * std::sqrt(std::max(a, b));
+  }
+  return m;
 }
 
 MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : config_(config) {
@@ -269,6 +287,35 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     place(T_TENSOR_LIST, table_tensors_.size(), table_tensors_.size(), sizeof(CopyTensor));
     place(T_TENSOR_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(int32_t));
     if (config_.gradient_table) place(T_GRAD_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(uint64_t));
+  }
+  if (config_.muon) {
+    // Muon's regions after every other one (docs/design.md): U in the weight group span's
+    // layout, the matrix table, the scratch of the largest matrix.
+    if (state_sliced()) throw_invalid("plan: muon has no sharded (state-sliced) plan");
+    if (!config_.has_n) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
+    std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
+    for (const TensorInfo& t : tensors_) {
+      if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
+    }
+    for (const TensorInfo* t : weight_tensors) {
+      MuonMatrix m = muon_matrix(t->spec.shape, config_.muon_adjust_lr);
+      m.start = static_cast<int64_t>(t->offset_in_group);
+      const uint64_t longer = static_cast<uint64_t>(std::max(m.rows, m.cols));
+      if (t->numel > 0 && longer > math::kExactMatmulMaxK) {
+        throw_invalid("muon: parameter '" + t->spec.name + "' viewed as a " + std::to_string(m.rows) + " x " +
+                      std::to_string(m.cols) + " matrix is longer than the exact product's limit of " +
+                      std::to_string(math::kExactMatmulMaxK));
+      }
+      if (t->numel > 0) {
+        muon_scratch_floats_ = std::max(muon_scratch_floats_, renaissance::muon_scratch_floats(
+                                                                  static_cast<uint64_t>(m.rows), static_cast<uint64_t>(m.cols)));
+      }
+      muon_matrices_.push_back(m);
+    }
+    const uint64_t u_count = group_span(Family::kW, Group::kWeight).count;
+    place(T_MUON_UPDATE, u_count, u_count, sizeof(float));
+    place(T_MUON_MATRICES, muon_matrices_.size(), muon_matrices_.size(), sizeof(MuonMatrix));
+    place(T_MUON_SCRATCH, muon_scratch_floats_, muon_scratch_floats_, sizeof(float));
   }
   arena_bytes_ = offset;
 }

@@ -114,6 +114,7 @@ void upload_plan_tables(const MemoryPlan& plan, Backend* backend) {
   upload_table(backend, plan, T_TENSOR_BLOCKS, plan.tensor_blocks());
   upload_table(backend, plan, T_TENSOR_LIST, plan.table_tensors());
   upload_table(backend, plan, T_TENSOR_CHUNKS, plan.table_chunks());
+  upload_table(backend, plan, T_MUON_MATRICES, plan.muon_matrices());
 }
 
 }  // namespace
@@ -169,6 +170,10 @@ void Task::compile() {
     throw_invalid("compile(): amsgrad is not supported by the sharded step (its VMAX state is not sharded); use an "
                   "unsharded task");
   }
+  if (plan_config.muon && options_.state_shard.world_size > 0) {
+    throw_invalid("compile(): muon is not supported by the sharded step yet (its matrices are not partitioned); use "
+                  "an unsharded task");
+  }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));
@@ -217,7 +222,8 @@ static void host_scalar_slots(const OptimizerConfig& config, double lr, double l
   // The table's slots: each number as configured (fp64) and rounded once (fp32).
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.number == nullptr) continue;
-    if (row.f32_slot >= 0) f32[row.f32_slot] = static_cast<float>(config.*row.number);
+    // Muon's slots lie after the device's: late_scalar_slots writes them.
+    if (row.f32_slot >= 0 && row.f32_slot < kFirstMuonScalarF32) f32[row.f32_slot] = static_cast<float>(config.*row.number);
     if (row.f64_slot >= 0) f64[row.f64_slot] = config.*row.number;
   }
   // The derived slots, formed in double from the configured values and rounded once.
@@ -234,6 +240,21 @@ static_assert(kInvLossScale + 1 == kBiasCorrection1, "the host-owned fp32 slots 
 static float one_minus_dampening_slot(const OptimizerConfig& config) {
   return static_cast<float>(1.0 - config.dampening);
 }
+
+// Muon's host-owned fp32 slots, kFirstMuonScalarF32 to the end of a block (scalars.h: not stored
+// in checkpoints), from a group's configuration: the table's rows as configured rounded once,
+// 1 - momentum formed in double, the Nesterov flag as 1.0f / 0.0f.
+constexpr int kNumMuonScalarF32 = kNumScalarF32 - kFirstMuonScalarF32;
+static void muon_scalar_slots(const OptimizerConfig& config, float* out) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.number != nullptr && row.f32_slot >= kFirstMuonScalarF32) {
+      out[row.f32_slot - kFirstMuonScalarF32] = static_cast<float>(config.*row.number);
+    }
+  }
+  out[kMuonOneMinusMomentum - kFirstMuonScalarF32] = static_cast<float>(1.0 - config.momentum);
+  out[kNesterov - kFirstMuonScalarF32] = config.nesterov ? 1.0f : 0.0f;
+}
+static_assert(kFirstMuonScalarF32 > kMomentumGradFactor, "Muon's slots come after the device's");
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");
 static_assert(kLr == 0 && kWeightDecay == 1 && kDecayFactor == 2, "the lr writers copy slots 0..2");
 
@@ -263,6 +284,12 @@ void Task::write_all_hyperparameters() {
   for (size_t id = 0; id < n; ++id) dampening[id] = one_minus_dampening_slot(group_config(params_[id].hyper_group));
   backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset + kOneMinusDampening * sizeof(float),
                         kNumScalarF32 * sizeof(float), dampening.data(), sizeof(float), n);
+  std::vector<float> muon(n * kNumMuonScalarF32);
+  for (size_t id = 0; id < n; ++id) {
+    muon_scalar_slots(group_config(params_[id].hyper_group), muon.data() + id * kNumMuonScalarF32);
+  }
+  backend_->upload_rows(plan_.region(S_SCALAR_FP32).offset + kFirstMuonScalarF32 * sizeof(float),
+                        kNumScalarF32 * sizeof(float), muon.data(), kNumMuonScalarF32 * sizeof(float), n);
 }
 
 void Task::set_group_lrs(const std::vector<double>& lrs) {
@@ -302,6 +329,10 @@ void Task::write_group_hyperparameters(int group) {
     const float dampening = one_minus_dampening_slot(config);
     backend_->upload(plan_.region(S_SCALAR_FP32).offset + (b * kNumScalarF32 + kOneMinusDampening) * sizeof(float),
                      &dampening, sizeof(float));
+    float muon[kNumMuonScalarF32];
+    muon_scalar_slots(config, muon);
+    backend_->upload(plan_.region(S_SCALAR_FP32).offset + (b * kNumScalarF32 + kFirstMuonScalarF32) * sizeof(float),
+                     muon, sizeof(muon));
   }
 }
 

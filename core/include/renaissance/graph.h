@@ -112,6 +112,21 @@ struct NodeFlags {
   // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
   bool check_finite = false;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
+  // The fp32 slot an update reads its lr from (UPDATE_ADAM, UPDATE_ADAMW): kLr, or kAuxLr for the
+  // bias-like node of a muon step (its auxiliary AdamW). Only lr moves: the bias-like group's
+  // decay is exactly 1 whatever the lr, and no other slot the Adam rules read derives from lr.
+  ScalarF32 lr_slot = kLr;
+};
+
+// What Muon's weight-group nodes read besides the families (empty spans on every other node):
+// U (T_MUON_UPDATE, the weight group span's layout), the matrix table (T_MUON_MATRICES: MuonMatrix
+// per weight-group tensor) and the Newton–Schulz scratch (T_MUON_SCRATCH).
+// MUON_MOMENTUM: m and U from ĝ; MUON_ORTHOGONALIZE: U per matrix, N per matrix; UPDATE_MUON:
+// w from U and N (docs/math.md, "Muon").
+struct MuonDesc {
+  Span update;
+  Span matrices;
+  Span scratch;
 };
 
 struct GraphNode {
@@ -129,6 +144,7 @@ struct GraphNode {
   ModelCopy copy;    // update nodes of a task with a bf16/fp16 model copy
   WorkList work;     // hyperparameter items and blocks, the tensor mask
   NormDesc norm;     // NORM_* nodes and the tile-wise updates that read the ratios
+  MuonDesc muon;     // Muon's weight-group nodes
   NodeFlags flags;
 
   Span& span(Family family) { return spans[static_cast<int>(family)]; }

@@ -29,8 +29,16 @@ enum class Hyperparameter {
   kMaximize,
   kDampening,
   kAmsgrad,
+  kAuxLr,
+  kNesterov,
+  kNsSteps,
+  kNsEps,
+  kAdjustLr,
+  kNsA,
+  kNsB,
+  kNsC,
 };
-constexpr int kNumHyperparameters = 11;
+constexpr int kNumHyperparameters = 19;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -41,6 +49,8 @@ enum class HyperRule {
   kMaxGradNorm,   // finite, >= 0, a float32 that does not round to 0
   kFloat32,       // finite as a float32 (|x| <= FLT_MAX), any sign
   kFlag,          // true or false (a bool field, not a number)
+  kSteps,         // a whole number in [1, 100]
+  kChoice,        // the index of one of the row's `choices` (a whole number in [0, count))
 };
 
 // Where a checkpoint's META section holds the value (docs/checkpoint-format.md). The places keep
@@ -57,8 +67,8 @@ enum class MetaPlace {
 constexpr unsigned family_bit(KindFamily f) { return 1u << static_cast<int>(f); }
 constexpr unsigned kSgdFamily = family_bit(KindFamily::kSgd), kAdamFamily = family_bit(KindFamily::kAdam),
                    kLarsFamily = family_bit(KindFamily::kLars), kLionFamily = family_bit(KindFamily::kLion),
-                   kLambFamily = family_bit(KindFamily::kLamb);
-constexpr unsigned kEveryFamily = kSgdFamily | kAdamFamily | kLarsFamily | kLionFamily | kLambFamily;
+                   kLambFamily = family_bit(KindFamily::kLamb), kMuonFamily = family_bit(KindFamily::kMuon);
+constexpr unsigned kEveryFamily = kSgdFamily | kAdamFamily | kLarsFamily | kLionFamily | kLambFamily | kMuonFamily;
 
 struct HyperparameterInfo {
   Hyperparameter id;
@@ -78,6 +88,8 @@ struct HyperparameterInfo {
   MetaPlace meta;
   int f32_slot;  // the fp32 slot of the scalar block holding float(value), -1 for none
   int f64_slot;  // the fp64 slot holding the value, -1 for none
+  // kChoice only: the names of the values 0, 1, ..., separated by '|' (the CLI takes a name).
+  const char* choices = nullptr;
 };
 
 inline constexpr HyperparameterInfo kHyperparameterTable[] = {
@@ -88,18 +100,18 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
     {Hyperparameter::kWeightDecay, "weight_decay", "--weight-decay", "Weight decay of the weight group",
      HyperRule::kNonNegative, &OptimizerConfig::weight_decay, nullptr, &Hyperparameters::weight_decay, 0.0,
      kEveryFamily, false, true, MetaPlace::kHead, kWeightDecay, kWeightDecayD},
-    {Hyperparameter::kMomentum, "momentum", "--momentum", "Momentum (SGD momentum kinds, LARS)",
+    {Hyperparameter::kMomentum, "momentum", "--momentum", "Momentum (SGD momentum kinds, LARS, Muon)",
      HyperRule::kUnitInterval, &OptimizerConfig::momentum, nullptr, &Hyperparameters::momentum, 0.0,
-     kSgdFamily | kLarsFamily, false, true, MetaPlace::kHead, kMomentum, -1},
-    {Hyperparameter::kBeta1, "beta1", "--beta1", "Adam beta1", HyperRule::kUnitInterval, &OptimizerConfig::beta1,
-     nullptr, &Hyperparameters::beta1, 0.0, kAdamFamily | kLionFamily | kLambFamily, false, true, MetaPlace::kHead,
-     kBeta1, kBeta1D},
-    {Hyperparameter::kBeta2, "beta2", "--beta2", "Adam beta2", HyperRule::kUnitInterval, &OptimizerConfig::beta2,
-     nullptr, &Hyperparameters::beta2, 0.0, kAdamFamily | kLionFamily | kLambFamily, false, true, MetaPlace::kHead,
-     kBeta2, kBeta2D},
-    {Hyperparameter::kEps, "eps", "--eps", "Adam / LARS epsilon", HyperRule::kPositive, &OptimizerConfig::eps,
-     nullptr, &Hyperparameters::eps, 0.0, kAdamFamily | kLarsFamily | kLambFamily, false, true, MetaPlace::kHead,
-     kEps, kEpsD},
+     kSgdFamily | kLarsFamily | kMuonFamily, false, true, MetaPlace::kHead, kMomentum, -1},
+    {Hyperparameter::kBeta1, "beta1", "--beta1", "Adam beta1 (Muon: the auxiliary AdamW's)", HyperRule::kUnitInterval,
+     &OptimizerConfig::beta1, nullptr, &Hyperparameters::beta1, 0.0,
+     kAdamFamily | kLionFamily | kLambFamily | kMuonFamily, false, true, MetaPlace::kHead, kBeta1, kBeta1D},
+    {Hyperparameter::kBeta2, "beta2", "--beta2", "Adam beta2 (Muon: the auxiliary AdamW's)", HyperRule::kUnitInterval,
+     &OptimizerConfig::beta2, nullptr, &Hyperparameters::beta2, 0.0,
+     kAdamFamily | kLionFamily | kLambFamily | kMuonFamily, false, true, MetaPlace::kHead, kBeta2, kBeta2D},
+    {Hyperparameter::kEps, "eps", "--eps", "Adam / LARS epsilon (Muon: the auxiliary AdamW's)", HyperRule::kPositive,
+     &OptimizerConfig::eps, nullptr, &Hyperparameters::eps, 0.0, kAdamFamily | kLarsFamily | kLambFamily | kMuonFamily,
+     false, true, MetaPlace::kHead, kEps, kEpsD},
     {Hyperparameter::kTrustCoefficient, "trust_coefficient", "--trust-coefficient", "LARS trust coefficient",
      HyperRule::kPositive, &OptimizerConfig::trust_coefficient, nullptr, &Hyperparameters::trust_coefficient, 0.0,
      kLarsFamily, false, true, MetaPlace::kHead, -1, kTrustCoefficientD},
@@ -123,6 +135,31 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
     {Hyperparameter::kAmsgrad, "amsgrad", "--amsgrad",
      "AMSGrad, adam and adamw (torch's amsgrad: the denominator reads the running max of v)", HyperRule::kFlag,
      nullptr, &OptimizerConfig::amsgrad, nullptr, 0.0, kAdamFamily, true, false, MetaPlace::kOptional, -1, -1},
+    // Muon's own (docs/math.md, "Muon"); their fp32 slots come after the device's (scalars.h) and
+    // are not stored in a checkpoint's SCAL: the host forms them again from the configuration.
+    {Hyperparameter::kAuxLr, "aux_lr", "--aux-lr",
+     "Muon: the auxiliary AdamW's lr, bias-like parameters (default 3e-4; --lr is Muon's)", HyperRule::kLr,
+     &OptimizerConfig::aux_lr, nullptr, nullptr, 3e-4, kMuonFamily, false, true, MetaPlace::kOptional, kAuxLr, -1},
+    {Hyperparameter::kNesterov, "nesterov", "--nesterov",
+     "Muon: Nesterov momentum (default on; --no-nesterov turns it off)", HyperRule::kFlag, nullptr,
+     &OptimizerConfig::nesterov, nullptr, 1.0, kMuonFamily, false, false, MetaPlace::kOptional, -1, -1},
+    {Hyperparameter::kNsSteps, "ns_steps", "--ns-steps", "Muon: Newton-Schulz steps, 1 to 100 (default 5)",
+     HyperRule::kSteps, &OptimizerConfig::ns_steps, nullptr, nullptr, 5.0, kMuonFamily, false, true,
+     MetaPlace::kOptional, kNsSteps, -1},
+    {Hyperparameter::kNsEps, "ns_eps", "--ns-eps", "Muon: eps of the Newton-Schulz normalisation (default 1e-7)",
+     HyperRule::kPositive, &OptimizerConfig::ns_eps, nullptr, nullptr, 1e-7, kMuonFamily, false, true,
+     MetaPlace::kOptional, kNsEps, -1},
+    // Task-wide: each matrix's lr factor is planned at compile() (MemoryPlan::muon_matrices).
+    {Hyperparameter::kAdjustLr, "adjust_lr", "--adjust-lr",
+     "Muon: lr adjustment, original (lr*sqrt(max(1,A/B))) or match_rms_adamw (0.2*lr*sqrt(max(A,B)))",
+     HyperRule::kChoice, &OptimizerConfig::adjust_lr, nullptr, nullptr, 0.0, kMuonFamily, true, false,
+     MetaPlace::kOptional, -1, -1, "original|match_rms_adamw"},
+    {Hyperparameter::kNsA, "ns_a", "--ns-a", "Muon: Newton-Schulz coefficient a (default 3.4445)", HyperRule::kFloat32,
+     &OptimizerConfig::ns_a, nullptr, nullptr, 3.4445, kMuonFamily, false, true, MetaPlace::kOptional, kNsA, -1},
+    {Hyperparameter::kNsB, "ns_b", "--ns-b", "Muon: Newton-Schulz coefficient b (default -4.7750)", HyperRule::kFloat32,
+     &OptimizerConfig::ns_b, nullptr, nullptr, -4.7750, kMuonFamily, false, true, MetaPlace::kOptional, kNsB, -1},
+    {Hyperparameter::kNsC, "ns_c", "--ns-c", "Muon: Newton-Schulz coefficient c (default 2.0315)", HyperRule::kFloat32,
+     &OptimizerConfig::ns_c, nullptr, nullptr, 2.0315, kMuonFamily, false, true, MetaPlace::kOptional, kNsC, -1},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.
@@ -142,8 +179,11 @@ constexpr bool hyperparameter_table_consistent() {
     last = h.meta;
     if (h.meta == MetaPlace::kOptional && h.kind_column != nullptr) return false;  // a reader knows its default
     // Only the slots the host writes per block (Task's host_scalar_slots): fp32 before
-    // kInvLossScale (formed with the loss scale), fp64 before kGradNormD (the device's).
-    if (h.f32_slot >= kInvLossScale || h.f64_slot >= kGradNormD) return false;
+    // kInvLossScale (formed with the loss scale) or Muon's (kFirstMuonScalarF32 on, not stored in
+    // checkpoints), fp64 before kGradNormD (the device's).
+    if (h.f32_slot >= kInvLossScale && h.f32_slot < kFirstMuonScalarF32) return false;
+    if (h.f64_slot >= kGradNormD) return false;
+    if ((h.rule == HyperRule::kChoice) != (h.choices != nullptr)) return false;
   }
   return true;
 }

@@ -25,8 +25,9 @@ enum class OptimizerKind {
   kLarsNesterov,
   kLion,
   kLamb,
+  kMuon,
 };
-constexpr int kNumOptimizerKinds = 9;
+constexpr int kNumOptimizerKinds = 10;
 
 // The hyperparameters a configuration holds (each kind reads the ones it needs).
 struct Hyperparameters {
@@ -44,10 +45,13 @@ enum class NormPass {
   kNone,
   kLarsTrustRatio,  // ‖w‖², ‖ĝ‖² per weight-group tensor -> the LARS trust ratio in N
   kLambTrustRatio,  // phase 1 updates m, v; ‖w‖², ‖u‖² per weight-group tensor -> LAMB's r in N
+  // Muon: momentum into the update U, then Newton–Schulz per weight-group matrix, which writes
+  // each tensor's adjusted lr into N (no norm tiles are summed: the tiles only drive the update).
+  kMuonOrthogonalize,
 };
 
 // Which builder family a kind belongs to: it decides which hyperparameters the kind reads.
-enum class KindFamily { kSgd, kAdam, kLars, kLion, kLamb };
+enum class KindFamily { kSgd, kAdam, kLars, kLion, kLamb, kMuon };
 
 struct KindInfo {
   OptimizerKind kind;
@@ -134,6 +138,20 @@ inline constexpr KindInfo kKindTable[] = {
      {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001},
      {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-6, 0.001},
      {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001}, 2e-4},
+    // Muon (torch.optim.Muon's math and defaults: lr 1e-3, wd 0.1, momentum 0.95) on the weight
+    // group, each tensor viewed as the matrix (shape[0], prod(rest)); the bias-like group runs the
+    // auxiliary AdamW (MuonWithAuxAdam's defaults: betas (0.9, 0.95), eps 1e-10; its lr is the
+    // aux_lr hyperparameter, its wd 0 as for every kind). M is the momentum buffer (the aux
+    // group's exp_avg), V the aux group's exp_avg_sq (allocated but unused in the weight group),
+    // N each matrix's adjusted lr. Traffic counts the element-wise passes only (the momentum pass
+    // reads g, m and writes m, U: 16 B; the update reads w, U and writes w: 12 B), not the
+    // Newton–Schulz products. The drift runs leave muon out (audit/matrix.cc).
+    {OptimizerKind::kMuon, "muon", "Muon: Newton-Schulz orthogonalised momentum (exact), aux AdamW on bias-like",
+     KindFamily::kMuon, true, true, NormPass::kMuonOrthogonalize, true, false, false,
+     RangeOp::UPDATE_MUON, RangeOp::UPDATE_ADAMW, 28.0,
+     {1e-3, 0.1, 0.95, 0.9, 0.95, 1e-10, 0.001},
+     {0.02, 0.05, 0.95, 0.9, 0.95, 1e-10, 0.001},
+     {1e-3, 0.1, 0.95, 0.9, 0.95, 1e-10, 0.001}, 1e-4},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.
@@ -143,7 +161,7 @@ static_assert(rows_in_enum_order(kKindTable, &KindInfo::kind), "kKindTable rows 
 
 constexpr const KindInfo& kind_info(OptimizerKind kind) { return kKindTable[static_cast<int>(kind)]; }
 
-const char* kind_family_name(KindFamily family);  // "sgd", "adam", "lars", "lion", "lamb"
-const char* norm_pass_name(NormPass norm);        // "none", "lars_trust_ratio", "lamb_trust_ratio"
+const char* kind_family_name(KindFamily family);  // "sgd", "adam", "lars", "lion", "lamb", "muon"
+const char* norm_pass_name(NormPass norm);  // "none", "lars_trust_ratio", "lamb_trust_ratio", "muon_orthogonalize"
 
 }  // namespace renaissance

@@ -19,13 +19,16 @@ namespace renaissance {
   X(GRAD_NORM_PARTIALS)        \
   X(UPDATE_LION)               \
   X(UPDATE_LAMB)               \
-  X(UPDATE_LAMB_BIAS)
+  X(UPDATE_LAMB_BIAS)          \
+  X(MUON_MOMENTUM)             \
+  X(UPDATE_MUON)
 
 // Ops over scalars and per-tensor values.
 #define RN_COMPUTE_OPS(X) \
   X(ADVANCE_STEP)         \
   X(NORM_TRUST_RATIO)     \
-  X(CLIP_COEFFICIENT)
+  X(CLIP_COEFFICIENT)     \
+  X(MUON_ORTHOGONALIZE)
 
 enum class RangeOp : int {
 #define RN_ENUM_ENTRY(name) name,

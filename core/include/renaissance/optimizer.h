@@ -43,6 +43,18 @@ struct OptimizerConfig {
   // torch's amsgrad (adam and adamw only): the denominator reads the running maximum of V, held in
   // the VMAX family (docs/math.md). Task-wide: every hyperparameter group of a task holds the same.
   bool amsgrad = false;
+  // Muon (docs/math.md, "Muon"): the auxiliary AdamW's lr (the bias-like group), Nesterov
+  // momentum, the Newton–Schulz steps, eps and coefficients, and the lr adjustment (0 original,
+  // 1 match_rms_adamw; task-wide). Muon's lr, weight_decay and momentum are the fields above,
+  // and beta1, beta2, eps the auxiliary AdamW's.
+  double aux_lr = 3e-4;
+  bool nesterov = true;
+  double ns_steps = 5;
+  double ns_eps = 1e-7;
+  double adjust_lr = 0;
+  double ns_a = 3.4445;
+  double ns_b = -4.7750;
+  double ns_c = 2.0315;
 
   // Rechecks every field against its kind (used by compile() and by file loaders).
   void validate() const;
@@ -96,6 +108,18 @@ class BuilderSetters {
   Builder& amsgrad(bool v) {
     c_.amsgrad = v;
     return static_cast<Builder&>(*this);
+  }
+  Builder& aux_lr(double v) { return set("aux_lr", &OptimizerConfig::aux_lr, v); }
+  Builder& nesterov_flag(bool v) {
+    c_.nesterov = v;
+    return static_cast<Builder&>(*this);
+  }
+  Builder& ns_steps(int v) { return set("ns_steps", &OptimizerConfig::ns_steps, v); }
+  Builder& ns_eps(double v) { return set("ns_eps", &OptimizerConfig::ns_eps, v); }
+  Builder& ns_coefficients(double a, double b, double c) {
+    set("ns_a", &OptimizerConfig::ns_a, a);
+    set("ns_b", &OptimizerConfig::ns_b, b);
+    return set("ns_c", &OptimizerConfig::ns_c, c);
   }
 
   OptimizerConfig c_;
@@ -166,6 +190,26 @@ class LAMB : public BuilderSetters<LAMB> {
   LAMB() : BuilderSetters(OptimizerKind::kLamb) {}
   using BuilderSetters::lr, BuilderSetters::beta1, BuilderSetters::beta2, BuilderSetters::eps,
       BuilderSetters::weight_decay, BuilderSetters::max_grad_norm, BuilderSetters::maximize;
+  OptimizerConfig config() const { return c_; }
+};
+
+// How Muon adjusts its lr per matrix (docs/math.md, "Muon"): torch.optim.Muon's adjust_lr_fn.
+enum class MuonAdjustLr { kOriginal = 0, kMatchRmsAdamW = 1 };
+
+// Muon (kind muon): lr, weight_decay, momentum, nesterov, the Newton–Schulz steps, eps and
+// coefficients, adjust_lr for the weight group's matrices; aux_lr, beta1, beta2, eps for the
+// auxiliary AdamW of the bias-like group (torch.optim.Muon's and MuonWithAuxAdam's defaults).
+class Muon : public BuilderSetters<Muon> {
+ public:
+  Muon() : BuilderSetters(OptimizerKind::kMuon) {}
+  using BuilderSetters::lr, BuilderSetters::weight_decay, BuilderSetters::momentum, BuilderSetters::beta1,
+      BuilderSetters::beta2, BuilderSetters::eps, BuilderSetters::max_grad_norm, BuilderSetters::maximize,
+      BuilderSetters::aux_lr, BuilderSetters::ns_steps, BuilderSetters::ns_eps, BuilderSetters::ns_coefficients;
+  Muon& nesterov(bool v) { return nesterov_flag(v); }
+  Muon& adjust_lr(MuonAdjustLr v) {
+    c_.adjust_lr = static_cast<double>(v);
+    return *this;
+  }
   OptimizerConfig config() const { return c_; }
 };
 

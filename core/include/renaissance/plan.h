@@ -55,10 +55,20 @@ struct PlanConfig {
   // TaskOptions::gradient_table: S_GRAD_TABLE holds a uint64 address per tensor (its gradient),
   // placed after every other region, and the step reads G through it. Off: nothing changes.
   bool gradient_table = false;
+  // Muon (plan_config_from_optimizer): T_MUON_UPDATE, T_MUON_MATRICES and T_MUON_SCRATCH after
+  // every other region, and the matrix table with each matrix's lr factor for muon_adjust_lr
+  // (0 original, 1 match_rms_adamw; a task-wide setting). Off: nothing changes.
+  bool muon = false;
+  int muon_adjust_lr = 0;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 // The families of a configuration: the kind's, and VMAX with amsgrad.
 PlanConfig plan_config_from_optimizer(const OptimizerConfig& config);
+
+// The Muon matrix of a weight-group tensor of shape `shape` (scalars.h, MuonMatrix; start 0):
+// (shape[0], prod(shape[1:])), a 1-D tensor 1 x n, a scalar 1 x 1, and the lr factor of
+// adjust_lr (0 original, 1 match_rms_adamw).
+MuonMatrix muon_matrix(const std::vector<int64_t>& shape, int adjust_lr);
 
 // A byte range of the arena holding `count` elements.
 struct Span {
@@ -163,6 +173,11 @@ class MemoryPlan {
   const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }
   const std::vector<NormTensor>& norm_tensors() const { return norm_tensors_; }
 
+  // Muon only (empty otherwise): one entry per weight-group tensor in index_in_group order
+  // (T_MUON_MATRICES), and the fp32 scratch of the largest one (T_MUON_SCRATCH's count).
+  const std::vector<MuonMatrix>& muon_matrices() const { return muon_matrices_; }
+  uint64_t muon_scratch_floats() const { return muon_scratch_floats_; }
+
   // H > 1 only (empty otherwise): the work items of both group spans (bias-like first), the
   // slice of T_HYPER_ITEMS that covers one group span, and the block of each weight-group
   // tensor by index_in_group (T_TENSOR_BLOCKS).
@@ -200,6 +215,8 @@ class MemoryPlan {
   std::array<int, 2> group_tensor_count_{};
   std::vector<NormTile> norm_tiles_;
   std::vector<NormTensor> norm_tensors_;
+  std::vector<MuonMatrix> muon_matrices_;
+  uint64_t muon_scratch_floats_ = 0;
   std::vector<HyperItem> hyper_items_;
   std::array<uint64_t, 2> hyper_item_count_{};  // items per group span (bias-like, weight)
   std::vector<int32_t> tensor_blocks_;

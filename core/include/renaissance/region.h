@@ -72,6 +72,14 @@ enum Region : int {
   // Only with a gradient table: uint64 chunk addresses of each view (GradTableRef::chunk_at),
   // written by the CUDA backend at the start of every step; the CPU backend never reads them.
   T_GRAD_CHUNKS,
+  // Only with muon (PlanConfig::muon), after every other region (other kinds' plans keep their
+  // bytes): the update U of the weight group (fp32, the weight group span's layout: element j of
+  // U pairs with element j of the weight group's W span), the matrix table (MuonMatrix per
+  // weight-group tensor, written once at compile()) and the Newton–Schulz scratch (fp32,
+  // muon_scratch_floats of the largest matrix).
+  T_MUON_UPDATE,
+  T_MUON_MATRICES,
+  T_MUON_SCRATCH,
   kNumRegions
 };
 #undef RN_FAMILY_REGIONS

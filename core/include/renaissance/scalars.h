@@ -40,8 +40,20 @@ enum ScalarF32 : int {
   // applied step (torch's buffer = clone(ĝ')), kOneMinusDampening after it. Written on the
   // device by every applied step's advance (math::advance_step) before the update reads it.
   kMomentumGradFactor,
+  // Muon's host-owned slots (docs/math.md, "Muon"), formed from the configuration whenever it is
+  // set, like kOneMinusDampening (not stored in checkpoints). Every kind's block has them.
+  kAuxLr,                 // the auxiliary AdamW's lr: muon's bias-like node reads it (NodeFlags::lr_slot)
+  kMuonOneMinusMomentum,  // 1 - momentum, formed in double (never 1.0f - momentumf)
+  kNesterov,              // 1.0f: u = lerp(ĝ, m, momentum); 0.0f: u = m
+  kNsSteps,               // Newton–Schulz steps, a whole number in [1, 100] (exact as a float)
+  kNsEps,                 // the normalisation's eps: X = u / max(‖u‖_F, eps)
+  kNsA,                   // the Newton–Schulz coefficients (a, b, c)
+  kNsB,
+  kNsC,
   kNumScalarF32
 };
+// Muon's slots run from here to the end of the block (host-owned, after the device's).
+constexpr int kFirstMuonScalarF32 = kAuxLr;
 // The fp32 slots a checkpoint's SCAL section holds per block (docs/checkpoint-format.md).
 constexpr int kNumStoredScalarF32 = kOneMinusDampening;
 
@@ -98,5 +110,27 @@ struct HyperItem {
 };
 static_assert(sizeof(HyperItem) == 16, "HyperItem is shared with device code");
 constexpr int64_t kHyperItemElements = 16384;
+
+// One Muon matrix (T_MUON_MATRICES, written once at compile()): weight-group tensor t (entry t,
+// TensorInfo::index_in_group order, so N[t] is its adjusted lr) viewed as the row-major matrix
+// rows x cols = (shape[0], prod(shape[1:])) (a 1-D tensor of n elements is 1 x n, a scalar 1 x 1),
+// its first element `start` elements into the weight group span, and the factor of its adjusted
+// lr: N[t] = float(double(lr) * adjust) with adjust = sqrt(max(1, rows/cols)) (adjust_lr
+// original) or 0.2 * sqrt(max(rows, cols)) (match_rms_adamw), in double (docs/math.md).
+struct MuonMatrix {
+  int64_t start;
+  int64_t rows;
+  int64_t cols;
+  double adjust;
+};
+static_assert(sizeof(MuonMatrix) == 32, "MuonMatrix is shared with device code");
+
+// The fp32 scratch one matrix's Newton–Schulz needs (T_MUON_SCRATCH is sized for the largest):
+// with r = min(rows, cols) and c = max(rows, cols), X (r x c) at 0, X^T (c x r) at r*c, Q = B X
+// (r x c) at 2rc, A = X X^T (r x r) at 3rc, P = A A at 3rc + r^2 and B = b A + c P at 3rc + 2r^2.
+constexpr uint64_t muon_scratch_floats(uint64_t rows, uint64_t cols) {
+  const uint64_t r = rows < cols ? rows : cols, c = rows < cols ? cols : rows;
+  return 3 * r * c + 3 * r * r;
+}
 
 }  // namespace renaissance
