@@ -1,9 +1,15 @@
 // Muon's exact matrix product on a CUDA device: the scales (a max per row of A and per column of
 // B: exact in any order), the fixed-point operands, the exact integer sums and the one rounding of
-// renaissance/math/exact_matmul.h. The integer sums run in a shared-memory tiled kernel with int32
-// products summed over chunks of kChunk and the chunks summed in int64: exact, so the bits are the
-// reference's whatever the tiling (a faster kernel, e.g. int8 digits on tensor cores, gives the
-// same bits by the same argument).
+// renaissance/math/exact_matmul.h. Each q (|q| <= 2^13) is stored as two int8 digits,
+// q = 128*hi + lo with lo in [-64, 63] and hi in [-64, 64], each operand's vectors contiguous
+// along k and k padded with zeros to a multiple of kPadK. Two product kernels compute the same
+// integers (sums of integers are exact in any order):
+// - tensor cores (sm_80 and later): mma.sync m16n8k32 s8 x s8 -> s32 for the digit products
+//   HH, HL + LH and LL, each summed in int32 over at most kFlushK values of k (|HH|, |LL| <=
+//   kFlushK * 2^12, |HL + LH| <= kFlushK * 2^13 < 2^31), then S = 2^14 HH + 2^7 (HL + LH) + LL in
+//   int64;
+// - integer units (any device): q = 128*hi + lo rebuilt in shared memory, kChunk products summed
+//   in int32 (<= kChunk * 2^26 < 2^31), the chunks in int64.
 #include "backend_cuda/exact_matmul.h"
 
 #include <cuda_runtime.h>
@@ -23,7 +29,9 @@ namespace {
 
 constexpr int kScaleThreads = 256;
 constexpr int kElementThreads = 256;
-// The tiled integer product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
+// k of the digit arrays is padded with zeros to a multiple of this (one mma k step).
+constexpr size_t kPadK = 32;
+// The integer-unit product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
 // threads (each thread kTile/kTileThreads squared elements), k in chunks of kChunk.
 constexpr int kTile = 64;
 constexpr int kTileThreads = 16;
@@ -33,15 +41,25 @@ constexpr int kChunk = 16;
 static_assert(static_cast<int64_t>(kChunk) << (2 * math::kFixedPointBits) < (int64_t{1} << 31),
               "a chunk's int32 sum cannot overflow");
 static_assert((kTile * kChunk) % (kTileThreads * kTileThreads) == 0, "whole loads per thread");
+static_assert(kPadK % kChunk == 0, "a padded k is a whole number of chunks");
+// The tensor-core product: a block of 2 x 2 warps, each warp a 32 x 16 piece of C (2 x 2 tiles of
+// 16 x 8), k in steps of 32; the int32 digit sums are moved into int64 every kFlushK values of k.
+constexpr int kMmaWarpRows = 32, kMmaWarpCols = 16;
+constexpr int kMmaBlockRows = 2 * kMmaWarpRows, kMmaBlockCols = 2 * kMmaWarpCols;
+constexpr size_t kFlushK = size_t{1} << 16;
+// A digit product is at most 64 * 64 = 2^12; HL + LH adds two per k.
+static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} << 31),
+              "the int32 digit sums cannot overflow");
+static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-__device__ __forceinline__ bool skip_now(const int32_t* skip) { return skip != nullptr && *skip != 0; }
+size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
 
 // Vector v of `count` vectors, element p at base[v * outer + p * inner]: a row of A (outer = row
 // stride, inner = column stride) or a column of B (outer = column stride, inner = row stride).
 // Writes its shift and whether it is finite.
 __global__ void __launch_bounds__(kScaleThreads)
     vector_scales_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner, int* shift,
-                         int* finite, const int32_t* skip) {
+                         int* finite, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ float amax[kScaleThreads];
   __shared__ int bad[kScaleThreads];
@@ -71,36 +89,55 @@ __global__ void __launch_bounds__(kScaleThreads)
   }
 }
 
-// q[v * len + p] = the fixed point of base[v * outer + p * inner] (0 for a non-finite vector, as
-// the reference: its results are NaN whatever q holds). |q| <= 2^13 fits int16. The element order
-// of the walk follows whichever side is contiguous (reads when inner == 1, else the vectors).
-__global__ void fixed_point_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner,
-                                   const int* shift, const int* finite, int16_t* q, const int32_t* skip) {
+// The digits of the fixed point of base[v * outer + p * inner] at hi/lo[v * kp + p] (0 for p >= len,
+// the padding, and for a non-finite vector, as the reference: its results are NaN whatever q
+// holds): lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact).
+// The walk follows whichever side is contiguous (reads when inner == 1, else the vectors).
+__global__ void fixed_point_kernel(const float* base, size_t count, size_t len, size_t kp, size_t outer, size_t inner,
+                                   const int* shift, const int* finite, int8_t* hi, int8_t* lo, SkipFlags skip) {
   if (skip_now(skip)) return;
-  const size_t total = count * len;
+  const size_t total = count * kp;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     size_t v, p;
     if (inner == 1) {
-      v = e / len;
-      p = e % len;
+      v = e / kp;
+      p = e % kp;
     } else {
       p = e / count;
       v = e % count;
     }
-    q[v * len + p] = finite[v] ? static_cast<int16_t>(math::to_fixed_point(base[v * outer + p * inner], shift[v])) : 0;
+    const int32_t q = (p < len && finite[v]) ? math::to_fixed_point(base[v * outer + p * inner], shift[v]) : 0;
+    const int32_t l = ((q + 64) & 127) - 64;
+    hi[v * kp + p] = static_cast<int8_t>((q - l) / 128);
+    lo[v * kp + p] = static_cast<int8_t>(l);
   }
 }
 
-// C (m x n) from qa (m x k, row i contiguous) and qb (n x k, column j of B contiguous): the exact
-// integer dot products, kChunk products in int32, the chunks in int64, then the one rounding.
-// One block per kTile x kTile tile of C (grid-stride over tiles); out-of-range operands load as 0
-// (adding 0 changes no integer sum).
+// C[i][j] from the exact sum S: the one rounding, or a NaN for a non-finite row or column.
+__device__ __forceinline__ float product_value(int64_t sum, size_t i, size_t j, const int* row_shift,
+                                               const int* row_finite, const int* col_shift, const int* col_finite) {
+  return (row_finite[i] && col_finite[j]) ? math::from_fixed_point(sum, row_shift[i], col_shift[j])
+                                          : __int_as_float(0x7fc00000);  // quiet NaN
+}
+
+// Operands of the product kernels: A's digits (m x kp, row i contiguous), B's (n x kp, column j
+// of B contiguous), the scales and finiteness of both, C.
+struct Digits {
+  const int8_t* __restrict__ ah;
+  const int8_t* __restrict__ al;
+  const int8_t* __restrict__ bh;
+  const int8_t* __restrict__ bl;
+  const int* __restrict__ row_shift;
+  const int* __restrict__ row_finite;
+  const int* __restrict__ col_shift;
+  const int* __restrict__ col_finite;
+};
+
+// Integer units: one block per kTile x kTile tile of C (grid-stride over tiles); out-of-range rows
+// and columns load as 0 (adding 0 changes no integer sum).
 __global__ void __launch_bounds__(kTileThreads* kTileThreads)
-    integer_product_kernel(const int16_t* __restrict__ qa, const int16_t* __restrict__ qb,
-                           const int* __restrict__ row_shift, const int* __restrict__ row_finite,
-                           const int* __restrict__ col_shift, const int* __restrict__ col_finite, float* __restrict__ c,
-                           size_t m, size_t k, size_t n, const int32_t* skip) {
+    integer_product_kernel(const Digits d, float* __restrict__ c, size_t m, size_t kp, size_t n, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ int32_t as[kChunk][kTile + 1];
   __shared__ int32_t bs[kChunk][kTile + 1];
@@ -116,14 +153,14 @@ __global__ void __launch_bounds__(kTileThreads* kTileThreads)
 #pragma unroll
       for (int b = 0; b < kPerThread; ++b) sum[a][b] = 0;
     }
-    for (size_t p0 = 0; p0 < k; p0 += kChunk) {
+    for (size_t p0 = 0; p0 < kp; p0 += kChunk) {
 #pragma unroll
       for (int l = 0; l < kTile * kChunk / (kTileThreads * kTileThreads); ++l) {
         const int idx = tid + l * kTileThreads * kTileThreads;
         const int v = idx / kChunk, p = idx % kChunk;
-        const size_t i = i0 + v, j = j0 + v, pp = p0 + p;
-        as[p][v] = (i < m && pp < k) ? static_cast<int32_t>(qa[i * k + pp]) : 0;
-        bs[p][v] = (j < n && pp < k) ? static_cast<int32_t>(qb[j * k + pp]) : 0;
+        const size_t i = i0 + v, j = j0 + v, at_a = i * kp + p0 + p, at_b = j * kp + p0 + p;
+        as[p][v] = i < m ? 128 * static_cast<int32_t>(d.ah[at_a]) + d.al[at_a] : 0;
+        bs[p][v] = j < n ? 128 * static_cast<int32_t>(d.bh[at_b]) + d.bl[at_b] : 0;
       }
       __syncthreads();
       int32_t acc[kPerThread][kPerThread];
@@ -159,12 +196,133 @@ __global__ void __launch_bounds__(kTileThreads* kTileThreads)
 #pragma unroll
       for (int b = 0; b < kPerThread; ++b) {
         const size_t j = j0 + tx + b * kTileThreads;
-        if (j >= n) continue;
-        c[i * n + j] = (row_finite[i] && col_finite[j]) ? math::from_fixed_point(sum[a][b], row_shift[i], col_shift[j])
-                                                        : __int_as_float(0x7fc00000);  // quiet NaN
+        if (j < n) c[i * n + j] = product_value(sum[a][b], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
       }
     }
   }
+}
+
+// Four consecutive int8 digits of a row (k contiguous) as one 32-bit fragment register (the lower
+// k in the lower byte, as mma reads it); 0 past the last row.
+__device__ __forceinline__ uint32_t digit_quad(const int8_t* base, size_t row, size_t rows, size_t kp, size_t k) {
+  return row < rows ? *reinterpret_cast<const uint32_t*>(base + row * kp + k) : 0u;
+}
+
+// D += A B for one m16n8k32 tile, int8 digits, int32 sums.
+__device__ __forceinline__ void mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // never launched below sm_80 (tensor_cores_available)
+#endif
+}
+
+// Tensor cores: one block of 4 warps per kMmaBlockRows x kMmaBlockCols tile of C (grid-stride
+// over tiles), warp w the 32 x 16 piece at rows 32*(w/2), columns 16*(w%2). The fragments follow
+// the PTX layout of m16n8k32 (.row A, .col B; g = lane/4, t = lane%4): A registers 0..3 hold
+// rows g, g+8, g, g+8 at k 4t..4t+3, 4t..4t+3, 16+4t.., 16+4t..; B registers 0, 1 column g at k
+// 4t.., 16+4t..; D registers 0..3 rows g, g, g+8, g+8 at columns 2t, 2t+1, 2t, 2t+1.
+__global__ void __launch_bounds__(128)
+    mma_product_kernel(const Digits d, float* __restrict__ c, size_t m, size_t kp, size_t n, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, tq = lane % 4;
+  const size_t tiles_n = (n + kMmaBlockCols - 1) / kMmaBlockCols;
+  const size_t tiles = ((m + kMmaBlockRows - 1) / kMmaBlockRows) * tiles_n;
+  for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const size_t i0 = (t / tiles_n) * kMmaBlockRows + (warp / 2) * kMmaWarpRows;
+    const size_t j0 = (t % tiles_n) * kMmaBlockCols + (warp % 2) * kMmaWarpCols;
+    int64_t sum[2][2][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sum[a][b][r] = 0;
+      }
+    }
+    for (size_t k0 = 0; k0 < kp; k0 += kFlushK) {
+      const size_t k_end = k0 + kFlushK < kp ? k0 + kFlushK : kp;
+      int32_t hh[2][2][4] = {}, mid[2][2][4] = {}, ll[2][2][4] = {};
+      for (size_t k = k0; k < k_end; k += kPadK) {
+        uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          const size_t r0 = i0 + a * 16 + g, r1 = r0 + 8;
+          ah[a][0] = digit_quad(d.ah, r0, m, kp, k + 4 * tq);
+          ah[a][1] = digit_quad(d.ah, r1, m, kp, k + 4 * tq);
+          ah[a][2] = digit_quad(d.ah, r0, m, kp, k + 16 + 4 * tq);
+          ah[a][3] = digit_quad(d.ah, r1, m, kp, k + 16 + 4 * tq);
+          al[a][0] = digit_quad(d.al, r0, m, kp, k + 4 * tq);
+          al[a][1] = digit_quad(d.al, r1, m, kp, k + 4 * tq);
+          al[a][2] = digit_quad(d.al, r0, m, kp, k + 16 + 4 * tq);
+          al[a][3] = digit_quad(d.al, r1, m, kp, k + 16 + 4 * tq);
+        }
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const size_t col = j0 + b * 8 + g;
+          bh[b][0] = digit_quad(d.bh, col, n, kp, k + 4 * tq);
+          bh[b][1] = digit_quad(d.bh, col, n, kp, k + 16 + 4 * tq);
+          bl[b][0] = digit_quad(d.bl, col, n, kp, k + 4 * tq);
+          bl[b][1] = digit_quad(d.bl, col, n, kp, k + 16 + 4 * tq);
+        }
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            mma_s8(hh[a][b], ah[a], bh[b]);
+            mma_s8(mid[a][b], ah[a], bl[b]);
+            mma_s8(mid[a][b], al[a], bh[b]);
+            mma_s8(ll[a][b], al[a], bl[b]);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            sum[a][b][r] += static_cast<int64_t>(hh[a][b][r]) * 16384 + static_cast<int64_t>(mid[a][b][r]) * 128 +
+                            static_cast<int64_t>(ll[a][b][r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const size_t i = i0 + a * 16 + g + (r >= 2 ? 8 : 0);
+          const size_t j = j0 + b * 8 + 2 * tq + (r & 1);
+          if (i < m && j < n) {
+            c[i * n + j] = product_value(sum[a][b][r], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Whether the current device has int8 mma (compute capability 8.0 or later), asked once per device.
+bool tensor_cores_available() {
+  int device = 0;
+  RN_CUDA_CHECK(cudaGetDevice(&device));
+  static int cached_device = -1;
+  static bool cached = false;
+  if (device != cached_device) {
+    int major = 0;
+    RN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cached = major >= 8;
+    cached_device = device;
+  }
+  return cached;
 }
 
 unsigned grid_of(size_t items, unsigned per_block) {
@@ -176,18 +334,20 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
+MatmulBounds matmul_bounds(size_t m, size_t k, size_t n) { return {m, n, m * padded_k(k), n * padded_k(k)}; }
+
 size_t matmul_scratch_bytes(const MatmulBounds& b) {
-  return 2 * aligned(b.m * sizeof(int)) + 2 * aligned(b.n * sizeof(int)) + aligned(b.mk * sizeof(int16_t)) +
-         aligned(b.kn * sizeof(int16_t));
+  return 2 * aligned(b.m * sizeof(int)) + 2 * aligned(b.n * sizeof(int)) + 2 * aligned(b.mk) + 2 * aligned(b.kn);
 }
 
 void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
-                   cudaStream_t stream, const int32_t* skip) {
+                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel) {
   if (k > math::kExactMatmulMaxK) {
     throw Error(ErrorKind::kInvalidArgument, "exact matmul: k = " + std::to_string(k) + " is above " +
                                                  std::to_string(math::kExactMatmulMaxK));
   }
   if (m == 0 || n == 0) return;
+  const size_t kp = padded_k(k);
   char* at = static_cast<char*>(scratch);
   auto take = [&at](size_t bytes) {
     char* p = at;
@@ -198,36 +358,48 @@ void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k,
   int* row_finite = reinterpret_cast<int*>(take(m * sizeof(int)));
   int* col_shift = reinterpret_cast<int*>(take(n * sizeof(int)));
   int* col_finite = reinterpret_cast<int*>(take(n * sizeof(int)));
-  int16_t* qa = reinterpret_cast<int16_t*>(take(m * k * sizeof(int16_t)));
-  int16_t* qb = reinterpret_cast<int16_t*>(take(k * n * sizeof(int16_t)));
+  int8_t* ah = reinterpret_cast<int8_t*>(take(m * kp));
+  int8_t* al = reinterpret_cast<int8_t*>(take(m * kp));
+  int8_t* bh = reinterpret_cast<int8_t*>(take(n * kp));
+  int8_t* bl = reinterpret_cast<int8_t*>(take(n * kp));
   vector_scales_kernel<<<grid_of(m, 1), kScaleThreads, 0, stream>>>(a.data, m, k, a.row_stride, a.col_stride,
                                                                      row_shift, row_finite, skip);
   RN_CUDA_CHECK_LAUNCH("exact matmul row scales");
   vector_scales_kernel<<<grid_of(n, 1), kScaleThreads, 0, stream>>>(b.data, n, k, b.col_stride, b.row_stride,
                                                                      col_shift, col_finite, skip);
   RN_CUDA_CHECK_LAUNCH("exact matmul column scales");
-  if (k > 0) {
-    fixed_point_kernel<<<grid_of(m * k, kElementThreads), kElementThreads, 0, stream>>>(
-        a.data, m, k, a.row_stride, a.col_stride, row_shift, row_finite, qa, skip);
+  if (kp > 0) {
+    fixed_point_kernel<<<grid_of(m * kp, kElementThreads), kElementThreads, 0, stream>>>(
+        a.data, m, k, kp, a.row_stride, a.col_stride, row_shift, row_finite, ah, al, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of A");
-    fixed_point_kernel<<<grid_of(k * n, kElementThreads), kElementThreads, 0, stream>>>(
-        b.data, n, k, b.col_stride, b.row_stride, col_shift, col_finite, qb, skip);
+    fixed_point_kernel<<<grid_of(n * kp, kElementThreads), kElementThreads, 0, stream>>>(
+        b.data, n, k, kp, b.col_stride, b.row_stride, col_shift, col_finite, bh, bl, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of B");
   }
-  const size_t tiles = ((m + kTile - 1) / kTile) * ((n + kTile - 1) / kTile);
-  integer_product_kernel<<<grid_of(tiles, 1), dim3(kTileThreads, kTileThreads), 0, stream>>>(
-      qa, qb, row_shift, row_finite, col_shift, col_finite, c, m, k, n, skip);
-  RN_CUDA_CHECK_LAUNCH("exact matmul integer product");
+  const Digits d{ah, al, bh, bl, row_shift, row_finite, col_shift, col_finite};
+  const bool mma = kernel == ExactKernel::kTensorCores || (kernel == ExactKernel::kAuto && tensor_cores_available());
+  if (kernel == ExactKernel::kTensorCores && !tensor_cores_available()) {
+    throw Error(ErrorKind::kInvalidArgument, "exact matmul: the tensor-core kernel needs compute capability 8.0");
+  }
+  if (mma) {
+    const size_t tiles = ((m + kMmaBlockRows - 1) / kMmaBlockRows) * ((n + kMmaBlockCols - 1) / kMmaBlockCols);
+    mma_product_kernel<<<grid_of(tiles, 1), 128, 0, stream>>>(d, c, m, kp, n, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul tensor-core product");
+  } else {
+    const size_t tiles = ((m + kTile - 1) / kTile) * ((n + kTile - 1) / kTile);
+    integer_product_kernel<<<grid_of(tiles, 1), dim3(kTileThreads, kTileThreads), 0, stream>>>(d, c, m, kp, n, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul integer product");
+  }
 }
 
-size_t exact_matmul_scratch_bytes(size_t m, size_t k, size_t n) { return matmul_scratch_bytes({m, n, m * k, k * n}); }
+size_t exact_matmul_scratch_bytes(size_t m, size_t k, size_t n) { return matmul_scratch_bytes(matmul_bounds(m, k, n)); }
 
 void exact_matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
-                         CUstream_st* stream, const int32_t* skip) {
-  matmul_launch(a, b, c, m, k, n, scratch, stream, skip);
+                         CUstream_st* stream, SkipFlags skip) {
+  matmul_launch(a, b, c, m, k, n, scratch, stream, skip, ExactKernel::kAuto);
 }
 
-void exact_matmul_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n) {
+void exact_matmul_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, ExactKernel kernel) {
   if (k > math::kExactMatmulMaxK) {
     throw Error(ErrorKind::kInvalidArgument, "exact matmul: k = " + std::to_string(k) + " is above " +
                                                  std::to_string(math::kExactMatmulMaxK));
@@ -235,19 +407,19 @@ void exact_matmul_device(const float* a, const float* b, float* c, size_t m, siz
   if (m == 0 || n == 0) return;
   void* scratch = nullptr;
   RN_CUDA_CHECK(cudaMalloc(&scratch, exact_matmul_scratch_bytes(m, k, n)));
-  matmul_launch({a, k, 1}, {b, n, 1}, c, m, k, n, scratch, nullptr, nullptr);
+  matmul_launch({a, k, 1}, {b, n, 1}, c, m, k, n, scratch, nullptr, {}, kernel);
   RN_CUDA_CHECK(cudaDeviceSynchronize());
   RN_CUDA_CHECK(cudaFree(scratch));
 }
 
-void exact_matmul_on_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n) {
+void exact_matmul_on_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, ExactKernel kernel) {
   float *da = nullptr, *db = nullptr, *dc = nullptr;
   RN_CUDA_CHECK(cudaMalloc(&da, (m * k + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMalloc(&db, (k * n + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMalloc(&dc, (m * n + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMemcpy(da, a, m * k * sizeof(float), cudaMemcpyHostToDevice));
   RN_CUDA_CHECK(cudaMemcpy(db, b, k * n * sizeof(float), cudaMemcpyHostToDevice));
-  exact_matmul_device(da, db, dc, m, k, n);
+  exact_matmul_device(da, db, dc, m, k, n, kernel);
   RN_CUDA_CHECK(cudaMemcpy(c, dc, m * n * sizeof(float), cudaMemcpyDeviceToHost));
   RN_CUDA_CHECK(cudaFree(da));
   RN_CUDA_CHECK(cudaFree(db));

@@ -26,8 +26,6 @@ namespace {
 using math::kNormLanes;
 constexpr int kElementThreads = 256;
 
-__device__ __forceinline__ bool skip_now(const int32_t* skip) { return skip != nullptr && *skip != 0; }
-
 // math::norm_lane_tree over the block's kNormLanes threads through shared memory (lane j adds
 // lane j + s, s = 128 ... 1); the root is left in lanes[0]. Every thread of the block calls it.
 __device__ __forceinline__ void lane_tree(double* lanes) {
@@ -44,7 +42,7 @@ __device__ __forceinline__ void lane_tree(double* lanes) {
 // (the layout math::tensor_sum_lane reads; the other component is 0).
 __global__ void __launch_bounds__(kNormLanes)
     norm_tiles_kernel(const float* __restrict__ u, int64_t count, double* __restrict__ partials,
-                      const int32_t* skip) {
+                      SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ double lanes[kNormLanes];
   const int j = threadIdx.x;
@@ -75,7 +73,7 @@ __global__ void __launch_bounds__(kNormLanes)
 // denominator max(norm, eps) as the reference forms it (norm > eps ? norm : eps).
 __global__ void __launch_bounds__(kNormLanes)
     norm_denominator_kernel(const double* __restrict__ partials, int64_t tiles, const float* __restrict__ eps,
-                            float* __restrict__ denom, const int32_t* skip) {
+                            float* __restrict__ denom, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ double lanes[kNormLanes];
   double sums[math::kNormComponents];
@@ -92,7 +90,7 @@ __global__ void __launch_bounds__(kNormLanes)
 
 // X (r x c) = u / denom, X = u^T when transposed (u is rows x cols; r x c = cols x rows then).
 __global__ void load_x_kernel(const float* __restrict__ u, size_t cols, bool transposed, size_t r, size_t c,
-                              const float* __restrict__ denom, float* __restrict__ x, const int32_t* skip) {
+                              const float* __restrict__ denom, float* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
   const float d = *denom;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * c;
@@ -105,7 +103,7 @@ __global__ void load_x_kernel(const float* __restrict__ u, size_t cols, bool tra
 
 // B = (b * A) + (c * P), in place over A.
 __global__ void polynomial_kernel(float* __restrict__ gram, const float* __restrict__ gram2, size_t count,
-                                  const float* __restrict__ b, const float* __restrict__ c, const int32_t* skip) {
+                                  const float* __restrict__ b, const float* __restrict__ c, SkipFlags skip) {
   if (skip_now(skip)) return;
   const float bf = *b, cf = *c;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
@@ -118,7 +116,7 @@ __global__ void polynomial_kernel(float* __restrict__ gram, const float* __restr
 
 // X = (a * X) + Q.
 __global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__ q, size_t count,
-                                const float* __restrict__ a, const int32_t* skip) {
+                                const float* __restrict__ a, SkipFlags skip) {
   if (skip_now(skip)) return;
   const float af = *a;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
@@ -130,7 +128,7 @@ __global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__
 
 // out (rows x cols) = X, or X^T when transposed.
 __global__ void store_out_kernel(const float* __restrict__ x, size_t cols, bool transposed, size_t r, size_t c,
-                                 float* __restrict__ out, const int32_t* skip) {
+                                 float* __restrict__ out, SkipFlags skip) {
   if (skip_now(skip)) return;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * c;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -147,9 +145,8 @@ unsigned grid_of(size_t items, unsigned per_block) {
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // The scratch of an r x c iteration (r <= c), in order: the norm's tile partials, the
-// denominator, X, A (then B in place), P, Q, and the products' scratch. The three products are
-// (r x c)(c x r), (r x r)(r x r), (r x r)(r x c): rows of A <= r, columns of B <= c, A and B
-// hold at most r*c elements each.
+// denominator, X, A (then B in place), P, Q, and the products' scratch, sized for the three
+// products (r x c)(c x r), (r x r)(r x r), (r x r)(r x c).
 struct Layout {
   size_t partials, denom, x, gram, gram2, q, matmul, total;
   Layout(size_t r, size_t c) {
@@ -166,7 +163,9 @@ struct Layout {
     gram = take(r * r * sizeof(float));
     gram2 = take(r * r * sizeof(float));
     q = take(r * c * sizeof(float));
-    matmul = take(matmul_scratch_bytes({r, c, r * c, r * c}));
+    // The three products' bounds: (r, c, r), (r, r, r), (r, r, c) as (m, k, n).
+    const MatmulBounds p1 = matmul_bounds(r, c, r), p2 = matmul_bounds(r, r, r), p3 = matmul_bounds(r, r, c);
+    matmul = take(matmul_scratch_bytes({r, c, std::max({p1.mk, p2.mk, p3.mk}), std::max({p1.kn, p2.kn, p3.kn})}));
     total = at;
   }
 };
@@ -179,7 +178,7 @@ size_t newton_schulz_scratch_bytes(size_t rows, size_t cols) {
 }
 
 void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, const NewtonSchulzScalars& s,
-                          int steps, void* scratch, CUstream_st* stream, const int32_t* skip) {
+                          int steps, void* scratch, CUstream_st* stream, SkipFlags skip) {
   const bool transposed = rows > cols;
   const size_t r = transposed ? cols : rows, c = transposed ? rows : cols;  // X is r x c, r <= c
   if (c > math::kExactMatmulMaxK) {
@@ -208,12 +207,12 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
                                                                                   skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
   for (int step = 0; step < steps; ++step) {
-    matmul_launch({x, c, 1}, {x, 1, c}, gram, r, c, r, mm, stream, skip);          // A = X X^T
-    matmul_launch({gram, r, 1}, {gram, r, 1}, gram2, r, r, r, mm, stream, skip);   // P = A A
+    matmul_launch({x, c, 1}, {x, 1, c}, gram, r, c, r, mm, stream, skip, ExactKernel::kAuto);          // A = X X^T
+    matmul_launch({gram, r, 1}, {gram, r, 1}, gram2, r, r, r, mm, stream, skip, ExactKernel::kAuto);   // P = A A
     polynomial_kernel<<<grid_of(r * r, kElementThreads), kElementThreads, 0, stream>>>(gram, gram2, r * r, s.b, s.c,
                                                                                         skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz polynomial");
-    matmul_launch({gram, r, 1}, {x, c, 1}, q, r, r, c, mm, stream, skip);          // Q = B X
+    matmul_launch({gram, r, 1}, {x, c, 1}, q, r, r, c, mm, stream, skip, ExactKernel::kAuto);          // Q = B X
     update_x_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(x, q, r * c, s.a, skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz update");
   }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend_cuda/exact_matmul.h"
 #include "renaissance/math/newton_schulz.h"
 
 struct CUstream_st;
@@ -30,12 +31,12 @@ size_t newton_schulz_scratch_bytes(size_t rows, size_t cols);
 // out (rows x cols, row-major, device) = math::newton_schulz_reference(u, rows, cols, ...) bit for
 // bit, enqueued on `stream`: nothing is allocated and nothing waits, so the call can be captured
 // in a CUDA graph. out may be u (in place). scratch: newton_schulz_scratch_bytes(rows, cols) bytes,
-// 256-byte aligned. With `skip` (a device int) every kernel does nothing when *skip != 0 at run
-// time (out keeps its bytes). Throws Error(kInvalidArgument) where the reference returns false
+// 256-byte aligned. With `skip` every kernel does nothing when it says so at run time (out keeps
+// its bytes). Throws Error(kInvalidArgument) where the reference returns false
 // (max(rows, cols) above math::kExactMatmulMaxK) and for steps < 0; Error(kBackend) for a launch
 // failure.
 void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, const NewtonSchulzScalars& scalars,
-                          int steps, void* scratch, CUstream_st* stream, const int32_t* skip = nullptr);
+                          int steps, void* scratch, CUstream_st* stream, SkipFlags skip = {});
 
 // The same on host arrays (copied to the device and back, synchronously): for tests and tools.
 // Returns false (out untouched) where the reference does.

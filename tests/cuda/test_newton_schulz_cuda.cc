@@ -148,11 +148,11 @@ TEST(NewtonSchulzCuda, SkipFlagLeavesTheOutputAlone) {
   const std::vector<float> sentinel(rows * cols, 42.0f);
   ASSERT_EQ(cudaMemcpy(dc.out, sentinel.data(), sentinel.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   dc.set({}, 1e-7f, 1, nullptr);
-  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 5, dc.scratch, nullptr, dc.skip);
+  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 5, dc.scratch, nullptr, {dc.skip});
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(differing_bits(sentinel, dc.read_out(rows * cols), "skipped"), 0u);
   dc.set({}, 1e-7f, 0, nullptr);
-  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 5, dc.scratch, nullptr, dc.skip);
+  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 5, dc.scratch, nullptr, {dc.skip});
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> host(rows * cols);
   ASSERT_TRUE(math::newton_schulz_reference(u.data(), rows, cols, host.data()));
@@ -172,7 +172,7 @@ TEST(NewtonSchulzCuda, CapturedGraphReadsTheScalarsWhenItRuns) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 3, dc.scratch, stream, dc.skip);
+  cuda::newton_schulz_device(dc.u, rows, cols, dc.out, dc.view(), 3, dc.scratch, stream, {dc.skip});
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (const math::NewtonSchulzCoefficients coeff :
