@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
   std::string describe() const override { return description_; }
   void allocate_arena(uint64_t bytes) override {
     release_graph();  // a captured graph points into the old arena
+    forget_muon_host();
     if (arena_ != nullptr) {
       RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
       RN_CUDA_CHECK(cudaFree(arena_));
@@ -157,6 +158,7 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
+    forget_muon_host();  // a recompiled step may live at the same address
     prepare_program(step, &prepared_, &prepared_nodes_, &graph_, &graph_exec_);
     if (!options_.cuda_graph) return;
     size_t nodes = 0;
@@ -168,6 +170,7 @@ class CudaBackend final : public Backend {
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
     release_alternate();
+    muon_step_ = nullptr;
     prepare_program(step, &alt_prepared_, &alt_nodes_, &alt_graph_, &alt_exec_);
   }
 
@@ -397,6 +400,13 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaMalloc(&h.scratch, need));
       h.scratch_bytes = need;
     }
+  }
+
+  // Until the next load: no host tables are current and no slot is watched.
+  void forget_muon_host() {
+    muon_step_ = nullptr;
+    ns_steps_watch_.clear();
+    ns_steps_changed_ = false;
   }
 
   // A host copy into the arena that gives an ns_steps slot another value than the one the
