@@ -483,7 +483,9 @@ TEST(CudaBackend, MuonNsStepsChangeBetweenSteps) {
     const int before = task.backend().launches_per_step();
     task.set_group_hyper(0, c);
     task.step();  // captured again with 2 steps, then run
-    if (task.backend().kind() == BackendKind::kCuda && before > 0) EXPECT_LT(task.backend().launches_per_step(), before);
+    if (task.backend().kind() == BackendKind::kCuda && before > 0) {
+      EXPECT_LT(task.backend().launches_per_step(), before);
+    }
   };
   const Snapshot cpu = run(BackendKind::kCpu, sc);
   expect_same(cpu, run(BackendKind::kCuda, sc));
