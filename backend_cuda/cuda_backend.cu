@@ -3,18 +3,24 @@
 // function), one stream per StreamKind joined by events, and the capture of the whole step into
 // one CUDA graph at prepare(). execute() is then a single cudaGraphLaunch: nothing in a step
 // waits for the host, and lr / loss scale changes are plain copies into the scalar region that
-// the graph's kernels read through pointers, so the graph is never re-captured.
+// the graph's kernels read through pointers, so the graph is never re-captured, with one exception:
+// Muon's Newton–Schulz step count is the number of kernels enqueued, so a change of a block's
+// ns_steps slot (seen in upload / upload_rows) makes the graphs be captured again before the next
+// step.
 #include "backend_cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_ops.h"
 #include "backend_cuda/grad_chunks.h"
+#include "backend_cuda/newton_schulz.h"
 #include "renaissance/error.h"
 #include "renaissance/plan.h"
 
@@ -102,6 +108,7 @@ class CudaBackend final : public Backend {
   std::string describe() const override { return description_; }
   void allocate_arena(uint64_t bytes) override {
     release_graph();  // a captured graph points into the old arena
+    forget_muon_host();
     if (arena_ != nullptr) {
       RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
       RN_CUDA_CHECK(cudaFree(arena_));
@@ -128,12 +135,16 @@ class CudaBackend final : public Backend {
   void upload(uint64_t offset, const void* src, uint64_t bytes) override {
     check_range(offset, bytes);
     if (bytes == 0) return;
+    watch_ns_steps(offset, src, bytes);
     RN_CUDA_CHECK(cudaMemcpyAsync(arena_ + offset, src, bytes, cudaMemcpyHostToDevice, origin()));
   }
 
   void upload_rows(uint64_t offset, uint64_t dst_pitch, const void* src, uint64_t row_bytes, uint64_t rows) override {
     if (rows == 0 || row_bytes == 0) return;
     check_range(offset, (rows - 1) * dst_pitch + row_bytes);
+    for (uint64_t r = 0; r < rows; ++r) {
+      watch_ns_steps(offset + r * dst_pitch, static_cast<const char*>(src) + r * row_bytes, row_bytes);
+    }
     RN_CUDA_CHECK(cudaMemcpy2DAsync(arena_ + offset, dst_pitch, src, row_bytes, row_bytes, rows, cudaMemcpyHostToDevice,
                                     origin()));
   }
@@ -147,6 +158,7 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
+    forget_muon_host();  // a recompiled step may live at the same address
     prepare_program(step, &prepared_, &prepared_nodes_, &graph_, &graph_exec_);
     if (!options_.cuda_graph) return;
     size_t nodes = 0;
@@ -158,6 +170,7 @@ class CudaBackend final : public Backend {
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
     release_alternate();
+    muon_step_ = nullptr;
     prepare_program(step, &alt_prepared_, &alt_nodes_, &alt_graph_, &alt_exec_);
   }
 
@@ -168,11 +181,13 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaEventRecord(launch_in_, launch_stream_));
       RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), launch_in_, 0));
     }
+    if (ns_steps_changed_ && options_.cuda_graph) recapture();
     if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
     } else if (alt_exec_ != nullptr && &step == alt_prepared_ && step.node_count() == alt_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
     } else {
+      if (ns_steps_changed_ || muon_step_ != &step) load_muon_host(step);
       enqueue(step);
     }
     if (launch_stream_ != nullptr) {
@@ -317,6 +332,7 @@ class CudaBackend final : public Backend {
     release_graph();
     if (arena_ != nullptr) (void)cudaFree(arena_);
     if (check_scratch_ != nullptr) (void)cudaFree(check_scratch_);
+    if (muon_host_.scratch != nullptr) (void)cudaFree(muon_host_.scratch);
     if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
     if (launch_in_ != nullptr) (void)cudaEventDestroy(launch_in_);
     if (launch_out_ != nullptr) (void)cudaEventDestroy(launch_out_);
@@ -326,6 +342,92 @@ class CudaBackend final : public Backend {
     for (auto stream : streams_) {
       if (stream != nullptr) (void)cudaStreamDestroy(stream);
     }
+  }
+
+  // The step's MUON_ORTHOGONALIZE node, or nullptr.
+  static const GraphNode* muon_node(const CompiledStep& step) {
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.kind == NodeKind::kCompute && node.compute_op == ComputeOp::MUON_ORTHOGONALIZE) return &node;
+      }
+    }
+    return nullptr;
+  }
+
+  // Copies what MUON_ORTHOGONALIZE's launches are sized by from the arena (after every copy
+  // queued before): the matrix table, each tensor's scalar block, each block's ns_steps; and
+  // allocates a Newton–Schulz scratch when the plan's is smaller than the device needs. Records
+  // where the ns_steps slots are, for watch_ns_steps.
+  void load_muon_host(const CompiledStep& step) {
+    muon_step_ = &step;
+    ns_steps_changed_ = false;
+    ns_steps_watch_.clear();
+    const GraphNode* node = muon_node(step);
+    MuonHost& h = muon_host_;
+    h.matrices.clear();
+    h.blocks.clear();
+    h.steps.clear();
+    h.matrices_offset = 0;
+    if (node == nullptr) return;
+    h.matrices_offset = node->muon.matrices.offset;
+    h.matrices.resize(node->muon.matrices.count);
+    if (!h.matrices.empty()) download(node->muon.matrices.offset, h.matrices.data(), h.matrices.size() * sizeof(MuonMatrix));
+    h.blocks.resize(node->work.tensor_blocks.count);
+    if (!h.blocks.empty()) download(node->work.tensor_blocks.offset, h.blocks.data(), h.blocks.size() * sizeof(int32_t));
+    int32_t num_blocks = 1;
+    for (int32_t b : h.blocks) num_blocks = std::max(num_blocks, b + 1);
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      const uint64_t at = step.scalars_f32.offset + (static_cast<uint64_t>(b) * kNumScalarF32 + kNsSteps) * sizeof(float);
+      float value = 0.0f;
+      download(at, &value, sizeof(value));
+      if (!(value >= 1.0f && value <= 100.0f) || value != static_cast<float>(static_cast<int>(value))) {
+        throw Error(ErrorKind::kBackend, "cuda backend: ns_steps of scalar block " + std::to_string(b) + " is " +
+                                             std::to_string(value) + ", not a whole number in [1, 100]");
+      }
+      h.steps.push_back(static_cast<int>(value));
+      ns_steps_watch_.push_back({at, value});
+    }
+    size_t need = 0;
+    for (const MuonMatrix& m : h.matrices) {
+      if (m.rows > 0 && m.cols > 0) {
+        need = std::max(need, newton_schulz_scratch_bytes(static_cast<size_t>(m.rows), static_cast<size_t>(m.cols)));
+      }
+    }
+    if (need > node->muon.scratch.count * sizeof(float) && need > h.scratch_bytes) {
+      if (h.scratch != nullptr) RN_CUDA_CHECK(cudaFree(h.scratch));
+      h.scratch = nullptr;
+      h.scratch_bytes = 0;
+      RN_CUDA_CHECK(cudaMalloc(&h.scratch, need));
+      h.scratch_bytes = need;
+    }
+  }
+
+  // Until the next load: no host tables are current and no slot is watched.
+  void forget_muon_host() {
+    muon_step_ = nullptr;
+    ns_steps_watch_.clear();
+    ns_steps_changed_ = false;
+  }
+
+  // A host copy into the arena that gives an ns_steps slot another value than the one the
+  // enqueued launches were made for: the graphs are captured again before the next step.
+  void watch_ns_steps(uint64_t offset, const void* src, uint64_t bytes) {
+    for (const auto& w : ns_steps_watch_) {
+      if (w.first < offset || w.first + sizeof(float) > offset + bytes) continue;
+      float value;
+      std::memcpy(&value, static_cast<const char*>(src) + (w.first - offset), sizeof(value));
+      if (value != w.second) ns_steps_changed_ = true;
+    }
+  }
+
+  // Captures the prepared programs again (their ns_steps changed).
+  void recapture() {
+    const CompiledStep* main = prepared_;
+    const CompiledStep* alt = alt_prepared_;
+    release_graph();
+    ns_steps_changed_ = false;
+    if (main != nullptr) prepare(*main);
+    if (alt != nullptr) prepare_alternate(*alt);
   }
 
   void release_graph() {
@@ -363,6 +465,7 @@ class CudaBackend final : public Backend {
 
   // Captures every node of `step` into *graph, instantiated and uploaded into *exec.
   void capture(const CompiledStep& step, cudaGraph_t* graph, cudaGraphExec_t* exec) {
+    load_muon_host(step);  // reads the device: not allowed once the capture has begun
     RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
     try {
       enqueue(step);
@@ -388,6 +491,7 @@ class CudaBackend final : public Backend {
     ctx.arena = arena_;
     ctx.launch = launch_;
     ctx.check_scratch = check_scratch_;
+    ctx.muon = &muon_host_;
     ctx.scalars = step.scalars_in(arena_);
     // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
     // origin stream, which every graph below forks from.
@@ -437,6 +541,12 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t alt_exec_ = nullptr;
   const CompiledStep* alt_prepared_ = nullptr;
   size_t alt_nodes_ = 0;
+  // Muon: the host tables of the last loaded step, the ns_steps slots they were made with
+  // (arena offset, value), and whether an upload has changed one since.
+  MuonHost muon_host_;
+  const CompiledStep* muon_step_ = nullptr;
+  std::vector<std::pair<uint64_t, float>> ns_steps_watch_;
+  bool ns_steps_changed_ = false;
 };
 
 }  // namespace

@@ -31,6 +31,18 @@ struct LaunchConfig {
   int sm_count = 1;           // multiprocessors of the device
 };
 
+// What MUON_ORTHOGONALIZE needs on the host when its launches are enqueued (one launch sequence
+// per matrix, sized by the matrix): the backend downloads it from the arena before a capture (or
+// before each step without graphs), so nothing is read from the device during a capture.
+struct MuonHost {
+  uint64_t matrices_offset = 0;        // the node's T_MUON_MATRICES span, which this copies
+  std::vector<MuonMatrix> matrices;    // per weight-group tensor
+  std::vector<int32_t> blocks;         // each tensor's scalar block (empty: block 0 for all)
+  std::vector<int> steps;              // ns_steps of each scalar block (kNsSteps), as launched
+  void* scratch = nullptr;             // Newton–Schulz scratch when the arena's is too small
+  size_t scratch_bytes = 0;
+};
+
 struct CudaContext {
   char* arena = nullptr;
   ScalarPtrs scalars{};
@@ -39,6 +51,8 @@ struct CudaContext {
   // Two counters owned by the backend (outside the arena), zero between steps: CHECK_FINITE's
   // blocks-with-a-bad-value and blocks-done counts (see kernels_check.cu).
   unsigned* check_scratch = nullptr;
+  // The host tables of the step's MUON_ORTHOGONALIZE node (nullptr without one).
+  const MuonHost* muon = nullptr;
 
   template <class T>
   T* at(const Span& span) const {

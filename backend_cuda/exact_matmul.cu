@@ -1,15 +1,25 @@
 // Muon's exact matrix product on a CUDA device: the scales (a max per row of A and per column of
-// B: exact in any order), the fixed-point operands, the int64 sums and the one rounding of
-// renaissance/math/exact_matmul.h. A first, plain kernel set (one thread per element of C); the
-// result is fixed by the definition, so faster kernels (int8 tensor-core digits) give the same bits.
+// B: exact in any order), the fixed-point operands, the exact integer sums and the one rounding of
+// renaissance/math/exact_matmul.h. Each q (|q| <= 2^13) is stored as two int8 digits,
+// q = 128*hi + lo with lo in [-64, 63] and hi in [-64, 64], each operand's vectors contiguous
+// along k and k padded with zeros to a multiple of kPadK. Two product kernels compute the same
+// integers (sums of integers are exact in any order):
+// - tensor cores (sm_80 and later): mma.sync m16n8k32 s8 x s8 -> s32 for the digit products
+//   HH, HL + LH and LL, each summed in int32 over at most kFlushK values of k (|HH|, |LL| <=
+//   kFlushK * 2^12, |HL + LH| <= kFlushK * 2^13 < 2^31), then S = 2^14 HH + 2^7 (HL + LH) + LL in
+//   int64;
+// - integer units (any device): q = 128*hi + lo rebuilt in shared memory, kChunk products summed
+//   in int32 (<= kChunk * 2^26 < 2^31), the chunks in int64.
 #include "backend_cuda/exact_matmul.h"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "backend_cuda/cuda_check.h"
+#include "backend_cuda/exact_matmul_internal.cuh"
 #include "renaissance/error.h"
 #include "renaissance/math/exact_matmul.h"
 
@@ -18,110 +28,398 @@ namespace cuda {
 namespace {
 
 constexpr int kScaleThreads = 256;
+constexpr int kElementThreads = 256;
+// k of the digit arrays is padded with zeros to a multiple of this (one mma k step).
+constexpr size_t kPadK = 32;
+// The integer-unit product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
+// threads (each thread kTile/kTileThreads squared elements), k in chunks of kChunk.
+constexpr int kTile = 64;
+constexpr int kTileThreads = 16;
+constexpr int kPerThread = kTile / kTileThreads;
+constexpr int kChunk = 16;
+// A chunk's int32 sum holds at most kChunk products of |q| <= 2^13 each: <= kChunk * 2^26 < 2^31.
+static_assert(static_cast<int64_t>(kChunk) << (2 * math::kFixedPointBits) < (int64_t{1} << 31),
+              "a chunk's int32 sum cannot overflow");
+static_assert((kTile * kChunk) % (kTileThreads * kTileThreads) == 0, "whole loads per thread");
+static_assert(kPadK % kChunk == 0, "a padded k is a whole number of chunks");
+// The tensor-core product: a block of 2 x 2 warps, each warp a 32 x 16 piece of C (2 x 2 tiles of
+// 16 x 8), k in steps of 32; the int32 digit sums are moved into int64 every kFlushK values of k.
+constexpr int kMmaWarpRows = 32, kMmaWarpCols = 16;
+constexpr int kMmaBlockRows = 2 * kMmaWarpRows, kMmaBlockCols = 2 * kMmaWarpCols;
+constexpr size_t kFlushK = size_t{1} << 16;
+// A digit product is at most 64 * 64 = 2^12; HL + LH adds two per k.
+static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} << 31),
+              "the int32 digit sums cannot overflow");
+static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-// Vector v of `count` vectors, element p at base[v * outer + p * inner]: a row of A (outer = k,
-// inner = 1) or a column of B (outer = 1, inner = n). Writes its shift and whether it is finite.
-__global__ void vector_scales_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner,
-                                     int* shift, int* finite) {
+size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
+
+// Vector v of `count` vectors, element p at base[v * outer + p * inner]: a row of A (outer = row
+// stride, inner = column stride) or a column of B (outer = column stride, inner = row stride).
+// Writes its shift and whether it is finite.
+__global__ void __launch_bounds__(kScaleThreads)
+    vector_scales_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner, int* shift,
+                         int* finite, SkipFlags skip) {
+  if (skip_now(skip)) return;
   __shared__ float amax[kScaleThreads];
   __shared__ int bad[kScaleThreads];
-  const size_t v = blockIdx.x;
-  if (v >= count) return;
-  float mx = 0.0f;
-  int nonfinite = 0;
-  for (size_t p = threadIdx.x; p < len; p += blockDim.x) {
-    const float x = fabsf(base[v * outer + p * inner]);
-    if (!isfinite(x)) nonfinite = 1;
-    else if (x > mx) mx = x;
-  }
-  amax[threadIdx.x] = mx;
-  bad[threadIdx.x] = nonfinite;
-  __syncthreads();
-  for (int s = kScaleThreads / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) {
-      amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);  // a max: exact in any order
-      bad[threadIdx.x] |= bad[threadIdx.x + s];
+  for (size_t v = blockIdx.x; v < count; v += gridDim.x) {
+    float mx = 0.0f;
+    int nonfinite = 0;
+    for (size_t p = threadIdx.x; p < len; p += blockDim.x) {
+      const float x = fabsf(base[v * outer + p * inner]);
+      if (!isfinite(x)) nonfinite = 1;
+      else if (x > mx) mx = x;
     }
+    amax[threadIdx.x] = mx;
+    bad[threadIdx.x] = nonfinite;
     __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    finite[v] = !bad[0];
-    shift[v] = bad[0] ? 0 : math::fixed_point_shift(amax[0]);
+    for (int s = kScaleThreads / 2; s > 0; s /= 2) {
+      if (threadIdx.x < s) {
+        amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);  // a max: exact in any order
+        bad[threadIdx.x] |= bad[threadIdx.x + s];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      finite[v] = !bad[0];
+      shift[v] = bad[0] ? 0 : math::fixed_point_shift(amax[0]);
+    }
+    __syncthreads();  // amax/bad are rewritten by the next vector
   }
 }
 
-__global__ void fixed_point_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner,
-                                   const int* shift, int32_t* q) {
-  const size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= count * len) return;
-  const size_t v = e / len, p = e % len;
-  const size_t at = v * outer + p * inner;
-  q[at] = math::to_fixed_point(base[at], shift[v]);
-}
-
-__global__ void integer_product_kernel(const int32_t* qa, const int32_t* qb, const int* row_shift,
-                                       const int* row_finite, const int* col_shift, const int* col_finite, float* c,
-                                       size_t m, size_t k, size_t n) {
-  const size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= m * n) return;
-  const size_t i = e / n, j = e % n;
-  if (!row_finite[i] || !col_finite[j]) {
-    c[e] = __int_as_float(0x7fc00000);  // quiet NaN
-    return;
+// The digits of the fixed point of base[v * outer + p * inner] at hi/lo[v * kp + p] (0 for p >= len,
+// the padding, and for a non-finite vector, as the reference: its results are NaN whatever q
+// holds): lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact).
+// The walk follows whichever side is contiguous (reads when inner == 1, else the vectors).
+__global__ void fixed_point_kernel(const float* base, size_t count, size_t len, size_t kp, size_t outer, size_t inner,
+                                   const int* shift, const int* finite, int8_t* hi, int8_t* lo, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  const size_t total = count * kp;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    size_t v, p;
+    if (inner == 1) {
+      v = e / kp;
+      p = e % kp;
+    } else {
+      p = e / count;
+      v = e % count;
+    }
+    const int32_t q = (p < len && finite[v]) ? math::to_fixed_point(base[v * outer + p * inner], shift[v]) : 0;
+    const int32_t l = ((q + 64) & 127) - 64;
+    hi[v * kp + p] = static_cast<int8_t>((q - l) / 128);
+    lo[v * kp + p] = static_cast<int8_t>(l);
   }
-  int64_t sum = 0;
-  for (size_t p = 0; p < k; ++p) sum += static_cast<int64_t>(qa[i * k + p]) * qb[p * n + j];
-  c[e] = math::from_fixed_point(sum, row_shift[i], col_shift[j]);
 }
 
-unsigned blocks_for(size_t elements, unsigned threads) {
-  return static_cast<unsigned>((elements + threads - 1) / threads);
+// C[i][j] from the exact sum S: the one rounding, or a NaN for a non-finite row or column.
+__device__ __forceinline__ float product_value(int64_t sum, size_t i, size_t j, const int* row_shift,
+                                               const int* row_finite, const int* col_shift, const int* col_finite) {
+  return (row_finite[i] && col_finite[j]) ? math::from_fixed_point(sum, row_shift[i], col_shift[j])
+                                          : __int_as_float(0x7fc00000);  // quiet NaN
 }
+
+// Operands of the product kernels: A's digits (m x kp, row i contiguous), B's (n x kp, column j
+// of B contiguous), the scales and finiteness of both, C.
+struct Digits {
+  const int8_t* __restrict__ ah;
+  const int8_t* __restrict__ al;
+  const int8_t* __restrict__ bh;
+  const int8_t* __restrict__ bl;
+  const int* __restrict__ row_shift;
+  const int* __restrict__ row_finite;
+  const int* __restrict__ col_shift;
+  const int* __restrict__ col_finite;
+};
+
+// Integer units: one block per kTile x kTile tile of C (grid-stride over tiles); out-of-range rows
+// and columns load as 0 (adding 0 changes no integer sum).
+__global__ void __launch_bounds__(kTileThreads* kTileThreads)
+    integer_product_kernel(const Digits d, float* __restrict__ c, size_t m, size_t kp, size_t n, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  __shared__ int32_t as[kChunk][kTile + 1];
+  __shared__ int32_t bs[kChunk][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tid = ty * kTileThreads + tx;
+  const size_t tiles_n = (n + kTile - 1) / kTile;
+  const size_t tiles = ((m + kTile - 1) / kTile) * tiles_n;
+  for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const size_t i0 = (t / tiles_n) * kTile, j0 = (t % tiles_n) * kTile;
+    int64_t sum[kPerThread][kPerThread];
+#pragma unroll
+    for (int a = 0; a < kPerThread; ++a) {
+#pragma unroll
+      for (int b = 0; b < kPerThread; ++b) sum[a][b] = 0;
+    }
+    for (size_t p0 = 0; p0 < kp; p0 += kChunk) {
+#pragma unroll
+      for (int l = 0; l < kTile * kChunk / (kTileThreads * kTileThreads); ++l) {
+        const int idx = tid + l * kTileThreads * kTileThreads;
+        const int v = idx / kChunk, p = idx % kChunk;
+        const size_t i = i0 + v, j = j0 + v, at_a = i * kp + p0 + p, at_b = j * kp + p0 + p;
+        as[p][v] = i < m ? 128 * static_cast<int32_t>(d.ah[at_a]) + d.al[at_a] : 0;
+        bs[p][v] = j < n ? 128 * static_cast<int32_t>(d.bh[at_b]) + d.bl[at_b] : 0;
+      }
+      __syncthreads();
+      int32_t acc[kPerThread][kPerThread];
+#pragma unroll
+      for (int a = 0; a < kPerThread; ++a) {
+#pragma unroll
+        for (int b = 0; b < kPerThread; ++b) acc[a][b] = 0;
+      }
+#pragma unroll
+      for (int p = 0; p < kChunk; ++p) {
+        int32_t av[kPerThread], bv[kPerThread];
+#pragma unroll
+        for (int a = 0; a < kPerThread; ++a) av[a] = as[p][ty + a * kTileThreads];
+#pragma unroll
+        for (int b = 0; b < kPerThread; ++b) bv[b] = bs[p][tx + b * kTileThreads];
+#pragma unroll
+        for (int a = 0; a < kPerThread; ++a) {
+#pragma unroll
+          for (int b = 0; b < kPerThread; ++b) acc[a][b] += av[a] * bv[b];
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kPerThread; ++a) {
+#pragma unroll
+        for (int b = 0; b < kPerThread; ++b) sum[a][b] += acc[a][b];
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < kPerThread; ++a) {
+      const size_t i = i0 + ty + a * kTileThreads;
+      if (i >= m) continue;
+#pragma unroll
+      for (int b = 0; b < kPerThread; ++b) {
+        const size_t j = j0 + tx + b * kTileThreads;
+        if (j < n) c[i * n + j] = product_value(sum[a][b], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
+      }
+    }
+  }
+}
+
+// Four consecutive int8 digits of a row (k contiguous) as one 32-bit fragment register (the lower
+// k in the lower byte, as mma reads it); 0 past the last row.
+__device__ __forceinline__ uint32_t digit_quad(const int8_t* base, size_t row, size_t rows, size_t kp, size_t k) {
+  return row < rows ? *reinterpret_cast<const uint32_t*>(base + row * kp + k) : 0u;
+}
+
+// D += A B for one m16n8k32 tile, int8 digits, int32 sums.
+__device__ __forceinline__ void mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // never launched below sm_80 (tensor_cores_available)
+#endif
+}
+
+// Tensor cores: one block of 4 warps per kMmaBlockRows x kMmaBlockCols tile of C (grid-stride
+// over tiles), warp w the 32 x 16 piece at rows 32*(w/2), columns 16*(w%2). The fragments follow
+// the PTX layout of m16n8k32 (.row A, .col B; g = lane/4, t = lane%4): A registers 0..3 hold
+// rows g, g+8, g, g+8 at k 4t..4t+3, 4t..4t+3, 16+4t.., 16+4t..; B registers 0, 1 column g at k
+// 4t.., 16+4t..; D registers 0..3 rows g, g, g+8, g+8 at columns 2t, 2t+1, 2t, 2t+1.
+__global__ void __launch_bounds__(128)
+    mma_product_kernel(const Digits d, float* __restrict__ c, size_t m, size_t kp, size_t n, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, tq = lane % 4;
+  const size_t tiles_n = (n + kMmaBlockCols - 1) / kMmaBlockCols;
+  const size_t tiles = ((m + kMmaBlockRows - 1) / kMmaBlockRows) * tiles_n;
+  for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const size_t i0 = (t / tiles_n) * kMmaBlockRows + (warp / 2) * kMmaWarpRows;
+    const size_t j0 = (t % tiles_n) * kMmaBlockCols + (warp % 2) * kMmaWarpCols;
+    int64_t sum[2][2][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sum[a][b][r] = 0;
+      }
+    }
+    for (size_t k0 = 0; k0 < kp; k0 += kFlushK) {
+      const size_t k_end = k0 + kFlushK < kp ? k0 + kFlushK : kp;
+      int32_t hh[2][2][4] = {}, mid[2][2][4] = {}, ll[2][2][4] = {};
+      for (size_t k = k0; k < k_end; k += kPadK) {
+        uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          const size_t r0 = i0 + a * 16 + g, r1 = r0 + 8;
+          ah[a][0] = digit_quad(d.ah, r0, m, kp, k + 4 * tq);
+          ah[a][1] = digit_quad(d.ah, r1, m, kp, k + 4 * tq);
+          ah[a][2] = digit_quad(d.ah, r0, m, kp, k + 16 + 4 * tq);
+          ah[a][3] = digit_quad(d.ah, r1, m, kp, k + 16 + 4 * tq);
+          al[a][0] = digit_quad(d.al, r0, m, kp, k + 4 * tq);
+          al[a][1] = digit_quad(d.al, r1, m, kp, k + 4 * tq);
+          al[a][2] = digit_quad(d.al, r0, m, kp, k + 16 + 4 * tq);
+          al[a][3] = digit_quad(d.al, r1, m, kp, k + 16 + 4 * tq);
+        }
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const size_t col = j0 + b * 8 + g;
+          bh[b][0] = digit_quad(d.bh, col, n, kp, k + 4 * tq);
+          bh[b][1] = digit_quad(d.bh, col, n, kp, k + 16 + 4 * tq);
+          bl[b][0] = digit_quad(d.bl, col, n, kp, k + 4 * tq);
+          bl[b][1] = digit_quad(d.bl, col, n, kp, k + 16 + 4 * tq);
+        }
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            mma_s8(hh[a][b], ah[a], bh[b]);
+            mma_s8(mid[a][b], ah[a], bl[b]);
+            mma_s8(mid[a][b], al[a], bh[b]);
+            mma_s8(ll[a][b], al[a], bl[b]);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            sum[a][b][r] += static_cast<int64_t>(hh[a][b][r]) * 16384 + static_cast<int64_t>(mid[a][b][r]) * 128 +
+                            static_cast<int64_t>(ll[a][b][r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const size_t i = i0 + a * 16 + g + (r >= 2 ? 8 : 0);
+          const size_t j = j0 + b * 8 + 2 * tq + (r & 1);
+          if (i < m && j < n) {
+            c[i * n + j] = product_value(sum[a][b][r], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Whether the current device has int8 mma (compute capability 8.0 or later), asked once per device.
+bool tensor_cores_available() {
+  int device = 0;
+  RN_CUDA_CHECK(cudaGetDevice(&device));
+  static int cached_device = -1;
+  static bool cached = false;
+  if (device != cached_device) {
+    int major = 0;
+    RN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cached = major >= 8;
+    cached_device = device;
+  }
+  return cached;
+}
+
+unsigned grid_of(size_t items, unsigned per_block) {
+  const size_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, size_t{1} << 20)));
+}
+
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
-void exact_matmul_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n) {
+MatmulBounds matmul_bounds(size_t m, size_t k, size_t n) { return {m, n, m * padded_k(k), n * padded_k(k)}; }
+
+size_t matmul_scratch_bytes(const MatmulBounds& b) {
+  return 2 * aligned(b.m * sizeof(int)) + 2 * aligned(b.n * sizeof(int)) + 2 * aligned(b.mk) + 2 * aligned(b.kn);
+}
+
+void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
+                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel) {
   if (k > math::kExactMatmulMaxK) {
     throw Error(ErrorKind::kInvalidArgument, "exact matmul: k = " + std::to_string(k) + " is above " +
                                                  std::to_string(math::kExactMatmulMaxK));
   }
   if (m == 0 || n == 0) return;
-  int *row_shift = nullptr, *row_finite = nullptr, *col_shift = nullptr, *col_finite = nullptr;
-  int32_t *qa = nullptr, *qb = nullptr;
-  RN_CUDA_CHECK(cudaMalloc(&row_shift, m * sizeof(int)));
-  RN_CUDA_CHECK(cudaMalloc(&row_finite, m * sizeof(int)));
-  RN_CUDA_CHECK(cudaMalloc(&col_shift, n * sizeof(int)));
-  RN_CUDA_CHECK(cudaMalloc(&col_finite, n * sizeof(int)));
-  RN_CUDA_CHECK(cudaMalloc(&qa, (m * k + 1) * sizeof(int32_t)));
-  RN_CUDA_CHECK(cudaMalloc(&qb, (k * n + 1) * sizeof(int32_t)));
-  vector_scales_kernel<<<static_cast<unsigned>(m), kScaleThreads>>>(a, m, k, k, 1, row_shift, row_finite);
+  const size_t kp = padded_k(k);
+  char* at = static_cast<char*>(scratch);
+  auto take = [&at](size_t bytes) {
+    char* p = at;
+    at += aligned(bytes);
+    return p;
+  };
+  int* row_shift = reinterpret_cast<int*>(take(m * sizeof(int)));
+  int* row_finite = reinterpret_cast<int*>(take(m * sizeof(int)));
+  int* col_shift = reinterpret_cast<int*>(take(n * sizeof(int)));
+  int* col_finite = reinterpret_cast<int*>(take(n * sizeof(int)));
+  int8_t* ah = reinterpret_cast<int8_t*>(take(m * kp));
+  int8_t* al = reinterpret_cast<int8_t*>(take(m * kp));
+  int8_t* bh = reinterpret_cast<int8_t*>(take(n * kp));
+  int8_t* bl = reinterpret_cast<int8_t*>(take(n * kp));
+  vector_scales_kernel<<<grid_of(m, 1), kScaleThreads, 0, stream>>>(a.data, m, k, a.row_stride, a.col_stride,
+                                                                     row_shift, row_finite, skip);
   RN_CUDA_CHECK_LAUNCH("exact matmul row scales");
-  vector_scales_kernel<<<static_cast<unsigned>(n), kScaleThreads>>>(b, n, k, 1, n, col_shift, col_finite);
+  vector_scales_kernel<<<grid_of(n, 1), kScaleThreads, 0, stream>>>(b.data, n, k, b.col_stride, b.row_stride,
+                                                                     col_shift, col_finite, skip);
   RN_CUDA_CHECK_LAUNCH("exact matmul column scales");
-  if (k > 0) {
-    fixed_point_kernel<<<blocks_for(m * k, 256), 256>>>(a, m, k, k, 1, row_shift, qa);
+  if (kp > 0) {
+    fixed_point_kernel<<<grid_of(m * kp, kElementThreads), kElementThreads, 0, stream>>>(
+        a.data, m, k, kp, a.row_stride, a.col_stride, row_shift, row_finite, ah, al, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of A");
-    fixed_point_kernel<<<blocks_for(k * n, 256), 256>>>(b, n, k, 1, n, col_shift, qb);
+    fixed_point_kernel<<<grid_of(n * kp, kElementThreads), kElementThreads, 0, stream>>>(
+        b.data, n, k, kp, b.col_stride, b.row_stride, col_shift, col_finite, bh, bl, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of B");
   }
-  integer_product_kernel<<<blocks_for(m * n, 128), 128>>>(qa, qb, row_shift, row_finite, col_shift, col_finite, c,
-                                                           m, k, n);
-  RN_CUDA_CHECK_LAUNCH("exact matmul integer product");
-  RN_CUDA_CHECK(cudaDeviceSynchronize());
-  for (void* p : {static_cast<void*>(row_shift), static_cast<void*>(row_finite), static_cast<void*>(col_shift),
-                  static_cast<void*>(col_finite), static_cast<void*>(qa), static_cast<void*>(qb)}) {
-    RN_CUDA_CHECK(cudaFree(p));
+  const Digits d{ah, al, bh, bl, row_shift, row_finite, col_shift, col_finite};
+  const bool mma = kernel == ExactKernel::kTensorCores || (kernel == ExactKernel::kAuto && tensor_cores_available());
+  if (kernel == ExactKernel::kTensorCores && !tensor_cores_available()) {
+    throw Error(ErrorKind::kInvalidArgument, "exact matmul: the tensor-core kernel needs compute capability 8.0");
+  }
+  if (mma) {
+    const size_t tiles = ((m + kMmaBlockRows - 1) / kMmaBlockRows) * ((n + kMmaBlockCols - 1) / kMmaBlockCols);
+    mma_product_kernel<<<grid_of(tiles, 1), 128, 0, stream>>>(d, c, m, kp, n, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul tensor-core product");
+  } else {
+    const size_t tiles = ((m + kTile - 1) / kTile) * ((n + kTile - 1) / kTile);
+    integer_product_kernel<<<grid_of(tiles, 1), dim3(kTileThreads, kTileThreads), 0, stream>>>(d, c, m, kp, n, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul integer product");
   }
 }
 
-void exact_matmul_on_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n) {
+size_t exact_matmul_scratch_bytes(size_t m, size_t k, size_t n) { return matmul_scratch_bytes(matmul_bounds(m, k, n)); }
+
+void exact_matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
+                         CUstream_st* stream, SkipFlags skip) {
+  matmul_launch(a, b, c, m, k, n, scratch, stream, skip, ExactKernel::kAuto);
+}
+
+void exact_matmul_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, ExactKernel kernel) {
+  if (k > math::kExactMatmulMaxK) {
+    throw Error(ErrorKind::kInvalidArgument, "exact matmul: k = " + std::to_string(k) + " is above " +
+                                                 std::to_string(math::kExactMatmulMaxK));
+  }
+  if (m == 0 || n == 0) return;
+  void* scratch = nullptr;
+  RN_CUDA_CHECK(cudaMalloc(&scratch, exact_matmul_scratch_bytes(m, k, n)));
+  matmul_launch({a, k, 1}, {b, n, 1}, c, m, k, n, scratch, nullptr, {}, kernel);
+  RN_CUDA_CHECK(cudaDeviceSynchronize());
+  RN_CUDA_CHECK(cudaFree(scratch));
+}
+
+void exact_matmul_on_device(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, ExactKernel kernel) {
   float *da = nullptr, *db = nullptr, *dc = nullptr;
   RN_CUDA_CHECK(cudaMalloc(&da, (m * k + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMalloc(&db, (k * n + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMalloc(&dc, (m * n + 1) * sizeof(float)));
   RN_CUDA_CHECK(cudaMemcpy(da, a, m * k * sizeof(float), cudaMemcpyHostToDevice));
   RN_CUDA_CHECK(cudaMemcpy(db, b, k * n * sizeof(float), cudaMemcpyHostToDevice));
-  exact_matmul_device(da, db, dc, m, k, n);
+  exact_matmul_device(da, db, dc, m, k, n, kernel);
   RN_CUDA_CHECK(cudaMemcpy(c, dc, m * n * sizeof(float), cudaMemcpyDeviceToHost));
   RN_CUDA_CHECK(cudaFree(da));
   RN_CUDA_CHECK(cudaFree(db));

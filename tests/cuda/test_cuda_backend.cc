@@ -420,9 +420,11 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
 
 // The captured step has the same number of nodes for 13, 400 and resnet50's 161 tensors. With a
 // gradient table exactly one more: the kernel that fills the chunk addresses (grad_chunks.cu).
+// Muon is left out: its Newton–Schulz is launched per matrix (MuonLaunchesGrowWithTheMatrices).
 TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
   for (const NamedConfig& nc : all_configs()) {
+    if (nc.config.kind == OptimizerKind::kMuon) continue;
     SCOPED_TRACE(nc.name);
     std::vector<int> launches[2];
     for (bool table : {false, true}) {
@@ -444,6 +446,52 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
     }
     EXPECT_EQ(launches[1][0], launches[0][0] + 1);
   }
+}
+
+// Muon's step captures the Newton–Schulz launches of each non-empty matrix (batching by shape is
+// a later step): one more matrix, more nodes; a change of ns_steps is captured again (more steps,
+// more nodes) and the step still runs.
+TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  auto nodes_for = [](std::vector<ParamSpec> params) {
+    TaskOptions options;
+    options.backend = BackendKind::kCuda;
+    Task task(params, options);
+    task.optimizer(reference_config(OptimizerKind::kMuon));
+    task.compile();
+    return task.backend().launches_per_step();
+  };
+  std::vector<ParamSpec> params = {{"a", {8, 12}, Role::kFcWeight}, {"b", {12}, Role::kFcBias}};
+  const int one = nodes_for(params);
+  params.push_back({"c", {6, 4}, Role::kDeepConv});
+  EXPECT_GT(nodes_for(params), one);
+}
+
+// ns_steps is the number of Newton–Schulz launches in the captured graph: setting it between
+// steps captures the step again (fewer nodes for fewer steps) and keeps CPU == CUDA bit for bit,
+// with and without CUDA graphs.
+TEST(CudaBackend, MuonNsStepsChangeBetweenSteps) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  Scenario sc;
+  sc.params = odd_params();
+  sc.config = reference_config(OptimizerKind::kMuon);
+  sc.steps = 4;
+  sc.hook = [](Task& task, int step) {
+    if (step != 2) return;
+    OptimizerConfig c = task.config();
+    c.ns_steps = 2;
+    const int before = task.backend().launches_per_step();
+    task.set_group_hyper(0, c);
+    task.step();  // captured again with 2 steps, then run
+    if (task.backend().kind() == BackendKind::kCuda && before > 0) {
+      EXPECT_LT(task.backend().launches_per_step(), before);
+    }
+  };
+  const Snapshot cpu = run(BackendKind::kCpu, sc);
+  expect_same(cpu, run(BackendKind::kCuda, sc));
+  BackendOptions no_graph;
+  no_graph.cuda_graph = false;
+  expect_same(cpu, run(BackendKind::kCuda, sc, no_graph));
 }
 
 // The update kernels exist only for the (G encoding, copy format, rounding) combinations a step

@@ -1,6 +1,8 @@
 // Muon's exact matrix product on the CUDA device against the host reference
-// (renaissance/math/exact_matmul.h): the same bits for mixed magnitudes, subnormals, zero and
-// non-finite rows and columns, odd shapes, and a k above 131071 with every digit at its bound.
+// (renaissance/math/exact_matmul.h), with each product kernel (tensor cores, integer units): the
+// same bits for mixed magnitudes, subnormals, zero and non-finite rows and columns, odd shapes
+// across tile edges, a k above 131071 with every digit at its bound, and a k above 2^19 where a
+// digit sum kept in int32 for the whole k would overflow.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,19 +23,29 @@ namespace renaissance {
 namespace {
 
 #if RENAISSANCE_WITH_CUDA
+constexpr cuda::ExactKernel kKernels[] = {cuda::ExactKernel::kTensorCores, cuda::ExactKernel::kIntegerUnits};
+const char* kernel_name(cuda::ExactKernel k) {
+  return k == cuda::ExactKernel::kTensorCores ? "tensor cores" : "integer units";
+}
+
 void expect_device_equals_reference(const std::vector<float>& a, const std::vector<float>& b, size_t m, size_t k,
                                     size_t n) {
-  std::vector<float> host(m * n), device(m * n);
+  std::vector<float> host(m * n);
   ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), host.data(), m, k, n));
-  cuda::exact_matmul_on_device(a.data(), b.data(), device.data(), m, k, n);
-  size_t differ = 0;
-  for (size_t e = 0; e < m * n; ++e) {
-    uint32_t x, y;
-    std::memcpy(&x, &host[e], 4);
-    std::memcpy(&y, &device[e], 4);
-    if (x != y && differ++ < 5) ADD_FAILURE() << "element " << e << ": host " << host[e] << " device " << device[e];
+  for (const cuda::ExactKernel kernel : kKernels) {
+    std::vector<float> device(m * n, -1.0f);
+    cuda::exact_matmul_on_device(a.data(), b.data(), device.data(), m, k, n, kernel);
+    size_t differ = 0;
+    for (size_t e = 0; e < m * n; ++e) {
+      uint32_t x, y;
+      std::memcpy(&x, &host[e], 4);
+      std::memcpy(&y, &device[e], 4);
+      if (x != y && differ++ < 5) {
+        ADD_FAILURE() << kernel_name(kernel) << " element " << e << ": host " << host[e] << " device " << device[e];
+      }
+    }
+    EXPECT_EQ(differ, 0u) << kernel_name(kernel) << " " << m << "x" << k << "x" << n;
   }
-  EXPECT_EQ(differ, 0u) << m << "x" << k << "x" << n;
 }
 #endif
 
@@ -42,7 +54,8 @@ TEST(ExactMatmulCuda, DeviceEqualsTheHostReferenceBitForBit) {
 #if RENAISSANCE_WITH_CUDA
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {3, 7, 2}, {33, 257, 65}, {128, 768, 128}, {5, 0, 3}}) {
+  for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {3, 7, 2}, {33, 257, 65}, {128, 768, 128}, {5, 0, 3},
+                            {70, 33, 41}, {17, 95, 130}}) {
     const size_t m = shape[0], k = shape[1], n = shape[2];
     std::vector<float> a(m * k), b(k * n);
     for (size_t e = 0; e < a.size(); ++e) {
@@ -72,9 +85,25 @@ TEST(ExactMatmulCuda, LongSumsWithDigitsAtTheirBound) {
     b[p * 2 + 1] = (p % 2 == 0) ? 1.99999988f : -1.99999988f;
   }
   expect_device_equals_reference(a, b, 2, k, 2);
-  std::vector<float> c(4);
-  cuda::exact_matmul_on_device(a.data(), b.data(), c.data(), 2, k, 2);
-  EXPECT_EQ(c[0], 4.0f * static_cast<float>(k));  // 8192^2 * k * 2^-24, as on the host
+  for (const cuda::ExactKernel kernel : kKernels) {
+    std::vector<float> c(4);
+    cuda::exact_matmul_on_device(a.data(), b.data(), c.data(), 2, k, 2, kernel);
+    EXPECT_EQ(c[0], 4.0f * static_cast<float>(k)) << kernel_name(kernel);  // 8192^2 * k * 2^-24, as on the host
+  }
+#endif
+}
+
+// k = 2^19 + 3 with q = 8192 = 128 * 64 everywhere: the high digits' product sum is 2^12 * k > 2^31,
+// so a kernel that kept one int32 digit sum over the whole k would wrap; the result is exact.
+TEST(ExactMatmulCuda, DigitSumsLongerThanOneInt32) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  const size_t k = (size_t{1} << 19) + 3;
+  const std::vector<float> a(k, 1.99999988f), b(k, 1.99999988f);  // a 1 x k row, a k x 1 column
+  expect_device_equals_reference(a, b, 1, k, 1);
+  std::vector<float> c(1);
+  cuda::exact_matmul_on_device(a.data(), b.data(), c.data(), 1, k, 1, cuda::ExactKernel::kTensorCores);
+  EXPECT_EQ(c[0], 4.0f * static_cast<float>(k));  // 2^26 * k * 2^-24
 #endif
 }
 
