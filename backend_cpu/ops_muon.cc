@@ -48,6 +48,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "backend_cpu/cpu_ops.h"
+#include "backend_cpu/exact_matmul_cpu.h"
 #include "backend_cpu/ops_muon.h"
 #include "renaissance/math/newton_schulz.h"
 #include "renaissance/math/update_rules.h"
@@ -60,8 +61,10 @@ HWY_EXPORT(MuonUpdate);
 
 bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
                           float eps, int threads) {
-  (void)threads;  // the reference is one thread; a matrix is one work item of the op's loop
-  return math::newton_schulz_reference(u, rows, cols, u, coeff, steps, eps);
+  // The fast exact product (exact_matmul_cpu.h), the reference's bits. Its buffers are kept per
+  // calling thread and reused from step to step (a first call pays their page faults).
+  thread_local NewtonSchulzScratch scratch;
+  return newton_schulz_exact_cpu(u, rows, cols, u, coeff, steps, eps, &scratch, threads);
 }
 
 // The element-wise pass with U in V's place: run_elementwise walks the weight group span (or its
@@ -73,7 +76,7 @@ void run_MUON_MOMENTUM(const CpuContext& ctx, const GraphNode& node) {
 }
 
 // Each matrix of U with its tensor's scalar block (H > 1: tensor_blocks; a masked tensor is
-// skipped, its U and N unused), one matrix per work item; N[t] = its adjusted lr.
+// skipped, its U and N unused); N[t] = its adjusted lr.
 void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
   const MuonMatrix* matrices = ctx.at<MuonMatrix>(node.muon.matrices);
@@ -82,25 +85,24 @@ void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
   const int32_t* blocks = node.work.tensor_blocks.count ? ctx.at<int32_t>(node.work.tensor_blocks) : nullptr;
   const int32_t* mask = tensor_mask(ctx, node);
   const uint64_t count = node.muon.matrices.count;
-  parallel_blocks(ctx.threads, count, 1, [&](uint64_t b, uint64_t e) {
-    for (uint64_t t = b; t < e; ++t) {
-      const MuonMatrix& mat = matrices[t];
-      const int32_t block = blocks ? blocks[t] : 0;
-      if (block_masked(mask, block)) continue;
-      const float* s = scalar_block(ctx, block);
-      if (mat.rows > 0 && mat.cols > 0) {
-        math::NewtonSchulzCoefficients coeff;
-        coeff.a = s[kNsA];
-        coeff.b = s[kNsB];
-        coeff.c = s[kNsC];
-        if (!orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
-                                  static_cast<int>(s[kNsSteps]), s[kNsEps], 1)) {
-          throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
-        }
+  // One matrix after another, each on the whole thread team (the products are parallel inside).
+  for (uint64_t t = 0; t < count; ++t) {
+    const MuonMatrix& mat = matrices[t];
+    const int32_t block = blocks ? blocks[t] : 0;
+    if (block_masked(mask, block)) continue;
+    const float* s = scalar_block(ctx, block);
+    if (mat.rows > 0 && mat.cols > 0) {
+      math::NewtonSchulzCoefficients coeff;
+      coeff.a = s[kNsA];
+      coeff.b = s[kNsB];
+      coeff.c = s[kNsC];
+      if (!orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
+                                static_cast<int>(s[kNsSteps]), s[kNsEps], ctx.threads)) {
+        throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
       }
-      n[t] = math::muon_adjusted_lr(s[kLr], mat.adjust);
     }
-  }, CpuSchedule::kDynamic);
+    n[t] = math::muon_adjusted_lr(s[kLr], mat.adjust);
+  }
 }
 
 // TileArgs::state = {U}, as MuonRule::operands reads it.
