@@ -1,18 +1,113 @@
-// CPU ops of Muon (docs/math.md, "Muon"): MUON_MOMENTUM, MUON_ORTHOGONALIZE and UPDATE_MUON.
+// CPU ops of Muon (docs/math.md, "Muon"): MUON_MOMENTUM (the element-wise momentum pass into U,
+// through run_elementwise), MUON_ORTHOGONALIZE (Newton–Schulz on each matrix of U, exact mode,
+// through orthogonalize_matrix) and UPDATE_MUON (the tile walker with each tensor's adjusted lr).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend_cpu/ops_muon.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "backend_cpu/simd_policy-inl.h"
+#include "backend_cpu/tile_walker-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace renaissance {
+namespace cpu {
+namespace HWY_NAMESPACE {
+
+// m and U from ĝ (rules::muon_momentum) over one chunk: the ElementwiseFn shape, its fourth
+// array being U (run_MUON_MOMENTUM hands U's span in V's place); w is not read.
+void MuonMomentum(float*, const float* g, float* m, float* u, size_t n, const float* s, bool, bool) {
+  const FloatTag d;
+  const auto cv = vector_coeffs(s, true);
+  const auto cs = scalar_coeffs(s, true);
+  const auto mv = rules::make_muon_coeffs<FloatVec>(s, [&](float x) { return hn::Set(d, x); });
+  const auto ms = rules::make_muon_coeffs<float>(s, [](float x) { return x; });
+  ForEachLane(
+      n, [&](FloatVec& gv, FloatVec& mm, FloatVec& uv) { rules::muon_momentum<VectorPolicy>(gv, mm, uv, cv, mv); },
+      [&](const float& gs, float& mm, float& us) { rules::muon_momentum<rules::ScalarPolicy>(gs, mm, us, cs, ms); },
+      In{g}, InOut{m}, Out{u});
+}
+
+// w from U with the tile's adjusted lr (N[t]); reads no G.
+struct MuonRule {
+  static std::tuple<InOut, In> operands(const TileArgs& a) { return {InOut{a.w}, In{a.state[0]}}; }
+  static float factor(float, float lr_adj) { return lr_adj; }
+  template <class P, class V>
+  static HWY_INLINE void apply(V& w, V u, V lr_adj, const rules::Coeffs<V>& c) {
+    rules::muon_update<P>(w, u, lr_adj, c);
+  }
+};
+
+void MuonUpdate(const TileArgs& a) { UpdateTiles<MuonRule>(a); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace renaissance
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 #include "backend_cpu/cpu_ops.h"
+#include "backend_cpu/ops_muon.h"
+#include "renaissance/math/newton_schulz.h"
+#include "renaissance/math/update_rules.h"
 
 namespace renaissance {
 namespace cpu {
 
-void run_MUON_MOMENTUM(const CpuContext&, const GraphNode&) {
-  throw Error(ErrorKind::kBackend, "MUON_MOMENTUM: not implemented yet on the CPU backend");
+HWY_EXPORT(MuonMomentum);
+HWY_EXPORT(MuonUpdate);
+
+bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
+                          float eps, int threads) {
+  (void)threads;  // the reference is one thread; a matrix is one work item of the op's loop
+  return math::newton_schulz_reference(u, rows, cols, u, coeff, steps, eps);
 }
-void run_MUON_ORTHOGONALIZE(const CpuContext&, const GraphNode&) {
-  throw Error(ErrorKind::kBackend, "MUON_ORTHOGONALIZE: not implemented yet on the CPU backend");
+
+// The element-wise pass with U in V's place: run_elementwise walks the weight group span (or its
+// items, with the mask) and widens a 2-byte or table-read G as for every update.
+void run_MUON_MOMENTUM(const CpuContext& ctx, const GraphNode& node) {
+  GraphNode pass = node;
+  pass.span(Family::kV) = node.muon.update;
+  run_elementwise(ctx, pass, &HWY_DYNAMIC_DISPATCH(MuonMomentum));
 }
-void run_UPDATE_MUON(const CpuContext&, const GraphNode&) {
-  throw Error(ErrorKind::kBackend, "UPDATE_MUON: not implemented yet on the CPU backend");
+
+// Each matrix of U with its tensor's scalar block (H > 1: tensor_blocks; a masked tensor is
+// skipped, its U and N unused), one matrix per work item; N[t] = its adjusted lr.
+void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
+  if (ctx.step_skipped()) return;
+  const MuonMatrix* matrices = ctx.at<MuonMatrix>(node.muon.matrices);
+  float* u = ctx.at<float>(node.muon.update);
+  float* n = ctx.at<float>(node.span(Family::kN));
+  const int32_t* blocks = node.work.tensor_blocks.count ? ctx.at<int32_t>(node.work.tensor_blocks) : nullptr;
+  const int32_t* mask = tensor_mask(ctx, node);
+  const uint64_t count = node.muon.matrices.count;
+  parallel_blocks(ctx.threads, count, 1, [&](uint64_t b, uint64_t e) {
+    for (uint64_t t = b; t < e; ++t) {
+      const MuonMatrix& mat = matrices[t];
+      const int32_t block = blocks ? blocks[t] : 0;
+      if (block_masked(mask, block)) continue;
+      const float* s = scalar_block(ctx, block);
+      if (mat.rows > 0 && mat.cols > 0) {
+        math::NewtonSchulzCoefficients coeff;
+        coeff.a = s[kNsA];
+        coeff.b = s[kNsB];
+        coeff.c = s[kNsC];
+        if (!orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
+                                  static_cast<int>(s[kNsSteps]), s[kNsEps], 1)) {
+          throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
+        }
+      }
+      n[t] = math::muon_adjusted_lr(s[kLr], mat.adjust);
+    }
+  }, CpuSchedule::kDynamic);
+}
+
+// TileArgs::state = {U}, as MuonRule::operands reads it.
+void run_UPDATE_MUON(const CpuContext& ctx, const GraphNode& node) {
+  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(MuonUpdate), TileGrad::kNone, node.muon.update);
 }
 
 }  // namespace cpu
 }  // namespace renaissance
+#endif  // HWY_ONCE

@@ -48,7 +48,25 @@ void add_hyperparameters(CLI::App* app, RunOptions* run, bool flags) {
     if ((row.flag_field != nullptr) != flags) continue;
     double* value = &run->hyper[static_cast<size_t>(row.id)];
     if (flags) {
-      app->add_flag_function(row.flag, [value](std::int64_t count) { *value = count > 0 ? 1.0 : 0.0; }, row.help);
+      // A flag that is on by default (Muon's nesterov) is turned off by --no-NAME.
+      const std::string names = row.fixed_default != 0.0 ? std::string(row.flag) + ",!--no-" + (row.flag + 2) : row.flag;
+      app->add_flag_function(names, [value](std::int64_t count) { *value = count > 0 ? 1.0 : 0.0; }, row.help);
+    } else if (row.rule == HyperRule::kChoice) {
+      // A choice takes one of its names (the value is its index).
+      const std::string flag = row.flag, choices = row.choices;
+      app->add_option_function<std::string>(row.flag, [value, flag, choices](const std::string& text) {
+        size_t at = 0;
+        for (double index = 0.0;; index += 1.0) {
+          const size_t bar = choices.find('|', at);
+          if (choices.substr(at, bar == std::string::npos ? std::string::npos : bar - at) == text) {
+            *value = index;
+            return;
+          }
+          if (bar == std::string::npos) break;
+          at = bar + 1;
+        }
+        throw CLI::ValidationError(flag + " " + io::printable(text) + ": expected one of " + choices);
+      }, row.help)->type_name(row.choices);
     } else {
       app->add_option_function<double>(row.flag, [value](const double& v) { *value = v; }, row.help)->type_name("X");
     }

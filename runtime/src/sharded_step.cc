@@ -148,6 +148,9 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks) {
   if (ranks < 1) throw_invalid("--simulate-ranks must be >= 1, got " + std::to_string(ranks));
+  if (task.config().kind == OptimizerKind::kMuon) {
+    throw_invalid("--simulate-ranks: muon has no sharded step yet (its matrices are not partitioned over ranks)");
+  }
   // Model-dtype gradients: each rank's values widened exactly, summed in fp32, the mean rounded
   // to nearest even into G's dtype (math::load_grad / store_grad), as ShardedStep's ordered
   // reduction (Backend::reduce_ranks) does.
@@ -178,6 +181,9 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
                          : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
+  if (task.config().kind == OptimizerKind::kMuon) {
+    throw_invalid("a sharded step of muon is not supported yet (its matrices are not partitioned over ranks)");
+  }
   // The ranks reduce each other's gradients in the arena's G (Backend::reduce_ranks).
   if (plan.config().gradient_table) {
     throw_invalid("a sharded step reduces gradients in the arena's G: a task with gradient_table cannot run one");

@@ -1,0 +1,19 @@
+// Muon's orthogonalisation on the CPU, behind one function (ops_muon.cc): every CPU caller goes
+// through orthogonalize_matrix, so a faster implementation of the same bits replaces one body.
+#pragma once
+
+#include <cstddef>
+
+#include "renaissance/math/newton_schulz.h"
+
+namespace renaissance {
+namespace cpu {
+
+// U (rows x cols, row-major) <- its Newton–Schulz orthogonalisation in exact mode, in place, bit
+// for bit math::newton_schulz_reference with these coefficients, steps and eps, on at most
+// `threads` threads. False (u untouched) when a product would be longer than kExactMatmulMaxK.
+bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
+                          float eps, int threads);
+
+}  // namespace cpu
+}  // namespace renaissance
