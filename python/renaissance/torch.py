@@ -1645,7 +1645,8 @@ def _muon_hyper(lr, weight_decay, momentum, nesterov=True, ns_coefficients=_NS_C
 class Muon(_Base):
     """torch.optim.Muon (torch >= 2.9): momentum, Newton–Schulz orthogonalisation of each 2-D
     parameter's update, decoupled weight decay and the adjusted lr (docs/math.md, "Muon"), with
-    torch's signature, defaults, checks and state (`momentum_buffer`). The orthogonalisation is the
+    torch's signature, defaults, checks and state (`momentum_buffer`; plus `step`, the parameter's
+    applied-step count, which torch's Muon does not keep). The orthogonalisation is the
     kind muon's exact product (fp32 inputs), not torch's bf16 one: the parameters agree with
     torch's within the difference of its bf16 Newton–Schulz from a float64 one. Deviations
     (docs/python.md): ns_steps >= 100, a bad ns_coefficients and complex parameters are refused
@@ -1653,7 +1654,10 @@ class Muon(_Base):
     takes the core's range [0, 1); adjust_lr_fn is fixed at construction."""
 
     _implementation = "_single_tensor_muon"
-    _state_names = {"M": "momentum_buffer"}  # torch's Muon keeps no `step`
+    # torch's Muon keeps no `step`; this class does, as this package's SGD: each parameter's own
+    # applied-step count, so that a deepcopy or a load of this class's dict keeps the counts (and
+    # the fingerprint). A torch dict without it loads as one step for a parameter with a buffer.
+    _state_names = {"M": "momentum_buffer", "step": "step"}
     _required_keys = ("momentum", "nesterov", "ns_coefficients", "ns_steps")
     _group_keys = ("lr", "weight_decay", "momentum", "nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn",
                    "max_grad_norm", "maximize")
@@ -1743,7 +1747,7 @@ class MuonWithAuxAdam(_Base):
         return ["fc_weight" if group["use_muon"] else "fc_bias"] * len(group["params"])
 
     def _state_names_for(self, group):
-        return {"M": "momentum_buffer"} if group["use_muon"] else self._state_names
+        return Muon._state_names if group["use_muon"] else self._state_names
 
     def _task_state_names(self, group):
         return self._state_names

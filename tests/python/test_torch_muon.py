@@ -4,6 +4,7 @@ decay, the adjusted lr; runs on any torch), against torch.optim.Muon itself wher
 (torch >= 2.9; Debian's 1.13 has none), torch's construction errors and texts, the refusal of
 non-2-D parameters, the state dict in torch's names, and MuonWithAuxAdam's groups (the Muon
 package's keys and defaults, one Task for both kinds, per-group state)."""
+import copy
 import math
 
 import numpy as np
@@ -335,8 +336,9 @@ def test_state_dict_has_torchs_names():
     sd = opt.state_dict()
     assert sorted(sd["state"]) == [0, 1, 2]
     for i, st in sd["state"].items():
-        assert set(st) == {"momentum_buffer"}  # torch's Muon keeps no step
-        assert st["momentum_buffer"].shape == ps[i].shape
+        # torch's Muon keeps momentum_buffer alone; `step` is this package's, as for its SGD.
+        assert set(st) == {"momentum_buffer", "step"}
+        assert st["momentum_buffer"].shape == ps[i].shape and float(st["step"]) == 1
     # The first buffer is (1 - momentum) * g (lerp from zero): float32 of that product.
     g0 = grads(0)
     for i, st in sd["state"].items():
@@ -388,6 +390,26 @@ def test_a_torch_muon_state_dict_loads_and_the_steps_continue():
         back.load_state_dict(opt.state_dict())
         for i, p in enumerate(ps):
             assert torch.equal(back.state_dict()["state"][i]["momentum_buffer"], opt.state[p]["momentum_buffer"])
+
+
+def test_deepcopy_keeps_every_count_and_steps_alike():
+    muon, aux = aux_model()
+    opt = rt.MuonWithAuxAdam([dict(params=muon, use_muon=True), dict(params=aux, use_muon=False)])
+    for t in range(3):
+        gm, ga = aux_grads(t)
+        if t == 1:
+            gm[2] = None
+        for p, g in zip(muon + aux, gm + ga):
+            p.grad = None if g is None else g.clone()
+        opt.step()
+    clone = copy.deepcopy(opt)
+    assert clone.fingerprint() == opt.fingerprint()
+    gm, ga = aux_grads(3)
+    for o in (opt, clone):
+        ps = [p for g in o.param_groups for p in g["params"]]
+        feed(ps, gm + ga)
+        o.step()
+    assert clone.fingerprint() == opt.fingerprint()
 
 
 def test_another_class_state_dict_is_refused():
@@ -463,7 +485,7 @@ def test_muon_with_aux_adam_defaults_one_task_and_the_step():
         assert worst(muon, mref.w) <= F64_TOL * step_lr * (t + 1), t
         assert worst(aux, aref.w) <= 1e-6 * (t + 1), t
     sd = opt.state_dict()
-    assert all(set(sd["state"][i]) == {"momentum_buffer"} for i in range(len(muon)))
+    assert all(set(sd["state"][i]) == {"momentum_buffer", "step"} for i in range(len(muon)))
     for i in range(len(muon), len(muon) + len(aux)):
         assert set(sd["state"][i]) == {"exp_avg", "exp_avg_sq", "step"}
         assert float(sd["state"][i]["step"]) == 10
@@ -498,7 +520,7 @@ def test_muon_with_aux_adam_groups_lrs_and_none_gradients():
     assert worst(aux, aref0.w + aref1.w) <= 1e-5
     sd = opt.state_dict()  # indices in group order: aux[0], the matrices, aux[1]
     assert float(sd["state"][0]["step"]) == 6 and float(sd["state"][len(muon) + 1]["step"]) == 5
-    assert "step" not in sd["state"][1]
+    assert float(sd["state"][1]["step"]) == 5 and float(sd["state"][2]["step"]) == 6
 
 
 def test_muon_with_aux_adam_refusals():
