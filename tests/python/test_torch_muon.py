@@ -178,6 +178,26 @@ def test_zero_update_is_eps_floored():
         assert torch.equal(p.detach(), w * decay)
 
 
+def test_bf16_parameters_step_fp32_masters():
+    """bf16 parameters: fp32 masters (state 'master_weight') follow the float64 reference fed the
+    bf16 gradients; each parameter is its master rounded to bf16 (nearest even)."""
+    ps = [torch.nn.Parameter(p.detach().to(torch.bfloat16)) for p in matrices()]
+    ref = Ref(ps, lr=0.02)
+    opt = rt.Muon(ps, lr=0.02)
+    step_lr = max(adjusted(0.02, s, None) for s in SHAPES)
+    for t in range(5):
+        gs = [g.to(torch.bfloat16) for g in grads(t)]
+        feed(ps, gs)
+        opt.step()
+        ref.step(gs)
+    sd = opt.state_dict()
+    masters = [sd["state"][i]["master_weight"] for i in range(len(ps))]
+    assert all(m.dtype == torch.float32 for m in masters)
+    assert worst(masters, ref.w) <= F64_TOL * step_lr * 5
+    for p, m in zip(ps, masters):
+        assert p.dtype == torch.bfloat16 and torch.equal(p.detach(), m.to(torch.bfloat16))
+
+
 def test_maximize_is_minimizing_the_negated_gradient():
     a, b = matrices(), matrices()
     oa = rt.Muon(a, lr=0.02, maximize=True)
@@ -521,6 +541,29 @@ def test_muon_with_aux_adam_groups_lrs_and_none_gradients():
     sd = opt.state_dict()  # indices in group order: aux[0], the matrices, aux[1]
     assert float(sd["state"][0]["step"]) == 6 and float(sd["state"][len(muon) + 1]["step"]) == 5
     assert float(sd["state"][1]["step"]) == 5 and float(sd["state"][2]["step"]) == 6
+
+
+def test_muon_with_aux_adam_one_clip_norm_over_both_kinds():
+    """max_grad_norm clips the global norm over the Muon and the aux parameters together
+    (torch's clip_grad_norm_ over all of them: coef = min(1, max_norm / (total + 1e-6)))."""
+    muon, aux = aux_model()
+    opt = rt.MuonWithAuxAdam([dict(params=muon, use_muon=True), dict(params=aux, use_muon=False, lr=1e-2)],
+                             max_grad_norm=1.0)
+    mref = Ref(muon, lr=0.02, weight_decay=0.0)
+    aref = AdamRef(aux, 1e-2, (0.9, 0.95), 1e-10)
+    for t in range(6):
+        gm, ga = aux_grads(t)
+        gm, ga = [g * (1 + 2 * t) for g in gm], [g * (1 + 2 * t) for g in ga]  # a growing norm
+        feed(muon, gm)
+        feed(aux, ga)
+        opt.step()
+        total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in gm + ga))
+        coef = min(1.0, 1.0 / (total + 1e-6))
+        assert coef < 0.2  # the clip is active
+        mref.step([g.double() * coef for g in gm])
+        aref.step([g.double() * coef for g in ga])
+    assert worst(muon, mref.w) <= F64_TOL * 0.02 * 6
+    assert worst(aux, aref.w) <= 1e-5
 
 
 def test_muon_with_aux_adam_refusals():
