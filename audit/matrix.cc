@@ -19,7 +19,10 @@
 //    precision rotating over fp32, bf16 and fp16 (model-dtype gradients); sgd_momentum's L2
 //    dampening with clipping, with and without the mask; on odd_sizes (empty and scalar tensors)
 //    every kind with the mask, the gradient table and 2 groups, precision rotating; on tiny_many
-//    every kind with the gradient table and 3 groups.
+//    every kind with the gradient table and 3 groups;
+//  - muon runs the small tier only, without the simulated-ranks cell (it has no sharded step
+//    yet): its exact Newton–Schulz on the reference products makes its big and drift cells
+//    minutes each on two cores; they belong to the GPU machine's golden recording.
 #include "audit/matrix.h"
 
 #include <cmath>
@@ -198,7 +201,8 @@ void append_feature_cells(Tier tier, OptimizerKind kind, const std::string& layo
       c.config.validate();
       out->push_back(c);
     }
-    {
+    // Muon has no sharded step yet (Task and ShardedStep refuse it): no simulated-ranks cell.
+    if (kind != OptimizerKind::kMuon) {
       Cell c = base(WeightDecayMode::kDecoupled);
       c.simulated_ranks = 3;
       c.hyper_groups = 2;
@@ -444,6 +448,11 @@ std::vector<Cell> cells(Tier tier) {
         }
         append_feature_cells(tier, kind, layout, modes, &pattern, &out);
       }
+    } else if (kind == OptimizerKind::kMuon) {
+      // Muon runs on the small tier only on this CI: its exact Newton–Schulz with the reference
+      // products costs minutes per step on resnet50 / bert_base on two cores, and a 1000-step
+      // drift run as much; its big and drift cells belong to the GPU machine's recording.
+      continue;
     } else if (tier == Tier::kBig) {
       Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);
       r.oracle_stride = 4;

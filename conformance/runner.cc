@@ -100,6 +100,15 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
         w.push_back({at, at + sizeof(float)});
       }
     }
+    if (plan.region(T_MUON_UPDATE).allocated) {
+      // Muon's update U of each unmasked weight-group tensor (its padding stays +0).
+      const uint64_t u0 = plan.region(T_MUON_UPDATE).offset;
+      for (size_t id = 0; id < params.size(); ++id) {
+        if (group_of(params[id].role) != Group::kWeight || (!mask.empty() && mask[id])) continue;
+        const uint64_t begin = u0 + plan.tensor(id).offset_in_group * sizeof(float);
+        w.push_back({begin, begin + static_cast<uint64_t>(params[id].numel()) * sizeof(float)});
+      }
+    }
     if (plan.has_model_copy()) {
       // The bf16/fp16 copy of the same tensor elements (2 bytes each in W's layout); its padding
       // stays 0 and a skipped step leaves it alone.
@@ -137,8 +146,9 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       block_slots(kClipCoefficient);
     }
   }
-  // Scratch: the norm partials, and the gradient table's chunk addresses (written by CUDA).
-  for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS}) {
+  // Scratch: the norm partials, the gradient table's chunk addresses (written by CUDA) and
+  // Muon's Newton–Schulz scratch.
+  for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, T_MUON_SCRATCH}) {
     if (plan.region(r).allocated) w.push_back({plan.region(r).offset, region_end(plan.region(r))});
   }
   std::sort(w.begin(), w.end(), [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
@@ -407,7 +417,7 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
       std::vector<ByteRange> scratch;
-      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, S_GRAD_TABLE}) {
+      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, S_GRAD_TABLE, T_MUON_SCRATCH}) {
         if (plan.region(r).allocated) scratch.push_back({plan.region(r).offset, region_end(plan.region(r))});
       }
       std::sort(scratch.begin(), scratch.end(), [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });
@@ -447,8 +457,27 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
             fail(std::string(name) + " oracle", os.str());
           }
         };
-        check("W", oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kW, id), n), want.w),
-              oracle::relative_l2(f32.w, want.w), &br.err_w);
+        const double err_w =
+            oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kW, id), n), want.w);
+        if (kind == OptimizerKind::kMuon && ref.is_weight_group(k)) {
+          // Muon's weight group (tests/runtime/test_oracle.cc): the honest float32 bound of the
+          // element-wise parts plus kMuonNsRelError of the path its orthogonalised steps moved w.
+          const double honest_err = oracle::relative_l2(f32.w, want.w);
+          const double w_norm = std::sqrt(want.w.square().sum());
+          const double bound = oracle::bound_from_f32(honest_err) +
+                               (w_norm > 0.0 ? oracle::kMuonNsRelError * want.muon_path / w_norm : 0.0);
+          br.err_w = std::max(br.err_w, std::isnan(err_w) ? INFINITY : err_w);
+          if (!(err_w <= bound)) {
+            br.oracle_ok = false;
+            std::ostringstream os;
+            os.precision(3);
+            os << "W rel L2 " << err_w << " > " << bound << " (honest float32 " << honest_err << ", Newton-Schulz path "
+               << (w_norm > 0.0 ? want.muon_path / w_norm : 0.0) << ") at " << here;
+            fail(std::string(name) + " oracle", os.str());
+          }
+        } else {
+          check("W", err_w, oracle::relative_l2(f32.w, want.w), &br.err_w);
+        }
         if (has_m(kind)) {
           check("M", oracle::relative_l2(read_floats(lane.after.get(), plan.tensor_offset(Family::kM, id), n), want.m),
                 oracle::relative_l2(f32.m, want.m), &br.err_m);
@@ -466,8 +495,9 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
         const bool masked_now = !sample_mask.empty() && sample_mask[k] != 0;
         if (is_lars(kind) && ref.is_weight_group(k) && ref.t(k) > 0 && !masked_now) {
           const float eta = read_floats(lane.after.get(), plan.tensor_offset(Family::kN, id), 1)[0];
-          check("N", std::abs(static_cast<double>(eta) - want.trust) / want.trust,
-                std::abs(static_cast<double>(f32.trust) - want.trust) / want.trust, &br.err_n);
+          const double denominator = want.trust != 0.0 ? want.trust : 1.0;  // Muon's adjusted lr at lr 0
+          check("N", std::abs(static_cast<double>(eta) - want.trust) / denominator,
+                std::abs(static_cast<double>(f32.trust) - want.trust) / denominator, &br.err_n);
         }
       }
     }

@@ -96,7 +96,9 @@ namespace {
 // A number of the table by its row's rule (a flag has no rule to check: it is a bool).
 void check_rule(const HyperparameterInfo& row, double v) {
   switch (row.rule) {
-    case HyperRule::kLr: return check_lr(v);
+    case HyperRule::kLr:  // lr and aux_lr: each named in its own error
+      check_non_negative(row.name, v);
+      return check_f32(row.name, v, false);
     case HyperRule::kNonNegative: return check_non_negative(row.name, v);
     case HyperRule::kUnitInterval: return check_unit_interval(row.name, v);
     case HyperRule::kPositive: return check_positive(row.name, v);

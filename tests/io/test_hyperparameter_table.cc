@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@ double other_value(const HyperparameterInfo& row) {
     case HyperRule::kPositive: return 3e-7;
     case HyperRule::kMaxGradNorm: return 7.5;
     case HyperRule::kFloat32: return 0.375;
-    case HyperRule::kFlag: return 1.0;
+    case HyperRule::kFlag: return row.fixed_default != 0.0 ? 0.0 : 1.0;  // the other of on / off
+    case HyperRule::kSteps: return 7.0;
+    case HyperRule::kChoice: return 1.0;
   }
   return 0.0;
 }
@@ -41,6 +44,8 @@ double other_value(const HyperparameterInfo& row) {
 std::vector<double> bad_values(const HyperparameterInfo& row) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   if (row.rule == HyperRule::kFloat32) return {nan, inf, -inf, 1e39};
+  if (row.rule == HyperRule::kSteps) return {nan, 0.0, 101.0, 2.5, -1.0, inf};
+  if (row.rule == HyperRule::kChoice) return {nan, -1.0, 2.0, 0.5, inf};
   return {nan, -1.0, inf};
 }
 
@@ -172,8 +177,8 @@ TEST(HyperparameterTable, OptionalRowsAtTheirDefaultsAddNoBytes) {
 // field's own reader did). The same file with the value left as saved loads.
 TEST(HyperparameterTable, AnOptionalNumberAtItsDefaultEndingMetaIsRefused) {
   const HyperparameterInfo* last = nullptr;
-  // The last optional number row (dampening; a later flag row such as amsgrad, left at its
-  // default, is not written, so META ends with the number).
+  // The last optional number row (ns_c; a later flag row, left at its default, is not written,
+  // so META ends with the number).
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.meta == MetaPlace::kOptional && row.number != nullptr) last = &row;
   }
@@ -196,7 +201,12 @@ TEST(HyperparameterTable, AnOptionalNumberAtItsDefaultEndingMetaIsRefused) {
   std::memcpy(&file[24 + 12 + length], &sum, 8);
   write_file(dir.file("default.ckpt"), file);
   expect_error([&] { read_checkpoint_info(dir.file("default.ckpt")); },
-               std::string(last->name) + " 0 is written by leaving the field out", ErrorKind::kFormat);
+               [&] {
+                 std::ostringstream os;  // the default as the reader prints it (a stream's default format)
+                 os << last->name << " " << last->fixed_default << " is written by leaving the field out";
+                 return os.str();
+               }(),
+               ErrorKind::kFormat);
 }
 
 }  // namespace

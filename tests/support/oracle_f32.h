@@ -55,6 +55,7 @@ class OracleF32 {
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
       group_.push_back(params[i].hyper_group);
       steps_.push_back(0);
+      shapes_.push_back(params[i].shape);
     }
   }
 
@@ -96,7 +97,14 @@ class OracleF32 {
       if (masked(i)) continue;
       c_ = configs_[static_cast<size_t>(group_[i])];
       tc_ = ++steps_[i];
-      update(tensors_[i], gh[i], lrs.at(static_cast<size_t>(group_[i])), weight_group_[i]);
+      shape_ = shapes_[i];
+      double lr = lrs.at(static_cast<size_t>(group_[i]));
+      if (c_.kind == OptimizerKind::kMuon && !weight_group_[i]) {
+        // Muon's bias-like group is an AdamW with its own lr (aux_lr, not scheduled), wd 0.
+        c_.kind = OptimizerKind::kAdamW;
+        lr = c_.aux_lr;
+      }
+      update(tensors_[i], gh[i], lr, weight_group_[i]);
     }
     return true;
   }
@@ -213,6 +221,31 @@ class OracleF32 {
         for (size_t k = 0; k < n; ++k) s.w[k] = s.w[k] - lr_r * u[k];
         break;
       }
+      case OptimizerKind::kMuon: {
+        // The weight group (the bias-like group ran as AdamW above). The element-wise parts in
+        // float: torch.lerp's formula (|w| < 0.5 ? a + w*(b-a) : b - (b-a)*(1-w)), w1 = 1 - μ
+        // formed in double; the Newton–Schulz in double rounded to float, so that this measures
+        // the element-wise rounding alone (test_oracle.cc bounds the orthogonalisation apart).
+        auto lerp = [](float a, float b, float w) {
+          return (w < 0.5f && w > -0.5f) ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+        };
+        const float w1 = static_cast<float>(1.0 - c_.momentum);
+        Eigen::ArrayXd u(static_cast<Eigen::Index>(n));
+        for (size_t k = 0; k < n; ++k) {
+          s.m[k] = lerp(s.m[k], gh[k], w1);
+          u[static_cast<Eigen::Index>(k)] = c_.nesterov ? lerp(gh[k], s.m[k], mom) : s.m[k];
+        }
+        const auto [rows, cols] = muon_view(shape_);
+        const double adjust = muon_adjusted_lr(1.0, rows, cols, c_.adjust_lr);
+        const float lr_adj = static_cast<float>(static_cast<double>(lr) * adjust);
+        s.trust = lr_adj;
+        if (n == 0) break;
+        const Eigen::ArrayXd x = newton_schulz_f64(u, rows, cols, c_);
+        for (size_t k = 0; k < n; ++k) {
+          s.w[k] = s.w[k] * decay - lr_adj * static_cast<float>(x[static_cast<Eigen::Index>(k)]);
+        }
+        break;
+      }
     }
   }
 
@@ -235,6 +268,8 @@ class OracleF32 {
   std::vector<int64_t> steps_;
   OptimizerConfig c_;
   int64_t tc_ = 0;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<int64_t> shape_;  // the shape of the tensor being updated (muon's matrix view)
   std::vector<TensorStateF32> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;
@@ -247,6 +282,11 @@ class OracleF32 {
 constexpr double kBoundFactor = 3.0;
 constexpr double kBoundFloor = 1e-7;
 inline double bound_from_f32(double honest_error) { return std::max(kBoundFloor, kBoundFactor * honest_error); }
+
+// Muon's exact-mode Newton–Schulz against the float64 iteration: the relative Frobenius distance
+// of the orthogonalised update X (docs/math.md, "Muon"), as a bound on the part of a weight's
+// error that its steps' lr_adj·X add (test_oracle.cc, conformance/runner.cc).
+constexpr double kMuonNsRelError = 1e-2;
 
 }  // namespace oracle
 }  // namespace renaissance

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <Eigen/Dense>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "renaissance/optimizer.h"
@@ -35,8 +37,46 @@ inline std::vector<ParamSpec> ungrouped(std::vector<ParamSpec> params) {
 struct TensorState {
   Eigen::ArrayXd w, m, v;
   Eigen::ArrayXd vmax;  // amsgrad: the running maximum of v (torch's max_exp_avg_sq)
-  double trust = 0.0;
+  double trust = 0.0;  // muon: the adjusted lr of the last applied step
+  // muon: Σ lr_adj·‖X‖ over the applied steps, the path the orthogonalised updates moved w along
+  // (the bound of the exact-mode Newton–Schulz's error scales with it: test_oracle.cc).
+  double muon_path = 0.0;
 };
+
+// Muon's matrix view of a weight-group tensor (docs/math.md): (shape[0], prod(rest)); a 1-D
+// tensor of n elements is 1 x n, a scalar 1 x 1.
+inline std::pair<int64_t, int64_t> muon_view(const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (shape.size() < 2) return {1, numel};
+  return {shape[0], shape[0] == 0 ? 0 : numel / shape[0]};
+}
+
+// torch.optim.Muon's lr adjustment in double: original lr·sqrt(max(1, A/B)), match_rms_adamw
+// 0.2·lr·sqrt(max(A, B)).
+inline double muon_adjusted_lr(double lr, int64_t rows, int64_t cols, double adjust_lr) {
+  const double a = static_cast<double>(rows), b = static_cast<double>(cols);
+  if (adjust_lr != 0.0) return 0.2 * lr * std::sqrt(std::max(a, b));
+  return b > 0.0 ? lr * std::sqrt(std::max(1.0, a / b)) : lr;  // no columns (no elements): factor 1
+}
+
+// Newton–Schulz in float64 (torch.optim.Muon's iteration): X = u / max(‖u‖_F, eps), on uᵀ when
+// rows > cols; steps times A = X Xᵀ, B = b·A + c·A·A, X = a·X + B·X; transposed back. u and the
+// result are row-major rows x cols.
+inline Eigen::ArrayXd newton_schulz_f64(const Eigen::ArrayXd& u, int64_t rows, int64_t cols, const OptimizerConfig& c) {
+  using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  RowMajor x = Eigen::Map<const RowMajor>(u.data(), rows, cols);
+  const bool tall = rows > cols;
+  if (tall) x = RowMajor(x.transpose());
+  x /= std::max(x.norm(), c.ns_eps);
+  for (int s = 0; s < static_cast<int>(c.ns_steps); ++s) {
+    const RowMajor a = x * x.transpose();
+    const RowMajor b = c.ns_b * a + c.ns_c * (a * a);
+    x = c.ns_a * x + b * x;
+  }
+  if (tall) x = RowMajor(x.transpose());
+  return Eigen::Map<const Eigen::ArrayXd>(x.data(), rows * cols);
+}
 
 class OracleF64 {
  public:
@@ -66,6 +106,7 @@ class OracleF64 {
       weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
       group_.push_back(params[i].hyper_group);
       steps_.push_back(0);
+      shapes_.push_back(params[i].shape);
     }
   }
 
@@ -107,6 +148,7 @@ class OracleF64 {
       if (masked(i)) continue;
       c_ = configs_[static_cast<size_t>(group_[i])];
       tc_ = ++steps_[i];
+      shape_ = shapes_[i];
       update(tensors_[i], g_hat[i], lrs.at(static_cast<size_t>(group_[i])), weight_group_[i]);
     }
     return true;
@@ -209,6 +251,30 @@ class OracleF64 {
         s.w = s.w - lr * r * u;
         break;
       }
+      case OptimizerKind::kMuon: {
+        if (!weight_group) {
+          // The auxiliary AdamW: its own lr (aux_lr, not scheduled), betas and eps, wd 0.
+          s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g_hat;
+          s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g_hat.square();
+          const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(tc_)));
+          const double bc2 = 1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(tc_)));
+          s.w = s.w - c_.aux_lr * (s.m * bc1) / ((s.v * bc2).sqrt() + c_.eps);
+          break;
+        }
+        // torch.optim.Muon: buf.lerp_(g, 1 - μ); u = g.lerp(buf, μ) (Nesterov) or buf.
+        const double mu = c_.momentum;
+        s.m = s.m + (1.0 - mu) * (g_hat - s.m);
+        const Eigen::ArrayXd u = c_.nesterov ? Eigen::ArrayXd(g_hat + mu * (s.m - g_hat)) : s.m;
+        const auto [rows, cols] = muon_view(shape_);
+        const double lr_adj = muon_adjusted_lr(lr, rows, cols, c_.adjust_lr);
+        s.trust = lr_adj;
+        s.w = s.w * (1.0 - lr * c_.weight_decay);
+        if (u.size() == 0) break;
+        const Eigen::ArrayXd x = newton_schulz_f64(u, rows, cols, c_);
+        s.w = s.w - lr_adj * x;
+        s.muon_path += lr_adj * std::sqrt(x.square().sum());
+        break;
+      }
     }
   }
 
@@ -237,6 +303,8 @@ class OracleF64 {
   std::vector<int64_t> steps_;
   OptimizerConfig c_;
   int64_t tc_ = 0;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<int64_t> shape_;  // the shape of the tensor being updated (muon's matrix view)
   std::vector<TensorState> tensors_;
   std::vector<bool> weight_group_;
   int64_t t_ = 0;
