@@ -630,3 +630,33 @@ def test_muon_with_aux_adam_state_dict_round_trip_and_the_packages_format():
     swapped["param_groups"][1]["use_muon"] = True
     with pytest.raises(ValueError):
         opt2.load_state_dict(swapped)
+
+
+# ---- CUDA: exact mode is the same bits as the CPU ---------------------------------------------------
+def _have_cuda():
+    import renaissance
+    return torch.cuda.is_available() and renaissance.with_cuda
+
+
+@pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA device and a CUDA build of renaissance")
+def test_cuda_steps_are_the_cpus_bit_for_bit():
+    """Exact mode: Muon and MuonWithAuxAdam on CUDA give the CPU's bits (weights and state)."""
+    runs = {}
+    for device in ("cpu", "cuda"):
+        muon, aux = aux_model()
+        muon = [torch.nn.Parameter(p.detach().to(device)) for p in muon]
+        aux = [torch.nn.Parameter(p.detach().to(device)) for p in aux]
+        solo = [torch.nn.Parameter(p.detach().to(device)) for p in matrices()]
+        both = rt.MuonWithAuxAdam([dict(params=muon, use_muon=True, weight_decay=0.01),
+                                   dict(params=aux, use_muon=False)], max_grad_norm=5.0)
+        one = rt.Muon(solo, lr=0.02, adjust_lr_fn="match_rms_adamw")
+        for t in range(4):
+            gm, ga = aux_grads(t)
+            feed(muon + aux, [g.to(device) for g in gm + ga])
+            feed(solo, [g.to(device) for g in grads(t)])
+            both.step()
+            one.step()
+        runs[device] = ([p.detach().cpu() for p in muon + aux + solo], both.fingerprint(), one.fingerprint())
+    for a, b in zip(runs["cpu"][0], runs["cuda"][0]):
+        assert torch.equal(a, b)
+    assert runs["cpu"][1:] == runs["cuda"][1:]
