@@ -25,12 +25,12 @@ STEPS = 20
 
 # Our exact Newton–Schulz against a float64 one: the most one step may move |w_ours - w_f64|, in
 # units of the step's largest adjusted lr. Measured on REF_CASES (kind muon's exact mode, mkind
-# f9ee177): up to 2.7e-3 (ns_3_steps_coeffs: 1.9e-4); set with a 1.5x margin.
+# f9ee177, c081264): up to 2.7e-3 (ns_3_steps_coeffs: 1.9e-4); set with a 1.5x margin.
 F64_TOL = 4e-3
 # torch's bf16 Newton–Schulz against float64 on the same inputs (this file's shapes, 5 steps):
 # up to 0.05 absolute on an element of X (typically 0.01; X's elements are below 1). Against
 # torch.optim.Muon (test_matches_torch_optim_muon), at every step of REF_CASES, measured with
-# torch 2.11 (mkind f9ee177): |ours - f64| <= 0.133 |torch - f64| and |ours - torch| <= 1.09
+# torch 2.11 (mkind f9ee177, c081264): |ours - f64| <= 0.133 |torch - f64| and |ours - torch| <= 1.09
 # |torch - f64|; the test holds 0.5 and 2.
 
 
