@@ -269,6 +269,11 @@ def test_non_2d_parameters_are_refused_as_torch_refuses_them(shape):
         with pytest.raises(ValueError) as t:
             torch.optim.Muon(ps)
         assert str(t.value) == str(e.value)
+    # add_param_group too (torch would wait for the step): the group is not added.
+    opt = rt.Muon(matrices())
+    with pytest.raises(ValueError, match="^Muon only supports 2D parameters"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(shape))]})
+    assert len(opt.param_groups) == 1
 
 
 # torch refuses these at the first step, renaissance.torch at construction (docs/python.md).
