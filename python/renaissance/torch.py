@@ -33,8 +33,8 @@ from . import _core
 from . import _torch_dist
 from ._torch_group import TASK_WIDE, GroupBinding, SharedTask, structure_key, tensor_interval
 
-__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Muon", "MuonWithAuxAdam", "Recorder", "register_optimizer_step_pre_hook",
-           "register_optimizer_step_post_hook"]
+__all__ = ["SGD", "Adam", "AdamW", "LARS", "Lion", "LAMB", "Muon", "MuonWithAuxAdam", "Recorder",
+           "register_optimizer_step_pre_hook", "register_optimizer_step_post_hook"]
 
 _KINDS = {k["name"]: k for k in _core.kinds()}
 
@@ -1244,7 +1244,7 @@ def _sparse_grad_text(cls, j, gi):
     """The refusal of a sparse gradient: torch's own text where its class refuses one too (its
     Adam and AdamW), else renaissance.torch's (torch's SGD steps sparse gradients)."""
     where = "parameter %d of param_groups[%d]" % (j, gi)
-    if cls.__name__ == "Muon":  # torch's Muon refuses them too
+    if issubclass(cls, Muon):  # torch's Muon refuses them too
         return "Muon does not support sparse gradients (renaissance.torch: %s)" % where
     if issubclass(cls, _AdamFamily):
         return "%s does not support sparse gradients, please consider SparseAdam instead (renaissance.torch: %s)" % (
