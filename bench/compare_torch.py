@@ -351,7 +351,10 @@ def main():
     if not args.build:
         ap.error("--build is required unless --from-json is given")
     load_kind_table(args.build)
-    kinds = args.kinds.split(",") if args.kinds else list(KIND_TABLE) + ["adamw" + CLIP_SUFFIX]
+    # muon is left out of the default list: its torch side (torch.optim.Muon + fused AdamW, torch >= 2.9)
+    # and its batched Newton-Schulz belong to Muon's own performance work.
+    kinds = (args.kinds.split(",") if args.kinds
+             else [k for k in KIND_TABLE if k != "muon"] + ["adamw" + CLIP_SUFFIX])
     unknown = [k for k in kinds if base_kind(k) not in KIND_TABLE]
     if unknown:
         ap.error(f"unknown kinds {unknown}; the table has {list(KIND_TABLE)}")
