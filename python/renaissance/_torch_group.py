@@ -566,6 +566,9 @@ class GroupBinding:
         if hyper.get("max_grad_norm") != self.hyper.get("max_grad_norm"):
             raise ValueError("cannot change max_grad_norm after construction (clipping is one setting per compiled "
                              "step, shared by the groups of one task)")
+        if hyper.get("adjust_lr") != self.hyper.get("adjust_lr"):
+            raise ValueError("cannot change adjust_lr_fn after construction (Muon's lr adjustment is planned per "
+                             "matrix when the step is compiled); build a new optimizer")
         if hyper != self.hyper:  # the core's own range rules (the kinds without a torch counterpart)
             self.shared.task.check_hyper(kind, **hyper)
 
