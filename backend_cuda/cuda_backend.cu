@@ -168,9 +168,9 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaEventRecord(launch_in_, launch_stream_));
       RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), launch_in_, 0));
     }
-    if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
+    if (graph_exec_ != nullptr && step.id.value() == prepared_ && step.node_count() == prepared_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
-    } else if (alt_exec_ != nullptr && &step == alt_prepared_ && step.node_count() == alt_nodes_) {
+    } else if (alt_exec_ != nullptr && step.id.value() == alt_prepared_ && step.node_count() == alt_nodes_) {
       RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
     } else {
       enqueue(step);
@@ -334,7 +334,7 @@ class CudaBackend final : public Backend {
     graph_exec_ = nullptr;
     graph_ = nullptr;
     graph_nodes_ = 0;
-    prepared_ = nullptr;
+    prepared_ = 0;
     release_alternate();
   }
   void release_alternate() {
@@ -342,21 +342,21 @@ class CudaBackend final : public Backend {
     if (alt_graph_ != nullptr) (void)cudaGraphDestroy(alt_graph_);
     alt_exec_ = nullptr;
     alt_graph_ = nullptr;
-    alt_prepared_ = nullptr;
+    alt_prepared_ = 0;
   }
 
-  // Makes `step` the program that *prepared names (with its node count in *nodes, which execute
-  // checks) and, with CUDA graphs on, captures it into *graph / *exec; a failed capture leaves
-  // no program prepared.
-  void prepare_program(const CompiledStep& step, const CompiledStep** prepared, size_t* nodes, cudaGraph_t* graph,
+  // Makes `step` the program that *prepared names by its ProgramId (with its node count in
+  // *nodes, which execute checks) and, with CUDA graphs on, captures it into *graph / *exec; a
+  // failed capture leaves no program prepared.
+  void prepare_program(const CompiledStep& step, uint64_t* prepared, size_t* nodes, cudaGraph_t* graph,
                        cudaGraphExec_t* exec) {
-    *prepared = &step;
+    *prepared = step.id.value();
     *nodes = step.node_count();
     if (!options_.cuda_graph) return;
     try {
       capture(step, graph, exec);
     } catch (...) {
-      *prepared = nullptr;
+      *prepared = 0;
       throw;
     }
   }
@@ -430,12 +430,14 @@ class CudaBackend final : public Backend {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   int graph_nodes_ = 0;
-  const CompiledStep* prepared_ = nullptr;
+  // The prepared program's ProgramId (0: none), never its address: a step built where a
+  // destroyed one stood has the old address but not the old id.
+  uint64_t prepared_ = 0;
   size_t prepared_nodes_ = 0;
   // The step of prepare_alternate and its graph (released by prepare()).
   cudaGraph_t alt_graph_ = nullptr;
   cudaGraphExec_t alt_exec_ = nullptr;
-  const CompiledStep* alt_prepared_ = nullptr;
+  uint64_t alt_prepared_ = 0;
   size_t alt_nodes_ = 0;
 };
 
