@@ -69,6 +69,25 @@ const DeviceProbe& probe() {
   return result;
 }
 
+// A prepared program: its ProgramId (0: none), never its address (a step built where a destroyed
+// one stood has the old address but not the old id), its node count, and its captured graph
+// (null without CUDA graphs).
+struct Captured {
+  uint64_t id = 0;
+  size_t nodes = 0;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  bool runs(const CompiledStep& step) const {
+    return exec != nullptr && step.id.value() == id && step.node_count() == nodes;
+  }
+  void release() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    *this = Captured{};
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options) : options_(options) {
@@ -147,18 +166,18 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
-    prepare_program(step, &prepared_, &prepared_nodes_, &graph_, &graph_exec_);
+    prepare_program(step, &main_);
     if (!options_.cuda_graph) return;
     size_t nodes = 0;
-    RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
+    RN_CUDA_CHECK(cudaGraphGetNodes(main_.graph, nullptr, &nodes));
     graph_nodes_ = static_cast<int>(nodes);
   }
 
   // A tensor_mask task's masked program (Backend::prepare_alternate): a second graph beside the
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
-    release_alternate();
-    prepare_program(step, &alt_prepared_, &alt_nodes_, &alt_graph_, &alt_exec_);
+    alternate_.release();
+    prepare_program(step, &alternate_);
   }
 
   void execute(const CompiledStep& step) override {
@@ -168,10 +187,10 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaEventRecord(launch_in_, launch_stream_));
       RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), launch_in_, 0));
     }
-    if (graph_exec_ != nullptr && step.id.value() == prepared_ && step.node_count() == prepared_nodes_) {
-      RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
-    } else if (alt_exec_ != nullptr && step.id.value() == alt_prepared_ && step.node_count() == alt_nodes_) {
-      RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
+    if (main_.runs(step)) {
+      RN_CUDA_CHECK(cudaGraphLaunch(main_.exec, origin()));
+    } else if (alternate_.runs(step)) {
+      RN_CUDA_CHECK(cudaGraphLaunch(alternate_.exec, origin()));
     } else {
       enqueue(step);
     }
@@ -221,7 +240,7 @@ class CudaBackend final : public Backend {
   }
 
   // Nodes of the captured graph (one kernel per node), or -1 without a graph.
-  int launches_per_step() const override { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
+  int launches_per_step() const override { return main_.exec != nullptr ? graph_nodes_ : -1; }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {
@@ -328,35 +347,24 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Both programs' graphs (the alternate is kept only until the next prepare()).
   void release_graph() {
-    if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
-    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
-    graph_exec_ = nullptr;
-    graph_ = nullptr;
+    main_.release();
     graph_nodes_ = 0;
-    prepared_ = 0;
-    release_alternate();
-  }
-  void release_alternate() {
-    if (alt_exec_ != nullptr) (void)cudaGraphExecDestroy(alt_exec_);
-    if (alt_graph_ != nullptr) (void)cudaGraphDestroy(alt_graph_);
-    alt_exec_ = nullptr;
-    alt_graph_ = nullptr;
-    alt_prepared_ = 0;
+    alternate_.release();
   }
 
-  // Makes `step` the program that *prepared names by its ProgramId (with its node count in
-  // *nodes, which execute checks) and, with CUDA graphs on, captures it into *graph / *exec; a
-  // failed capture leaves no program prepared.
-  void prepare_program(const CompiledStep& step, uint64_t* prepared, size_t* nodes, cudaGraph_t* graph,
-                       cudaGraphExec_t* exec) {
-    *prepared = step.id.value();
-    *nodes = step.node_count();
+  // Makes `step` the program `into` names by its ProgramId (with its node count, which execute
+  // checks) and, with CUDA graphs on, captures it into into->graph / exec; a failed capture
+  // leaves no program prepared.
+  void prepare_program(const CompiledStep& step, Captured* into) {
+    into->id = step.id.value();
+    into->nodes = step.node_count();
     if (!options_.cuda_graph) return;
     try {
-      capture(step, graph, exec);
+      capture(step, &into->graph, &into->exec);
     } catch (...) {
-      *prepared = 0;
+      into->id = 0;
       throw;
     }
   }
@@ -427,18 +435,9 @@ class CudaBackend final : public Backend {
   cudaStream_t launch_stream_ = nullptr;  // set_launch_stream: the caller's, not owned
   cudaEvent_t launch_in_ = nullptr;
   cudaEvent_t launch_out_ = nullptr;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
-  int graph_nodes_ = 0;
-  // The prepared program's ProgramId (0: none), never its address: a step built where a
-  // destroyed one stood has the old address but not the old id.
-  uint64_t prepared_ = 0;
-  size_t prepared_nodes_ = 0;
-  // The step of prepare_alternate and its graph (released by prepare()).
-  cudaGraph_t alt_graph_ = nullptr;
-  cudaGraphExec_t alt_exec_ = nullptr;
-  uint64_t alt_prepared_ = 0;
-  size_t alt_nodes_ = 0;
+  // The prepared program and prepare_alternate's (released by prepare()), with their graphs.
+  Captured main_, alternate_;
+  int graph_nodes_ = 0;  // nodes of main_'s graph (launches_per_step)
 };
 
 }  // namespace
