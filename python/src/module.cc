@@ -11,9 +11,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "renaissance/error.h"
@@ -34,6 +36,8 @@ namespace renaissance {
 
 // The keywords a kind reads (tables.cc, where the kind table's dicts list them too).
 std::vector<std::string> family_hyperparameters(const KindInfo& k);
+// A dict of (key, value) pairs, in the order given (tables.cc).
+nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items);
 
 namespace {
 
@@ -395,14 +399,8 @@ nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance,
   for (const TensorComparison& c : cmp) {
     const bool ok = c.rel_l2 <= tolerance;  // NaN fails, as in `renaissance replay`
     *all_ok = *all_ok && ok;
-    nb::dict d;
-    d["name"] = c.name;
-    d["numel"] = c.numel;
-    d["rel_l2"] = c.rel_l2;
-    d["max_abs"] = c.max_abs;
-    d["finite"] = c.finite;
-    d["passed"] = ok;
-    out.append(d);
+    out.append(dict_of({{"name", nb::cast(c.name)}, {"numel", nb::cast(c.numel)}, {"rel_l2", nb::cast(c.rel_l2)},
+                        {"max_abs", nb::cast(c.max_abs)}, {"finite", nb::cast(c.finite)}, {"passed", nb::cast(ok)}}));
   }
   return out;
 }
@@ -420,15 +418,11 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t
     nb::gil_scoped_release release;
     r = run_replay(rc, o);
   }
-  nb::dict d;
-  d["name"] = rc.name;
-  d["kind"] = optimizer_kind_name(rc.groups.front().config.kind);  // the first group's in format 2
-  d["steps"] = rc.steps;
-  d["steps_applied"] = r.steps_applied;
-  d["steps_skipped"] = r.steps_skipped;
-  d["backend"] = r.backend;
-  d["fingerprint"] = r.fingerprint;
-  d["tolerance"] = tolerance;
+  // "kind": the first group's in format 2.
+  nb::dict d = dict_of({{"name", nb::cast(rc.name)}, {"kind", nb::cast(optimizer_kind_name(rc.groups.front().config.kind))},
+                        {"steps", nb::cast(rc.steps)}, {"steps_applied", nb::cast(r.steps_applied)},
+                        {"steps_skipped", nb::cast(r.steps_skipped)}, {"backend", nb::cast(r.backend)},
+                        {"fingerprint", nb::cast(r.fingerprint)}, {"tolerance", nb::cast(tolerance)}});
   bool ok = true;
   d["tensors"] = comparisons(compare_replay(rc, r), tolerance, &ok);
   // None when the case has no expected.safetensors: nothing was compared.

@@ -5,7 +5,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "renaissance/hyperparameters.h"
@@ -14,6 +16,13 @@
 namespace nb = nanobind;
 
 namespace renaissance {
+
+// A dict of (key, value) pairs, in the order given (module.cc's result dicts use it too).
+nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items) {
+  nb::dict d;
+  for (const auto& [key, value] : items) d[key] = value;
+  return d;
+}
 
 // The numbers of the hyperparameter table each kind reads (the fluent builders of optimizer.h
 // expose the same ones), then weight_decay_mode where the kind accepts l2; a keyword the kind
@@ -74,20 +83,17 @@ nb::list hyperparameters() {
 }
 
 nb::list kinds() {
-  return dict_per_row(kKindTable, [](const KindInfo& k, nb::dict& d) {
-    d["name"] = k.name;
-    d["summary"] = k.summary;
-    d["family"] = kind_family_name(k.family);
-    d["has_m"] = k.has_m;
-    d["has_v"] = k.has_v;
-    d["bias_correction"] = k.bias_correction;
-    d["needs_momentum"] = k.needs_momentum;
-    d["allows_l2"] = k.allows_l2;
-    d["bytes_per_param"] = k.bytes_per_param;
-    d["hyperparameters"] = nb::cast(family_hyperparameters(k));
-    d["defaults"] = hyper_dict(k.defaults);
-    d["reference"] = hyper_dict(k.reference);
-  });
+  nb::list out;
+  for (const KindInfo& k : kKindTable) {
+    out.append(dict_of({{"name", nb::cast(k.name)}, {"summary", nb::cast(k.summary)},
+                        {"family", nb::cast(kind_family_name(k.family))}, {"has_m", nb::cast(k.has_m)},
+                        {"has_v", nb::cast(k.has_v)}, {"bias_correction", nb::cast(k.bias_correction)},
+                        {"needs_momentum", nb::cast(k.needs_momentum)}, {"allows_l2", nb::cast(k.allows_l2)},
+                        {"bytes_per_param", nb::cast(k.bytes_per_param)},
+                        {"hyperparameters", nb::cast(family_hyperparameters(k))}, {"defaults", hyper_dict(k.defaults)},
+                        {"reference", hyper_dict(k.reference)}}));
+  }
+  return out;
 }
 
 }  // namespace
