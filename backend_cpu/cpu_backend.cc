@@ -67,9 +67,6 @@ class CpuBackend final : public Backend {
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
-    if (tuning_.unroll != d.unroll) os << ", unroll " << tuning_.unroll;
-    if (tuning_.fuse != d.fuse) os << (tuning_.fuse ? ", fused copy" : ", unfused copy");
-    if (tuning_.stream_copy != d.stream_copy) os << (tuning_.stream_copy ? ", streamed copy" : ", cached copy");
     os << ")";
     return os.str();
   }
@@ -244,12 +241,9 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
     throw Error(ErrorKind::kBackend, "cpu backend: chunk_elements " + std::to_string(t.chunk_elements) +
                                          ": expected a positive multiple of 64");
   }
-  if (!cpu_unroll_is_valid(t.unroll)) {
-    throw Error(ErrorKind::kBackend, "cpu backend: unroll " + std::to_string(t.unroll) + ": expected 1, 2 or 4");
-  }
   if (static_cast<unsigned>(t.schedule) > static_cast<unsigned>(CpuSchedule::kDynamic)) {
     throw Error(ErrorKind::kBackend, "cpu backend: schedule " + std::to_string(static_cast<int>(t.schedule)) +
-                                         ": expected static, interleaved or dynamic");
+                                         ": expected static or dynamic");
   }
   return std::make_unique<CpuBackend>(options);
 }

@@ -10,7 +10,7 @@ namespace renaissance {
 namespace cpu {
 
 // options.cpu: the performance switches (renaissance/backend.h); a chunk that is not a positive
-// multiple of 64 or an unroll other than 1, 2 or 4 throws Error(kBackend). Nothing is read from
+// multiple of 64 or a schedule outside CpuSchedule throws Error(kBackend). Nothing is read from
 // the environment.
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);
 

@@ -28,8 +28,8 @@ constexpr uint64_t kTilesPerBlock = 4;
 // RENAISSANCE_CPU_* variables (tools/program_env.h).
 
 // Elements per update-and-copy step of a block when the node writes a model copy on the unfused
-// path (the tile-wise kinds, a gradient table, CpuTuning::fuse off; the fused loop rounds in
-// registers): the update of a step is followed at once by the rounding of its new masters
+// path (a gradient table, amsgrad; the fused loop rounds in registers; the tile-wise kinds go
+// tile by tile): the update of a step is followed at once by the rounding of its new masters
 // (write_model_copy), while the step's w (4 KiB) is still in L1, so W is not fetched twice. A multiple of
 // every SIMD width and of 8 (a Philox block), so no step adds a scalar head or tail of its own.
 constexpr uint64_t kCopyStepElements = 1024;
@@ -66,10 +66,6 @@ void parallel_blocks(int threads, uint64_t count, uint64_t block, Fn&& fn, CpuSc
   switch (schedule) {
     case CpuSchedule::kStatic:
 #pragma omp parallel for schedule(static) num_threads(team)
-      for (int64_t c = 0; c < blocks; ++c) one(c);
-      break;
-    case CpuSchedule::kInterleaved:
-#pragma omp parallel for schedule(static, 1) num_threads(team)
       for (int64_t c = 0; c < blocks; ++c) one(c);
       break;
     case CpuSchedule::kDynamic:
@@ -148,7 +144,7 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 // hyperparameter groups, over the node's HyperItems (each with its block's scalars) in one
 // parallel loop of the same size in elements. With a model copy or a 2-byte G, `fused` (the
 // kind's fused loop, fused_update.h) runs instead of fn + the widen + write_model_copy, unless
-// the gradient table supplies G (its gather stays in grad_dtype.h) or CpuTuning::fuse is off.
+// the gradient table supplies G (its gather stays in grad_dtype.h).
 // A node with a VMAX span (amsgrad) runs `xfn` instead of fn, always on the unfused path (the
 // same bits: the fused loop only saves passes over memory).
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr,
@@ -173,7 +169,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const FusedMode with_copy = fused_mode(node.grad.encoding, copy ? node.copy.precision : Precision::kFp32,
                                          node.copy.rounding);
   const FusedMode no_copy = fused_mode(node.grad.encoding, Precision::kFp32, node.copy.rounding);
-  const bool fuse = fused != nullptr && ctx.tuning.fuse && g_arena != nullptr && with_copy != FusedMode::kG32 &&
+  const bool fuse = fused != nullptr && g_arena != nullptr && with_copy != FusedMode::kG32 &&
                     with_copy != FusedMode::kNone;
   auto update = [&](uint64_t b, uint64_t e, const float* s) {
     // With a model copy, in L1-sized steps, each rounded right after its update.

@@ -93,11 +93,11 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
 #else
   // The update of the full vector at element k; returns the new masters.
   const uint64_t ahead = p.ahead;
-  const bool stream = kHasCopy && p.stream;
   auto update = [&](uint64_t k) RN_FUSED_BODY {
     const FloatTag d;
     // One request per 64-byte line: float arrays every 16 elements, 2-byte arrays every 32, into
-    // the outer caches (locality 2, as cpu_ops.h's prefetch_lines); the copy with write intent.
+    // the outer caches (locality 2, as cpu_ops.h's prefetch_lines); not the copy, which is
+    // written with non-temporal stores and never read.
     // A hint only: never faults, never changes data (near the span's end it asks for spare lines).
     if (ahead != 0 && k % 16 < hn::Lanes(d)) {
       const uint64_t at = k + ahead;
@@ -109,7 +109,6 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
       } else if (k % 32 < hn::Lanes(d)) {
         __builtin_prefetch(static_cast<const uint16_t*>(p.g) + at, 0, 2);
       }
-      if (kHasCopy && !stream && k % 32 < hn::Lanes(d)) __builtin_prefetch(c + at, 1, 2);
     }
     FloatVec vw = hn::LoadU(d, w + k);
     FloatVec vg;
@@ -127,13 +126,14 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
     return vw;
   };
   // The copy of the full vector at element k from its new masters x, with its lanes' words rnd.
-  // With p.stream, a non-temporal store where c + k is aligned to the vector (the copy is never
-  // read by the step, so caching it only costs a read of each line before it is written);
-  // Highway's Stream writes at least 16 bytes, so targets with narrower copy vectors store.
+  // A non-temporal store where c + k is aligned to the vector (the copy is never read by the
+  // step, so caching it only costs a read of each line before it is written; the caller fences
+  // the stores with hwy::FlushStream); Highway's Stream writes at least 16 bytes, so targets
+  // with narrower copy vectors store.
   auto round = [&](uint64_t k, FloatVec x, half::VU rnd) RN_FUSED_BODY {
     const auto bits = half::RoundVec<kCopy, kRounding>(x, rnd);
     constexpr size_t kCopyVectorBytes = hn::MaxLanes(half::D16()) * sizeof(uint16_t);
-    if (kCopyVectorBytes >= 16 && stream && reinterpret_cast<uintptr_t>(c + k) % kCopyVectorBytes == 0) {
+    if (kCopyVectorBytes >= 16 && reinterpret_cast<uintptr_t>(c + k) % kCopyVectorBytes == 0) {
       hn::Stream(bits, half::D16(), c + k);
     } else {
       hn::StoreU(bits, half::D16(), c + k);

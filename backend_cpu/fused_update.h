@@ -30,9 +30,6 @@ struct FusedPiece {
   // Software prefetch distance in elements (CpuTuning::prefetch_elements; 0: none): the loop asks
   // for the lines of every array this far ahead of the element it updates, one request per line.
   uint64_t ahead = 0;
-  // Store the copy with non-temporal stores (CpuTuning::stream_copy); the caller fences them
-  // (hwy::FlushStream) before the step's threads join.
-  bool stream = false;
 };
 
 // Which instantiation of the fused loop a piece takes: (G's encoding, copy format, rounding).

@@ -36,25 +36,21 @@ struct AdamRule {
   }
 };
 
-// Two exported kernels per (rule, vectors per iteration: CpuTuning::unroll): the update
-// (ElementwiseFn) and its amsgrad form (ElementwiseXFn), the same rule reading and writing VMAX too.
-#define RN_ADAM_KERNELS(name, decoupled, unroll)                                                              \
+// Two exported kernels per rule: the update (ElementwiseFn) and its amsgrad form
+// (ElementwiseXFn), the same rule reading and writing VMAX too.
+#define RN_ADAM_KERNELS(name, decoupled)                                                                      \
   void name(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {          \
-    RuleChunk<AdamRule<decoupled>, unroll>(w, g, m, v, n, s, wg);                                              \
+    RuleChunk<AdamRule<decoupled>>(w, g, m, v, n, s, wg);                                                      \
   }                                                                                                          \
   void name##Amsgrad(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s, bool wg, \
                      bool) {                                                                                 \
-    RuleChunkX<AdamRule<decoupled>, unroll>(w, g, m, v, x, n, s, wg);                                        \
+    RuleChunkX<AdamRule<decoupled>>(w, g, m, v, x, n, s, wg);                                                \
   }
-RN_ADAM_KERNELS(Adam, false, 1)
-RN_ADAM_KERNELS(Adam2, false, 2)
-RN_ADAM_KERNELS(Adam4, false, 4)
-RN_ADAM_KERNELS(AdamW, true, 1)
-RN_ADAM_KERNELS(AdamW2, true, 2)
-RN_ADAM_KERNELS(AdamW4, true, 4)
+RN_ADAM_KERNELS(Adam, false)
+RN_ADAM_KERNELS(AdamW, true)
 #undef RN_ADAM_KERNELS
 
-// The fused update-and-copy loops (fused_update-inl.h; one per vector width, no unroll).
+// The fused update-and-copy loops (fused_update-inl.h; one per vector width).
 void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
   FusedUpdate<AdamRule<false>>(p, mode, s, wg);
 }
@@ -79,33 +75,17 @@ namespace cpu {
 
 HWY_EXPORT(Adam);
 HWY_EXPORT(AdamAmsgrad);
-HWY_EXPORT(Adam2);
-HWY_EXPORT(Adam2Amsgrad);
-HWY_EXPORT(Adam4);
-HWY_EXPORT(Adam4Amsgrad);
 HWY_EXPORT(AdamW);
 HWY_EXPORT(AdamWAmsgrad);
-HWY_EXPORT(AdamW2);
-HWY_EXPORT(AdamW2Amsgrad);
-HWY_EXPORT(AdamW4);
-HWY_EXPORT(AdamW4Amsgrad);
 HWY_EXPORT(AdamFused);
 HWY_EXPORT(AdamWFused);
 
-ElementwiseFn adam_kernel(bool decoupled, unsigned unroll) {
-  switch (unroll) {
-    case 2: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW2) : &HWY_DYNAMIC_DISPATCH(Adam2);
-    case 4: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW4) : &HWY_DYNAMIC_DISPATCH(Adam4);
-    default: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW) : &HWY_DYNAMIC_DISPATCH(Adam);
-  }
+ElementwiseFn adam_kernel(bool decoupled) {
+  return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW) : &HWY_DYNAMIC_DISPATCH(Adam);
 }
 
-ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll) {
-  switch (unroll) {
-    case 2: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW2Amsgrad) : &HWY_DYNAMIC_DISPATCH(Adam2Amsgrad);
-    case 4: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamW4Amsgrad) : &HWY_DYNAMIC_DISPATCH(Adam4Amsgrad);
-    default: return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad);
-  }
+ElementwiseXFn adam_amsgrad_kernel(bool decoupled) {
+  return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad);
 }
 
 // NodeFlags::lr_slot other than kLr (muon's auxiliary AdamW): the rules read lr from slot kLr, so
@@ -125,14 +105,14 @@ void with_lr_slot(const CpuContext& ctx, const GraphNode& node, Run run) {
 // A node with a VMAX span (amsgrad) runs the amsgrad kernel (run_elementwise's run-time choice).
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
   with_lr_slot(ctx, node, [&](const CpuContext& c) {
-    run_elementwise(c, node, adam_kernel(false, c.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamFused),
-                    adam_amsgrad_kernel(false, c.tuning.unroll));
+    run_elementwise(c, node, adam_kernel(false), &HWY_DYNAMIC_DISPATCH(AdamFused),
+                    adam_amsgrad_kernel(false));
   });
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
   with_lr_slot(ctx, node, [&](const CpuContext& c) {
-    run_elementwise(c, node, adam_kernel(true, c.tuning.unroll), &HWY_DYNAMIC_DISPATCH(AdamWFused),
-                    adam_amsgrad_kernel(true, c.tuning.unroll));
+    run_elementwise(c, node, adam_kernel(true), &HWY_DYNAMIC_DISPATCH(AdamWFused),
+                    adam_amsgrad_kernel(true));
   });
 }
 

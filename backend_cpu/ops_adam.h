@@ -7,11 +7,10 @@
 namespace renaissance {
 namespace cpu {
 
-// adamw (decoupled) or adam (L2) over one chunk, `unroll` vectors per loop iteration (1, 2 or 4;
-// anything else is 1). Every choice computes the same bits (simd_policy-inl.h, for_each_element).
-ElementwiseFn adam_kernel(bool decoupled, unsigned unroll);
+// adamw (decoupled) or adam (L2) over one chunk (simd_policy-inl.h, for_each_element).
+ElementwiseFn adam_kernel(bool decoupled);
 // The same with amsgrad: also reads and writes the chunk's VMAX (the running max of v).
-ElementwiseXFn adam_amsgrad_kernel(bool decoupled, unsigned unroll);
+ElementwiseXFn adam_amsgrad_kernel(bool decoupled);
 
 }  // namespace cpu
 }  // namespace renaissance

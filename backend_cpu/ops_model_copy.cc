@@ -176,7 +176,6 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
     p.v = v ? v + lo : nullptr;
     p.n = hi - lo;
     p.ahead = ctx.tuning.prefetch_elements;
-    p.stream = ctx.tuning.stream_copy;
     if (t != nullptr) {
       p.c = c + lo;
       p.first = first;
@@ -192,7 +191,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
   }
   for_each_copy_piece<true>(ctx, node, begin, end, piece);
   // Non-temporal stores are weakly ordered: fence them before this thread's part is reported done.
-  if (ctx.tuning.stream_copy) hwy::FlushStream();
+  hwy::FlushStream();
 }
 
 }  // namespace cpu

@@ -69,46 +69,15 @@ HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, bool weight_group)
 // Applies `rule(w, g, m, v)` to elements [0, n) of the four arrays, full vectors first and
 // the remainder with the scalar policy; both compute the same IEEE operations, so the split
 // point never changes a bit. m (v) is read and written only when kHasM (kHasV).
-// kUnroll > 1: groups of kUnroll vectors first, every load of a group issued before its
-// arithmetic and every store after it (more independent work in flight for the division and
-// square-root units; each element still gets the same operations, so no bit changes). Not on
-// targets with sizeless vectors (SVE, RVV), which cannot form arrays.
 // kHasX: a fifth array x (the VMAX family) is read and written too, and the rules take it as a
 // fifth argument `rule(w, g, m, v, x)`.
-template <bool kHasM, bool kHasV, size_t kUnroll = 1, bool kHasX = false, class VectorRule, class ScalarRule>
+template <bool kHasM, bool kHasV, bool kHasX = false, class VectorRule, class ScalarRule>
 HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRICT g,
                                  float* HWY_RESTRICT m, float* HWY_RESTRICT v, size_t n,
                                  VectorRule vector_rule, ScalarRule scalar_rule, float* HWY_RESTRICT x = nullptr) {
   const FloatTag d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
-#if !HWY_HAVE_SCALABLE
-  if (kUnroll > 1) {
-    for (; i + kUnroll * lanes <= n; i += kUnroll * lanes) {
-      FloatVec vw[kUnroll], vg[kUnroll], vm[kUnroll], vv[kUnroll], vx[kUnroll];
-      for (size_t u = 0; u < kUnroll; ++u) {
-        vw[u] = hn::LoadU(d, w + i + u * lanes);
-        vg[u] = hn::LoadU(d, g + i + u * lanes);
-        vm[u] = kHasM ? hn::LoadU(d, m + i + u * lanes) : hn::Zero(d);
-        vv[u] = kHasV ? hn::LoadU(d, v + i + u * lanes) : hn::Zero(d);
-        vx[u] = kHasX ? hn::LoadU(d, x + i + u * lanes) : hn::Zero(d);
-      }
-      for (size_t u = 0; u < kUnroll; ++u) {
-        if constexpr (kHasX) {
-          vector_rule(vw[u], vg[u], vm[u], vv[u], vx[u]);
-        } else {
-          vector_rule(vw[u], vg[u], vm[u], vv[u]);
-        }
-      }
-      for (size_t u = 0; u < kUnroll; ++u) {
-        hn::StoreU(vw[u], d, w + i + u * lanes);
-        if (kHasM) hn::StoreU(vm[u], d, m + i + u * lanes);
-        if (kHasV) hn::StoreU(vv[u], d, v + i + u * lanes);
-        if (kHasX) hn::StoreU(vx[u], d, x + i + u * lanes);
-      }
-    }
-  }
-#endif
   for (; i + lanes <= n; i += lanes) {
     FloatVec vw = hn::LoadU(d, w + i);
     const FloatVec vg = hn::LoadU(d, g + i);
@@ -143,11 +112,11 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
 // const rules::Coeffs<V>& c)`, a call into update_rules.inc (m, v are zero and ignored where the
 // kind has none). The same Rule drives the fused update-and-copy loop (fused_update-inl.h), so a
 // kind's math is named once per backend and written once, in update_rules.inc.
-template <class Rule, size_t kUnroll = 1>
+template <class Rule>
 HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool weight_group) {
   const auto cv = vector_coeffs(s, weight_group);
   const auto cs = scalar_coeffs(s, weight_group);
-  for_each_element<Rule::kHasM, Rule::kHasV, kUnroll>(
+  for_each_element<Rule::kHasM, Rule::kHasV>(
       w, g, m, v, n,
       [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv) {
         Rule::template apply<VectorPolicy>(wv, gv, mv, vv, cv);
@@ -157,12 +126,12 @@ HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n
 
 // RuleChunk with the fifth array x (VMAX, amsgrad): Rule also has `template <class P, class V>
 // static void apply_x(V& w, V g, V& m, V& v, V& x, const rules::Coeffs<V>& c)`.
-template <class Rule, size_t kUnroll = 1>
+template <class Rule>
 HWY_INLINE void RuleChunkX(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,
                            bool weight_group) {
   const auto cv = vector_coeffs(s, weight_group);
   const auto cs = scalar_coeffs(s, weight_group);
-  for_each_element<Rule::kHasM, Rule::kHasV, kUnroll, true>(
+  for_each_element<Rule::kHasM, Rule::kHasV, true>(
       w, g, m, v, n,
       [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv, FloatVec& xv) {
         Rule::template apply_x<VectorPolicy>(wv, gv, mv, vv, xv, cv);

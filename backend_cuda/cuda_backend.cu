@@ -75,6 +75,25 @@ const DeviceProbe& probe() {
   return result;
 }
 
+// A prepared program: its ProgramId (0: none), never its address (a step built where a destroyed
+// one stood has the old address but not the old id), its node count, and its captured graph
+// (null without CUDA graphs).
+struct Captured {
+  uint64_t id = 0;
+  size_t nodes = 0;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  bool runs(const CompiledStep& step) const {
+    return exec != nullptr && step.id.value() == id && step.node_count() == nodes;
+  }
+  void release() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    *this = Captured{};
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options) : options_(options) {
@@ -158,20 +177,19 @@ class CudaBackend final : public Backend {
 
   void prepare(const CompiledStep& step) override {
     release_graph();
-    forget_muon_host();  // a recompiled step may live at the same address
-    prepare_program(step, &prepared_, &prepared_nodes_, &graph_, &graph_exec_);
+    forget_muon_host();  // the tables are loaded again for the new program at its capture
+    prepare_program(step, &main_);
     if (!options_.cuda_graph) return;
     size_t nodes = 0;
-    RN_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes));
+    RN_CUDA_CHECK(cudaGraphGetNodes(main_.graph, nullptr, &nodes));
     graph_nodes_ = static_cast<int>(nodes);
   }
 
   // A tensor_mask task's masked program (Backend::prepare_alternate): a second graph beside the
   // prepared one, so switching programs costs no capture after the first time.
   void prepare_alternate(const CompiledStep& step) override {
-    release_alternate();
-    muon_step_ = nullptr;
-    prepare_program(step, &alt_prepared_, &alt_nodes_, &alt_graph_, &alt_exec_);
+    alternate_.release();
+    prepare_program(step, &alternate_);
   }
 
   void execute(const CompiledStep& step) override {
@@ -181,13 +199,13 @@ class CudaBackend final : public Backend {
       RN_CUDA_CHECK(cudaEventRecord(launch_in_, launch_stream_));
       RN_CUDA_CHECK(cudaStreamWaitEvent(origin(), launch_in_, 0));
     }
-    if (ns_steps_changed_ && options_.cuda_graph) recapture();
-    if (graph_exec_ != nullptr && &step == prepared_ && step.node_count() == prepared_nodes_) {
-      RN_CUDA_CHECK(cudaGraphLaunch(graph_exec_, origin()));
-    } else if (alt_exec_ != nullptr && &step == alt_prepared_ && step.node_count() == alt_nodes_) {
-      RN_CUDA_CHECK(cudaGraphLaunch(alt_exec_, origin()));
+    if (ns_steps_changed_) refresh_for_ns_steps(step);
+    if (main_.runs(step)) {
+      RN_CUDA_CHECK(cudaGraphLaunch(main_.exec, origin()));
+    } else if (alternate_.runs(step)) {
+      RN_CUDA_CHECK(cudaGraphLaunch(alternate_.exec, origin()));
     } else {
-      if (ns_steps_changed_ || muon_step_ != &step) load_muon_host(step);
+      if (muon_program_ != step.id.value()) load_muon_host(step);
       enqueue(step);
     }
     if (launch_stream_ != nullptr) {
@@ -236,7 +254,7 @@ class CudaBackend final : public Backend {
   }
 
   // Nodes of the captured graph (one kernel per node), or -1 without a graph.
-  int launches_per_step() const override { return graph_exec_ != nullptr ? graph_nodes_ : -1; }
+  int launches_per_step() const override { return main_.exec != nullptr ? graph_nodes_ : -1; }
 
   void fill_synthetic_gradients(const std::vector<GradientTarget>& targets, uint64_t seed, uint64_t step,
                                 float amplitude) override {
@@ -359,7 +377,7 @@ class CudaBackend final : public Backend {
   // allocates a Newton–Schulz scratch when the plan's is smaller than the device needs. Records
   // where the ns_steps slots are, for watch_ns_steps.
   void load_muon_host(const CompiledStep& step) {
-    muon_step_ = &step;
+    muon_program_ = step.id.value();
     ns_steps_changed_ = false;
     ns_steps_watch_.clear();
     const GraphNode* node = muon_node(step);
@@ -404,7 +422,7 @@ class CudaBackend final : public Backend {
 
   // Until the next load: no host tables are current and no slot is watched.
   void forget_muon_host() {
-    muon_step_ = nullptr;
+    muon_program_ = 0;
     ns_steps_watch_.clear();
     ns_steps_changed_ = false;
   }
@@ -420,45 +438,40 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Captures the prepared programs again (their ns_steps changed).
-  void recapture() {
-    const CompiledStep* main = prepared_;
-    const CompiledStep* alt = alt_prepared_;
-    release_graph();
-    ns_steps_changed_ = false;
-    if (main != nullptr) prepare(*main);
-    if (alt != nullptr) prepare_alternate(*alt);
+  // An ns_steps slot changed: the host tables are loaded again, and with CUDA graphs the program
+  // being run is captured again (its launches were made for the old counts). The other captured
+  // program is dropped: it runs enqueued until its owner prepares it again.
+  void refresh_for_ns_steps(const CompiledStep& step) {
+    forget_muon_host();
+    if (!options_.cuda_graph) return;
+    if (main_.runs(step)) {
+      prepare(step);
+    } else if (alternate_.runs(step)) {
+      main_.release();
+      graph_nodes_ = 0;
+      alternate_.release();
+      prepare_alternate(step);
+    }
   }
 
+  // Both programs' graphs (the alternate is kept only until the next prepare()).
   void release_graph() {
-    if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
-    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
-    graph_exec_ = nullptr;
-    graph_ = nullptr;
+    main_.release();
     graph_nodes_ = 0;
-    prepared_ = nullptr;
-    release_alternate();
-  }
-  void release_alternate() {
-    if (alt_exec_ != nullptr) (void)cudaGraphExecDestroy(alt_exec_);
-    if (alt_graph_ != nullptr) (void)cudaGraphDestroy(alt_graph_);
-    alt_exec_ = nullptr;
-    alt_graph_ = nullptr;
-    alt_prepared_ = nullptr;
+    alternate_.release();
   }
 
-  // Makes `step` the program that *prepared names (with its node count in *nodes, which execute
-  // checks) and, with CUDA graphs on, captures it into *graph / *exec; a failed capture leaves
-  // no program prepared.
-  void prepare_program(const CompiledStep& step, const CompiledStep** prepared, size_t* nodes, cudaGraph_t* graph,
-                       cudaGraphExec_t* exec) {
-    *prepared = &step;
-    *nodes = step.node_count();
+  // Makes `step` the program `into` names by its ProgramId (with its node count, which execute
+  // checks) and, with CUDA graphs on, captures it into into->graph / exec; a failed capture
+  // leaves no program prepared.
+  void prepare_program(const CompiledStep& step, Captured* into) {
+    into->id = step.id.value();
+    into->nodes = step.node_count();
     if (!options_.cuda_graph) return;
     try {
-      capture(step, graph, exec);
+      capture(step, &into->graph, &into->exec);
     } catch (...) {
-      *prepared = nullptr;
+      into->id = 0;
       throw;
     }
   }
@@ -531,20 +544,14 @@ class CudaBackend final : public Backend {
   cudaStream_t launch_stream_ = nullptr;  // set_launch_stream: the caller's, not owned
   cudaEvent_t launch_in_ = nullptr;
   cudaEvent_t launch_out_ = nullptr;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
-  int graph_nodes_ = 0;
-  const CompiledStep* prepared_ = nullptr;
-  size_t prepared_nodes_ = 0;
-  // The step of prepare_alternate and its graph (released by prepare()).
-  cudaGraph_t alt_graph_ = nullptr;
-  cudaGraphExec_t alt_exec_ = nullptr;
-  const CompiledStep* alt_prepared_ = nullptr;
-  size_t alt_nodes_ = 0;
-  // Muon: the host tables of the last loaded step, the ns_steps slots they were made with
-  // (arena offset, value), and whether an upload has changed one since.
+  // The prepared program and prepare_alternate's (released by prepare()), with their graphs.
+  Captured main_, alternate_;
+  int graph_nodes_ = 0;  // nodes of main_'s graph (launches_per_step)
+  // Muon: the host tables of the program they were loaded for (its ProgramId; 0: none), the
+  // ns_steps slots they were made with (arena offset, value), and whether an upload has changed
+  // one since.
   MuonHost muon_host_;
-  const CompiledStep* muon_step_ = nullptr;
+  uint64_t muon_program_ = 0;
   std::vector<std::pair<uint64_t, float>> ns_steps_watch_;
   bool ns_steps_changed_ = false;
 };

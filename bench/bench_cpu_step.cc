@@ -108,8 +108,7 @@ void same_traffic(benchmark::State& state, std::string layout, int threads) {
   finish(state, param_count(task), kAdamBytesPerParam, threads);
 }
 
-// The compute side of the AdamW step alone: the step's own chunk kernel (ops_adam.h, with the
-// RENAISSANCE_CPU_UNROLL in effect) run `params` elements' worth over one 1024-element buffer per
+// The compute side of the AdamW step alone: the step's own chunk kernel (ops_adam.h) run `params` elements' worth over one 1024-element buffer per
 // thread (4 arrays x 4 KiB, inside every L1d), so memory costs nothing. If this is close to the
 // step's time, the step is bound by its arithmetic (the IEEE division and square root), not by
 // memory. Coefficients of a typical step 10 (bias corrections 1/(1 - beta^10)); returns ms.
@@ -128,7 +127,7 @@ double compute_only_ms(uint64_t params, int threads) {
   s[kBiasCorrection1] = 1.5353f;
   s[kBiasCorrection2] = 100.5f;
   s[kClipCoefficient] = 1.0f;
-  const cpu::ElementwiseFn fn = cpu::adam_kernel(true, env_tuning().unroll);
+  const cpu::ElementwiseFn fn = cpu::adam_kernel(true);
   const int64_t reps = static_cast<int64_t>((params + kL1Elements - 1) / kL1Elements);
   std::vector<float> arrays(static_cast<size_t>(threads) * 4 * kL1Elements + 16);
   float* base = arrays.data() + (16 - reinterpret_cast<uintptr_t>(arrays.data()) / 4 % 16) % 16;  // 64-B aligned

@@ -30,7 +30,7 @@ the script checks that and exits 1 otherwise (the switches must never change a b
     python3 bench/cpu_ab.py --build build --layouts resnet50 --threads 2 --rounds 3   # a quick check
     # the 2-thread target on a many-core host, about 2 min: see bench/RESULTS.md
     python3 bench/cpu_ab.py --build build --layouts bert_base,gpt2_small --threads 2 --rounds 15 \
-        --variants default,unroll2,unroll4,avx2,spread
+        --variants default,static,avx2,spread
 """
 import argparse
 import json
@@ -52,15 +52,12 @@ VARIANTS = {
     "chunk4k": {"RENAISSANCE_CPU_CHUNK": "4096"},
     "chunk64k": {"RENAISSANCE_CPU_CHUNK": "65536"},
     "chunk256k": {"RENAISSANCE_CPU_CHUNK": "262144"},   # 1 MiB per stream and block
-    "interleaved": {"RENAISSANCE_CPU_SCHEDULE": "interleaved"},
     "static": {"RENAISSANCE_CPU_SCHEDULE": "static"},    # the default until 2026-12-01
     "no-prefetch": {"RENAISSANCE_CPU_PREFETCH": "0"},        # the default until 2026-12-01
     "prefetch256": {"RENAISSANCE_CPU_PREFETCH": "256"},      # 1 KiB ahead: the default
     "prefetch512": {"RENAISSANCE_CPU_PREFETCH": "512"},      # 2 KiB ahead
     "prefetch": {"RENAISSANCE_CPU_PREFETCH": "1024"},        # one 4 KiB page ahead
     "prefetch-far": {"RENAISSANCE_CPU_PREFETCH": "4096"},    # four pages ahead
-    "unroll2": {"RENAISSANCE_CPU_UNROLL": "2"},   # 2 and 4 SIMD vectors per loop iteration
-    "unroll4": {"RENAISSANCE_CPU_UNROLL": "4"},
     # Diagnosis only (bench_cpu_step's switch, not the backend's): Highway's AVX2 target on a
     # machine with AVX-512, to tell the 512-bit division and square root from the memory traffic.
     "avx2": {"RENAISSANCE_BENCH_NO_AVX512": "1"},

@@ -50,17 +50,17 @@ CpuTuning cpu_tuning_from(const Lookup& lookup) {
   }
   if (const char* s = value_of(lookup, "RENAISSANCE_CPU_SCHEDULE")) {
     if (!parse_cpu_schedule(s, &t.schedule)) {
-      throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static, interleaved or dynamic");
+      throw Error(ErrorKind::kBackend, std::string("RENAISSANCE_CPU_SCHEDULE=") + s + ": expected static or dynamic");
     }
   }
   t.prefetch_elements = count_of(lookup, "RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
   t.first_touch = switch_of(lookup, "RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
   t.huge_pages = switch_of(lookup, "RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
-  t.fuse = switch_of(lookup, "RENAISSANCE_CPU_FUSE", t.fuse);
-  t.stream_copy = switch_of(lookup, "RENAISSANCE_CPU_STREAM_COPY", t.stream_copy);
-  t.unroll = static_cast<unsigned>(count_of(lookup, "RENAISSANCE_CPU_UNROLL", t.unroll));
-  if (!cpu_unroll_is_valid(t.unroll)) {
-    throw Error(ErrorKind::kBackend, "RENAISSANCE_CPU_UNROLL=" + std::to_string(t.unroll) + ": expected 1, 2 or 4");
+  // Retired switches: the backend has only the path each one's default chose.
+  for (const char* name : {"RENAISSANCE_CPU_UNROLL", "RENAISSANCE_CPU_FUSE", "RENAISSANCE_CPU_STREAM_COPY"}) {
+    if (const char* s = value_of(lookup, name)) {
+      throw Error(ErrorKind::kBackend, std::string(name) + "=" + s + ": no longer a switch (unset it)");
+    }
   }
   return t;
 }

@@ -5,15 +5,14 @@
 // The CPU backend's switches (CpuTuning, renaissance/backend.h), each unset or empty for its
 // default:
 //   RENAISSANCE_CPU_CHUNK=N          CpuTuning::chunk_elements (a positive multiple of 64)
-//   RENAISSANCE_CPU_SCHEDULE=static|interleaved|dynamic
+//   RENAISSANCE_CPU_SCHEDULE=static|dynamic
 //   RENAISSANCE_CPU_PREFETCH=N       CpuTuning::prefetch_elements (0: off)
 //   RENAISSANCE_CPU_FIRST_TOUCH=0|1  CpuTuning::first_touch
 //   RENAISSANCE_CPU_HUGEPAGES=0|1    CpuTuning::huge_pages
-//   RENAISSANCE_CPU_UNROLL=1|2|4     CpuTuning::unroll
-//   RENAISSANCE_CPU_FUSE=0|1         CpuTuning::fuse
-//   RENAISSANCE_CPU_STREAM_COPY=0|1  CpuTuning::stream_copy
 // A malformed value throws Error(kBackend) naming the variable, e.g.
-// "RENAISSANCE_CPU_CHUNK=x: expected a non-negative integer".
+// "RENAISSANCE_CPU_CHUNK=x: expected a non-negative integer". The switches that measurements
+// retired (RENAISSANCE_CPU_UNROLL, RENAISSANCE_CPU_FUSE, RENAISSANCE_CPU_STREAM_COPY; the
+// "interleaved" schedule) are refused the same way when set, rather than ignored.
 //
 // The golden fingerprint file (audit/golden.h):
 //   RENAISSANCE_GOLDEN=FILE          read FILE instead of the embedded file (the self-tests that

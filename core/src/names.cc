@@ -27,7 +27,7 @@ constexpr NameRow<BackendKind> kBackendKinds[] = {
 static_assert(rows_in_enum_order(kBackendKinds), "kBackendKinds: one row per enumerator, in enum order");
 
 constexpr NameRow<CpuSchedule> kCpuSchedules[] = {
-    {CpuSchedule::kStatic, "static"}, {CpuSchedule::kInterleaved, "interleaved"}, {CpuSchedule::kDynamic, "dynamic"}};
+    {CpuSchedule::kStatic, "static"}, {CpuSchedule::kDynamic, "dynamic"}};
 static_assert(rows_in_enum_order(kCpuSchedules), "kCpuSchedules: one row per enumerator, in enum order");
 
 constexpr NameRow<KindFamily> kKindFamilies[] = {{KindFamily::kSgd, "sgd"},   {KindFamily::kAdam, "adam"},

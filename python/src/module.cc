@@ -11,9 +11,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "renaissance/error.h"
@@ -31,6 +33,12 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace renaissance {
+
+// The keywords a kind reads (tables.cc, where the kind table's dicts list them too).
+std::vector<std::string> family_hyperparameters(const KindInfo& k);
+// A dict of (key, value) pairs, in the order given (tables.cc).
+nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items);
+
 namespace {
 
 using PyParam = std::tuple<std::string, std::vector<int64_t>, std::string>;
@@ -42,19 +50,6 @@ int checked_threads(int64_t threads) {
     throw_invalid("threads " + std::to_string(threads) + ": must be in [0, 2**31) (0: all cores)");
   }
   return static_cast<int>(threads);
-}
-
-// The numbers of the hyperparameter table each kind reads (the fluent builders of optimizer.h
-// expose the same ones), then weight_decay_mode where the kind accepts l2; a keyword the kind
-// ignores is an error rather than a silent no-op. The table's flags (maximize) apply to every
-// kind and are checked as bools.
-std::vector<std::string> family_hyperparameters(const KindInfo& k) {
-  std::vector<std::string> h;
-  for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.number != nullptr && kind_reads(k.kind, row)) h.push_back(row.name);
-  }
-  if (k.allows_l2) h.push_back("weight_decay_mode");
-  return h;
 }
 
 // The table's flags a kind reads, joined for messages (", maximize", ", maximize, amsgrad").
@@ -70,49 +65,6 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
-}
-
-// A kind table column (defaults, reference): the table's rows that have a per-kind value.
-nb::dict hyper_dict(const Hyperparameters& h) {
-  nb::dict d;
-  for_each_kind_column(h, [&d](const char* name, double value) { d[name] = value; });
-  return d;
-}
-
-// One dict per row of a table, in table order, filled by fill(row, dict).
-template <typename Row, size_t N, typename Fill>
-nb::list dict_per_row(const Row (&rows)[N], Fill fill) {
-  nb::list out;
-  for (const Row& row : rows) {
-    nb::dict d;
-    fill(row, d);
-    out.append(d);
-  }
-  return out;
-}
-
-// The hyperparameter table (renaissance/hyperparameters.h), one dict per row in table order:
-// what Python code checks and records by (the Recorder's fixed keys, a case's optional keys).
-nb::list hyperparameters() {
-  return dict_per_row(kHyperparameterTable, [](const HyperparameterInfo& row, nb::dict& d) {
-    d["name"] = row.name;
-    d["flag"] = row.flag;
-    d["help"] = row.help;
-    d["type"] = row.number != nullptr ? "number" : "flag";
-    d["rule"] = hyper_rule_name(row.rule);
-    nb::list kinds;
-    for (const KindInfo& k : kKindTable) {
-      if (kind_reads(k.kind, row)) kinds.append(k.name);
-    }
-    d["kinds"] = kinds;
-    d["per_kind_default"] = row.kind_column != nullptr;
-    if (row.number != nullptr) d["default"] = row.fixed_default;
-    else d["default"] = row.fixed_default != 0.0;
-    d["task_wide"] = row.task_wide;
-    d["resume_may_change"] = row.resume_may_change;
-    // Left out of a file (checkpoint META, a recorded case.json) while at its default.
-    d["optional"] = row.meta == MetaPlace::kOptional;
-  });
 }
 
 BackendKind parse_backend(const std::string& name) {
@@ -447,14 +399,8 @@ nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance,
   for (const TensorComparison& c : cmp) {
     const bool ok = c.rel_l2 <= tolerance;  // NaN fails, as in `renaissance replay`
     *all_ok = *all_ok && ok;
-    nb::dict d;
-    d["name"] = c.name;
-    d["numel"] = c.numel;
-    d["rel_l2"] = c.rel_l2;
-    d["max_abs"] = c.max_abs;
-    d["finite"] = c.finite;
-    d["passed"] = ok;
-    out.append(d);
+    out.append(dict_of({{"name", nb::cast(c.name)}, {"numel", nb::cast(c.numel)}, {"rel_l2", nb::cast(c.rel_l2)},
+                        {"max_abs", nb::cast(c.max_abs)}, {"finite", nb::cast(c.finite)}, {"passed", nb::cast(ok)}}));
   }
   return out;
 }
@@ -472,15 +418,11 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t
     nb::gil_scoped_release release;
     r = run_replay(rc, o);
   }
-  nb::dict d;
-  d["name"] = rc.name;
-  d["kind"] = optimizer_kind_name(rc.groups.front().config.kind);  // the first group's in format 2
-  d["steps"] = rc.steps;
-  d["steps_applied"] = r.steps_applied;
-  d["steps_skipped"] = r.steps_skipped;
-  d["backend"] = r.backend;
-  d["fingerprint"] = r.fingerprint;
-  d["tolerance"] = tolerance;
+  // "kind": the first group's in format 2.
+  nb::dict d = dict_of({{"name", nb::cast(rc.name)}, {"kind", nb::cast(optimizer_kind_name(rc.groups.front().config.kind))},
+                        {"steps", nb::cast(rc.steps)}, {"steps_applied", nb::cast(r.steps_applied)},
+                        {"steps_skipped", nb::cast(r.steps_skipped)}, {"backend", nb::cast(r.backend)},
+                        {"fingerprint", nb::cast(r.fingerprint)}, {"tolerance", nb::cast(tolerance)}});
   bool ok = true;
   d["tensors"] = comparisons(compare_replay(rc, r), tolerance, &ok);
   // None when the case has no expected.safetensors: nothing was compared.
@@ -492,23 +434,6 @@ nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t
   d["tensor_steps"] = steps;
   d["tensor_step_mismatches"] = nb::cast(tensor_step_mismatches(rc, r));
   return d;
-}
-
-nb::list kinds() {
-  return dict_per_row(kKindTable, [](const KindInfo& k, nb::dict& d) {
-    d["name"] = k.name;
-    d["summary"] = k.summary;
-    d["family"] = kind_family_name(k.family);
-    d["has_m"] = k.has_m;
-    d["has_v"] = k.has_v;
-    d["bias_correction"] = k.bias_correction;
-    d["needs_momentum"] = k.needs_momentum;
-    d["allows_l2"] = k.allows_l2;
-    d["bytes_per_param"] = k.bytes_per_param;
-    d["hyperparameters"] = nb::cast(family_hyperparameters(k));
-    d["defaults"] = hyper_dict(k.defaults);
-    d["reference"] = hyper_dict(k.reference);
-  });
 }
 
 void translate(const std::exception_ptr& p, void*) {
@@ -543,11 +468,8 @@ NB_MODULE(_core, m) {
   nb::set_leak_warnings(false);
   void renaissance_register_replay(nanobind::module_&); renaissance_register_replay(m);  // --- replay (R) ---, at the end
   void renaissance_register_dist(nanobind::module_&); renaissance_register_dist(m);  // torch.distributed (T): torch_dist.cc
+  void renaissance_register_tables(nanobind::module_&); renaissance_register_tables(m);  // kinds(), hyperparameters(): tables.cc
 
-  m.def("kinds", &kinds, "The kind table: one dict per optimizer kind, in table order.");
-  m.def("hyperparameters", &hyperparameters,
-        "The hyperparameter table: one dict per hyperparameter (name, flag, help, type, rule, kinds, default, "
-        "task_wide, resume_may_change, optional), in table order.");
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
   m.def("layout", [](const std::string& name_or_path) { return from_specs(resolve_layout(name_or_path).params); },
         "name_or_path"_a, "A layout's parameters as (name, shape, role) tuples: a built-in name or a JSON file.");

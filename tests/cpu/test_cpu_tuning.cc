@@ -28,9 +28,6 @@ CpuTuning everything_changed() {
   t.prefetch_elements = 100;
   t.first_touch = false;
   t.huge_pages = false;
-  t.unroll = 4;
-  t.fuse = false;
-  t.stream_copy = false;
   return t;
 }
 
@@ -43,24 +40,20 @@ std::string described(const CpuTuning& tuning) {
 
 TEST(CpuTuning, DefaultsAreNamedNowhere) {
   const std::string d = described(CpuTuning{});
-  for (const char* word : {"chunk", "static", "interleaved", "dynamic", "prefetch", "touch", "memset", "huge",
-                           "unroll", "fused", "unfused", "streamed", "cached"}) {
+  for (const char* word : {"chunk", "static", "dynamic", "prefetch", "touch", "memset", "huge"}) {
     EXPECT_EQ(d.find(word), std::string::npos) << word << " in " << d;
   }
 }
 
 TEST(CpuTuning, OptionsGivenDirectlyTakeEffect) {
   const std::string d = described(everything_changed());
-  for (const char* part : {", chunk 64", ", static", ", prefetch 100", ", memset arena", ", no huge pages",
-                           ", unroll 4", ", unfused copy", ", cached copy"}) {
+  for (const char* part : {", chunk 64", ", static", ", prefetch 100", ", memset arena", ", no huge pages"}) {
     EXPECT_NE(d.find(part), std::string::npos) << part << " missing from " << d;
   }
   CpuTuning t;
   t.chunk_elements = 1088;
-  t.schedule = CpuSchedule::kInterleaved;
-  t.unroll = 2;
-  EXPECT_NE(described(t).find(", chunk 1088, interleaved"), std::string::npos) << described(t);
-  EXPECT_NE(described(t).find(", unroll 2"), std::string::npos) << described(t);
+  t.prefetch_elements = 0;
+  EXPECT_NE(described(t).find(", chunk 1088, prefetch 0)"), std::string::npos) << described(t);
 }
 
 TEST(CpuTuning, MalformedOptionsAreRefused) {
@@ -82,11 +75,8 @@ TEST(CpuTuning, MalformedOptionsAreRefused) {
   t.chunk_elements = 100;
   refused(t, "chunk_elements 100: expected a positive multiple of 64");
   t = CpuTuning{};
-  t.unroll = 3;
-  refused(t, "unroll 3: expected 1, 2 or 4");
-  t = CpuTuning{};
   t.schedule = static_cast<CpuSchedule>(7);
-  refused(t, "schedule 7: expected static, interleaved or dynamic");
+  refused(t, "schedule 7: expected static or dynamic");
 }
 
 // The library takes only its options: variables a program would read change nothing here, and
@@ -94,18 +84,18 @@ TEST(CpuTuning, MalformedOptionsAreRefused) {
 TEST(CpuTuning, TheBackendReadsNoEnvironment) {
   ::setenv("RENAISSANCE_CPU_CHUNK", "64", 1);
   ::setenv("RENAISSANCE_CPU_SCHEDULE", "no-such-schedule", 1);
-  ::setenv("RENAISSANCE_CPU_UNROLL", "4", 1);
+  ::setenv("RENAISSANCE_CPU_PREFETCH", "4096", 1);
   std::string d;
   EXPECT_NO_THROW(d = described(CpuTuning{}));
   ::unsetenv("RENAISSANCE_CPU_CHUNK");
   ::unsetenv("RENAISSANCE_CPU_SCHEDULE");
-  ::unsetenv("RENAISSANCE_CPU_UNROLL");
+  ::unsetenv("RENAISSANCE_CPU_PREFETCH");
   EXPECT_EQ(d.find("chunk"), std::string::npos) << d;
-  EXPECT_EQ(d.find("unroll"), std::string::npos) << d;
+  EXPECT_EQ(d.find("prefetch"), std::string::npos) << d;
 }
 
 // Same bits under other switches: every kind, fp32 and a bf16 model copy with bf16 gradients (the
-// fused and unfused update-and-copy paths), on a layout whose tensors span many 64-element
+// fused update-and-copy path), on a layout whose tensors span many 64-element
 // chunks and end mid-vector.
 class CpuTuningBits : public ::testing::TestWithParam<KindCase> {};
 
@@ -135,9 +125,8 @@ std::string fingerprint(const KindCase& kc, const CpuTuning& tuning, bool bf16) 
 TEST_P(CpuTuningBits, SameBitsUnderEverySwitch) {
   CpuTuning other;
   other.chunk_elements = 1088;
-  other.schedule = CpuSchedule::kInterleaved;
+  other.schedule = CpuSchedule::kDynamic;
   other.prefetch_elements = 4096;
-  other.unroll = 2;
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16 copy, bf16 gradients" : "fp32");
     const std::string base = fingerprint(GetParam(), CpuTuning{}, bf16);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -394,6 +395,14 @@ TEST(CudaBackend, GraphReplayEqualsDirectExecution) {
   }
 }
 
+// AdamW with its reference hyperparameters, compiled, with weights and one set of gradients.
+void start_adamw(Task& task) {
+  task.optimizer(reference_config(OptimizerKind::kAdamW));
+  task.compile();
+  init_weights(task);
+  task.synthesize_gradients(5, 0, 0.1f);
+}
+
 // Steps launched back to back, with host-side set_lr in between and no synchronization, give
 // the same result as the CPU: the copies are ordered with the replays on the device.
 TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
@@ -404,10 +413,7 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
     TaskOptions options;
     options.backend = kind;
     Task task(odd_params(), options);
-    task.optimizer(reference_config(OptimizerKind::kAdamW));
-    task.compile();
-    init_weights(task);
-    task.synthesize_gradients(5, 0, 0.1f);
+    start_adamw(task);
     for (int step = 0; step < 20; ++step) {
       task.set_lr(1e-3 * (1.0 + step));
       task.set_loss_scale(step % 2 == 0 ? 1.0 : 2.0);
@@ -568,6 +574,36 @@ TEST(CudaBackend, TensorOfMoreThan2To31Elements) {
   size_t nonzero_tail = 0;
   for (size_t i = size_t{1} << 31; i < w[1].size(); ++i) nonzero_tail += w[1][i] != 0.0f;
   EXPECT_GT(nonzero_tail, 4000u);
+}
+
+// A program built where a prepared one was destroyed (the same address, the same node count)
+// runs itself, not the graph captured for the one before: the backend keys its graphs by
+// ProgramId. Adam after AdamW in one std::optional's storage, on the CPU (which keeps nothing per
+// program) and on CUDA with graphs on; AdamW twice on the CPU shows the two programs differ.
+TEST(CudaBackend, NewProgramAtAPreparedProgramsAddressGetsItsOwnGraph) {
+  const auto run_two = [](BackendKind kind, OptimizerKind second) {
+    TaskOptions options;
+    options.backend = kind;
+    Task task(odd_params(), options);
+    start_adamw(task);
+    std::optional<CompiledStep> program;
+    program.emplace(compile_step(task.plan(), reference_config(OptimizerKind::kAdamW), true));
+    task.backend().prepare(*program);
+    task.backend().execute(*program);
+    const CompiledStep* first = &*program;
+    const size_t first_nodes = program->node_count();
+    program.reset();
+    program.emplace(compile_step(task.plan(), reference_config(second), true));
+    EXPECT_EQ(&*program, first);
+    EXPECT_EQ(program->node_count(), first_nodes);
+    task.backend().execute(*program);
+    return snapshot(task);
+  };
+  const Snapshot cpu = run_two(BackendKind::kCpu, OptimizerKind::kAdam);
+  const Snapshot cpu_adamw_twice = run_two(BackendKind::kCpu, OptimizerKind::kAdamW);
+  EXPECT_FALSE(same_bits(cpu.w, cpu_adamw_twice.w)) << "Adam and AdamW gave the same weights: the test shows nothing";
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);  // the CPU half above checks the premises anywhere
+  expect_same(cpu, run_two(BackendKind::kCuda, OptimizerKind::kAdam));
 }
 
 }  // namespace

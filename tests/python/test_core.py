@@ -80,9 +80,9 @@ def test_cpu_switches_from_the_environment(monkeypatch):
     assert "chunk" not in t.backend
     monkeypatch.setenv("RENAISSANCE_CPU_CHUNK", "64")
     monkeypatch.setenv("RENAISSANCE_CPU_SCHEDULE", "static")
-    monkeypatch.setenv("RENAISSANCE_CPU_UNROLL", "4")
+    monkeypatch.setenv("RENAISSANCE_CPU_PREFETCH", "4096")
     t = make_task(2)
-    assert ", chunk 64, static" in t.backend and ", unroll 4" in t.backend, t.backend
+    assert ", chunk 64, static, prefetch 4096" in t.backend, t.backend
     run_steps(t, 0, 3)
     assert t.fingerprint() == base
     monkeypatch.setenv("RENAISSANCE_CPU_CHUNK", "100")

@@ -21,16 +21,16 @@ bool parse_backend_kind(const std::string& text, BackendKind* out);
 
 // How the CPU backend's OpenMP loop hands out the blocks of a range. kStatic: one contiguous run
 // of blocks per thread, so each thread streams through one stretch of every span (the hardware
-// prefetchers see long runs) and the same pages every step. kInterleaved: blocks dealt round robin
-// (schedule(static, 1)). kDynamic: blocks taken on demand (schedule(dynamic, 1)). None changes a
-// bit: every element (and every norm tile) is computed the same way wherever it lands.
-enum class CpuSchedule { kStatic, kInterleaved, kDynamic };
-const char* cpu_schedule_name(CpuSchedule schedule);  // "static", "interleaved", "dynamic"
+// prefetchers see long runs) and the same pages every step. kDynamic: blocks taken on demand
+// (schedule(dynamic, 1)). Neither changes a bit: every element (and every norm tile) is computed
+// the same way wherever it lands.
+enum class CpuSchedule { kStatic, kDynamic };
+const char* cpu_schedule_name(CpuSchedule schedule);  // "static", "dynamic"
 bool parse_cpu_schedule(const std::string& text, CpuSchedule* out);
 
 // The CPU backend's performance switches, none of which changes a bit of any result (the CPU
 // backend validates them when it is made: Error(kBackend) for a chunk that is not a positive
-// multiple of 64 or an unroll other than 1, 2 or 4). The library never reads the environment:
+// multiple of 64 or a schedule outside CpuSchedule). The library never reads the environment:
 // the programs (the CLI, the benchmarks, the conformance suite, the Python module) fill these
 // from RENAISSANCE_CPU_* through tools/program_env.h, which names each variable below.
 struct CpuTuning {
@@ -53,19 +53,6 @@ struct CpuTuning {
   bool first_touch = true;
   // RENAISSANCE_CPU_HUGEPAGES: a 2 MiB-aligned arena with madvise(MADV_HUGEPAGE).
   bool huge_pages = true;
-  // RENAISSANCE_CPU_UNROLL: SIMD vectors per loop iteration of the Adam-family updates on the
-  // unfused path (the fused one takes one vector): 1, 2 or 4.
-  unsigned unroll = 1;
-  // RENAISSANCE_CPU_FUSE: with a model copy or model-dtype gradients, the element-wise updates
-  // widen G, update and round the copy in one vector loop (backend_cpu/fused_update.h) instead of
-  // three passes. On by default: the same bits either way (tests/cpu/test_fused_update.cc), and
-  // the fused loop moves each element through registers once instead of three times.
-  bool fuse = true;
-  // RENAISSANCE_CPU_STREAM_COPY: the fused loop writes the model copy with non-temporal stores.
-  // A cached store of the write-only copy first reads each of its lines from memory (2 B per
-  // element that the step's floor does not count); a non-temporal store does not (w, m and v
-  // are read before they are written, so only the copy saves traffic that way).
-  bool stream_copy = true;
 };
 
 // The rules of CpuTuning's values, stated once: the CPU backend refuses anything else, and the
@@ -74,7 +61,6 @@ struct CpuTuning {
 constexpr bool cpu_chunk_is_valid(uint64_t chunk_elements) {
   return chunk_elements != 0 && chunk_elements % 64 == 0;
 }
-constexpr bool cpu_unroll_is_valid(unsigned unroll) { return unroll == 1 || unroll == 2 || unroll == 4; }
 
 struct BackendOptions {
   int threads = 0;  // CPU: OpenMP threads (0: all cores)

@@ -155,7 +155,37 @@ struct GraphNode {
 // MemoryPlan), so copying a step copies no host memory and no backend keys anything by a node.
 static_assert(std::is_trivially_copyable_v<GraphNode>, "GraphNode holds no host containers");
 
+// Which program a CompiledStep is, for a backend that keeps work per program (CUDA's captured
+// graphs): a process-unique number, never 0, given to every step made and to every copy (a copy
+// may be edited, so it is a new program); a move hands the number on and gives the moved-from
+// step a new one. A step built where a destroyed one stood therefore never shares its number,
+// as it would share its address. A program is not edited after Backend::prepare() without being
+// prepared again.
+class ProgramId {
+ public:
+  ProgramId() : value_(next()) {}
+  ProgramId(const ProgramId&) : value_(next()) {}
+  ProgramId(ProgramId&& other) noexcept : value_(other.value_) { other.value_ = next(); }
+  ProgramId& operator=(const ProgramId& other) {
+    if (this != &other) value_ = next();
+    return *this;
+  }
+  ProgramId& operator=(ProgramId&& other) noexcept {
+    if (this != &other) {
+      value_ = other.value_;
+      other.value_ = next();
+    }
+    return *this;
+  }
+  uint64_t value() const { return value_; }
+
+ private:
+  static uint64_t next() noexcept;  // core/src/graph.cc: one atomic counter for the process
+  uint64_t value_;
+};
+
 struct CompiledStep {
+  ProgramId id;
   std::array<std::vector<GraphNode>, kNumGraphs> graphs;
   bool check_finite = true;
   bool clip = false;  // gradient-norm clipping on (GRAD_NORM_PARTIALS + CLIP_COEFFICIENT)
