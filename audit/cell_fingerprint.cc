@@ -154,6 +154,11 @@ void CellFeeder::feed(const CellStep& st) {
   task.set_loss_scale(cell.loss_scale);
   const size_t n = task.num_params();
   if (cell.gradient_table) {
+    // The donors' copies run on their own streams, unordered with this task's (as a user's
+    // gradients are written on streams the library does not see): a step already launched here
+    // may not have read the donor slots yet (a long step, e.g. muon's, lets the host run steps
+    // ahead), so wait for it before overwriting them.
+    task.backend().synchronize();
     std::vector<uint64_t> addresses(n);
     for (size_t id = 0; id < n; ++id) {
       const Donor& d = donors_[(id + static_cast<size_t>(st.s)) % 2];
@@ -164,6 +169,8 @@ void CellFeeder::feed(const CellStep& st) {
       const Donor& d = donors_[(st.poison_id + static_cast<size_t>(st.s)) % 2];
       upload_gradient_element(*d.task, cell.precision, d.slot[st.poison_id], st.poison_idx, st.injection->value);
     }
+    // And the donors' copies are complete before this task's step reads them.
+    for (const Donor& d : donors_) d.task->backend().synchronize();
     task.set_gradient_table(addresses);
   } else {
     if (cell.simulated_ranks > 0) {
