@@ -128,6 +128,7 @@ bool builder_makes(const std::string& builder, OptimizerKind kind) {
     case KindFamily::kLars: return builder == "LARS";
     case KindFamily::kLion: return builder == "Lion";
     case KindFamily::kLamb: return builder == "LAMB";
+    case KindFamily::kMuon: return builder == "Muon";
   }
   return false;
 }
