@@ -30,6 +30,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 const std::vector<double> kBadNonNegative = {-0.25, -1e-300, kNaN, kInf, -kInf};   // lr, weight_decay
 const std::vector<double> kBadUnitInterval = {-0.25, 1.0, 1.5, kNaN, kInf, -kInf};  // momentum, β, β1, β2
 const std::vector<double> kBadPositive = {0.0, -0.0, -0.25, kNaN, kInf, -kInf};    // eps, tc, loss scale
+const std::vector<double> kBadSteps = {0.0, -1.0, 101.0, 1000.0};                  // Muon's ns_steps
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -116,6 +117,15 @@ std::vector<Setter> setters() {
       {"LARS", {"trust_coefficient", "trust coefficient"}, &kBadPositive,
        [](double v) { LARS().trust_coefficient(v); }, K::kLars, tc},
       {"LARS", {"eps"}, &kBadPositive, [](double v) { LARS().eps(v); }, K::kLars, eps},
+      {"Muon", {"lr"}, &kBadNonNegative, [](double v) { Muon().lr(v); }, K::kMuon, lr},
+      {"Muon", {"momentum"}, &kBadUnitInterval, [](double v) { Muon().momentum(v); }, K::kMuon, mom},
+      {"Muon", {"weight_decay"}, &kBadNonNegative, [](double v) { Muon().weight_decay(v); }, K::kMuon, wd},
+      {"Muon", {"aux_lr"}, &kBadNonNegative, [](double v) { Muon().aux_lr(v); }, K::kMuon,
+       [](OptimizerConfig& c, double v) { c.aux_lr = v; }},
+      {"Muon", {"ns_eps"}, &kBadPositive, [](double v) { Muon().ns_eps(v); }, K::kMuon,
+       [](OptimizerConfig& c, double v) { c.ns_eps = v; }},
+      {"Muon", {"ns_steps"}, &kBadSteps, [](double v) { Muon().ns_steps(static_cast<int>(v)); }, K::kMuon,
+       [](OptimizerConfig& c, double v) { c.ns_steps = v; }},
   };
 }
 
