@@ -232,6 +232,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "backend_cpu/exact_matmul_cpu.h"
 #include "renaissance/math/exact_matmul.h"
+#include "renaissance/math/newton_schulz.h"
 #include "renaissance/math/norm_reduction.h"
 
 namespace renaissance {
@@ -496,7 +497,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
   }, c);
   // The reference's normalisation: the canonical sum over u in its own order, one division each.
   const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, rows * cols, threads)));
-  const float denom = norm > eps ? norm : eps;
+  const float denom = math::newton_schulz_denominator(norm, eps);
   elementwise(r * c, threads, [&](size_t e) { x[e] = x[e] / denom; });
   for (int step = 0; step < steps; ++step) {
     // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
@@ -508,19 +509,13 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     const float* gram = s.gram.data();
     const float* gram2 = s.gram2.data();
     float* poly = s.poly.data();
-    elementwise(r * r, threads, [&](size_t e) {
-      const float bt = coeff.b * gram[e];
-      const float ct = coeff.c * gram2[e];
-      poly[e] = bt + ct;
-    });
+    elementwise(r * r, threads,
+                [&](size_t e) { poly[e] = math::newton_schulz_polynomial(coeff.b, coeff.c, gram[e], gram2[e]); });
     fix_rows(s.poly.data(), r, r, s.qp, threads);
     fix_columns(x, r, c, s.qxt, threads);
     product(s.qp, s.qxt, s.q.data(), c, false, threads);
     const float* q = s.q.data();
-    elementwise(r * c, threads, [&](size_t e) {
-      const float at = coeff.a * x[e];
-      x[e] = at + q[e];
-    });
+    elementwise(r * c, threads, [&](size_t e) { x[e] = math::newton_schulz_combine(coeff.a, x[e], q[e]); });
   }
   elementwise(r, threads, [&](size_t i) {
     for (size_t j = 0; j < c; ++j) {

@@ -3,8 +3,8 @@
 // renaissance/math/norm_reduction.h (tile partials of kNormTile elements in kNormLanes lanes of
 // quads and the halving tree, then the tile partials by math::tensor_sum_lane and the same tree),
 // X = u / max(‖u‖_F, eps) (transposed when rows > cols), then per step the exact products of
-// exact_matmul.cu and the element-wise steps as single rounded fp32 operations (__fmul_rn,
-// __fadd_rn, __fdiv_rn: never contracted into an FMA).
+// exact_matmul.cu and the element-wise steps of renaissance/math/newton_schulz.h (single rounded
+// fp32 operations; device code is compiled with --fmad=false, and the division is __fdiv_rn).
 #include "backend_cuda/newton_schulz.h"
 
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@
 #include "renaissance/error.h"
 #include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
+#include "renaissance/math/newton_schulz.h"
 
 namespace renaissance {
 namespace cuda {
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kNormLanes)
   if (threadIdx.x == 0) {
     const float norm = static_cast<float>(sqrt(lanes[0]));
     const float e = *eps;
-    *denom = norm > e ? norm : e;
+    *denom = math::newton_schulz_denominator(norm, e);
   }
 }
 
@@ -108,9 +109,7 @@ __global__ void polynomial_kernel(float* __restrict__ gram, const float* __restr
   const float bf = *b, cf = *c;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float bt = __fmul_rn(bf, gram[e]);
-    const float ct = __fmul_rn(cf, gram2[e]);
-    gram[e] = __fadd_rn(bt, ct);
+    gram[e] = math::newton_schulz_polynomial(bf, cf, gram[e], gram2[e]);
   }
 }
 
@@ -121,8 +120,7 @@ __global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__
   const float af = *a;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float at = __fmul_rn(af, x[e]);
-    x[e] = __fadd_rn(at, q[e]);
+    x[e] = math::newton_schulz_combine(af, x[e], q[e]);
   }
 }
 

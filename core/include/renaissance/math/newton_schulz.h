@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "renaissance/math/exact_matmul.h"
+#include "renaissance/math/host_device.h"
 #include "renaissance/math/norm_reduction.h"
 
 namespace renaissance {
@@ -24,6 +25,20 @@ struct NewtonSchulzCoefficients {
 };
 constexpr int kDefaultNewtonSchulzSteps = 5;
 constexpr float kDefaultNewtonSchulzEps = 1e-7f;
+
+// The element-wise steps, written once for every backend (each bracket one rounded fp32
+// operation; the project's flags forbid contracting them into an FMA, on the host and in CUDA):
+// the normalisation's denominator max(‖u‖_F, eps), B = (b*A) + (c*P) and X = (a*X) + Q.
+RN_HD float newton_schulz_denominator(float norm, float eps) { return norm > eps ? norm : eps; }
+RN_HD float newton_schulz_polynomial(float b, float c, float gram, float gram2) {
+  const float bt = b * gram;
+  const float ct = c * gram2;
+  return bt + ct;
+}
+RN_HD float newton_schulz_combine(float a, float x, float q) {
+  const float at = a * x;
+  return at + q;
+}
 
 // out (rows x cols, row-major) = the orthogonalised update of u (rows x cols):
 // X = u / max(‖u‖_F, eps) (‖u‖_F = sqrt of the canonical sum in double, rounded to float; one fp32
@@ -43,7 +58,7 @@ inline bool newton_schulz_reference(const float* u, size_t rows, size_t cols, fl
   }
   // The norm of u: the same elements in either orientation, summed in u's own (row-major) order.
   const float norm = static_cast<float>(std::sqrt(tensor_sum_of_squares(u, static_cast<int64_t>(rows * cols))));
-  const float denom = norm > eps ? norm : eps;
+  const float denom = newton_schulz_denominator(norm, eps);
   for (float& v : x) v = v / denom;
   for (int s = 0; s < steps; ++s) {
     for (size_t i = 0; i < r; ++i) {
@@ -51,16 +66,9 @@ inline bool newton_schulz_reference(const float* u, size_t rows, size_t cols, fl
     }
     exact_matmul_reference(x.data(), xt.data(), gram.data(), r, c, r);
     exact_matmul_reference(gram.data(), gram.data(), gram2.data(), r, r, r);
-    for (size_t e = 0; e < r * r; ++e) {
-      const float bt = coeff.b * gram[e];
-      const float ct = coeff.c * gram2[e];
-      poly[e] = bt + ct;
-    }
+    for (size_t e = 0; e < r * r; ++e) poly[e] = newton_schulz_polynomial(coeff.b, coeff.c, gram[e], gram2[e]);
     exact_matmul_reference(poly.data(), x.data(), q.data(), r, r, c);
-    for (size_t e = 0; e < r * c; ++e) {
-      const float at = coeff.a * x[e];
-      x[e] = at + q[e];
-    }
+    for (size_t e = 0; e < r * c; ++e) x[e] = newton_schulz_combine(coeff.a, x[e], q[e]);
   }
   for (size_t i = 0; i < r; ++i) {
     for (size_t j = 0; j < c; ++j) {
