@@ -426,7 +426,7 @@ class CudaBackend final : public Backend {
       cls.block = static_cast<int32_t>(g.first[2]);
       cls.steps = h.steps[static_cast<size_t>(cls.block)];
       cls.batch = std::make_unique<NewtonSchulzBatch>(static_cast<size_t>(g.first[0]), static_cast<size_t>(g.first[1]),
-                                                      std::move(g.second), mode);
+                                                      std::move(g.second), mode, options_.cuda_muon_batches);
       need = std::max(need, cls.batch->scratch_bytes());
       h.classes.push_back(std::move(cls));
     }

@@ -338,7 +338,7 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
 }
 
 NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries,
-                                     NewtonSchulzMode mode)
+                                     NewtonSchulzMode mode, bool use_library)
     : r_(r), c_(c), mode_(mode), entries_(std::move(entries)) {
   if (r > c || r == 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz batch: needs 0 < r <= c");
   if (c > math::kExactMatmulMaxK) {
@@ -348,8 +348,8 @@ NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchul
   const size_t nb = entries_.size();
   if (nb == 0) return;
   const bool fast = mode == NewtonSchulzMode::kFast;
-  std::string why = "a class of more than 65535 matrices";
-  if (nb <= 65535) {
+  std::string why = use_library ? "a class of more than 65535 matrices" : "BackendOptions::cuda_muon_batches is off";
+  if (use_library && nb <= 65535) {
     const int batch = static_cast<int>(nb);
     const int64_t ri = static_cast<int64_t>(r), ci = static_cast<int64_t>(c);
     if (fast) {

@@ -67,7 +67,9 @@ enum class NewtonSchulzMode { kExact, kFast };
 class NewtonSchulzBatch {
  public:
   // Plans the products and copies the entry table to the device: not allowed during a capture.
-  NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries, NewtonSchulzMode mode);
+  // use_library false: exact mode runs one entry after another (fast mode throws).
+  NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries, NewtonSchulzMode mode,
+                    bool use_library = true);
   ~NewtonSchulzBatch();
   NewtonSchulzBatch(const NewtonSchulzBatch&) = delete;
   NewtonSchulzBatch& operator=(const NewtonSchulzBatch&) = delete;

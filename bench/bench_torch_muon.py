@@ -134,10 +134,14 @@ def batched_gemm_ms(matrices, device, steps, warmup, ns_steps=5):
 
 
 def ours_ms(bench_step, layout_path, backend, mode, steps, warmup, threads):
+    """mode: exact or fast, with "+batches" for BackendOptions::cuda_muon_batches."""
     cmd = [bench_step, "--backend", backend, "--layouts", layout_path, "--kinds", "muon", "--check", "on",
            "--replays", str(steps), "--warmup", str(warmup), "--timing", "enqueued"]
-    if mode != "exact":
-        cmd += ["--muon-mode", mode]
+    base, _, extra = mode.partition("+")
+    if base != "exact":
+        cmd += ["--muon-mode", base]
+    if extra == "batches":
+        cmd += ["--cuda-muon-batches"]
     if backend == "cpu":
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -161,7 +165,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--bench-step", default="", help="bench_step binary: time ours beside torch")
-    ap.add_argument("--muon-modes", default="exact", help="comma-separated modes for ours (exact, fast)")
+    ap.add_argument("--muon-modes", default="exact",
+                    help="comma-separated modes for ours: exact, fast, with +batches for cuBLASLt batches "
+                         "(e.g. exact,exact+batches,fast+batches)")
     ap.add_argument("--json", default="", help="write the rows here")
     args = ap.parse_args()
     if args.threads > 0:
