@@ -22,20 +22,26 @@ namespace {
 #define RN_STR(x) RN_STR2(x)
 constexpr const char* kLibraryName = "libcublasLt.so." RN_STR(CUBLAS_VER_MAJOR);
 
-// The entry points used here, resolved from the loaded library.
+// The entry points used here: (member of Api, symbol of the library).
+#define RN_CUBLASLT_FUNCTIONS(X)                      \
+  X(create, cublasLtCreate)                           \
+  X(desc_create, cublasLtMatmulDescCreate)            \
+  X(desc_destroy, cublasLtMatmulDescDestroy)          \
+  X(desc_set, cublasLtMatmulDescSetAttribute)         \
+  X(layout_create, cublasLtMatrixLayoutCreate)        \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy)      \
+  X(layout_set, cublasLtMatrixLayoutSetAttribute)     \
+  X(pref_create, cublasLtMatmulPreferenceCreate)      \
+  X(pref_destroy, cublasLtMatmulPreferenceDestroy)    \
+  X(pref_set, cublasLtMatmulPreferenceSetAttribute)   \
+  X(heuristic, cublasLtMatmulAlgoGetHeuristic)        \
+  X(matmul, cublasLtMatmul)
+
+// The entry points resolved from the loaded library, typed by the header's prototypes.
 struct Api {
-  decltype(&cublasLtCreate) create = nullptr;
-  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
-  decltype(&cublasLtMatrixLayoutSetAttribute) layout_set = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
-  decltype(&cublasLtMatmul) matmul = nullptr;
+#define RN_MEMBER(member, symbol) decltype(&symbol) member = nullptr;
+  RN_CUBLASLT_FUNCTIONS(RN_MEMBER)
+#undef RN_MEMBER
   cublasLtHandle_t handle = nullptr;
   std::string error;  // why the library is not usable; empty when it is
 };
@@ -58,19 +64,10 @@ const Api& api() {
       a.error = std::string("cannot load ") + kLibraryName + ": " + (e != nullptr ? e : "unknown error");
       return;
     }
-    const bool ok = resolve(library, "cublasLtCreate", &a.create, &a.error) &&
-                    resolve(library, "cublasLtMatmulDescCreate", &a.desc_create, &a.error) &&
-                    resolve(library, "cublasLtMatmulDescDestroy", &a.desc_destroy, &a.error) &&
-                    resolve(library, "cublasLtMatmulDescSetAttribute", &a.desc_set, &a.error) &&
-                    resolve(library, "cublasLtMatrixLayoutCreate", &a.layout_create, &a.error) &&
-                    resolve(library, "cublasLtMatrixLayoutDestroy", &a.layout_destroy, &a.error) &&
-                    resolve(library, "cublasLtMatrixLayoutSetAttribute", &a.layout_set, &a.error) &&
-                    resolve(library, "cublasLtMatmulPreferenceCreate", &a.pref_create, &a.error) &&
-                    resolve(library, "cublasLtMatmulPreferenceDestroy", &a.pref_destroy, &a.error) &&
-                    resolve(library, "cublasLtMatmulPreferenceSetAttribute", &a.pref_set, &a.error) &&
-                    resolve(library, "cublasLtMatmulAlgoGetHeuristic", &a.heuristic, &a.error) &&
-                    resolve(library, "cublasLtMatmul", &a.matmul, &a.error);
-    if (!ok) return;
+#define RN_RESOLVE(member, symbol) \
+  if (!resolve(library, #symbol, &a.member, &a.error)) return;
+    RN_CUBLASLT_FUNCTIONS(RN_RESOLVE)
+#undef RN_RESOLVE
     const cublasStatus_t status = a.create(&a.handle);
     if (status != CUBLAS_STATUS_SUCCESS) {
       a.error = std::string("cublasLtCreate failed with status ") + std::to_string(static_cast<int>(status));

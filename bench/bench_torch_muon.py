@@ -21,13 +21,15 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
-NS = (3.4445, -4.7750, 2.0315)
 HERE = os.path.dirname(os.path.abspath(__file__))
-WEIGHT_ROLES = ("fc_weight", "conv_weight")
+sys.path.insert(0, HERE)
+import compare_torch  # noqa: E402  (bench/: the timing of the other comparisons)
+
+NS = (3.4445, -4.7750, 2.0315)
+WEIGHT_ROLES = ("fc_weight", "first_conv", "deep_conv")  # the weight group; the rest are bias-like
 
 
 def load_layout(name):
@@ -65,30 +67,12 @@ def marked_layout(layout, aux_pattern, aux_role):
 
 
 def timer(device):
+    """compare_torch's timing: CUDA events around each step and one sync at the end (as bench_step's
+    enqueued timing), or a steady clock around each synchronous CPU step."""
+    compare_torch.torch = torch
     if device == "cuda":
-        def run(fn, steps, warmup):
-            for _ in range(warmup):
-                fn()
-            times = []
-            for _ in range(steps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return sorted(times)[len(times) // 2]
-    else:
-        def run(fn, steps, warmup):
-            for _ in range(warmup):
-                fn()
-            times = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-            return sorted(times)[len(times) // 2]
-    return run
+        return lambda fn, steps, warmup: compare_torch.time_cuda(fn, steps, synced=False)
+    return lambda fn, steps, warmup: compare_torch.median_host_ms(fn, steps, warmup)
 
 
 def torch_step_ms(matrices, aux, device, steps, warmup):
