@@ -221,6 +221,31 @@ TEST_F(ReplayBadInput, UnknownTopLevelKey) {
   expect_edit_rejected([](nlohmann::json& j) { j["stepz"] = 5; }, {"case.json", "'stepz'"});
 }
 
+// case.json's tolerance: a finite number > 0, kept as given; the caller's own one wins.
+TEST_F(ReplayBadInput, CaseTolerance) {
+  nlohmann::json j = case_json();
+  j["tolerance"] = 2.5e-4;
+  set_case_json(j);
+  const ReplayCase rc = load_replay_case(dir_);
+  EXPECT_EQ(rc.tolerance, 2.5e-4);
+  EXPECT_EQ(replay_tolerance(rc, -1.0), 2.5e-4);
+  EXPECT_EQ(replay_tolerance(rc, 1e-9), 1e-9);
+  EXPECT_EQ(replay_tolerance(rc, 0.0), 0.0);
+  j.erase("tolerance");
+  set_case_json(j);
+  EXPECT_EQ(load_replay_case(dir_).tolerance, 0.0);
+  EXPECT_EQ(replay_tolerance(load_replay_case(dir_), -1.0), kReplayDefaultTolerance);
+  EXPECT_EQ(kReplayDefaultTolerance, 1e-6);
+}
+
+TEST_F(ReplayBadInput, InvalidCaseTolerance) {
+  for (const nlohmann::json& bad : {nlohmann::json(0.0), nlohmann::json(-1e-3), nlohmann::json("1e-3"),
+                                    nlohmann::json(true), nlohmann::json(nullptr), nlohmann::json::array({1e-3})}) {
+    expect_edit_rejected([&](nlohmann::json& j) { j["tolerance"] = bad; },
+                         {"case.json", "tolerance must be a finite number > 0", bad.dump()});
+  }
+}
+
 TEST_F(ReplayBadInput, UnknownOptimizerKey) {
   expect_edit_rejected([](nlohmann::json& j) { j["optimizer"]["betas"] = {0.9, 0.99}; }, {"case.json", "'betas'"});
 }
