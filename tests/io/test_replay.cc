@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -279,6 +280,26 @@ TEST_F(ReplayBadInput, InvalidCaseTolerance) {
                                     nlohmann::json(true), nlohmann::json(nullptr), nlohmann::json::array({1e-3})}) {
     expect_edit_rejected([&](nlohmann::json& j) { j["tolerance"] = bad; },
                          {"case.json", "tolerance must be a finite number > 0", bad.dump()});
+  }
+}
+
+// Format 2 takes the same key, with the same check.
+TEST(ReplayCaseTolerance, Format2) {
+  std::ifstream in(std::string(RENAISSANCE_SOURCE_DIR) + "/fuzz/corpus/fuzz_replay_case/no_grad_format2.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["format"], "renaissance-replay/2");
+  EXPECT_EQ(parse_replay_case_json(j.dump(), "f2").tolerance, 0.0);
+  j["tolerance"] = 1e-4;
+  EXPECT_EQ(parse_replay_case_json(j.dump(), "f2").tolerance, 1e-4);
+  j["tolerance"] = -1e-4;
+  try {
+    parse_replay_case_json(j.dump(), "f2");
+    ADD_FAILURE() << "a negative tolerance loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_NE(std::string(e.what()).find("f2/case.json: tolerance must be a finite number > 0, got -0.0001"), std::string::npos)
+        << e.what();
   }
 }
 
