@@ -231,7 +231,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
 }
 
 #if RENAISSANCE_WITH_MPI
-// A 64-bit FNV-1a digest of the layout's tensors (names, shapes, roles, groups) in hex: two
+// A 64-bit FNV-1a digest of the layout's tensors (names, shapes, roles, groups, marks) in hex: two
 // layout files of one name but other tensors differ.
 std::string layout_digest(const Layout& layout) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -242,7 +242,8 @@ std::string layout_digest(const Layout& layout) {
   for (const ParamSpec& p : layout.params) {
     mix(p.name);
     for (int64_t d : p.shape) mix(std::to_string(d));
-    mix("role " + std::to_string(static_cast<int>(p.role)) + " group " + std::to_string(p.hyper_group));
+    mix("role " + std::to_string(static_cast<int>(p.role)) + " group " + std::to_string(p.hyper_group) +
+        (p.optimizer == ParamOptimizer::kAdamW ? " optimizer adamw" : ""));
   }
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
