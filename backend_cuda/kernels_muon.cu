@@ -125,6 +125,9 @@ void launch_MUON_MOMENTUM(const CudaContext& ctx, const GraphNode& node) {
 }
 
 void launch_MUON_ORTHOGONALIZE(const CudaContext& ctx, const GraphNode& node) {
+  // Fast mode's products (bf16 inputs, fp32 accumulation through cuBLASLt) are not built here yet:
+  // refused rather than run as exact mode under the fast name.
+  if (node.muon.mode == 1) throw Error(ErrorKind::kBackend, "cuda backend: muon_mode=fast is not built on CUDA yet");
   const MuonHost* host = ctx.muon;
   if (host == nullptr || host->matrices_offset != node.muon.matrices.offset ||
       host->matrices.size() != node.muon.matrices.count) {

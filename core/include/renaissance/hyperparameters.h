@@ -37,8 +37,9 @@ enum class Hyperparameter {
   kNsA,
   kNsB,
   kNsC,
+  kMuonMode,
 };
-constexpr int kNumHyperparameters = 19;
+constexpr int kNumHyperparameters = 20;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -160,6 +161,13 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
      &OptimizerConfig::ns_b, nullptr, nullptr, -4.7750, kMuonFamily, false, true, MetaPlace::kOptional, kNsB, -1},
     {Hyperparameter::kNsC, "ns_c", "--ns-c", "Muon: Newton-Schulz coefficient c (default 2.0315)", HyperRule::kFloat32,
      &OptimizerConfig::ns_c, nullptr, nullptr, 2.0315, kMuonFamily, false, true, MetaPlace::kOptional, kNsC, -1},
+    // Task-wide and planned at compile(): the compiler writes it into MUON_ORTHOGONALIZE's node
+    // (MuonDesc::mode), so no scalar slot holds it (docs/math.md, "Muon: fast mode").
+    {Hyperparameter::kMuonMode, "muon_mode", "--muon-mode",
+     "Muon: Newton-Schulz products, exact (fixed-point, the same bits on every backend) or fast (fp32 on the CPU, "
+     "bf16 with fp32 accumulation on CUDA; not bitwise across backends)",
+     HyperRule::kChoice, &OptimizerConfig::muon_mode, nullptr, nullptr, 0.0, kMuonFamily, true, false,
+     MetaPlace::kOptional, -1, -1, "exact|fast"},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.
