@@ -3,7 +3,9 @@ reference of torch.optim.Muon's math written here (Newton–Schulz in float64, t
 decay, the adjusted lr; runs on any torch), against torch.optim.Muon itself where torch has it
 (torch >= 2.9; Debian's 1.13 has none), torch's construction errors and texts, the refusal of
 non-2-D parameters, the state dict in torch's names, and MuonWithAuxAdam's groups (the Muon
-package's keys and defaults, one Task for both kinds, per-group state)."""
+package's keys and defaults, one Task for both kinds, per-group state), and muon_mode="fast" (against
+the float64 reference within the weights' rounding, not exact mode's bits, deterministic, fixed at
+construction, its ValueError)."""
 import copy
 import math
 import re
