@@ -438,11 +438,6 @@ GradReduce check_distributed_options(const RunOptions& o) {
     throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": expected replicated, ordered or fast");
   }
   const bool distributed = !o.distributed.empty();
-  // Muon's matrices are not partitioned over ranks yet (docs/distributed.md).
-  if (o.optimizer == "muon" && (distributed || o.simulate_ranks > 0)) {
-    throw_invalid(std::string(distributed ? "--distributed" : "--simulate-ranks") +
-                  ": muon has no sharded step yet (its matrices are not partitioned over ranks); run it on one device");
-  }
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   if (!distributed) refuse_copies_under_launcher();
   if (!distributed) return grad_reduce;
@@ -618,11 +613,6 @@ int cmd_run(const RunOptions& o) {
   const RunSettingsChosen c = choose_run_settings(o);
   const GradReduce grad_reduce = check_distributed_options(o);
   const bool distributed = !o.distributed.empty();
-  // Muon's matrices are not partitioned over ranks yet (docs/distributed.md).
-  if (o.optimizer == "muon" && (distributed || o.simulate_ranks > 0)) {
-    throw_invalid(std::string(distributed ? "--distributed" : "--simulate-ranks") +
-                  ": muon has no sharded step yet (its matrices are not partitioned over ranks); run it on one device");
-  }
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   std::unique_ptr<Communicator> comm;
 #if RENAISSANCE_WITH_NCCL

@@ -292,7 +292,6 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.muon) {
     // Muon's regions after every other one (docs/design.md): U in the weight group span's
     // layout, the matrix table, the scratch of the largest matrix.
-    if (state_sliced()) throw_invalid("plan: muon has no sharded (state-sliced) plan");
     if (!config_.has_n) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
     std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
     for (const TensorInfo& t : tensors_) {

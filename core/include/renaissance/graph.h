@@ -129,7 +129,7 @@ struct MuonDesc {
   Span update;
   Span matrices;
   Span scratch;
-  int32_t mode = 0;
+  int32_t mode = 0;  // MuonMode: 0 exact, 1 fast (MUON_ORTHOGONALIZE)
 };
 
 struct GraphNode {
