@@ -969,11 +969,8 @@ class _Base(Optimizer):
                     _checkpoint_set.remove_quietly(tmp)
         if self._process_group is not None:
             # Every rank returns once the manifest is written, or raises when rank 0 could not.
-            failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
-            if dist.get_backend(self._process_group) == "nccl":
-                failed = failed.to(tasks[0].device)
-            dist.all_reduce(_torch_dist._lend(failed), op=dist.ReduceOp.MAX, group=self._process_group)
-            if error is None and int(failed.item()):
+            failed = _torch_dist.flag_max(self._process_group, 0 if error is None else 1)
+            if error is None and failed:
                 raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
                                    (type(self).__name__, str(path)))
         if error is not None:
