@@ -1,6 +1,7 @@
 // CPU ops of Muon (docs/math.md, "Muon"): MUON_MOMENTUM (the element-wise momentum pass into U,
-// through run_elementwise), MUON_ORTHOGONALIZE (Newton–Schulz on each matrix of U, exact mode,
-// through orthogonalize_matrix) and UPDATE_MUON (the tile walker with each tensor's adjusted lr).
+// through run_elementwise), MUON_ORTHOGONALIZE (Newton–Schulz on each matrix of U, in exact or fast
+// mode as the node's MuonDesc::mode says, through orthogonalize_matrix) and UPDATE_MUON (the tile
+// walker with each tensor's adjusted lr).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/ops_muon.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -49,6 +50,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include "backend_cpu/cpu_ops.h"
 #include "backend_cpu/exact_matmul_cpu.h"
+#include "backend_cpu/newton_schulz_fast_cpu.h"
 #include "backend_cpu/ops_muon.h"
 #include "renaissance/math/newton_schulz.h"
 #include "renaissance/math/update_rules.h"
@@ -60,7 +62,12 @@ HWY_EXPORT(MuonMomentum);
 HWY_EXPORT(MuonUpdate);
 
 bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
-                          float eps, int threads) {
+                          float eps, int threads, int mode) {
+  if (mode == 1) {
+    thread_local NewtonSchulzFastScratch fast_scratch;
+    newton_schulz_fast_cpu(u, rows, cols, u, coeff, steps, eps, &fast_scratch, threads);
+    return true;
+  }
   // The fast exact product (exact_matmul_cpu.h), the reference's bits. Its buffers are kept per
   // calling thread and reused from step to step (a first call pays their page faults).
   thread_local NewtonSchulzScratch scratch;
@@ -97,7 +104,7 @@ void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
       coeff.b = s[kNsB];
       coeff.c = s[kNsC];
       if (!orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
-                                static_cast<int>(s[kNsSteps]), s[kNsEps], ctx.threads)) {
+                                static_cast<int>(s[kNsSteps]), s[kNsEps], ctx.threads, node.muon.mode)) {
         throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
       }
     }

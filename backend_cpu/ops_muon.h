@@ -9,11 +9,12 @@
 namespace renaissance {
 namespace cpu {
 
-// U (rows x cols, row-major) <- its Newton–Schulz orthogonalisation in exact mode, in place, bit
-// for bit math::newton_schulz_reference with these coefficients, steps and eps, on at most
-// `threads` threads. False (u untouched) when a product would be longer than kExactMatmulMaxK.
+// U (rows x cols, row-major) <- its Newton–Schulz orthogonalisation, in place, with these
+// coefficients, steps and eps, on at most `threads` threads. mode 0 (exact): bit for bit
+// math::newton_schulz_reference; false (u untouched) when a product would be longer than
+// kExactMatmulMaxK. mode 1 (fast): fp32 products (newton_schulz_fast_cpu.h); always true.
 bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
-                          float eps, int threads);
+                          float eps, int threads, int mode = 0);
 
 }  // namespace cpu
 }  // namespace renaissance

@@ -3,6 +3,7 @@
 // global gradient norm and followed by the clip coefficient when max_grad_norm > 0), the step
 // counter (and Adam bias corrections), the kind's norm pass when kKindTable asks for one, then one update node per
 // non-empty group. The node count depends on the kind, never on the number of tensors.
+#include <string>
 #include <vector>
 
 #include "renaissance/error.h"
@@ -52,6 +53,10 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
   if (need.has_vmax != plan.config().has_vmax) {
     throw_invalid(std::string("the memory plan was made ") + (plan.config().has_vmax ? "with" : "without") +
                   " the VMAX family, the configuration has amsgrad " + (config.amsgrad ? "on" : "off"));
+  }
+  if (need.muon_mode != plan.config().muon_mode) {
+    throw_invalid("the memory plan was made for muon_mode " + std::to_string(plan.config().muon_mode) +
+                  ", the configuration has muon_mode " + std::to_string(need.muon_mode));
   }
 
   const bool mask = plan.config().tensor_mask;
@@ -217,6 +222,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
       orthogonalize.span(Family::kM) = Span{};
       orthogonalize.grad = GradAccess{};
       orthogonalize.work.hyper_items = Span{};
+      orthogonalize.muon.mode = plan.config().muon_mode;
       opt.push_back(orthogonalize);
       node.span(Family::kG) = Span{};
       node.span(Family::kM) = Span{};

@@ -61,6 +61,7 @@ PlanConfig plan_config_from_optimizer(const OptimizerConfig& config) {
   PlanConfig c = plan_config_from_optimizer(config.kind);
   c.has_vmax = config.amsgrad;
   c.muon_adjust_lr = c.muon ? static_cast<int>(config.adjust_lr) : 0;
+  c.muon_mode = c.muon ? static_cast<int>(config.muon_mode) : 0;
   return c;
 }
 

@@ -569,6 +569,9 @@ class GroupBinding:
         if hyper.get("adjust_lr") != self.hyper.get("adjust_lr"):
             raise ValueError("cannot change adjust_lr_fn after construction (Muon's lr adjustment is planned per "
                              "matrix when the step is compiled); build a new optimizer")
+        if hyper.get("muon_mode") != self.hyper.get("muon_mode"):
+            raise ValueError("cannot change muon_mode after construction (Newton-Schulz's products are chosen when "
+                             "the step is compiled); build a new optimizer")
         if hyper != self.hyper:  # the core's own range rules (the kinds without a torch counterpart)
             self.shared.task.check_hyper(kind, **hyper)
 

@@ -1589,6 +1589,16 @@ _NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 _NS_EPS = 1e-7
 _NS_STEPS = 5
 _ADJUST_LR = {None: 0, "original": 0, "match_rms_adamw": 1}  # adjust_lr_fn -> the core's adjust_lr
+_MUON_MODES = {"exact": 0, "fast": 1}  # muon_mode -> the core's muon_mode
+
+
+def _muon_mode(value):
+    """The core's muon_mode of this package's muon_mode keyword (no torch counterpart): "exact"
+    (the fixed-point products, the same bits on every backend) or "fast" (fp32 products on the
+    CPU, bf16 with fp32 accumulation on CUDA; docs/math.md, "Muon: fast mode")."""
+    if not isinstance(value, str) or value not in _MUON_MODES:
+        raise ValueError("muon_mode %r is not supported: expected 'exact' or 'fast'" % (value,))
+    return _MUON_MODES[value]
 
 
 def _muon_number(message, name, value, tensor=False):
@@ -1615,7 +1625,7 @@ def _muon_matrices(group, cls, two_d):
 
 
 def _muon_hyper(lr, weight_decay, momentum, nesterov=True, ns_coefficients=_NS_COEFFICIENTS, eps=_NS_EPS,
-                ns_steps=_NS_STEPS, adjust_lr_fn=None):
+                ns_steps=_NS_STEPS, adjust_lr_fn=None, muon_mode="exact"):
     """The core's muon hyperparameters of a Muon group, checked as torch.optim.Muon checks them
     (its texts; the Newton–Schulz ones at construction here, at the step in torch)."""
     if len(ns_coefficients) != 3:
@@ -1636,7 +1646,7 @@ def _muon_hyper(lr, weight_decay, momentum, nesterov=True, ns_coefficients=_NS_C
     a, b, c = (_number("ns_coefficients[%d]" % i, v) for i, v in enumerate(ns_coefficients))
     return {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "nesterov": bool(nesterov),
             "ns_steps": int(ns_steps), "ns_eps": eps, "ns_a": a, "ns_b": b, "ns_c": c,
-            "adjust_lr": _ADJUST_LR[adjust_lr_fn]}
+            "adjust_lr": _ADJUST_LR[adjust_lr_fn], "muon_mode": _muon_mode(muon_mode)}
 
 
 class Muon(_Base):
@@ -1648,7 +1658,9 @@ class Muon(_Base):
     torch's within the difference of its bf16 Newton–Schulz from a float64 one. Deviations
     (docs/python.md): ns_steps >= 100, a bad ns_coefficients and complex parameters are refused
     at construction (torch: at the first step); ns_steps must be 1 to 99 and eps > 0; momentum
-    takes the core's range [0, 1); adjust_lr_fn is fixed at construction."""
+    takes the core's range [0, 1); adjust_lr_fn is fixed at construction. muon_mode (this package's,
+    keyword-only, fixed at construction): "exact" (default) or "fast" (fp32 products on the CPU,
+    bf16 with fp32 accumulation on CUDA: close to exact mode, not bitwise across backends)."""
 
     _implementation = "_single_tensor_muon"
     # torch's Muon keeps no `step`; this class does, as this package's SGD: each parameter's own
@@ -1657,11 +1669,12 @@ class Muon(_Base):
     _state_names = {"M": "momentum_buffer", "step": "step"}
     _required_keys = ("momentum", "nesterov", "ns_coefficients", "ns_steps")
     _group_keys = ("lr", "weight_decay", "momentum", "nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn",
-                   "max_grad_norm", "maximize")
+                   "max_grad_norm", "maximize", "muon_mode")
 
     def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
                  ns_coefficients=_NS_COEFFICIENTS, eps=_NS_EPS, ns_steps=_NS_STEPS, adjust_lr_fn=None, *,
-                 max_grad_norm=None, maximize=False, threads=0, master_weights=True, stochastic_rounding=False, seed=0):
+                 max_grad_norm=None, maximize=False, muon_mode="exact", threads=0, master_weights=True,
+                 stochastic_rounding=False, seed=0):
         # torch's constructor checks first, in its order and with its texts.
         if isinstance(lr, torch.Tensor) and lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
@@ -1673,9 +1686,10 @@ class Muon(_Base):
             raise ValueError("weight decay should be >= 0 but is: %s" % (weight_decay,))
         if adjust_lr_fn is not None and adjust_lr_fn not in ("original", "match_rms_adamw"):
             raise ValueError("Adjust learning rate function %s is not supported" % (adjust_lr_fn,))
+        _muon_mode(muon_mode)
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                         ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
-                        max_grad_norm=max_grad_norm, maximize=maximize)
+                        max_grad_norm=max_grad_norm, maximize=maximize, muon_mode=muon_mode)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
 
     def _core_config(self, group):
@@ -1683,14 +1697,15 @@ class Muon(_Base):
         hyper = _muon_hyper(_muon_number("Learning rate", "lr", group["lr"], tensor=True),
                             _muon_number("weight decay", "weight_decay", group["weight_decay"]),
                             _muon_number("momentum", "momentum", group["momentum"]), group["nesterov"],
-                            group["ns_coefficients"], group["eps"], group["ns_steps"], group["adjust_lr_fn"])
+                            group["ns_coefficients"], group["eps"], group["ns_steps"], group["adjust_lr_fn"],
+                            group.get("muon_mode", self.defaults["muon_mode"]))
         return "muon", _clip(group, hyper, "Muon")
 
 
 # SingleDeviceMuonWithAuxAdam's group keys and defaults (Keller Jordan's Muon package, muon.py).
 _MUON_GROUP_DEFAULTS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0}
 _AUX_GROUP_DEFAULTS = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-10, "weight_decay": 0}
-_SHARED_GROUP_KEYS = ("params", "param_names", "use_muon", "max_grad_norm", "maximize")
+_SHARED_GROUP_KEYS = ("params", "param_names", "use_muon", "max_grad_norm", "maximize", "muon_mode")
 
 
 class MuonWithAuxAdam(_Base):
@@ -1708,18 +1723,21 @@ class MuonWithAuxAdam(_Base):
     parameter whose .grad is None is not stepped (the package steps it with a zero gradient).
     A use_muon=False group's weight_decay is AdamW's decoupled decay with that group's lr.
     Deviations: a group with another key is a ValueError (the package asserts its key sets); no
-    process_group."""
+    process_group. muon_mode (this package's, keyword-only, fixed at construction, one for every
+    group): "exact" (default) or "fast", as Muon's."""
 
     _implementation = "_multi_tensor_muon_with_aux_adam"
     # The Task's families: the aux groups' AdamW state; a Muon group's M is its momentum_buffer.
     _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
     _required_keys = ("use_muon",)
-    _group_keys = ("use_muon", "lr", "momentum", "weight_decay", "betas", "eps", "max_grad_norm", "maximize")
+    _group_keys = ("use_muon", "lr", "momentum", "weight_decay", "betas", "eps", "max_grad_norm", "maximize",
+                   "muon_mode")
 
-    def __init__(self, param_groups, *, max_grad_norm=None, maximize=False, threads=0, master_weights=True,
-                 stochastic_rounding=False, seed=0):
-        super().__init__(param_groups, dict(max_grad_norm=max_grad_norm, maximize=maximize), threads, master_weights,
-                         stochastic_rounding, seed)
+    def __init__(self, param_groups, *, max_grad_norm=None, maximize=False, muon_mode="exact", threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0):
+        _muon_mode(muon_mode)
+        super().__init__(param_groups, dict(max_grad_norm=max_grad_norm, maximize=maximize, muon_mode=muon_mode),
+                         threads, master_weights, stochastic_rounding, seed)
 
     def add_param_group(self, param_group):
         """A group says use_muon=True or use_muon=False; the package's defaults fill its other keys."""
@@ -1757,7 +1775,8 @@ class MuonWithAuxAdam(_Base):
             _muon_matrices(group, "MuonWithAuxAdam", two_d=False)
             hyper = _muon_hyper(_muon_number("Learning rate", "lr", group["lr"], tensor=True),
                                 _muon_number("weight decay", "weight_decay", group["weight_decay"]),
-                                _muon_number("momentum", "momentum", group["momentum"]))
+                                _muon_number("momentum", "momentum", group["momentum"]),
+                                muon_mode=group.get("muon_mode", self.defaults["muon_mode"]))
         else:
             b1, b2 = _betas(group)
             lr = _lr(group)
@@ -1766,7 +1785,8 @@ class MuonWithAuxAdam(_Base):
             # aux_weight_decay (lr and weight_decay are the Muon groups').
             hyper = {"lr": lr, "aux_lr": lr, "beta1": b1, "beta2": b2,
                      "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]), "weight_decay": 0.0,
-                     "aux_weight_decay": wd, "adjust_lr": 0}
+                     "aux_weight_decay": wd, "adjust_lr": 0,
+                     "muon_mode": _muon_mode(group.get("muon_mode", self.defaults["muon_mode"]))}
         return "muon", _clip(group, hyper, "MuonWithAuxAdam")
 
 

@@ -422,8 +422,8 @@ uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const Memo
   return max_bytes;
 }
 
-// The compiled step depends on the kind, amsgrad, the decay mode, clipping on or off and the
-// check-finite flag: META's must be the task's. Everything else is adopted.
+// The compiled step depends on the kind, amsgrad, the decay mode, clipping on or off, Muon's mode
+// and the check-finite flag: META's must be the task's. Everything else is adopted.
 void check_meta_matches(const std::string& path, const CheckpointInfo& info, const OptimizerConfig& task,
                         bool check_finite) {
   const OptimizerConfig& cfg = info.config;
@@ -443,6 +443,11 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
   if ((cfg.max_grad_norm > 0.0) != (task.max_grad_norm > 0.0)) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
                   " gradient-norm clipping, task runs " + (task.max_grad_norm > 0.0 ? "with" : "without") + " it");
+  }
+  if (cfg.kind == OptimizerKind::kMuon && cfg.muon_mode != task.muon_mode) {
+    auto mode_name = [](double m) { return m == 0.0 ? "exact" : "fast"; };
+    throw_invalid("checkpoint " + path + ": checkpoint was made with muon_mode " + mode_name(cfg.muon_mode) +
+                  ", task runs muon_mode " + mode_name(task.muon_mode));
   }
   if (info.check_finite != check_finite) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (info.check_finite ? "with" : "without") +

@@ -1,10 +1,10 @@
 # ctest helper (cmake -P): `renaissance run --optimizer muon` on the tiny layout (conv weights as
 # matrices, a zero-size weight, every bias-like role). Each of Muon's options (--no-nesterov,
-# --adjust-lr match_rms_adamw, --ns-steps, --aux-lr, the coefficients) changes the run and gives
-# the same bits on 1 and 2 threads; a 6-step run saved after 3 and resumed gives the fingerprint
-# of 6 uninterrupted steps (the resume inherits Muon's options); --simulate-ranks 1 is the plain
-# run and 2 another; a bad --adjust-lr and --ns-steps 0 are refused with exit 2 naming them.
-# Input: CLI, LAYOUT, WORK.
+# --adjust-lr match_rms_adamw, --ns-steps, --aux-lr, the coefficients, --muon-mode fast) changes
+# the run and gives the same bits on 1 and 2 threads; a 6-step run saved after 3 and resumed gives
+# the fingerprint of 6 uninterrupted steps (the resume inherits Muon's options, fast mode
+# included); --simulate-ranks 1 is the plain run and 2 another; a bad --adjust-lr, a bad
+# --muon-mode and --ns-steps 0 are refused with exit 2 naming them. Input: CLI, LAYOUT, WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/run_fingerprint.cmake)
 
 file(MAKE_DIRECTORY ${WORK})
@@ -15,7 +15,7 @@ if(NOT plain STREQUAL plain2)
   message(FATAL_ERROR "muon: the fingerprint depends on the thread count (${plain} vs ${plain2})")
 endif()
 foreach(option "--no-nesterov" "--adjust-lr;match_rms_adamw" "--ns-steps;3" "--aux-lr;0.01" "--ns-a;3.0"
-               "--momentum;0.9" "--weight-decay;0.3")
+               "--momentum;0.9" "--weight-decay;0.3" "--muon-mode;fast")
   run_fp(one ${base} ${option} --threads 1)
   run_fp(two ${base} ${option} --threads 2)
   expect_option_changes_run("muon ${option}" ${plain} ${one} ${two})
@@ -29,6 +29,13 @@ run_fp(resumed --optimizer muon --steps 6 --resume ${ckpt})
 if(NOT resumed STREQUAL whole)
   message(FATAL_ERROR "muon: 3 steps + resumed 3 (${resumed}) differ from 6 steps (${whole})")
 endif()
+file(REMOVE ${ckpt})
+run_fp(fast_whole --optimizer muon --steps 6 --muon-mode fast)
+run_fp(fast_first --optimizer muon --steps 3 --muon-mode fast --checkpoint ${ckpt})
+run_fp(fast_resumed --optimizer muon --steps 6 --resume ${ckpt})
+if(NOT fast_resumed STREQUAL fast_whole)
+  message(FATAL_ERROR "muon fast: 3 steps + resumed 3 (${fast_resumed}) differ from 6 steps (${fast_whole})")
+endif()
 
 # --simulate-ranks (the audit of an ordered sharded run): one rank is the plain run, two ranks'
 # mean gradient is another run.
@@ -39,6 +46,7 @@ if(NOT sim1 STREQUAL plain OR sim2 STREQUAL plain)
 endif()
 
 foreach(case "--adjust-lr;sqrt;--adjust-lr sqrt: expected one of original\\|match_rms_adamw"
+             "--muon-mode;bf16;--muon-mode bf16: expected one of exact\\|fast"
              "--ns-steps;0;invalid ns_steps = 0")
   list(GET case 0 flag)
   list(GET case 1 value)

@@ -137,11 +137,12 @@ TEST(HyperparameterTable, EveryRowGoesThroughACheckpointForEveryKind) {
       EXPECT_EQ(hyper_value(info.config, row), want[static_cast<size_t>(row.id)]) << k.name << " " << row.name;
     }
     // And a task that loads it takes every row (it was built at the kind's defaults).
-    // Clipping on/off and amsgrad (the VMAX family) are part of the compiled step: the loading
-    // task has them as the file has.
+    // Clipping on/off, amsgrad (the VMAX family) and Muon's mode are part of the compiled step:
+    // the loading task has them as the file has.
     OptimizerConfig base = default_config(k.kind);
     if (c.max_grad_norm > 0.0) base.max_grad_norm = 1.0;
     base.amsgrad = c.amsgrad;
+    base.muon_mode = c.muon_mode;
     auto other = make_task(tiny_params(), base, BackendKind::kCpu, 1);
     other->load(path);
     for (const HyperparameterInfo& row : kHyperparameterTable) {
@@ -177,8 +178,8 @@ TEST(HyperparameterTable, OptionalRowsAtTheirDefaultsAddNoBytes) {
 // field's own reader did). The same file with the value left as saved loads.
 TEST(HyperparameterTable, AnOptionalNumberAtItsDefaultEndingMetaIsRefused) {
   const HyperparameterInfo* last = nullptr;
-  // The last optional number row (ns_c; a later flag row, left at its default, is not written,
-  // so META ends with the number).
+  // The last optional number row (muon_mode; a later flag row, left at its default, would not be
+  // written, so META ends with the number).
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.meta == MetaPlace::kOptional && row.number != nullptr) last = &row;
   }

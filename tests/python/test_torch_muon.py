@@ -3,9 +3,12 @@ reference of torch.optim.Muon's math written here (Newton–Schulz in float64, t
 decay, the adjusted lr; runs on any torch), against torch.optim.Muon itself where torch has it
 (torch >= 2.9; Debian's 1.13 has none), torch's construction errors and texts, the refusal of
 non-2-D parameters, the state dict in torch's names, and MuonWithAuxAdam's groups (the Muon
-package's keys and defaults, one Task for both kinds, per-group state)."""
+package's keys and defaults, one Task for both kinds, per-group state), and muon_mode="fast" (against
+the float64 reference within the weights' rounding, not exact mode's bits, deterministic, fixed at
+construction, its ValueError)."""
 import copy
 import math
+import re
 
 import numpy as np
 import pytest
@@ -713,3 +716,119 @@ def test_muon_with_aux_adam_trains_the_digits_cnn_as_well_as_adamw():
     _, acc_ours, acc_adamw, opt = train_pair(ours, lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05))
     assert len(opt.backends) == 1
     assert acc_ours >= acc_adamw - 1.0, (acc_ours, acc_adamw)
+
+
+# ---- fast mode (muon_mode="fast": fp32 products on the CPU, docs/math.md "Muon: fast mode") --------
+# Its step against the float64 reference: at most two roundings of the largest fp32 weight (the
+# decayed weight and the difference, `rounding` below) plus FAST_TOL of the step's largest adjusted
+# lr. Measured on REF_CASES: 0 beyond the roundings (fp32 products are within ~2e-6 of float64,
+# tests/cpu/test_newton_schulz_fast_cpu.cc), where exact mode needs 1.7e-4 (ns_3_steps_coeffs) to
+# 2.7e-3; FAST_TOL is that Newton-Schulz error with a margin of about 5.
+FAST_TOL = 1e-5
+
+
+def rounding(ps):
+    return 2 * max(float(p.detach().abs().max()) for p in ps) * 2.0 ** -24
+
+
+@pytest.mark.parametrize("name", sorted(REF_CASES))
+def test_fast_mode_matches_float64_reference_closer_than_exact_mode(name):
+    kw = REF_CASES[name]
+    ps, exact_ps = matrices(), matrices()
+    ref = Ref(ps, **kw)
+    opt = rt.Muon(ps, **kw, muon_mode="fast")
+    exact = rt.Muon(exact_ps, **kw)
+    step_lr = max(adjusted(ref.kw["lr"], s, ref.kw["adjust_lr_fn"]) for s in SHAPES)
+    worst_one = 0.0
+    for t in range(STEPS):
+        gs = grads(t)
+        feed(ps, gs)
+        feed(exact_ps, gs)
+        before = [p.detach().double().clone() for p in ps]
+        opt.step()
+        exact.step()
+        ref.step(gs)
+        one = worst(ps, ref.from_(before))  # this step's error alone
+        worst_one = max(worst_one, max(0.0, one - rounding(ps)) / step_lr)
+        assert one <= rounding(ps) + FAST_TOL * step_lr, (name, t, one, rounding(ps), one / step_lr)
+        assert worst(ps, ref.w) <= (rounding(ps) + FAST_TOL * step_lr) * (t + 1), (name, t)
+    print("%s: fast mode's worst step error beyond the weights' rounding / step lr %.3g" % (name, worst_one))
+    # The mode really switches: exact mode's weights are other bits.
+    assert not all(torch.equal(a.detach(), b.detach()) for a, b in zip(ps, exact_ps))
+    assert opt.param_groups[0]["muon_mode"] == "fast" and exact.param_groups[0]["muon_mode"] == "exact"
+
+
+def test_fast_mode_is_deterministic_on_any_thread_count():
+    runs = []
+    for threads in (1, 2, 2):
+        ps = matrices()
+        opt = rt.Muon(ps, lr=0.02, muon_mode="fast", threads=threads)
+        for t in range(4):
+            feed(ps, grads(t))
+            opt.step()
+        runs.append([p.detach().clone() for p in ps])
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
+
+
+@pytest.mark.parametrize("bad", ["bf16", "Fast", 1, None])
+def test_a_bad_muon_mode_is_a_value_error(bad):
+    text = "muon_mode %r is not supported: expected 'exact' or 'fast'" % (bad,)
+    with pytest.raises(ValueError, match=re.escape(text)):
+        rt.Muon(matrices(), muon_mode=bad)
+    muon, aux = aux_model()
+    with pytest.raises(ValueError, match=re.escape(text)):
+        rt.MuonWithAuxAdam([dict(params=muon, use_muon=True), dict(params=aux, use_muon=False)], muon_mode=bad)
+
+
+def test_muon_mode_is_fixed_after_construction_and_kept_by_the_state_dict():
+    ps = matrices()
+    opt = rt.Muon(ps, lr=0.02, muon_mode="fast")
+    feed(ps, grads(0))
+    opt.step()
+    sd = opt.state_dict()
+    assert sd["param_groups"][0]["muon_mode"] == "fast"
+    # The state dict loads into a fast optimizer and the steps continue as the original's.
+    other_ps = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    other = rt.Muon(other_ps, lr=0.02, muon_mode="fast")
+    other.load_state_dict(sd)
+    for t in (1, 2):
+        feed(ps, grads(t))
+        feed(other_ps, grads(t))
+        opt.step()
+        other.step()
+    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(ps, other_ps))
+    # A torch.optim.Muon state dict (no muon_mode) loads into it and keeps its mode.
+    other.load_state_dict(torch_format_state_dict(other_ps, [torch.zeros_like(p) for p in other_ps], lr=0.02))
+    assert other.param_groups[0]["muon_mode"] == "fast"
+    # An exact-mode state dict does not: its compiled step is the other mode's.
+    with pytest.raises(ValueError, match="cannot change muon_mode after construction"):
+        other.load_state_dict(rt.Muon(matrices(), lr=0.02).state_dict())
+    w = [p.detach().clone() for p in other_ps]
+    other.param_groups[0]["muon_mode"] = "exact"
+    feed(other_ps, grads(3))
+    with pytest.raises(ValueError, match="cannot change muon_mode after construction"):
+        other.step()
+    assert all(torch.equal(p.detach(), x) for p, x in zip(other_ps, w))
+
+
+def test_muon_with_aux_adam_fast_mode_changes_the_matrices_only():
+    runs = {}
+    for mode in ("exact", "fast"):
+        muon, aux = aux_model()
+        opt = rt.MuonWithAuxAdam([dict(params=muon, use_muon=True), dict(params=aux, use_muon=False)],
+                                 muon_mode=mode)
+        assert len(opt.backends) == 1  # both kinds in one Task, as in exact mode
+        mref = Ref(muon, lr=0.02, weight_decay=0.0, momentum=0.95)
+        for t in range(5):
+            gm, ga = aux_grads(t)
+            feed(muon, gm)
+            feed(aux, ga)
+            opt.step()
+            mref.step(gm)
+        step_lr = max(adjusted(0.02, tuple(p.shape), None) for p in muon)
+        if mode == "fast":
+            assert worst(muon, mref.w) <= (rounding(muon) + FAST_TOL * step_lr) * 5
+        runs[mode] = ([p.detach().clone() for p in muon], [p.detach().clone() for p in aux])
+    assert all(not torch.equal(a, b) for a, b in zip(runs["exact"][0], runs["fast"][0]))
+    assert all(torch.equal(a, b) for a, b in zip(runs["exact"][1], runs["fast"][1]))  # the aux AdamW's alike

@@ -31,6 +31,7 @@ const std::vector<double> kBadNonNegative = {-0.25, -1e-300, kNaN, kInf, -kInf};
 const std::vector<double> kBadUnitInterval = {-0.25, 1.0, 1.5, kNaN, kInf, -kInf};  // momentum, β, β1, β2
 const std::vector<double> kBadPositive = {0.0, -0.0, -0.25, kNaN, kInf, -kInf};    // eps, tc, loss scale
 const std::vector<double> kBadSteps = {0.0, -1.0, 101.0, 1000.0};                  // Muon's ns_steps
+const std::vector<double> kBadMuonMode = {2.0, -1.0, 3.0};                          // Muon's muon_mode
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -126,6 +127,8 @@ std::vector<Setter> setters() {
        [](OptimizerConfig& c, double v) { c.ns_eps = v; }},
       {"Muon", {"ns_steps"}, &kBadSteps, [](double v) { Muon().ns_steps(static_cast<int>(v)); }, K::kMuon,
        [](OptimizerConfig& c, double v) { c.ns_steps = v; }},
+      {"Muon", {"muon_mode"}, &kBadMuonMode, [](double v) { Muon().mode(static_cast<MuonMode>(static_cast<int>(v))); },
+       K::kMuon, [](OptimizerConfig& c, double v) { c.muon_mode = v; }},
   };
 }
 

@@ -123,7 +123,9 @@ struct NodeFlags {
 // U (T_MUON_UPDATE, the weight group span's layout), the matrix table (T_MUON_MATRICES: MuonMatrix
 // per weight-group tensor) and the Newton–Schulz scratch (T_MUON_SCRATCH).
 // MUON_MOMENTUM: m and U from ĝ; MUON_ORTHOGONALIZE: U per matrix, N per matrix; UPDATE_MUON:
-// w from U and N (docs/math.md, "Muon").
+// w from U and N (docs/math.md, "Muon"). `mode` is MUON_ORTHOGONALIZE's Newton–Schulz products:
+// 0 exact (fixed-point, the same bits on every backend), 1 fast (PlanConfig::muon_mode; docs/math.md,
+// "Muon: fast mode"); 0 on every other node.
 struct MuonDesc {
   Span update;
   Span matrices;

@@ -38,8 +38,9 @@ enum class Hyperparameter {
   kNsB,
   kNsC,
   kAuxWeightDecay,
+  kMuonMode,
 };
-constexpr int kNumHyperparameters = 20;
+constexpr int kNumHyperparameters = 21;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -166,6 +167,13 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
      "Muon: the auxiliary AdamW's decoupled weight decay, with aux_lr (default 0)", HyperRule::kNonNegative,
      &OptimizerConfig::aux_weight_decay, nullptr, nullptr, 0.0, kMuonFamily, false, true, MetaPlace::kOptional,
      kAuxWeightDecay, -1},
+    // Task-wide and planned at compile(): the compiler writes it into MUON_ORTHOGONALIZE's node
+    // (MuonDesc::mode), so no scalar slot holds it (docs/math.md, "Muon: fast mode").
+    {Hyperparameter::kMuonMode, "muon_mode", "--muon-mode",
+     "Muon: Newton-Schulz products, exact (fixed-point, the same bits on every backend) or fast (fp32 on the CPU, "
+     "bf16 with fp32 accumulation on CUDA; not bitwise across backends)",
+     HyperRule::kChoice, &OptimizerConfig::muon_mode, nullptr, nullptr, 0.0, kMuonFamily, true, false,
+     MetaPlace::kOptional, -1, -1, "exact|fast"},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.

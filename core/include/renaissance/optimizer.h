@@ -45,9 +45,10 @@ struct OptimizerConfig {
   bool amsgrad = false;
   // Muon (docs/math.md, "Muon"): the auxiliary AdamW's lr and decoupled weight decay (the
   // bias-like group and the tensors marked ParamOptimizer::kAdamW), Nesterov
-  // momentum, the Newton–Schulz steps, eps and coefficients, and the lr adjustment (0 original,
-  // 1 match_rms_adamw; task-wide). Muon's lr, weight_decay and momentum are the fields above,
-  // and beta1, beta2, eps the auxiliary AdamW's.
+  // momentum, the Newton–Schulz steps, eps and coefficients, the lr adjustment (0 original,
+  // 1 match_rms_adamw; task-wide) and the Newton–Schulz products' mode (muon_mode: 0 exact, 1 fast;
+  // task-wide). Muon's lr, weight_decay and momentum are the fields above, and beta1, beta2, eps
+  // the auxiliary AdamW's.
   double aux_lr = 3e-4;
   double aux_weight_decay = 0.0;
   bool nesterov = true;
@@ -57,6 +58,7 @@ struct OptimizerConfig {
   double ns_a = 3.4445;
   double ns_b = -4.7750;
   double ns_c = 2.0315;
+  double muon_mode = 0;
 
   // Rechecks every field against its kind (used by compile() and by file loaders).
   void validate() const;
@@ -124,6 +126,8 @@ class BuilderSetters {
     set("ns_b", &OptimizerConfig::ns_b, b);
     return set("ns_c", &OptimizerConfig::ns_c, c);
   }
+  // Muon's mode as its row's number (0 exact, 1 fast), checked like every setter's value.
+  Builder& muon_mode_value(double v) { return set("muon_mode", &OptimizerConfig::muon_mode, v); }
 
   OptimizerConfig c_;
 
@@ -198,11 +202,16 @@ class LAMB : public BuilderSetters<LAMB> {
 
 // How Muon adjusts its lr per matrix (docs/math.md, "Muon"): torch.optim.Muon's adjust_lr_fn.
 enum class MuonAdjustLr { kOriginal = 0, kMatchRmsAdamW = 1 };
+// How Muon computes Newton–Schulz's matrix products (docs/math.md, "Muon: fast mode"): exact
+// (fixed-point integer products, the same bits on every backend) or fast (fp32 products on the
+// CPU, bf16 inputs with fp32 accumulation on CUDA; not bitwise across backends).
+enum class MuonMode { kExact = 0, kFast = 1 };
 
 // Muon (kind muon): lr, weight_decay, momentum, nesterov, the Newton–Schulz steps, eps and
-// coefficients, adjust_lr for the weight group's matrices; aux_lr, aux_weight_decay, beta1, beta2,
-// eps for the auxiliary AdamW of the bias-like group and of the tensors a layout marks "adamw"
-// (torch.optim.Muon's and MuonWithAuxAdam's defaults; aux_weight_decay 0 as the Muon package's).
+// coefficients, adjust_lr and mode for the weight group's matrices; aux_lr, aux_weight_decay, beta1,
+// beta2, eps for the auxiliary AdamW of the bias-like group and of the tensors a layout marks
+// "adamw" (torch.optim.Muon's and MuonWithAuxAdam's defaults; aux_weight_decay 0 as the Muon
+// package's).
 class Muon : public BuilderSetters<Muon> {
  public:
   Muon() : BuilderSetters(OptimizerKind::kMuon) {}
@@ -214,6 +223,7 @@ class Muon : public BuilderSetters<Muon> {
     c_.adjust_lr = static_cast<double>(v);
     return *this;
   }
+  Muon& mode(MuonMode v) { return muon_mode_value(static_cast<double>(v)); }
   OptimizerConfig config() const { return c_; }
 };
 

@@ -57,9 +57,12 @@ struct PlanConfig {
   bool gradient_table = false;
   // Muon (plan_config_from_optimizer): T_MUON_UPDATE, T_MUON_MATRICES and T_MUON_SCRATCH after
   // every other region, and the matrix table with each matrix's lr factor for muon_adjust_lr
-  // (0 original, 1 match_rms_adamw; a task-wide setting). Off: nothing changes.
+  // (0 original, 1 match_rms_adamw; a task-wide setting). Off: nothing changes. muon_mode is
+  // the Newton–Schulz products' mode (0 exact, 1 fast; task-wide), which the compiler hands to
+  // MUON_ORTHOGONALIZE; it changes no region.
   bool muon = false;
   int muon_adjust_lr = 0;
+  int muon_mode = 0;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 // The families of a configuration: the kind's, and VMAX with amsgrad.

@@ -1,0 +1,141 @@
+// Muon's Newton–Schulz in fast mode on the CPU (backend_cpu/newton_schulz_fast_cpu.h): within a
+// measured bound of the float64 iteration (tests/support/oracle_f64.h) on wide, tall, conv-like,
+// one-row and multi-block shapes, closer to it than exact mode and not exact mode's bits, the same
+// bits on any thread count and run to run, the transpose rule bit for bit, a zero update zero.
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "backend_cpu/exact_matmul_cpu.h"
+#include "backend_cpu/newton_schulz_fast_cpu.h"
+#include "renaissance/math/newton_schulz.h"
+#include "support/optimizer_cases.h"
+#include "support/oracle_f64.h"
+#include "support/test_util.h"
+
+namespace renaissance {
+namespace {
+
+// The bounds of fast mode against float64 (docs/math.md, "Muon: fast mode"), measured on the
+// shapes below: relative L2 distance 4.8e-7 to 1.7e-6, largest element error 2e-7 to 8e-7 (the
+// elements are O(0.1-1)); the bounds keep a margin of about 6. fp32 products carry 24 bits
+// against the exact products' 13-14, so fast mode is about three orders closer to float64 than
+// exact mode's 0.16-0.66 % on the same inputs.
+constexpr double kFastRelL2 = 1e-5;
+constexpr double kFastMaxAbs = 5e-6;
+
+struct Shape {
+  size_t rows, cols;
+};
+// Wide, tall (transposed), square, one row, a conv weight (16, 8, 3, 3) viewed as 16 x 72, and
+// matrices of several row blocks (kFastProductBlockRows = 64), one of them tall.
+const Shape kShapes[] = {{8, 20}, {20, 8}, {32, 32}, {1, 33}, {16, 72}, {64, 256}, {200, 130}, {150, 300}};
+
+// A momentum-like update: |u| in [0.1, 1) with a sign per element (support/optimizer_cases.h).
+std::vector<float> update(Shape s, uint64_t seed) {
+  const ParamSpec p{"u", {static_cast<int64_t>(s.rows), static_cast<int64_t>(s.cols)}, Role::kFcWeight};
+  return testing_util::make_grads({p}, seed, 0, 1.0)[0];
+}
+
+Eigen::ArrayXd f64_of(const std::vector<float>& u, Shape s) {
+  const Eigen::ArrayXd ud = Eigen::Map<const Eigen::ArrayXf>(u.data(), static_cast<Eigen::Index>(u.size())).cast<double>();
+  return oracle::newton_schulz_f64(ud, static_cast<int64_t>(s.rows), static_cast<int64_t>(s.cols),
+                                   default_config(OptimizerKind::kMuon));
+}
+
+std::vector<float> fast(const std::vector<float>& u, Shape s, int threads) {
+  std::vector<float> out(u.size());
+  cpu::newton_schulz_fast_cpu(u.data(), s.rows, s.cols, out.data(), {}, 5, 1e-7f, nullptr, threads);
+  return out;
+}
+
+double rel_l2(const std::vector<float>& got, const Eigen::ArrayXd& want) {
+  const Eigen::ArrayXd g = Eigen::Map<const Eigen::ArrayXf>(got.data(), static_cast<Eigen::Index>(got.size())).cast<double>();
+  return std::sqrt((g - want).square().sum() / want.square().sum());
+}
+double max_abs(const std::vector<float>& got, const Eigen::ArrayXd& want) {
+  const Eigen::ArrayXd g = Eigen::Map<const Eigen::ArrayXf>(got.data(), static_cast<Eigen::Index>(got.size())).cast<double>();
+  return (g - want).abs().maxCoeff();
+}
+
+TEST(NewtonSchulzFastCpu, WithinTheMeasuredBoundOfFloat64AndCloserThanExactMode) {
+  double worst_rel = 0, worst_abs = 0;
+  for (const Shape s : kShapes) {
+    SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols));
+    const std::vector<float> u = update(s, 7 + s.rows);
+    const Eigen::ArrayXd want = f64_of(u, s);
+    const std::vector<float> got = fast(u, s, 2);
+    std::vector<float> exact(u.size());
+    ASSERT_TRUE(math::newton_schulz_reference(u.data(), s.rows, s.cols, exact.data()));
+    const double rel = rel_l2(got, want), abs = max_abs(got, want), rel_exact = rel_l2(exact, want);
+    std::printf("fast NS %zux%zu: relative L2 to float64 %.3g, max abs %.3g (exact mode %.3g)\n", s.rows, s.cols,
+                rel, abs, rel_exact);
+    EXPECT_LE(rel, kFastRelL2);
+    EXPECT_LE(abs, kFastMaxAbs);
+    // fp32 products: far closer to float64 than the fixed-point ones (a fast mode that ran the
+    // exact products, or lost bits in a product, would not be).
+    EXPECT_LT(rel * 100, rel_exact);
+    worst_rel = std::max(worst_rel, rel);
+    worst_abs = std::max(worst_abs, abs);
+  }
+  std::printf("fast NS worst: relative L2 %.3g, max abs %.3g\n", worst_rel, worst_abs);
+}
+
+TEST(NewtonSchulzFastCpu, NotTheExactModesBits) {
+  for (const Shape s : kShapes) {
+    if (s.rows < 2) continue;  // one row: X Xᵀ is one dot product, which may round alike
+    const std::vector<float> u = update(s, 3);
+    std::vector<float> exact(u.size());
+    ASSERT_TRUE(math::newton_schulz_reference(u.data(), s.rows, s.cols, exact.data()));
+    EXPECT_FALSE(testing_util::same_bits(fast(u, s, 1), exact)) << s.rows << "x" << s.cols;
+  }
+}
+
+TEST(NewtonSchulzFastCpu, SameBitsOnEveryThreadCountAndRunToRun) {
+  for (const Shape s : kShapes) {
+    const std::vector<float> u = update(s, 11);
+    const std::vector<float> one = fast(u, s, 1);
+    for (int threads : {1, 2, 3, 4}) {
+      EXPECT_TRUE(testing_util::same_bits(fast(u, s, threads), one)) << s.rows << "x" << s.cols << " on " << threads;
+    }
+    // In place, with a reused scratch, as the backend calls it.
+    cpu::NewtonSchulzFastScratch scratch;
+    for (int run = 0; run < 2; ++run) {
+      std::vector<float> x = u;
+      cpu::newton_schulz_fast_cpu(x.data(), s.rows, s.cols, x.data(), {}, 5, 1e-7f, &scratch, 2);
+      EXPECT_TRUE(testing_util::same_bits(x, one)) << s.rows << "x" << s.cols << " in place, run " << run;
+    }
+  }
+}
+
+TEST(NewtonSchulzFastCpu, ATallMatrixIsTheTransposeOfItsWideOneBitForBit) {
+  for (const Shape s : {Shape{24, 9}, Shape{200, 130}}) {
+    const std::vector<float> u = update(s, 5);
+    std::vector<float> ut(u.size());
+    for (size_t i = 0; i < s.rows; ++i) {
+      for (size_t j = 0; j < s.cols; ++j) ut[j * s.rows + i] = u[i * s.cols + j];
+    }
+    const std::vector<float> out = fast(u, s, 2), out_t = fast(ut, {s.cols, s.rows}, 2);
+    for (size_t i = 0; i < s.rows; ++i) {
+      for (size_t j = 0; j < s.cols; ++j) {
+        ASSERT_EQ(testing_util::float_bits(out[i * s.cols + j]), testing_util::float_bits(out_t[j * s.rows + i]))
+            << s.rows << "x" << s.cols << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(NewtonSchulzFastCpu, AZeroUpdateStaysZero) {
+  std::vector<float> u(6 * 10, 0.0f), out(6 * 10, 1.0f);
+  cpu::newton_schulz_fast_cpu(u.data(), 6, 10, out.data());
+  for (float x : out) EXPECT_EQ(testing_util::float_bits(x), 0u);
+}
+
+}  // namespace
+}  // namespace renaissance
