@@ -43,38 +43,32 @@ constexpr size_t kMaxScheduleName = 64;
 
 constexpr uint64_t kPrecisionBytes = 4 + 4 + 8;  // PREC: u32 precision, u32 rounding, u64 seed
 
-Family section_family(Section s) {
-  switch (s) {
-    case Section::kM: return Family::kM;
-    case Section::kV: return Family::kV;
-    case Section::kVmax: return Family::kVmax;
-    case Section::kN: return Family::kN;
-    default: return Family::kW;
-  }
-}
+// The family whose elements a state section holds (the model copy C: W's).
+Family section_family(Section s) { return is_family_section(s) ? section_family_of(s) : Family::kW; }
 
 bool is_state_section(Section s) {
-  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kVmax || s == Section::kN ||
-         s == Section::kC;
+  return s == Section::kC || (is_family_section(s) && family_info(section_family_of(s)).checkpoint_tag != nullptr);
 }
 
 // The sections read and written through the optimizer-state slice (read_state, write_state_part).
-bool is_sliced_section(Section s) { return s == Section::kM || s == Section::kV || s == Section::kVmax; }
+bool is_sliced_section(Section s) {
+  return is_family_section(s) && family_info(section_family_of(s)).optimizer_state;
+}
 
-// The sections a checkpoint of this optimizer kind holds, in file order; a task with a model copy
-// adds PRECISION after META and the copy C after the fp32 state (format version 3); amsgrad adds
-// VMAX after V (a file without it keeps its bytes).
+// The sections a checkpoint of this optimizer kind holds, in file order: META, PRECISION (a task
+// with a model copy, format version 3), LAYOUT, the families the plan holds in kFamilyTable's
+// order (amsgrad adds VMAX after V: a file without it keeps its bytes), the copy C, SCALARS.
 std::vector<Section> sections_for(OptimizerKind kind, bool amsgrad, bool model_copy) {
-  PlanConfig need = plan_config_from_optimizer(kind);
-  need.has_vmax = amsgrad;
+  OptimizerConfig config;
+  config.kind = kind;
+  config.amsgrad = amsgrad;
+  const PlanConfig need = plan_config_from_optimizer(config);
   std::vector<Section> s = {Section::kMeta};
   if (model_copy) s.push_back(Section::kPrecision);
   s.push_back(Section::kLayout);
-  s.push_back(Section::kW);
-  if (need.has_m) s.push_back(Section::kM);
-  if (need.has_v) s.push_back(Section::kV);
-  if (need.has_vmax) s.push_back(Section::kVmax);
-  if (need.has_n) s.push_back(Section::kN);
+  for (Family f : kFamiliesInOrder) {
+    if (need.has(f) && family_info(f).checkpoint_tag != nullptr) s.push_back(family_section(f));
+  }
   if (model_copy) s.push_back(Section::kC);
   s.push_back(Section::kScalars);
   return s;
@@ -230,19 +224,19 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
 }
 
 uint64_t family_elements(const MemoryPlan& plan, Family f) {
-  if (f == Family::kN) return plan.num_params();
+  if (family_info(f).extent == FamilyExtent::kPerTensor) return plan.num_params();
   uint64_t n = 0;
   for (const TensorInfo& t : plan.tensors()) n += static_cast<uint64_t>(t.numel);
   return n;
 }
 
 uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
-  return f == Family::kN ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
+  return family_info(f).extent == FamilyExtent::kPerTensor ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
 }
 
-// A state section's stored elements: float32 for W, M, V, N; 2-byte encodings for the copy C
+// A state section's stored elements: the family's (float32 for W, M, V, VMAX, N); 2-byte encodings for the copy C
 // (element j of C pairs with element j of W).
-uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : sizeof(float); }
+uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : family_info(section_family(s)).elem_bytes; }
 uint64_t section_elements(const MemoryPlan& plan, Section s) { return family_elements(plan, section_family(s)); }
 uint64_t section_tensor_bytes(const MemoryPlan& plan, Section s, size_t id) {
   return tensor_elements(plan, section_family(s), id) * element_bytes(s);
@@ -400,8 +394,10 @@ uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const Memo
   uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
   max_bytes += kMaxMetaBytes + 8 + params.size() * (4 + 4 + 4 + kMaxParamRank * 8);
   for (const ParamSpec& p : params) max_bytes += p.name.size();
-  for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax, Family::kN}) {
-    if (plan.has_family(f)) max_bytes += 8 + family_elements(plan, f) * sizeof(float);
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (f.checkpoint_tag != nullptr && plan.has_family(f.family)) {
+      max_bytes += 8 + family_elements(plan, f.family) * f.elem_bytes;
+    }
   }
   max_bytes += 3 * 4 + (plan.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan.region(S_SCALAR_FP64).count * 8;
   if (tensor_mask) max_bytes += 4 + params.size() * 4;  // the per-tensor steps

@@ -106,7 +106,7 @@ void upload_table(Backend* backend, const MemoryPlan& plan, Region region, const
 // hyperparameter items and tensor blocks, and the tensor tables (plan.h: a model copy's and a
 // gradient table's lookups).
 void upload_plan_tables(const MemoryPlan& plan, Backend* backend) {
-  if (plan.config().has_n) {
+  if (plan.config().has(Family::kN)) {
     upload_table(backend, plan, T_NORM_TILES, plan.norm_tiles());
     upload_table(backend, plan, T_NORM_TENSORS, plan.norm_tensors());
   }
@@ -453,9 +453,9 @@ void Task::read_grad_encoded(size_t id, uint16_t* dst) {
 void Task::write(Family family, size_t id, const float* src) {
   require_compiled("write()");
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
-  const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
+  const uint64_t count = family_info(family).extent == FamilyExtent::kPerTensor ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
-  if (family == Family::kM || family == Family::kV || family == Family::kVmax) {
+  if (family_info(family).optimizer_state) {
     return write_state_part(family, id, 0, count, src);
   }
   if (family == Family::kG && grad_dtype() != Precision::kFp32) {
@@ -491,9 +491,9 @@ void Task::read_model_copy(size_t id, uint16_t* dst) {
 void Task::read(Family family, size_t id, float* dst) {
   require_compiled("read()");
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
-  const uint64_t count = family == Family::kN ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
+  const uint64_t count = family_info(family).extent == FamilyExtent::kPerTensor ? 1 : static_cast<uint64_t>(plan_.tensor(id).numel);
   if (count == 0) return;
-  if ((family == Family::kM || family == Family::kV || family == Family::kVmax) &&
+  if (family_info(family).optimizer_state &&
       !plan_.holds_state(plan_.tensor(id).offset_in_family, count)) {
     throw_invalid(std::string("read(") + family_name(family) + ", '" + params_[id].name + "'): the tensor lies outside "
                   "the slice [" + std::to_string(plan_.state_begin()) + ", " + std::to_string(plan_.state_end()) +
@@ -703,23 +703,24 @@ std::string Task::fingerprint(const std::vector<size_t>& ids) {
   });
 }
 
-// The bytes every fingerprint hashes, in its order (W, M, V tensor by tensor in `ids` order, the
-// model copy, the step count), in pieces: the streaming hash does not depend on how the bytes are
-// split, and a gathered read holds one piece at a time.
+// The bytes every fingerprint hashes, in its order (the step_state families in kFamilyTable's
+// order, W, M, V, VMAX, each tensor by tensor in `ids` order; the model copy; the step count), in
+// pieces: the streaming hash does not depend on how the bytes are split, and a gathered read
+// holds one piece at a time.
 std::string Task::hash_state(const std::vector<size_t>& ids, const StateReader& read_mv) {
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> holder(XXH3_createState(), &XXH3_freeState);
   XXH3_state_t* state = holder.get();
   XXH3_64bits_reset(state);
   constexpr uint64_t kPiece = uint64_t{1} << 20;
   std::vector<float> buffer;
-  for (Family family : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
-    if (!plan_.has_family(family)) continue;
+  for (Family family : kFamiliesInOrder) {
+    if (!family_info(family).step_state || !plan_.has_family(family)) continue;
     for (size_t id : ids) {
       const uint64_t numel = static_cast<uint64_t>(plan_.tensor(id).numel);
       for (uint64_t first = 0; first < numel; first += kPiece) {
         const uint64_t n = std::min(kPiece, numel - first);
         buffer.resize(static_cast<size_t>(n));
-        if (family == Family::kW) {
+        if (!family_info(family).optimizer_state) {
           backend_->download(plan_.tensor_offset(family, id) + first * sizeof(float), buffer.data(), n * sizeof(float));
         } else {
           read_mv(family, id, first, n, buffer.data());

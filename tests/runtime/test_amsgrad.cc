@@ -253,7 +253,10 @@ TEST_P(AmsgradTest, CheckpointCarriesVmax) {
   auto first = make(true);
   for (int s = 0; s < kSteps / 2; ++s) feed(*first, s);
   first->save(path);
-  EXPECT_NE(file_bytes(path).find("FAMX"), std::string::npos) << "an amsgrad checkpoint holds the VMAX section";
+  const std::string bytes = file_bytes(path);
+  EXPECT_NE(bytes.find("FAMX"), std::string::npos) << "an amsgrad checkpoint holds the VMAX section";
+  EXPECT_LT(bytes.find("FAMV"), bytes.find("FAMX")) << "VMAX comes right after V";
+  EXPECT_LT(bytes.find("FAMX"), bytes.find("SCAL")) << "VMAX comes before the scalars";
   EXPECT_TRUE(read_checkpoint_info(path).config.amsgrad);
   auto resumed = make(true);
   resumed->load(path);
