@@ -55,13 +55,10 @@ bool is_sliced_section(Section s) {
   return is_family_section(s) && family_info(section_family_of(s)).optimizer_state;
 }
 
-// The sections a checkpoint of this optimizer kind holds, in file order: META, PRECISION (a task
+// The sections a checkpoint of this configuration holds, in file order: META, PRECISION (a task
 // with a model copy, format version 3), LAYOUT, the families the plan holds in kFamilyTable's
 // order (amsgrad adds VMAX after V: a file without it keeps its bytes), the copy C, SCALARS.
-std::vector<Section> sections_for(OptimizerKind kind, bool amsgrad, bool model_copy) {
-  OptimizerConfig config;
-  config.kind = kind;
-  config.amsgrad = amsgrad;
+std::vector<Section> sections_for(const OptimizerConfig& config, bool model_copy) {
   const PlanConfig need = plan_config_from_optimizer(config);
   std::vector<Section> s = {Section::kMeta};
   if (model_copy) s.push_back(Section::kPrecision);
@@ -277,7 +274,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const bool model_copy = plan_.has_model_copy();
-  const std::vector<Section> sections = sections_for(config().kind, config().amsgrad, model_copy);
+  const std::vector<Section> sections = sections_for(config(), model_copy);
 
   Bytes precision;
   precision.u32(static_cast<uint32_t>(options_.precision.precision));
@@ -548,7 +545,7 @@ Decoded decode_checkpoint(const std::string& path, const FileReader& file, const
     decode_meta(c, &d.info);
     check_meta_matches(path, d.info, config, options.check_finite);
   }
-  d.sections = sections_for(d.info.config.kind, d.info.config.amsgrad, file_copy);
+  d.sections = sections_for(d.info.config, file_copy);
   if (declared_sections != d.sections.size()) {
     parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
                               optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +
