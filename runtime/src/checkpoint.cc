@@ -406,8 +406,9 @@ uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const Memo
   return max_bytes;
 }
 
-// The compiled step depends on the kind, amsgrad, the decay mode, clipping on or off and the
-// check-finite flag: META's must be the task's. Everything else is adopted.
+// The compiled step depends on the kind, amsgrad (and any other switch of a family), the decay
+// mode, clipping on or off and the check-finite flag: META's must be the task's. Everything else
+// is adopted.
 void check_meta_matches(const std::string& path, const CheckpointInfo& info, const OptimizerConfig& task,
                         bool check_finite) {
   const OptimizerConfig& cfg = info.config;
@@ -418,6 +419,13 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
   if (cfg.amsgrad != task.amsgrad) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
                   " amsgrad, task runs " + (task.amsgrad ? "with" : "without") + " it");
+  }
+  // Any other switch of a family (kFamilyTable's FamilyNeed): the file's families are the task's.
+  const PlanConfig file_families = plan_config_from_optimizer(cfg), task_families = plan_config_from_optimizer(task);
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (file_families.has(f.family) == task_families.has(f.family)) continue;
+    throw_invalid("checkpoint " + path + ": checkpoint was made " + (file_families.has(f.family) ? "with" : "without") +
+                  " the " + f.name + " family, task runs " + (task_families.has(f.family) ? "with" : "without") + " it");
   }
   if (cfg.weight_decay_mode != task.weight_decay_mode) {
     auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
