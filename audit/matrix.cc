@@ -20,8 +20,8 @@
 //    dampening with clipping, with and without the mask; on odd_sizes (empty and scalar tensors)
 //    every kind with the mask, the gradient table and 2 groups, precision rotating; on tiny_many
 //    every kind with the gradient table and 3 groups;
-//  - muon runs the small tier only, without the simulated-ranks cell (it has no sharded step
-//    yet): its exact Newton–Schulz on the reference products makes its big and drift cells
+//  - muon runs the small tier only, without the simulated-ranks cell (recorded before Muon had a
+//    sharded step; one would be appended with its own goldens): its exact Newton–Schulz on the reference products makes its big and drift cells
 //    minutes each on two cores; they belong to the GPU machine's golden recording.
 #include "audit/matrix.h"
 
@@ -201,7 +201,8 @@ void append_feature_cells(Tier tier, OptimizerKind kind, const std::string& layo
       c.config.validate();
       out->push_back(c);
     }
-    // Muon has no sharded step yet (Task and ShardedStep refuse it): no simulated-ranks cell.
+    // No simulated-ranks cell for Muon: the matrix was recorded before Muon had a sharded step,
+    // and a cell placed here would move every later cell (new cells are appended).
     if (kind != OptimizerKind::kMuon) {
       Cell c = base(WeightDecayMode::kDecoupled);
       c.simulated_ranks = 3;

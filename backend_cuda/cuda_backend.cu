@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <sstream>
 #include <utility>
@@ -385,6 +386,7 @@ class CudaBackend final : public Backend {
     h.matrices.clear();
     h.blocks.clear();
     h.steps.clear();
+    h.classes.clear();
     h.matrices_offset = 0;
     if (node == nullptr) return;
     h.matrices_offset = node->muon.matrices.offset;
@@ -405,11 +407,28 @@ class CudaBackend final : public Backend {
       h.steps.push_back(static_cast<int>(value));
       ns_steps_watch_.push_back({at, value});
     }
+    // The shape classes: (min side, max side, block), in the order of each class's first matrix.
+    const NewtonSchulzMode mode = node->muon.mode == 1 ? NewtonSchulzMode::kFast : NewtonSchulzMode::kExact;
+    std::vector<std::pair<std::array<int64_t, 3>, std::vector<NewtonSchulzEntry>>> groups;
+    for (size_t t = 0; t < h.matrices.size(); ++t) {
+      const MuonMatrix& m = h.matrices[t];
+      if (m.rows <= 0 || m.cols <= 0) continue;
+      const std::array<int64_t, 3> key{std::min(m.rows, m.cols), std::max(m.rows, m.cols),
+                                       h.blocks.empty() ? 0 : h.blocks[t]};
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
+      it->second.push_back({m.start, m.rows > m.cols ? 1 : 0});
+    }
+    h.classes.clear();
     size_t need = 0;
-    for (const MuonMatrix& m : h.matrices) {
-      if (m.rows > 0 && m.cols > 0) {
-        need = std::max(need, newton_schulz_scratch_bytes(static_cast<size_t>(m.rows), static_cast<size_t>(m.cols)));
-      }
+    for (auto& g : groups) {
+      MuonClass cls;
+      cls.block = static_cast<int32_t>(g.first[2]);
+      cls.steps = h.steps[static_cast<size_t>(cls.block)];
+      cls.batch = std::make_unique<NewtonSchulzBatch>(static_cast<size_t>(g.first[0]), static_cast<size_t>(g.first[1]),
+                                                      std::move(g.second), mode, options_.cuda_muon_batches);
+      need = std::max(need, cls.batch->scratch_bytes());
+      h.classes.push_back(std::move(cls));
     }
     if (need > node->muon.scratch.count * sizeof(float) && need > h.scratch_bytes) {
       if (h.scratch != nullptr) RN_CUDA_CHECK(cudaFree(h.scratch));

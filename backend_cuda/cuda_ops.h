@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend_cuda/cuda_check.h"
+#include "backend_cuda/newton_schulz.h"
 #include "renaissance/backend.h"
 #include "renaissance/graph.h"
 #include "renaissance/model_copy_key.h"
@@ -31,14 +33,24 @@ struct LaunchConfig {
   int sm_count = 1;           // multiprocessors of the device
 };
 
+// The weight-group matrices of one shape class (min side, max side) and one scalar block, which
+// MUON_ORTHOGONALIZE orthogonalises as one batch with that block's coefficients and step count.
+struct MuonClass {
+  int32_t block = 0;
+  int steps = 0;
+  std::unique_ptr<NewtonSchulzBatch> batch;
+};
+
 // What MUON_ORTHOGONALIZE needs on the host when its launches are enqueued (one launch sequence
-// per matrix, sized by the matrix): the backend downloads it from the arena before a capture (or
-// before each step without graphs), so nothing is read from the device during a capture.
+// per shape class, sized by it): the backend downloads the tables from the arena and plans the
+// classes before a capture (or before each step without graphs), so nothing is read from the
+// device during a capture.
 struct MuonHost {
   uint64_t matrices_offset = 0;        // the node's T_MUON_MATRICES span, which this copies
   std::vector<MuonMatrix> matrices;    // per weight-group tensor
   std::vector<int32_t> blocks;         // each tensor's scalar block (empty: block 0 for all)
   std::vector<int> steps;              // ns_steps of each scalar block (kNsSteps), as launched
+  std::vector<MuonClass> classes;      // the matrices by (shape class, block), in first-seen order
   void* scratch = nullptr;             // Newton–Schulz scratch when the arena's is too small
   size_t scratch_bytes = 0;
 };

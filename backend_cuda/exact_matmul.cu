@@ -29,8 +29,6 @@ namespace {
 
 constexpr int kScaleThreads = 256;
 constexpr int kElementThreads = 256;
-// k of the digit arrays is padded with zeros to a multiple of this (one mma k step).
-constexpr size_t kPadK = 32;
 // The integer-unit product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
 // threads (each thread kTile/kTileThreads squared elements), k in chunks of kChunk.
 constexpr int kTile = 64;
@@ -52,22 +50,21 @@ static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} <
               "the int32 digit sums cannot overflow");
 static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
-
-// Vector v of `count` vectors, element p at base[v * outer + p * inner]: a row of A (outer = row
-// stride, inner = column stride) or a column of B (outer = column stride, inner = row stride).
-// Writes its shift and whether it is finite.
+// Vector g of nb * count vectors (matrix g / count of the set, its vector v = g % count): element p
+// at base[(g / count) * mstride + v * outer + p * inner], a row of A (outer = row stride, inner =
+// column stride) or a column of B (outer = column stride, inner = row stride). Writes its shift and
+// whether it is finite at g.
 __global__ void __launch_bounds__(kScaleThreads)
-    vector_scales_kernel(const float* base, size_t count, size_t len, size_t outer, size_t inner, int* shift,
-                         int* finite, SkipFlags skip) {
+    vector_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ float amax[kScaleThreads];
   __shared__ int bad[kScaleThreads];
-  for (size_t v = blockIdx.x; v < count; v += gridDim.x) {
+  for (size_t g = blockIdx.x; g < set.nb * set.count; g += gridDim.x) {
+    const float* vector = set.base + (g / set.count) * set.mstride + (g % set.count) * set.outer;
     float mx = 0.0f;
     int nonfinite = 0;
-    for (size_t p = threadIdx.x; p < len; p += blockDim.x) {
-      const float x = fabsf(base[v * outer + p * inner]);
+    for (size_t p = threadIdx.x; p < set.len; p += blockDim.x) {
+      const float x = fabsf(vector[p * set.inner]);
       if (!isfinite(x)) nonfinite = 1;
       else if (x > mx) mx = x;
     }
@@ -82,35 +79,44 @@ __global__ void __launch_bounds__(kScaleThreads)
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      finite[v] = !bad[0];
-      shift[v] = bad[0] ? 0 : math::fixed_point_shift(amax[0]);
+      finite[g] = !bad[0];
+      shift[g] = bad[0] ? 0 : math::fixed_point_shift(amax[0]);
     }
     __syncthreads();  // amax/bad are rewritten by the next vector
   }
 }
 
-// The digits of the fixed point of base[v * outer + p * inner] at hi/lo[v * kp + p] (0 for p >= len,
-// the padding, and for a non-finite vector, as the reference: its results are NaN whatever q
-// holds): lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact).
-// The walk follows whichever side is contiguous (reads when inner == 1, else the vectors).
-__global__ void fixed_point_kernel(const float* base, size_t count, size_t len, size_t kp, size_t outer, size_t inner,
-                                   const int* shift, const int* finite, int8_t* hi, int8_t* lo, SkipFlags skip) {
+// The digits of the fixed point of vector g's element p (VectorSet indexing) at
+// hi/lo[g * kp + p] (0 for p >= len, the padding, and for a non-finite vector, as the reference:
+// its results are NaN whatever q holds): lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) /
+// 128 in [-64, 64] (exact), and with `sum` non-null also hi + lo in [-128, 127] (an int8: the
+// middle digit product of the three-product form, exact_matmul_internal.cuh). The walk follows
+// whichever side is contiguous (reads when inner == 1, else the vectors).
+__global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
+                                   int8_t* lo, int8_t* sum, SkipFlags skip) {
   if (skip_now(skip)) return;
-  const size_t total = count * kp;
+  const size_t per_matrix = set.count * kp;
+  const size_t total = set.nb * per_matrix;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t m = e / per_matrix, f = e % per_matrix;
     size_t v, p;
-    if (inner == 1) {
-      v = e / kp;
-      p = e % kp;
+    if (set.inner == 1) {
+      v = f / kp;
+      p = f % kp;
     } else {
-      p = e / count;
-      v = e % count;
+      p = f / set.count;
+      v = f % set.count;
     }
-    const int32_t q = (p < len && finite[v]) ? math::to_fixed_point(base[v * outer + p * inner], shift[v]) : 0;
+    const size_t g = m * set.count + v;
+    const int32_t q = (p < set.len && finite[g])
+                          ? math::to_fixed_point(set.base[m * set.mstride + v * set.outer + p * set.inner], shift[g])
+                          : 0;
     const int32_t l = ((q + 64) & 127) - 64;
-    hi[v * kp + p] = static_cast<int8_t>((q - l) / 128);
-    lo[v * kp + p] = static_cast<int8_t>(l);
+    const int32_t h = (q - l) / 128;
+    hi[g * kp + p] = static_cast<int8_t>(h);
+    lo[g * kp + p] = static_cast<int8_t>(l);
+    if (sum != nullptr) sum[g * kp + p] = static_cast<int8_t>(h + l);
   }
 }
 
@@ -334,6 +340,23 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
+size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
+
+void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip) {
+  if (set.nb * set.count == 0) return;
+  vector_scales_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, shift, finite, skip);
+  RN_CUDA_CHECK_LAUNCH("exact matmul scales");
+}
+
+void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,
+                        int8_t* sum, cudaStream_t stream, SkipFlags skip) {
+  const size_t total = set.nb * set.count * kp;
+  if (total == 0) return;
+  fixed_point_kernel<<<grid_of(total, kElementThreads), kElementThreads, 0, stream>>>(set, kp, shift, finite, hi, lo,
+                                                                                       sum, skip);
+  RN_CUDA_CHECK_LAUNCH("exact matmul fixed point");
+}
+
 MatmulBounds matmul_bounds(size_t m, size_t k, size_t n) { return {m, n, m * padded_k(k), n * padded_k(k)}; }
 
 size_t matmul_scratch_bytes(const MatmulBounds& b) {
@@ -362,20 +385,12 @@ void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k,
   int8_t* al = reinterpret_cast<int8_t*>(take(m * kp));
   int8_t* bh = reinterpret_cast<int8_t*>(take(n * kp));
   int8_t* bl = reinterpret_cast<int8_t*>(take(n * kp));
-  vector_scales_kernel<<<grid_of(m, 1), kScaleThreads, 0, stream>>>(a.data, m, k, a.row_stride, a.col_stride,
-                                                                     row_shift, row_finite, skip);
-  RN_CUDA_CHECK_LAUNCH("exact matmul row scales");
-  vector_scales_kernel<<<grid_of(n, 1), kScaleThreads, 0, stream>>>(b.data, n, k, b.col_stride, b.row_stride,
-                                                                     col_shift, col_finite, skip);
-  RN_CUDA_CHECK_LAUNCH("exact matmul column scales");
-  if (kp > 0) {
-    fixed_point_kernel<<<grid_of(m * kp, kElementThreads), kElementThreads, 0, stream>>>(
-        a.data, m, k, kp, a.row_stride, a.col_stride, row_shift, row_finite, ah, al, skip);
-    RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of A");
-    fixed_point_kernel<<<grid_of(n * kp, kElementThreads), kElementThreads, 0, stream>>>(
-        b.data, n, k, kp, b.col_stride, b.row_stride, col_shift, col_finite, bh, bl, skip);
-    RN_CUDA_CHECK_LAUNCH("exact matmul fixed point of B");
-  }
+  const VectorSet rows_of_a{a.data, 1, m, k, a.row_stride, a.col_stride, 0};
+  const VectorSet cols_of_b{b.data, 1, n, k, b.col_stride, b.row_stride, 0};
+  launch_vector_scales(rows_of_a, row_shift, row_finite, stream, skip);
+  launch_vector_scales(cols_of_b, col_shift, col_finite, stream, skip);
+  launch_fixed_point(rows_of_a, kp, row_shift, row_finite, ah, al, nullptr, stream, skip);
+  launch_fixed_point(cols_of_b, kp, col_shift, col_finite, bh, bl, nullptr, stream, skip);
   const Digits d{ah, al, bh, bl, row_shift, row_finite, col_shift, col_finite};
   const bool mma = kernel == ExactKernel::kTensorCores || (kernel == ExactKernel::kAuto && tensor_cores_available());
   if (kernel == ExactKernel::kTensorCores && !tensor_cores_available()) {

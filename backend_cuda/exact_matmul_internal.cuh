@@ -1,5 +1,7 @@
 // What exact_matmul.cu shares with the other exact-mode device code (newton_schulz.cu): the
-// product's launcher over a scratch sized by explicit bounds, on a cudaStream_t.
+// product's launcher over a scratch sized by explicit bounds, on a cudaStream_t, and the operand
+// preparation (scales and int8 digits) over sets of vectors of several matrices at once, which the
+// batched Newton–Schulz feeds to cuBLASLt's int8 products.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +13,36 @@
 
 namespace renaissance {
 namespace cuda {
+
+// k of the digit arrays is padded with zeros to a multiple of this (one mma k step; cuBLASLt's
+// int8 products want leading dimensions that are multiples of 4).
+constexpr size_t kPadK = 32;
+size_t padded_k(size_t k);
+
+// nb matrices' vectors (rows of a left operand or columns of a right one), `count` per matrix, each
+// of `len` elements: vector v of matrix m has element p at base[m * mstride + v * outer + p * inner].
+struct VectorSet {
+  const float* base;
+  size_t nb;
+  size_t count;
+  size_t len;
+  size_t outer;
+  size_t inner;
+  size_t mstride;
+};
+
+// Per vector g = m * count + v: its shift and finiteness (exact_matmul.h's scale).
+void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip);
+
+// Per vector g, its fixed-point values' digits at [g * kp, g * kp + kp) (zero padded past len):
+// hi and lo (q = 128 hi + lo), and with `sum` non-null hi + lo, which fits an int8 ([-128, 127]).
+// The three-product form then gets every digit cross term from three int8 products:
+// HH = Σ hi·hi', LL = Σ lo·lo', SS = Σ (hi+lo)(hi'+lo'), and S = 2^14 HH + 2^7 (SS - HH - LL) + LL.
+void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,
+                        int8_t* sum, cudaStream_t stream, SkipFlags skip);
+
+// The longest padded k whose three int32 digit sums cannot overflow: |SS| <= k * 2^14 < 2^31.
+constexpr size_t kDigitSumMaxK = size_t{1} << 16;
 
 // Upper bounds of the products one scratch serves: rows of A (m), columns of B (n), and the
 // digit counts of A (m * padded k) and B (n * padded k); matmul_bounds gives one product's.

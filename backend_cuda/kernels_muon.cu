@@ -3,9 +3,10 @@
 //   U = Nesterov ? lerp(ĝ, m, μ) : m (math::muon_momentum), one float4 per thread and trip; with
 //   H > 1 one block per HyperItem with its block's scalars (a masked item is skipped).
 // - MUON_ORTHOGONALIZE: each matrix's adjusted lr into N (math::muon_adjusted_lr, one launch), then
-//   per matrix of the table the exact Newton–Schulz of newton_schulz.cu on its part of U, in place,
-//   with its block's coefficients, eps and step count (launches sized per matrix from the host copy
-//   of the table, CudaContext::muon). A skipped step or a masked tensor cancels the kernels.
+//   per shape class and scalar block (MuonClass, planned from the host copy of the table,
+//   CudaContext::muon) the Newton–Schulz batch of newton_schulz.cu over its matrices of U, in
+//   place, with the block's coefficients, eps and step count, in the node's mode (exact or fast).
+//   A skipped step or a masked tensor cancels the kernels.
 // - UPDATE_MUON: the tile walker (tile_walker.cuh) over the weight group's tiles, factor = N of the
 //   tile's tensor, w = (w*decay) - (lr_adj*U) (math::muon_update), the model copy from registers.
 #include <cuda_runtime.h>
@@ -141,23 +142,16 @@ void launch_MUON_ORTHOGONALIZE(const CudaContext& ctx, const GraphNode& node) {
   RN_CUDA_CHECK_LAUNCH("muon adjusted lr kernel");
   float* u = ctx.at<float>(node.muon.update);
   const uint64_t arena_scratch_bytes = node.muon.scratch.count * sizeof(float);
-  for (int64_t t = 0; t < count; ++t) {
-    const MuonMatrix& mat = host->matrices[static_cast<size_t>(t)];
-    if (mat.rows <= 0 || mat.cols <= 0) continue;
-    const size_t rows = static_cast<size_t>(mat.rows), cols = static_cast<size_t>(mat.cols);
-    const int32_t block = host->blocks.empty() ? 0 : host->blocks[static_cast<size_t>(t)];
-    const float* bs = ctx.scalars.f32 + static_cast<int64_t>(block) * kNumScalarF32;
-    const size_t need = newton_schulz_scratch_bytes(rows, cols);
+  for (const MuonClass& cls : host->classes) {
+    const float* bs = ctx.scalars.f32 + static_cast<int64_t>(cls.block) * kNumScalarF32;
+    const size_t need = cls.batch->scratch_bytes();
     void* scratch = need <= arena_scratch_bytes ? static_cast<void*>(ctx.at<char>(node.muon.scratch)) : host->scratch;
     if (need > arena_scratch_bytes && need > host->scratch_bytes) {
       throw Error(ErrorKind::kBackend, "cuda backend: no Newton-Schulz scratch of " + std::to_string(need) +
-                                           " bytes for a " + std::to_string(rows) + " x " + std::to_string(cols) +
-                                           " matrix");
+                                           " bytes for a class of " + std::to_string(cls.batch->size()) + " matrices");
     }
-    const SkipFlags skip{flag, mask != nullptr ? mask + block : nullptr};
-    float* x = u + mat.start;
-    newton_schulz_device(x, rows, cols, x, {bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps},
-                         host->steps[static_cast<size_t>(block)], scratch, ctx.stream, skip);
+    const SkipFlags skip{flag, mask != nullptr ? mask + cls.block : nullptr};
+    cls.batch->enqueue(u, {bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps}, cls.steps, scratch, ctx.stream, skip);
   }
 }
 

@@ -5,6 +5,12 @@
 // X = u / max(‖u‖_F, eps) (transposed when rows > cols), then per step the exact products of
 // exact_matmul.cu and the element-wise steps of renaissance/math/newton_schulz.h (single rounded
 // fp32 operations; device code is compiled with --fmad=false, and the division is __fdiv_rn).
+// The kernels take a batch: the matrices of one shape class (NewtonSchulzEntry table; null: one
+// matrix at 0), each X in its own r x c slice of one slab. NewtonSchulzBatch's exact products are
+// three cuBLASLt int8 products over the class (exact_matmul_internal.cuh's three-product form) and
+// one combining kernel that forms each exact sum in int64, rounds it once and applies the
+// iteration's element-wise step; its fast products are cuBLASLt's bf16 tensor-core products with
+// the element-wise steps as their alpha/beta (torch's addmm form).
 #include "backend_cuda/newton_schulz.h"
 
 #include <cuda_runtime.h>
@@ -12,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/exact_matmul_internal.cuh"
@@ -27,6 +34,15 @@ namespace {
 using math::kNormLanes;
 constexpr int kElementThreads = 256;
 
+// The batch's matrices: entry b starts at start(b) elements into u and is stored c x r when
+// transposed(b) (else r x c); no table: one matrix at 0 with the launch's `transposed`.
+struct Entries {
+  const NewtonSchulzEntry* table;
+  bool transposed;
+  __device__ int64_t start(size_t b) const { return table != nullptr ? table[b].start : 0; }
+  __device__ bool is_transposed(size_t b) const { return table != nullptr ? table[b].transposed != 0 : transposed; }
+};
+
 // math::norm_lane_tree over the block's kNormLanes threads through shared memory (lane j adds
 // lane j + s, s = 128 ... 1); the root is left in lanes[0]. Every thread of the block calls it.
 __device__ __forceinline__ void lane_tree(double* lanes) {
@@ -37,17 +53,20 @@ __device__ __forceinline__ void lane_tree(double* lanes) {
   }
 }
 
-// One block of kNormLanes threads per tile of u (grid-stride): thread j is lane j and adds, in
-// increasing element order, the squares (in double) of elements r*kNormRound + 4j + q (rounds r,
-// quad q) of the tile; the tree makes the tile's partial, stored as partials[kNormComponents * t]
-// (the layout math::tensor_sum_lane reads; the other component is 0).
+// One block of kNormLanes threads per tile of entry blockIdx.y's matrix (grid-stride over the
+// tiles): thread j is lane j and adds, in increasing element order, the squares (in double) of
+// elements r*kNormRound + 4j + q (rounds r, quad q) of the tile; the tree makes the tile's partial,
+// stored as the entry's partials[kNormComponents * t] (the layout math::tensor_sum_lane reads; the
+// other component is 0). The matrix's own (row-major) order, whatever its orientation.
 __global__ void __launch_bounds__(kNormLanes)
-    norm_tiles_kernel(const float* __restrict__ u, int64_t count, double* __restrict__ partials,
-                      SkipFlags skip) {
+    norm_tiles_kernel(const float* __restrict__ u_all, const Entries entries, int64_t count,
+                      double* __restrict__ partials_all, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ double lanes[kNormLanes];
   const int j = threadIdx.x;
+  const float* __restrict__ u = u_all + entries.start(blockIdx.y);
   const int64_t tiles = (count + math::kNormTile - 1) / math::kNormTile;
+  double* __restrict__ partials = partials_all + static_cast<int64_t>(blockIdx.y) * tiles * math::kNormComponents;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t begin = t * math::kNormTile;
     const int length = static_cast<int>(count - begin < math::kNormTile ? count - begin : math::kNormTile);
@@ -69,14 +88,16 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
-// One block of kNormLanes threads: the tiles' partials combined as math::combine_tile_partials
-// does (sum-lane j = math::tensor_sum_lane, then the tree), the norm float(sqrt(sum)), and the
-// denominator max(norm, eps) as the reference forms it (norm > eps ? norm : eps).
+// One block of kNormLanes threads per entry (blockIdx.x): its tiles' partials combined as
+// math::combine_tile_partials does (sum-lane j = math::tensor_sum_lane, then the tree), the norm
+// float(sqrt(sum)), and the denominator max(norm, eps) as the reference forms it.
 __global__ void __launch_bounds__(kNormLanes)
-    norm_denominator_kernel(const double* __restrict__ partials, int64_t tiles, const float* __restrict__ eps,
-                            float* __restrict__ denom, SkipFlags skip) {
+    norm_denominator_kernel(const double* __restrict__ partials_all, int64_t tiles, const float* __restrict__ eps,
+                            float* __restrict__ denoms, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ double lanes[kNormLanes];
+  const double* __restrict__ partials = partials_all + static_cast<int64_t>(blockIdx.x) * tiles * math::kNormComponents;
+  float* __restrict__ denom = denoms + blockIdx.x;
   double sums[math::kNormComponents];
   math::tensor_sum_lane(partials, tiles, static_cast<int>(threadIdx.x), sums);
   lanes[threadIdx.x] = sums[0];
@@ -89,16 +110,18 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
-// X (r x c) = u / denom, X = u^T when transposed (u is rows x cols; r x c = cols x rows then).
-__global__ void load_x_kernel(const float* __restrict__ u, size_t cols, bool transposed, size_t r, size_t c,
-                              const float* __restrict__ denom, float* __restrict__ x, SkipFlags skip) {
+// Entry b's X (r x c, slice b of the slab x) = its matrix / denoms[b]; the matrix's transpose when
+// it is stored c x r.
+__global__ void load_x_kernel(const float* __restrict__ u, const Entries entries, size_t nb, size_t r, size_t c,
+                              const float* __restrict__ denoms, float* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
-  const float d = *denom;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * c;
+  const size_t per = r * c;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t i = e / c, j = e % c;
-    const float v = transposed ? u[j * cols + i] : u[i * cols + j];
-    x[e] = __fdiv_rn(v, d);
+    const size_t b = e / per, f = e % per, i = f / c, j = f % c;
+    const float* m = u + entries.start(b);
+    const float v = entries.is_transposed(b) ? m[j * r + i] : m[i * c + j];
+    x[e] = __fdiv_rn(v, denoms[b]);
   }
 }
 
@@ -124,14 +147,55 @@ __global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__
   }
 }
 
-// out (rows x cols) = X, or X^T when transposed.
-__global__ void store_out_kernel(const float* __restrict__ x, size_t cols, bool transposed, size_t r, size_t c,
+// Entry b's matrix = its X, transposed back when it is stored c x r.
+__global__ void store_out_kernel(const float* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
                                  float* __restrict__ out, SkipFlags skip) {
   if (skip_now(skip)) return;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * c;
+  const size_t per = r * c;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t i = e / c, j = e % c;
-    out[transposed ? j * cols + i : e] = x[e];
+    const size_t b = e / per, f = e % per, i = f / c, j = f % c;
+    float* m = out + entries.start(b);
+    m[entries.is_transposed(b) ? j * r + i : f] = x[e];
+  }
+}
+
+// What a combining kernel does with the rounded product v of element e.
+enum class Epilogue {
+  kStore,       // out = v (A = X X^T)
+  kPolynomial,  // out = (k1 * out) + (k2 * v): B = (b*A) + (c*P), over A in place
+  kUpdate,      // out = (k1 * out) + v: X = (a*X) + Q, over X in place
+};
+
+// The exact products of a batch from its three int32 digit sums (the three-product form of
+// exact_matmul_internal.cuh): element e = (b, i, j) of nb matrices ni x nj, its sums at e (the
+// callers lay the products out so), its row scale and finiteness at si/fi[b * ni + i] and column's
+// at sj/fj[b * nj + j]; the sum S in int64, one rounding (math::from_fixed_point), a NaN for a
+// non-finite row or column, then the epilogue with its coefficients (device floats).
+template <Epilogue kEpilogue>
+__global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
+                               const int32_t* __restrict__ ss, size_t nb, size_t ni, size_t nj,
+                               const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
+                               const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ k1,
+                               const float* __restrict__ k2, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
+  const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
+  const size_t per = ni * nj;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t b = e / per, f = e % per;
+    const size_t gi = b * ni + f / nj, gj = b * nj + f % nj;
+    const int64_t h = hh[e], l = ll[e];
+    const int64_t sum = h * 16384 + (static_cast<int64_t>(ss[e]) - h - l) * 128 + l;
+    const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
+    if (kEpilogue == Epilogue::kStore) {
+      out[e] = v;
+    } else if (kEpilogue == Epilogue::kPolynomial) {
+      out[e] = math::newton_schulz_polynomial(c1, c2, out[e], v);
+    } else {
+      out[e] = math::newton_schulz_combine(c1, out[e], v);
+    }
   }
 }
 
@@ -142,29 +206,101 @@ unsigned grid_of(size_t items, unsigned per_block) {
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The scratch of an r x c iteration (r <= c), in order: the norm's tile partials, the
+int64_t norm_tiles(size_t r, size_t c) {
+  return static_cast<int64_t>((r * c + math::kNormTile - 1) / math::kNormTile);
+}
+
+// Carves consecutive 256-byte aligned pieces out of a scratch (or, with base null, only counts).
+struct Carver {
+  char* base;
+  size_t at = 0;
+  template <class T>
+  T* take(size_t count) {
+    T* p = base != nullptr ? reinterpret_cast<T*>(base + at) : nullptr;
+    at += aligned(std::max<size_t>(1, count) * sizeof(T));
+    return p;
+  }
+};
+
+// The start of an iteration for nb entries: each matrix's norm, then X = matrix / max(norm, eps).
+void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size_t c, const float* eps,
+                      double* partials, float* denoms, float* x, cudaStream_t stream, SkipFlags skip) {
+  const int64_t tiles = norm_tiles(r, c);
+  const dim3 grid(grid_of(static_cast<size_t>(tiles), 1), static_cast<unsigned>(nb));
+  norm_tiles_kernel<<<grid, kNormLanes, 0, stream>>>(u, entries, static_cast<int64_t>(r * c), partials, skip);
+  RN_CUDA_CHECK_LAUNCH("newton-schulz norm tiles");
+  norm_denominator_kernel<<<static_cast<unsigned>(nb), kNormLanes, 0, stream>>>(partials, tiles, eps, denoms, skip);
+  RN_CUDA_CHECK_LAUNCH("newton-schulz norm");
+  load_x_kernel<<<grid_of(nb * r * c, kElementThreads), kElementThreads, 0, stream>>>(u, entries, nb, r, c, denoms, x,
+                                                                                       skip);
+  RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
+}
+
+void launch_store(const float* x, Entries entries, size_t nb, size_t r, size_t c, float* out, cudaStream_t stream,
+                  SkipFlags skip) {
+  store_out_kernel<<<grid_of(nb * r * c, kElementThreads), kElementThreads, 0, stream>>>(x, entries, nb, r, c, out,
+                                                                                          skip);
+  RN_CUDA_CHECK_LAUNCH("newton-schulz store");
+}
+
+// The scratch of one matrix's r x c iteration (r <= c), in order: the norm's tile partials, the
 // denominator, X, A (then B in place), P, Q, and the products' scratch, sized for the three
 // products (r x c)(c x r), (r x r)(r x r), (r x r)(r x c).
 struct Layout {
-  size_t partials, denom, x, gram, gram2, q, matmul, total;
-  Layout(size_t r, size_t c) {
-    const size_t tiles = (r * c + math::kNormTile - 1) / math::kNormTile;
-    size_t at = 0;
-    auto take = [&at](size_t bytes) {
-      const size_t p = at;
-      at += aligned(bytes);
-      return p;
-    };
-    partials = take(std::max<size_t>(1, tiles) * math::kNormComponents * sizeof(double));
-    denom = take(sizeof(float));
-    x = take(r * c * sizeof(float));
-    gram = take(r * r * sizeof(float));
-    gram2 = take(r * r * sizeof(float));
-    q = take(r * c * sizeof(float));
-    // The three products' bounds: (r, c, r), (r, r, r), (r, r, c) as (m, k, n).
+  double* partials;
+  float *denom, *x, *gram, *gram2, *q;
+  void* matmul;
+  size_t total;
+  Layout(size_t r, size_t c, void* scratch) {
+    Carver k{static_cast<char*>(scratch)};
+    partials = k.take<double>(static_cast<size_t>(norm_tiles(r, c)) * math::kNormComponents);
+    denom = k.take<float>(1);
+    x = k.take<float>(r * c);
+    gram = k.take<float>(r * r);
+    gram2 = k.take<float>(r * r);
+    q = k.take<float>(r * c);
     const MatmulBounds p1 = matmul_bounds(r, c, r), p2 = matmul_bounds(r, r, r), p3 = matmul_bounds(r, r, c);
-    matmul = take(matmul_scratch_bytes({r, c, std::max({p1.mk, p2.mk, p3.mk}), std::max({p1.kn, p2.kn, p3.kn})}));
-    total = at;
+    matmul = k.take<char>(matmul_scratch_bytes({r, c, std::max({p1.mk, p2.mk, p3.mk}), std::max({p1.kn, p2.kn, p3.kn})}));
+    total = k.at;
+  }
+};
+
+// The scratch of a batch of nb entries. Exact: the norm, X, A/B, the scales and finiteness of the
+// left (up to c vectors per matrix) and right (r) operands, the three digit arrays of each, the
+// three int32 sums, cuBLASLt's workspace. Fast: the norm, X and its next value, A, B, workspace.
+struct BatchLayout {
+  double* partials;
+  float *denoms, *x, *x_next, *gram, *gram2;
+  int *left_shift, *left_finite, *right_shift, *right_finite;
+  int8_t* left_digits[3];   // hi, lo, hi + lo
+  int8_t* right_digits[3];
+  int32_t* sums[3];         // HH, LL, SS
+  void* workspace;
+  size_t total;
+  BatchLayout(NewtonSchulzMode mode, size_t nb, size_t r, size_t c, void* scratch) {
+    Carver k{static_cast<char*>(scratch)};
+    const size_t kpr = padded_k(r), kpc = padded_k(c);
+    partials = k.take<double>(nb * static_cast<size_t>(norm_tiles(r, c)) * math::kNormComponents);
+    denoms = k.take<float>(nb);
+    x = k.take<float>(nb * r * c);
+    gram = k.take<float>(nb * r * r);
+    workspace = k.take<char>(kLtWorkspaceBytes);
+    if (mode == NewtonSchulzMode::kFast) {
+      x_next = k.take<float>(nb * r * c);
+      gram2 = k.take<float>(nb * r * r);
+      left_shift = left_finite = right_shift = right_finite = nullptr;
+      for (int d = 0; d < 3; ++d) left_digits[d] = right_digits[d] = nullptr, sums[d] = nullptr;
+    } else {
+      x_next = gram2 = nullptr;
+      left_shift = k.take<int>(nb * c);
+      left_finite = k.take<int>(nb * c);
+      right_shift = k.take<int>(nb * r);
+      right_finite = k.take<int>(nb * r);
+      for (int d = 0; d < 3; ++d) left_digits[d] = k.take<int8_t>(nb * std::max(r * kpc, c * kpr));
+      for (int d = 0; d < 3; ++d) right_digits[d] = k.take<int8_t>(nb * r * kpr);
+      for (int d = 0; d < 3; ++d) sums[d] = k.take<int32_t>(nb * r * c);
+    }
+    total = k.at;
   }
 };
 
@@ -172,7 +308,7 @@ struct Layout {
 
 size_t newton_schulz_scratch_bytes(size_t rows, size_t cols) {
   const size_t r = std::min(rows, cols), c = std::max(rows, cols);
-  return Layout(r, c).total;
+  return Layout(r, c, nullptr).total;
 }
 
 void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, const NewtonSchulzScalars& s,
@@ -185,38 +321,174 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
   }
   if (steps < 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz: steps = " + std::to_string(steps));
   if (r == 0) return;
-  const Layout l(r, c);
-  char* base = static_cast<char*>(scratch);
-  double* partials = reinterpret_cast<double*>(base + l.partials);
-  float* denom = reinterpret_cast<float*>(base + l.denom);
-  float* x = reinterpret_cast<float*>(base + l.x);
-  float* gram = reinterpret_cast<float*>(base + l.gram);
-  float* gram2 = reinterpret_cast<float*>(base + l.gram2);
-  float* q = reinterpret_cast<float*>(base + l.q);
-  void* mm = base + l.matmul;
-  const int64_t count = static_cast<int64_t>(r * c);
-  const int64_t tiles = (count + math::kNormTile - 1) / math::kNormTile;
-
-  norm_tiles_kernel<<<grid_of(static_cast<size_t>(tiles), 1), kNormLanes, 0, stream>>>(u, count, partials, skip);
-  RN_CUDA_CHECK_LAUNCH("newton-schulz norm tiles");
-  norm_denominator_kernel<<<1, kNormLanes, 0, stream>>>(partials, tiles, s.eps, denom, skip);
-  RN_CUDA_CHECK_LAUNCH("newton-schulz norm");
-  load_x_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(u, cols, transposed, r, c, denom, x,
-                                                                                  skip);
-  RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
+  const Layout l(r, c, scratch);
+  const Entries one{nullptr, transposed};
+  launch_normalise(u, one, 1, r, c, s.eps, l.partials, l.denom, l.x, stream, skip);
   for (int step = 0; step < steps; ++step) {
-    matmul_launch({x, c, 1}, {x, 1, c}, gram, r, c, r, mm, stream, skip, ExactKernel::kAuto);          // A = X X^T
-    matmul_launch({gram, r, 1}, {gram, r, 1}, gram2, r, r, r, mm, stream, skip, ExactKernel::kAuto);   // P = A A
-    polynomial_kernel<<<grid_of(r * r, kElementThreads), kElementThreads, 0, stream>>>(gram, gram2, r * r, s.b, s.c,
-                                                                                        skip);
+    matmul_launch({l.x, c, 1}, {l.x, 1, c}, l.gram, r, c, r, l.matmul, stream, skip, ExactKernel::kAuto);      // A = X X^T
+    matmul_launch({l.gram, r, 1}, {l.gram, r, 1}, l.gram2, r, r, r, l.matmul, stream, skip, ExactKernel::kAuto);  // P = A A
+    polynomial_kernel<<<grid_of(r * r, kElementThreads), kElementThreads, 0, stream>>>(l.gram, l.gram2, r * r, s.b,
+                                                                                        s.c, skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz polynomial");
-    matmul_launch({gram, r, 1}, {x, c, 1}, q, r, r, c, mm, stream, skip, ExactKernel::kAuto);          // Q = B X
-    update_x_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(x, q, r * c, s.a, skip);
+    matmul_launch({l.gram, r, 1}, {l.x, c, 1}, l.q, r, r, c, l.matmul, stream, skip, ExactKernel::kAuto);      // Q = B X
+    update_x_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(l.x, l.q, r * c, s.a, skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz update");
   }
-  store_out_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(x, cols, transposed, r, c, out,
-                                                                                     skip);
-  RN_CUDA_CHECK_LAUNCH("newton-schulz store");
+  launch_store(l.x, one, 1, r, c, out, stream, skip);
+}
+
+NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries,
+                                     NewtonSchulzMode mode, bool use_library)
+    : r_(r), c_(c), mode_(mode), entries_(std::move(entries)) {
+  if (r > c || r == 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz batch: needs 0 < r <= c");
+  if (c > math::kExactMatmulMaxK) {
+    throw Error(ErrorKind::kInvalidArgument, "newton-schulz: a side of " + std::to_string(c) + " is above " +
+                                                 std::to_string(math::kExactMatmulMaxK));
+  }
+  const size_t nb = entries_.size();
+  if (nb == 0) return;
+  const bool fast = mode == NewtonSchulzMode::kFast;
+  std::string why = use_library ? "a class of more than 65535 matrices" : "BackendOptions::cuda_muon_batches is off";
+  if (use_library && nb <= 65535) {
+    const int batch = static_cast<int>(nb);
+    const int64_t ri = static_cast<int64_t>(r), ci = static_cast<int64_t>(c);
+    if (fast) {
+      // Column-major views: the slab of row-major X's is a batch of X^T (c x r, ld c).
+      gram_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {c, r, ci, ri * ci, true}, {c, r, ci, ri * ci, false},
+                             {r, r, ri, ri * ri}, batch, &why);
+      if (gram_) {
+        square_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {r, r, ri, ri * ri}, {r, r, ri, ri * ri},
+                                 {r, r, ri, ri * ri}, batch, &why);
+      }
+      if (square_) {
+        // (B X + a X)^T = X^T B^T + a X^T.
+        apply_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {c, r, ci, ri * ci}, {r, r, ri, ri * ri, true},
+                                {c, r, ci, ri * ci}, batch, &why);
+      }
+    } else if (padded_k(c) <= kDigitSumMaxK) {
+      // Digit arrays hold one vector per row (k contiguous, padded to kp): the products read them
+      // as column-major kp x count, A transposed (cuBLASLt's int8 "TN" form).
+      const int64_t kpr = static_cast<int64_t>(padded_k(r)), kpc = static_cast<int64_t>(padded_k(c));
+      const uint64_t ukpr = static_cast<uint64_t>(kpr), ukpc = static_cast<uint64_t>(kpc);
+      gram_ = LtMatmul::plan(LtProduct::kInt8, {ukpc, r, kpc, ri * kpc, true}, {ukpc, r, kpc, ri * kpc, false},
+                             {r, r, ri, ri * ri}, batch, &why);  // A = X X^T from X's row digits
+      if (gram_) {
+        square_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, r, kpr, ri * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
+                                 {r, r, ri, ri * ri}, batch, &why);  // P = A A (A symmetric: its row digits)
+      }
+      if (square_) {
+        // Q^T (c x r) = X^T B^T from X's column digits and B's row digits: row-major Q.
+        apply_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, c, kpr, ci * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
+                                {c, r, ci, ri * ci}, batch, &why);
+      }
+    } else {
+      why = "k = " + std::to_string(c) + " is above the int32 bound of the three-product form";
+    }
+  }
+  if (!apply_) {
+    gram_.reset();
+    square_.reset();
+    if (fast) throw Error(ErrorKind::kBackend, "cuda backend: muon_mode=fast needs cuBLASLt: " + why);
+    scratch_bytes_ = newton_schulz_scratch_bytes(r, c);  // one entry after another, own kernels
+    return;
+  }
+  scratch_bytes_ = BatchLayout(mode, nb, r, c, nullptr).total;
+  RN_CUDA_CHECK(cudaMalloc(&device_entries_, nb * sizeof(NewtonSchulzEntry)));
+  RN_CUDA_CHECK(cudaMemcpy(device_entries_, entries_.data(), nb * sizeof(NewtonSchulzEntry), cudaMemcpyHostToDevice));
+  const float constants[2] = {1.0f, 0.0f};
+  RN_CUDA_CHECK(cudaMalloc(&device_constants_, sizeof(constants)));
+  RN_CUDA_CHECK(cudaMemcpy(device_constants_, constants, sizeof(constants), cudaMemcpyHostToDevice));
+}
+
+NewtonSchulzBatch::~NewtonSchulzBatch() {
+  if (device_entries_ != nullptr) (void)cudaFree(device_entries_);
+  if (device_constants_ != nullptr) (void)cudaFree(device_constants_);
+}
+
+void NewtonSchulzBatch::enqueue(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
+                                SkipFlags skip) const {
+  if (steps < 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz: steps = " + std::to_string(steps));
+  if (entries_.empty()) return;
+  if (!batched()) {
+    for (const NewtonSchulzEntry& e : entries_) {
+      float* m = u + e.start;
+      newton_schulz_device(m, e.transposed ? c_ : r_, e.transposed ? r_ : c_, m, s, steps, scratch, stream, skip);
+    }
+    return;
+  }
+  if (mode_ == NewtonSchulzMode::kFast) {
+    enqueue_fast(u, s, steps, scratch, stream, skip);
+  } else {
+    enqueue_exact(u, s, steps, scratch, stream, skip);
+  }
+}
+
+void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                                      CUstream_st* stream, SkipFlags skip) const {
+  const size_t nb = entries_.size(), r = r_, c = c_;
+  const size_t kpr = padded_k(r), kpc = padded_k(c);
+  const BatchLayout l(mode_, nb, r, c, scratch);
+  const Entries entries{device_entries_, false};
+  launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
+  // The three int8 products of one exact product, into HH, LL, SS.
+  auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
+    for (int d = 0; d < 3; ++d) p.enqueue(a[d], b[d], l.sums[d], stream, l.workspace);
+  };
+  auto combine = [&](auto kernel, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
+                     float* out, const float* k1, const float* k2) {
+    kernel<<<grid_of(nb * ni * nj, kElementThreads), kElementThreads, 0, stream>>>(
+        l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, skip);
+    RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
+  };
+  const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c}, x_cols{l.x, nb, c, r, 1, c, r * c};
+  const VectorSet gram_rows{l.gram, nb, r, r, r, 1, r * r};
+  for (int step = 0; step < steps; ++step) {
+    // A = X X^T: both operands are X's rows.
+    launch_vector_scales(x_rows, l.right_shift, l.right_finite, stream, skip);
+    launch_fixed_point(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
+                       l.left_digits[2], stream, skip);
+    products(*gram_, l.left_digits, l.left_digits);
+    combine(combine_kernel<Epilogue::kStore>, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
+            l.gram, nullptr, nullptr);
+    // B = (b*A) + (c*P), P = A A: A is exactly symmetric (S_ij = S_ji, the same two scales), so
+    // its columns are its rows.
+    launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
+    launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
+                       l.left_digits[2], stream, skip);
+    products(*square_, l.left_digits, l.left_digits);
+    combine(combine_kernel<Epilogue::kPolynomial>, r, r, l.right_shift, l.right_finite, l.right_shift,
+            l.right_finite, l.gram, s.b, s.c);
+    // X = (a*X) + Q, Q = B X: B's rows (left), X's columns (right).
+    launch_vector_scales(x_cols, l.left_shift, l.left_finite, stream, skip);
+    launch_fixed_point(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits[0], l.left_digits[1],
+                       l.left_digits[2], stream, skip);
+    launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
+    launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.right_digits[0], l.right_digits[1],
+                       l.right_digits[2], stream, skip);
+    products(*apply_, l.left_digits, l.right_digits);
+    combine(combine_kernel<Epilogue::kUpdate>, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
+            s.a, nullptr);
+  }
+  launch_store(l.x, entries, nb, r, c, u, stream, skip);
+}
+
+void NewtonSchulzBatch::enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                                     CUstream_st* stream, SkipFlags skip) const {
+  const size_t nb = entries_.size(), r = r_, c = c_;
+  const BatchLayout l(mode_, nb, r, c, scratch);
+  const Entries entries{device_entries_, false};
+  const float* one = device_constants_;
+  const float* zero = device_constants_ + 1;
+  launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
+  float* x = l.x;
+  float* next = l.x_next;
+  for (int step = 0; step < steps; ++step) {
+    gram_->enqueue(x, x, l.gram, stream, l.workspace, one, zero);                // A = X X^T
+    square_->enqueue(l.gram, l.gram, l.gram2, stream, l.workspace, s.c, s.b, l.gram);  // B = c A A + b A
+    apply_->enqueue(x, l.gram2, next, stream, l.workspace, one, s.a, x);         // X' = B X + a X
+    std::swap(x, next);
+  }
+  launch_store(x, entries, nb, r, c, u, stream, skip);
 }
 
 bool newton_schulz_on_device(const float* u, size_t rows, size_t cols, float* out,
@@ -238,6 +510,40 @@ bool newton_schulz_on_device(const float* u, size_t rows, size_t cols, float* ou
   RN_CUDA_CHECK(cudaFree(scalars));
   RN_CUDA_CHECK(cudaFree(scratch));
   return true;
+}
+
+bool newton_schulz_batch_on_device(const float* u, const std::vector<size_t>& rows, const std::vector<size_t>& cols,
+                                   float* out, NewtonSchulzMode mode, const math::NewtonSchulzCoefficients& coeff,
+                                   int steps, float eps) {
+  if (rows.size() != cols.size() || rows.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "newton-schulz batch: rows and cols must name the same matrices");
+  }
+  const size_t r = std::min(rows[0], cols[0]), c = std::max(rows[0], cols[0]);
+  std::vector<NewtonSchulzEntry> entries;
+  size_t count = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (std::min(rows[i], cols[i]) != r || std::max(rows[i], cols[i]) != c) {
+      throw Error(ErrorKind::kInvalidArgument, "newton-schulz batch: the matrices are not of one shape class");
+    }
+    entries.push_back({static_cast<int64_t>(count), rows[i] > cols[i] ? 1 : 0});
+    count += rows[i] * cols[i];
+  }
+  const NewtonSchulzBatch batch(r, c, entries, mode);
+  float *du = nullptr, *scalars = nullptr;
+  void* scratch = nullptr;
+  RN_CUDA_CHECK(cudaMalloc(&du, (count + 1) * sizeof(float)));
+  RN_CUDA_CHECK(cudaMalloc(&scalars, 4 * sizeof(float)));
+  RN_CUDA_CHECK(cudaMalloc(&scratch, batch.scratch_bytes() + 256));
+  const float host_scalars[4] = {coeff.a, coeff.b, coeff.c, eps};
+  RN_CUDA_CHECK(cudaMemcpy(du, u, count * sizeof(float), cudaMemcpyHostToDevice));
+  RN_CUDA_CHECK(cudaMemcpy(scalars, host_scalars, sizeof(host_scalars), cudaMemcpyHostToDevice));
+  batch.enqueue(du, {scalars, scalars + 1, scalars + 2, scalars + 3}, steps, scratch, nullptr);
+  RN_CUDA_CHECK(cudaDeviceSynchronize());
+  RN_CUDA_CHECK(cudaMemcpy(out, du, count * sizeof(float), cudaMemcpyDeviceToHost));
+  RN_CUDA_CHECK(cudaFree(du));
+  RN_CUDA_CHECK(cudaFree(scalars));
+  RN_CUDA_CHECK(cudaFree(scratch));
+  return batch.batched();
 }
 
 }  // namespace cuda

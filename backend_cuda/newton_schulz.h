@@ -1,11 +1,18 @@
-// Muon's orthogonalisation in exact mode on a CUDA device: the bits of
-// math::newton_schulz_reference (renaissance/math/newton_schulz.h) for one matrix in device
-// memory. Host-callable; the only CUDA type in the interface is the stream, declared opaquely.
+// Muon's orthogonalisation on a CUDA device. Exact mode: the bits of
+// math::newton_schulz_reference (renaissance/math/newton_schulz.h), for one matrix
+// (newton_schulz_device) or for the matrices of one shape class at once (NewtonSchulzBatch, whose
+// products are strided-batched cuBLASLt int8 products). Fast mode: the same iteration with
+// cuBLASLt's fp32 products on bf16 tensor cores, batched the same way. Host-callable; the only
+// CUDA type in the interface is the stream, declared opaquely.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "backend_cuda/cublaslt.h"
 #include "backend_cuda/exact_matmul.h"
 #include "renaissance/math/newton_schulz.h"
 
@@ -38,11 +45,74 @@ size_t newton_schulz_scratch_bytes(size_t rows, size_t cols);
 void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, const NewtonSchulzScalars& scalars,
                           int steps, void* scratch, CUstream_st* stream, SkipFlags skip = {});
 
+// One matrix of a shape class: r x c (r <= c) or, transposed, c x r, at `start` elements into the
+// array the batch is enqueued on.
+struct NewtonSchulzEntry {
+  int64_t start;
+  int32_t transposed;
+  int32_t unused = 0;
+};
+
+enum class NewtonSchulzMode { kExact, kFast };
+
+// The matrices of one shape class (min side r, max side c) that share one scalar block,
+// orthogonalised together: X of every entry lies in one r x c slab of the scratch, so each of the
+// iteration's products is one strided-batched product over the class (launches per step depend on
+// the number of classes, not of matrices). Exact mode computes the bits of the per-matrix
+// reference: the products' integers are exact whatever the batching or cuBLASLt's algorithm, and
+// the element-wise steps are the reference's. Where cuBLASLt is not loadable or offers no int8
+// algorithm for the class (odd sizes), or k is above kDigitSumMaxK, exact mode runs
+// newton_schulz_device on each entry instead (the same bits). Fast mode needs cuBLASLt and throws
+// Error(kBackend) naming why when it is missing.
+class NewtonSchulzBatch {
+ public:
+  // Plans the products and copies the entry table to the device: not allowed during a capture.
+  // use_library false: exact mode runs one entry after another (fast mode throws).
+  NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries, NewtonSchulzMode mode,
+                    bool use_library = true);
+  ~NewtonSchulzBatch();
+  NewtonSchulzBatch(const NewtonSchulzBatch&) = delete;
+  NewtonSchulzBatch& operator=(const NewtonSchulzBatch&) = delete;
+
+  size_t scratch_bytes() const { return scratch_bytes_; }
+  // Whether the products run as cuBLASLt batches (else: one matrix after another).
+  bool batched() const { return gram_ != nullptr; }
+  size_t size() const { return entries_.size(); }
+
+  // Every entry of `u` orthogonalised in place, enqueued on `stream` (capturable); `skip` cancels
+  // the kernels at run time as in newton_schulz_device (the cuBLASLt products still run, on the
+  // scratch only).
+  void enqueue(float* u, const NewtonSchulzScalars& scalars, int steps, void* scratch, CUstream_st* stream,
+               SkipFlags skip = {}) const;
+
+ private:
+  void enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
+                     SkipFlags skip) const;
+  void enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
+                    SkipFlags skip) const;
+
+  size_t r_, c_;
+  NewtonSchulzMode mode_;
+  std::vector<NewtonSchulzEntry> entries_;
+  NewtonSchulzEntry* device_entries_ = nullptr;
+  float* device_constants_ = nullptr;  // 1.0f and 0.0f, the fast products' fixed alpha and beta
+  std::unique_ptr<LtMatmul> gram_, square_, apply_;  // A = X X^T, P = A A (B), Q = B X
+  size_t scratch_bytes_ = 0;
+};
+
 // The same on host arrays (copied to the device and back, synchronously): for tests and tools.
 // Returns false (out untouched) where the reference does.
 bool newton_schulz_on_device(const float* u, size_t rows, size_t cols, float* out,
                              const math::NewtonSchulzCoefficients& coeff = {},
                              int steps = math::kDefaultNewtonSchulzSteps, float eps = math::kDefaultNewtonSchulzEps);
+
+// Several matrices of one shape class through NewtonSchulzBatch, on host arrays: u holds them one
+// after another (matrix i: rows[i] x cols[i], each min/max side the same), out receives them.
+// Returns whether the batch ran as cuBLASLt batches. For tests and tools.
+bool newton_schulz_batch_on_device(const float* u, const std::vector<size_t>& rows, const std::vector<size_t>& cols,
+                                   float* out, NewtonSchulzMode mode, const math::NewtonSchulzCoefficients& coeff = {},
+                                   int steps = math::kDefaultNewtonSchulzSteps,
+                                   float eps = math::kDefaultNewtonSchulzEps);
 
 }  // namespace cuda
 }  // namespace renaissance

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   bool stochastic_rounding = false;
   std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
   std::string tensor_mask = "none";
+  bool muon_batches = false;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -83,6 +84,8 @@ int main(int argc, char** argv) {
   // nothing masked: the unmasked program) or set (the masked program over a mask of zeros).
   app.add_option("--tensor-mask", tensor_mask, "none, clear or set: the per-tensor mask's programs (default none)")
       ->check(CLI::IsMember({"none", "clear", "set"}));
+  app.add_flag("--cuda-muon-batches", muon_batches,
+               "CUDA: Muon's Newton-Schulz as cuBLASLt batches per shape class (BackendOptions::cuda_muon_batches)");
   CLI11_PARSE(app, argc, argv);
 
   bool failed = false;
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
           options.precision.rounding = stochastic_rounding ? Rounding::kStochastic : Rounding::kNearest;
           options.precision.model_dtype_gradients = grad_dtype == "model";
           options.tensor_mask = tensor_mask != "none";
+          options.backend_options.cuda_muon_batches = muon_batches;
           Task task(params, options);
           task.optimizer(config);
           task.compile();
@@ -158,6 +162,7 @@ int main(int argc, char** argv) {
                                 {"rounding", stochastic_rounding ? "stochastic" : "nearest"},
                                 {"grad_dtype", grad_dtype == "model" ? precision : "fp32"},
                                 {"tensor_mask", tensor_mask},
+                                {"cuda_muon_batches", muon_batches},
                                 {"params", param_count},
                                 {"replays", replays},
                                 {"limit_gb_per_s", limit_gbps},

@@ -35,7 +35,7 @@ void check_out_is_not_an_input(const std::string& out, const std::string& case_d
 }  // namespace
 
 int cmd_replay(const ReplayOptions& o) {
-  if (!(o.tolerance >= 0.0)) throw_invalid("--tolerance " + std::to_string(o.tolerance) + ": must be >= 0");
+  if (o.tolerance_given && !(o.tolerance >= 0.0)) throw_invalid("--tolerance " + std::to_string(o.tolerance) + ": must be >= 0");
   check_threads_option(o.threads);
   TaskOptions options;
   options.backend = backend_from_option(o.backend);
@@ -45,6 +45,7 @@ int cmd_replay(const ReplayOptions& o) {
     check_out_is_not_an_input(o.out, o.case_dir);
   }
   const ReplayCase rc = load_replay_case(o.case_dir);
+  const double tolerance = replay_tolerance(rc, o.tolerance_given ? o.tolerance : -1.0);
 
   options.backend_options.cpu = program_env::cpu_tuning_for(options.backend);  // RENAISSANCE_CPU_*
   const ReplayResult r = run_replay(rc, options);
@@ -72,7 +73,7 @@ int cmd_replay(const ReplayOptions& o) {
     std::printf("  %-*s %10s %12s %12s\n", static_cast<int>(width), "tensor", "numel", "rel L2 err", "max abs err");
     const TensorComparison* worst = nullptr;
     for (const TensorComparison& c : cmp) {
-      const bool ok = c.rel_l2 <= o.tolerance;
+      const bool ok = c.rel_l2 <= tolerance;
       if (c.bitwise) {  // the model copy (c/NAME): bits, whatever the tolerance
         std::printf("  %-*s %10lld %25s%s\n", static_cast<int>(width), io::printable(c.name).c_str(),
                     static_cast<long long>(c.numel), c.mismatched == 0 ? "bitwise equal" : (std::to_string(c.mismatched) + " differ").c_str(),
@@ -85,7 +86,7 @@ int cmd_replay(const ReplayOptions& o) {
       if (worst == nullptr || !(c.rel_l2 <= worst->rel_l2)) worst = &c;
     }
     if (worst != nullptr) {
-      std::printf("worst %.3e (%s), tolerance %.1e: %s\n", worst->rel_l2, io::printable(worst->name).c_str(), o.tolerance,
+      std::printf("worst %.3e (%s), tolerance %.1e: %s\n", worst->rel_l2, io::printable(worst->name).c_str(), tolerance,
                   status == kExitOk ? "PASS" : "FAIL");
     }
   } else if (rc.expected_fingerprint.empty()) {
@@ -109,7 +110,7 @@ int cmd_replay(const ReplayOptions& o) {
     std::printf("wrote %s\n", io::printable(o.out).c_str());
   }
   if (status != kExitOk) {
-    std::fprintf(stderr, "renaissance replay: %s: error above tolerance %.1e\n", io::printable(rc.name).c_str(), o.tolerance);
+    std::fprintf(stderr, "renaissance replay: %s: error above tolerance %.1e\n", io::printable(rc.name).c_str(), tolerance);
   }
   if (!fingerprint_ok) {
     // Bits, not a tolerance: the recorded run and this replay did not compute the same state.

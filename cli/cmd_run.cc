@@ -231,7 +231,7 @@ void inherit_from_checkpoint(const RunOptions& o, const CheckpointInfo& ck, Opti
 }
 
 #if RENAISSANCE_WITH_MPI
-// A 64-bit FNV-1a digest of the layout's tensors (names, shapes, roles, groups) in hex: two
+// A 64-bit FNV-1a digest of the layout's tensors (names, shapes, roles, groups, marks) in hex: two
 // layout files of one name but other tensors differ.
 std::string layout_digest(const Layout& layout) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -242,7 +242,8 @@ std::string layout_digest(const Layout& layout) {
   for (const ParamSpec& p : layout.params) {
     mix(p.name);
     for (int64_t d : p.shape) mix(std::to_string(d));
-    mix("role " + std::to_string(static_cast<int>(p.role)) + " group " + std::to_string(p.hyper_group));
+    mix("role " + std::to_string(static_cast<int>(p.role)) + " group " + std::to_string(p.hyper_group) +
+        (p.optimizer == ParamOptimizer::kAdamW ? " optimizer adamw" : ""));
   }
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
@@ -438,11 +439,6 @@ GradReduce check_distributed_options(const RunOptions& o) {
     throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": expected replicated, ordered or fast");
   }
   const bool distributed = !o.distributed.empty();
-  // Muon's matrices are not partitioned over ranks yet (docs/distributed.md).
-  if (o.optimizer == "muon" && (distributed || o.simulate_ranks > 0)) {
-    throw_invalid(std::string(distributed ? "--distributed" : "--simulate-ranks") +
-                  ": muon has no sharded step yet (its matrices are not partitioned over ranks); run it on one device");
-  }
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   if (!distributed) refuse_copies_under_launcher();
   if (!distributed) return grad_reduce;
@@ -618,11 +614,6 @@ int cmd_run(const RunOptions& o) {
   const RunSettingsChosen c = choose_run_settings(o);
   const GradReduce grad_reduce = check_distributed_options(o);
   const bool distributed = !o.distributed.empty();
-  // Muon's matrices are not partitioned over ranks yet (docs/distributed.md).
-  if (o.optimizer == "muon" && (distributed || o.simulate_ranks > 0)) {
-    throw_invalid(std::string(distributed ? "--distributed" : "--simulate-ranks") +
-                  ": muon has no sharded step yet (its matrices are not partitioned over ranks); run it on one device");
-  }
   const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   std::unique_ptr<Communicator> comm;
 #if RENAISSANCE_WITH_NCCL

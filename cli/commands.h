@@ -83,6 +83,7 @@ struct ReplayOptions {
   std::string backend = "cpu";
   std::string out;
   double tolerance = 1e-6;
+  bool tolerance_given = false;  // --tolerance on the command line: it overrides case.json's
   int threads = 0;
 };
 

@@ -241,8 +241,11 @@ CLI::App* add_replay_command(CLI::App* app, ReplayOptions* replay) {
   add_count(replay_cmd, "--threads", &replay->threads, 0, kMaxThreadsOption, "CPU threads (0: all cores; at most 1024)");
   replay_cmd->add_option("--out", replay->out, "Write final weights, m/NAME and v/NAME here (F32 safetensors, atomically)")
       ->type_name("FILE");
-  replay_cmd->add_option("--tolerance", replay->tolerance, "Largest relative L2 error per tensor that passes")
-      ->capture_default_str()->type_name("X");
+  replay_cmd
+      ->add_option("--tolerance", replay->tolerance,
+                   "Largest relative L2 error per tensor that passes (default: case.json's tolerance, else 1e-6)")
+      ->each([replay](const std::string&) { replay->tolerance_given = true; })
+      ->type_name("X");
   return replay_cmd;
 }
 

@@ -219,8 +219,8 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
       node.span(Family::kM) = Span{};
       node.grad = GradAccess{};
     }
-    // A muon step's bias-like group is its auxiliary AdamW, with its own lr.
-    if (muon && group == Group::kBiasLike) node.flags.lr_slot = kAuxLr;
+    // A muon step's bias-like group is its auxiliary AdamW, with its own lr and weight decay.
+    if (muon && group == Group::kBiasLike) node.flags.aux = true;
     opt.push_back(node);
   }
   return step;

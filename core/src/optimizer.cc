@@ -80,6 +80,8 @@ void check_float32_domain(const OptimizerConfig& c) {
   check_f32("lr * weight_decay", c.lr * c.weight_decay, false);
   check_f32("1 - dampening", 1.0 - c.dampening, false);
   check_f32("aux_lr", c.aux_lr, false);
+  check_f32("aux_weight_decay", c.aux_weight_decay, false);
+  check_f32("1 - aux_lr * aux_weight_decay", 1.0 - c.aux_lr * c.aux_weight_decay, false);
   check_f32("ns_eps", c.ns_eps, true);
 }
 

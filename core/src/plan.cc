@@ -33,6 +33,9 @@ void validate_param_specs(const std::vector<ParamSpec>& params) {
     if (static_cast<int>(p.role) < 0 || static_cast<int>(p.role) >= kNumRoles) {
       throw_invalid("parameter '" + p.name + "' has an unknown role");
     }
+    if (p.optimizer != ParamOptimizer::kRole && p.optimizer != ParamOptimizer::kAdamW) {
+      throw_invalid("parameter '" + p.name + "' has an unknown optimizer mark #" + std::to_string(static_cast<int>(p.optimizer)));
+    }
     int64_t n = 1;
     for (int64_t d : p.shape) {
       if (d < 0) throw_invalid("parameter '" + p.name + "' has a negative extent " + std::to_string(d));
@@ -91,6 +94,8 @@ MuonMatrix muon_matrix(const std::vector<int64_t>& shape, int adjust_lr) {
 
 MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : config_(config) {
   validate_param_specs(params);
+  // A muon plan places the tensors marked "adamw" in the bias-like group (param.h).
+  for (ParamSpec& p : params) p.role = planned_role(p, config_.muon);
   const int hyper = config_.hyper_groups;
   if (hyper < 1) throw_invalid("hyper_groups must be >= 1, got " + std::to_string(hyper));
   const bool mask = config_.tensor_mask;
@@ -316,7 +321,6 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.muon) {
     // Muon's regions after every other one (docs/design.md): U in the weight group span's
     // layout, the matrix table, the scratch of the largest matrix.
-    if (state_sliced()) throw_invalid("plan: muon has no sharded (state-sliced) plan");
     if (!config_.has(Family::kN)) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
     std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
     for (const TensorInfo& t : tensors_) {

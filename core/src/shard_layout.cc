@@ -1,7 +1,9 @@
 // The partition of a memory plan over K ranks (docs/distributed.md): cuts on grad-norm tile
 // boundaries, moved down to the start of a norm tile where one would split it, so that every
-// tile of both canonical reductions has exactly one owner and no kernel needs a partial tile.
+// tile of both canonical reductions has exactly one owner and no kernel needs a partial tile;
+// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner.
 #include <algorithm>
+#include <iterator>
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
@@ -55,11 +57,31 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   const std::vector<NormTile>& norm = plan.norm_tiles();
   auto norm_start = [&](size_t i) { return weight_start + static_cast<uint64_t>(norm[i].start); };
 
+  // Muon: the first elements of the non-empty matrices (plan order is family order), then the
+  // weight group's end. A matrix's extent runs from its start to the next one's (its padding
+  // included), so that a cut moved to either end splits no matrix and no per-tensor item.
+  std::vector<uint64_t> bounds;
+  const std::vector<MuonMatrix>& matrices = plan.muon_matrices();
+  for (const MuonMatrix& m : matrices) {
+    const uint64_t at = weight_start + static_cast<uint64_t>(m.start);
+    if (!bounds.empty() && at < bounds.back()) throw_invalid("make_shard_layout: muon matrices out of family order");
+    if (m.rows > 0 && m.cols > 0 && (bounds.empty() || at > bounds.back())) bounds.push_back(at);
+  }
+  if (!bounds.empty()) bounds.push_back(weight_start + plan.group_span(Family::kW, Group::kWeight).count);
+
   std::vector<uint64_t> cuts(static_cast<size_t>(world_size) + 1);
   cuts[0] = 0;
   cuts[static_cast<size_t>(world_size)] = count;
   for (int r = 1; r < world_size; ++r) {
     uint64_t c = std::min(count, grad_tiles * static_cast<uint64_t>(r) / static_cast<uint64_t>(world_size) * tile);
+    // Muon: a cut strictly inside a matrix's extent moves to the nearer end of it (its start on a
+    // tie), so that each matrix has one owner holding all of it. Rule 2 then finds the cut on a
+    // norm tile's start, rule 3 on an item's.
+    const auto above = std::upper_bound(bounds.begin(), bounds.end(), c);
+    if (above != bounds.begin() && above != bounds.end() && *std::prev(above) < c) {
+      const uint64_t lo = *std::prev(above), hi = *above;
+      c = c - lo <= hi - c ? lo : hi;
+    }
     // A cut inside a norm tile moves down to that tile's start (tiles are sorted by start).
     const auto it = std::upper_bound(norm.begin(), norm.end(), c, [&](uint64_t v, const NormTile& t) {
       return v < weight_start + static_cast<uint64_t>(t.start);
@@ -91,6 +113,15 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
     }
     s.norm_tile_begin = first_norm_tile_at_or_after(s.begin);
     s.norm_tile_end = first_norm_tile_at_or_after(s.end);
+    // Muon matrix t belongs to the rank whose slice holds its first element: the matrices that
+    // start before this slice belong to earlier ranks (the last rank takes the rest).
+    auto matrices_before = [&](uint64_t e) {
+      int64_t n = 0;
+      for (const MuonMatrix& m : matrices) n += weight_start + static_cast<uint64_t>(m.start) < e ? 1 : 0;
+      return n;
+    };
+    s.muon_matrix_begin = r == 0 ? 0 : matrices_before(s.begin);
+    s.muon_matrix_end = r + 1 == world_size ? static_cast<int64_t>(matrices.size()) : matrices_before(s.end);
     layout.ranks.push_back(s);
   }
   return layout;

@@ -14,6 +14,7 @@ import collections
 import ctypes
 import hashlib
 import json
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -22,35 +23,93 @@ from . import _core
 
 GRAD_REDUCE = ("replicated", "ordered", "fast")
 
-# Every tensor this package hands to torch.distributed, kept here for the next _KEEP collectives
-# and, from interpreter exit on, for good (never freed). Why: gloo runs a collective on one of its
-# worker threads, which lets go of the finished work, and with it of the work's tensors, a moment
-# after wait() has returned. When that thread drops the last reference to a tensor whose Python
-# object has gone already, torch frees the Python object from that thread
+# What this package hands to torch.distributed lives as long as the communicator that lent it, and
+# from interpreter exit on for good (never freed). Why: gloo runs a collective on one of its worker
+# threads, which lets go of the finished work, and with it of the work's tensors, some time after
+# wait() has returned (a worker descheduled there may lag any number of later collectives, which
+# the group's other worker runs). When that thread drops the last reference to a tensor whose
+# Python object has gone already, torch frees the Python object from that thread
 # (TensorImpl::destroy_pyobj_if_needed takes the GIL); an arena view also calls into Python when
 # freed (nanobind's DLPack deleter). A thread that asks for the GIL after the interpreter has begun
 # to finalize is ended by pthread_exit, whose unwinding through torch's noexcept destructor is
 # std::terminate: "terminate called without an active exception", status 134. Its window is the
 # exit of a script that never calls destroy_process_group, or calls it while this optimizer still
-# holds the group (so that its worker threads are not joined). Held here, each tensor's Python
-# object outlives gloo's reference, which is then never the last; at exit (atexit runs before
-# finalization) the held tensors are leaked, so that no late release by a gloo thread can be the
-# last. Small: arena views own no memory, the flags and digests are a few words, `fast`'s sum
-# buffer is reused (TorchCommunicator._sum); the Recorder's gathers are the largest.
-_KEEP = 64
-_HELD = collections.deque(maxlen=_KEEP)
+# holds the group (so that its worker threads are not joined).
+#
+# So nothing lent is made per call and dropped: a communicator lends only views it caches by
+# (address, bytes, device, dtype) of memory that lives as long as it does (TorchCommunicator._owned:
+# the task's arena, the workspace, the sum buffer; the regions the core passes there are a fixed
+# set per Task); a buffer of the caller's (read_state's host destination, at another address each
+# call) moves through the communicator's stage, whose views are cached the same way. The small
+# collectives (the step's flags and digest, the handshake's words, save()'s flag, the Recorder's
+# gathers) use buffers reused per (group, role, dtype, length rounded up to a power of two). gloo's
+# reference is then never the last while the communicator lives, however far a worker lags; at
+# exit (atexit runs before finalization) everything held is leaked, so that no late release by a
+# gloo thread can be the last.
+# Bounded: a training loop lends the same objects at every step (no growth over any number of
+# steps). A communicator that dies (its Task re-compiled, its optimizer dropped) retires its views
+# to _LENT.retired, which keeps the last _RETIRED_KEEP retired sets and frees older ones (what
+# stays open: a worker that still holds, at exit, a collective of a communicator retired that many
+# re-builds earlier); a cache that passes _VIEWS_MAX distinct regions (not seen from the core)
+# retires the same way and starts anew. The reused buffers: one per group, role and power of two.
+_VIEWS_MAX = 4096
+_RETIRED_KEEP = 8
 
 
-def _lend(*tensors):
-    """The tensors (or lists of tensors) of one torch.distributed call, held (see _HELD); returns
-    its argument (the first tensor when one is given)."""
-    _HELD.append(tensors)
-    return tensors[0] if len(tensors) == 1 else tensors
+class _Lent:
+    """Everything lent to torch.distributed (see above): the live communicators' view caches, the
+    retired ones, and the reused buffers of the small collectives."""
+
+    def __init__(self):
+        self.live = {}  # id(communicator) -> its view cache (dict)
+        self.retired = collections.deque(maxlen=_RETIRED_KEEP)
+        self.buffers = {}  # (id(group), role, dtype, numel, device) -> tensor
+
+    def count(self):
+        """The number of tensors held (for tests: bounded over any number of steps)."""
+        n = sum(len(c) for c in self.live.values()) + sum(len(c) for c in self.retired)
+        return n + sum(len(b) if isinstance(b, list) else 1 for b in self.buffers.values())
+
+    def retire(self, key):
+        cache = self.live.pop(key, None)
+        if cache:
+            self.retired.append(cache)
+
+
+_LENT = _Lent()
+
+
+def _retire(key):
+    """A communicator died (weakref.finalize): its views go to the retired ring."""
+    lent = globals().get("_LENT")  # None once finalization has cleared the module
+    if lent is not None:
+        lent.retire(key)
+
+
+def _pow2(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _buffer(group, role, dtype, n, list_of=0):
+    """A reused tensor of _pow2(n) elements on the group's carrier device (NCCL moves device
+    tensors only: the current CUDA device; gloo: the host), its elements from n on zero (the
+    caller fills the first n: the padding is the same on every rank); or, list_of > 0, a list of
+    list_of such tensors to receive into. Held in _LENT.buffers (see there)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else None
+    key = (id(group), role, dtype, _pow2(n), str(device), list_of)
+    buf = _LENT.buffers.get(key)
+    if buf is None:
+        make = lambda: torch.zeros(_pow2(n), dtype=dtype, device=device)  # noqa: E731
+        buf = [make() for _ in range(list_of)] if list_of else make()
+        _LENT.buffers[key] = buf
+    elif not list_of:
+        buf[n:].zero_()
+    return buf
 
 
 @atexit.register
 def _keep_lent_at_exit():
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_HELD))  # never freed: see _HELD
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_LENT))  # never freed: see _LENT
 
 
 def _global_rank(group, r):
@@ -74,7 +133,12 @@ class TorchCommunicator:
         self.device_id = device.index if device.type == "cuda" else -1
         self.peers = [_global_rank(group, r) for r in range(self.size)]
         self._workspace = None
-        self._sum = None  # reduce_scatter_sum_f32's buffer, reused (see _HELD)
+        self._sum = None  # reduce_scatter_sum_f32's buffer, reused
+        self._stage = None  # all_gather_v's copy of a buffer outside the arena and the workspace
+        self.arena = (0, 0)  # the task's arena (address, bytes): set by attach()
+        self._views = {}  # (address, bytes, device, dtype) -> the view lent for it (see _LENT)
+        _LENT.live[id(self)] = self._views
+        weakref.finalize(self, _retire, id(self)).atexit = False  # at exit everything stays held
 
     def describe(self):
         return "torch.distributed (%s, %d ranks)" % (dist.get_backend(self.group), self.size)
@@ -82,16 +146,55 @@ class TorchCommunicator:
     def _view(self, ptr, nbytes, on_device=True):
         return _core._raw_view(ptr, nbytes, self.device_id if on_device else -1)
 
-    def _lent(self, ptr, nbytes):
-        """A view for a torch.distributed call, held (see _HELD)."""
-        return _lend(self._view(ptr, nbytes))
+    def _lent(self, ptr, nbytes, dtype=torch.uint8):
+        """The view of nbytes at ptr (as dtype) for a torch.distributed call: the same object at
+        every call for the same region, held as long as this communicator (see _LENT)."""
+        key = (int(ptr), int(nbytes), self.device_id, dtype)
+        v = self._views.get(key)
+        if v is None:
+            if len(self._views) >= _VIEWS_MAX:  # more distinct regions than a Task has: a new cache
+                _LENT.retire(id(self))
+                self._views = _LENT.live[id(self)] = {}
+            v = self._view(ptr, nbytes)
+            if dtype != torch.uint8:
+                v = v.view(dtype)
+            self._views[key] = v
+        return v
+
+    def _owned(self, ptr, nbytes):
+        """Whether [ptr, ptr + nbytes) lies in memory that lives as long as this communicator and
+        is the same at every step: the arena, the workspace, the sum buffer."""
+        spans = [self.arena]
+        for t in (self._workspace, self._sum):
+            if t is not None:
+                spans.append((t.data_ptr(), t.numel() * t.element_size()))
+        return any(a <= ptr and ptr + nbytes <= a + n for a, n in spans)
 
     def all_gather_v(self, buf, offsets, counts):
         # Rank r's block broadcast from r, in rank order: the blocks may differ in size, which
         # torch's all_gather does not take (NCCL's neither; the core's NCCL communicator does the same).
-        for r in range(self.size):
-            if counts[r]:
+        blocks = [r for r in range(self.size) if counts[r]]
+        if not blocks:
+            return
+        lo = min(offsets[r] for r in blocks)
+        hi = max(offsets[r] + counts[r] for r in blocks)
+        if self._owned(buf + lo, hi - lo):
+            for r in blocks:
                 dist.broadcast(self._lent(buf + offsets[r], counts[r]), src=self.peers[r], group=self.group)
+            return
+        # A buffer of the caller's (read_state's host destination, at another address each call):
+        # the blocks move through this communicator's stage (views cached by their place in it).
+        if self._stage is None or self._stage.numel() < hi - lo:
+            self._stage = torch.empty(_pow2(hi - lo), dtype=torch.uint8, device=self.device)
+        at = self._stage.data_ptr() - lo
+        me = self.rank
+        if counts[me]:
+            self._view(at + offsets[me], counts[me]).copy_(self._view(buf + offsets[me], counts[me]))
+        for r in blocks:
+            dist.broadcast(self._lent(at + offsets[r], counts[r]), src=self.peers[r], group=self.group)
+        for r in blocks:
+            if r != me:
+                self._view(buf + offsets[r], counts[r]).copy_(self._view(at + offsets[r], counts[r]))
 
     def all_to_all_v(self, send, send_offsets, send_counts, recv, recv_offsets, recv_counts):
         # Point to point, batched (gloo and NCCL both take it); the own block is a local copy.
@@ -118,9 +221,9 @@ class TorchCommunicator:
         total = sum(counts)
         if self._sum is None or self._sum.numel() < total:
             self._sum = torch.empty(max(total, 1), dtype=torch.float32, device=self.device)
-        whole = self._sum[:total]
+        whole = self._lent(self._sum.data_ptr(), 4 * total, torch.float32)
         whole.copy_(self._view(send, 4 * total).view(torch.float32))
-        dist.all_reduce(_lend(whole), op=dist.ReduceOp.SUM, group=self.group)
+        dist.all_reduce(whole, op=dist.ReduceOp.SUM, group=self.group)
         first = sum(counts[:self.rank])
         mine = counts[self.rank]
         if mine:
@@ -128,9 +231,7 @@ class TorchCommunicator:
 
     def all_reduce_max_i32(self, values, count):
         if count:
-            # The int32 view is a tensor of its own (held too, not only its uint8 base).
-            dist.all_reduce(_lend(self._view(values, 4 * count).view(torch.int32)), op=dist.ReduceOp.MAX,
-                            group=self.group)
+            dist.all_reduce(self._lent(values, 4 * count, torch.int32), op=dist.ReduceOp.MAX, group=self.group)
 
     def barrier(self):
         dist.barrier(group=self.group)
@@ -145,8 +246,9 @@ class TorchCommunicator:
         torch.cuda.synchronize(self.device)
 
     def workspace(self, nbytes):
+        """The core's workspace (host memory too: see _owned)."""
         if self._workspace is None or self._workspace.numel() < nbytes:
-            self._workspace = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=self.device)
+            self._workspace = torch.zeros(max(int(nbytes), 1), dtype=torch.uint8, device=self.device)
         return self._workspace.data_ptr()
 
 
@@ -185,13 +287,13 @@ def all_gather_text(group, text):
     knows that something differs (two collectives: the lengths, then the padded bytes)."""
     data = text.encode()
     lengths = [w[0] for w in all_gather_words(group, [len(data)])]
-    buf = torch.zeros(max(max(lengths), 1), dtype=torch.uint8)
+    n = max(max(lengths), 1)
+    mine = _buffer(group, "text", torch.uint8, n)
+    seen = _buffer(group, "text_seen", torch.uint8, n, len(lengths))
     if data:
-        buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    mine = _carrier(group, buf)
-    seen = [torch.zeros_like(mine) for _ in lengths]
-    dist.all_gather(*_lend(seen, mine), group=group)
-    return [bytes(t.cpu()[:n].numpy()).decode() for t, n in zip(seen, lengths)]
+        mine[:len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    dist.all_gather(seen, mine, group=group)
+    return [bytes(t[:k].cpu().numpy()).decode() for t, k in zip(seen, lengths)]
 
 
 def _ranks(rs):
@@ -247,6 +349,7 @@ def attach(shared_tasks, process_group, grad_reduce, lines):
     for s in shared_tasks:
         comm = TorchCommunicator(process_group, device)
         s.sharded = _core._ShardedStep(s.task, comm, rank, size, grad_reduce)
+        comm.arena = s.sharded.arena
         s.sharded_comm = comm
 
 
@@ -280,10 +383,11 @@ def agree_step(group, sizes, missings, lines, words=None, error=None, amp_skip=F
                 flags[first + j] = 1
             first += n
     vals = flags + head
-    t = _carrier(group, torch.tensor(vals + [-v for v in vals], dtype=torch.int32))
-    dist.all_reduce(_lend(t), op=dist.ReduceOp.MAX, group=group)
-    t = t.cpu().tolist()
     m = len(vals)
+    t = _buffer(group, "agree", torch.int32, 2 * m)  # the padding is 0 on every rank
+    t[:2 * m].copy_(torch.tensor(vals + [-v for v in vals], dtype=torch.int32))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    t = t[:2 * m].cpu().tolist()
     hi, lo = t[:m], [-v for v in t[m:]]
     if hi[total] or hi[total + 1:] != lo[total + 1:]:
         mine = json.dumps({"error": "%s: %s" % (type(error).__name__, error)} if error is not None else
@@ -317,26 +421,31 @@ def agree_step(group, sizes, missings, lines, words=None, error=None, amp_skip=F
 # Small collectives of the Recorder's own, on the optimizer's group: every rank calls them at the
 # same points (the Recorder's constructor, each recorded step, finish), as it calls step().
 
-def _carrier(group, tensor):
-    """NCCL moves device tensors only; gloo host tensors."""
-    if dist.get_backend(group) == "nccl":
-        return tensor.to(torch.device("cuda", torch.cuda.current_device()))
-    return tensor
-
-
 def all_gather_words(group, words):
     """Every rank's list of int64 `words` (the same length on every rank), in rank order."""
-    mine = _carrier(group, torch.tensor([int(w) for w in words], dtype=torch.int64))
-    seen = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(*_lend(seen, mine), group=group)
-    return [[int(w) for w in t.cpu()] for t in seen]
+    n = len(words)
+    mine = _buffer(group, "words", torch.int64, n)  # the padding is 0 on every rank
+    seen = _buffer(group, "words_seen", torch.int64, n, dist.get_world_size(group))
+    mine[:n].copy_(torch.tensor([int(w) for w in words], dtype=torch.int64))
+    dist.all_gather(seen, mine, group=group)
+    return [[int(w) for w in t[:n].cpu()] for t in seen]
+
+
+def flag_max(group, flag):
+    """The largest of the ranks' int `flag` (an all_reduce(MAX) of one int32)."""
+    t = _buffer(group, "flag", torch.int32, 1)
+    t[0] = int(flag)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return int(t[0].item())
 
 
 def gather_bytes(group, data):
     """Rank 0 of the group gets every rank's `data` (a flat uint8 host tensor of the same length
     on every rank), in rank order; the other ranks get None."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
-    mine = _carrier(group, data)
-    out = [torch.empty_like(mine) for _ in range(size)] if rank == 0 else None
-    dist.gather(_lend(mine, out)[0], gather_list=out, dst=_global_rank(group, 0), group=group)
-    return None if out is None else [t.cpu() for t in out]
+    n = data.numel()
+    mine = _buffer(group, "gather", torch.uint8, n)
+    mine[:n].copy_(data)
+    out = _buffer(group, "gather_out", torch.uint8, n, size) if rank == 0 else None
+    dist.gather(mine, gather_list=out, dst=_global_rank(group, 0), group=group)
+    return None if out is None else [t[:n].to("cpu", copy=True) for t in out]  # the buffers are reused

@@ -969,11 +969,8 @@ class _Base(Optimizer):
                     _checkpoint_set.remove_quietly(tmp)
         if self._process_group is not None:
             # Every rank returns once the manifest is written, or raises when rank 0 could not.
-            failed = torch.tensor([0 if error is None else 1], dtype=torch.int32)
-            if dist.get_backend(self._process_group) == "nccl":
-                failed = failed.to(tasks[0].device)
-            dist.all_reduce(_torch_dist._lend(failed), op=dist.ReduceOp.MAX, group=self._process_group)
-            if error is None and int(failed.item()):
+            failed = _torch_dist.flag_max(self._process_group, 0 if error is None else 1)
+            if error is None and failed:
                 raise RuntimeError("%s.save(%r): rank 0 of the process group could not write the checkpoint set" %
                                    (type(self).__name__, str(path)))
         if error is not None:
@@ -1709,9 +1706,9 @@ class MuonWithAuxAdam(_Base):
     (shape[0], prod(rest)) a tensor is viewed as (the package scales a conv weight's update by its
     last two dims). The aux groups run torch's AdamW with torch's Adam bias corrections. A
     parameter whose .grad is None is not stepped (the package steps it with a zero gradient).
-    Deviations: a use_muon=False group's weight_decay must be 0 (the kind's auxiliary AdamW has
-    none yet: a ValueError otherwise); a group with another key is a ValueError (the package
-    asserts its key sets); no process_group."""
+    A use_muon=False group's weight_decay is AdamW's decoupled decay with that group's lr.
+    Deviations: a group with another key is a ValueError (the package asserts its key sets); no
+    process_group."""
 
     _implementation = "_multi_tensor_muon_with_aux_adam"
     # The Task's families: the aux groups' AdamW state; a Muon group's M is its momentum_buffer.
@@ -1765,13 +1762,11 @@ class MuonWithAuxAdam(_Base):
             b1, b2 = _betas(group)
             lr = _lr(group)
             wd = _weight_decay(group)
-            if wd != 0.0:
-                raise ValueError("MuonWithAuxAdam: weight_decay=%s in a use_muon=False group: the auxiliary AdamW "
-                                 "runs without weight decay in this version; only 0 is accepted" % (group["weight_decay"],))
-            # The kind's bias-like group reads its lr from aux_lr (lr is the Muon groups').
+            # The kind's bias-like group reads its lr and its decoupled weight decay from aux_lr and
+            # aux_weight_decay (lr and weight_decay are the Muon groups').
             hyper = {"lr": lr, "aux_lr": lr, "beta1": b1, "beta2": b2,
                      "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]), "weight_decay": 0.0,
-                     "adjust_lr": 0}
+                     "aux_weight_decay": wd, "adjust_lr": 0}
         return "muon", _clip(group, hyper, "MuonWithAuxAdam")
 
 

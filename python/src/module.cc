@@ -5,6 +5,7 @@
 // float64 array would round, and the library's promise is bits).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -408,12 +409,15 @@ nb::list comparisons(const std::vector<TensorComparison>& cmp, double tolerance,
 }
 
 // `renaissance replay CASE` as a function: runs the case and compares with expected.safetensors.
-nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t threads, double tolerance) {
-  if (!(tolerance >= 0.0)) throw_invalid("tolerance " + std::to_string(tolerance) + ": must be >= 0");
+// tolerance None: the case's own (case.json's `tolerance`), else 1e-6.
+nb::dict replay(const std::string& case_dir, const std::string& backend, int64_t threads,
+                std::optional<double> requested) {
+  if (requested && !(*requested >= 0.0)) throw_invalid("tolerance " + std::to_string(*requested) + ": must be >= 0");
   TaskOptions o;
   o.backend = parse_backend(backend);
   o.backend_options.threads = checked_threads(threads);
   const ReplayCase rc = load_replay_case(case_dir);
+  const double tolerance = replay_tolerance(rc, requested ? *requested : -1.0);
   o.backend_options.cpu = program_env::cpu_tuning_for(o.backend);  // RENAISSANCE_CPU_*
   ReplayResult r;
   {
@@ -475,7 +479,7 @@ NB_MODULE(_core, m) {
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
   m.def("layout", [](const std::string& name_or_path) { return from_specs(resolve_layout(name_or_path).params); },
         "name_or_path"_a, "A layout's parameters as (name, shape, role) tuples: a built-in name or a JSON file.");
-  m.def("replay", &replay, "case_dir"_a, "backend"_a = "cpu", "threads"_a = 0, "tolerance"_a = 1e-6,
+  m.def("replay", &replay, "case_dir"_a, "backend"_a = "cpu", "threads"_a = 0, "tolerance"_a = nb::none(),
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
   nb::class_<PyTask>(m, "Task")

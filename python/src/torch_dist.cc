@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "renaissance/communicator.h"
@@ -80,8 +81,8 @@ class PyCommunicator final : public Communicator {
   void wait() override {
     if (device_) impl_.attr("synchronize")();
   }
+  // impl's, host memory too: impl lends views of it to torch.distributed and must know where it is.
   void* workspace(uint64_t bytes) override {
-    if (!device_) return Communicator::workspace(bytes);
     return reinterpret_cast<void*>(nb::cast<uintptr_t>(impl_.attr("workspace")(bytes)));
   }
 
@@ -178,6 +179,9 @@ void renaissance_register_dist(nb::module_& m) {
       .def("step", [](PyShardedStep& s) { s.sharded().step(); })
       .def("gather_state", [](PyShardedStep& s) { s.sharded().gather_state(); })
       .def("fingerprint", [](PyShardedStep& s) { return s.sharded().fingerprint(); })
+      .def_prop_ro("arena", [](PyShardedStep& s) {
+             return std::make_tuple(reinterpret_cast<uintptr_t>(s.task().backend().arena()), s.task().plan().arena_bytes());
+           }, "(address, bytes) of the task's arena: the communicator lends cached views of it (_torch_dist.py).")
       // Collective: every rank calls it for the same (family, id) in the same order.
       .def("read_state", [](PyShardedStep& s, const std::string& family, size_t id) {
              if (family != "M" && family != "V") throw_invalid("read_state(): family '" + family + "': expected M or V");

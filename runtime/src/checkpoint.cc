@@ -36,6 +36,15 @@ namespace renaissance {
 
 namespace {
 
+// LAYT's per-parameter role word: the role in bits 0-7, the optimizer mark (ParamOptimizer) in
+// bits 8 and up, so that a layout without marks writes the bytes it always wrote.
+constexpr uint32_t kLayoutMarkShift = 8;
+constexpr uint32_t kLayoutRoleMask = (1u << kLayoutMarkShift) - 1;
+uint32_t layout_role_word(const ParamSpec& p) {
+  return static_cast<uint32_t>(p.role) | (static_cast<uint32_t>(p.optimizer) << kLayoutMarkShift);
+}
+const char* mark_name(ParamOptimizer mark) { return mark == ParamOptimizer::kAdamW ? "adamw" : "by role"; }
+
 using namespace checkpoint_format;
 
 constexpr uint64_t kMaxMetaBytes = 64 * 1024;  // kind, decay mode, numbers, schedule name
@@ -301,7 +310,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   layout.u64(params_.size());
   for (const ParamSpec& p : params_) {
     layout.str(p.name);
-    layout.u32(static_cast<uint32_t>(p.role));
+    layout.u32(layout_role_word(p));
     layout.u32(static_cast<uint32_t>(p.shape.size()));
     for (int64_t d : p.shape) layout.i64(d);
   }
@@ -442,7 +451,8 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
   }
 }
 
-// LAYOUT: the file's parameters are the task's (count, then name, shape and role of each).
+// LAYOUT: the file's parameters are the task's (count, then name, shape and role of each; the
+// role's word holds the optimizer mark in its bits 8 and up, 0 for ParamOptimizer::kRole).
 void check_layout(Cursor& c, const std::string& path, const std::vector<ParamSpec>& params) {
   const uint64_t count = c.u64();
   const std::string differs = "checkpoint " + path + ": checkpoint layout differs from the task's";
@@ -464,10 +474,15 @@ void check_layout(Cursor& c, const std::string& path, const std::vector<ParamSpe
     if (shape != p.shape) {
       throw_invalid(named + ": shape " + shape_text(shape) + " (checkpoint) vs " + shape_text(p.shape) + " (task)");
     }
-    if (role != static_cast<uint32_t>(p.role)) {
-      const std::string seen = role < static_cast<uint32_t>(kNumRoles) ? role_name(static_cast<Role>(role))
-                                                                       : "#" + std::to_string(role);
+    const uint32_t role_bits = role & kLayoutRoleMask, mark = role >> kLayoutMarkShift;
+    if (role_bits != static_cast<uint32_t>(p.role)) {
+      const std::string seen = role_bits < static_cast<uint32_t>(kNumRoles) ? role_name(static_cast<Role>(role_bits))
+                                                                            : "#" + std::to_string(role_bits);
       throw_invalid(named + ": role " + seen + " (checkpoint) vs " + role_name(p.role) + " (task)");
+    }
+    if (mark != static_cast<uint32_t>(p.optimizer)) {
+      const std::string seen = mark <= 1 ? mark_name(static_cast<ParamOptimizer>(mark)) : "#" + std::to_string(mark);
+      throw_invalid(named + ": optimizer " + seen + " (checkpoint) vs " + mark_name(p.optimizer) + " (task)");
     }
   }
   c.expect_end();

@@ -6,7 +6,9 @@
 //   -> [trust ratios, updates] -> gather W (and the bf16/fp16 model copy, which the update
 //   nodes write for the slice only, each element with its own rounding key).
 // Compute nodes (the step counter, the clip coefficient, the trust ratios) run whole on every
-// rank over the gathered partials, so every rank holds the values one device computes.
+// rank over the gathered partials, so every rank holds the values one device computes. Muon's
+// Newton–Schulz node runs on the matrices this rank owns (whole matrices: the partition cuts
+// none), and their adjusted lrs in N are gathered with W.
 #include <algorithm>
 #include <cstring>
 
@@ -68,6 +70,18 @@ Span items_in_slice(const MemoryPlan& plan, Span items, uint64_t group_first, co
 }
 
 void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
+  if (node->kind == NodeKind::kCompute && node->compute_op == ComputeOp::MUON_ORTHOGONALIZE) {
+    // Newton–Schulz on the owned matrices only: their rows of the matrix table, of N and of the
+    // scalar blocks (U stays whole: each matrix addresses it from the weight group's start).
+    const uint64_t first = static_cast<uint64_t>(s.muon_matrix_begin);
+    const uint64_t owned = static_cast<uint64_t>(s.muon_matrix_end - s.muon_matrix_begin);
+    node->muon.matrices = sub_span(node->muon.matrices, first, owned, sizeof(MuonMatrix));
+    node->span(Family::kN) = sub_span(node->span(Family::kN), first, owned, sizeof(float));
+    if (node->work.tensor_blocks.count > 0) {
+      node->work.tensor_blocks = sub_span(node->work.tensor_blocks, first, owned, sizeof(int32_t));
+    }
+    return;
+  }
   if (node->kind != NodeKind::kRange) return;
   const uint64_t g0 = plan.region_range(G_BN_BIAS, G_DEEP_CONV).offset;
   const uint64_t ge = grad_element_bytes(plan);  // G's element: 4 bytes, or 2 in the model dtype
@@ -107,6 +121,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
       // No item of this group in the slice: nothing to update (a node without items would walk
       // the whole group span).
       node->span(Family::kW).count = node->span(Family::kG).count = node->span(Family::kM).count = node->span(Family::kV).count = 0;
+      node->muon.update.count = 0;  // (MUON_MOMENTUM's U, walked as V is)
       node->copy = ModelCopy{};
     }
     return;
@@ -119,6 +134,10 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   if (node->span(Family::kW).count) node->span(Family::kW) = sub_span(node->span(Family::kW), skip, n, sizeof(float));
   if (node->span(Family::kM).count) node->span(Family::kM) = sub_span(node->span(Family::kM), skip, n, sizeof(float));
   if (node->span(Family::kV).count) node->span(Family::kV) = sub_span(node->span(Family::kV), skip, n, sizeof(float));
+  // MUON_MOMENTUM writes U element by element, in the weight group's layout.
+  if (node->muon.update.count && node->range_op == RangeOp::MUON_MOMENTUM) {
+    node->muon.update = sub_span(node->muon.update, skip, n, sizeof(float));
+  }
   if (node->copy.c.count) node->copy = cut_model_copy(node->copy, skip, skip + n);
 }
 
@@ -148,9 +167,6 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 
 void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitude, int ranks) {
   if (ranks < 1) throw_invalid("--simulate-ranks must be >= 1, got " + std::to_string(ranks));
-  if (task.config().kind == OptimizerKind::kMuon) {
-    throw_invalid("--simulate-ranks: muon has no sharded step yet (its matrices are not partitioned over ranks)");
-  }
   // Model-dtype gradients: each rank's values widened exactly, summed in fp32, the mean rounded
   // to nearest even into G's dtype (math::load_grad / store_grad), as ShardedStep's ordered
   // reduction (Backend::reduce_ranks) does.
@@ -181,9 +197,6 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
                          : "a sharded step of a CPU task needs a communicator on host memory (MPI)");
   }
   const MemoryPlan& plan = task.plan();
-  if (task.config().kind == OptimizerKind::kMuon) {
-    throw_invalid("a sharded step of muon is not supported yet (its matrices are not partitioned over ranks)");
-  }
   // The ranks reduce each other's gradients in the arena's G (Backend::reduce_ranks).
   if (plan.config().gradient_table) {
     throw_invalid("a sharded step reduces gradients in the arena's G: a task with gradient_table cannot run one");
@@ -492,7 +505,8 @@ void ShardedStep::step() {
     join();
   }
   backend.execute(program.combine);
-  if (!task_.plan().norm_tiles().empty()) {
+  // (Muon's tiles drive only its update: it has no norm partials to gather.)
+  if (!task_.plan().norm_tiles().empty() && !task_.plan().config().muon) {
     CommTimer t(comm_);
     join();
     gather_doubles(T_NORM_PARTIALS, true, math::kNormComponents);
@@ -515,7 +529,22 @@ void ShardedStep::step() {
   join();
   gather_family(Family::kW);
   if (task_.plan().has_model_copy()) gather_model_copy();
+  if (task_.plan().config().muon) gather_muon_lr();
   join();
+}
+
+// Muon: each owner wrote the adjusted lr N[t] of its matrices (state a checkpoint saves); every
+// rank receives the others', so that N is whole everywhere, as on one device.
+void ShardedStep::gather_muon_lr() {
+  const int K = comm_.size();
+  const uint64_t base = task_.plan().group_span(Family::kN, Group::kWeight).offset;
+  std::vector<uint64_t> offsets(K), counts(K);
+  for (int r = 0; r < K; ++r) {
+    const RankShard& o = layout_.ranks[static_cast<size_t>(r)];
+    offsets[r] = base + static_cast<uint64_t>(o.muon_matrix_begin) * sizeof(float);
+    counts[r] = static_cast<uint64_t>(o.muon_matrix_end - o.muon_matrix_begin) * sizeof(float);
+  }
+  comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }
 
 // The copy pairs element j of the W family with element j of C_MODEL_COPY (2 bytes each): each

@@ -169,10 +169,6 @@ void Task::compile() {
     throw_invalid("compile(): amsgrad is not supported by the sharded step (its VMAX state is not sharded); use an "
                   "unsharded task");
   }
-  if (plan_config.muon && options_.state_shard.world_size > 0) {
-    throw_invalid("compile(): muon is not supported by the sharded step yet (its matrices are not partitioned); use "
-                  "an unsharded task");
-  }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));

@@ -55,7 +55,7 @@ static float one_minus_dampening_slot(const OptimizerConfig& config) {
 
 // Muon's host-owned fp32 slots, kFirstMuonScalarF32 to the end of a block (scalars.h: not stored
 // in checkpoints), from a group's configuration: the table's rows as configured rounded once,
-// 1 - momentum formed in double, the Nesterov flag as 1.0f / 0.0f.
+// 1 - momentum and 1 - aux_lr*aux_weight_decay formed in double, the Nesterov flag as 1.0f / 0.0f.
 constexpr int kNumMuonScalarF32 = kNumScalarF32 - kFirstMuonScalarF32;
 static void muon_scalar_slots(const OptimizerConfig& config, float* out) {
   for (const HyperparameterInfo& row : kHyperparameterTable) {
@@ -65,6 +65,7 @@ static void muon_scalar_slots(const OptimizerConfig& config, float* out) {
   }
   out[kMuonOneMinusMomentum - kFirstMuonScalarF32] = static_cast<float>(1.0 - config.momentum);
   out[kNesterov - kFirstMuonScalarF32] = config.nesterov ? 1.0f : 0.0f;
+  out[kAuxDecayFactor - kFirstMuonScalarF32] = static_cast<float>(1.0 - config.aux_lr * config.aux_weight_decay);
 }
 static_assert(kFirstMuonScalarF32 > kMomentumGradFactor, "Muon's slots come after the device's");
 static_assert(kGradNormD == kMaxGradNormD + 1 && kNumScalarF64 == kGradNormD + 1, "kGradNormD is the last slot");

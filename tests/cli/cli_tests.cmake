@@ -56,6 +56,11 @@ rn_cli_test(cli_replay 0 "-DMATCH=PASS" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmak
             ${RN_CLI} replay ${RN_CASE} --backend cpu --out ${RN_TEST_OUT}/replay.safetensors)
 rn_cli_test(cli_replay_above_tolerance 1 "-DMATCH=ABOVE TOLERANCE" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
             ${RN_CLI} replay ${RN_CASE} --tolerance 1e-12)
+# A case's own tolerance (case.json) is used without --tolerance, and --tolerance overrides it.
+rn_cli_test(cli_replay_case_tolerance 0 "-DMATCH=tolerance 3\\.0e-04: PASS" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+            ${RN_CLI} replay ${RN_TESTDATA_DIR}/replay/muon --backend cpu)
+rn_cli_test(cli_replay_case_tolerance_overridden 1 "-DMATCH=tolerance 1\\.0e-06: FAIL" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake --
+            ${RN_CLI} replay ${RN_TESTDATA_DIR}/replay/muon --backend cpu --tolerance 1e-6)
 # Every case of testdata/replay (each kind and weight-decay mode, references not computed by the
 # library) passes on the CPU; a case with a wrong expected file fails with exit 1.
 add_test(NAME cli_replay_testdata

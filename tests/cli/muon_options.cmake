@@ -2,8 +2,9 @@
 # matrices, a zero-size weight, every bias-like role). Each of Muon's options (--no-nesterov,
 # --adjust-lr match_rms_adamw, --ns-steps, --aux-lr, the coefficients) changes the run and gives
 # the same bits on 1 and 2 threads; a 6-step run saved after 3 and resumed gives the fingerprint
-# of 6 uninterrupted steps (the resume inherits Muon's options); a bad --adjust-lr, --ns-steps 0
-# and --simulate-ranks are refused with exit 2 naming them. Input: CLI, LAYOUT, WORK.
+# of 6 uninterrupted steps (the resume inherits Muon's options); --simulate-ranks 1 is the plain
+# run and 2 another; a bad --adjust-lr and --ns-steps 0 are refused with exit 2 naming them.
+# Input: CLI, LAYOUT, WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/run_fingerprint.cmake)
 
 file(MAKE_DIRECTORY ${WORK})
@@ -29,9 +30,16 @@ if(NOT resumed STREQUAL whole)
   message(FATAL_ERROR "muon: 3 steps + resumed 3 (${resumed}) differ from 6 steps (${whole})")
 endif()
 
+# --simulate-ranks (the audit of an ordered sharded run): one rank is the plain run, two ranks'
+# mean gradient is another run.
+run_fp(sim1 ${base} --threads 1 --simulate-ranks 1)
+run_fp(sim2 ${base} --threads 1 --simulate-ranks 2)
+if(NOT sim1 STREQUAL plain OR sim2 STREQUAL plain)
+  message(FATAL_ERROR "muon --simulate-ranks: 1 rank ${sim1} must equal the plain run ${plain}, 2 ranks ${sim2} not")
+endif()
+
 foreach(case "--adjust-lr;sqrt;--adjust-lr sqrt: expected one of original\\|match_rms_adamw"
-             "--ns-steps;0;invalid ns_steps = 0"
-             "--simulate-ranks;2;--simulate-ranks: muon has no sharded step")
+             "--ns-steps;0;invalid ns_steps = 0")
   list(GET case 0 flag)
   list(GET case 1 value)
   list(GET case 2 pattern)

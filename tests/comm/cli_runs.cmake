@@ -1,13 +1,13 @@
 # ctest script (cmake -P) for `renaissance run --distributed mpi` through the real CLI under
 # mpirun. -DCLI=... -DMPIRUN=... -DLAYOUT=... -DWORK=... -DCASE=reshard|lost|equal|copies
-#   equal:   (lars, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
+#   equal:   (lars and muon, clipping) mpirun -np 2/3 --grad-reduce replicated prints the plain run's
 #            fingerprint, ordered the --simulate-ranks K one (every kind: sharded_runs.cc); --json carries world_size, grad_reduce, comm_ms_per_step.
 #            The same at K = 2 with a model copy: --precision bf16 --stochastic-rounding (lamb),
 #            and with model-dtype gradients: --precision fp16 --grad-dtype model (adamw).
 #   reshard: (lamb, clipping) a checkpoint saved at K = 2 (one gathered file) resumed at K = 1 and 3: replicated
 #            ends with the uninterrupted plain run's fingerprint; ordered at K = 3 with that of
 #            --simulate-ranks 3 resumed from the same file. Then (adamw) the same with a bf16
-#            model copy rounded stochastically, saved at K = 2, resumed at K = 1 and 3.
+#            model copy rounded stochastically, saved at K = 2, resumed at K = 1 and 3; and muon.
 #   lost:    rank 1 killed at batch 2 (RENAISSANCE_TEST_LOSE_RANK): the launcher exits non-zero
 #            within 50 s and its message names rank 1.
 #   mismatch: -DFLAG=--opt -DODD=arg^arg [-DBASE=arg^arg] [-DRANKS=2|3] [-DEXPECT=0]: MPMD, every
@@ -82,7 +82,7 @@ endfunction()
 
 set(MPI_RUN ${MPIRUN} --oversubscribe -np)
 if(CASE STREQUAL "equal")
-  foreach(kind lars)
+  foreach(kind lars muon)
     set(args ${COMMON} --optimizer ${kind} --steps 5 --nan-at 2 --max-grad-norm 0.05)
     fingerprint(plain ${CLI} run ${args})
     foreach(K 2 3)
@@ -116,6 +116,8 @@ elseif(CASE STREQUAL "reshard")
   expect_same("lamb saved at K=2, resumed ordered at K=3 == --simulate-ranks 3 resumed" ${ord} ${sim})
   expect_reshard_resumes("adamw bf16 stochastic" ${WORK}/k2-bf16.ckpt ${COMMON} --optimizer adamw --max-grad-norm 0.05
                          --schedule-steps 6 --precision bf16 --stochastic-rounding)
+  # Muon: the momentum of the matrices, saved from their owners' slices into the one file.
+  expect_reshard_resumes(muon ${WORK}/k2-muon.ckpt ${COMMON} --optimizer muon --max-grad-norm 0.05 --schedule-steps 6)
 elseif(CASE STREQUAL "lost")
   set(ENV{RENAISSANCE_TEST_LOSE_RANK} "1:2")
   run_timed(50 ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 6 --distributed mpi --grad-reduce ordered)

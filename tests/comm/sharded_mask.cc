@@ -7,8 +7,8 @@
 //   replicated == the plain masked run, bitwise (fingerprint: W, M, V, the model copy, counts);
 //   ordered    == the one-process simulation of K ranks (synthesize_rank_sum) with the same mask;
 //   fast       == ordered when K <= 2 (a sum of two floats is the same in either order);
-// and every rank's per-tensor step counts equal the reference's. Kinds adamw, lamb, lars and
-// sgd_momentum, with and without clipping, and adamw with a bf16 stochastic model copy. The
+// and every rank's per-tensor step counts equal the reference's. Kinds adamw, lamb, lars,
+// sgd_momentum and muon (a masked matrix skipped by its owner), with and without clipping, and adamw with a bf16 stochastic model copy. The
 // NaN in a masked tensor's G is ignored, one in an unmasked tensor's skips the step. The
 // masked reference differs from the unmasked one (else the mask would be tested by nothing).
 // `sharded_mask LAYOUT cuda` (a build with NCCL; scripts/gpu.sh dist:mask): CUDA ranks joined by
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   CheckLog check{lead};
   std::vector<Case> cases;
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars,
-                             OptimizerKind::kSgdMomentum}) {
+                             OptimizerKind::kSgdMomentum, OptimizerKind::kMuon}) {
     for (bool clip : {false, true}) cases.push_back({kind, clip, PrecisionOptions{}});
   }
   cases.push_back({OptimizerKind::kAdamW, true, PrecisionOptions{Precision::kBf16, Rounding::kStochastic, 99}});

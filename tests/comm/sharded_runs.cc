@@ -104,7 +104,6 @@ int main(int argc, char** argv) {
   const Layout layout = load_layout_file(argv[1]);
   CheckLog check{lead};
   for (const KindInfo& info : kKindTable) {
-    if (info.kind == OptimizerKind::kMuon) continue;  // no sharded step yet: ShardedStep refuses it
     for (bool clip : {false, true}) {
       const std::string tag = std::string(info.name) + (clip ? " clip" : "") + " K=" + std::to_string(K);
       audit::SyntheticRun run = base_run(layout, info.kind, clip);
@@ -139,7 +138,6 @@ int main(int argc, char** argv) {
     }
   }
   for (const KindInfo& info : kKindTable) {
-    if (info.kind == OptimizerKind::kMuon) continue;  // no sharded step yet: ShardedStep refuses it
     for (Precision p : {Precision::kBf16, Precision::kFp16}) {
       for (Rounding r : {Rounding::kNearest, Rounding::kStochastic}) {
         const PrecisionOptions precision{p, r, 99};
@@ -164,7 +162,6 @@ int main(int argc, char** argv) {
   // one fp16 stochastic configuration; all three modes, and ordered/fast in small rounds too
   // (the 2-byte halos and round boundaries).
   for (const KindInfo& info : kKindTable) {
-    if (info.kind == OptimizerKind::kMuon) continue;  // no sharded step yet: ShardedStep refuses it
     for (const PrecisionOptions& precision : {PrecisionOptions{Precision::kBf16, Rounding::kNearest, 99, true},
                                               PrecisionOptions{Precision::kFp16, Rounding::kStochastic, 99, true}}) {
       const std::string tag = std::string(info.name) + " clip grad " + precision_name(precision.precision) + " " +

@@ -115,6 +115,32 @@ TEST(Layout, DuplicateName) {
       R"({"params":[{"name":"a","shape":[1],"role":"fc_bias"},{"name":"a","shape":[1],"role":"fc_bias"}]})",
       {"params[1]", "duplicate"});
 }
+// "optimizer": "adamw" marks a tensor for a muon task's auxiliary AdamW; "muon" is the weight
+// roles' default; without the key every tensor goes by its role.
+TEST(Layout, OptimizerMark) {
+  const Layout l = parse_layout(
+      R"({"params":[{"name":"emb","shape":[10,4],"role":"fc_weight","optimizer":"adamw"},)"
+      R"({"name":"w","shape":[4,4],"role":"fc_weight","optimizer":"muon"},{"name":"w2","shape":[4,4],"role":"deep_conv"},)"
+      R"({"name":"b","shape":[4],"role":"fc_bias","optimizer":"adamw"}]})",
+      "m.json");
+  ASSERT_EQ(l.params.size(), 4u);
+  EXPECT_EQ(l.params[0].optimizer, ParamOptimizer::kAdamW);
+  EXPECT_EQ(l.params[0].role, Role::kFcWeight);  // the role stays; the plan of a muon task moves it
+  EXPECT_EQ(l.params[1].optimizer, ParamOptimizer::kRole);
+  EXPECT_EQ(l.params[2].optimizer, ParamOptimizer::kRole);
+  EXPECT_EQ(l.params[3].optimizer, ParamOptimizer::kAdamW);
+}
+TEST(Layout, BadOptimizerMarkNamesTheParameter) {
+  expect_format_error(R"({"params":[{"name":"emb","shape":[2,2],"role":"fc_weight","optimizer":"sgd"}]})",
+                      {"params[0]", "'emb'", "optimizer", "'sgd'", "adamw"});
+  expect_format_error(R"({"params":[{"name":"emb","shape":[2,2],"role":"fc_weight","optimizer":"AdamW"}]})",
+                      {"'emb'", "'AdamW'"});
+  expect_format_error(R"({"params":[{"name":"emb","shape":[2,2],"role":"fc_weight","optimizer":1}]})",
+                      {"'emb'", "optimizer 1"});
+  // Muon never steps a bias-like role.
+  expect_format_error(R"({"params":[{"name":"b","shape":[2],"role":"bn_bias","optimizer":"muon"}]})",
+                      {"'b'", "bn_bias", "muon"});
+}
 TEST(Layout, MissingName) { expect_format_error(R"({"params":[{"shape":[1],"role":"fc_bias"}]})", {"params[0]", "name"}); }
 
 }  // namespace

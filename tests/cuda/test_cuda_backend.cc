@@ -115,6 +115,7 @@ struct Scenario {
   double loss_scale = 1024.0;
   bool check_finite = true;
   StepHook hook;
+  std::vector<OptimizerConfig> groups;  // non-empty: hyperparameter groups instead of `config`
 };
 
 // Weights: synthetic values of magnitude up to 1, except every 5th tensor, which starts at zero
@@ -159,7 +160,11 @@ Snapshot run(BackendKind kind, const Scenario& sc, const BackendOptions& backend
   options.backend_options = backend_options;
   options.check_finite = sc.check_finite;
   Task task(sc.params, options);
-  task.optimizer(sc.config);
+  if (sc.groups.empty()) {
+    task.optimizer(sc.config);
+  } else {
+    task.optimizer_groups(sc.groups);
+  }
   task.set_loss_scale(sc.loss_scale);
   task.compile();
   init_weights(task);
@@ -454,8 +459,8 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
   }
 }
 
-// Muon's step captures the Newton–Schulz launches of each non-empty matrix (batching by shape is
-// a later step): one more matrix, more nodes; a change of ns_steps is captured again (more steps,
+// Muon's step without cuda_muon_batches captures the Newton–Schulz launches of each non-empty
+// matrix: one more matrix, more nodes; a change of ns_steps is captured again (more steps,
 // more nodes) and the step still runs.
 TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
@@ -498,6 +503,58 @@ TEST(CudaBackend, MuonNsStepsChangeBetweenSteps) {
   BackendOptions no_graph;
   no_graph.cuda_graph = false;
   expect_same(cpu, run(BackendKind::kCuda, sc, no_graph));
+}
+
+// BackendOptions::cuda_muon_batches: the Newton–Schulz of each shape class (both orientations,
+// several matrices, a second class, hyperparameter groups that split a class) runs as cuBLASLt
+// batches and gives the CPU's bits, with and without CUDA graphs; the captured step's node count
+// then depends on the classes, not on the number of matrices in them.
+TEST(CudaBackend, MuonBatchesGiveTheCpuBits) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  Scenario sc;
+  sc.params = {{"a", {16, 48}, Role::kFcWeight}, {"b", {48, 16}, Role::kFcWeight}, {"bias", {48}, Role::kFcBias},
+               {"c", {16, 48}, Role::kFcWeight}, {"d", {24, 24}, Role::kDeepConv}, {"e", {8, 3, 2, 2}, Role::kDeepConv},
+               {"f", {24, 24}, Role::kFcWeight}};
+  sc.config = reference_config(OptimizerKind::kMuon);
+  sc.steps = 3;
+  const Snapshot cpu = run(BackendKind::kCpu, sc);
+  BackendOptions batches;
+  batches.cuda_muon_batches = true;
+  expect_same(cpu, run(BackendKind::kCuda, sc, batches));
+  batches.cuda_graph = false;
+  expect_same(cpu, run(BackendKind::kCuda, sc, batches));
+  // Hyperparameter groups: "c" in group 1 is a class of its own (its block's coefficients).
+  sc.params[3].hyper_group = 1;
+  OptimizerConfig other = sc.config;
+  other.ns_a = 2.0;
+  other.ns_b = -1.5;
+  other.ns_c = 0.5;
+  other.ns_steps = 3;
+  sc.groups = {sc.config, other};
+  const Snapshot cpu_groups = run(BackendKind::kCpu, sc);
+  batches.cuda_graph = true;
+  expect_same(cpu_groups, run(BackendKind::kCuda, sc, batches));
+}
+
+TEST(CudaBackend, MuonBatchLaunchesDoNotGrowWithMatricesOfOneClass) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+  auto nodes_for = [](int matrices) {
+    std::vector<ParamSpec> params = {{"bias", {12}, Role::kFcBias}};
+    for (int i = 0; i < matrices; ++i) {
+      params.push_back({"m" + std::to_string(i), i % 2 ? std::vector<int64_t>{32, 8} : std::vector<int64_t>{8, 32},
+                        Role::kFcWeight});
+    }
+    TaskOptions options;
+    options.backend = BackendKind::kCuda;
+    options.backend_options.cuda_muon_batches = true;
+    Task task(params, options);
+    task.optimizer(reference_config(OptimizerKind::kMuon));
+    task.compile();
+    return task.backend().launches_per_step();
+  };
+  const int two = nodes_for(2);
+  EXPECT_GT(two, 0);
+  EXPECT_EQ(nodes_for(7), two);
 }
 
 // The update kernels exist only for the (G encoding, copy format, rounding) combinations a step

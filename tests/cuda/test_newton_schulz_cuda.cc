@@ -2,13 +2,19 @@
 // (renaissance/math/newton_schulz.h), bit for bit: square, wide, tall (the transposed path), 1xN
 // and Nx1, several norm tiles with a short last one, a zero matrix and a tiny one (the eps
 // path), huge values, other coefficients and step counts; a skipped launch leaves its output
-// alone; a captured CUDA graph reads the coefficients when it runs.
+// alone; a captured CUDA graph reads the coefficients when it runs. The batched classes
+// (NewtonSchulzBatch) in exact mode equal the per-matrix reference bit for bit, through cuBLASLt's
+// int8 products and through the per-matrix fallback; in fast mode they stay within a stated
+// distance of the float64 iteration.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "renaissance/backend.h"
@@ -187,6 +193,196 @@ TEST(NewtonSchulzCuda, CapturedGraphReadsTheScalarsWhenItRuns) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+#endif
+}
+
+#if RENAISSANCE_WITH_CUDA
+// The matrices of a class one after another in one array, and each one's reference result.
+struct ClassCase {
+  std::vector<size_t> rows, cols;
+  std::vector<float> u, reference;
+  ClassCase(const std::vector<std::pair<size_t, size_t>>& shapes, uint32_t seed, float scale,
+            const math::NewtonSchulzCoefficients& coeff = {}, int steps = math::kDefaultNewtonSchulzSteps) {
+    for (const auto& [r, c] : shapes) {
+      rows.push_back(r);
+      cols.push_back(c);
+      const std::vector<float> m = random_matrix(r, c, seed++, scale);
+      std::vector<float> out(m.size());
+      EXPECT_TRUE(math::newton_schulz_reference(m.data(), r, c, out.data(), coeff, steps));
+      u.insert(u.end(), m.begin(), m.end());
+      reference.insert(reference.end(), out.begin(), out.end());
+    }
+  }
+};
+
+// The float64 iteration on one matrix (the semantics without any rounding of ours): for fast mode.
+std::vector<double> newton_schulz_float64(const float* u, size_t rows, size_t cols, int steps = 5) {
+  const bool t = rows > cols;
+  const size_t r = t ? cols : rows, c = t ? rows : cols;
+  std::vector<double> x(r * c), a(r * r), b(r * r), q(r * c);
+  double norm = 0.0;
+  for (size_t e = 0; e < rows * cols; ++e) norm += static_cast<double>(u[e]) * u[e];
+  norm = std::max(std::sqrt(norm), 1e-7);
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) x[i * c + j] = (t ? u[j * cols + i] : u[i * cols + j]) / norm;
+  }
+  const double ca = 3.4445, cb = -4.7750, cc = 2.0315;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < r; ++i) {
+      for (size_t j = 0; j < r; ++j) {
+        double acc = 0.0;
+        for (size_t p = 0; p < c; ++p) acc += x[i * c + p] * x[j * c + p];
+        a[i * r + j] = acc;
+      }
+    }
+    for (size_t i = 0; i < r; ++i) {
+      for (size_t j = 0; j < r; ++j) {
+        double acc = 0.0;
+        for (size_t p = 0; p < r; ++p) acc += a[i * r + p] * a[p * r + j];
+        b[i * r + j] = cb * a[i * r + j] + cc * acc;
+      }
+    }
+    for (size_t i = 0; i < r; ++i) {
+      for (size_t j = 0; j < c; ++j) {
+        double acc = 0.0;
+        for (size_t p = 0; p < r; ++p) acc += b[i * r + p] * x[p * c + j];
+        q[i * c + j] = acc;
+      }
+    }
+    for (size_t e = 0; e < r * c; ++e) x[e] = ca * x[e] + q[e];
+  }
+  std::vector<double> out(rows * cols);
+  for (size_t i = 0; i < r; ++i) {
+    for (size_t j = 0; j < c; ++j) out[t ? j * cols + i : i * cols + j] = x[i * c + j];
+  }
+  return out;
+}
+#endif
+
+TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  // Sides that are multiples of 4 take cuBLASLt's int8 products (the GPU machine has the library:
+  // its absence would be a failure here, not a fallback); both orientations in one class.
+  {
+    const ClassCase k({{64, 256}, {256, 64}, {64, 256}}, 21, 0.02f);
+    std::vector<float> out(k.u.size(), -3.0f);
+    EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
+                                                    cuda::NewtonSchulzMode::kExact));
+    EXPECT_EQ(differing_bits(k.reference, out, "batched 64x256"), 0u);
+  }
+  {
+    // Square, several entries, huge and tiny scales side by side (each matrix its own norm).
+    ClassCase k({{96, 96}, {96, 96}}, 31, 1e30f);
+    const ClassCase tiny({{96, 96}}, 33, 1e-27f);
+    k.rows.push_back(96);
+    k.cols.push_back(96);
+    k.u.insert(k.u.end(), tiny.u.begin(), tiny.u.end());
+    k.reference.insert(k.reference.end(), tiny.reference.begin(), tiny.reference.end());
+    std::vector<float> out(k.u.size(), -3.0f);
+    EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
+                                                    cuda::NewtonSchulzMode::kExact));
+    EXPECT_EQ(differing_bits(k.reference, out, "batched 96x96"), 0u);
+  }
+  {
+    // Other coefficients and steps.
+    const math::NewtonSchulzCoefficients coeff{2.0f, -1.5f, 0.5f};
+    const ClassCase k({{32, 160}, {160, 32}}, 41, 0.5f, coeff, 3);
+    std::vector<float> out(k.u.size(), -3.0f);
+    cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(), cuda::NewtonSchulzMode::kExact, coeff,
+                                        3);
+    EXPECT_EQ(differing_bits(k.reference, out, "batched coefficients"), 0u);
+  }
+  {
+    // Odd sides: whichever path runs (cuBLASLt or one matrix after another), the same bits.
+    const ClassCase k1({{70, 130}, {130, 70}}, 51, 0.02f);
+    std::vector<float> out1(k1.u.size(), -3.0f);
+    cuda::newton_schulz_batch_on_device(k1.u.data(), k1.rows, k1.cols, out1.data(), cuda::NewtonSchulzMode::kExact);
+    EXPECT_EQ(differing_bits(k1.reference, out1, "batched odd"), 0u);
+    const ClassCase k2({{1, 300}, {300, 1}}, 61, 0.02f);
+    std::vector<float> out2(k2.u.size(), -3.0f);
+    cuda::newton_schulz_batch_on_device(k2.u.data(), k2.rows, k2.cols, out2.data(), cuda::NewtonSchulzMode::kExact);
+    EXPECT_EQ(differing_bits(k2.reference, out2, "batched 1x300"), 0u);
+  }
+#endif
+}
+
+TEST(NewtonSchulzCuda, BatchedFastModeStaysNearTheFloat64Iteration) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  // bf16 operands (8 significant bits) in every product: the distance to the float64 iteration is
+  // that of torch's bf16 Newton–Schulz. The bound is docs/math.md's ("Muon: fast mode").
+  const ClassCase k({{64, 256}, {256, 64}}, 71, 0.02f);
+  const std::vector<size_t>& rows = k.rows;
+  const std::vector<size_t>& cols = k.cols;
+  const std::vector<float>& u2 = k.u;
+  std::vector<float> out2(u2.size());
+  ASSERT_TRUE(cuda::newton_schulz_batch_on_device(u2.data(), rows, cols, out2.data(), cuda::NewtonSchulzMode::kFast));
+  double worst = 0.0, worst_exact = 0.0;
+  size_t at = 0;
+  for (size_t m = 0; m < 2; ++m) {
+    const std::vector<double> f64 = newton_schulz_float64(u2.data() + at, rows[m], cols[m]);
+    for (size_t e = 0; e < f64.size(); ++e) {
+      worst = std::max(worst, std::fabs(static_cast<double>(out2[at + e]) - f64[e]));
+      worst_exact = std::max(worst_exact, std::fabs(static_cast<double>(k.reference[at + e]) - f64[e]));
+    }
+    at += f64.size();
+  }
+  std::printf("fast mode: max |fast - float64| = %.3g, max |exact - float64| = %.3g\n", worst, worst_exact);
+  EXPECT_LT(worst, 3e-2);
+  EXPECT_GT(worst, worst_exact);  // bf16 products really ran (exact mode is far closer)
+#endif
+}
+
+TEST(NewtonSchulzCuda, CapturedBatchReadsTheScalarsAndTheSkipWhenItRuns) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  const std::vector<std::pair<size_t, size_t>> shapes{{32, 96}, {96, 32}};
+  const std::vector<cuda::NewtonSchulzEntry> entries{{0, 0}, {32 * 96, 1}};
+  const cuda::NewtonSchulzBatch batch(32, 96, entries, cuda::NewtonSchulzMode::kExact);
+  EXPECT_TRUE(batch.batched());
+  const ClassCase defaults(shapes, 81, 0.3f);
+  const math::NewtonSchulzCoefficients other{2.0f, -1.5f, 0.5f};
+  const ClassCase changed(shapes, 81, 0.3f, other);
+  const size_t count = defaults.u.size();
+  float *u = nullptr, *scalars = nullptr;
+  int32_t* skip = nullptr;
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&u, count * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scalars, 4 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&skip, sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scratch, batch.scratch_bytes()), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  batch.enqueue(u, {scalars, scalars + 1, scalars + 2, scalars + 3}, 5, scratch, stream, {skip});
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  struct Run {
+    math::NewtonSchulzCoefficients coeff;
+    int32_t skip;
+    const std::vector<float>* expect;
+  };
+  for (const Run& run : {Run{{}, 0, &defaults.reference}, Run{other, 0, &changed.reference}, Run{{}, 1, &defaults.u}}) {
+    const float host[4] = {run.coeff.a, run.coeff.b, run.coeff.c, 1e-7f};
+    ASSERT_EQ(cudaMemcpy(u, defaults.u.data(), count * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scalars, host, sizeof(host), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(skip, &run.skip, sizeof(run.skip), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<float> out(count);
+    ASSERT_EQ(cudaMemcpy(out.data(), u, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(differing_bits(*run.expect, out, "captured batch"), 0u) << "a = " << run.coeff.a << " skip " << run.skip;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(u);
+  cudaFree(scalars);
+  cudaFree(skip);
+  cudaFree(scratch);
 #endif
 }
 

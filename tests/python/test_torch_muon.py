@@ -467,14 +467,14 @@ def aux_grads(step, seed=300):
 
 
 class AdamRef:
-    """torch's AdamW without weight decay, float64 (the aux groups)."""
+    """torch's AdamW (decoupled decay p *= 1 - lr * weight_decay first), float64 (the aux groups)."""
 
-    def __init__(self, ps, lr, betas, eps):
+    def __init__(self, ps, lr, betas, eps, weight_decay=0.0):
         self.w = [p.detach().double().clone() for p in ps]
         self.m = [torch.zeros_like(w) for w in self.w]
         self.v = [torch.zeros_like(w) for w in self.w]
         self.t = [0] * len(ps)
-        self.lr, self.betas, self.eps = lr, betas, eps
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
     def step(self, gs):
         b1, b2 = self.betas
@@ -483,6 +483,7 @@ class AdamRef:
                 continue
             g = g.double()
             self.t[i] += 1
+            self.w[i] = self.w[i] * (1 - self.lr * self.weight_decay)
             self.m[i] = lerp64(self.m[i], g, 1 - b1)
             self.v[i] = self.v[i] * b2 + (1 - b2) * g * g
             bc1, bc2 = 1 - b1 ** self.t[i], 1 - b2 ** self.t[i]
@@ -583,22 +584,52 @@ def test_muon_with_aux_adam_refusals():
         rt.MuonWithAuxAdam([dict(params=muon, use_muon=True, betas=(0.9, 0.95))])
     with pytest.raises(ValueError, match="a use_muon=False group takes lr, betas, eps, weight_decay; got 'momentum'"):
         rt.MuonWithAuxAdam([dict(params=aux, use_muon=False, momentum=0.9)])
-    with pytest.raises(ValueError, match="runs without weight decay in this version"):
-        rt.MuonWithAuxAdam([dict(params=aux, use_muon=False, weight_decay=0.1)])
+    with pytest.raises(ValueError, match="Invalid weight_decay value: -0.1"):
+        rt.MuonWithAuxAdam([dict(params=aux, use_muon=False, weight_decay=-0.1)])
     with pytest.raises(ValueError, match="a parameter has size torch.Size\\(\\[7\\]\\)"):
         rt.MuonWithAuxAdam([dict(params=muon + aux[:1], use_muon=True)])
     with pytest.raises(ValueError, match="Learning rate should be >= 0 but is: -1"):
         rt.MuonWithAuxAdam([dict(params=muon, use_muon=True, lr=-1)])
     with pytest.raises(ValueError, match="Invalid beta parameter at index 1: 1.5"):
         rt.MuonWithAuxAdam([dict(params=aux, use_muon=False, betas=(0.9, 1.5))])
-    # A nonzero aux weight decay edited in later is refused at the step, nothing changed.
+    # A negative aux weight decay edited in later is refused at the step, nothing changed.
     opt = rt.MuonWithAuxAdam([dict(params=aux, use_muon=False)])
-    opt.param_groups[0]["weight_decay"] = 0.1
+    opt.param_groups[0]["weight_decay"] = -0.1
     feed(aux, aux_grads(0)[1])
     w = [p.detach().clone() for p in aux]
-    with pytest.raises(ValueError, match="runs without weight decay"):
+    with pytest.raises(ValueError, match="Invalid weight_decay value"):
         opt.step()
     assert all(torch.equal(p.detach(), x) for p, x in zip(aux, w))
+
+
+def test_muon_with_aux_adam_aux_weight_decay_is_adamws():
+    """A use_muon=False group's weight_decay is torch's AdamW decay with that group's lr (not the
+    Muon group's), per group, and an edit applies from the next step."""
+    muon, aux = aux_model()
+    opt = rt.MuonWithAuxAdam([dict(params=muon, use_muon=True, lr=0.05, weight_decay=0.01),
+                              dict(params=aux[:1], use_muon=False, lr=1e-2, weight_decay=0.5),
+                              dict(params=aux[1:], use_muon=False, lr=2e-2, weight_decay=0.1)])
+    assert len(opt.backends) == 1
+    mref = Ref(muon, lr=0.05, weight_decay=0.01, momentum=0.95)
+    aref0 = AdamRef(aux[:1], 1e-2, (0.9, 0.95), 1e-10, weight_decay=0.5)
+    aref1 = AdamRef(aux[1:], 2e-2, (0.9, 0.95), 1e-10, weight_decay=0.1)
+    nodecay = AdamRef(aux, 1e-2, (0.9, 0.95), 1e-10)
+    for t in range(6):
+        gm, ga = aux_grads(t)
+        if t == 3:
+            opt.param_groups[2]["weight_decay"] = 0.3
+            aref1.weight_decay = 0.3
+        feed(muon, gm)
+        feed(aux, ga)
+        opt.step()
+        mref.step(gm)
+        aref0.step(ga[:1])
+        aref1.step(ga[1:])
+        nodecay.step(ga)
+        assert worst(aux, aref0.w + aref1.w) <= 1e-6 * (t + 1), t
+    assert worst(muon, mref.w) <= F64_TOL * 0.05 * 2 * 6
+    # The decay moved the aux weights far beyond the tolerance (the check above can fail).
+    assert worst(aux[:1], nodecay.w[:1]) > 1e-3
 
 
 def test_muon_with_aux_adam_state_dict_round_trip_and_the_packages_format():

@@ -12,6 +12,7 @@
 
 #include "renaissance/math/newton_schulz.h"
 #include "renaissance/task.h"
+#include "support/checkpoint_test_util.h"
 #include "support/optimizer_cases.h"
 #include "support/test_util.h"
 
@@ -72,11 +73,14 @@ TEST(Muon, RegionsAndMatrixTableArePlannedForMuonOnlyAfterEveryOtherRegion) {
 // torch.lerp's formula for a scalar weight, one float operation at a time.
 float lerp(float a, float b, float w) { return (w < 0.5f && w > -0.5f) ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
 
-void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust) {
-  const std::vector<ParamSpec> params = muon_params();
+// `aux_wd`: the auxiliary AdamW's decoupled weight decay; `mark`: the tall fc_weight is marked
+// ParamOptimizer::kAdamW, so the auxiliary AdamW steps it instead of Muon.
+void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust, double aux_wd = 0.0, bool mark = false) {
+  std::vector<ParamSpec> params = muon_params();
+  if (mark) params[2].optimizer = ParamOptimizer::kAdamW;
   OptimizerConfig config = Muon().lr(0.02).weight_decay(0.05).momentum(momentum).nesterov(nesterov)
-                               .adjust_lr(static_cast<MuonAdjustLr>(adjust)).aux_lr(0.003).ns_steps(4)
-                               .config();
+                               .adjust_lr(static_cast<MuonAdjustLr>(adjust)).aux_lr(0.003).aux_weight_decay(aux_wd)
+                               .ns_steps(4).config();
   Task task(params, testing_util::cpu_task_options());
   task.optimizer(config);
   task.compile();
@@ -86,6 +90,7 @@ void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust) {
   std::vector<std::vector<float>> v = m;
   const float lr = 0.02f, w1 = static_cast<float>(1.0 - momentum), mu = static_cast<float>(momentum);
   const float decay = static_cast<float>(1.0 - 0.02 * 0.05), aux_lr = 0.003f;
+  const float aux_decay = static_cast<float>(1.0 - 0.003 * aux_wd);  // in double, rounded once
   math::NewtonSchulzCoefficients coeff;  // the defaults, as the configuration's
   for (int s = 0; s < 2; ++s) {
     const std::vector<std::vector<float>> g = testing_util::make_grads(params, 11, static_cast<uint64_t>(s), 1.0);
@@ -93,12 +98,13 @@ void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust) {
     task.step();
     for (size_t i = 0; i < params.size(); ++i) {
       const size_t n = w[i].size();
-      if (group_of(params[i].role) == Group::kBiasLike) {
-        // The auxiliary AdamW (docs/math.md's adamw rule, wd 0) with aux_lr.
+      if (group_of(params[i].role) == Group::kBiasLike || params[i].optimizer == ParamOptimizer::kAdamW) {
+        // The auxiliary AdamW (docs/math.md's adamw rule) with aux_lr and aux_weight_decay.
         const float b1 = 0.9f, b2 = 0.95f, omb1 = static_cast<float>(1.0 - 0.9), omb2 = static_cast<float>(1.0 - 0.95);
         const float bc1 = static_cast<float>(1.0 / (1.0 - std::pow(0.9, s + 1)));
         const float bc2 = static_cast<float>(1.0 / (1.0 - std::pow(0.95, s + 1)));
         for (size_t k = 0; k < n; ++k) {
+          w[i][k] = w[i][k] * aux_decay;
           m[i][k] = b1 * m[i][k] + omb1 * g[i][k];
           v[i][k] = b2 * v[i][k] + omb2 * (g[i][k] * g[i][k]);
           w[i][k] = w[i][k] - (aux_lr * (m[i][k] * bc1)) / (std::sqrt(v[i][k] * bc2) + 1e-10f);
@@ -142,6 +148,63 @@ TEST(Muon, StepsAreTheFormulasBitForBitPlainMomentumMatchRms) { expect_steps_are
 // μ < 0.5: the buffer's lerp (weight 1 - μ >= 0.5) and Nesterov's (weight μ < 0.5) take the other
 // branches of torch's formula.
 TEST(Muon, StepsAreTheFormulasBitForBitSmallMomentum) { expect_steps_are_the_formulas(0.3, true, 0); }
+// The auxiliary AdamW's decoupled decay w *= 1 - aux_lr*aux_wd (aux_lr, not Muon's lr), on the
+// bias-like tensors; and a weight-role tensor marked "adamw" stepped by that AdamW, not by Muon.
+TEST(Muon, StepsAreTheFormulasBitForBitAuxWeightDecay) { expect_steps_are_the_formulas(0.95, true, 0, 0.25); }
+TEST(Muon, StepsAreTheFormulasBitForBitMarkedAdamW) { expect_steps_are_the_formulas(0.95, true, 0, 0.0, true); }
+TEST(Muon, StepsAreTheFormulasBitForBitMarkedAdamWWithAuxWeightDecay) {
+  expect_steps_are_the_formulas(0.95, false, 1, 0.25, true);
+}
+
+// A muon plan places a weight-role tensor marked "adamw" in the bias-like group (as an fc_bias):
+// no Muon matrix for it, its elements in the bias-like span; other kinds keep its role.
+TEST(Muon, MarkedTensorJoinsTheBiasLikeGroupOfAMuonPlanOnly) {
+  std::vector<ParamSpec> params = muon_params();
+  params[2].optimizer = ParamOptimizer::kAdamW;  // "tall", fc_weight, 60 elements
+  const MemoryPlan muon(params, plan_config_from_optimizer(OptimizerKind::kMuon));
+  EXPECT_EQ(muon.tensor(2).spec.role, Role::kFcBias);
+  EXPECT_EQ(muon.muon_matrices().size(), 4u);
+  EXPECT_EQ(muon.muon_matrices()[0].rows, 6);  // the conv weight comes first now
+  EXPECT_EQ(muon.region(W_FC_BIAS).used, 3u + 60u);
+  for (const KindInfo& info : kKindTable) {
+    if (info.kind == OptimizerKind::kMuon) continue;
+    const MemoryPlan plan(params, plan_config_from_optimizer(info.kind));
+    EXPECT_EQ(plan.tensor(2).spec.role, Role::kFcWeight) << info.name;
+    EXPECT_EQ(plan.region(W_FC_BIAS).used, 3u) << info.name;
+  }
+}
+
+// aux_weight_decay goes through a checkpoint (META's optional rows): a task built with the
+// defaults loads it, and its next steps are the saving task's bit for bit. The mark is part of
+// the layout: a file of a marked layout is refused by a task without the mark, naming both.
+TEST(Muon, AuxWeightDecayAndTheMarkGoThroughACheckpoint) {
+  checkpoint_test::TempDir dir;
+  std::vector<ParamSpec> params = muon_params();
+  params[2].optimizer = ParamOptimizer::kAdamW;
+  const OptimizerConfig config = Muon().lr(0.02).aux_lr(0.01).aux_weight_decay(0.3).config();
+  auto run = checkpoint_test::make_task(params, config, BackendKind::kCpu);
+  testing_util::set_all_weights(*run, testing_util::make_weights(params, 5));
+  auto step = [&](Task& task, uint64_t s) {
+    testing_util::set_all_grads(task, testing_util::make_grads(params, 11, s, 1.0));
+    task.step();
+  };
+  step(*run, 0);
+  step(*run, 1);
+  run->save(dir.file("a.ckpt"));
+  EXPECT_EQ(read_checkpoint_info(dir.file("a.ckpt")).config.aux_weight_decay, 0.3);
+  auto resumed = checkpoint_test::make_task(params, Muon().config(), BackendKind::kCpu);
+  resumed->load(dir.file("a.ckpt"));
+  EXPECT_EQ(resumed->config().aux_weight_decay, 0.3);
+  EXPECT_EQ(resumed->fingerprint(), run->fingerprint());
+  step(*run, 2);
+  step(*resumed, 2);
+  EXPECT_EQ(resumed->fingerprint(), run->fingerprint());
+
+  std::vector<ParamSpec> unmarked = muon_params();
+  auto other = checkpoint_test::make_task(unmarked, Muon().config(), BackendKind::kCpu);
+  checkpoint_test::expect_error([&] { other->load(dir.file("a.ckpt")); }, "'tall': optimizer adamw (checkpoint) vs by role (task)",
+                                ErrorKind::kInvalidArgument);
+}
 
 }  // namespace
 }  // namespace renaissance

@@ -354,6 +354,29 @@ TEST(OracleRegimes, ExtremeLayoutReachesEveryRegime) {
   }
 }
 
+// Layout marks (ParamSpec::optimizer "adamw"): a muon task steps the marked embedding and head
+// with its auxiliary AdamW, which here also decays (aux_weight_decay 0.1 with aux_lr 0.01, not
+// Muon's lr 0.02); every other kind ignores the marks. The oracle decides both independently.
+TEST_P(OracleTest, MarkedAdamWTensorsAndAuxWeightDecay) {
+  RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
+  std::vector<ParamSpec> params = {{"embedding", {40, 8}, Role::kFcWeight},
+                                   {"ln.w", {8}, Role::kBnWeight},
+                                   {"proj", {8, 12}, Role::kFcWeight},
+                                   {"proj.b", {12}, Role::kFcBias},
+                                   {"head", {12, 30}, Role::kFcWeight}};
+  params[0].optimizer = ParamOptimizer::kAdamW;
+  params[4].optimizer = ParamOptimizer::kAdamW;
+  OptimizerConfig config = std::get<1>(GetParam()).config;
+  if (config.kind == OptimizerKind::kMuon) {
+    config.aux_lr = 0.01;
+    config.aux_weight_decay = 0.1;
+    oracle::OracleF64 ref(config, params, testing_util::make_weights(params, 8));
+    EXPECT_FALSE(ref.is_weight_group(0));  // the marks reach the oracle
+    EXPECT_TRUE(ref.is_weight_group(2));
+  }
+  run_and_report("marked_adamw", params, std::vector<Regime>(params.size()), 8, config);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKinds, OracleTest,
                          testing_util::backend_kind_tuples(), testing_util::backend_kind_tuple_name);
 

@@ -4,7 +4,9 @@
 // actually shards. Plus the world of one (LocalCommunicator): a sharded step equals Task::step.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "renaissance/error.h"
@@ -70,11 +72,105 @@ TEST(ShardLayout, EveryTileHasOneOwnerForEveryKindAndWorldSize) {
       expect_valid_partition(plan, K, std::string(info.name) + " shard");
       expect_valid_partition(big, K, std::string(info.name) + " resnet50");
     }
-    // The test layout really shards: at K = 2 and 4 every rank updates something.
+    // The test layout really shards: at K = 2 and 4 every rank updates something (Muon at K = 2:
+    // its layer1 matrix is over a quarter of the family, so at K = 4 the rule leaves a rank
+    // without elements; MuonMatricesHaveOneOwnerEach checks what it gets).
     for (int K : {2, 4}) {
+      if (info.kind == OptimizerKind::kMuon && K == 4) continue;
       for (const RankShard& s : make_shard_layout(plan, K).ranks) EXPECT_LT(s.begin, s.end) << info.name << " K=" << K;
     }
   }
+}
+
+// Muon's partition (docs/distributed.md, rule M): the extents of the non-empty matrices (from a
+// matrix's first element to the next one's, or to the weight group's end), taken from the plan's
+// tensors; every cut is rule 1's grad-tile cut, or, where that falls strictly inside an extent,
+// the nearer end of that extent (its start on a tie); each matrix is owned by exactly one rank,
+// the one whose slice holds all of its elements, in plan order.
+void expect_whole_matrices(const MemoryPlan& plan, int K, const std::string& what, bool exact_cuts) {
+  SCOPED_TRACE(what + " K=" + std::to_string(K));
+  const ShardLayout a = make_shard_layout(plan, K);
+  const ShardLayout b = make_shard_layout(plan, K);
+  const uint64_t F = plan.region_range(G_BN_BIAS, G_DEEP_CONV).count;
+  const uint64_t family = plan.region_range(W_BN_BIAS, W_DEEP_CONV).offset;
+  // The weight-group tensors in index_in_group order: (first family element, elements).
+  std::vector<std::pair<uint64_t, uint64_t>> tensors(plan.muon_matrices().size());
+  for (size_t id = 0; id < plan.num_params(); ++id) {
+    const TensorInfo& t = plan.tensor(id);
+    if (group_of(t.spec.role) != Group::kWeight) continue;
+    tensors.at(static_cast<size_t>(t.index_in_group)) = {t.offset_in_family, static_cast<uint64_t>(t.numel)};
+  }
+  const Span weight = plan.group_span(Family::kW, Group::kWeight);
+  const uint64_t weight_end = (weight.offset - family) / 4 + weight.count;
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // [start, next start) of each non-empty one
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (tensors[t].second == 0) continue;
+    uint64_t next = weight_end;
+    for (size_t u = t + 1; u < tensors.size(); ++u) {
+      if (tensors[u].second > 0) {
+        next = tensors[u].first;
+        break;
+      }
+    }
+    extents.emplace_back(tensors[t].first, next);
+  }
+  const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
+  const uint64_t T = static_cast<uint64_t>(math::grad_norm_tile_count(F));
+  int64_t next_matrix = 0;
+  int owners = 0;
+  for (int r = 0; r < K; ++r) {
+    const RankShard& s = a.ranks[r];
+    EXPECT_EQ(s.muon_matrix_begin, b.ranks[r].muon_matrix_begin) << "a pure function of (plan, K)";
+    EXPECT_EQ(s.muon_matrix_end, b.ranks[r].muon_matrix_end);
+    EXPECT_EQ(s.muon_matrix_begin, next_matrix) << "matrices are owned once, in order";
+    EXPECT_LE(s.muon_matrix_begin, s.muon_matrix_end);
+    for (int64_t t = s.muon_matrix_begin; t < s.muon_matrix_end; ++t) {
+      const auto& m = tensors.at(static_cast<size_t>(t));
+      if (m.second == 0) continue;
+      EXPECT_TRUE(m.first >= s.begin && m.first + m.second <= s.end) << "matrix " << t << " lies inside its owner's slice";
+    }
+    owners += s.muon_matrix_end > s.muon_matrix_begin ? 1 : 0;
+    next_matrix = s.muon_matrix_end;
+    if (r == 0) continue;
+    for (const auto& e : extents) EXPECT_FALSE(s.begin > e.first && s.begin < e.second) << "cut " << r << " splits a matrix";
+    if (!exact_cuts) continue;
+    uint64_t want = std::min(F, T * static_cast<uint64_t>(r) / static_cast<uint64_t>(K) * tile);
+    for (const auto& e : extents) {
+      if (want > e.first && want < e.second) want = want - e.first <= e.second - want ? e.first : e.second;
+    }
+    EXPECT_EQ(s.begin, want) << "cut " << r << ": rule 1's cut, moved to the nearer end of the matrix holding it";
+  }
+  EXPECT_EQ(next_matrix, static_cast<int64_t>(tensors.size())) << "every matrix has an owner";
+  if (K > 1 && extents.size() > 1) EXPECT_GT(owners, 1) << "the matrices are spread over the ranks";
+}
+
+TEST(ShardLayout, MuonMatricesHaveOneOwnerEach) {
+  for (const char* name : {"shard", "resnet50", "gpt2_small"}) {
+    const Layout layout = std::string(name) == "shard" ? load_layout_file(kShardLayout) : builtin_layout(name);
+    for (bool mask : {false, true}) {
+      PlanConfig config = plan_config_from_optimizer(OptimizerKind::kMuon);
+      config.tensor_mask = mask;
+      const MemoryPlan plan(layout.params, config);
+      ASSERT_FALSE(plan.muon_matrices().empty());
+      // (With the mask, rule 3 may move a cut in the bias-like group further down: no exact cuts.)
+      for (int K = 1; K <= 6; ++K) expect_whole_matrices(plan, K, std::string(name) + (mask ? " mask" : ""), !mask);
+    }
+  }
+  // The other kinds own no matrices.
+  const MemoryPlan adamw(load_layout_file(kShardLayout).params, plan_config_from_optimizer(OptimizerKind::kAdamW));
+  for (const RankShard& s : make_shard_layout(adamw, 3).ranks) EXPECT_EQ(s.muon_matrix_end, 0);
+}
+
+// The test layout at K = 2 and 3 (rule 1's cuts at tiles 3 and 2, 4 of 7): the cuts the rule
+// gives, worked out by hand from its tensors (bias-like group 448 elements; fc.weight from 448,
+// conv1 from 5632, layer1.conv from 15040, layer2.conv from 70336, small from 107373).
+TEST(ShardLayout, MuonCutsOfTheTestLayout) {
+  const MemoryPlan plan(load_layout_file(kShardLayout).params, plan_config_from_optimizer(OptimizerKind::kMuon));
+  const ShardLayout two = make_shard_layout(plan, 2);
+  EXPECT_EQ(two.ranks[1].begin, 70336u);  // 49152 inside layer1.conv [15040, 70336): nearer its end
+  const ShardLayout three = make_shard_layout(plan, 3);
+  EXPECT_EQ(three.ranks[1].begin, 15040u);  // 32768: 17728 past layer1's start, 37568 before its end
+  EXPECT_EQ(three.ranks[2].begin, 70336u);  // 65536: nearer layer1's end
 }
 
 TEST(ShardLayout, RefusesAnEmptyWorld) {
@@ -100,6 +196,34 @@ TEST(ShardedStep, WorldOfOneEqualsTaskStep) {
       fp[sharded] = testing_util::three_steps_fingerprint(task, mode, sharded != 0);
     }
     EXPECT_EQ(fp[0], fp[1]) << grad_reduce_name(mode);
+  }
+}
+
+// The same for Muon: the Newton–Schulz node cut to the owned matrices (all of them in a world of
+// one) and the gather of N give Task::step's bits, N included.
+TEST(ShardedStep, WorldOfOneEqualsTaskStepMuon) {
+  const Layout shard = load_layout_file(kShardLayout);
+  for (GradReduce mode : {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast}) {
+    std::string fp[2];
+    std::vector<float> n[2];
+    for (int sharded = 0; sharded < 2; ++sharded) {
+      TaskOptions options;
+      options.backend = BackendKind::kCpu;
+      options.backend_options.threads = 1;
+      Task task(shard.params, options);
+      OptimizerConfig config = reference_config(OptimizerKind::kMuon);
+      config.max_grad_norm = 0.05;
+      task.optimizer(config);
+      task.compile();
+      fp[sharded] = testing_util::three_steps_fingerprint(task, mode, sharded != 0);
+      for (size_t id = 0; id < task.num_params(); ++id) {
+        float x = 0.0f;
+        task.read(Family::kN, id, &x);
+        n[sharded].push_back(x);
+      }
+    }
+    EXPECT_EQ(fp[0], fp[1]) << grad_reduce_name(mode);
+    EXPECT_EQ(0, std::memcmp(n[0].data(), n[1].data(), n[0].size() * sizeof(float))) << grad_reduce_name(mode);
   }
 }
 

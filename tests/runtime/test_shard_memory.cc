@@ -54,7 +54,9 @@ TEST(ShardMemory, ArenaPerRankIsWAndGWholePlusTheSliceOfMAndV) {
   const Layout shard = load_layout_file(kShardLayout);
   for (const Layout* layout : {&resnet, &shard}) {
     const uint64_t F = family_elements(layout->params);
-    for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgdMomentum, OptimizerKind::kLamb}) {
+    // (Muon: M and V sliced at its whole-matrix cuts; U, its table and scratch stay whole.)
+    for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgdMomentum, OptimizerKind::kLamb,
+                               OptimizerKind::kMuon}) {
       const KindInfo& info = kind_info(kind);
       const uint64_t state_families = (info.has_m ? 1 : 0) + (info.has_v ? 1 : 0);
       const MemoryPlan whole(layout->params, plan_config_from_optimizer(kind));

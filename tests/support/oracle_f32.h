@@ -52,7 +52,10 @@ class OracleF32 {
       s.v.assign(s.w.size(), 0.0f);
       s.vmax.assign(s.w.size(), 0.0f);
       tensors_.push_back(std::move(s));
-      weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+      // A muon task's tensor marked "adamw" (ParamSpec::optimizer) runs the auxiliary AdamW.
+      const bool aux_marked = configs_[static_cast<size_t>(params[i].hyper_group)].kind == OptimizerKind::kMuon &&
+                              params[i].optimizer == ParamOptimizer::kAdamW;
+      weight_group_.push_back(group_of(params[i].role) == Group::kWeight && !aux_marked);
       group_.push_back(params[i].hyper_group);
       steps_.push_back(0);
       shapes_.push_back(params[i].shape);
@@ -100,9 +103,13 @@ class OracleF32 {
       shape_ = shapes_[i];
       double lr = lrs.at(static_cast<size_t>(group_[i]));
       if (c_.kind == OptimizerKind::kMuon && !weight_group_[i]) {
-        // Muon's bias-like group is an AdamW with its own lr (aux_lr, not scheduled), wd 0.
+        // Muon's bias-like group is an AdamW with its own lr (aux_lr, not scheduled) and its own
+        // decoupled weight decay (aux_weight_decay), which it applies as a weight group would.
         c_.kind = OptimizerKind::kAdamW;
         lr = c_.aux_lr;
+        c_.weight_decay = c_.aux_weight_decay;
+        update(tensors_[i], gh[i], lr, true);
+        continue;
       }
       update(tensors_[i], gh[i], lr, weight_group_[i]);
     }

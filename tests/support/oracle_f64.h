@@ -103,7 +103,10 @@ class OracleF64 {
       s.v = Eigen::ArrayXd::Zero(n);
       s.vmax = Eigen::ArrayXd::Zero(n);
       tensors_.push_back(std::move(s));
-      weight_group_.push_back(group_of(params[i].role) == Group::kWeight);
+      // A muon task's tensor marked "adamw" (ParamSpec::optimizer) runs the auxiliary AdamW.
+      const bool aux_marked = configs_[static_cast<size_t>(params[i].hyper_group)].kind == OptimizerKind::kMuon &&
+                              params[i].optimizer == ParamOptimizer::kAdamW;
+      weight_group_.push_back(group_of(params[i].role) == Group::kWeight && !aux_marked);
       group_.push_back(params[i].hyper_group);
       steps_.push_back(0);
       shapes_.push_back(params[i].shape);
@@ -253,7 +256,9 @@ class OracleF64 {
       }
       case OptimizerKind::kMuon: {
         if (!weight_group) {
-          // The auxiliary AdamW: its own lr (aux_lr, not scheduled), betas and eps, wd 0.
+          // The auxiliary AdamW (torch.optim.AdamW): its own lr (aux_lr, not scheduled), betas,
+          // eps and decoupled weight decay w *= 1 - aux_lr*aux_weight_decay, first.
+          s.w = s.w * (1.0 - c_.aux_lr * c_.aux_weight_decay);
           s.m = c_.beta1 * s.m + (1.0 - c_.beta1) * g_hat;
           s.v = c_.beta2 * s.v + (1.0 - c_.beta2) * g_hat.square();
           const double bc1 = 1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(tc_)));

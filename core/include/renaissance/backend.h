@@ -70,6 +70,11 @@ struct BackendOptions {
   int cuda_block = 0;
   int cuda_grid = 0;
   bool cuda_graph = true;  // capture the step into one CUDA graph
+  // Muon's Newton–Schulz as cuBLASLt batches, one per shape class and scalar block (exact mode:
+  // the same bits; muon_mode=fast runs only so). Off: one matrix after another with the
+  // library's own integer kernels. Off by default until the batches have been checked and timed
+  // on a GPU (bench/RESULTS.md).
+  bool cuda_muon_batches = false;
 };
 
 // One G tensor to fill: `count` elements at byte `offset` of the arena, tensor number `tensor`.

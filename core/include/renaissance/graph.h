@@ -112,10 +112,11 @@ struct NodeFlags {
   // GRAD_NORM_PARTIALS: also the non-finite check (writes the flag, as CHECK_FINITE would).
   bool check_finite = false;
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
-  // The fp32 slot an update reads its lr from (UPDATE_ADAM, UPDATE_ADAMW): kLr, or kAuxLr for the
-  // bias-like node of a muon step (its auxiliary AdamW). Only lr moves: the bias-like group's
-  // decay is exactly 1 whatever the lr, and no other slot the Adam rules read derives from lr.
-  ScalarF32 lr_slot = kLr;
+  // The bias-like node of a muon step (UPDATE_ADAMW: its auxiliary AdamW): the update reads lr,
+  // wd and the decoupled decay from kAuxLr, kAuxWeightDecay and kAuxDecayFactor, as a weight
+  // group reads kLr, kWeightDecay and kDecayFactor (math::make_aux_coeffs). No other slot the
+  // Adam rules read derives from lr or wd.
+  bool aux = false;
 };
 
 // What Muon's weight-group nodes read besides the families (empty spans on every other node):
@@ -127,6 +128,7 @@ struct MuonDesc {
   Span update;
   Span matrices;
   Span scratch;
+  int32_t mode = 0;  // MuonMode: 0 exact, 1 fast (MUON_ORTHOGONALIZE)
 };
 
 struct GraphNode {

@@ -37,8 +37,9 @@ enum class Hyperparameter {
   kNsA,
   kNsB,
   kNsC,
+  kAuxWeightDecay,
 };
-constexpr int kNumHyperparameters = 19;
+constexpr int kNumHyperparameters = 20;
 
 // The validation rule of a value (check_hyperparameter names the hyperparameter and the value).
 enum class HyperRule {
@@ -160,6 +161,11 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
      &OptimizerConfig::ns_b, nullptr, nullptr, -4.7750, kMuonFamily, false, true, MetaPlace::kOptional, kNsB, -1},
     {Hyperparameter::kNsC, "ns_c", "--ns-c", "Muon: Newton-Schulz coefficient c (default 2.0315)", HyperRule::kFloat32,
      &OptimizerConfig::ns_c, nullptr, nullptr, 2.0315, kMuonFamily, false, true, MetaPlace::kOptional, kNsC, -1},
+    // Decoupled (AdamW's w *= 1 - aux_lr*wd); its factor is kAuxDecayFactor, formed by Task.
+    {Hyperparameter::kAuxWeightDecay, "aux_weight_decay", "--aux-weight-decay",
+     "Muon: the auxiliary AdamW's decoupled weight decay, with aux_lr (default 0)", HyperRule::kNonNegative,
+     &OptimizerConfig::aux_weight_decay, nullptr, nullptr, 0.0, kMuonFamily, false, true, MetaPlace::kOptional,
+     kAuxWeightDecay, -1},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.

@@ -140,8 +140,9 @@ inline constexpr KindInfo kKindTable[] = {
      {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001}, 2e-4},
     // Muon (torch.optim.Muon's math and defaults: lr 1e-3, wd 0.1, momentum 0.95) on the weight
     // group, each tensor viewed as the matrix (shape[0], prod(rest)); the bias-like group runs the
-    // auxiliary AdamW (MuonWithAuxAdam's defaults: betas (0.9, 0.95), eps 1e-10; its lr is the
-    // aux_lr hyperparameter, its wd 0 as for every kind). M is the momentum buffer (the aux
+    // auxiliary AdamW (MuonWithAuxAdam's defaults: betas (0.9, 0.95), eps 1e-10; its lr and its
+    // decoupled wd are the aux_lr and aux_weight_decay hyperparameters, wd 0 by default), also on
+    // the weight-role tensors a layout marks "adamw". M is the momentum buffer (the aux
     // group's exp_avg), V the aux group's exp_avg_sq (allocated but unused in the weight group),
     // N each matrix's adjusted lr. Traffic counts the element-wise passes only (the momentum pass
     // reads g, m and writes m, U: 16 B; the update reads w, U and writes w: 12 B), not the

@@ -1,5 +1,7 @@
 // Model layouts: the parameter list of a model (name, shape, role) as JSON, in the format of
-// data/layouts/*.json: {"name": ..., "params": [{"name", "shape", "role"}, ...]}. The five
+// data/layouts/*.json: {"name": ..., "params": [{"name", "shape", "role"}, ...]}; a parameter may
+// add "optimizer": "adamw" (or "muon", the default of a weight role): which optimizer of a muon
+// task steps it (ParamOptimizer; other kinds ignore it). The five
 // layouts of data/layouts/ are compiled into the library, so `renaissance run --model resnet50`
 // works on a machine that has only the binary.
 #pragma once

@@ -43,11 +43,13 @@ struct OptimizerConfig {
   // torch's amsgrad (adam and adamw only): the denominator reads the running maximum of V, held in
   // the VMAX family (docs/math.md). Task-wide: every hyperparameter group of a task holds the same.
   bool amsgrad = false;
-  // Muon (docs/math.md, "Muon"): the auxiliary AdamW's lr (the bias-like group), Nesterov
+  // Muon (docs/math.md, "Muon"): the auxiliary AdamW's lr and decoupled weight decay (the
+  // bias-like group and the tensors marked ParamOptimizer::kAdamW), Nesterov
   // momentum, the Newton–Schulz steps, eps and coefficients, and the lr adjustment (0 original,
   // 1 match_rms_adamw; task-wide). Muon's lr, weight_decay and momentum are the fields above,
   // and beta1, beta2, eps the auxiliary AdamW's.
   double aux_lr = 3e-4;
+  double aux_weight_decay = 0.0;
   bool nesterov = true;
   double ns_steps = 5;
   double ns_eps = 1e-7;
@@ -110,6 +112,7 @@ class BuilderSetters {
     return static_cast<Builder&>(*this);
   }
   Builder& aux_lr(double v) { return set("aux_lr", &OptimizerConfig::aux_lr, v); }
+  Builder& aux_weight_decay(double v) { return set("aux_weight_decay", &OptimizerConfig::aux_weight_decay, v); }
   Builder& nesterov_flag(bool v) {
     c_.nesterov = v;
     return static_cast<Builder&>(*this);
@@ -197,14 +200,15 @@ class LAMB : public BuilderSetters<LAMB> {
 enum class MuonAdjustLr { kOriginal = 0, kMatchRmsAdamW = 1 };
 
 // Muon (kind muon): lr, weight_decay, momentum, nesterov, the Newton–Schulz steps, eps and
-// coefficients, adjust_lr for the weight group's matrices; aux_lr, beta1, beta2, eps for the
-// auxiliary AdamW of the bias-like group (torch.optim.Muon's and MuonWithAuxAdam's defaults).
+// coefficients, adjust_lr for the weight group's matrices; aux_lr, aux_weight_decay, beta1, beta2,
+// eps for the auxiliary AdamW of the bias-like group and of the tensors a layout marks "adamw"
+// (torch.optim.Muon's and MuonWithAuxAdam's defaults; aux_weight_decay 0 as the Muon package's).
 class Muon : public BuilderSetters<Muon> {
  public:
   Muon() : BuilderSetters(OptimizerKind::kMuon) {}
   using BuilderSetters::lr, BuilderSetters::weight_decay, BuilderSetters::momentum, BuilderSetters::beta1,
       BuilderSetters::beta2, BuilderSetters::eps, BuilderSetters::max_grad_norm, BuilderSetters::maximize,
-      BuilderSetters::aux_lr, BuilderSetters::ns_steps, BuilderSetters::ns_eps, BuilderSetters::ns_coefficients;
+      BuilderSetters::aux_lr, BuilderSetters::aux_weight_decay, BuilderSetters::ns_steps, BuilderSetters::ns_eps, BuilderSetters::ns_coefficients;
   Muon& nesterov(bool v) { return nesterov_flag(v); }
   Muon& adjust_lr(MuonAdjustLr v) {
     c_.adjust_lr = static_cast<double>(v);

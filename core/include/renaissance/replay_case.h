@@ -56,6 +56,10 @@ struct ReplayCase {
   // Format 2: the fingerprint the final state must have (combine_fingerprints of the groups'),
   // 16 lowercase hex digits; empty when the case has none.
   std::string expected_fingerprint;
+  // case.json's optional `tolerance`: the largest rel_l2 per tensor against expected.safetensors
+  // that passes, for a case whose reference the library meets only within a known bound (muon's
+  // float64 Newton–Schulz); 0 when the case gives none (the caller's default applies).
+  double tolerance = 0.0;
   // Format 2's optional keys precision, rounding and seed: a bf16/fp16 model copy of
   // every group's weights besides the fp32 masters (fp32: none). Gradients may then be stored in
   // the model dtype (widened exactly), and expected.safetensors may hold c/NAME, the copy in its
@@ -82,6 +86,16 @@ struct ReplayCase {
     return "step" + std::to_string(step) + "/" + param;
   }
 };
+
+// The default largest rel_l2 per tensor of a comparison with expected.safetensors.
+constexpr double kReplayDefaultTolerance = 1e-6;
+
+// The tolerance a comparison uses: `requested` where the caller gives one (>= 0), else the
+// case's own `tolerance`, else kReplayDefaultTolerance.
+inline double replay_tolerance(const ReplayCase& rc, double requested) {
+  if (requested >= 0.0) return requested;
+  return rc.tolerance > 0.0 ? rc.tolerance : kReplayDefaultTolerance;
+}
 
 // Loads and validates a case directory. Throws Error(kFormat / kIo / kInvalidArgument) with a
 // message naming the file, the tensor or the key and what is wrong.

@@ -42,7 +42,7 @@ enum ScalarF32 : int {
   kMomentumGradFactor,
   // Muon's host-owned slots (docs/math.md, "Muon"), formed from the configuration whenever it is
   // set, like kOneMinusDampening (not stored in checkpoints). Every kind's block has them.
-  kAuxLr,                 // the auxiliary AdamW's lr: muon's bias-like node reads it (NodeFlags::lr_slot)
+  kAuxLr,                 // the auxiliary AdamW's lr: muon's bias-like node reads it (NodeFlags::aux)
   kMuonOneMinusMomentum,  // 1 - momentum, formed in double (never 1.0f - momentumf)
   kNesterov,              // 1.0f: u = lerp(ĝ, m, momentum); 0.0f: u = m
   kNsSteps,               // Newton–Schulz steps, a whole number in [1, 100] (exact as a float)
@@ -50,6 +50,11 @@ enum ScalarF32 : int {
   kNsA,                   // the Newton–Schulz coefficients (a, b, c)
   kNsB,
   kNsC,
+  // The auxiliary AdamW's decoupled weight decay (aux_weight_decay) and its factor
+  // 1 - aux_lr*aux_wd, formed in double (exactly 1 for wd 0): the aux node's Coeffs take lr, wd
+  // and decay from kAuxLr, kAuxWeightDecay, kAuxDecayFactor (math::make_aux_coeffs).
+  kAuxWeightDecay,
+  kAuxDecayFactor,
   kNumScalarF32
 };
 // Muon's slots run from here to the end of the block (host-owned, after the device's).

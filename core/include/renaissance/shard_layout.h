@@ -43,6 +43,11 @@ struct RankShard {
   uint64_t grad_end = 0;
   int64_t grad_tile_begin = 0, grad_tile_end = 0;  // owned grad-norm tiles (math/norm_reduction.h)
   int64_t norm_tile_begin = 0, norm_tile_end = 0;  // owned tiles of plan.norm_tiles()
+  // Muon: the matrices this rank orthogonalises, [muon_matrix_begin, muon_matrix_end) of
+  // plan.muon_matrices() (plan order): those whose first element lies in this slice (the last
+  // rank also takes empty ones at the family's end). No cut falls inside a matrix, so the slice
+  // holds every element of each. Empty ranges on other kinds.
+  int64_t muon_matrix_begin = 0, muon_matrix_end = 0;
 };
 
 // The partition of a plan over K ranks: a pure function of (plan, K), docs/distributed.md.

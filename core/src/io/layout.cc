@@ -77,7 +77,7 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
   for (size_t i = 0; i < params.size(); ++i) {
     const nlohmann::json& p = params[i];
     std::string where = source + ": params[" + std::to_string(i) + "]";
-    if (!p.is_object()) throw_format(where + ": must be an object with name, shape, role");
+    if (!p.is_object()) throw_format(where + ": must be an object with name, shape, role (and optionally optimizer)");
     if (!p.contains("name") || !p["name"].is_string()) throw_format(where + ": missing or non-string \"name\"");
     ParamSpec spec;
     spec.name = p["name"].get<std::string>();
@@ -85,8 +85,8 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
     if (spec.name.empty()) throw_format(where + ": empty name");
     if (!seen.insert(spec.name).second) throw_format(where + ": duplicate parameter name");
     for (auto it = p.begin(); it != p.end(); ++it) {
-      if (it.key() != "name" && it.key() != "shape" && it.key() != "role") {
-        throw_format(where + ": unknown key " + sq(it.key()) + " (expected name, shape, role)");
+      if (it.key() != "name" && it.key() != "shape" && it.key() != "role" && it.key() != "optimizer") {
+        throw_format(where + ": unknown key " + sq(it.key()) + " (expected name, shape, role, optimizer)");
       }
     }
     if (!p.contains("shape") || !p["shape"].is_array()) throw_format(where + ": missing or non-array \"shape\"");
@@ -109,6 +109,22 @@ Layout parse_layout(const std::string& json_text, const std::string& source) {
     const std::string role = p["role"].get<std::string>();
     if (!parse_role(role.c_str(), &spec.role)) {
       throw_format(where + ": unknown role " + sq(role) + " (expected one of " + role_list() + ")");
+    }
+    // "optimizer": which optimizer of a muon task steps the tensor (param.h); other kinds ignore it.
+    if (p.contains("optimizer")) {
+      const nlohmann::json& o = p["optimizer"];
+      const std::string mark = o.is_string() ? o.get<std::string>() : o.dump();
+      if (o.is_string() && mark == "adamw") {
+        spec.optimizer = ParamOptimizer::kAdamW;
+      } else if (o.is_string() && mark == "muon") {
+        if (group_of(spec.role) != Group::kWeight) {
+          throw_format(where + ": \"optimizer\": \"muon\" on a " + role + " (Muon steps the weight roles only; "
+                       "the bias-like roles run the auxiliary AdamW)");
+        }
+      } else {
+        throw_format(where + ": unknown optimizer " + (o.is_string() ? sq(io::printable(mark)) : mark) +
+                     " (expected \"muon\" or \"adamw\")");
+      }
     }
     layout.params.push_back(std::move(spec));
   }

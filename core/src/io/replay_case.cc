@@ -215,8 +215,8 @@ int64_t parse_initial_step(const nlohmann::json& v, const std::string& where, in
 }
 
 void parse_format1(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
-  check_keys(j, {"format", "name", "optimizer", "steps", "lr_per_step", "loss_scale_per_step", "params"}, case_path,
-             "format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params",
+  check_keys(j, {"format", "name", "optimizer", "steps", "lr_per_step", "loss_scale_per_step", "params", "tolerance"},
+             case_path, "format, name, optimizer, steps, lr_per_step, loss_scale_per_step, params, tolerance",
              j.contains("groups") || j.contains("initial_step") || j.contains("expected_fingerprint") ||
                      j.contains("precision") || j.contains("rounding") || j.contains("seed") || j.contains("no_grad_per_step")
                  ? std::string("; groups, initial_step, expected_fingerprint, precision, rounding, seed and no_grad_per_step "
@@ -243,10 +243,10 @@ void parse_format1(const nlohmann::json& j, const std::string& case_path, Replay
 
 void parse_format2(const nlohmann::json& j, const std::string& case_path, ReplayCase& rc) {
   check_keys(j, {"format", "name", "steps", "loss_scale_per_step", "initial_step", "expected_fingerprint", "groups",
-                 "precision", "rounding", "seed", "no_grad_per_step"},
+                 "precision", "rounding", "seed", "no_grad_per_step", "tolerance"},
              case_path,
              "format, name, steps, loss_scale_per_step, initial_step, expected_fingerprint, groups, precision, rounding, "
-             "seed, no_grad_per_step",
+             "seed, no_grad_per_step, tolerance",
              j.contains("optimizer") || j.contains("params") || j.contains("lr_per_step")
                  ? std::string("; in format 2, optimizer, params and lr_per_step belong to each entry of groups")
                  : std::string());
@@ -357,6 +357,16 @@ ReplayCase parse_replay_case_json(const std::string& json_text, const std::strin
   }
   if (rc.format == 1) parse_format1(j, case_path, rc);
   else parse_format2(j, case_path, rc);
+  // The case's own tolerance for the comparison with expected.safetensors (used unless the caller
+  // gives one): a reference that the library is not meant to meet within the default, such as a
+  // float64 Newton–Schulz against the exact-mode one.
+  if (j.contains("tolerance")) {
+    const nlohmann::json& t = j["tolerance"];
+    if (!t.is_number() || !std::isfinite(t.get<double>()) || !(t.get<double>() > 0.0)) {
+      throw_format(case_path + ": tolerance must be a finite number > 0, got " + t.dump());
+    }
+    rc.tolerance = t.get<double>();
+  }
   return rc;
 }
 

@@ -55,6 +55,7 @@ class ShardedStep {
   void reduce_gradients();
   void gather_family(Family family);
   void gather_model_copy();
+  void gather_muon_lr();
   void gather_doubles(Region region, bool norm_tiles, uint64_t per_tile);
 
   Task& task_;

@@ -1,0 +1,157 @@
+// Run under `mpirun -np K` (comm/CMakeLists.txt, K = 1..4): Muon's sharded step, its matrices
+// owned whole by one rank each (docs/distributed.md, rule M), every rank holding its slice of M
+// and V (TaskOptions::state_shard, as `renaissance run --distributed` compiles it). After four
+// steps (one skipped for a NaN), on every rank, the state bytes against a Task without any
+// sharding code that the rank runs itself:
+//   replicated == the one-device run: W, N (each matrix's adjusted lr: every owner's gathered)
+//                 and M, V (read through ShardedStep::read_state), bit for bit;
+//   ordered    == the one-process simulation of K ranks (synthesize_rank_sum), the same bytes;
+// with and without clipping, and with a bf16 stochastic model copy (its bytes too). The run must
+// differ from one with another gradient (else the comparison would prove nothing), and at K > 1
+// the matrices must be spread over more than one rank. Exit 0 only when every check passed.
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "check_log.h"
+#include "renaissance/layout.h"
+#include "renaissance/mpi_communicator.h"
+#include "renaissance/sharded_step.h"
+#include "renaissance/task.h"
+
+using namespace renaissance;
+
+namespace {
+
+constexpr uint64_t kSeed = 23;
+constexpr int kSteps = 4;
+constexpr float kAmplitude = 0.01f * 256.0f;
+
+struct Case {
+  bool clip;
+  PrecisionOptions precision;
+};
+
+std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
+  TaskOptions options;
+  options.state_shard = shard;
+  options.backend = BackendKind::kCpu;
+  options.backend_options.threads = 1;
+  options.precision = c.precision;
+  auto task = std::make_unique<Task>(layout.params, options);
+  OptimizerConfig config = reference_config(OptimizerKind::kMuon);
+  config.max_grad_norm = c.clip ? 0.05 : 0.0;
+  task->optimizer(config);
+  task->compile();
+  task->synthesize_weights(kSeed ^ 0x5eed, 0, 1.0f);
+  task->set_loss_scale(256.0);
+  return task;
+}
+
+// The state's bytes in one fixed order: W, N, M, V of every tensor, then the model copy.
+std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
+  std::vector<char> out;
+  auto append = [&out](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  };
+  for (size_t id = 0; id < task.num_params(); ++id) {
+    const uint64_t n = static_cast<uint64_t>(task.param(id).numel());
+    std::vector<float> x(n);
+    task.read(Family::kW, id, x.data());
+    append(x.data(), n * sizeof(float));
+    float lr = 0.0f;
+    task.read(Family::kN, id, &lr);
+    append(&lr, sizeof(lr));
+    for (Family f : {Family::kM, Family::kV}) {
+      if (sharded) {
+        sharded->read_state(f, id, 0, n, x.data());
+      } else {
+        task.read(f, id, x.data());
+      }
+      append(x.data(), n * sizeof(float));
+    }
+    if (task.plan().has_model_copy()) {
+      std::vector<uint16_t> copy(n);
+      task.read_model_copy(id, copy.data());
+      append(copy.data(), n * sizeof(uint16_t));
+    }
+  }
+  const int64_t t = task.step_count();
+  append(&t, sizeof(t));
+  return out;
+}
+
+enum class Grads { kSame, kOwn, kSimulated, kOther };
+
+// Four steps; a NaN at step 1 (every rank's G, or the simulated sum's) skips that one.
+// `ranks`: how many ranks' gradients the simulation sums (kSimulated).
+std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads,
+                      int ranks = 1) {
+  StateShard shard;
+  if (comm != nullptr) shard = StateShard{comm->rank(), comm->size()};
+  std::unique_ptr<Task> task = make_task(layout, c, shard);
+  std::unique_ptr<ShardedStep> sharded;
+  if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
+  const int rank = comm != nullptr ? comm->rank() : 0;
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t step = static_cast<uint64_t>(t);
+    switch (grads) {
+      case Grads::kSame: task->synthesize_gradients(kSeed, step, kAmplitude); break;
+      case Grads::kOwn: task->synthesize_gradients(rank_gradient_seed(kSeed, rank), step, kAmplitude); break;
+      case Grads::kSimulated: synthesize_rank_sum(*task, kSeed, step, kAmplitude, ranks); break;
+      case Grads::kOther: task->synthesize_gradients(kSeed + 1, step, kAmplitude); break;
+    }
+    if (t == 1) task->poison_gradient(0, 0, std::numeric_limits<float>::quiet_NaN());
+    if (sharded) {
+      sharded->step();
+    } else {
+      task->step();
+    }
+  }
+  return state_bytes(*task, sharded.get());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: mpirun -np K sharded_muon LAYOUT.json\n");
+    return 2;
+  }
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  const int K = comm->size();
+  const Layout layout = load_layout_file(argv[1]);
+  CheckLog check{comm->rank() == 0};
+  {
+    // The partition the runs below use: more than one rank owns matrices when K > 1.
+    const std::unique_ptr<Task> task = make_task(layout, Case{false, PrecisionOptions{}}, StateShard{});
+    int owners = 0;
+    std::string text;
+    for (const RankShard& s : make_shard_layout(task->plan(), K).ranks) {
+      owners += s.muon_matrix_end > s.muon_matrix_begin ? 1 : 0;
+      text += " [" + std::to_string(s.muon_matrix_begin) + ", " + std::to_string(s.muon_matrix_end) + ")";
+    }
+    check(K == 1 || owners > 1, "K=" + std::to_string(K) + " matrices owned:" + text);
+  }
+  const Case cases[] = {{false, PrecisionOptions{}},
+                        {true, PrecisionOptions{}},
+                        {true, PrecisionOptions{Precision::kBf16, Rounding::kStochastic, 99}}};
+  for (const Case& c : cases) {
+    const std::string tag = std::string("muon") + (c.clip ? " clip" : "") +
+                            (c.precision.precision != Precision::kFp32 ? " bf16 stochastic" : "") + " K=" +
+                            std::to_string(K) + " rank " + std::to_string(comm->rank());
+    const std::vector<char> replicated = run(layout, c, comm.get(), GradReduce::kReplicated, Grads::kSame);
+    const std::vector<char> plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame);
+    const std::vector<char> other = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kOther);
+    check(plain != other, tag + ": another gradient gives other state bytes");
+    check(replicated == plain, tag + " replicated: W, N, M, V, copy and t == the one-device run (" +
+                                   std::to_string(plain.size()) + " bytes)");
+    const std::vector<char> ordered = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn);
+    const std::vector<char> simulated = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSimulated, K);
+    check(ordered == simulated, tag + " ordered: the same bytes as --simulate-ranks " + std::to_string(K));
+  }
+  return check.verdict(*comm, "all sharded muon runs match", "SHARDED MUON RUNS FAILED");
+}
