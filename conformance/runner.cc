@@ -66,7 +66,7 @@ std::string where(const MemoryPlan& plan, uint64_t x) {
 // use the LARS reduction scratch. Region padding is deliberately NOT writable: kernels run over
 // whole padded regions, but padding must stay +0.0 bit for bit (all rules map 0 to +0), also
 // the padding between the runs of H groups or of masked tensors inside a role region.
-// With the tensor mask (`mask` non-empty) only the unmasked tensors' elements of W, M, V, VMAX and
+// With the tensor mask (`mask` non-empty) only the unmasked tensors' elements of W, the optimizer state and
 // the model copy and their own step counts are writable: a masked tensor stays bit for bit.
 // The step-dependent slots of every scalar block (H groups, or one per tensor with the mask).
 std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool skipped, bool clip,
@@ -83,8 +83,9 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
   if (!skipped) {
     const uint64_t w0 = plan.region(W_BN_BIAS).offset;
     // Tensor by tensor: with H groups or the mask, runs of a role region are padded apart.
-    for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
-      if (!plan.has_family(f)) continue;
+    for (const FamilyInfo& info : kFamilyTable) {
+      const Family f = info.family;
+      if (!info.step_state || !plan.has_family(f)) continue;
       for (size_t id = 0; id < params.size(); ++id) {
         if (!mask.empty() && mask[id]) continue;
         const uint64_t at = plan.tensor_offset(f, id);
@@ -276,12 +277,15 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     sample.assign(ids.begin(), ids.end());
   }
   res.oracle_tensors = sample.size();
-  // The bytes the oracle comparison reads: the sampled tensors of W, M, V and their LARS ratios.
+  // The bytes the oracle comparison reads: the sampled tensors of W, the optimizer state and their ratios.
   std::vector<ByteRange> sample_ranges;
   for (size_t id : sample) {
     const uint64_t bytes = static_cast<uint64_t>(params[id].numel()) * sizeof(float);
-    for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax}) {
-      if (plan.has_family(f)) sample_ranges.push_back({plan.tensor_offset(f, id), plan.tensor_offset(f, id) + bytes});
+    for (const FamilyInfo& info : kFamilyTable) {
+      const Family f = info.family;
+      if (info.step_state && plan.has_family(f)) {
+        sample_ranges.push_back({plan.tensor_offset(f, id), plan.tensor_offset(f, id) + bytes});
+      }
     }
     if (plan.has_family(Family::kN)) {
       sample_ranges.push_back({plan.tensor_offset(Family::kN, id), plan.tensor_offset(Family::kN, id) + sizeof(float)});

@@ -46,13 +46,13 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
                   " (stochastic rounding needs a bf16 or fp16 model copy)");
   }
   const PlanConfig need = plan_config_from_optimizer(config);
-  if (need.has_m != plan.config().has_m || need.has_v != plan.config().has_v ||
-      need.has_n != plan.config().has_n) {
-    throw_invalid(std::string("the memory plan was not made for ") + optimizer_kind_name(config.kind));
-  }
-  if (need.has_vmax != plan.config().has_vmax) {
-    throw_invalid(std::string("the memory plan was made ") + (plan.config().has_vmax ? "with" : "without") +
-                  " the VMAX family, the configuration has amsgrad " + (config.amsgrad ? "on" : "off"));
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (need.has(f.family) == plan.config().has(f.family)) continue;
+    if (f.need != FamilyNeed::kAmsgrad) {
+      throw_invalid(std::string("the memory plan was not made for ") + optimizer_kind_name(config.kind));
+    }
+    throw_invalid(std::string("the memory plan was made ") + (plan.config().has(f.family) ? "with" : "without") +
+                  " the " + f.name + " family, the configuration has amsgrad " + (config.amsgrad ? "on" : "off"));
   }
   if (need.muon_mode != plan.config().muon_mode) {
     throw_invalid("the memory plan was made for muon_mode " + std::to_string(plan.config().muon_mode) +
@@ -140,13 +140,10 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     GraphNode node;
     node.group = group;
     node.flags.weight_decay_mode = config.weight_decay_mode;
-    node.span(Family::kW) = plan.group_span(Family::kW, group);
-    node.span(Family::kG) = plan.group_span(Family::kG, group);
+    for (const FamilyInfo& f : kFamilyTable) {
+      if (need.has(f.family)) node.span(f.family) = plan.group_span(f.family, group);
+    }
     node.grad.encoding = grad_dtype;
-    if (need.has_m) node.span(Family::kM) = plan.group_span(Family::kM, group);
-    if (need.has_v) node.span(Family::kV) = plan.group_span(Family::kV, group);
-    if (need.has_vmax) node.span(Family::kVmax) = plan.group_span(Family::kVmax, group);
-    if (need.has_n) node.span(Family::kN) = plan.group_span(Family::kN, group);
     node.work.hyper_groups = blocks;
     node.work.tensor_state = update_state;
     if (items) {

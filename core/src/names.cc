@@ -68,17 +68,21 @@ bool parse_role(const char* text, Role* out) {
   return false;
 }
 
-const char* family_name(Family family) {
-  static const char* const names[kNumFamilies] = {"W", "G", "M", "V", "N", "VMAX"};
-  return names[static_cast<int>(family)];
+bool parse_family(const char* text, Family* out) {
+  for (const FamilyInfo& info : kFamilyTable) {
+    if (std::strcmp(text, info.name) == 0) {
+      *out = info.family;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* region_name(Region region) {
   static const char* const names[kNumRegions] = {
 #define RN_FAMILY_NAMES(F) \
-  #F "_BN_BIAS", #F "_BN_WEIGHT", #F "_FC_BIAS", #F "_FC_WEIGHT", #F "_FIRST_CONV", #F "_DEEP_CONV"
-      RN_FAMILY_NAMES(W), RN_FAMILY_NAMES(G), RN_FAMILY_NAMES(M), RN_FAMILY_NAMES(V),
-      RN_FAMILY_NAMES(N), RN_FAMILY_NAMES(VMAX),
+  #F "_BN_BIAS", #F "_BN_WEIGHT", #F "_FC_BIAS", #F "_FC_WEIGHT", #F "_FIRST_CONV", #F "_DEEP_CONV",
+      RN_FAMILIES(RN_FAMILY_NAMES)
 #undef RN_FAMILY_NAMES
       "S_SCALAR_FP32", "S_SCALAR_INT32", "S_SCALAR_FP64", "T_NORM_PARTIALS", "T_NORM_TILES",
       "T_NORM_TENSORS", "T_GRAD_NORM_PARTIALS", "C_MODEL_COPY",

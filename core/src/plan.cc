@@ -47,19 +47,33 @@ void validate_param_specs(const std::vector<ParamSpec>& params) {
   }
 }
 
-PlanConfig plan_config_from_optimizer(OptimizerKind kind) {
+namespace {
+
+bool family_needed(FamilyNeed need, OptimizerKind kind, const OptimizerConfig* config) {
   const KindInfo& info = kind_info(kind);
+  switch (need) {
+    case FamilyNeed::kAlways: return true;
+    case FamilyNeed::kKindM: return info.has_m;
+    case FamilyNeed::kKindV: return info.has_v;
+    case FamilyNeed::kNormPass: return info.norm != NormPass::kNone;
+    case FamilyNeed::kAmsgrad: return config != nullptr && config->amsgrad;
+  }
+  return false;
+}
+
+PlanConfig plan_config_for(OptimizerKind kind, const OptimizerConfig* config) {
   PlanConfig c;
-  c.has_m = info.has_m;
-  c.has_v = info.has_v;
-  c.has_n = info.norm != NormPass::kNone;
-  c.muon = info.norm == NormPass::kMuonOrthogonalize;
+  for (const FamilyInfo& f : kFamilyTable) c.set(f.family, family_needed(f.need, kind, config));
+  c.muon = kind_info(kind).norm == NormPass::kMuonOrthogonalize;
   return c;
 }
 
+}  // namespace
+
+PlanConfig plan_config_from_optimizer(OptimizerKind kind) { return plan_config_for(kind, nullptr); }
+
 PlanConfig plan_config_from_optimizer(const OptimizerConfig& config) {
-  PlanConfig c = plan_config_from_optimizer(config.kind);
-  c.has_vmax = config.amsgrad;
+  PlanConfig c = plan_config_for(config.kind, &config);
   c.muon_adjust_lr = c.muon ? static_cast<int>(config.adjust_lr) : 0;
   c.muon_mode = c.muon ? static_cast<int>(config.muon_mode) : 0;
   return c;
@@ -176,9 +190,13 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   };
   auto place_family = [&](Family family) {
     for (int r = 0; r < kNumRoles; ++r) {
-      place(family_region(family, static_cast<Role>(r)), role_padded[r], role_elems[r], sizeof(float));
+      place(family_region(family, static_cast<Role>(r)), role_padded[r], role_elems[r], family_info(family).elem_bytes);
     }
   };
+  if (!config_.has(Family::kW) || !config_.has(Family::kG)) throw_invalid("plan: every plan holds W and G");
+  if (config_.has(Family::kVmax) && !config_.has(Family::kV)) {
+    throw_invalid("plan: the VMAX family (amsgrad) needs the V family");
+  }
   place_family(Family::kW);
   if (config_.model_dtype_gradients) {
     if (config_.precision == Precision::kFp32) {
@@ -202,37 +220,44 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   set_state_slice(family_cursor);
   auto place_state = [&](Family family) {
     if (!state_sliced()) return place_family(family);
-    // The compact slice (MemoryPlan::state_sliced): element e of the family at base + 4e for
+    // The compact slice (MemoryPlan::state_sliced): element e of the family at base + bytes * e for
     // e in [first, state_end_); `offset` is past W and G, so base does not wrap.
     const uint64_t first = state_begin_ / kPadElements * kPadElements;
-    const uint64_t base = offset - first * sizeof(float);
+    const uint32_t bytes = family_info(family).elem_bytes;
+    const uint64_t base = offset - first * bytes;
     uint64_t start = 0;
     for (int r = 0; r < kNumRoles; ++r) {
       RegionInfo& info = regions_[family_region(family, static_cast<Role>(r))];
-      info = RegionInfo{base + start * sizeof(float), role_padded[r], role_elems[r], sizeof(float), true};
+      info = RegionInfo{base + start * bytes, role_padded[r], role_elems[r], bytes, true};
       start += role_padded[r];
     }
-    offset += round_up(state_end_ - first, kPadElements) * sizeof(float);
+    offset += round_up(round_up(state_end_ - first, kPadElements) * bytes, kRegionAlignBytes);
   };
-  if (config_.has_m) place_state(Family::kM);
-  if (config_.has_v) place_state(Family::kV);
-  if (config_.has_vmax) {
-    if (!config_.has_v) throw_invalid("plan: the VMAX family (amsgrad) needs the V family");
-    place_state(Family::kVmax);
-  }
-  if (config_.has_n) {
-    // One trust ratio per tensor, packed without per-role padding so that the weight group's
-    // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
+  // One trust ratio per tensor, packed without per-role padding so that the weight group's
+  // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
+  auto place_per_tensor = [&](Family family) {
     uint64_t cursor = offset;
     for (int r = 0; r < kNumRoles; ++r) {
-      RegionInfo& info = regions_[family_region(Family::kN, static_cast<Role>(r))];
+      RegionInfo& info = regions_[family_region(family, static_cast<Role>(r))];
       info.offset = cursor;
       info.count = info.used = role_tensors[r];
-      info.elem_size = sizeof(float);
+      info.elem_size = family_info(family).elem_bytes;
       info.allocated = true;
-      cursor += role_tensors[r] * sizeof(float);
+      cursor += role_tensors[r] * family_info(family).elem_bytes;
     }
     offset = round_up(cursor, kRegionAlignBytes);
+  };
+  // The families after W and G, in kFamilyTable's order.
+  for (Family family : kFamiliesInOrder) {
+    const FamilyInfo& info = family_info(family);
+    if (info.order < 2 || !config_.has(family)) continue;
+    if (info.extent == FamilyExtent::kPerTensor) {
+      place_per_tensor(family);
+    } else if (info.optimizer_state) {
+      place_state(family);
+    } else {
+      place_family(family);
+    }
   }
   if (config_.precision != Precision::kFp32) {
     place(C_MODEL_COPY, family_cursor, family_cursor, sizeof(uint16_t));
@@ -243,7 +268,7 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
   place(S_SCALAR_FP64, f64_slots, f64_slots, sizeof(double));
 
-  if (config_.has_n) {
+  if (config_.has(Family::kN)) {
     // The canonical norm tiles (math/norm_reduction.h) over the weight group's tensors.
     std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
     for (const TensorInfo& t : tensors_) {
@@ -297,7 +322,7 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   if (config_.muon) {
     // Muon's regions after every other one (docs/design.md): U in the weight group span's
     // layout, the matrix table, the scratch of the largest matrix.
-    if (!config_.has_n) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
+    if (!config_.has(Family::kN)) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
     std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
     for (const TensorInfo& t : tensors_) {
       if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
@@ -441,12 +466,12 @@ uint64_t MemoryPlan::tensor_offset(Family family, size_t id) const {
     throw_invalid(std::string("family ") + family_name(family) + " is not allocated for this optimizer");
   }
   const TensorInfo& t = tensors_.at(id);
-  if (family == Family::kN) {
-    // Per-tensor ratio, not per-element: the N regions are packed (see the constructor).
-    const RegionInfo& first = regions_[family_region(Family::kN, group_of(t.spec.role) == Group::kWeight
-                                                                     ? Role::kFcWeight
-                                                                     : Role::kBnBias)];
-    return first.offset + static_cast<uint64_t>(t.index_in_group) * sizeof(float);
+  if (family_info(family).extent == FamilyExtent::kPerTensor) {
+    // One element per tensor: the regions are packed per group (see the constructor).
+    const RegionInfo& first = regions_[family_region(family, group_of(t.spec.role) == Group::kWeight
+                                                                 ? Role::kFcWeight
+                                                                 : Role::kBnBias)];
+    return first.offset + static_cast<uint64_t>(t.index_in_group) * first.elem_size;
   }
   const RegionInfo& first = regions_[family_region(family, Role::kBnBias)];
   return first.offset + t.offset_in_family * first.elem_size;

@@ -287,7 +287,7 @@ class PyTask {
                                     cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? device_id : 0);
   }
 
-  // Parameter `which` of family "W", "G", "M" or "V" (float32; G in the model dtype when the
+  // Parameter `which` of a per-element family ("W", "G", "M", "V", "VMAX": float32; G in the model dtype when the
   // task holds model-dtype gradients), or "C", the bf16/fp16 model copy, with its shape.
   nb::ndarray<nb::pytorch> tensor_view(nb::handle self, const std::string& family, const nb::handle& which,
                                        int device_id) {
@@ -299,16 +299,18 @@ class PyTask {
       return typed_view(self, task_->plan().model_copy_offset(id), shape, device_id, 2,
                         half_dtype(task_->plan().config().precision));
     }
-    Family f;
-    if (family == "W") f = Family::kW;
-    else if (family == "G") f = Family::kG;
-    else if (family == "M") f = Family::kM;
-    else if (family == "V") f = Family::kV;
-    else if (family == "VMAX") f = Family::kVmax;
-    else throw_invalid("view(): family '" + family + "': expected W, G, M, V, VMAX or C");
+    // The per-element families of kFamilyTable (region.h), by name.
+    Family f = Family::kW;
+    if (!parse_family(family.c_str(), &f) || family_info(f).extent != FamilyExtent::kPerElement) {
+      std::string names;
+      for (const FamilyInfo& info : kFamilyTable) {
+        if (info.extent == FamilyExtent::kPerElement) names += std::string(names.empty() ? "" : ", ") + info.name;
+      }
+      throw_invalid("view(): family '" + family + "': expected " + names + " or C");
+    }
     if (!task_->plan().has_family(f)) throw_invalid("view(): this optimizer keeps no " + family);
-    // A sliced task's M and V hold only its slice: no whole-tensor view (ShardedStep reads them).
-    if ((f == Family::kM || f == Family::kV || f == Family::kVmax) && task_->plan().state_sliced())
+    // A sliced task's optimizer state holds only its slice: no whole-tensor view (ShardedStep reads it).
+    if (family_info(f).optimizer_state && task_->plan().state_sliced())
       throw_invalid("view(): this task holds only a slice of " + family + " (state_shard); read it through its sharded step");
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
       return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));

@@ -52,38 +52,29 @@ constexpr size_t kMaxScheduleName = 64;
 
 constexpr uint64_t kPrecisionBytes = 4 + 4 + 8;  // PREC: u32 precision, u32 rounding, u64 seed
 
-Family section_family(Section s) {
-  switch (s) {
-    case Section::kM: return Family::kM;
-    case Section::kV: return Family::kV;
-    case Section::kVmax: return Family::kVmax;
-    case Section::kN: return Family::kN;
-    default: return Family::kW;
-  }
-}
+// The family whose elements a state section holds (the model copy C: W's).
+Family section_family(Section s) { return is_family_section(s) ? section_family_of(s) : Family::kW; }
 
 bool is_state_section(Section s) {
-  return s == Section::kW || s == Section::kM || s == Section::kV || s == Section::kVmax || s == Section::kN ||
-         s == Section::kC;
+  return s == Section::kC || (is_family_section(s) && family_info(section_family_of(s)).checkpoint_tag != nullptr);
 }
 
 // The sections read and written through the optimizer-state slice (read_state, write_state_part).
-bool is_sliced_section(Section s) { return s == Section::kM || s == Section::kV || s == Section::kVmax; }
+bool is_sliced_section(Section s) {
+  return is_family_section(s) && family_info(section_family_of(s)).optimizer_state;
+}
 
-// The sections a checkpoint of this optimizer kind holds, in file order; a task with a model copy
-// adds PRECISION after META and the copy C after the fp32 state (format version 3); amsgrad adds
-// VMAX after V (a file without it keeps its bytes).
-std::vector<Section> sections_for(OptimizerKind kind, bool amsgrad, bool model_copy) {
-  PlanConfig need = plan_config_from_optimizer(kind);
-  need.has_vmax = amsgrad;
+// The sections a checkpoint of this configuration holds, in file order: META, PRECISION (a task
+// with a model copy, format version 3), LAYOUT, the families the plan holds in kFamilyTable's
+// order (amsgrad adds VMAX after V: a file without it keeps its bytes), the copy C, SCALARS.
+std::vector<Section> sections_for(const OptimizerConfig& config, bool model_copy) {
+  const PlanConfig need = plan_config_from_optimizer(config);
   std::vector<Section> s = {Section::kMeta};
   if (model_copy) s.push_back(Section::kPrecision);
   s.push_back(Section::kLayout);
-  s.push_back(Section::kW);
-  if (need.has_m) s.push_back(Section::kM);
-  if (need.has_v) s.push_back(Section::kV);
-  if (need.has_vmax) s.push_back(Section::kVmax);
-  if (need.has_n) s.push_back(Section::kN);
+  for (Family f : kFamiliesInOrder) {
+    if (need.has(f) && family_info(f).checkpoint_tag != nullptr) s.push_back(family_section(f));
+  }
   if (model_copy) s.push_back(Section::kC);
   s.push_back(Section::kScalars);
   return s;
@@ -239,19 +230,19 @@ void decode_meta(Cursor& c, CheckpointInfo* info) {
 }
 
 uint64_t family_elements(const MemoryPlan& plan, Family f) {
-  if (f == Family::kN) return plan.num_params();
+  if (family_info(f).extent == FamilyExtent::kPerTensor) return plan.num_params();
   uint64_t n = 0;
   for (const TensorInfo& t : plan.tensors()) n += static_cast<uint64_t>(t.numel);
   return n;
 }
 
 uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
-  return f == Family::kN ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
+  return family_info(f).extent == FamilyExtent::kPerTensor ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
 }
 
-// A state section's stored elements: float32 for W, M, V, N; 2-byte encodings for the copy C
+// A state section's stored elements: the family's (float32 for W, M, V, VMAX, N); 2-byte encodings for the copy C
 // (element j of C pairs with element j of W).
-uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : sizeof(float); }
+uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : family_info(section_family(s)).elem_bytes; }
 uint64_t section_elements(const MemoryPlan& plan, Section s) { return family_elements(plan, section_family(s)); }
 uint64_t section_tensor_bytes(const MemoryPlan& plan, Section s, size_t id) {
   return tensor_elements(plan, section_family(s), id) * element_bytes(s);
@@ -292,7 +283,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
   backend_->download(plan_.region(S_SCALAR_FP64).offset, f64.data(), f64.size() * sizeof(double));
 
   const bool model_copy = plan_.has_model_copy();
-  const std::vector<Section> sections = sections_for(config().kind, config().amsgrad, model_copy);
+  const std::vector<Section> sections = sections_for(config(), model_copy);
 
   Bytes precision;
   precision.u32(static_cast<uint32_t>(options_.precision.precision));
@@ -409,8 +400,10 @@ uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const Memo
   uint64_t max_bytes = kHeaderBytes + kNumSections * (kFrameBytes + kChecksumBytes) + 4096;
   max_bytes += kMaxMetaBytes + 8 + params.size() * (4 + 4 + 4 + kMaxParamRank * 8);
   for (const ParamSpec& p : params) max_bytes += p.name.size();
-  for (Family f : {Family::kW, Family::kM, Family::kV, Family::kVmax, Family::kN}) {
-    if (plan.has_family(f)) max_bytes += 8 + family_elements(plan, f) * sizeof(float);
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (f.checkpoint_tag != nullptr && plan.has_family(f.family)) {
+      max_bytes += 8 + family_elements(plan, f.family) * f.elem_bytes;
+    }
   }
   max_bytes += 3 * 4 + (plan.region(S_SCALAR_FP32).count + kNumScalarI32) * 4 + plan.region(S_SCALAR_FP64).count * 8;
   if (tensor_mask) max_bytes += 4 + params.size() * 4;  // the per-tensor steps
@@ -422,8 +415,9 @@ uint64_t checkpoint_bytes_bound(const std::vector<ParamSpec>& params, const Memo
   return max_bytes;
 }
 
-// The compiled step depends on the kind, amsgrad, the decay mode, clipping on or off, Muon's mode
-// and the check-finite flag: META's must be the task's. Everything else is adopted.
+// The compiled step depends on the kind, amsgrad (and any other switch of a family), the decay
+// mode, clipping on or off, Muon's mode and the check-finite flag: META's must be the task's.
+// Everything else is adopted.
 void check_meta_matches(const std::string& path, const CheckpointInfo& info, const OptimizerConfig& task,
                         bool check_finite) {
   const OptimizerConfig& cfg = info.config;
@@ -434,6 +428,13 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
   if (cfg.amsgrad != task.amsgrad) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
                   " amsgrad, task runs " + (task.amsgrad ? "with" : "without") + " it");
+  }
+  // Any other switch of a family (kFamilyTable's FamilyNeed): the file's families are the task's.
+  const PlanConfig file_families = plan_config_from_optimizer(cfg), task_families = plan_config_from_optimizer(task);
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (file_families.has(f.family) == task_families.has(f.family)) continue;
+    throw_invalid("checkpoint " + path + ": checkpoint was made " + (file_families.has(f.family) ? "with" : "without") +
+                  " the " + f.name + " family, task runs " + (task_families.has(f.family) ? "with" : "without") + " it");
   }
   if (cfg.weight_decay_mode != task.weight_decay_mode) {
     auto mode_name = [](WeightDecayMode m) { return m == WeightDecayMode::kL2 ? "l2" : "decoupled"; };
@@ -572,7 +573,7 @@ Decoded decode_checkpoint(const std::string& path, const FileReader& file, const
     decode_meta(c, &d.info);
     check_meta_matches(path, d.info, config, options.check_finite);
   }
-  d.sections = sections_for(d.info.config.kind, d.info.config.amsgrad, file_copy);
+  d.sections = sections_for(d.info.config, file_copy);
   if (declared_sections != d.sections.size()) {
     parser.fail("header", "declares " + std::to_string(declared_sections) + " sections, a checkpoint for " +
                               optimizer_kind_name(d.info.config.kind) + (file_copy ? " with a model copy" : "") +

@@ -18,6 +18,7 @@
 #include "core/src/io/atomic_file.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/region.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the checkpoint writer stores host floats and integers as they are: little-endian hosts only"
@@ -37,17 +38,32 @@ constexpr size_t kFrameBytes = 4 + 8;  // tag + length, before the payload
 constexpr size_t kChecksumBytes = 8;
 constexpr uint64_t kStreamChunkBytes = uint64_t{4} << 20;
 
-// kVmax: the VMAX family (amsgrad only), in the file right after V.
-enum class Section { kMeta, kLayout, kW, kM, kV, kN, kScalars, kPrecision, kC, kVmax };
-constexpr int kNumSections = 10;
+// The sections of a file: five of their own, then one per family (Section(kFirstFamily + f) for
+// Family f), whose tag and name come from kFamilyTable (region.h): FAMW, FAMM, FAMV, FAMX (VMAX),
+// FAMN. A family without a checkpoint_tag (G) has no section in any file.
+enum class Section : int { kMeta, kLayout, kScalars, kPrecision, kC, kFirstFamily };
+constexpr int kNumSections = static_cast<int>(Section::kFirstFamily) + kNumFamilies;
 
-// File tag and the name errors use ("section M: checksum mismatch"), in Section order.
-constexpr const char* kSectionText[][2] = {{"META", "META"}, {"LAYT", "LAYOUT"},  {"FAMW", "W"},
-                                           {"FAMM", "M"},    {"FAMV", "V"},       {"FAMN", "N"},
-                                           {"SCAL", "SCALARS"}, {"PREC", "PRECISION"}, {"FAMC", "C"},
-                                           {"FAMX", "VMAX"}};
-inline const char* section_tag(Section s) { return kSectionText[static_cast<int>(s)][0]; }
-inline const char* section_name(Section s) { return kSectionText[static_cast<int>(s)][1]; }
+constexpr Section family_section(Family f) {
+  return static_cast<Section>(static_cast<int>(Section::kFirstFamily) + static_cast<int>(f));
+}
+constexpr bool is_family_section(Section s) { return s >= Section::kFirstFamily; }
+constexpr Family section_family_of(Section s) {
+  return static_cast<Family>(static_cast<int>(s) - static_cast<int>(Section::kFirstFamily));
+}
+
+// File tag and the name errors use ("section M: checksum mismatch") of the sections before the
+// families, in Section order.
+constexpr const char* kSectionText[][2] = {
+    {"META", "META"}, {"LAYT", "LAYOUT"}, {"SCAL", "SCALARS"}, {"PREC", "PRECISION"}, {"FAMC", "C"}};
+static_assert(sizeof(kSectionText) / sizeof(kSectionText[0]) == static_cast<int>(Section::kFirstFamily),
+              "kSectionText names every section before the families");
+inline const char* section_tag(Section s) {
+  return is_family_section(s) ? family_info(section_family_of(s)).checkpoint_tag : kSectionText[static_cast<int>(s)][0];
+}
+inline const char* section_name(Section s) {
+  return is_family_section(s) ? family_info(section_family_of(s)).name : kSectionText[static_cast<int>(s)][1];
+}
 
 // ---- encoding ----
 class Bytes {

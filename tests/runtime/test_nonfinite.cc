@@ -46,6 +46,17 @@ class NonFiniteTest : public ::testing::TestWithParam<std::tuple<BackendKind, Ki
     testing_util::set_all_weights(*task, testing_util::make_weights(params, 3));
     return task;
   }
+  // The layout, the clean run and the run under test.
+  struct Runs {
+    std::vector<ParamSpec> params;
+    std::unique_ptr<Task> clean, task;
+  };
+  Runs clean_and_tested() {
+    Runs r{layout(), nullptr, nullptr};
+    r.clean = make_task(r.params);
+    r.task = make_task(r.params);
+    return r;
+  }
   static void clean_step(Task& task, const std::vector<ParamSpec>& params, uint64_t s) {
     testing_util::set_all_grads(task, testing_util::make_grads(params, 11, s, kScale));
     task.step();
@@ -117,9 +128,7 @@ TEST_P(NonFiniteTest, SkipsTheWholeStepAndResumesAsIfItNeverHappened) {
 // else of the state moves; the next step is the clean run's.
 TEST_P(NonFiniteTest, CallerSkippedStepIsCountedAndLeavesNoTrace) {
   RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
-  const std::vector<ParamSpec> params = layout();
-  std::unique_ptr<Task> clean = make_task(params);
-  std::unique_ptr<Task> task = make_task(params);
+  auto [params, clean, task] = clean_and_tested();
   for (uint64_t s = 0; s < 2; ++s) {
     clean_step(*clean, params, s);
     clean_step(*task, params, s);
@@ -138,9 +147,7 @@ TEST_P(NonFiniteTest, CallerSkippedStepIsCountedAndLeavesNoTrace) {
 
 TEST_P(NonFiniteTest, ConsecutiveSkipsAreCountedAndLeaveNoTrace) {
   RN_SKIP_IF_UNAVAILABLE(std::get<0>(GetParam()));
-  const std::vector<ParamSpec> params = layout();
-  std::unique_ptr<Task> clean = make_task(params);
-  std::unique_ptr<Task> task = make_task(params);
+  auto [params, clean, task] = clean_and_tested();
   for (uint64_t s = 0; s < 4; ++s) {
     clean_step(*clean, params, s);
     if (s == 1) {

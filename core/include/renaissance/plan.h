@@ -31,12 +31,12 @@ struct PlanConfig {
   // [state_begin, state_end): see MemoryPlan::state_sliced(). The default keeps them whole.
   uint64_t state_begin = 0;
   uint64_t state_end = UINT64_MAX;
-  bool has_m = false;
-  bool has_v = false;
-  // amsgrad (Adam/AdamW): the VMAX family, placed right after V and sliced like it. Off: the plan
-  // is byte for byte the one without the family.
-  bool has_vmax = false;
-  bool has_n = false;  // a norm pass: per-tensor ratios N, tile table and reduction scratch
+  // The families the plan holds (W and G always; the others by their FamilyNeed in kFamilyTable:
+  // the kind's M and V, N with a norm pass (plus its tile table and reduction scratch), VMAX
+  // with amsgrad). A family that is off leaves the plan byte for byte the one without it.
+  std::array<bool, kNumFamilies> families{true, true};
+  bool has(Family f) const { return families[static_cast<size_t>(f)]; }
+  void set(Family f, bool on) { families[static_cast<size_t>(f)] = on; }
   Precision precision = Precision::kFp32;  // bf16/fp16: a model copy C_MODEL_COPY besides W
   // bf16/fp16 only: the G family holds 2-byte model-dtype encodings, element j of G pairing with
   // element j of W; its six role regions are packed one after another (no alignment gap between
@@ -65,7 +65,7 @@ struct PlanConfig {
   int muon_mode = 0;
 };
 PlanConfig plan_config_from_optimizer(OptimizerKind kind);
-// The families of a configuration: the kind's, and VMAX with amsgrad.
+// The families of a configuration (FamilyInfo::need): the kind's, and VMAX with amsgrad.
 PlanConfig plan_config_from_optimizer(const OptimizerConfig& config);
 
 // The Muon matrix of a weight-group tensor of shape `shape` (scalars.h, MuonMatrix; start 0):
@@ -172,7 +172,7 @@ class MemoryPlan {
   Span model_copy_group_span(Group group) const;
   uint64_t model_copy_offset(size_t id) const;
 
-  // The canonical norm tiles over the weight group (empty unless config().has_n).
+  // The canonical norm tiles over the weight group (empty unless config().has(Family::kN)).
   const std::vector<NormTile>& norm_tiles() const { return norm_tiles_; }
   const std::vector<NormTensor>& norm_tensors() const { return norm_tensors_; }
 

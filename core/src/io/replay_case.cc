@@ -391,7 +391,7 @@ void check_init_file(const SafetensorsReader& init, const std::set<std::string>&
     const ReplayGroup& g = rc.groups[gi];
     const PlanConfig families = plan_config_from_optimizer(g.config.kind);
     for (const char* prefix : {"m/", "v/"}) {
-      const bool kept = prefix[0] == 'm' ? families.has_m : families.has_v;
+      const bool kept = prefix[0] == 'm' ? families.has(Family::kM) : families.has(Family::kV);
       size_t present = 0;
       for (size_t id = g.first_param; id < g.first_param + g.num_params; ++id) {
         if (init.has(prefix + rc.params[id].name)) ++present;
@@ -482,7 +482,7 @@ void read_expected_file(const std::string& expected_path, const std::set<std::st
       base = n.substr(2);
       if (kind_of.count(base)) {
         const PlanConfig families = plan_config_from_optimizer(kind_of[base]);
-        state_ok = n[0] == 'm' ? families.has_m : families.has_v;
+        state_ok = n[0] == 'm' ? families.has(Family::kM) : families.has(Family::kV);
       }
     }
     if (!names.count(base) || (base != n && !state_ok)) {
