@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
   std::string tensor_mask = "none";
   bool muon_batches = false;
+  std::string muon_mode = "exact";
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   // nothing masked: the unmasked program) or set (the masked program over a mask of zeros).
   app.add_option("--tensor-mask", tensor_mask, "none, clear or set: the per-tensor mask's programs (default none)")
       ->check(CLI::IsMember({"none", "clear", "set"}));
+  app.add_option("--muon-mode", muon_mode, "muon: Newton-Schulz products, exact or fast")
+      ->check(CLI::IsMember({"exact", "fast"}));
   app.add_flag("--cuda-muon-batches", muon_batches,
                "CUDA: Muon's Newton-Schulz as cuBLASLt batches per shape class (BackendOptions::cuda_muon_batches)");
   CLI11_PARSE(app, argc, argv);
@@ -106,6 +109,7 @@ int main(int argc, char** argv) {
         const bool l2 = wd_mode == "l2" && kind_info(kind).allows_l2;
         if (l2) config.weight_decay_mode = WeightDecayMode::kL2;
         config.max_grad_norm = max_grad_norm;
+        if (kind == OptimizerKind::kMuon) config.muon_mode = muon_mode == "fast" ? 1.0 : 0.0;
         if (tensor_mask != "none" && (kind_info(kind).norm == NormPass::kLambTrustRatio || max_grad_norm > 0.0)) {
           std::fprintf(stderr, "bench_step: %s: no per-tensor mask with LAMB or clipping yet; skipped\n", kind_name.c_str());
           continue;
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
                                 {"grad_dtype", grad_dtype == "model" ? precision : "fp32"},
                                 {"tensor_mask", tensor_mask},
                                 {"cuda_muon_batches", muon_batches},
+                                {"muon_mode", muon_mode},
                                 {"params", param_count},
                                 {"replays", replays},
                                 {"limit_gb_per_s", limit_gbps},
