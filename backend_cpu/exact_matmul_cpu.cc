@@ -379,16 +379,6 @@ float round_sum(int64_t sum, double row_scale, double col_scale) {
   return static_cast<float>(static_cast<double>(sum) * row_scale * col_scale);
 }
 
-// fn(e) for e < count over the threads: each item computed alone (fp32 operations in the
-// reference's order), so the split changes no bit. `width`: elements an item touches (a thread
-// gets at least 16K elements).
-template <class Fn>
-void elementwise(size_t count, int threads, Fn&& fn, size_t width = 1) {
-  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count * width / 16384 + 1)));
-#pragma omp parallel for schedule(static) num_threads(team)
-  for (int64_t e = 0; e < static_cast<int64_t>(count); ++e) fn(static_cast<size_t>(e));
-}
-
 constexpr size_t kBlockRows = 48, kBlockCols = 48;  // C per work item (int64 sums: 18 KiB)
 
 // C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:
@@ -486,19 +476,9 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
   NewtonSchulzScratch local;
   NewtonSchulzScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
-  s.x.resize(r * c);
-  s.q.resize(r * c);
-  s.gram.resize(r * r);
-  s.gram2.resize(r * r);
-  s.poly.resize(r * r);
+  s.size_for(r, c);
   float* x = s.x.data();
-  elementwise(r, threads, [&](size_t i) {
-    for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
-  }, c);
-  // The reference's normalisation: the canonical sum over u in its own order, one division each.
-  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, rows * cols, threads)));
-  const float denom = math::newton_schulz_denominator(norm, eps);
-  elementwise(r * c, threads, [&](size_t e) { x[e] = x[e] / denom; });
+  newton_schulz_load(u, rows, cols, eps, x, threads);
   for (int step = 0; step < steps; ++step) {
     // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
     fix_rows(x, r, c, s.qx, threads);
@@ -517,6 +497,24 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     const float* q = s.q.data();
     elementwise(r * c, threads, [&](size_t e) { x[e] = math::newton_schulz_combine(coeff.a, x[e], q[e]); });
   }
+  newton_schulz_store(x, rows, cols, out, threads);
+  return true;
+}
+
+void newton_schulz_load(const float* u, size_t rows, size_t cols, float eps, float* x, int threads) {
+  const bool transposed = rows > cols;
+  const size_t r = transposed ? cols : rows, c = transposed ? rows : cols;
+  elementwise(r, threads, [&](size_t i) {
+    for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
+  }, c);
+  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, rows * cols, threads)));
+  const float denom = math::newton_schulz_denominator(norm, eps);
+  elementwise(r * c, threads, [&](size_t e) { x[e] = x[e] / denom; });
+}
+
+void newton_schulz_store(const float* x, size_t rows, size_t cols, float* out, int threads) {
+  const bool transposed = rows > cols;
+  const size_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   elementwise(r, threads, [&](size_t i) {
     for (size_t j = 0; j < c; ++j) {
       if (transposed) {
@@ -526,7 +524,6 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
       }
     }
   }, c);
-  return true;
 }
 
 }  // namespace cpu

@@ -8,6 +8,7 @@
 // change no bit (docs/math.md, "Muon: the exact matrix product").
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -46,8 +47,19 @@ bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t
                       ExactMatmulScratch* scratch = nullptr, int threads = 1);
 
 // Buffers of newton_schulz_exact_cpu.
-struct NewtonSchulzScratch {
+// The fp32 matrices of one Newton–Schulz iteration on an r x c X (r <= c), in either mode.
+struct NewtonSchulzMatrices {
   std::vector<float> x, gram, gram2, poly, q;
+  void size_for(size_t r, size_t c) {
+    x.resize(r * c);
+    q.resize(r * c);
+    gram.resize(r * r);
+    gram2.resize(r * r);
+    poly.resize(r * r);
+  }
+};
+
+struct NewtonSchulzScratch : NewtonSchulzMatrices {
   FixedPointOperand qx, qxt, qg, qp;
 };
 
@@ -60,6 +72,22 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
                              const math::NewtonSchulzCoefficients& coeff = {},
                              int steps = math::kDefaultNewtonSchulzSteps, float eps = math::kDefaultNewtonSchulzEps,
                              NewtonSchulzScratch* scratch = nullptr, int threads = 1);
+
+// What both modes of Newton–Schulz share (newton_schulz_fast_cpu.cc too):
+// fn(e) for e < count over the threads: each item computed alone (fp32 operations in the
+// reference's order), so the split changes no bit. `width`: elements an item touches (a thread
+// gets at least 16K elements).
+template <class Fn>
+void elementwise(size_t count, int threads, Fn&& fn, size_t width = 1) {
+  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count * width / 16384 + 1)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t e = 0; e < static_cast<int64_t>(count); ++e) fn(static_cast<size_t>(e));
+}
+// x (r x c, r = min(rows, cols)) = u / max(‖u‖_F, eps), on uᵀ when rows > cols: the reference's
+// normalisation (the canonical sum over u in its own order, one division per element);
+void newton_schulz_load(const float* u, size_t rows, size_t cols, float eps, float* x, int threads);
+// out (rows x cols) = x, transposed back when rows > cols.
+void newton_schulz_store(const float* x, size_t rows, size_t cols, float* out, int threads);
 
 // Pieces, exposed for the tests:
 // the reference's math::to_fixed_point(x, shift) computed on the float's bits (no double, no

@@ -22,15 +22,6 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using MatrixMap = Eigen::Map<RowMatrix>;
 using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 
-// fn(e) for e < count over the threads, each item alone (the split changes no bit); a thread gets
-// at least 16K elements of `width` per item.
-template <class Fn>
-void elementwise(size_t count, int threads, Fn&& fn, size_t width = 1) {
-  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count * width / 16384 + 1)));
-#pragma omp parallel for schedule(static) num_threads(team)
-  for (int64_t e = 0; e < static_cast<int64_t>(count); ++e) fn(static_cast<size_t>(e));
-}
-
 // C (m x n) = A (m x k) times B (k x n), or times Bᵀ (B n x k) when b_transposed; every matrix
 // row-major. The rows of C in fixed blocks, one Eigen product each.
 void product(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, bool b_transposed, int threads) {
@@ -63,19 +54,9 @@ void newton_schulz_fast_cpu(const float* u, size_t rows, size_t cols, float* out
   NewtonSchulzFastScratch local;
   NewtonSchulzFastScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
-  s.x.resize(r * c);
-  s.q.resize(r * c);
-  s.gram.resize(r * r);
-  s.gram2.resize(r * r);
-  s.poly.resize(r * r);
+  s.size_for(r, c);
   float* x = s.x.data();
-  elementwise(r, threads, [&](size_t i) {
-    for (size_t j = 0; j < c; ++j) x[i * c + j] = transposed ? u[j * cols + i] : u[i * cols + j];
-  }, c);
-  // Exact mode's normalisation: the canonical sum over u in its own order, one division each.
-  const float norm = static_cast<float>(std::sqrt(sum_of_squares_canonical(u, rows * cols, threads)));
-  const float denom = math::newton_schulz_denominator(norm, eps);
-  elementwise(r * c, threads, [&](size_t e) { x[e] = x[e] / denom; });
+  newton_schulz_load(u, rows, cols, eps, x, threads);  // exact mode's normalisation
   float* gram = s.gram.data();
   float* gram2 = s.gram2.data();
   float* poly = s.poly.data();
@@ -88,15 +69,7 @@ void newton_schulz_fast_cpu(const float* u, size_t rows, size_t cols, float* out
     product(poly, x, q, r, r, c, false, threads);  // Q = B X
     elementwise(r * c, threads, [&](size_t e) { x[e] = math::newton_schulz_combine(coeff.a, x[e], q[e]); });
   }
-  elementwise(r, threads, [&](size_t i) {
-    for (size_t j = 0; j < c; ++j) {
-      if (transposed) {
-        out[j * cols + i] = x[i * c + j];
-      } else {
-        out[i * cols + j] = x[i * c + j];
-      }
-    }
-  }, c);
+  newton_schulz_store(x, rows, cols, out, threads);
 }
 
 }  // namespace cpu

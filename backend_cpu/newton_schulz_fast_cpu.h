@@ -8,15 +8,14 @@
 #include <cstddef>
 #include <vector>
 
+#include "backend_cpu/exact_matmul_cpu.h"
 #include "renaissance/math/newton_schulz.h"
 
 namespace renaissance {
 namespace cpu {
 
 // Buffers of newton_schulz_fast_cpu, reused across calls.
-struct NewtonSchulzFastScratch {
-  std::vector<float> x, gram, gram2, poly, q;
-};
+struct NewtonSchulzFastScratch : NewtonSchulzMatrices {};
 
 // Rows of a product's result per work item: fixed, so the split (and every sum's order) does not
 // depend on the thread count.
