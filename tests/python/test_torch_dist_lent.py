@@ -25,14 +25,11 @@ import sys
 
 import pytest
 
-CHILD = r'''
-import atexit, datetime, gc, os, sys, weakref
-import torch
-import torch.distributed as dist
-
-mode, init, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
-seen = []  # (call, weakref) for every tensor handed to torch.distributed
-ncalls = [0]
+# What both children run first: record_calls(names, note) wraps these torch.distributed functions
+# and batch_isend_irecv so that each call counts in CALLS[0] and hands note(name, tensor) every
+# tensor it passes.
+_RECORD_CALLS = r'''
+CALLS = [0]
 
 def tensors(x):
     if isinstance(x, torch.Tensor):
@@ -41,24 +38,36 @@ def tensors(x):
         for y in x:
             yield from tensors(y)
 
-def wrap(name):
-    real = getattr(dist, name)
-    def call(*args, **kw):
-        ncalls[0] += 1
-        for t in tensors(list(args) + [kw.get("gather_list")]):
-            seen.append((name, weakref.ref(t)))
-        return real(*args, **kw)
-    setattr(dist, name, call)
+def record_calls(names, note):
+    def wrap(name):
+        real = getattr(dist, name)
+        def call(*args, **kw):
+            CALLS[0] += 1
+            for t in tensors(list(args) + [kw.get("gather_list")]):
+                note(name, t)
+            return real(*args, **kw)
+        setattr(dist, name, call)
+    for name in names:
+        wrap(name)
+    real_batch = dist.batch_isend_irecv
+    def batch(ops):
+        CALLS[0] += 1
+        for op in ops:
+            note("batch_isend_irecv", op.tensor)
+        return real_batch(ops)
+    dist.batch_isend_irecv = batch
+'''
 
-for name in ("all_reduce", "all_gather", "broadcast", "gather", "barrier"):
-    wrap(name)
-real_batch = dist.batch_isend_irecv
-def batch(ops):
-    ncalls[0] += 1
-    for op in ops:
-        seen.append(("batch_isend_irecv", weakref.ref(op.tensor)))
-    return real_batch(ops)
-dist.batch_isend_irecv = batch
+CHILD = r'''
+import atexit, datetime, gc, os, sys, weakref
+import torch
+import torch.distributed as dist
+
+mode, init, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+seen = []  # (call, weakref) for every tensor handed to torch.distributed
+''' + _RECORD_CALLS + r'''
+record_calls(("all_reduce", "all_gather", "broadcast", "gather", "barrier"),
+             lambda name, t: seen.append((name, weakref.ref(t))))
 
 dist.init_process_group("gloo", init_method="file://" + init, rank=0, world_size=1,
                         timeout=datetime.timedelta(seconds=60))
@@ -101,7 +110,7 @@ if mode == "many":
     # kept the last 64 calls' tensors): a gloo worker lagging that far behind must still find
     # every tensor it was lent alive.
     keep = many(80)
-    assert ncalls[0] > 4 * 64, ncalls
+    assert CALLS[0] > 4 * 64, ncalls
 else:
     for grad_reduce in ("replicated", "ordered", "fast"):
         run(grad_reduce)
@@ -109,7 +118,7 @@ gc.collect()
 calls = sorted(set(n for n, _ in seen))
 assert len(seen) >= 20, seen  # the wrapping saw the collectives
 dead = sorted(set(n for n, r in seen if r() is None))
-print("after the calls: %d tensors (%d calls) in %s; freed: %s" % (len(seen), ncalls[0], calls, dead or "none"))
+print("after the calls: %d tensors (%d calls) in %s; freed: %s" % (len(seen), CALLS[0], calls, dead or "none"))
 if mode in ("exit", "many"):
     atexit._run_exitfuncs()
     for name in ("_HELD", "_LENT"):  # what finalization does to a module's globals
@@ -149,30 +158,8 @@ import torch.distributed as dist
 
 init = sys.argv[1]
 passed = {}  # id -> every distinct tensor handed to torch.distributed (held: ids stay unique)
-
-def tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            yield from tensors(y)
-
-def wrap(name):
-    real = getattr(dist, name)
-    def call(*args, **kw):
-        for t in tensors(list(args) + [kw.get("gather_list")]):
-            passed[id(t)] = t
-        return real(*args, **kw)
-    setattr(dist, name, call)
-
-for name in ("all_reduce", "all_gather", "broadcast", "gather"):
-    wrap(name)
-real_batch = dist.batch_isend_irecv
-def batch(ops):
-    for op in ops:
-        passed[id(op.tensor)] = op.tensor
-    return real_batch(ops)
-dist.batch_isend_irecv = batch
+''' + _RECORD_CALLS + r'''
+record_calls(("all_reduce", "all_gather", "broadcast", "gather"), lambda name, t: passed.__setitem__(id(t), t))
 
 dist.init_process_group("gloo", init_method="file://" + init, rank=0, world_size=1,
                         timeout=datetime.timedelta(seconds=60))
