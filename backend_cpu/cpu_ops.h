@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend_cpu/fused_update.h"
 #include "backend_cpu/grad_dtype.h"
 #include "renaissance/backend.h"
 #include "renaissance/error.h"
 #include "renaissance/graph.h"
+#include "renaissance/math/update_rules.h"
 #include "renaissance/scalars.h"
 
 namespace renaissance {
@@ -148,8 +150,35 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 // A node with a VMAX span (amsgrad) runs `xfn` instead of fn, always on the unfused path (the
 // same bits: the fused loop only saves passes over memory).
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr,
-                            ElementwiseXFn xfn = nullptr) {
+                            ElementwiseXFn xfn = nullptr);
+
+// A node with NodeFlags::aux (a muon step's auxiliary AdamW) runs as a weight group over a copy
+// of its scalar blocks whose lr, wd and decay slots hold math::make_aux_coeffs' values, the
+// coefficients the CUDA kernels build from the same slots (a few floats per block; the arena is
+// not touched).
+inline void run_elementwise_aux(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused,
+                                ElementwiseXFn xfn) {
+  const size_t blocks = static_cast<size_t>(std::max(1, node.work.hyper_groups));
+  std::vector<float> scalars(ctx.scalars.f32, ctx.scalars.f32 + blocks * kNumScalarF32);
+  for (size_t b = 0; b < blocks; ++b) {
+    float* s = scalars.data() + b * kNumScalarF32;
+    const math::Coeffs<float> aux = math::make_aux_coeffs<float>(s, [](float x) { return x; });
+    s[kLr] = aux.lr;
+    s[kWeightDecay] = aux.wd;
+    s[kDecayFactor] = aux.decay;
+  }
+  CpuContext local = ctx;
+  local.scalars.f32 = scalars.data();
+  GraphNode as_weight = node;
+  as_weight.group = Group::kWeight;
+  as_weight.flags.aux = false;
+  run_elementwise(local, as_weight, fn, fused, xfn);
+}
+
+inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused,
+                            ElementwiseXFn xfn) {
   if (ctx.step_skipped()) return;
+  if (node.flags.aux) return run_elementwise_aux(ctx, node, fn, fused, xfn);
   float* w = ctx.at<float>(node.span(Family::kW));
   const GradSource g_src = grad_source(ctx, node);  // G in node.grad.encoding (grad_dtype.h)
   // G is prefetched where it is the arena's (a table's tensors lie anywhere).

@@ -88,41 +88,12 @@ ElementwiseXFn adam_amsgrad_kernel(bool decoupled) {
   return decoupled ? &HWY_DYNAMIC_DISPATCH(AdamWAmsgrad) : &HWY_DYNAMIC_DISPATCH(AdamAmsgrad);
 }
 
-// NodeFlags::aux (muon's auxiliary AdamW): the rules read lr, wd and decay from kLr,
-// kWeightDecay and kDecayFactor of a weight group, so the update runs as a weight group on a copy
-// of the node's fp32 scalar blocks (WorkList::hyper_groups of them) whose three slots hold each
-// block's aux slots (a few floats per block; the arena is not touched): the coefficients of
-// math::make_aux_coeffs, which the CUDA kernels build directly.
-template <class Run>
-void with_aux_slots(const CpuContext& ctx, const GraphNode& node, Run run) {
-  if (!node.flags.aux) return run(ctx, node);
-  const size_t blocks = static_cast<size_t>(std::max(1, node.work.hyper_groups));
-  std::vector<float> scalars(ctx.scalars.f32, ctx.scalars.f32 + blocks * kNumScalarF32);
-  for (size_t b = 0; b < blocks; ++b) {
-    float* s = scalars.data() + b * kNumScalarF32;
-    s[kLr] = s[kAuxLr];
-    s[kWeightDecay] = s[kAuxWeightDecay];
-    s[kDecayFactor] = s[kAuxDecayFactor];
-  }
-  CpuContext local = ctx;
-  local.scalars.f32 = scalars.data();
-  GraphNode as_weight = node;
-  as_weight.group = Group::kWeight;
-  run(local, as_weight);
-}
-
 // A node with a VMAX span (amsgrad) runs the amsgrad kernel (run_elementwise's run-time choice).
 void run_UPDATE_ADAM(const CpuContext& ctx, const GraphNode& node) {
-  with_aux_slots(ctx, node, [&](const CpuContext& c, const GraphNode& n) {
-    run_elementwise(c, n, adam_kernel(false), &HWY_DYNAMIC_DISPATCH(AdamFused),
-                    adam_amsgrad_kernel(false));
-  });
+  run_elementwise(ctx, node, adam_kernel(false), &HWY_DYNAMIC_DISPATCH(AdamFused), adam_amsgrad_kernel(false));
 }
 void run_UPDATE_ADAMW(const CpuContext& ctx, const GraphNode& node) {
-  with_aux_slots(ctx, node, [&](const CpuContext& c, const GraphNode& n) {
-    run_elementwise(c, n, adam_kernel(true), &HWY_DYNAMIC_DISPATCH(AdamWFused),
-                    adam_amsgrad_kernel(true));
-  });
+  run_elementwise(ctx, node, adam_kernel(true), &HWY_DYNAMIC_DISPATCH(AdamWFused), adam_amsgrad_kernel(true));
 }
 
 }  // namespace cpu
