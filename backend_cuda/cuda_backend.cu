@@ -206,7 +206,9 @@ class CudaBackend final : public Backend {
     } else if (alternate_.runs(step)) {
       RN_CUDA_CHECK(cudaGraphLaunch(alternate_.exec, origin()));
     } else {
-      if (muon_program_ != step.id.value()) load_muon_host(step);
+      // Only a program with a Muon node needs the tables: the sharded step's reduce and gather
+      // programs run between its update programs without reloading them.
+      if (muon_program_ != step.id.value() && muon_node(step) != nullptr) load_muon_host(step);
       enqueue(step);
     }
     if (launch_stream_ != nullptr) {
@@ -497,7 +499,7 @@ class CudaBackend final : public Backend {
 
   // Captures every node of `step` into *graph, instantiated and uploaded into *exec.
   void capture(const CompiledStep& step, cudaGraph_t* graph, cudaGraphExec_t* exec) {
-    load_muon_host(step);  // reads the device: not allowed once the capture has begun
+    if (muon_node(step) != nullptr) load_muon_host(step);  // reads the device: not once the capture has begun
     RN_CUDA_CHECK(cudaStreamBeginCapture(origin(), cudaStreamCaptureModeThreadLocal));
     try {
       enqueue(step);
