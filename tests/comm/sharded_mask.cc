@@ -21,8 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "renaissance/layout.h"
 #include "check_log.h"
+#include "rank_task.h"
+#include "renaissance/layout.h"
 #include "renaissance/mpi_communicator.h"
 #ifdef RN_WITH_NCCL
 #include "renaissance/nccl_communicator.h"
@@ -61,33 +62,7 @@ std::vector<int32_t> mask_at(int t, size_t n) {
 }
 
 std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
-  TaskOptions options;
-  options.state_shard = shard;
-  options.backend = g_backend;
-  options.backend_options.threads = 1;
-  options.tensor_mask = true;
-  options.precision = c.precision;
-  auto task = std::make_unique<Task>(layout.params, options);
-  OptimizerConfig config = reference_config(c.kind);
-  config.max_grad_norm = c.clip ? 0.05 : 0.0;
-  task->optimizer(config);
-  task->compile();
-  task->synthesize_weights(kSeed ^ 0x5eed, 0, 1.0f);
-  task->set_loss_scale(256.0);
-  return task;
-}
-
-// Gradients of step t: the same on every rank (replicated), each rank's own stream (ordered,
-// fast), or their ordered mean formed in one process (ranks > 0, the reference of ordered).
-enum class Grads { kSame, kOwn, kSimulated };
-
-void gradients(Task& task, Grads grads, int t, int rank, int ranks) {
-  switch (grads) {
-    case Grads::kSame: return task.synthesize_gradients(kSeed, static_cast<uint64_t>(t), kAmplitude);
-    case Grads::kOwn:
-      return task.synthesize_gradients(rank_gradient_seed(kSeed, rank), static_cast<uint64_t>(t), kAmplitude);
-    case Grads::kSimulated: return synthesize_rank_sum(task, kSeed, static_cast<uint64_t>(t), kAmplitude, ranks);
-  }
+  return make_rank_task(layout, RankTaskSpec{c.kind, c.clip, c.precision, g_backend, true, kSeed}, shard);
 }
 
 struct Result {
@@ -107,7 +82,7 @@ Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce m
   if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
   const int rank = comm != nullptr ? comm->rank() : 0;
   for (int t = 0; t < kSteps; ++t) {
-    gradients(*task, grads, t, rank, ranks);
+    rank_gradients(*task, grads, kSeed, t, kAmplitude, rank, ranks);
     if (t == 3 || t == 5) {
       // A NaN in the largest even-numbered tensor: masked at step 3 (its G is never looked at, the
       // step applies), not at step 5 (the rank that owns the element must skip the step for all).

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "check_log.h"
+#include "rank_task.h"
 #include "renaissance/layout.h"
 #include "renaissance/mpi_communicator.h"
 #include "renaissance/sharded_step.h"
@@ -36,19 +37,8 @@ struct Case {
 };
 
 std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
-  TaskOptions options;
-  options.state_shard = shard;
-  options.backend = BackendKind::kCpu;
-  options.backend_options.threads = 1;
-  options.precision = c.precision;
-  auto task = std::make_unique<Task>(layout.params, options);
-  OptimizerConfig config = reference_config(OptimizerKind::kMuon);
-  config.max_grad_norm = c.clip ? 0.05 : 0.0;
-  task->optimizer(config);
-  task->compile();
-  task->synthesize_weights(kSeed ^ 0x5eed, 0, 1.0f);
-  task->set_loss_scale(256.0);
-  return task;
+  return make_rank_task(layout, RankTaskSpec{OptimizerKind::kMuon, c.clip, c.precision, BackendKind::kCpu, false, kSeed},
+                        shard);
 }
 
 // The state's bytes in one fixed order: W, N, M, V of every tensor, then the model copy.
@@ -84,8 +74,6 @@ std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
   return out;
 }
 
-enum class Grads { kSame, kOwn, kSimulated, kOther };
-
 // Four steps; a NaN at step 1 (every rank's G, or the simulated sum's) skips that one.
 // `ranks`: how many ranks' gradients the simulation sums (kSimulated).
 std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads,
@@ -97,13 +85,7 @@ std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, G
   if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
   const int rank = comm != nullptr ? comm->rank() : 0;
   for (int t = 0; t < kSteps; ++t) {
-    const uint64_t step = static_cast<uint64_t>(t);
-    switch (grads) {
-      case Grads::kSame: task->synthesize_gradients(kSeed, step, kAmplitude); break;
-      case Grads::kOwn: task->synthesize_gradients(rank_gradient_seed(kSeed, rank), step, kAmplitude); break;
-      case Grads::kSimulated: synthesize_rank_sum(*task, kSeed, step, kAmplitude, ranks); break;
-      case Grads::kOther: task->synthesize_gradients(kSeed + 1, step, kAmplitude); break;
-    }
+    rank_gradients(*task, grads, kSeed, t, kAmplitude, rank, ranks);
     if (t == 1) task->poison_gradient(0, 0, std::numeric_limits<float>::quiet_NaN());
     if (sharded) {
       sharded->step();

@@ -1,0 +1,56 @@
+// Shared by the mpirun test programs of tests/comm: the Task a rank test starts from (reference
+// hyperparameters of a kind, synthetic weights, a loss scale of 256) and the gradients of step t
+// by their source (the same on every rank, each rank's own stream, their simulated ordered sum).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "renaissance/layout.h"
+#include "renaissance/sharded_step.h"
+#include "renaissance/task.h"
+
+struct RankTaskSpec {
+  renaissance::OptimizerKind kind;
+  bool clip = false;  // max_grad_norm 0.05 when set
+  renaissance::PrecisionOptions precision;
+  renaissance::BackendKind backend = renaissance::BackendKind::kCpu;
+  bool tensor_mask = false;
+  uint64_t seed = 0;  // the weights are synthesized from seed ^ 0x5eed
+};
+
+inline std::unique_ptr<renaissance::Task> make_rank_task(const renaissance::Layout& layout, const RankTaskSpec& spec,
+                                                         renaissance::StateShard shard) {
+  using namespace renaissance;
+  TaskOptions options;
+  options.state_shard = shard;
+  options.backend = spec.backend;
+  options.backend_options.threads = 1;
+  options.tensor_mask = spec.tensor_mask;
+  options.precision = spec.precision;
+  auto task = std::make_unique<Task>(layout.params, options);
+  OptimizerConfig config = reference_config(spec.kind);
+  config.max_grad_norm = spec.clip ? 0.05 : 0.0;
+  task->optimizer(config);
+  task->compile();
+  task->synthesize_weights(spec.seed ^ 0x5eed, 0, 1.0f);
+  task->set_loss_scale(256.0);
+  return task;
+}
+
+// kSame: every rank's gradient from `seed`; kOwn: rank r's from rank_gradient_seed(seed, r);
+// kSimulated: the ordered mean of `ranks` such streams formed in one process (the reference of
+// `ordered`); kOther: another seed (a run that must differ).
+enum class Grads { kSame, kOwn, kSimulated, kOther };
+
+inline void rank_gradients(renaissance::Task& task, Grads grads, uint64_t seed, int t, float amplitude, int rank,
+                           int ranks) {
+  using namespace renaissance;
+  const uint64_t step = static_cast<uint64_t>(t);
+  switch (grads) {
+    case Grads::kSame: return task.synthesize_gradients(seed, step, amplitude);
+    case Grads::kOwn: return task.synthesize_gradients(rank_gradient_seed(seed, rank), step, amplitude);
+    case Grads::kSimulated: return synthesize_rank_sum(task, seed, step, amplitude, ranks);
+    case Grads::kOther: return task.synthesize_gradients(seed + 1, step, amplitude);
+  }
+}
