@@ -79,6 +79,16 @@ def test_state_dict_has_max_exp_avg_sq_only_with_amsgrad(name):
                 assert torch.equal(st["max_exp_avg_sq"], st["exp_avg_sq"])
 
 
+def continue_side_by_side(a_ps, a_opt, b_ps, b_opt, name):
+    """Steps 4..STEPS-1 of both optimizers on the same gradients, their parameters within TOL."""
+    for step in range(4, STEPS):
+        feed(a_ps, step)
+        feed(b_ps, step)
+        a_opt.step()
+        b_opt.step()
+        assert max_diff(a_ps, b_ps) < TOL, (name, step, max_diff(a_ps, b_ps))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_state_dict_round_trip_both_ways(name):
     ours_cls, theirs_cls, kw = CASES[name]
@@ -93,12 +103,7 @@ def test_state_dict_round_trip_both_ways(name):
     ours.load_state_dict(theirs.state_dict())
     for i, p in enumerate(o_ps):
         assert torch.equal(ours.state[p]["max_exp_avg_sq"], theirs.state[t_ps[i]]["max_exp_avg_sq"])
-    for step in range(4, STEPS):
-        feed(t_ps, step)
-        feed(o_ps, step)
-        theirs.step()
-        ours.step()
-        assert max_diff(o_ps, t_ps) < TOL, (name, step, max_diff(o_ps, t_ps))
+    continue_side_by_side(o_ps, ours, t_ps, theirs, name)
     # ours -> torch: ours runs 4 steps, torch continues from its state dict.
     o_ps = params(1)
     ours = ours_cls(o_ps, amsgrad=True, **kw)
@@ -115,12 +120,7 @@ def test_state_dict_round_trip_both_ways(name):
     sd = {"state": {k: {n: t.detach().clone() for n, t in v.items()} for k, v in sd["state"].items()},
           "param_groups": sd["param_groups"]}
     theirs.load_state_dict(sd)
-    for step in range(4, STEPS):
-        feed(t_ps, step)
-        feed(ref_ps, step)
-        theirs.step()
-        ref.step()
-        assert max_diff(t_ps, ref_ps) < TOL, (name, step, max_diff(t_ps, ref_ps))
+    continue_side_by_side(t_ps, theirs, ref_ps, ref, name)
 
 
 def test_groups_may_differ_in_amsgrad():
