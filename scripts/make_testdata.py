@@ -409,6 +409,24 @@ def muon_second_opinion(opt, init, grads, lrs, scales):
     return params, ms, vs
 
 
+def torch_steps(torch, optimizers, scheduled, ps, grads, lrs, scales, max_grad_norm=0.0):
+    """The case's steps through torch.optim: a step with a non-finite gradient left out, the
+    scheduled optimizers' lr set to the step's, each gradient unscaled (in float64, shaped as its
+    parameter), clipped when max_grad_norm > 0, then every optimizer stepped in order."""
+    for step, row in enumerate(grads):
+        if not all(np.all(np.isfinite(g)) for g in row):
+            continue
+        for o in scheduled:
+            for group in o.param_groups:
+                group["lr"] = lrs[step]
+        for p, g in zip(ps, row):
+            p.grad = torch.tensor(g.astype(np.float64).reshape(tuple(p.shape)) / scales[step])
+        if max_grad_norm > 0.0:
+            torch.nn.utils.clip_grad_norm_(ps, max_grad_norm)
+        for o in optimizers:
+            o.step()
+
+
 def torch_muon_opinion(torch, opt, init, grads, lrs, scales):
     """torch.optim.Muon (its bf16 Newton–Schulz) on the weight-role tensors viewed as
     shape[0] x prod(shape[1:]) float64 matrices, torch.optim.AdamW (lr aux_lr, weight decay 0) on
@@ -427,15 +445,7 @@ def torch_muon_opinion(torch, opt, init, grads, lrs, scales):
                             adjust_lr_fn="match_rms_adamw" if opt["adjust_lr"] == 1 else "original")
     aux = torch.optim.AdamW(biases, lr=opt["aux_lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
                             weight_decay=0.0)
-    for step, row in enumerate(grads):
-        if not all(np.all(np.isfinite(g)) for g in row):
-            continue
-        for group in muon.param_groups:
-            group["lr"] = lrs[step]
-        for p, g in zip(ps, row):
-            p.grad = torch.tensor(g.astype(np.float64).reshape(tuple(p.shape)) / scales[step])
-        muon.step()
-        aux.step()
+    torch_steps(torch, [muon, aux], [muon], ps, grads, lrs, scales)
     w = [p.detach().numpy().reshape(x.shape).copy() for p, x in zip(ps, init)]
     m = [(muon.state[p]["momentum_buffer"] if p in muon.state else aux.state[p]["exp_avg"]).numpy().reshape(x.shape).copy()
          for p, x in zip(ps, init)]
@@ -462,16 +472,7 @@ def torch_opinion(torch, opt, init, grads, lrs, scales):
     else:
         o = timm_optim("lamb").Lamb(groups, lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"],
                                     max_grad_norm=None)
-    for step, row in enumerate(grads):
-        if not all(np.all(np.isfinite(g)) for g in row):
-            continue
-        for group in o.param_groups:
-            group["lr"] = lrs[step]
-        for p, g in zip(ps, row):
-            p.grad = torch.tensor(g.astype(np.float64) / scales[step])
-        if opt.get("max_grad_norm", 0.0) > 0.0:
-            torch.nn.utils.clip_grad_norm_(ps, opt["max_grad_norm"])
-        o.step()
+    torch_steps(torch, [o], [o], ps, grads, lrs, scales, opt.get("max_grad_norm", 0.0))
     w = [p.detach().numpy().copy() for p in ps]
     key_m = "momentum_buffer" if kind.startswith("sgd") else "exp_avg"
     m = None if kind == "sgd" else [o.state[p][key_m].numpy().copy() for p in ps]
