@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "renaissance/layout.h"
 #include "renaissance/sharded_step.h"
@@ -37,6 +38,25 @@ inline std::unique_ptr<renaissance::Task> make_rank_task(const renaissance::Layo
   task->set_loss_scale(256.0);
   return task;
 }
+
+// A rank's Task and, when comm is given, the sharded step over comm that drives it.
+struct RankRun {
+  std::unique_ptr<renaissance::Task> task;
+  std::unique_ptr<renaissance::ShardedStep> sharded;
+  int rank = 0;
+
+  RankRun(std::unique_ptr<renaissance::Task> t, renaissance::Communicator* comm, renaissance::GradReduce mode)
+      : task(std::move(t)), rank(comm != nullptr ? comm->rank() : 0) {
+    if (comm != nullptr) sharded = std::make_unique<renaissance::ShardedStep>(*task, *comm, mode);
+  }
+  void step() {
+    if (sharded) {
+      sharded->step();
+    } else {
+      task->step();
+    }
+  }
+};
 
 // kSame: every rank's gradient from `seed`; kOwn: rank r's from rank_gradient_seed(seed, r);
 // kSimulated: the ordered mean of `ranks` such streams formed in one process (the reference of

@@ -77,12 +77,10 @@ Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce m
            bool masked = true, bool sliced = true) {
   StateShard shard;
   if (comm != nullptr && sliced) shard = StateShard{comm->rank(), comm->size()};
-  std::unique_ptr<Task> task = make_task(layout, c, shard);
-  std::unique_ptr<ShardedStep> sharded;
-  if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
-  const int rank = comm != nullptr ? comm->rank() : 0;
+  RankRun driver(make_task(layout, c, shard), comm, mode);
+  Task* task = driver.task.get();
   for (int t = 0; t < kSteps; ++t) {
-    rank_gradients(*task, grads, kSeed, t, kAmplitude, rank, ranks);
+    rank_gradients(*task, grads, kSeed, t, kAmplitude, driver.rank, ranks);
     if (t == 3 || t == 5) {
       // A NaN in the largest even-numbered tensor: masked at step 3 (its G is never looked at, the
       // step applies), not at step 5 (the rank that owns the element must skip the step for all).
@@ -94,15 +92,11 @@ Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce m
                             std::numeric_limits<float>::quiet_NaN());
     }
     if (masked) task->set_tensor_mask(mask_at(t, task->num_params()));
-    if (sharded) {
-      sharded->step();
-    } else {
-      task->step();
-    }
+    driver.step();
   }
   Result r;
   r.applied = task->step_count();
-  r.fingerprint = sharded ? sharded->fingerprint() : task->fingerprint();
+  r.fingerprint = driver.sharded ? driver.sharded->fingerprint() : task->fingerprint();
   r.steps = task->tensor_steps();
   return r;
 }

@@ -80,20 +80,14 @@ std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, G
                       int ranks = 1) {
   StateShard shard;
   if (comm != nullptr) shard = StateShard{comm->rank(), comm->size()};
-  std::unique_ptr<Task> task = make_task(layout, c, shard);
-  std::unique_ptr<ShardedStep> sharded;
-  if (comm != nullptr) sharded = std::make_unique<ShardedStep>(*task, *comm, mode);
-  const int rank = comm != nullptr ? comm->rank() : 0;
+  RankRun driver(make_task(layout, c, shard), comm, mode);
+  Task* task = driver.task.get();
   for (int t = 0; t < kSteps; ++t) {
-    rank_gradients(*task, grads, kSeed, t, kAmplitude, rank, ranks);
+    rank_gradients(*task, grads, kSeed, t, kAmplitude, driver.rank, ranks);
     if (t == 1) task->poison_gradient(0, 0, std::numeric_limits<float>::quiet_NaN());
-    if (sharded) {
-      sharded->step();
-    } else {
-      task->step();
-    }
+    driver.step();
   }
-  return state_bytes(*task, sharded.get());
+  return state_bytes(*task, driver.sharded.get());
 }
 
 }  // namespace
