@@ -43,22 +43,13 @@ class OracleF32 {
       : configs_(group_configs), c_(group_configs.at(0)) {
     if (initial_weights.size() != params.size()) throw std::invalid_argument("oracle32: one weight vector per param");
     for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].hyper_group < 0 || params[i].hyper_group >= static_cast<int>(configs_.size())) {
-        throw std::invalid_argument("oracle32: " + params[i].name + " is in a group without a configuration");
-      }
       TensorStateF32 s;
       s.w = initial_weights[i];
       s.m.assign(s.w.size(), 0.0f);
       s.v.assign(s.w.size(), 0.0f);
       s.vmax.assign(s.w.size(), 0.0f);
       tensors_.push_back(std::move(s));
-      // A muon task's tensor marked "adamw" (ParamSpec::optimizer) runs the auxiliary AdamW.
-      const bool aux_marked = configs_[static_cast<size_t>(params[i].hyper_group)].kind == OptimizerKind::kMuon &&
-                              params[i].optimizer == ParamOptimizer::kAdamW;
-      weight_group_.push_back(group_of(params[i].role) == Group::kWeight && !aux_marked);
-      group_.push_back(params[i].hyper_group);
-      steps_.push_back(0);
-      shapes_.push_back(params[i].shape);
+      book_.push_back(tensor_book(params[i], configs_, "oracle32"));
     }
   }
 
@@ -98,11 +89,11 @@ class OracleF32 {
     }
     for (size_t i = 0; i < tensors_.size(); ++i) {
       if (masked(i)) continue;
-      c_ = configs_[static_cast<size_t>(group_[i])];
-      tc_ = ++steps_[i];
-      shape_ = shapes_[i];
-      double lr = lrs.at(static_cast<size_t>(group_[i]));
-      if (c_.kind == OptimizerKind::kMuon && !weight_group_[i]) {
+      c_ = configs_[static_cast<size_t>(book_[i].group)];
+      tc_ = ++book_[i].steps;
+      shape_ = book_[i].shape;
+      double lr = lrs.at(static_cast<size_t>(book_[i].group));
+      if (c_.kind == OptimizerKind::kMuon && !book_[i].weight) {
         // Muon's bias-like group is an AdamW with its own lr (aux_lr, not scheduled) and its own
         // decoupled weight decay (aux_weight_decay), which it applies as a weight group would.
         c_.kind = OptimizerKind::kAdamW;
@@ -111,7 +102,7 @@ class OracleF32 {
         update(tensors_[i], gh[i], lr, true);
         continue;
       }
-      update(tensors_[i], gh[i], lr, weight_group_[i]);
+      update(tensors_[i], gh[i], lr, book_[i].weight);
     }
     return true;
   }
@@ -268,17 +259,14 @@ class OracleF32 {
     }
   }
 
-  // Each hyperparameter group's configuration, each tensor's group and applied steps; c_ and tc_
+  // Each hyperparameter group's configuration, each tensor's book; c_ and tc_
   // are those of the tensor being updated (update() and sgd_momentum() read them).
   std::vector<OptimizerConfig> configs_;
-  std::vector<int> group_;
-  std::vector<int64_t> steps_;
+  std::vector<TensorBook> book_;  // tensor_book() of every tensor
   OptimizerConfig c_;
   int64_t tc_ = 0;
-  std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> shape_;  // the shape of the tensor being updated (muon's matrix view)
   std::vector<TensorStateF32> tensors_;
-  std::vector<bool> weight_group_;
   int64_t t_ = 0;
   double last_total_norm_ = 0.0;
 };

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,25 @@ namespace oracle {
 inline std::vector<ParamSpec> ungrouped(std::vector<ParamSpec> params) {
   for (ParamSpec& p : params) p.hyper_group = 0;
   return params;
+}
+
+// What both oracles keep of each tensor besides its numbers: its hyperparameter group, whether
+// it is in the weight group (a muon task's tensor marked "adamw", ParamSpec::optimizer, runs the
+// auxiliary AdamW instead), its shape (Muon's matrix view) and its applied-step count.
+struct TensorBook {
+  int group = 0;
+  bool weight = false;
+  std::vector<int64_t> shape;
+  int64_t steps = 0;
+};
+
+inline TensorBook tensor_book(const ParamSpec& p, const std::vector<OptimizerConfig>& configs, const char* who) {
+  if (p.hyper_group < 0 || p.hyper_group >= static_cast<int>(configs.size())) {
+    throw std::invalid_argument(std::string(who) + ": " + p.name + " is in a group without a configuration");
+  }
+  const bool aux_marked =
+      configs[static_cast<size_t>(p.hyper_group)].kind == OptimizerKind::kMuon && p.optimizer == ParamOptimizer::kAdamW;
+  return TensorBook{p.hyper_group, group_of(p.role) == Group::kWeight && !aux_marked, p.shape, 0};
 }
 
 // The state of one tensor. `trust` is the LARS trust ratio η (LAMB: r) of the last applied step
@@ -94,22 +114,13 @@ class OracleF64 {
       if (static_cast<Eigen::Index>(initial_weights[i].size()) != n) {
         throw std::invalid_argument("oracle: weight vector of " + params[i].name + " has the wrong size");
       }
-      if (params[i].hyper_group < 0 || params[i].hyper_group >= static_cast<int>(configs_.size())) {
-        throw std::invalid_argument("oracle: " + params[i].name + " is in a group without a configuration");
-      }
       TensorState s;
       s.w = Eigen::Map<const Eigen::ArrayXf>(initial_weights[i].data(), n).cast<double>();
       s.m = Eigen::ArrayXd::Zero(n);
       s.v = Eigen::ArrayXd::Zero(n);
       s.vmax = Eigen::ArrayXd::Zero(n);
       tensors_.push_back(std::move(s));
-      // A muon task's tensor marked "adamw" (ParamSpec::optimizer) runs the auxiliary AdamW.
-      const bool aux_marked = configs_[static_cast<size_t>(params[i].hyper_group)].kind == OptimizerKind::kMuon &&
-                              params[i].optimizer == ParamOptimizer::kAdamW;
-      weight_group_.push_back(group_of(params[i].role) == Group::kWeight && !aux_marked);
-      group_.push_back(params[i].hyper_group);
-      steps_.push_back(0);
-      shapes_.push_back(params[i].shape);
+      book_.push_back(tensor_book(params[i], configs_, "oracle"));
     }
   }
 
@@ -149,10 +160,10 @@ class OracleF64 {
     }
     for (size_t i = 0; i < tensors_.size(); ++i) {
       if (masked(i)) continue;
-      c_ = configs_[static_cast<size_t>(group_[i])];
-      tc_ = ++steps_[i];
-      shape_ = shapes_[i];
-      update(tensors_[i], g_hat[i], lrs.at(static_cast<size_t>(group_[i])), weight_group_[i]);
+      c_ = configs_[static_cast<size_t>(book_[i].group)];
+      tc_ = ++book_[i].steps;
+      shape_ = book_[i].shape;
+      update(tensors_[i], g_hat[i], lrs.at(static_cast<size_t>(book_[i].group)), book_[i].weight);
     }
     return true;
   }
@@ -161,10 +172,10 @@ class OracleF64 {
   double last_total_norm() const { return last_total_norm_; }
 
   int64_t t() const { return t_; }
-  int64_t t(size_t id) const { return steps_.at(id); }  // tensor id's applied steps
+  int64_t t(size_t id) const { return book_.at(id).steps; }  // tensor id's applied steps
   size_t size() const { return tensors_.size(); }
   const TensorState& tensor(size_t id) const { return tensors_.at(id); }
-  bool is_weight_group(size_t id) const { return weight_group_.at(id); }
+  bool is_weight_group(size_t id) const { return book_.at(id).weight; }
 
  private:
   void update(TensorState& s, const Eigen::ArrayXd& g_hat, double lr, bool weight_group) {
@@ -301,17 +312,14 @@ class OracleF64 {
     }
   }
 
-  // Each hyperparameter group's configuration, each tensor's group and applied steps; c_ and tc_
+  // Each hyperparameter group's configuration, each tensor's book; c_ and tc_
   // are those of the tensor being updated (update() and sgd_momentum() read them).
   std::vector<OptimizerConfig> configs_;
-  std::vector<int> group_;
-  std::vector<int64_t> steps_;
+  std::vector<TensorBook> book_;  // tensor_book() of every tensor
   OptimizerConfig c_;
   int64_t tc_ = 0;
-  std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> shape_;  // the shape of the tensor being updated (muon's matrix view)
   std::vector<TensorState> tensors_;
-  std::vector<bool> weight_group_;
   int64_t t_ = 0;
   double last_total_norm_ = 0.0;
 };
