@@ -227,6 +227,20 @@ __device__ __forceinline__ void mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// f(a, b, r) for every register r of every 16 x 8 fragment (a, b) of a warp's 32 x 16 piece of C,
+// unrolled, so that the fragment arrays stay in registers.
+template <class F>
+__device__ __forceinline__ void for_each_fragment_register(F f) {
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) f(a, b, r);
+    }
+  }
+}
+
 // Tensor cores: one block of 4 warps per kMmaBlockRows x kMmaBlockCols tile of C (grid-stride
 // over tiles), warp w the 32 x 16 piece at rows 32*(w/2), columns 16*(w%2). The fragments follow
 // the PTX layout of m16n8k32 (.row A, .col B; g = lane/4, t = lane%4): A registers 0..3 hold
@@ -243,14 +257,7 @@ __global__ void __launch_bounds__(128)
     const size_t i0 = (t / tiles_n) * kMmaBlockRows + (warp / 2) * kMmaWarpRows;
     const size_t j0 = (t % tiles_n) * kMmaBlockCols + (warp % 2) * kMmaWarpCols;
     int64_t sum[2][2][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) sum[a][b][r] = 0;
-      }
-    }
+    for_each_fragment_register([&](int a, int b, int r) { sum[a][b][r] = 0; });
     for (size_t k0 = 0; k0 < kp; k0 += kFlushK) {
       const size_t k_end = k0 + kFlushK < kp ? k0 + kFlushK : kp;
       int32_t hh[2][2][4] = {}, mid[2][2][4] = {}, ll[2][2][4] = {};
@@ -287,32 +294,18 @@ __global__ void __launch_bounds__(128)
           }
         }
       }
-#pragma unroll
-      for (int a = 0; a < 2; ++a) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            sum[a][b][r] += static_cast<int64_t>(hh[a][b][r]) * 16384 + static_cast<int64_t>(mid[a][b][r]) * 128 +
-                            static_cast<int64_t>(ll[a][b][r]);
-          }
-        }
-      }
+      for_each_fragment_register([&](int a, int b, int r) {
+        sum[a][b][r] += static_cast<int64_t>(hh[a][b][r]) * 16384 + static_cast<int64_t>(mid[a][b][r]) * 128 +
+                        static_cast<int64_t>(ll[a][b][r]);
+      });
     }
-#pragma unroll
-    for (int a = 0; a < 2; ++a) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const size_t i = i0 + a * 16 + g + (r >= 2 ? 8 : 0);
-          const size_t j = j0 + b * 8 + 2 * tq + (r & 1);
-          if (i < m && j < n) {
-            c[i * n + j] = product_value(sum[a][b][r], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
-          }
-        }
+    for_each_fragment_register([&](int a, int b, int r) {
+      const size_t i = i0 + a * 16 + g + (r >= 2 ? 8 : 0);
+      const size_t j = j0 + b * 8 + 2 * tq + (r & 1);
+      if (i < m && j < n) {
+        c[i * n + j] = product_value(sum[a][b][r], i, j, d.row_shift, d.row_finite, d.col_shift, d.col_finite);
       }
-    }
+    });
   }
 }
 
