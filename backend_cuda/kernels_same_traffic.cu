@@ -31,7 +31,7 @@ template <int R, int U>
 __global__ void same_traffic_kernel(Streams s, uint64_t n4, uint32_t key, uint32_t* __restrict__ sink) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (U == 0) {
+  if constexpr (U == 0) {
     uint4 acc = make_uint4(0, 0, 0, 0);
     for (uint64_t q0 = first; q0 < n4; q0 += kReadUnroll * stride) {
       uint4 v[kReadUnroll][R];
@@ -49,19 +49,19 @@ __global__ void same_traffic_kernel(Streams s, uint64_t n4, uint32_t key, uint32
     }
     const uint32_t fold = acc.x ^ acc.y ^ acc.z ^ acc.w;
     if ((fold & key) != 0) *sink = fold;
-    return;
-  }
-  for (uint64_t q = first; q < n4; q += stride) {
-    uint4 t = s.reads[0][q];
+  } else {
+    for (uint64_t q = first; q < n4; q += stride) {
+      uint4 t = s.reads[0][q];
 #pragma unroll
-    for (int r = 1; r < R; ++r) t = xor4(t, s.reads[r][q]);
-    // All loads before any store, as elementwise_update_kernel: the streams are not __restrict__.
-    uint4 old[U > 0 ? U : 1];
+      for (int r = 1; r < R; ++r) t = xor4(t, s.reads[r][q]);
+      // All loads before any store, as elementwise_update_kernel: the streams are not __restrict__.
+      uint4 old[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) old[u] = s.updates[u][q];
-    const uint4 delta = and1(t, key);
+      for (int u = 0; u < U; ++u) old[u] = s.updates[u][q];
+      const uint4 delta = and1(t, key);
 #pragma unroll
-    for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(old[u], delta);
+      for (int u = 0; u < U; ++u) s.updates[u][q] = xor4(old[u], delta);
+    }
   }
 }
 
