@@ -707,6 +707,8 @@ class _Base(Optimizer):
         self._refresh_state()
         sd = self._packed_state_dict()
         # Sliced Tasks (process_group): M and V gathered per parameter (collective, in order).
+        # The core's read_state takes each rank's part of the parameter's slice range: a Muon
+        # matrix lies whole in its owner's slice (rule M), so its momentum comes from the owner.
         index = 0
         for b in self._bindings:
             for j in range(len(b.params)):
