@@ -615,8 +615,8 @@ class _Base(Optimizer):
             for k, v in hyper.items():
                 if "aux_lr" in hyper and k in ("lr", "weight_decay"):
                     continue  # an aux AdamW group's: aux_lr's copy and a constant 0 (named by aux_*)
-                lines.append(("param_groups[%d]%s" % (i, _AGREE_NAMES.get(k, "[%r]" % k)),
-                              _AGREE_VALUES.get(k, {}).get(v, repr(v))))
+                value = _AGREE_VALUES[k].get(v, repr(v)) if k in _AGREE_VALUES else repr(v)
+                lines.append(("param_groups[%d]%s" % (i, _AGREE_NAMES.get(k, "[%r]" % k)), value))
             if "max_grad_norm" not in hyper:
                 lines.append(("param_groups[%d]['max_grad_norm']" % i, "None"))
         return lines

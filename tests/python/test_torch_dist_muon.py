@@ -9,7 +9,8 @@ the aux AdamW groups' state is sliced by elements. Checked against one process:
   to right in fp32 here;
 - state_dict() on every rank, loaded with load_state_dict into a new optimizer over the group
   (each matrix's momentum back on its owner), gives the same state_dict and, after more steps,
-  the one process's bits;
+  the one process's bits; save() and load() over the group give the same state too, and a
+  one-process Muon loads that checkpoint;
 - the core's layout spreads the matrices over the ranks, with a rank that owns none at K = 3;
 - a Muon hyperparameter that differs between ranks is refused on every rank, naming it.
 """
@@ -138,8 +139,17 @@ def _worker(rank, k, init_file, out_dir, mode):
         res["loaded"] = collect(opt2, ps2)
         advance(opt2, ps2, grads_of, range(STEPS, STEPS + MORE))
         res["continued"] = collect(opt2, ps2)
+        # save() (a collective: the whole state, written by rank 0), then load() into a new
+        # optimizer over the group from the initial parameters.
+        ckpt = os.path.join(out_dir, "%s.ckpt" % name)
+        opt.save(ckpt)
+        dist.barrier()  # rank 0 has written it
+        ps3 = make_params(name)
+        opt3 = build(name, ps3, **group)
+        opt3.load(ckpt)
+        res["from_checkpoint"] = collect(opt3, ps3)
         results[name] = res
-        del opt, opt2, sd
+        del opt, opt2, opt3, sd
     torch.save(results, os.path.join(out_dir, "rank%d.pt" % rank))
     _finish()
 
@@ -161,6 +171,13 @@ def test_sharded_muon_equals_one_process(tmp_path, k, mode):
         else:
             grads_of = lambda s: ordered_mean(name, s, k)  # noqa: E731
         want = one_process(name, grads_of, STEPS)
+        if name == "muon":
+            # The checkpoint is the one-process state: a one-process Muon loads it (MuonWithAuxAdam's
+            # is a set of one file per param group there, which its one-Task optimizer refuses).
+            ps = make_params(name)
+            one = build(name, ps)
+            one.load(str(tmp_path / "muon.ckpt"))
+            _same(collect(one, ps), want, "muon K=%d %s checkpoint loaded by one process" % (k, mode))
         want_more = one_process(name, grads_of, STEPS + MORE)
         # Every state_dict tensor of the reference is there (the matrices' momentum_buffer, the
         # aux group's exp_avg and exp_avg_sq), so the comparison covers the owner-held state.
@@ -173,6 +190,7 @@ def test_sharded_muon_equals_one_process(tmp_path, k, mode):
             _same(got["stepped"], want, tag)
             _same(got["loaded"], want, tag + " after load_state_dict")
             _same(got["continued"], want_more, tag + " continued after load_state_dict")
+            _same(got["from_checkpoint"], want, tag + " after save and load")
             assert got["owned"] == ranks[0][name]["owned"], tag  # one partition on every rank
         # The matrices (the first Task: Muon's only one, MuonWithAuxAdam's use_muon group) are
         # spread over the ranks; Muon's two matrices leave one of three ranks without any.
