@@ -62,8 +62,12 @@ def _defaults_of(kind):
 # The step hooks common to all optimizers: torch's own tables where torch has them (2.0+), so that
 # torch.optim.optimizer.register_optimizer_step_pre_hook reaches these classes too; else the
 # module's, filled by the functions below.
-# Core hyperparameter names -> how a param group spells them (_Base._agreement_lines).
-_AGREE_NAMES = {"beta1": "['betas'][0]", "beta2": "['betas'][1]"}
+# Core hyperparameter names -> how a param group spells them (_Base._agreement_lines). Muon's
+# Newton-Schulz keys are torch.optim.Muon's; an aux AdamW group (MuonWithAuxAdam) runs with the
+# core's aux_lr and aux_weight_decay, which are its group's lr and weight_decay.
+_AGREE_NAMES = {"beta1": "['betas'][0]", "beta2": "['betas'][1]", "ns_eps": "['eps']",
+                "ns_a": "['ns_coefficients'][0]", "ns_b": "['ns_coefficients'][1]", "ns_c": "['ns_coefficients'][2]",
+                "adjust_lr": "['adjust_lr_fn']", "aux_lr": "['lr']", "aux_weight_decay": "['weight_decay']"}
 _GLOBAL_PRE_HOOKS = getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None)
 _GLOBAL_POST_HOOKS = getattr(_torch_optimizer, "_global_optimizer_post_hooks", None)
 if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
@@ -609,7 +613,10 @@ class _Base(Optimizer):
             lines.append(("param_groups[%d] parameters" % i, layout))
             lines.append(("param_groups[%d] algorithm" % i, kind))
             for k, v in hyper.items():
-                lines.append(("param_groups[%d]%s" % (i, _AGREE_NAMES.get(k, "[%r]" % k)), repr(v)))
+                if "aux_lr" in hyper and k in ("lr", "weight_decay"):
+                    continue  # an aux AdamW group's: aux_lr's copy and a constant 0 (named by aux_*)
+                value = _AGREE_VALUES[k].get(v, repr(v)) if k in _AGREE_VALUES else repr(v)
+                lines.append(("param_groups[%d]%s" % (i, _AGREE_NAMES.get(k, "[%r]" % k)), value))
             if "max_grad_norm" not in hyper:
                 lines.append(("param_groups[%d]['max_grad_norm']" % i, "None"))
         return lines
@@ -700,6 +707,8 @@ class _Base(Optimizer):
         self._refresh_state()
         sd = self._packed_state_dict()
         # Sliced Tasks (process_group): M and V gathered per parameter (collective, in order).
+        # The core's read_state takes each rank's part of the parameter's slice range: a Muon
+        # matrix lies whole in its owner's slice (rule M), so its momentum comes from the owner.
         index = 0
         for b in self._bindings:
             for j in range(len(b.params)):
@@ -1590,6 +1599,10 @@ _NS_EPS = 1e-7
 _NS_STEPS = 5
 _ADJUST_LR = {None: 0, "original": 0, "match_rms_adamw": 1}  # adjust_lr_fn -> the core's adjust_lr
 _MUON_MODES = {"exact": 0, "fast": 1}  # muon_mode -> the core's muon_mode
+# Core hyperparameter values -> the group's, in _Base._agreement_lines (adjust_lr 0 is torch's
+# None and "original" alike: the same adjustment, so ranks that spell it differently agree).
+_AGREE_VALUES = {"muon_mode": {v: repr(k) for k, v in _MUON_MODES.items()},
+                 "adjust_lr": {0: repr("original"), 1: repr("match_rms_adamw")}}
 
 
 def _muon_mode(value):
@@ -1660,7 +1673,9 @@ class Muon(_Base):
     at construction (torch: at the first step); ns_steps must be 1 to 99 and eps > 0; momentum
     takes the core's range [0, 1); adjust_lr_fn is fixed at construction. muon_mode (this package's,
     keyword-only, fixed at construction): "exact" (default) or "fast" (fp32 products on the CPU,
-    bf16 with fp32 accumulation on CUDA: close to exact mode, not bitwise across backends)."""
+    bf16 with fp32 accumulation on CUDA: close to exact mode, not bitwise across backends).
+    process_group= and grad_reduce= as every class: each matrix has one owner rank, which keeps
+    its momentum whole and orthogonalises it (docs/distributed.md, rule M)."""
 
     _implementation = "_single_tensor_muon"
     # torch's Muon keeps no `step`; this class does, as this package's SGD: each parameter's own
@@ -1674,7 +1689,7 @@ class Muon(_Base):
     def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
                  ns_coefficients=_NS_COEFFICIENTS, eps=_NS_EPS, ns_steps=_NS_STEPS, adjust_lr_fn=None, *,
                  max_grad_norm=None, maximize=False, muon_mode="exact", threads=0, master_weights=True,
-                 stochastic_rounding=False, seed=0):
+                 stochastic_rounding=False, seed=0, process_group=None, grad_reduce="replicated"):
         # torch's constructor checks first, in its order and with its texts.
         if isinstance(lr, torch.Tensor) and lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
@@ -1690,7 +1705,8 @@ class Muon(_Base):
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                         ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
                         max_grad_norm=max_grad_norm, maximize=maximize, muon_mode=muon_mode)
-        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed)
+        super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
+                         process_group, grad_reduce)
 
     def _core_config(self, group):
         _muon_matrices(group, "Muon", two_d=True)
@@ -1722,9 +1738,11 @@ class MuonWithAuxAdam(_Base):
     last two dims). The aux groups run torch's AdamW with torch's Adam bias corrections. A
     parameter whose .grad is None is not stepped (the package steps it with a zero gradient).
     A use_muon=False group's weight_decay is AdamW's decoupled decay with that group's lr.
-    Deviations: a group with another key is a ValueError (the package asserts its key sets); no
-    process_group. muon_mode (this package's, keyword-only, fixed at construction, one for every
-    group): "exact" (default) or "fast", as Muon's."""
+    Deviations: a group with another key is a ValueError (the package asserts its key sets).
+    muon_mode (this package's, keyword-only, fixed at construction, one for every group): "exact"
+    (default) or "fast", as Muon's. process_group= and grad_reduce= as every class (a matrix's
+    momentum lives whole on its owner rank, the aux groups' state in slices); there every param
+    group is a Task of its own, so max_grad_norm and the non-finite check act per group."""
 
     _implementation = "_multi_tensor_muon_with_aux_adam"
     # The Task's families: the aux groups' AdamW state; a Muon group's M is its momentum_buffer.
@@ -1734,10 +1752,10 @@ class MuonWithAuxAdam(_Base):
                    "muon_mode")
 
     def __init__(self, param_groups, *, max_grad_norm=None, maximize=False, muon_mode="exact", threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0):
+                 master_weights=True, stochastic_rounding=False, seed=0, process_group=None, grad_reduce="replicated"):
         _muon_mode(muon_mode)
         super().__init__(param_groups, dict(max_grad_norm=max_grad_norm, maximize=maximize, muon_mode=muon_mode),
-                         threads, master_weights, stochastic_rounding, seed)
+                         threads, master_weights, stochastic_rounding, seed, process_group, grad_reduce)
 
     def add_param_group(self, param_group):
         """A group says use_muon=True or use_muon=False; the package's defaults fill its other keys."""

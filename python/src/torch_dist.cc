@@ -203,5 +203,11 @@ void renaissance_register_dist(nb::module_& m) {
         std::vector<std::tuple<uint64_t, uint64_t>> r;
         for (const RankShard& x : s.sharded().layout().ranks) r.emplace_back(x.begin, x.end);
         return r;
-      }, "Each rank's element range [begin, end) of every family (make_shard_layout).");
+      }, "Each rank's element range [begin, end) of every family (make_shard_layout).")
+      .def_prop_ro("muon_matrices", [](PyShardedStep& s) {
+        std::vector<std::tuple<int64_t, int64_t>> r;
+        for (const RankShard& x : s.sharded().layout().ranks) r.emplace_back(x.muon_matrix_begin, x.muon_matrix_end);
+        return r;
+      }, "Muon: each rank's matrices [begin, end) in plan order, the ones it owns (orthogonalises and holds the "
+         "momentum of, whole; make_shard_layout). Empty ranges on other kinds.");
 }

@@ -309,8 +309,14 @@ def test_complex_parameters_and_other_refusals():
         rt.Muon(matrices(), ns_steps=2.5)
     with pytest.raises(ValueError, match="eps > 0"):
         rt.Muon(matrices(), eps=0.0)
-    with pytest.raises(TypeError):
-        rt.Muon(matrices(), process_group=None)  # no sharded Muon step yet
+    # The distributed arguments are checked as every class checks them (test_torch_dist_muon.py
+    # runs them under a process group).
+    with pytest.raises(ValueError, match="grad_reduce='sum'"):
+        rt.Muon(matrices(), grad_reduce="sum")
+    with pytest.raises(ValueError, match="needs a process_group"):
+        rt.Muon(matrices(), grad_reduce="ordered")
+    with pytest.raises(ValueError, match="needs a process_group"):
+        rt.MuonWithAuxAdam([dict(params=matrices(), use_muon=True)], grad_reduce="fast")
 
 
 def test_sparse_gradient_is_torchs_error():
