@@ -953,7 +953,8 @@ class _Base(Optimizer):
         written to a temporary, then they replace `path.task0`, `path.task1`, ... and last a
         manifest at `path` names them with their digests (a save that fails part-way leaves a set
         that load() refuses, never one it loads half of). With a process_group: a collective; the
-        group's rank 0 writes the whole (gathered) state."""
+        group's rank 0 writes the whole (gathered) state, and every rank returns once it is written
+        (or raises when rank 0 could not write it)."""
         self._follow_params()
         self._gather_state()
         tasks, paths = self._shared(), self._paths(path)

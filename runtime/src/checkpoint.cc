@@ -13,8 +13,10 @@
 // streams the state sections into the arena in a second (the file is never held whole in memory).
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -353,43 +355,64 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
       }
     }
   };
-  if (!write_file) {
-    // Another rank writes: take part in the same reads of M and V, in the same order.
+  // The file (this rank writes it): opened first; a failure to open or write it is kept and
+  // thrown once every read of M and V has been made, because with read_state those reads are
+  // collectives that the other ranks of a sharded save wait in.
+  std::optional<AtomicFile> file;
+  std::exception_ptr write_error;
+  auto guarded = [&](const std::function<void()>& write) {
+    if (write_error) return;
+    try {
+      write();
+    } catch (...) {
+      write_error = std::current_exception();
+    }
+  };
+  if (write_file) guarded([&] { file.emplace(path, "checkpoint"); });
+  if (!file) {
+    // Another rank writes, or this one could not open the file: the same reads of M and V, in
+    // the same order.
     for (Section s : sections) {
       if (is_sliced_section(s)) stream_section(s, [](const void*, size_t) {});
     }
+    if (write_error) std::rethrow_exception(write_error);
     return;
   }
 
-  AtomicFile file(path, "checkpoint");
-  uint8_t header[kHeaderBytes];
-  std::memcpy(header, kMagic, sizeof(kMagic));
-  const uint32_t version = model_copy ? kFormatVersionModelCopy : kFormatVersion;
-  const uint32_t count = static_cast<uint32_t>(sections.size());
-  std::memcpy(header + 8, &version, sizeof(version));
-  std::memcpy(header + 12, &count, sizeof(count));
-  const uint64_t header_sum = XXH3_64bits(header, 16);
-  std::memcpy(header + 16, &header_sum, sizeof(header_sum));
-  file.append(header, sizeof(header));
+  guarded([&] {
+    uint8_t header[kHeaderBytes];
+    std::memcpy(header, kMagic, sizeof(kMagic));
+    const uint32_t version = model_copy ? kFormatVersionModelCopy : kFormatVersion;
+    const uint32_t count = static_cast<uint32_t>(sections.size());
+    std::memcpy(header + 8, &version, sizeof(version));
+    std::memcpy(header + 12, &count, sizeof(count));
+    const uint64_t header_sum = XXH3_64bits(header, 16);
+    std::memcpy(header + 16, &header_sum, sizeof(header_sum));
+    file->append(header, sizeof(header));
+  });
 
   for (Section s : sections) {
     if (s == Section::kMeta) {
-      write_bytes_section(file, s, meta);
+      guarded([&] { write_bytes_section(*file, s, meta); });
     } else if (s == Section::kPrecision) {
-      write_bytes_section(file, s, precision);
+      guarded([&] { write_bytes_section(*file, s, precision); });
     } else if (s == Section::kLayout) {
-      write_bytes_section(file, s, layout);
+      guarded([&] { write_bytes_section(*file, s, layout); });
     } else if (s == Section::kScalars) {
-      write_bytes_section(file, s, scalars);
+      guarded([&] { write_bytes_section(*file, s, scalars); });
     } else {
       const uint64_t elements = section_elements(plan_, s);
-      SectionWriter w(file, s, sizeof(uint64_t) + elements * element_bytes(s));
-      w.payload(&elements, sizeof(elements));
-      stream_section(s, [&](const void* p, size_t n) { w.payload(p, n); });
-      w.finish();
+      std::optional<SectionWriter> w;
+      guarded([&] {
+        w.emplace(*file, s, sizeof(uint64_t) + elements * element_bytes(s));
+        w->payload(&elements, sizeof(elements));
+      });
+      stream_section(s, [&](const void* p, size_t n) { guarded([&] { w->payload(p, n); }); });
+      guarded([&] { w->finish(); });
     }
   }
-  file.commit();
+  if (write_error) std::rethrow_exception(write_error);  // ~AtomicFile removes the temporary file
+  file->commit();
 }
 
 namespace {

@@ -11,6 +11,7 @@
 // none), and their adjusted lrs in N are gathered with W.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
@@ -614,10 +615,22 @@ std::string ShardedStep::fingerprint() {
   });
 }
 
+// Every rank returns only once rank 0 has written the file (or throws when rank 0 could not):
+// a rank that reads the checkpoint right after save() finds the whole file, never none or an
+// older one.
 void ShardedStep::save(const std::string& path) {
-  task_.save(path, [this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
-    read_state(f, id, first, count, dst);
-  }, comm_.rank() == 0);
+  std::exception_ptr error;
+  try {
+    task_.save(path, [this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+      read_state(f, id, first, count, dst);
+    }, comm_.rank() == 0);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  int32_t failed = error ? 1 : 0;
+  comm_.all_reduce_max_i32(&failed, 1);
+  if (error) std::rethrow_exception(error);
+  if (failed != 0) throw_io("sharded save of " + path + ": rank 0 could not write the checkpoint");
 }
 
 }  // namespace renaissance

@@ -324,6 +324,42 @@ def _finish():
     dist.destroy_process_group()
 
 
+def _worker_save_returns_after_the_write(rank, k, init_file, out_dir):
+    _init(rank, k, init_file)
+    # 12 M elements: rank 0's write of W, M and V (about 150 MB) takes long enough that a rank
+    # returning before it ends would look too early.
+    ps = [torch.nn.Parameter(torch.full((4, 1 << 20), 0.5)) for _ in range(3)]
+    opt = rt.AdamW(ps, lr=1e-2, threads=1, process_group=dist.group.WORLD)
+    for p in ps:
+        p.grad = torch.full_like(p, 0.25)
+    opt.step()
+    path = os.path.join(out_dir, "big.ckpt")
+    opt.save(path)
+    # Right after save() returns, on every rank: the whole checkpoint is there.
+    seen = "file there" if os.path.exists(path) else "no file"
+    if seen == "file there":
+        qs = [torch.nn.Parameter(torch.zeros(4, 1 << 20)) for _ in range(3)]
+        try:
+            rt.AdamW(qs, lr=1e-2, threads=1).load(path)
+            seen += ", loads, weights equal" if all(torch.equal(p, q) for p, q in zip(ps, qs)) else ", other weights"
+        except (OSError, RuntimeError, ValueError) as e:
+            seen += ", does not load: %s" % e
+    # A checkpoint rank 0 cannot write (its folder does not exist): every rank raises.
+    bad = _error_message(lambda: opt.save(os.path.join(out_dir, "no-such-folder", "x.ckpt")),
+                         errors=(OSError, RuntimeError))
+    _report(out_dir, rank, seen + " | " + bad)
+    del opt
+    _finish()
+
+
+def test_save_returns_on_every_rank_after_rank_0_wrote(tmp_path):
+    spawn(_worker_save_returns_after_the_write, 2, tmp_path)
+    for r in range(2):
+        seen, bad = (tmp_path / ("rank%d.txt" % r)).read_text().split(" | ")
+        assert seen == "file there, loads, weights equal", (r, seen)
+        assert bad != "no error" and "x.ckpt" in bad, (r, bad)
+
+
 MORE = 2  # steps after the checkpoint
 
 

@@ -38,7 +38,8 @@ class ShardedStep {
   // Collective (every rank calls them in the same order): elements [first, first + count) of
   // tensor id of M or V gathered from the ranks that own them into dst on every rank; the
   // Task::fingerprint of the whole state (every rank gets it); Task::save of the whole state,
-  // written by rank 0 (one file, loadable at any world size).
+  // written by rank 0 (one file, loadable at any world size), every rank returning once the file
+  // is in place or throwing when rank 0 could not write it.
   void read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst);
   std::string fingerprint();
   void save(const std::string& path);
