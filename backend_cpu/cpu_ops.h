@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "backend_cpu/fused_update.h"
 #include "backend_cpu/grad_dtype.h"
@@ -94,12 +93,13 @@ inline void prefetch_lines(const void* x, uint64_t elem, uint64_t begin, uint64_
 
 // The two shapes of a per-target update function, so that each update op's run_* is one line:
 // - element-wise over one chunk: the arrays at the chunk's start (m, v null where the kind has
-//   none), n elements, the float scalars, the node's group (bias-like: wd = 0) and L2 mode;
-using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, size_t n, const float* s,
-                               bool weight_group, bool l2);
+//   none), n elements, the float scalars, the node's coefficient set (coeff_set, graph.h: which
+//   lr, wd and decay the kernel's Coeffs take) and L2 mode;
+using ElementwiseFn = void (*)(float* w, const float* g, float* m, float* v, size_t n, const float* s, CoeffSet set,
+                               bool l2);
 // - the same with a fifth array x at the chunk's start (the VMAX family: amsgrad's running max);
 using ElementwiseXFn = void (*)(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,
-                                bool weight_group, bool l2);
+                                CoeffSet set, bool l2);
 // - tile-wise over norm tiles of the weight group (the norm kinds' tile walker,
 //   tile_walker-inl.h): one TileArgs.
 struct TileArgs;
@@ -150,35 +150,8 @@ inline GradSource grad_source(const CpuContext& ctx, const GraphNode& node) {
 // A node with a VMAX span (amsgrad) runs `xfn` instead of fn, always on the unfused path (the
 // same bits: the fused loop only saves passes over memory).
 inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused = nullptr,
-                            ElementwiseXFn xfn = nullptr);
-
-// A node with NodeFlags::aux (a muon step's auxiliary AdamW) runs as a weight group over a copy
-// of its scalar blocks whose lr, wd and decay slots hold math::make_aux_coeffs' values, the
-// coefficients the CUDA kernels build from the same slots (a few floats per block; the arena is
-// not touched).
-inline void run_elementwise_aux(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused,
-                                ElementwiseXFn xfn) {
-  const size_t blocks = static_cast<size_t>(std::max(1, node.work.hyper_groups));
-  std::vector<float> scalars(ctx.scalars.f32, ctx.scalars.f32 + blocks * kNumScalarF32);
-  for (size_t b = 0; b < blocks; ++b) {
-    float* s = scalars.data() + b * kNumScalarF32;
-    const math::Coeffs<float> aux = math::make_aux_coeffs<float>(s, [](float x) { return x; });
-    s[kLr] = aux.lr;
-    s[kWeightDecay] = aux.wd;
-    s[kDecayFactor] = aux.decay;
-  }
-  CpuContext local = ctx;
-  local.scalars.f32 = scalars.data();
-  GraphNode as_weight = node;
-  as_weight.group = Group::kWeight;
-  as_weight.flags.aux = false;
-  run_elementwise(local, as_weight, fn, fused, xfn);
-}
-
-inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, ElementwiseFn fn, FusedFn fused,
-                            ElementwiseXFn xfn) {
+                            ElementwiseXFn xfn = nullptr) {
   if (ctx.step_skipped()) return;
-  if (node.flags.aux) return run_elementwise_aux(ctx, node, fn, fused, xfn);
   float* w = ctx.at<float>(node.span(Family::kW));
   const GradSource g_src = grad_source(ctx, node);  // G in node.grad.encoding (grad_dtype.h)
   // G is prefetched where it is the arena's (a table's tensors lie anywhere).
@@ -189,7 +162,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   float* x = node.span(Family::kVmax).count ? ctx.at<float>(node.span(Family::kVmax)) : nullptr;
   if (x != nullptr && xfn == nullptr) throw_invalid("run_elementwise: this update op reads no VMAX family");
   if (x != nullptr) fused = nullptr;
-  const bool weight_group = node.group == Group::kWeight;
+  const CoeffSet set = coeff_set(node);  // the same choice as the CUDA kernels'
   const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.span(Family::kW).count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
@@ -206,9 +179,9 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       const uint64_t ie = copy ? std::min(e, i + kCopyStepElements) : e;
       const float* gi = fp32_grad(g_src, i, ie) + i;
       if (x != nullptr) {
-        xfn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, x + i, ie - i, s, weight_group, l2);
+        xfn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, x + i, ie - i, s, set, l2);
       } else {
-        fn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, ie - i, s, weight_group, l2);
+        fn(w + i, gi, m ? m + i : nullptr, v ? v + i : nullptr, ie - i, s, set, l2);
       }
       if (copy) write_model_copy(ctx, node, i, ie);
       i = ie;

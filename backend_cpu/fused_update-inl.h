@@ -168,11 +168,11 @@ HWY_NOINLINE void FusedLoop(const FusedPiece& p, const rules::Coeffs<FloatVec>& 
 
 // The FusedFn of Rule on this target (l2 is in the Rule's type already: the op file picks it).
 template <class Rule>
-HWY_INLINE void FusedUpdate(const FusedPiece& p, FusedMode mode, const float* s, bool weight_group) {
+HWY_INLINE void FusedUpdate(const FusedPiece& p, FusedMode mode, const float* s, CoeffSet set) {
   constexpr Precision k32 = Precision::kFp32, kB = Precision::kBf16, kH = Precision::kFp16;
   constexpr Rounding kN = Rounding::kNearest, kS = Rounding::kStochastic;
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
+  const auto cv = vector_coeffs(s, set);
+  const auto cs = scalar_coeffs(s, set);
   switch (mode) {
     case FusedMode::kG32: return FusedLoop<Rule, k32, k32, kN>(p, cv, cs);
     case FusedMode::kG32Bf16Rne: return FusedLoop<Rule, k32, kB, kN>(p, cv, cs);

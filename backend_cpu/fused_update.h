@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "renaissance/precision.h"
+#include "renaissance/scalars.h"
 
 namespace renaissance {
 namespace cpu {
@@ -71,9 +72,9 @@ inline FusedMode fused_mode(Precision grad, Precision copy, Rounding rounding) {
   return FusedMode::kNone;
 }
 
-// A kind's fused loop over one piece: the float scalars s, the node's group (bias-like: wd = 0)
-// and L2 mode, as ElementwiseFn (cpu_ops.h). Exported per target by the kinds' op files.
-using FusedFn = void (*)(const FusedPiece& piece, FusedMode mode, const float* s, bool weight_group, bool l2);
+// A kind's fused loop over one piece: the float scalars s, the node's coefficient set and L2
+// mode, as ElementwiseFn (cpu_ops.h). Exported per target by the kinds' op files.
+using FusedFn = void (*)(const FusedPiece& piece, FusedMode mode, const float* s, CoeffSet set, bool l2);
 
 }  // namespace cpu
 }  // namespace renaissance

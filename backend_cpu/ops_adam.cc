@@ -39,23 +39,23 @@ struct AdamRule {
 // Two exported kernels per rule: the update (ElementwiseFn) and its amsgrad form
 // (ElementwiseXFn), the same rule reading and writing VMAX too.
 #define RN_ADAM_KERNELS(name, decoupled)                                                                      \
-  void name(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool wg, bool) {          \
-    RuleChunk<AdamRule<decoupled>>(w, g, m, v, n, s, wg);                                                      \
+  void name(float* w, const float* g, float* m, float* v, size_t n, const float* s, CoeffSet set, bool) {      \
+    RuleChunk<AdamRule<decoupled>>(w, g, m, v, n, s, set);                                                     \
   }                                                                                                          \
-  void name##Amsgrad(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s, bool wg, \
-                     bool) {                                                                                 \
-    RuleChunkX<AdamRule<decoupled>>(w, g, m, v, x, n, s, wg);                                                \
+  void name##Amsgrad(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,   \
+                     CoeffSet set, bool) {                                                                   \
+    RuleChunkX<AdamRule<decoupled>>(w, g, m, v, x, n, s, set);                                               \
   }
 RN_ADAM_KERNELS(Adam, false)
 RN_ADAM_KERNELS(AdamW, true)
 #undef RN_ADAM_KERNELS
 
 // The fused update-and-copy loops (fused_update-inl.h; one per vector width).
-void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
-  FusedUpdate<AdamRule<false>>(p, mode, s, wg);
+void AdamFused(const FusedPiece& p, FusedMode mode, const float* s, CoeffSet set, bool) {
+  FusedUpdate<AdamRule<false>>(p, mode, s, set);
 }
-void AdamWFused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool) {
-  FusedUpdate<AdamRule<true>>(p, mode, s, wg);
+void AdamWFused(const FusedPiece& p, FusedMode mode, const float* s, CoeffSet set, bool) {
+  FusedUpdate<AdamRule<true>>(p, mode, s, set);
 }
 
 }  // namespace HWY_NAMESPACE

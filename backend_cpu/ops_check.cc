@@ -84,8 +84,8 @@ bool EncodedChunkHasNonFinite(const uint16_t* HWY_RESTRICT g, size_t n, uint16_t
 // whether any element of these tiles is NaN or ±Inf (when `check`).
 bool GradNormPartials(const float* HWY_RESTRICT g, uint64_t count, size_t tile_begin, size_t tile_end,
                       const float* s, bool check, double* HWY_RESTRICT partials) {
-  const auto cv = vector_coeffs(s, true);
-  const auto cs = scalar_coeffs(s, true);
+  const auto cv = vector_coeffs(s, CoeffSet::kWeight);
+  const auto cs = scalar_coeffs(s, CoeffSet::kWeight);
   HWY_ALIGN float gh[math::kNormTile];
   HWY_ALIGN double lanes_acc[math::kNormLanes];
   bool bad = false;

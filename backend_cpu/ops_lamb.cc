@@ -29,9 +29,10 @@ struct LambRule {
 
 void LambTilesUpdate(const TileArgs& a) { UpdateTiles<LambRule>(a); }
 
-void LambBias(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool, bool) {
-  const auto cv = vector_coeffs(s, false);
-  const auto cs = scalar_coeffs(s, false);
+void LambBias(float* w, const float* g, float* m, float* v, size_t n, const float* s, CoeffSet set,
+              bool) {
+  const auto cv = vector_coeffs(s, set);
+  const auto cs = scalar_coeffs(s, set);
   for_each_element<true, true>(
       w, g, m, v, n,
       [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv) { rules::lamb_unit_ratio<VectorPolicy>(wv, gv, mv, vv, cv); },

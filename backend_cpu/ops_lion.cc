@@ -22,12 +22,12 @@ struct LionRule {
   }
 };
 
-void Lion(float* w, const float* g, float* m, float*, size_t n, const float* s, bool weight_group, bool) {
-  RuleChunk<LionRule>(w, g, m, nullptr, n, s, weight_group);
+void Lion(float* w, const float* g, float* m, float*, size_t n, const float* s, CoeffSet set, bool) {
+  RuleChunk<LionRule>(w, g, m, nullptr, n, s, set);
 }
 // The fused update-and-copy loop (fused_update-inl.h).
-void LionFused(const FusedPiece& p, FusedMode mode, const float* s, bool weight_group, bool) {
-  FusedUpdate<LionRule>(p, mode, s, weight_group);
+void LionFused(const FusedPiece& p, FusedMode mode, const float* s, CoeffSet set, bool) {
+  FusedUpdate<LionRule>(p, mode, s, set);
 }
 
 }  // namespace HWY_NAMESPACE

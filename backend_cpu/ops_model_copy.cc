@@ -165,7 +165,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
   float* m = node.span(Family::kM).count ? ctx.at<float>(node.span(Family::kM)) : nullptr;
   float* v = node.span(Family::kV).count ? ctx.at<float>(node.span(Family::kV)) : nullptr;
   uint16_t* c = copy.c.count ? ctx.at<uint16_t>(copy.c) : nullptr;
-  const bool weight_group = node.group == Group::kWeight;
+  const CoeffSet set = coeff_set(node);
   const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
   // Elements [lo, hi): inside tensor t (copy written, keyed by `step`), or padding (t null).
   auto piece = [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step, uint64_t first) {
@@ -183,7 +183,7 @@ void run_fused_range(const CpuContext& ctx, const GraphNode& node, FusedFn fn, F
       p.t = step;
       p.param = static_cast<uint32_t>(t->param);
     }
-    fn(p, t != nullptr ? with_copy : no_copy, s, weight_group, l2);
+    fn(p, t != nullptr ? with_copy : no_copy, s, set, l2);
   };
   if (c == nullptr) {
     if (begin < end) piece(begin, end, nullptr, 0, 0);

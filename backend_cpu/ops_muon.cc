@@ -18,10 +18,10 @@ namespace HWY_NAMESPACE {
 
 // m and U from ĝ (rules::muon_momentum) over one chunk: the ElementwiseFn shape, its fourth
 // array being U (run_MUON_MOMENTUM hands U's span in V's place); w is not read.
-void MuonMomentum(float*, const float* g, float* m, float* u, size_t n, const float* s, bool, bool) {
+void MuonMomentum(float*, const float* g, float* m, float* u, size_t n, const float* s, CoeffSet, bool) {
   const FloatTag d;
-  const auto cv = vector_coeffs(s, true);
-  const auto cs = scalar_coeffs(s, true);
+  const auto cv = vector_coeffs(s, CoeffSet::kWeight);
+  const auto cs = scalar_coeffs(s, CoeffSet::kWeight);
   const auto mv = rules::make_muon_coeffs<FloatVec>(s, [&](float x) { return hn::Set(d, x); });
   const auto ms = rules::make_muon_coeffs<float>(s, [](float x) { return x; });
   ForEachLane(

@@ -29,12 +29,13 @@ struct SgdRule {
 
 // One ElementwiseFn and one FusedFn (fused_update-inl.h) per variant; l2 picks the rule.
 #define RN_SGD_KERNELS(name, variant)                                                                        \
-  void name(float* w, const float* g, float* m, float*, size_t n, const float* s, bool wg, bool l2) {         \
-    l2 ? RuleChunk<SgdRule<variant, true>>(w, g, m, nullptr, n, s, wg)                                       \
-       : RuleChunk<SgdRule<variant, false>>(w, g, m, nullptr, n, s, wg);                                     \
+  void name(float* w, const float* g, float* m, float*, size_t n, const float* s, CoeffSet set, bool l2) {    \
+    l2 ? RuleChunk<SgdRule<variant, true>>(w, g, m, nullptr, n, s, set)                                      \
+       : RuleChunk<SgdRule<variant, false>>(w, g, m, nullptr, n, s, set);                                    \
   }                                                                                                          \
-  void name##Fused(const FusedPiece& p, FusedMode mode, const float* s, bool wg, bool l2) {                   \
-    l2 ? FusedUpdate<SgdRule<variant, true>>(p, mode, s, wg) : FusedUpdate<SgdRule<variant, false>>(p, mode, s, wg); \
+  void name##Fused(const FusedPiece& p, FusedMode mode, const float* s, CoeffSet set, bool l2) {              \
+    l2 ? FusedUpdate<SgdRule<variant, true>>(p, mode, s, set)                                                \
+       : FusedUpdate<SgdRule<variant, false>>(p, mode, s, set);                                              \
   }
 RN_SGD_KERNELS(SgdPlain, SgdVariant::kPlain)
 RN_SGD_KERNELS(SgdMomentum, SgdVariant::kMomentum)

@@ -57,13 +57,14 @@ struct VectorPolicy {
   }
 };
 
-HWY_INLINE rules::Coeffs<FloatVec> vector_coeffs(const float* s, bool weight_group) {
+// The Coeffs of coefficient set `set` (scalars.h) from the scalar block s, in vectors and scalars.
+HWY_INLINE rules::Coeffs<FloatVec> vector_coeffs(const float* s, CoeffSet set) {
   const FloatTag d;
-  return rules::make_coeffs<FloatVec>(s, weight_group, [&](float x) { return hn::Set(d, x); });
+  return rules::make_coeffs<FloatVec>(s, set, [&](float x) { return hn::Set(d, x); });
 }
 
-HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, bool weight_group) {
-  return rules::make_coeffs<float>(s, weight_group, [](float x) { return x; });
+HWY_INLINE rules::Coeffs<float> scalar_coeffs(const float* s, CoeffSet set) {
+  return rules::make_coeffs<float>(s, set, [](float x) { return x; });
 }
 
 // Applies `rule(w, g, m, v)` to elements [0, n) of the four arrays, full vectors first and
@@ -113,9 +114,9 @@ HWY_INLINE void for_each_element(float* HWY_RESTRICT w, const float* HWY_RESTRIC
 // kind has none). The same Rule drives the fused update-and-copy loop (fused_update-inl.h), so a
 // kind's math is named once per backend and written once, in update_rules.inc.
 template <class Rule>
-HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n, const float* s, bool weight_group) {
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
+HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n, const float* s, CoeffSet set) {
+  const auto cv = vector_coeffs(s, set);
+  const auto cs = scalar_coeffs(s, set);
   for_each_element<Rule::kHasM, Rule::kHasV>(
       w, g, m, v, n,
       [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv) {
@@ -128,9 +129,9 @@ HWY_INLINE void RuleChunk(float* w, const float* g, float* m, float* v, size_t n
 // static void apply_x(V& w, V g, V& m, V& v, V& x, const rules::Coeffs<V>& c)`.
 template <class Rule>
 HWY_INLINE void RuleChunkX(float* w, const float* g, float* m, float* v, float* x, size_t n, const float* s,
-                           bool weight_group) {
-  const auto cv = vector_coeffs(s, weight_group);
-  const auto cs = scalar_coeffs(s, weight_group);
+                           CoeffSet set) {
+  const auto cv = vector_coeffs(s, set);
+  const auto cs = scalar_coeffs(s, set);
   for_each_element<Rule::kHasM, Rule::kHasV, true>(
       w, g, m, v, n,
       [&](FloatVec& wv, FloatVec gv, FloatVec& mv, FloatVec& vv, FloatVec& xv) {

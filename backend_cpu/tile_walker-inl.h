@@ -80,8 +80,8 @@ HWY_INLINE void ForEachLane(size_t n, const VectorRule& vector_rule, const Scala
 template <class Rule>
 HWY_INLINE void UpdateTiles(const TileArgs& a) {
   const FloatTag d;
-  const auto cv = vector_coeffs(a.s, true);
-  const auto cs = scalar_coeffs(a.s, true);
+  const auto cv = vector_coeffs(a.s, CoeffSet::kWeight);
+  const auto cs = scalar_coeffs(a.s, CoeffSet::kWeight);
   const auto operands = Rule::operands(a);
   for (size_t t = a.begin; t < a.end; ++t) {
     const NormTile& tile = a.tiles[t];
@@ -120,8 +120,8 @@ HWY_INLINE void StoreTilePartials(const float* HWY_RESTRICT a, const float* HWY_
 // into a tile buffer, then the tile's partials of ‖w‖² and ‖x‖² (StoreTilePartials).
 template <class Rule>
 HWY_INLINE void PartialsTiles(const TileArgs& a) {
-  const auto cv = vector_coeffs(a.s, true);
-  const auto cs = scalar_coeffs(a.s, true);
+  const auto cv = vector_coeffs(a.s, CoeffSet::kWeight);
+  const auto cs = scalar_coeffs(a.s, CoeffSet::kWeight);
   const auto operands = Rule::operands(a);
   HWY_ALIGN float x[math::kNormTile];
   for (size_t t = a.begin; t < a.end; ++t) {

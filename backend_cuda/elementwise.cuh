@@ -30,14 +30,10 @@ struct Identity {
   __device__ float operator()(float x) const { return x; }
 };
 
-__device__ __forceinline__ Coeffs<float> load_coeffs(const float* s, bool weight_group) {
-  return math::make_coeffs<float>(s, weight_group, Identity{});
-}
-
-// The same for a node with NodeFlags::aux (a muon step's auxiliary AdamW): lr, wd and the decay
-// from the aux slots (math::make_aux_coeffs); without it, load_coeffs(s, weight_group) bit for bit.
-__device__ __forceinline__ Coeffs<float> load_coeffs(const float* s, bool weight_group, bool aux) {
-  return aux ? math::make_aux_coeffs<float>(s, Identity{}) : load_coeffs(s, weight_group);
+// The Coeffs of coefficient set `set` (scalars.h; coeff_set(node) picks it, as on the CPU) from
+// the scalar block s.
+__device__ __forceinline__ Coeffs<float> load_coeffs(const float* s, CoeffSet set) {
+  return math::make_coeffs<float>(s, set, Identity{});
 }
 
 // The scalars of hyperparameter block h (scalars.h); blocks == nullptr (H = 1): block 0.
@@ -151,10 +147,10 @@ template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     elementwise_update_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
                               float4* __restrict__ v, float4* __restrict__ x, uint64_t n4, const float* __restrict__ s,
-                              const int32_t* __restrict__ flags, bool weight_group, bool aux, const Copy copy) {
+                              const int32_t* __restrict__ flags, CoeffSet set, const Copy copy) {
   // A step with a non-finite gradient changes nothing (docs/math.md); CHECK_FINITE ran before.
   if (flags[kHasNonFinite] != 0) return;
-  const Coeffs<float> c = load_coeffs(s, weight_group, aux);
+  const Coeffs<float> c = load_coeffs(s, set);
   const auto g = g_elements.quads();
   const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t thread = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -169,14 +165,14 @@ template <class Rule, bool kHasM, bool kHasV, class G, class Copy>
 __global__ void __launch_bounds__(kUpdateMaxBlock, kUpdateMinBlocksPerSm)
     elementwise_items_kernel(float4* __restrict__ w, const G g_elements, float4* __restrict__ m,
                              float4* __restrict__ v, float4* __restrict__ x, const HyperItem* __restrict__ items, int64_t num_items,
-                             const float* __restrict__ s, const int32_t* __restrict__ flags, bool weight_group,
-                             const int32_t* __restrict__ mask, bool aux, const Copy copy) {
+                             const float* __restrict__ s, const int32_t* __restrict__ flags, CoeffSet set,
+                             const int32_t* __restrict__ mask, const Copy copy) {
   if (flags[kHasNonFinite] != 0) return;
   const auto g = g_elements.quads();
   for (int64_t k = blockIdx.x; k < num_items; k += gridDim.x) {
     const HyperItem item = items[k];
     if (block_masked(mask, item.block)) continue;
-    const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, weight_group, aux);
+    const Coeffs<float> c = load_coeffs(s + item.block * kNumScalarF32, set);
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;
     update_quads<Rule, kHasM, kHasV>(w, g, m, v, x, first, end, threadIdx.x, blockDim.x, c, copy);
@@ -202,7 +198,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
       const int64_t items = static_cast<int64_t>(node.work.hyper_items.count);
       kernel<<<tile_grid(items, ctx.launch), block, 0, ctx.stream>>>(
           ctx.at<float4>(node.span(Family::kW)), g, m, v, x, ctx.at<const HyperItem>(node.work.hyper_items), items, ctx.scalars.f32,
-          ctx.scalars.i32, node.group == Group::kWeight, node_mask(ctx, node), node.flags.aux, copy);
+          ctx.scalars.i32, coeff_set(node), node_mask(ctx, node), copy);
       RN_CUDA_CHECK_LAUNCH(name);
       return;
     }
@@ -211,7 +207,7 @@ void launch_elementwise(const CudaContext& ctx, const GraphNode& node, const cha
     // A warp-pair writer takes two quads per thread and trip: half the threads cover the span.
     const unsigned grid = grid_for(Copy::kWarpPairs ? (n4 + 1) / 2 : n4, block, ctx.launch);
     kernel<<<grid, block, 0, ctx.stream>>>(ctx.at<float4>(node.span(Family::kW)), g, m, v, x, n4, ctx.scalars.f32, ctx.scalars.i32,
-                                           node.group == Group::kWeight, node.flags.aux, copy);
+                                           coeff_set(node), copy);
     RN_CUDA_CHECK_LAUNCH(name);
   });
 }

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kNormLanes)
                               const float* __restrict__ s, bool check, int32_t* __restrict__ flags,
                               unsigned* __restrict__ scratch, double* __restrict__ partials, const GradMask gm) {
   __shared__ double lanes[kNormLanes];
-  const math::Coeffs<float> c = math::make_coeffs<float>(s, true, [](float x) { return x; });
+  const math::Coeffs<float> c = math::make_coeffs<float>(s, CoeffSet::kWeight, [](float x) { return x; });
   const int j = threadIdx.x;
   bool bad = false;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock)
     muon_momentum_kernel(const G g_elements, float4* __restrict__ m, float4* __restrict__ u, uint64_t n4,
                          const float* __restrict__ s, const int32_t* __restrict__ flags) {
   if (flags[kHasNonFinite] != 0) return;
-  const Coeffs<float> c = load_coeffs(s, true);
+  const Coeffs<float> c = load_coeffs(s, CoeffSet::kWeight);
   const MuonCoeffs<float> mc = math::make_muon_coeffs<float>(s, Identity{});
   const auto g = g_elements.quads();
   const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kUpdateMaxBlock)
     const HyperItem item = items[k];
     if (block_masked(mask, item.block)) continue;
     const float* bs = s + item.block * kNumScalarF32;
-    const Coeffs<float> c = load_coeffs(bs, true);
+    const Coeffs<float> c = load_coeffs(bs, CoeffSet::kWeight);
     const MuonCoeffs<float> mc = math::make_muon_coeffs<float>(bs, Identity{});
     const uint64_t first = static_cast<uint64_t>(item.start) / 4;
     const uint64_t end = first + static_cast<uint64_t>(item.count) / 4;

@@ -112,14 +112,14 @@ __global__ void __launch_bounds__(math::kNormLanes)
   constexpr int kLanes = math::kNormLanes;
   if (flags[kHasNonFinite] != 0) return;
   __shared__ LaneScratch sh;
-  Coeffs<float> c = load_coeffs(s, true);
+  Coeffs<float> c = load_coeffs(s, CoeffSet::kWeight);
   const int j = threadIdx.x;
   int buf = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, buf ^= 1) {
     const NormTile tile = tiles[t];
     if (blocks != nullptr && block_masked(mask, blocks[tile.tensor])) continue;  // the whole block
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
-    if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), true);
+    if (blocks != nullptr) c = load_coeffs(tensor_scalars(s, blocks, tile.tensor), CoeffSet::kWeight);
     const float* tw = w + tile.start;
     const G tg = g + tile.start;
     double aw = 0.0, ax = 0.0;
@@ -197,7 +197,7 @@ __global__ void tile_update_kernel(float* __restrict__ w, const G g, const TileS
                                    const int32_t* __restrict__ mask, const Copy copy) {
   constexpr int kBatch = kTileUpdateBatch;
   if (flags[kHasNonFinite] != 0) return;
-  Coeffs<float> c = load_coeffs(s, true);
+  Coeffs<float> c = load_coeffs(s, CoeffSet::kWeight);
   const int tid = threadIdx.x;
   const int threads = blockDim.x;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
@@ -205,7 +205,7 @@ __global__ void tile_update_kernel(float* __restrict__ w, const G g, const TileS
     if (blocks != nullptr && block_masked(mask, blocks[tile.tensor])) continue;  // tensor_mask
     // H > 1: the tile's tensor's scalar block (blocks == nullptr: block 0, loaded above).
     const float* ts = tensor_scalars(s, blocks, tile.tensor);
-    if (blocks != nullptr) c = load_coeffs(ts, true);
+    if (blocks != nullptr) c = load_coeffs(ts, CoeffSet::kWeight);
     const float factor = Rule::factor(ts[kLr], ratio[tile.tensor]);
     const int64_t begin = tile.start;
     const int64_t end = begin + tile.length;

@@ -142,7 +142,7 @@ double compute_only_ms(uint64_t params, int threads) {
   {
     float* w = base + static_cast<size_t>(omp_get_thread_num()) * 4 * kL1Elements;
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < reps; ++r) fn(w, w + kL1Elements, w + 2 * kL1Elements, w + 3 * kL1Elements, kL1Elements, s, true, false);
+    for (int64_t r = 0; r < reps; ++r) fn(w, w + kL1Elements, w + 2 * kL1Elements, w + 3 * kL1Elements, kL1Elements, s, CoeffSet::kWeight, false);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   benchmark::DoNotOptimize(base[0]);

@@ -2,8 +2,8 @@
 // and read_checkpoint_info (runtime/src/checkpoint.cc): the header constants, the section tags,
 // bounds-checked payload encoding and decoding, the streamed section writer (XXH3 over frame and
 // payload), the positional file reader and the section parser. Kept apart from checkpoint.cc so
-// that neither file grows past the size limit; only checkpoint.cc includes it (after xxhash.h
-// with XXH_INLINE_ALL).
+// that neither file grows past the size limit; checkpoint.cc and checkpoint_codec.cc include it
+// (after xxhash.h with XXH_INLINE_ALL).
 #pragma once
 
 #include <unistd.h>

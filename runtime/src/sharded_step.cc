@@ -55,6 +55,23 @@ uint64_t grad_element_bytes(const MemoryPlan& plan) {
 }
 
 
+// Bytes of one element of `family` in this plan: its regions' element size (kFamilyTable's
+// elem_bytes; G's is 2 with model-dtype gradients).
+uint64_t element_bytes(const MemoryPlan& plan, Family family) {
+  return plan.region(family_region(family, Role::kBnBias)).elem_size;
+}
+
+// Calls fn(span, element bytes) for each non-empty span of `node` in a per-element family
+// (kFamilyTable: W, G and every optimizer-state family; not N's per-tensor ratios), the spans a
+// slice of elements cuts.
+template <class Fn>
+void for_each_element_span(GraphNode& node, const MemoryPlan& plan, Fn&& fn) {
+  for (const FamilyInfo& f : kFamilyTable) {
+    Span& span = node.span(f.family);
+    if (f.extent == FamilyExtent::kPerElement && span.count > 0) fn(span, element_bytes(plan, f.family));
+  }
+}
+
 // The node cut to this rank: element-wise updates and the check to the slice, tile-wise nodes
 // to the owned tiles. A rank that owns nothing of a node keeps it with empty spans: the check
 // must still write this rank's flag (0) before the flags are combined.
@@ -121,7 +138,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     if (node->work.hyper_items.count == 0) {
       // No item of this group in the slice: nothing to update (a node without items would walk
       // the whole group span).
-      node->span(Family::kW).count = node->span(Family::kG).count = node->span(Family::kM).count = node->span(Family::kV).count = 0;
+      for_each_element_span(*node, plan, [](Span& span, uint64_t) { span.count = 0; });
       node->muon.update.count = 0;  // (MUON_MOMENTUM's U, walked as V is)
       node->copy = ModelCopy{};
     }
@@ -131,10 +148,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
   const uint64_t start = (node->span(Family::kG).offset - g0) / ge;
   const uint64_t lo = std::max(start, s.begin), hi = std::max(lo, std::min(start + node->span(Family::kG).count, s.end));
   const uint64_t skip = lo - start, n = hi - lo;
-  node->span(Family::kG) = sub_span(node->span(Family::kG), skip, n, ge);
-  if (node->span(Family::kW).count) node->span(Family::kW) = sub_span(node->span(Family::kW), skip, n, sizeof(float));
-  if (node->span(Family::kM).count) node->span(Family::kM) = sub_span(node->span(Family::kM), skip, n, sizeof(float));
-  if (node->span(Family::kV).count) node->span(Family::kV) = sub_span(node->span(Family::kV), skip, n, sizeof(float));
+  for_each_element_span(*node, plan, [&](Span& span, uint64_t elem) { span = sub_span(span, skip, n, elem); });
   // MUON_MOMENTUM writes U element by element, in the weight group's layout.
   if (node->muon.update.count && node->range_op == RangeOp::MUON_MOMENTUM) {
     node->muon.update = sub_span(node->muon.update, skip, n, sizeof(float));
@@ -246,10 +260,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
               const NormTile& last = tiles[static_cast<size_t>(s.norm_tile_end - 1)];
               hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.length);
             }
-            for (Span* span : {&node.span(Family::kW), &node.span(Family::kG), &node.span(Family::kM), &node.span(Family::kV)}) {
-              const uint64_t elem = span == &node.span(Family::kG) ? grad_element_bytes(plan) : sizeof(float);
-              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
-            }
+            for_each_element_span(node, plan, [&](Span& span, uint64_t elem) { span = sub_span(span, lo, hi - lo, elem); });
           } else if (node.kind == NodeKind::kRange && node.work.hyper_items.count > 0) {
             // An update over the slice's items (tensor_mask) keeps its group's whole spans: for
             // the placement, they shrink to the items' elements.
@@ -257,10 +268,7 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
             const HyperItem& last = items[node.work.hyper_items.count - 1];
             const uint64_t lo = static_cast<uint64_t>(items[0].start);
             const uint64_t hi = static_cast<uint64_t>(last.start) + static_cast<uint64_t>(last.count);
-            for (Span* span : {&node.span(Family::kW), &node.span(Family::kG), &node.span(Family::kM), &node.span(Family::kV)}) {
-              const uint64_t elem = span == &node.span(Family::kG) ? grad_element_bytes(plan) : sizeof(float);
-              if (span->count > 0) *span = sub_span(*span, lo, hi - lo, elem);
-            }
+            for_each_element_span(node, plan, [&](Span& span, uint64_t elem) { span = sub_span(span, lo, hi - lo, elem); });
           }
           all.graphs[graph].push_back(node);
         }
@@ -454,10 +462,11 @@ void ShardedStep::gather_family(Family family) {
   const int K = comm_.size();
   const uint64_t base = task_.plan().region_range(family_region(family, Role::kBnBias),
                                                   family_region(family, Role::kDeepConv)).offset;
+  const uint64_t elem = element_bytes(task_.plan(), family);
   std::vector<uint64_t> offsets(K), counts(K);
   for (int r = 0; r < K; ++r) {
-    offsets[r] = base + layout_.ranks[r].begin * sizeof(float);
-    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * sizeof(float);
+    offsets[r] = base + layout_.ranks[r].begin * elem;
+    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * elem;
   }
   comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }
@@ -528,7 +537,11 @@ void ShardedStep::step() {
   backend.execute(program.update);
   CommTimer t(comm_);
   join();
-  gather_family(Family::kW);
+  // The per-element families the step updates that every rank holds whole (W; the optimizer
+  // state stays with its slice's owner).
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (f.step_state && !f.optimizer_state && task_.plan().has_family(f.family)) gather_family(f.family);
+  }
   if (task_.plan().has_model_copy()) gather_model_copy();
   if (task_.plan().config().muon) gather_muon_lr();
   join();
@@ -563,19 +576,22 @@ void ShardedStep::gather_model_copy() {
 
 void ShardedStep::gather_state() {
   if (task_.plan().state_sliced()) {
-    throw_invalid("gather_state(): this rank holds only its slice of M and V (TaskOptions::state_shard); use the "
+    throw_invalid("gather_state(): this rank holds only its slice of the optimizer state (TaskOptions::state_shard); use the "
                   "collective read_state(), fingerprint() or save()");
   }
   bind();
   CommTimer t(comm_);
   join();
-  if (task_.plan().has_family(Family::kM)) gather_family(Family::kM);
-  if (task_.plan().has_family(Family::kV)) gather_family(Family::kV);
+  for (const FamilyInfo& f : kFamilyTable) {
+    if (f.optimizer_state && task_.plan().has_family(f.family)) gather_family(f.family);
+  }
   join();
 }
 
 void ShardedStep::read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst) {
-  if (family != Family::kM && family != Family::kV) throw_invalid("read_state(): M or V only");
+  if (!family_info(family).optimizer_state) {
+    throw_invalid(std::string("read_state(): ") + family_name(family) + " is not an optimizer state family");
+  }
   const MemoryPlan& plan = task_.plan();
   const uint64_t numel = static_cast<uint64_t>(plan.tensor(id).numel);
   if (first > numel || count > numel - first) throw_invalid("read_state(): the range leaves the tensor");

@@ -1,8 +1,8 @@
 // The Task's side of a sharded step's memory (docs/distributed.md, "Memory per rank"): a task
-// compiled with TaskOptions::state_shard holds M and V only for its slice. Here: the refusal of
-// whole-state operations, writes of M/V cut to the slice, and the fingerprint with M and V read
-// through a gathering reader (ShardedStep::fingerprint; the hash itself is Task::hash_state). Kept apart from task.cc so that the
-// Task's own code stays as it was.
+// compiled with TaskOptions::state_shard holds the optimizer state families (kFamilyTable's
+// optimizer_state) only for its slice. Here: the refusal of whole-state operations, writes of a
+// state family cut to the slice, and the fingerprint with the state read through a gathering
+// reader (ShardedStep::fingerprint; the hash itself is Task::hash_state).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -31,7 +31,7 @@ void Task::write_state_part(Family family, size_t id, uint64_t first, uint64_t c
                    (hi - lo) * sizeof(float));
 }
 
-// A sharded task's fingerprint: M and V gathered through `read_state` (ShardMemory.WorldOfOneHoldsEverything
+// A sharded task's fingerprint: the state families gathered through `read_state` (ShardMemory.WorldOfOneHoldsEverything
 // and the dist_sharded_runs tests compare it with Task::fingerprint() on the same state).
 std::string Task::fingerprint(const StateReader& read_state) {
   require_compiled("fingerprint()");

@@ -1,6 +1,7 @@
 // Run under `mpirun -np K` (comm/CMakeLists.txt, K = 1..3): the per-tensor None-gradient mask
 // (TaskOptions::tensor_mask) in a sharded step, each rank holding its slice of M and V
-// (TaskOptions::state_shard; once also the whole state). Every rank sets the same mask each step, over a
+// (TaskOptions::state_shard; once also the whole state, then gathered on every rank by
+// ShardedStep::gather_state). Every rank sets the same mask each step, over a
 // pattern of nothing, one tensor, all, alternate tensors and nothing again (the first masked
 // step switches programs, docs/design.md "Two programs"); the references are computed on rank 0
 // by one Task without any sharding code:
@@ -69,6 +70,9 @@ struct Result {
   int64_t applied = 0;
   std::string fingerprint;
   std::vector<int64_t> steps;
+  // A sharded run with the whole state on every rank: this rank's own Task::fingerprint after
+  // ShardedStep::gather_state (every optimizer state family gathered), else empty.
+  std::string gathered;
 };
 
 // One run: sharded over comm when comm != null (each rank holding its slice of M and V, as
@@ -98,6 +102,10 @@ Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce m
   r.applied = task->step_count();
   r.fingerprint = driver.sharded ? driver.sharded->fingerprint() : task->fingerprint();
   r.steps = task->tensor_steps();
+  if (driver.sharded && !sliced) {
+    driver.sharded->gather_state();
+    r.gathered = task->fingerprint();
+  }
   return r;
 }
 
@@ -177,6 +185,8 @@ int main(int argc, char** argv) {
     if (K <= 2) check(got[2].fingerprint == got[1].fingerprint, tag + " fast " + got[2].fingerprint + " == ordered");
     const Result whole = run(layout, c, steps, GradReduce::kOrdered, Grads::kOwn, K, true, false);
     check(bytes_of(whole) == bytes_of(got[1]), tag + " ordered with the whole M and V on every rank == with slices");
+    check(whole.gathered == whole.fingerprint,
+          tag + " gather_state(): this rank's own state " + whole.gathered + " == the owners' " + whole.fingerprint);
     if (!lead) continue;
     const Result plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame, 1);
     check(got[0].fingerprint == plain.fingerprint && got[0].steps == plain.steps,

@@ -268,7 +268,8 @@ struct FusedSetup {
         if (block == 2) continue;  // masked
       }
       const float* s = f32.data() + block * kNumScalarF32;
-      const auto co = math::make_coeffs<float>(s, k.group == Group::kWeight, [](float x) { return x; });
+      const auto co = math::make_coeffs<float>(s, k.group == Group::kWeight ? CoeffSet::kWeight : CoeffSet::kBiasLike,
+                                               [](float x) { return x; });
       float g = 0.0f;
       if (node.grad.encoding == Precision::kFp32) {
         std::memcpy(&g, a + g_at + e * 4, 4);

@@ -13,6 +13,7 @@
 #include "renaissance/optimizer.h"
 #include "renaissance/plan.h"
 #include "renaissance/region.h"
+#include "renaissance/scalars.h"
 
 namespace renaissance {
 
@@ -114,8 +115,8 @@ struct NodeFlags {
   bool bias_correction = false;  // ADVANCE_STEP: also advance the Adam bias corrections
   // The bias-like node of a muon step (UPDATE_ADAMW: its auxiliary AdamW): the update reads lr,
   // wd and the decoupled decay from kAuxLr, kAuxWeightDecay and kAuxDecayFactor, as a weight
-  // group reads kLr, kWeightDecay and kDecayFactor (math::make_aux_coeffs). No other slot the
-  // Adam rules read derives from lr or wd.
+  // group reads kLr, kWeightDecay and kDecayFactor (coeff_set: CoeffSet::kAux). No other slot
+  // the Adam rules read derives from lr or wd.
   bool aux = false;
 };
 
@@ -138,7 +139,7 @@ struct GraphNode {
   RangeOp range_op = RangeOp::CHECK_FINITE;
   ComputeOp compute_op = ComputeOp::ADVANCE_STEP;
   StreamKind stream = StreamKind::kUpdate;
-  Group group = Group::kWeight;  // which coefficients an update uses (bias-like: wd = 0)
+  Group group = Group::kWeight;  // which coefficients an update uses (coeff_set below)
   // The node's range of one group in each family (same element count; empty where the node
   // reads no such family), indexed by Family: G alone for CHECK_FINITE; N holds the group's
   // per-tensor trust ratios (norm kinds); VMAX (amsgrad) is the running maximum of V, and the
@@ -154,6 +155,13 @@ struct GraphNode {
   Span& span(Family family) { return spans[static_cast<int>(family)]; }
   const Span& span(Family family) const { return spans[static_cast<int>(family)]; }
 };
+
+// The coefficient set an element-wise update of `node` reads (scalars.h): chosen here once for
+// every backend, handed to the kernels, which build their Coeffs from it (math::make_coeffs).
+inline CoeffSet coeff_set(const GraphNode& node) {
+  if (node.flags.aux) return CoeffSet::kAux;
+  return node.group == Group::kWeight ? CoeffSet::kWeight : CoeffSet::kBiasLike;
+}
 
 // A node holds spans and small values only (its per-tensor tables are arena regions planned by
 // MemoryPlan), so copying a step copies no host memory and no backend keys anything by a node.

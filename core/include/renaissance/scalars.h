@@ -51,8 +51,8 @@ enum ScalarF32 : int {
   kNsB,
   kNsC,
   // The auxiliary AdamW's decoupled weight decay (aux_weight_decay) and its factor
-  // 1 - aux_lr*aux_wd, formed in double (exactly 1 for wd 0): the aux node's Coeffs take lr, wd
-  // and decay from kAuxLr, kAuxWeightDecay, kAuxDecayFactor (math::make_aux_coeffs).
+  // 1 - aux_lr*aux_wd, formed in double (exactly 1 for wd 0): CoeffSet::kAux's Coeffs take lr,
+  // wd and decay from kAuxLr, kAuxWeightDecay, kAuxDecayFactor (math::make_coeffs).
   kAuxWeightDecay,
   kAuxDecayFactor,
   kNumScalarF32
@@ -61,6 +61,15 @@ enum ScalarF32 : int {
 constexpr int kFirstMuonScalarF32 = kAuxLr;
 // The fp32 slots a checkpoint's SCAL section holds per block (docs/checkpoint-format.md).
 constexpr int kNumStoredScalarF32 = kOneMinusDampening;
+
+// Which lr, weight decay and decay factor an update reads from its scalar block
+// (math::make_coeffs builds them; coeff_set in graph.h picks one per node). Every other slot is
+// read the same way by all three.
+enum class CoeffSet : int32_t {
+  kBiasLike = 0,  // kLr; wd 0 and decay exactly 1: never weight-decayed
+  kWeight = 1,    // kLr, kWeightDecay, kDecayFactor
+  kAux = 2,       // a muon step's auxiliary AdamW: kAuxLr, kAuxWeightDecay, kAuxDecayFactor
+};
 
 enum ScalarI32 : int {
   kStep = 0,         // applied steps t

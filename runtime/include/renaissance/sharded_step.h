@@ -21,8 +21,9 @@ void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitu
 // (MPI), a CUDA task over a device-memory one (NCCL; not yet run on GPUs). Before step(), G holds: the
 // full reduced gradient (kReplicated) or this rank's own full gradient (kOrdered, kFast).
 // A task compiled with TaskOptions::state_shard = {comm.rank(), comm.size()} holds only its slice
-// of M and V (the memory sharding saves); one compiled without it holds them whole (every rank
-// keeps only its slice current; gather_state() completes them).
+// of the optimizer state families (kFamilyTable's optimizer_state: M, V; the memory sharding
+// saves); one compiled without it holds them whole (every rank keeps only its slice current;
+// gather_state() completes them).
 class ShardedStep {
  public:
   ShardedStep(Task& task, Communicator& comm, GradReduce mode);
@@ -32,14 +33,14 @@ class ShardedStep {
   // canonical combination everywhere, the slice's update, the all-gather of W and of the
   // bf16/fp16 model copy where the task has one.
   void step();
-  // All-gathers M and V, so every rank holds the whole state: only for a task that holds them
-  // whole (refused for a sliced one: use the collective reads below).
+  // All-gathers the optimizer state families, so every rank holds the whole state: only for a
+  // task that holds them whole (refused for a sliced one: use the collective reads below).
   void gather_state();
   // Collective (every rank calls them in the same order): elements [first, first + count) of
-  // tensor id of M or V gathered from the ranks that own them into dst on every rank; the
-  // Task::fingerprint of the whole state (every rank gets it); Task::save of the whole state,
-  // written by rank 0 (one file, loadable at any world size), every rank returning once the file
-  // is in place or throwing when rank 0 could not write it.
+  // tensor id of an optimizer state family gathered from the ranks that own them into dst on
+  // every rank; the Task::fingerprint of the whole state (every rank gets it); Task::save of the
+  // whole state, written by rank 0 (one file, loadable at any world size), every rank returning
+  // once the file is in place or throwing when rank 0 could not write it.
   void read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst);
   std::string fingerprint();
   void save(const std::string& path);
