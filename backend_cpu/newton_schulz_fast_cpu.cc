@@ -1,50 +1,32 @@
-// Muon's Newton–Schulz in fast mode on the CPU: fp32 products through Eigen (newton_schulz_fast_cpu.h).
-// Eigen's own threading is off (EIGEN_DONT_PARALLELIZE): its GEMM blocking depends on the thread
-// count, which would change the sums' order. Instead each product's result is cut into blocks of
-// kFastProductBlockRows rows, each block one single-threaded Eigen product, the blocks spread over
-// OpenMP threads: the same block always sums in the same order, so the bits depend only on the
-// shapes and the machine (Eigen's SIMD and cache-size blocking), never on the thread count.
-#define EIGEN_DONT_PARALLELIZE
+// Muon's Newton–Schulz in fast mode on the CPU (newton_schulz_fast_cpu.h): exact mode's frame (the
+// normalisation, the transposition, the element-wise steps, all built for the baseline like the
+// rest of the library) around three fp32 products per step, each through the copy of
+// fast_product_cpu.h that this CPU runs (AVX-512, AVX2 + FMA or baseline; FMA only there, since
+// fast mode is held to a tolerance, not to bits). The copy is chosen once per call, so the bits
+// depend on the shapes and the machine, never on the thread count.
 #include "backend_cpu/newton_schulz_fast_cpu.h"
 
-#include <Eigen/Core>
+#include <hwy/targets.h>
+
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
 
 #include "backend_cpu/exact_matmul_cpu.h"
+#include "backend_cpu/fast_product_cpu.h"
 
 namespace renaissance {
 namespace cpu {
-namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixMap = Eigen::Map<RowMatrix>;
-using ConstMatrixMap = Eigen::Map<const RowMatrix>;
-
-// C (m x n) = A (m x k) times B (k x n), or times Bᵀ (B n x k) when b_transposed; every matrix
-// row-major. The rows of C in fixed blocks, one Eigen product each.
-void product(const float* a, const float* b, float* c, size_t m, size_t k, size_t n, bool b_transposed, int threads) {
-  const size_t blocks = (m + kFastProductBlockRows - 1) / kFastProductBlockRows;
-  const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), blocks)));
-  const auto mi = static_cast<Eigen::Index>(m), ki = static_cast<Eigen::Index>(k), ni = static_cast<Eigen::Index>(n);
-  const ConstMatrixMap am(a, mi, ki);
-  MatrixMap cm(c, mi, ni);
-#pragma omp parallel for schedule(static) num_threads(team)
-  for (int64_t blk = 0; blk < static_cast<int64_t>(blocks); ++blk) {
-    const auto first = static_cast<Eigen::Index>(static_cast<size_t>(blk) * kFastProductBlockRows);
-    const Eigen::Index count = std::min<Eigen::Index>(static_cast<Eigen::Index>(kFastProductBlockRows), mi - first);
-    if (b_transposed) {
-      const ConstMatrixMap bm(b, ni, ki);
-      cm.middleRows(first, count).noalias() = am.middleRows(first, count) * bm.transpose();
-    } else {
-      const ConstMatrixMap bm(b, ki, ni);
-      cm.middleRows(first, count).noalias() = am.middleRows(first, count) * bm;
-    }
-  }
+FastProductFn fast_product_for_cpu() {
+  const int64_t targets = hwy::SupportedTargets();
+  if ((targets & (HWY_AVX3 | HWY_AVX3_DL)) != 0) return &fast_product_avx512;
+  if ((targets & HWY_AVX2) != 0) return &fast_product_avx2;
+  return &fast_product_baseline;
 }
 
-}  // namespace
+const char* fast_product_target() {
+  const FastProductFn fn = fast_product_for_cpu();
+  return fn == &fast_product_avx512 ? "AVX-512" : fn == &fast_product_avx2 ? "AVX2+FMA" : "baseline";
+}
 
 void newton_schulz_fast_cpu(const float* u, size_t rows, size_t cols, float* out,
                             const math::NewtonSchulzCoefficients& coeff, int steps, float eps,
@@ -55,6 +37,7 @@ void newton_schulz_fast_cpu(const float* u, size_t rows, size_t cols, float* out
   NewtonSchulzFastScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
   s.size_for(r, c);
+  const FastProductFn product = fast_product_for_cpu();
   float* x = s.x.data();
   newton_schulz_load(u, rows, cols, eps, x, threads);  // exact mode's normalisation
   float* gram = s.gram.data();

@@ -1,8 +1,10 @@
 // Muon's Newton–Schulz in fast mode on the CPU (backend_cpu/newton_schulz_fast_cpu.h): within a
 // measured bound of the float64 iteration (tests/support/oracle_f64.h) on wide, tall, conv-like,
-// one-row and multi-block shapes, closer to it than exact mode and not exact mode's bits, the same
-// bits on any thread count and run to run, the transpose rule bit for bit, a zero update zero.
+// one-row and multi-block shapes, closer to it than exact mode and not exact mode's bits, on every
+// copy of its product this CPU runs (AVX-512, AVX2 + FMA, baseline), the same bits on any thread
+// count and run to run, the transpose rule bit for bit, a zero update zero.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <Eigen/Core>
 
@@ -10,13 +12,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backend_cpu/exact_matmul_cpu.h"
+#include "backend_cpu/fast_product_cpu.h"
 #include "backend_cpu/newton_schulz_fast_cpu.h"
 #include "renaissance/math/newton_schulz.h"
 #include "support/optimizer_cases.h"
 #include "support/oracle_f64.h"
+#include "support/simd_targets.h"
 #include "support/test_util.h"
 
 namespace renaissance {
@@ -85,6 +91,51 @@ TEST(NewtonSchulzFastCpu, WithinTheMeasuredBoundOfFloat64AndCloserThanExactMode)
     worst_abs = std::max(worst_abs, abs);
   }
   std::printf("fast NS worst: relative L2 %.3g, max abs %.3g\n", worst_rel, worst_abs);
+}
+
+// The copy of the product that Highway's target implies.
+std::string copy_of(int64_t target) {
+  if (target == HWY_AVX3 || target == HWY_AVX3_DL) return "AVX-512";
+  if (target == HWY_AVX2) return "AVX2+FMA";
+  return "baseline";
+}
+
+// Each copy of the product this CPU runs, dispatch pinned to it (through Highway's target list,
+// as the library picks it): within the bound of float64 and closer than exact mode, and each
+// copy's bits its own (the dispatch reaches distinct code: FMA and the vector width change the
+// rounding of some sums).
+TEST(NewtonSchulzFastCpu, EveryCopyOfTheProductIsWithinTheBoundAndDispatchedByTheCpu) {
+  const Shape s{150, 300};
+  const std::vector<float> u = update(s, 19);
+  const Eigen::ArrayXd want = f64_of(u, s);
+  std::vector<float> exact(u.size());
+  ASSERT_TRUE(math::newton_schulz_reference(u.data(), s.rows, s.cols, exact.data()));
+  const double rel_exact = rel_l2(exact, want);
+  std::map<std::string, std::vector<float>> by_copy;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    const testing_util::OnlySimdTarget only(target);
+    const std::string copy = copy_of(target);
+    SCOPED_TRACE(std::string(hwy::TargetName(target)) + " -> " + copy);
+    EXPECT_EQ(std::string(cpu::fast_product_target()), copy);
+    const std::vector<float> got = fast(u, s, 2);
+    const double rel = rel_l2(got, want), abs = max_abs(got, want);
+    std::printf("fast NS %zux%zu on %s (%s): relative L2 %.3g, max abs %.3g\n", s.rows, s.cols,
+                hwy::TargetName(target), copy.c_str(), rel, abs);
+    EXPECT_LE(rel, kFastRelL2);
+    EXPECT_LE(abs, kFastMaxAbs);
+    EXPECT_LT(rel * 100, rel_exact);
+    if (by_copy.count(copy) != 0) {
+      EXPECT_TRUE(testing_util::same_bits(got, by_copy[copy]));  // one copy, one set of bits
+    }
+    by_copy[copy] = got;
+  }
+  // With dispatch free, the best copy: the one the widest target implies.
+  EXPECT_EQ(std::string(cpu::fast_product_target()), copy_of(hwy::SupportedAndGeneratedTargets().front()));
+  for (const auto& [name, bits] : by_copy) {
+    for (const auto& [other, other_bits] : by_copy) {
+      if (name < other) EXPECT_FALSE(testing_util::same_bits(bits, other_bits)) << name << " and " << other;
+    }
+  }
 }
 
 TEST(NewtonSchulzFastCpu, NotTheExactModesBits) {
