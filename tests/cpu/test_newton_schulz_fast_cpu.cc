@@ -133,7 +133,9 @@ TEST(NewtonSchulzFastCpu, EveryCopyOfTheProductIsWithinTheBoundAndDispatchedByTh
   EXPECT_EQ(std::string(cpu::fast_product_target()), copy_of(hwy::SupportedAndGeneratedTargets().front()));
   for (const auto& [name, bits] : by_copy) {
     for (const auto& [other, other_bits] : by_copy) {
-      if (name < other) EXPECT_FALSE(testing_util::same_bits(bits, other_bits)) << name << " and " << other;
+      if (name < other) {
+        EXPECT_FALSE(testing_util::same_bits(bits, other_bits)) << name << " and " << other;
+      }
     }
   }
 }
