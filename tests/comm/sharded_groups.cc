@@ -4,13 +4,14 @@
 // the groups so that each role holds runs of both, and for Muon fc.weight stepped by the
 // auxiliary AdamW in the same Task. Every rank holds its slice of M and V
 // (TaskOptions::state_shard). After four steps (one skipped for a NaN in one group's gradient),
-// with and without clipping (one norm over both groups), on every rank, against a Task without
-// any sharding code that the rank runs itself:
+// with and without clipping (one norm over both groups) and with a bf16 stochastic model copy,
+// on every rank, against a Task without any sharding code that the rank runs itself:
 //   replicated == the one-device run: W, N (Muon's adjusted lrs), M and V (read through
-//                 ShardedStep::read_state) and the step count, bit for bit;
+//                 ShardedStep::read_state), the model copy and the step count, bit for bit;
 //   ordered    == the one-process simulation of K ranks (synthesize_rank_sum), the same bytes.
 // The run must differ from one with another gradient, and at K > 1 more than one rank must own
 // elements (the partition shards). Exit 0 only when every check passed.
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -36,6 +37,7 @@ constexpr float kAmplitude = 0.01f * 256.0f;
 struct Case {
   OptimizerKind kind;
   bool clip;
+  PrecisionOptions precision;
 };
 
 std::vector<ParamSpec> grouped_params(const Layout& layout, OptimizerKind kind) {
@@ -74,6 +76,7 @@ std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard 
   options.state_shard = shard;
   options.backend = BackendKind::kCpu;
   options.backend_options.threads = 1;
+  options.precision = c.precision;
   auto task = std::make_unique<Task>(grouped_params(layout, c.kind), options);
   task->optimizer_groups(group_configs(c));
   task->compile();
@@ -82,7 +85,8 @@ std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard 
   return task;
 }
 
-// The state's bytes in one fixed order: W, (Muon) N, M, V of every tensor, then the step count.
+// The state's bytes in one fixed order: W, (Muon) N, M, V, the model copy of every tensor, then
+// the step count.
 std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
   std::vector<char> out;
   auto append = [&out](const void* p, size_t n) {
@@ -106,6 +110,11 @@ std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
         task.read(f, id, x.data());
       }
       append(x.data(), n * sizeof(float));
+    }
+    if (task.plan().has_model_copy()) {
+      std::vector<uint16_t> copy(n);
+      task.read_model_copy(id, copy.data());
+      append(copy.data(), n * sizeof(uint16_t));
     }
   }
   const int64_t t = task.step_count();
@@ -143,7 +152,7 @@ int main(int argc, char** argv) {
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars, OptimizerKind::kMuon}) {
     {
       // The partition the runs below use: more than one rank owns elements when K > 1.
-      const std::unique_ptr<Task> task = make_task(layout, Case{kind, false}, StateShard{});
+      const std::unique_ptr<Task> task = make_task(layout, Case{kind, false, PrecisionOptions{}}, StateShard{});
       int owners = 0;
       std::string text;
       for (const RankShard& s : make_shard_layout(task->plan(), K).ranks) {
@@ -152,15 +161,21 @@ int main(int argc, char** argv) {
       }
       check(K == 1 || owners > 1, std::string(optimizer_kind_name(kind)) + " H=2 K=" + std::to_string(K) + " slices:" + text);
     }
-    for (bool clip : {false, true}) {
-      const Case c{kind, clip};
-      const std::string tag = std::string(optimizer_kind_name(kind)) + " H=2" + (clip ? " clip" : "") + " K=" +
+    // Without and with clipping, and (AdamW, Muon) a bf16 stochastic model copy, written by the
+    // item walks of the slice and gathered.
+    std::vector<Case> cases = {{kind, false, PrecisionOptions{}}, {kind, true, PrecisionOptions{}}};
+    if (kind == OptimizerKind::kAdamW || kind == OptimizerKind::kMuon) {
+      cases.push_back({kind, true, PrecisionOptions{Precision::kBf16, Rounding::kStochastic, 99}});
+    }
+    for (const Case& c : cases) {
+      const std::string tag = std::string(optimizer_kind_name(kind)) + " H=2" + (c.clip ? " clip" : "") +
+                              (c.precision.precision != Precision::kFp32 ? " bf16 stochastic" : "") + " K=" +
                               std::to_string(K) + " rank " + std::to_string(comm->rank());
       const std::vector<char> replicated = run(layout, c, comm.get(), GradReduce::kReplicated, Grads::kSame);
       const std::vector<char> plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame);
       const std::vector<char> other = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kOther);
       check(plain != other, tag + ": another gradient gives other state bytes");
-      check(replicated == plain, tag + " replicated: W, N, M, V and t == the one-device run (" +
+      check(replicated == plain, tag + " replicated: W, N, M, V, copy and t == the one-device run (" +
                                      std::to_string(plain.size()) + " bytes)");
       const std::vector<char> ordered = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn);
       const std::vector<char> simulated = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSimulated, K);
