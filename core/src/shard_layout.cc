@@ -1,7 +1,8 @@
 // The partition of a memory plan over K ranks (docs/distributed.md): cuts on grad-norm tile
 // boundaries, moved down to the start of a norm tile where one would split it, so that every
 // tile of both canonical reductions has exactly one owner and no kernel needs a partial tile;
-// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner.
+// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner; with
+// work items (hyperparameter groups, the per-tensor mask) moved down until they split no item.
 #include <algorithm>
 #include <iterator>
 
