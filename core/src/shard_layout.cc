@@ -1,7 +1,8 @@
 // The partition of a memory plan over K ranks (docs/distributed.md): cuts on grad-norm tile
 // boundaries, moved down to the start of a norm tile where one would split it, so that every
 // tile of both canonical reductions has exactly one owner and no kernel needs a partial tile;
-// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner.
+// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner; with
+// work items (hyperparameter groups, the per-tensor mask) moved down until they split no item.
 #include <algorithm>
 #include <iterator>
 
@@ -69,6 +70,19 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   }
   if (!bounds.empty()) bounds.push_back(weight_start + plan.group_span(Family::kW, Group::kWeight).count);
 
+  // A cut inside a norm tile moves down to that tile's start (tiles are sorted by start).
+  auto norm_tile_start_at_or_below = [&](uint64_t c) {
+    const auto it = std::upper_bound(norm.begin(), norm.end(), c, [&](uint64_t v, const NormTile& t) {
+      return v < weight_start + static_cast<uint64_t>(t.start);
+    });
+    if (it != norm.begin()) {
+      const size_t i = static_cast<size_t>(it - norm.begin()) - 1;
+      if (c > norm_start(i) && c < norm_start(i) + static_cast<uint64_t>(norm[i].length)) return norm_start(i);
+    }
+    return c;
+  };
+  const bool items = plan.config().tensor_mask || plan.config().hyper_groups > 1;
+
   std::vector<uint64_t> cuts(static_cast<size_t>(world_size) + 1);
   cuts[0] = 0;
   cuts[static_cast<size_t>(world_size)] = count;
@@ -82,17 +96,21 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
       const uint64_t lo = *std::prev(above), hi = *above;
       c = c - lo <= hi - c ? lo : hi;
     }
-    // A cut inside a norm tile moves down to that tile's start (tiles are sorted by start).
-    const auto it = std::upper_bound(norm.begin(), norm.end(), c, [&](uint64_t v, const NormTile& t) {
-      return v < weight_start + static_cast<uint64_t>(t.start);
-    });
-    if (it != norm.begin()) {
-      const size_t i = static_cast<size_t>(it - norm.begin()) - 1;
-      if (c > norm_start(i) && c < norm_start(i) + static_cast<uint64_t>(norm[i].length)) c = norm_start(i);
+    c = norm_tile_start_at_or_below(c);
+    // A plan with work items (hyperparameter groups, TaskOptions::tensor_mask): a cut inside a
+    // HyperItem moves down to its start, so that a rank's sub-steps walk whole items
+    // (ShardedStep). An item of a run of several tensors (H > 1) may start inside a norm tile or
+    // a Muon matrix: the three rules are applied, each moving the cut down, until none moves it
+    // (the largest cut at or below this one that splits no item, tile or matrix).
+    if (items) {
+      for (uint64_t before = count + 1; before != c;) {
+        before = c;
+        c = item_start_at_or_below(plan, c);
+        c = norm_tile_start_at_or_below(c);
+        const auto in = std::upper_bound(bounds.begin(), bounds.end(), c);
+        if (in != bounds.begin() && in != bounds.end() && *std::prev(in) < c) c = *std::prev(in);
+      }
     }
-    // TaskOptions::tensor_mask: a cut inside a HyperItem moves down to its start, so that a rank's
-    // masked sub-steps walk whole items (ShardedStep). Weight-group items start on norm tiles.
-    if (plan.config().tensor_mask) c = item_start_at_or_below(plan, c);
     cuts[static_cast<size_t>(r)] = c;
   }
   auto first_norm_tile_at_or_after = [&](uint64_t e) {

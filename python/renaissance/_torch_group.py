@@ -490,8 +490,8 @@ class GroupTask:
 
     def fingerprint(self):
         s = self._b.shared
-        if s.sliced:  # a collective; a sharded Task runs one group, so its ids are all of them
-            return s.sharded.fingerprint()
+        if s.sliced:  # a collective: every rank asks for the same groups in the same order
+            return s.sharded.fingerprint_of(self._b.ids)
         return self.shared.fingerprint_of(self._b.ids)
 
     def get_weight(self, j):

@@ -210,8 +210,6 @@ class _Base(Optimizer):
                     # A Task of its own per group: the rounding key's parameter index is then the
                     # index within the group, as a replay case (docs/replay-format.md) runs it.
                     key += (i,)
-                if self._process_group is not None:
-                    key += ("sharded", i)  # a sharded step runs one hyperparameter group per Task
                 classes.setdefault(key, []).append((i, self._roles(group), hyper))
             made = {}
             for key, members in classes.items():
@@ -1742,8 +1740,8 @@ class MuonWithAuxAdam(_Base):
     Deviations: a group with another key is a ValueError (the package asserts its key sets).
     muon_mode (this package's, keyword-only, fixed at construction, one for every group): "exact"
     (default) or "fast", as Muon's. process_group= and grad_reduce= as every class (a matrix's
-    momentum lives whole on its owner rank, the aux groups' state in slices); there every param
-    group is a Task of its own, so max_grad_norm and the non-finite check act per group."""
+    momentum lives whole on its owner rank, the aux groups' state in slices); there the groups
+    share Tasks as in one process, so max_grad_norm and the non-finite check act on them alike."""
 
     _implementation = "_multi_tensor_muon_with_aux_adam"
     # The Task's families: the aux groups' AdamW state; a Muon group's M is its momentum_buffer.

@@ -179,6 +179,8 @@ void renaissance_register_dist(nb::module_& m) {
       .def("step", [](PyShardedStep& s) { s.sharded().step(); })
       .def("gather_state", [](PyShardedStep& s) { s.sharded().gather_state(); })
       .def("fingerprint", [](PyShardedStep& s) { return s.sharded().fingerprint(); })
+      .def("fingerprint_of", [](PyShardedStep& s, const std::vector<size_t>& ids) { return s.sharded().fingerprint(ids); },
+           "ids"_a, "The fingerprint of the tensors `ids` only, in that order (collective; ShardedStep::fingerprint(ids)).")
       .def_prop_ro("arena", [](PyShardedStep& s) {
              return std::make_tuple(reinterpret_cast<uintptr_t>(s.task().backend().arena()), s.task().plan().arena_bytes());
            }, "(address, bytes) of the task's arena: the communicator lends cached views of it (_torch_dist.py).")

@@ -75,9 +75,10 @@ void for_each_element_span(GraphNode& node, const MemoryPlan& plan, Fn&& fn) {
 // The node cut to this rank: element-wise updates and the check to the slice, tile-wise nodes
 // to the owned tiles. A rank that owns nothing of a node keeps it with empty spans: the check
 // must still write this rank's flag (0) before the flags are combined.
-// TaskOptions::tensor_mask: the items of `items` (a group's HyperItems, starts relative to the
-// group's first element `group_first` of the family) that lie in [s.begin, s.end). The layout
-// cuts a mask plan on item starts (make_shard_layout), so no item is split.
+// Hyperparameter groups or TaskOptions::tensor_mask: the items of `items` (a group's HyperItems,
+// starts relative to the group's first element `group_first` of the family) that lie in
+// [s.begin, s.end). The layout cuts a plan with items on item starts (make_shard_layout), so no
+// item is split.
 Span items_in_slice(const MemoryPlan& plan, Span items, uint64_t group_first, const RankShard& s) {
   const HyperItem* all = plan.hyper_items_in(items);
   uint64_t first = 0;
@@ -132,7 +133,7 @@ void cut_node(GraphNode* node, const MemoryPlan& plan, const RankShard& s) {
     return;
   }
   if (node->work.hyper_items.count > 0) {
-    // An element-wise update over per-tensor items (the masked program): the spans stay whole
+    // An element-wise update over work items (H > 1, the masked program): the spans stay whole
     // (the items address elements from the group's start), the items shrink to the slice's.
     node->work.hyper_items = items_in_slice(plan, node->work.hyper_items, (node->span(Family::kG).offset - g0) / ge, s);
     if (node->work.hyper_items.count == 0) {
@@ -216,11 +217,10 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   if (plan.config().gradient_table) {
     throw_invalid("a sharded step reduces gradients in the arena's G: a task with gradient_table cannot run one");
   }
-  // Hyperparameter groups (H > 1) walk a table of work items that the slice cut does not split.
-  if (task.hyper_groups() > 1) {
-    throw_invalid("a sharded step runs a task with one hyperparameter group only (this task has " +
-                  std::to_string(task.hyper_groups()) + ")");
-  }
+  // Hyperparameter groups (H > 1): the element-wise updates walk per-run work items, which the
+  // layout never splits (make_shard_layout cuts on item starts): cut_node keeps the items of the
+  // slice, as for tensor_mask. The tile-wise nodes and Muon's matrices find each tensor's scalar
+  // block in the whole tensor_blocks table; the step's compute nodes write every block.
   // TaskOptions::tensor_mask: both programs are cut (the mask is whole on every rank, as are the
   // per-tensor counts, which the compute nodes advance whole); step() runs the one Task::step
   // would run. Only the masked program is placed below: the unmasked one touches the same slice.
@@ -627,6 +627,12 @@ void ShardedStep::set_reduce_chunk(uint64_t elements) {
 
 std::string ShardedStep::fingerprint() {
   return task_.fingerprint([this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
+    read_state(f, id, first, count, dst);
+  });
+}
+
+std::string ShardedStep::fingerprint(const std::vector<size_t>& ids) {
+  return task_.fingerprint(ids, [this](Family f, size_t id, uint64_t first, uint64_t count, float* dst) {
     read_state(f, id, first, count, dst);
   });
 }

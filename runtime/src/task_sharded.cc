@@ -40,5 +40,13 @@ std::string Task::fingerprint(const StateReader& read_state) {
   return hash_state(ids, read_state);
 }
 
+std::string Task::fingerprint(const std::vector<size_t>& ids, const StateReader& read_state) {
+  require_compiled("fingerprint()");
+  for (size_t id : ids) {
+    if (id >= params_.size()) throw_invalid("fingerprint(): parameter id " + std::to_string(id) + " is out of range");
+  }
+  return hash_state(ids, read_state);
+}
+
 
 }  // namespace renaissance

@@ -7,10 +7,12 @@ the aux AdamW groups' state is sliced by elements. Checked against one process:
   fingerprint bit for bit after several steps, on every rank;
 - ordered (each rank its own gradient): one process fed (g_0 + ... + g_{K-1}) / K, summed left
   to right in fp32 here;
+- MuonWithAuxAdam's two param groups share one Task as in one process: max_grad_norm clips them
+  by one norm over both, and a NaN in an aux gradient skips the step for both groups;
 - state_dict() on every rank, loaded with load_state_dict into a new optimizer over the group
   (each matrix's momentum back on its owner), gives the same state_dict and, after more steps,
   the one process's bits; save() and load() over the group give the same state too, and a
-  one-process Muon loads that checkpoint;
+  one-process optimizer loads that checkpoint;
 - the core's layout spreads the matrices over the ranks, with a rank that owns none at K = 3;
 - a Muon hyperparameter that differs between ranks is refused on every rank, naming it.
 """
@@ -31,12 +33,19 @@ import renaissance.torch as rt
 # falls inside a matrix to the matrix's nearer end: these sizes make the cuts land between the
 # matrices. Muon: two matrices of 2 and 1.5 tiles; K = 2 gives each rank one, K = 3 none to one
 # rank. MuonWithAuxAdam: a Muon group of three matrices (a conv weight among them, viewed as
-# (64, 72)) and an aux AdamW group of 1-D parameters.
+# (64, 72)) and an aux AdamW group of 1-D parameters, both groups in one Task: the Muon group's
+# matrices are one run of work items (16384 elements each from the run's start), and a cut
+# moves to a point that splits no item and no matrix, so the first matrix is one item long (the
+# second one starts on an item: K = 2 and 3 put a cut there).
 MUON_SHAPES = [(256, 128), (128, 192)]
-AUX_MUON_SHAPES = [(128, 160), (64, 8, 3, 3), (96, 256)]
+AUX_MUON_SHAPES = [(128, 128), (64, 8, 3, 3), (96, 256)]
 AUX_ADAM_SHAPES = [(20000,), (300,), (128,)]
 STEPS = 3
 MORE = 2  # steps after the state_dict round trip
+# MuonWithAuxAdam: clipping, and a NaN in an aux gradient at step NAN_STEP (every rank's, so
+# that the ordered mean holds it too): one process skips the step for both groups.
+AUX_MAX_GRAD_NORM = 1.0
+NAN_STEP = 1
 
 
 def shapes_of(name):
@@ -52,9 +61,11 @@ def build(name, ps, **dist_kw):
     if name == "muon":
         return rt.Muon(ps, lr=0.02, weight_decay=0.1, momentum=0.9, threads=1, **dist_kw)
     n = len(AUX_MUON_SHAPES)
+    # max_grad_norm clips both groups by one norm over both (their one Task), far below the
+    # gradients' norm so that it acts.
     return rt.MuonWithAuxAdam([dict(params=ps[:n], use_muon=True, lr=0.02, weight_decay=0.01),
                                dict(params=ps[n:], use_muon=False, lr=3e-3, weight_decay=0.01)],
-                              threads=1, **dist_kw)
+                              max_grad_norm=AUX_MAX_GRAD_NORM, threads=1, **dist_kw)
 
 
 NAMES = ("muon", "aux")
@@ -62,7 +73,10 @@ NAMES = ("muon", "aux")
 
 def rank_grads(name, step, rank):
     g = torch.Generator().manual_seed(500 + 31 * step + rank)
-    return [torch.randn(*s, generator=g) for s in shapes_of(name)]
+    grads = [torch.randn(*s, generator=g) for s in shapes_of(name)]
+    if name == "aux" and step == NAN_STEP:
+        grads[len(AUX_MUON_SHAPES) + 1][7] = float("nan")
+    return grads
 
 
 def ordered_mean(name, step, k):
@@ -128,7 +142,8 @@ def _worker(rank, k, init_file, out_dir, mode):
         grads_of = lambda s: rank_grads(name, s, src)  # noqa: E731
         advance(opt, ps, grads_of, range(STEPS))
         res = {"stepped": collect(opt, ps),
-               # The core's partition of each Task (one per param group): each rank's matrices.
+               "tasks": len(opt._shared()),
+               # The core's partition of each Task: each rank's matrices.
                "owned": [list(s.sharded.muon_matrices) for s in opt._shared()]}
         # The round trip: this rank's state_dict (the matrices' momentum gathered from their
         # owners) into a new optimizer over the group, at the parameters the steps left.
@@ -171,13 +186,6 @@ def test_sharded_muon_equals_one_process(tmp_path, k, mode):
         else:
             grads_of = lambda s: ordered_mean(name, s, k)  # noqa: E731
         want = one_process(name, grads_of, STEPS)
-        if name == "muon":
-            # The checkpoint is the one-process state: a one-process Muon loads it (MuonWithAuxAdam's
-            # is a set of one file per param group there, which its one-Task optimizer refuses).
-            ps = make_params(name)
-            one = build(name, ps)
-            one.load(str(tmp_path / "muon.ckpt"))
-            _same(collect(one, ps), want, "muon K=%d %s checkpoint loaded by one process" % (k, mode))
         want_more = one_process(name, grads_of, STEPS + MORE)
         # Every state_dict tensor of the reference is there (the matrices' momentum_buffer, the
         # aux group's exp_avg and exp_avg_sq), so the comparison covers the owner-held state.
@@ -192,8 +200,15 @@ def test_sharded_muon_equals_one_process(tmp_path, k, mode):
             _same(got["continued"], want_more, tag + " continued after load_state_dict")
             _same(got["from_checkpoint"], want, tag + " after save and load")
             assert got["owned"] == ranks[0][name]["owned"], tag  # one partition on every rank
-        # The matrices (the first Task: Muon's only one, MuonWithAuxAdam's use_muon group) are
-        # spread over the ranks; Muon's two matrices leave one of three ranks without any.
+            assert got["tasks"] == 1, (tag, got["tasks"])  # the groups share one Task, as in one process
+        # The checkpoint is the one-process state: a one-process optimizer loads it (its param
+        # groups share Tasks as the group's do: MuonWithAuxAdam's two groups one Task, one file).
+        ps = make_params(name)
+        one = build(name, ps)
+        one.load(str(tmp_path / ("%s.ckpt" % name)))
+        _same(collect(one, ps), want, "%s K=%d %s checkpoint loaded by one process" % (name, k, mode))
+        # The matrices (each optimizer's one Task) are spread over the ranks; Muon's two matrices
+        # leave one of three ranks without any.
         owned = ranks[0][name]["owned"][0]
         print("%s K=%d: each rank's matrices %s" % (name, k, owned))
         counts = [e - b for b, e in owned]

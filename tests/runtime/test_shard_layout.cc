@@ -15,6 +15,7 @@
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/sharded_step.h"
 #include "renaissance/task.h"
+#include "support/optimizer_cases.h"
 #include "support/shard_test_util.h"
 
 namespace renaissance {
@@ -56,6 +57,18 @@ void expect_valid_partition(const MemoryPlan& plan, int K, const std::string& wh
     }
     next_grad = s.grad_tile_end;
     next_norm = s.norm_tile_end;
+  }
+  // Work items (hyperparameter groups, tensor_mask): no cut lies strictly inside one, so each
+  // item has one owner that walks all of it (ShardedStep cuts the items' table, not the items).
+  const uint64_t family = plan.region_range(W_BN_BIAS, W_DEEP_CONV).offset;
+  for (Group group : {Group::kBiasLike, Group::kWeight}) {
+    const uint64_t first = (plan.group_span(Family::kW, group).offset - family) / 4;
+    const Span span = plan.hyper_item_span(group);
+    const HyperItem* items = plan.hyper_items().data() + (group == Group::kWeight ? plan.hyper_item_span(Group::kBiasLike).count : 0);
+    for (uint64_t i = 0; i < span.count; ++i) {
+      const uint64_t b = first + static_cast<uint64_t>(items[i].start), e = b + static_cast<uint64_t>(items[i].count);
+      for (int r = 1; r < K; ++r) EXPECT_FALSE(a.ranks[r].begin > b && a.ranks[r].begin < e) << "cut " << r << " splits item " << i;
+    }
   }
   EXPECT_EQ(a.ranks.back().end, F);
   EXPECT_EQ(next_grad, grad_tiles);
@@ -175,6 +188,44 @@ TEST(ShardLayout, MuonCutsOfTheTestLayout) {
   EXPECT_EQ(three.ranks[2].begin, 70336u);  // 65536: nearer layer1's end
 }
 
+// The parameters of `layout` in two hyperparameter groups (alternating in declaration order, so
+// that each role has runs of both); with `aux`, fc.weight marked for Muon's auxiliary AdamW
+// (a weight-role tensor in the bias-like group, with the aux lr of its group).
+std::vector<ParamSpec> two_group_params(std::vector<ParamSpec> params, bool aux) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].hyper_group = static_cast<int>(i % 2);
+    if (aux && params[i].name == "fc.weight") params[i].optimizer = ParamOptimizer::kAdamW;
+  }
+  return params;
+}
+
+// Hyperparameter groups (H = 2): the items of a group's run may start inside a norm tile or a
+// Muon matrix (a run holds several tensors); the cut still splits no item, no tile and no matrix,
+// and the test layout's partition still shards.
+TEST(ShardLayout, HyperGroupPlansSplitNoItem) {
+  const Layout shard = load_layout_file(kShardLayout);
+  const Layout resnet = builtin_layout("resnet50");
+  for (const KindInfo& info : kKindTable) {
+    const bool muon = info.kind == OptimizerKind::kMuon;
+    PlanConfig config = plan_config_from_optimizer(info.kind);
+    config.hyper_groups = 2;
+    const MemoryPlan plan(two_group_params(shard.params, muon), config);
+    const MemoryPlan big(two_group_params(resnet.params, muon), config);
+    ASSERT_FALSE(plan.hyper_items().empty());
+    for (int K = 1; K <= 6; ++K) {
+      expect_valid_partition(plan, K, std::string(info.name) + " shard H=2");
+      expect_valid_partition(big, K, std::string(info.name) + " resnet50 H=2");
+      if (muon) {
+        expect_whole_matrices(plan, K, "shard H=2", false);
+        expect_whole_matrices(big, K, "resnet50 H=2", false);
+      }
+    }
+    int updating = 0;
+    for (const RankShard& s : make_shard_layout(plan, 2).ranks) updating += s.begin < s.end ? 1 : 0;
+    EXPECT_EQ(updating, 2) << info.name << " K=2";
+  }
+}
+
 TEST(ShardLayout, RefusesAnEmptyWorld) {
   const MemoryPlan plan(load_layout_file(kShardLayout).params, plan_config_from_optimizer(OptimizerKind::kAdamW));
   EXPECT_THROW(make_shard_layout(plan, 0), Error);
@@ -184,8 +235,12 @@ TEST(ShardLayout, RefusesAnEmptyWorld) {
 // with clipping: the fingerprints of three steps bit for bit and, with compare_n, every tensor's
 // N (its first element: the adjusted lr of a Muon matrix, which the sharded step gathers from
 // its owner).
-void expect_world_of_one_equals_task_step(OptimizerKind kind, bool compare_n) {
+// With groups = 2: two hyperparameter groups (two_group_params) with different lr, weight decay,
+// betas, eps, momentum, trust coefficient and (Muon) aux lr and aux weight decay, in one Task.
+void expect_world_of_one_equals_task_step(OptimizerKind kind, bool compare_n, int groups = 1) {
   const Layout shard = load_layout_file(kShardLayout);
+  const std::vector<ParamSpec> params =
+      groups == 1 ? shard.params : two_group_params(shard.params, kind == OptimizerKind::kMuon);
   for (GradReduce mode : {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast}) {
     std::string fp[2];
     std::vector<float> n[2];
@@ -193,10 +248,21 @@ void expect_world_of_one_equals_task_step(OptimizerKind kind, bool compare_n) {
       TaskOptions options;
       options.backend = BackendKind::kCpu;
       options.backend_options.threads = 1;
-      Task task(shard.params, options);
+      Task task(params, options);
       OptimizerConfig config = reference_config(kind);
       config.max_grad_norm = 0.05;
-      task.optimizer(config);
+      if (groups == 1) {
+        task.optimizer(config);
+      } else {
+        std::vector<OptimizerConfig> configs;
+        for (int h = 0; h < groups; ++h) {
+          OptimizerConfig c = testing_util::shifted_group_config(config, h);
+          c.aux_lr = config.aux_lr * (1.0 + 0.5 * h);
+          c.aux_weight_decay = 0.01 * h;
+          configs.push_back(c);
+        }
+        task.optimizer_groups(configs);
+      }
       task.compile();
       fp[sharded] = testing_util::three_steps_fingerprint(task, mode, sharded != 0);
       if (!compare_n) continue;
@@ -220,6 +286,16 @@ TEST(ShardedStep, WorldOfOneEqualsTaskStep) { expect_world_of_one_equals_task_st
 // one) and the gather of N give Task::step's bits, N included.
 TEST(ShardedStep, WorldOfOneEqualsTaskStepMuon) {
   expect_world_of_one_equals_task_step(OptimizerKind::kMuon, true);
+}
+
+// Two hyperparameter groups in one Task (the per-run work items, each tensor's scalar block in
+// the tile-wise nodes and Newton–Schulz, the clip coefficient written into both blocks): the
+// sharded step gives Task::step's bits for an element-wise, a tile-wise and Muon's kind (its
+// aux AdamW in the same Task).
+TEST(ShardedStep, WorldOfOneEqualsTaskStepWithHyperGroups) {
+  expect_world_of_one_equals_task_step(OptimizerKind::kAdamW, false, 2);
+  expect_world_of_one_equals_task_step(OptimizerKind::kLamb, false, 2);
+  expect_world_of_one_equals_task_step(OptimizerKind::kMuon, true, 2);
 }
 
 }  // namespace

@@ -282,23 +282,43 @@ TEST(ShardMemory, RefusesARankOutsideItsWorld) {
   EXPECT_THROW(compiled_task(shard.params, OptimizerKind::kAdamW, {-1, 2}), Error);
 }
 
-// Hyperparameter groups walk work items the slice cut does not split: refused, nothing run.
-TEST(ShardMemory, RefusesHyperparameterGroups) {
+// Hyperparameter groups (H = 2) in a world of one with state_shard {0, 1}: the sharded step
+// steps as Task::step does, and its fingerprint of one group's tensors (ShardedStep::
+// fingerprint(ids), read through the collective state reads) is Task::fingerprint(ids).
+TEST(ShardMemory, WorldOfOneWithHyperparameterGroups) {
   Layout shard = load_layout_file(kShardLayout);
-  for (size_t i = 0; i < shard.params.size(); ++i) shard.params[i].hyper_group = static_cast<int>(i % 2);
-  TaskOptions options;
-  options.backend = BackendKind::kCpu;
-  Task task(shard.params, options);
-  task.optimizer_groups({AdamW().lr(1e-3).config(), AdamW().lr(2e-3).config()});
-  task.compile();
-  auto comm = make_local_communicator();
-  try {
-    ShardedStep step(task, *comm, GradReduce::kOrdered);
-    FAIL() << "a sharded step of a task with two hyperparameter groups was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("one hyperparameter group"), std::string::npos) << e.what();
+  std::vector<size_t> group_ids[2];
+  for (size_t i = 0; i < shard.params.size(); ++i) {
+    shard.params[i].hyper_group = static_cast<int>(i % 2);
+    group_ids[i % 2].push_back(i);
   }
-  EXPECT_EQ(task.step_count(), 0);
+  auto grouped = [&](StateShard state_shard) {
+    TaskOptions options;
+    options.backend = BackendKind::kCpu;
+    options.backend_options.threads = 1;
+    options.state_shard = state_shard;
+    auto task = std::make_unique<Task>(shard.params, options);
+    task->optimizer_groups({AdamW().lr(1e-3).config(), AdamW().lr(2e-3).weight_decay(0.1).config()});
+    task->compile();
+    task->synthesize_weights(3, 0, 0.05f);
+    return task;
+  };
+  const std::unique_ptr<Task> plain = grouped({});
+  const std::unique_ptr<Task> one = grouped({0, 1});
+  auto comm = make_local_communicator();
+  ShardedStep step(*one, *comm, GradReduce::kOrdered);
+  for (uint64_t t = 0; t < 3; ++t) {
+    plain->synthesize_gradients(8, t, 0.01f);
+    one->synthesize_gradients(8, t, 0.01f);
+    plain->step();
+    step.step();
+  }
+  EXPECT_EQ(step.fingerprint(), plain->fingerprint());
+  for (const std::vector<size_t>& ids : group_ids) {
+    EXPECT_EQ(step.fingerprint(ids), plain->fingerprint(ids));
+    EXPECT_NE(step.fingerprint(ids), plain->fingerprint()) << "a group's fingerprint covers its tensors only";
+  }
+  EXPECT_EQ(one->step_count(), 3);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ class ShardedStep {
   // once the file is in place or throwing when rank 0 could not write it.
   void read_state(Family family, size_t id, uint64_t first, uint64_t count, float* dst);
   std::string fingerprint();
+  // The same over the tensors `ids` only (Task::fingerprint(ids)): one hyperparameter group's.
+  std::string fingerprint(const std::vector<size_t>& ids);
   void save(const std::string& path);
   // The gradient reduction (ordered, fast) moves at most this many elements of each rank's
   // range per round (default kReduceChunk); tests make it small to run many rounds.

@@ -245,8 +245,10 @@ class Task {
   // The same file with M and V read through `state`; every rank of a sharded step calls it (the
   // reads are collective) and only the one with write_file writes (ShardedStep::save).
   void save(const std::string& path, const StateReader& state, bool write_file);
-  // fingerprint() with M and V read through `state` (a sharded task: ShardedStep::fingerprint).
+  // fingerprint() with M and V read through `state` (a sharded task: ShardedStep::fingerprint);
+  // with `ids`, fingerprint(ids)'s hash (one hyperparameter group's tensors).
   std::string fingerprint(const StateReader& state);
+  std::string fingerprint(const std::vector<size_t>& ids, const StateReader& state);
   void load(const std::string& path);
   void set_run_settings(const RunSettings& settings) { run_settings_ = settings; }
   const RunSettings& run_settings() const { return run_settings_; }

@@ -1,0 +1,186 @@
+// Run under `mpirun -np K` (comm/CMakeLists.txt, K = 1..3): a sharded step of a Task with two
+// hyperparameter groups (Task::optimizer_groups; different lr, weight decay, betas, eps,
+// momentum, trust coefficient, aux lr and aux weight decay), the parameters alternating between
+// the groups so that each role holds runs of both, and for Muon fc.weight stepped by the
+// auxiliary AdamW in the same Task. Every rank holds its slice of M and V
+// (TaskOptions::state_shard). After four steps (one skipped for a NaN in one group's gradient),
+// with and without clipping (one norm over both groups) and with a bf16 stochastic model copy,
+// on every rank, against a Task without any sharding code that the rank runs itself:
+//   replicated == the one-device run: W, N (Muon's adjusted lrs), M and V (read through
+//                 ShardedStep::read_state), the model copy and the step count, bit for bit;
+//   ordered    == the one-process simulation of K ranks (synthesize_rank_sum), the same bytes.
+// The run must differ from one with another gradient, and at K > 1 more than one rank must own
+// elements (the partition shards). Exit 0 only when every check passed.
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "check_log.h"
+#include "rank_task.h"
+#include "renaissance/layout.h"
+#include "renaissance/mpi_communicator.h"
+#include "renaissance/sharded_step.h"
+#include "renaissance/task.h"
+
+using namespace renaissance;
+
+namespace {
+
+constexpr uint64_t kSeed = 31;
+constexpr int kSteps = 4;
+constexpr int kGroups = 2;
+constexpr float kAmplitude = 0.01f * 256.0f;
+
+struct Case {
+  OptimizerKind kind;
+  bool clip;
+  PrecisionOptions precision;
+};
+
+std::vector<ParamSpec> grouped_params(const Layout& layout, OptimizerKind kind) {
+  std::vector<ParamSpec> params = layout.params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].hyper_group = static_cast<int>(i % kGroups);
+    if (kind == OptimizerKind::kMuon && params[i].name == "fc.weight") params[i].optimizer = ParamOptimizer::kAdamW;
+  }
+  return params;
+}
+
+// Group h's configuration: the kind's reference one, shifted by h (as the conformance groups
+// cells shift theirs), max_grad_norm task-wide.
+std::vector<OptimizerConfig> group_configs(const Case& c) {
+  std::vector<OptimizerConfig> configs;
+  const OptimizerConfig base = reference_config(c.kind);
+  for (int h = 0; h < kGroups; ++h) {
+    OptimizerConfig g = base;
+    g.lr = base.lr * (1.0 + 0.5 * h);
+    g.weight_decay = base.weight_decay * (1.0 + h) + 0.01 * h;
+    if (base.momentum > 0.0) g.momentum = base.momentum - 0.1 * h;
+    g.beta1 = base.beta1 - 0.05 * h;
+    g.beta2 = base.beta2 - 0.004 * h;
+    g.eps = base.eps * (1.0 + h);
+    g.trust_coefficient = base.trust_coefficient * (1.0 + h);
+    g.aux_lr = base.aux_lr * (1.0 + 0.5 * h);
+    g.aux_weight_decay = 0.01 * h;
+    g.max_grad_norm = c.clip ? 0.05 : 0.0;
+    configs.push_back(g);
+  }
+  return configs;
+}
+
+std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard shard) {
+  TaskOptions options;
+  options.state_shard = shard;
+  options.backend = BackendKind::kCpu;
+  options.backend_options.threads = 1;
+  options.precision = c.precision;
+  auto task = std::make_unique<Task>(grouped_params(layout, c.kind), options);
+  task->optimizer_groups(group_configs(c));
+  task->compile();
+  task->synthesize_weights(kSeed ^ 0x5eed, 0, 1.0f);
+  task->set_loss_scale(256.0);
+  return task;
+}
+
+// The state's bytes in one fixed order: W, (Muon) N, M, V, the model copy of every tensor, then
+// the step count.
+std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
+  std::vector<char> out;
+  auto append = [&out](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  };
+  for (size_t id = 0; id < task.num_params(); ++id) {
+    const uint64_t n = static_cast<uint64_t>(task.param(id).numel());
+    std::vector<float> x(n);
+    task.read(Family::kW, id, x.data());
+    append(x.data(), n * sizeof(float));
+    if (task.plan().config().muon) {
+      float lr = 0.0f;
+      task.read(Family::kN, id, &lr);
+      append(&lr, sizeof(lr));
+    }
+    for (Family f : {Family::kM, Family::kV}) {
+      if (!task.plan().has_family(f)) continue;
+      if (sharded) {
+        sharded->read_state(f, id, 0, n, x.data());
+      } else {
+        task.read(f, id, x.data());
+      }
+      append(x.data(), n * sizeof(float));
+    }
+    if (task.plan().has_model_copy()) {
+      std::vector<uint16_t> copy(n);
+      task.read_model_copy(id, copy.data());
+      append(copy.data(), n * sizeof(uint16_t));
+    }
+  }
+  const int64_t t = task.step_count();
+  append(&t, sizeof(t));
+  return out;
+}
+
+// Four steps; a NaN at step 1 in the last tensor's gradient (group 1's; every rank's G, or the
+// simulated sum's) skips that step for both groups.
+std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads,
+                      int ranks = 1) {
+  StateShard shard;
+  if (comm != nullptr) shard = StateShard{comm->rank(), comm->size()};
+  RankRun driver(make_task(layout, c, shard), comm, mode);
+  Task* task = driver.task.get();
+  for (int t = 0; t < kSteps; ++t) {
+    rank_gradients(*task, grads, kSeed, t, kAmplitude, driver.rank, ranks);
+    if (t == 1) task->poison_gradient(task->num_params() - 1, 0, std::numeric_limits<float>::quiet_NaN());
+    driver.step();
+  }
+  return state_bytes(*task, driver.sharded.get());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: mpirun -np K sharded_groups LAYOUT.json\n");
+    return 2;
+  }
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  const int K = comm->size();
+  const Layout layout = load_layout_file(argv[1]);
+  CheckLog check{comm->rank() == 0};
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars, OptimizerKind::kMuon}) {
+    {
+      // The partition the runs below use: more than one rank owns elements when K > 1.
+      const std::unique_ptr<Task> task = make_task(layout, Case{kind, false, PrecisionOptions{}}, StateShard{});
+      int owners = 0;
+      std::string text;
+      for (const RankShard& s : make_shard_layout(task->plan(), K).ranks) {
+        owners += s.end > s.begin ? 1 : 0;
+        text += " [" + std::to_string(s.begin) + ", " + std::to_string(s.end) + ")";
+      }
+      check(K == 1 || owners > 1, std::string(optimizer_kind_name(kind)) + " H=2 K=" + std::to_string(K) + " slices:" + text);
+    }
+    // Without and with clipping, and (AdamW, Muon) a bf16 stochastic model copy, written by the
+    // item walks of the slice and gathered.
+    std::vector<Case> cases = {{kind, false, PrecisionOptions{}}, {kind, true, PrecisionOptions{}}};
+    if (kind == OptimizerKind::kAdamW || kind == OptimizerKind::kMuon) {
+      cases.push_back({kind, true, PrecisionOptions{Precision::kBf16, Rounding::kStochastic, 99}});
+    }
+    for (const Case& c : cases) {
+      const std::string tag = std::string(optimizer_kind_name(kind)) + " H=2" + (c.clip ? " clip" : "") +
+                              (c.precision.precision != Precision::kFp32 ? " bf16 stochastic" : "") + " K=" +
+                              std::to_string(K) + " rank " + std::to_string(comm->rank());
+      const std::vector<char> replicated = run(layout, c, comm.get(), GradReduce::kReplicated, Grads::kSame);
+      const std::vector<char> plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame);
+      const std::vector<char> other = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kOther);
+      check(plain != other, tag + ": another gradient gives other state bytes");
+      check(replicated == plain, tag + " replicated: W, N, M, V, copy and t == the one-device run (" +
+                                     std::to_string(plain.size()) + " bytes)");
+      const std::vector<char> ordered = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn);
+      const std::vector<char> simulated = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSimulated, K);
+      check(ordered == simulated, tag + " ordered: the same bytes as --simulate-ranks " + std::to_string(K));
+    }
+  }
+  return check.verdict(*comm, "all sharded group runs match", "SHARDED GROUP RUNS FAILED");
+}
