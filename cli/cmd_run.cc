@@ -143,6 +143,19 @@ struct Setting {
   bool overridable;       // kind, decay mode and the check-finite flag change the compiled step
 };
 
+// A hyperparameter option the kind does not read would be taken and ignored: refused whatever its
+// value (the kind's default included), naming the option and the kinds that read it.
+void refuse_options_not_read(const RunOptions& o, OptimizerKind kind) {
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (!given(o, row.flag) || kind_reads(kind, row)) continue;
+    // A flag on by default is also typed as --no-NAME (add_hyperparameters): both spellings.
+    const std::string flag = row.flag_field != nullptr && row.fixed_default != 0.0
+                                 ? std::string(row.flag) + "/--no-" + (row.flag + 2) : std::string(row.flag);
+    throw_invalid(flag + ": --optimizer " + optimizer_kind_name(kind) +
+                  " does not read it (the kinds that do: " + kinds_reading(row) + ")");
+  }
+}
+
 // Sets each hyperparameter of the table that the command gave.
 void apply_given_hyperparameters(const RunOptions& o, OptimizerConfig* config) {
   for (const HyperparameterInfo& row : kHyperparameterTable) {
@@ -394,6 +407,7 @@ RunSettingsChosen choose_run_settings(const RunOptions& o) {
   if (!parse_optimizer_kind(o.optimizer, &c.kind)) {
     throw_invalid("--optimizer " + io::printable(o.optimizer) + ": unknown kind (expected " + optimizer_kind_names() + ")");
   }
+  refuse_options_not_read(o, c.kind);
   c.config = default_config(c.kind);
   apply_given_hyperparameters(o, &c.config);
   if (o.weight_decay_mode == "l2") c.config.weight_decay_mode = WeightDecayMode::kL2;
@@ -410,6 +424,7 @@ RunSettingsChosen choose_run_settings(const RunOptions& o) {
   c.check_finite = !o.no_check_finite;
   if (!o.resume.empty()) {
     c.ck = read_checkpoint_info(o.resume);
+    refuse_options_not_read(o, c.ck.config.kind);  // a resume runs the checkpoint's kind
     inherit_from_checkpoint(o, c.ck, &c.config, &c.schedule, &c.schedule_steps, &c.warmup, &c.seed, &c.loss_scale);
     c.kind = c.config.kind;
     c.check_finite = c.ck.check_finite;

@@ -149,19 +149,47 @@ void OptimizerConfig::validate() const {
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.rule == HyperRule::kFloat32) check_rule(row, this->*row.number);
   }
-  if (dampening != 0.0 && info.family != KindFamily::kSgd) {
-    throw_invalid(std::string("dampening applies to the SGD kinds only, not ") + optimizer_kind_name(kind));
+  // A hyperparameter of one kind's own (a row with a fixed default: dampening, amsgrad, Muon's)
+  // keeps its default in a kind that does not read it: any other value would be taken and then
+  // ignored. The kind table's columns (momentum, betas, eps, trust_coefficient) are one
+  // configuration's fields for every kind (hyperparameter groups set them all); the CLI refuses
+  // them by option and the Python keywords by kind.
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.kind_column != nullptr || kind_reads(kind, row) || hyper_value(*this, row) == row.fixed_default) continue;
+    throw_invalid(std::string(row.name) + " applies to " + kinds_reading(row) + " only, not " + optimizer_kind_name(kind));
   }
   if (kind == OptimizerKind::kSgdNesterov && dampening != 0.0) {
     reject("dampening", dampening, "Nesterov momentum requires a momentum and zero dampening");
-  }
-  if (amsgrad && info.family != KindFamily::kAdam) {
-    throw_invalid(std::string("amsgrad applies to adam and adamw only, not ") + optimizer_kind_name(kind));
   }
   check_float32_domain(*this);
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.rule == HyperRule::kMaxGradNorm) check_rule(row, this->*row.number);
   }
+}
+
+std::string kinds_reading(const HyperparameterInfo& h) {
+  std::string kinds;
+  for (const KindInfo& k : kKindTable) {
+    if (kind_reads(k.kind, h)) kinds += std::string(kinds.empty() ? "" : ", ") + k.name;
+  }
+  return kinds;
+}
+
+std::string hyper_value_text(const HyperparameterInfo& h, double v) {
+  if (h.rule == HyperRule::kFlag) return v != 0.0 ? "on" : "off";
+  if (h.rule == HyperRule::kChoice && v >= 0.0 && v == std::floor(v)) {
+    const std::string choices = h.choices;
+    size_t at = 0;
+    for (double index = 0.0; at != std::string::npos; index += 1.0) {
+      const size_t bar = choices.find('|', at);
+      if (index == v) return choices.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+      at = bar == std::string::npos ? bar : bar + 1;
+    }
+  }
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
 }
 
 const HyperparameterInfo* find_hyperparameter(const std::string& name) {

@@ -153,9 +153,16 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
     throw_invalid("checkpoint " + path + ": checkpoint is for optimizer " + optimizer_kind_name(cfg.kind) +
                   ", task uses " + optimizer_kind_name(task.kind));
   }
-  if (cfg.amsgrad != task.amsgrad) {
-    throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.amsgrad ? "with" : "without") +
-                  " amsgrad, task runs " + (task.amsgrad ? "with" : "without") + " it");
+  // The hyperparameters the compiled step holds (amsgrad, Muon's adjust_lr and mode).
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    const double file = hyper_value(cfg, row), mine = hyper_value(task, row);
+    if (!row.fixed_after_compile || file == mine) continue;
+    if (row.flag_field != nullptr) {
+      throw_invalid("checkpoint " + path + ": checkpoint was made " + (file != 0.0 ? "with " : "without ") + row.name +
+                    ", task runs " + (mine != 0.0 ? "with" : "without") + " it");
+    }
+    throw_invalid("checkpoint " + path + ": checkpoint was made with " + row.name + " " + hyper_value_text(row, file) +
+                  ", task runs " + row.name + " " + hyper_value_text(row, mine));
   }
   // Any other switch of a family (kFamilyTable's FamilyNeed): the file's families are the task's.
   const PlanConfig file_families = plan_config_from_optimizer(cfg), task_families = plan_config_from_optimizer(task);
@@ -172,11 +179,6 @@ void check_meta_matches(const std::string& path, const CheckpointInfo& info, con
   if ((cfg.max_grad_norm > 0.0) != (task.max_grad_norm > 0.0)) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (cfg.max_grad_norm > 0.0 ? "with" : "without") +
                   " gradient-norm clipping, task runs " + (task.max_grad_norm > 0.0 ? "with" : "without") + " it");
-  }
-  if (cfg.kind == OptimizerKind::kMuon && cfg.muon_mode != task.muon_mode) {
-    auto mode_name = [](double m) { return m == 0.0 ? "exact" : "fast"; };
-    throw_invalid("checkpoint " + path + ": checkpoint was made with muon_mode " + mode_name(cfg.muon_mode) +
-                  ", task runs muon_mode " + mode_name(task.muon_mode));
   }
   if (info.check_finite != check_finite) {
     throw_invalid("checkpoint " + path + ": checkpoint was made " + (info.check_finite ? "with" : "without") +

@@ -28,8 +28,9 @@ constexpr uint64_t kPrecisionBytes = 4 + 4 + 8;  // PREC: u32 precision, u32 rou
 void encode_meta(const CheckpointInfo& info, Bytes* out);
 // META, decoded and validated on its own (no task needed): read_checkpoint_info and load share it.
 void decode_meta(Cursor& c, CheckpointInfo* info);
-// The compiled step depends on the kind, amsgrad (and any other switch of a family), the decay
-// mode, clipping on or off, Muon's mode and the check-finite flag: META's must be the task's.
+// The compiled step depends on the kind, the rows fixed after compile (amsgrad, Muon's adjust_lr
+// and mode), any other switch of a family, the decay mode, clipping on or off and the
+// check-finite flag: META's must be the task's.
 // Everything else is adopted.
 void check_meta_matches(const std::string& path, const CheckpointInfo& info, const OptimizerConfig& task,
                         bool check_finite);

@@ -42,9 +42,11 @@ Task& Task::optimizer(const OptimizerConfig& config) {
   if (compiled() && (config.max_grad_norm > 0.0) != (this->config().max_grad_norm > 0.0)) {
     throw_invalid("cannot turn gradient-norm clipping on or off after compile(); compile again");
   }
-  // Muon's mode is the compiled MUON_ORTHOGONALIZE node's (MuonDesc::mode), not a scalar slot.
-  if (compiled() && config.muon_mode != this->config().muon_mode) {
-    throw_invalid("cannot change muon_mode after compile(); compile again");
+  // What the compiled step holds (amsgrad's family, Muon's planned lr factors and mode), by name.
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (compiled() && row.fixed_after_compile && hyper_value(config, row) != hyper_value(this->config(), row)) {
+      throw_invalid(std::string("cannot change ") + row.name + " after compile(); compile again");
+    }
   }
   have_optimizer_ = true;
   groups_.assign(1, config);

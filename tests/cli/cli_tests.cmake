@@ -37,7 +37,8 @@ add_test(NAME cli_run_fingerprints
                  -DWORK=${CMAKE_CURRENT_BINARY_DIR}/fingerprints -P ${CMAKE_CURRENT_LIST_DIR}/fingerprints.cmake)
 set_tests_properties(cli_run_fingerprints PROPERTIES LABELS cli TIMEOUT 120)
 # Script tests on the tiny layout: tests/cli/NAME.cmake is the entry cli_run_NAME, in a folder of its own.
-foreach(script checkpoint_resume checkpoint_resume_precision maximize dampening grad_dtype muon_options)
+foreach(script checkpoint_resume checkpoint_resume_precision maximize dampening grad_dtype muon_options
+               kind_options)
   add_test(NAME cli_run_${script}
            COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -DLAYOUT=${RN_TINY} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/${script}
                    -P ${CMAKE_CURRENT_LIST_DIR}/${script}.cmake)

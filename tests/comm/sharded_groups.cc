@@ -63,8 +63,10 @@ std::vector<OptimizerConfig> group_configs(const Case& c) {
     g.beta2 = base.beta2 - 0.004 * h;
     g.eps = base.eps * (1.0 + h);
     g.trust_coefficient = base.trust_coefficient * (1.0 + h);
-    g.aux_lr = base.aux_lr * (1.0 + 0.5 * h);
-    g.aux_weight_decay = 0.01 * h;
+    if (c.kind == OptimizerKind::kMuon) {  // the aux AdamW's own rows: muon's only
+      g.aux_lr = base.aux_lr * (1.0 + 0.5 * h);
+      g.aux_weight_decay = 0.01 * h;
+    }
     g.max_grad_norm = c.clip ? 0.05 : 0.0;
     configs.push_back(g);
   }

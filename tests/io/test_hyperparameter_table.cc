@@ -137,12 +137,13 @@ TEST(HyperparameterTable, EveryRowGoesThroughACheckpointForEveryKind) {
       EXPECT_EQ(hyper_value(info.config, row), want[static_cast<size_t>(row.id)]) << k.name << " " << row.name;
     }
     // And a task that loads it takes every row (it was built at the kind's defaults).
-    // Clipping on/off, amsgrad (the VMAX family) and Muon's mode are part of the compiled step:
-    // the loading task has them as the file has.
+    // Clipping on/off and the rows fixed after compile (amsgrad's VMAX family, Muon's adjust_lr
+    // and mode) are part of the compiled step: the loading task has them as the file has.
     OptimizerConfig base = default_config(k.kind);
     if (c.max_grad_norm > 0.0) base.max_grad_norm = 1.0;
-    base.amsgrad = c.amsgrad;
-    base.muon_mode = c.muon_mode;
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      if (row.fixed_after_compile) set_hyper_value(base, row, hyper_value(c, row));
+    }
     auto other = make_task(tiny_params(), base, BackendKind::kCpu, 1);
     other->load(path);
     for (const HyperparameterInfo& row : kHyperparameterTable) {
@@ -185,7 +186,8 @@ TEST(HyperparameterTable, AnOptionalNumberAtItsDefaultEndingMetaIsRefused) {
   }
   ASSERT_NE(last, nullptr);
   TempDir dir;
-  OptimizerConfig c = default_config(OptimizerKind::kSgdMomentum);
+  OptimizerConfig c = default_config(OptimizerKind::kMuon);  // a kind that reads it
+  ASSERT_TRUE(kind_reads(c.kind, *last));
   set_hyper_value(c, *last, other_value(*last));
   make_task(tiny_params(), c, BackendKind::kCpu, 1)->save(dir.file("saved.ckpt"));
   EXPECT_EQ(hyper_value(read_checkpoint_info(dir.file("saved.ckpt")).config, *last), other_value(*last));

@@ -257,8 +257,10 @@ void expect_world_of_one_equals_task_step(OptimizerKind kind, bool compare_n, in
         std::vector<OptimizerConfig> configs;
         for (int h = 0; h < groups; ++h) {
           OptimizerConfig c = testing_util::shifted_group_config(config, h);
-          c.aux_lr = config.aux_lr * (1.0 + 0.5 * h);
-          c.aux_weight_decay = 0.01 * h;
+          if (kind == OptimizerKind::kMuon) {  // the aux AdamW's own rows: muon's only
+            c.aux_lr = config.aux_lr * (1.0 + 0.5 * h);
+            c.aux_weight_decay = 0.01 * h;
+          }
           configs.push_back(c);
         }
         task.optimizer_groups(configs);

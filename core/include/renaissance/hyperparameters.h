@@ -92,6 +92,10 @@ struct HyperparameterInfo {
   int f64_slot;  // the fp64 slot holding the value, -1 for none
   // kChoice only: the names of the values 0, 1, ..., separated by '|' (the CLI takes a name).
   const char* choices = nullptr;
+  // The compiled step holds the value (a family of the plan, a factor planned per tensor, a
+  // node's mode), not a scalar slot: Task::optimizer() refuses to change it after compile() and a
+  // checkpoint must hold the task's value. Such a row is task-wide and fixed for a resume.
+  bool fixed_after_compile = false;
 };
 
 inline constexpr HyperparameterInfo kHyperparameterTable[] = {
@@ -136,7 +140,8 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
     // presence the update reads. One value per task, fixed for a run (a resume cannot turn it on).
     {Hyperparameter::kAmsgrad, "amsgrad", "--amsgrad",
      "AMSGrad, adam and adamw (torch's amsgrad: the denominator reads the running max of v)", HyperRule::kFlag,
-     nullptr, &OptimizerConfig::amsgrad, nullptr, 0.0, kAdamFamily, true, false, MetaPlace::kOptional, -1, -1},
+     nullptr, &OptimizerConfig::amsgrad, nullptr, 0.0, kAdamFamily, true, false, MetaPlace::kOptional, -1, -1, nullptr,
+     true},
     // Muon's own (docs/math.md, "Muon"); their fp32 slots come after the device's (scalars.h) and
     // are not stored in a checkpoint's SCAL: the host forms them again from the configuration.
     {Hyperparameter::kAuxLr, "aux_lr", "--aux-lr",
@@ -155,7 +160,7 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
     {Hyperparameter::kAdjustLr, "adjust_lr", "--adjust-lr",
      "Muon: lr adjustment, original (lr*sqrt(max(1,A/B))) or match_rms_adamw (0.2*lr*sqrt(max(A,B)))",
      HyperRule::kChoice, &OptimizerConfig::adjust_lr, nullptr, nullptr, 0.0, kMuonFamily, true, false,
-     MetaPlace::kOptional, -1, -1, "original|match_rms_adamw"},
+     MetaPlace::kOptional, -1, -1, "original|match_rms_adamw", true},
     {Hyperparameter::kNsA, "ns_a", "--ns-a", "Muon: Newton-Schulz coefficient a (default 3.4445)", HyperRule::kFloat32,
      &OptimizerConfig::ns_a, nullptr, nullptr, 3.4445, kMuonFamily, false, true, MetaPlace::kOptional, kNsA, -1},
     {Hyperparameter::kNsB, "ns_b", "--ns-b", "Muon: Newton-Schulz coefficient b (default -4.7750)", HyperRule::kFloat32,
@@ -173,7 +178,7 @@ inline constexpr HyperparameterInfo kHyperparameterTable[] = {
      "Muon: Newton-Schulz products, exact (fixed-point, the same bits on every backend) or fast (fp32 on the CPU, "
      "bf16 with fp32 accumulation on CUDA; not bitwise across backends)",
      HyperRule::kChoice, &OptimizerConfig::muon_mode, nullptr, nullptr, 0.0, kMuonFamily, true, false,
-     MetaPlace::kOptional, -1, -1, "exact|fast"},
+     MetaPlace::kOptional, -1, -1, "exact|fast", true},
 };
 
 // A forgotten row, or rows out of enum order, is a compile error.
@@ -198,12 +203,13 @@ constexpr bool hyperparameter_table_consistent() {
     if (h.f32_slot >= kInvLossScale && h.f32_slot < kFirstMuonScalarF32) return false;
     if (h.f64_slot >= kGradNormD) return false;
     if ((h.rule == HyperRule::kChoice) != (h.choices != nullptr)) return false;
+    if (h.fixed_after_compile && (!h.task_wide || h.resume_may_change)) return false;
   }
   return true;
 }
 static_assert(hyperparameter_table_consistent(),
               "kHyperparameterTable: rows in enum order, one field each, META places in order, optional rows with a fixed "
-              "default, host slots only");
+              "default, host slots only, rows fixed after compile task-wide and fixed for a resume");
 
 constexpr const HyperparameterInfo& hyperparameter_info(Hyperparameter h) {
   return kHyperparameterTable[static_cast<int>(h)];
@@ -218,6 +224,11 @@ const HyperparameterInfo* find_hyperparameter(const std::string& name);
 constexpr bool kind_reads(OptimizerKind kind, const HyperparameterInfo& h) {
   return (h.families & family_bit(kind_info(kind).family)) != 0;
 }
+
+// The kinds whose builders take the row, in kind table order ("sgd, sgd_momentum, sgd_nesterov").
+std::string kinds_reading(const HyperparameterInfo& h);
+// A value of the row as text: a choice's name, a flag's on / off, a number's shortest decimal.
+std::string hyper_value_text(const HyperparameterInfo& h, double v);
 
 // A row's value in a configuration, as a double (a flag: 0 or 1), and the setter.
 inline double hyper_value(const OptimizerConfig& c, const HyperparameterInfo& h) {

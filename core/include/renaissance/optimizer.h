@@ -128,6 +128,7 @@ class BuilderSetters {
   }
   // Muon's mode as its row's number (0 exact, 1 fast), checked like every setter's value.
   Builder& muon_mode_value(double v) { return set("muon_mode", &OptimizerConfig::muon_mode, v); }
+  Builder& set_adjust_lr(double v) { return set("adjust_lr", &OptimizerConfig::adjust_lr, v); }
 
   OptimizerConfig c_;
 
@@ -219,10 +220,8 @@ class Muon : public BuilderSetters<Muon> {
       BuilderSetters::beta2, BuilderSetters::eps, BuilderSetters::max_grad_norm, BuilderSetters::maximize,
       BuilderSetters::aux_lr, BuilderSetters::aux_weight_decay, BuilderSetters::ns_steps, BuilderSetters::ns_eps, BuilderSetters::ns_coefficients;
   Muon& nesterov(bool v) { return nesterov_flag(v); }
-  Muon& adjust_lr(MuonAdjustLr v) {
-    c_.adjust_lr = static_cast<double>(v);
-    return *this;
-  }
+  // Checked like every setter's value (an enum cast from another number is refused here).
+  Muon& adjust_lr(MuonAdjustLr v) { return set_adjust_lr(static_cast<double>(v)); }
   Muon& mode(MuonMode v) { return muon_mode_value(static_cast<double>(v)); }
   OptimizerConfig config() const { return c_; }
 };

@@ -1,0 +1,135 @@
+// Hyperparameters that a kind does not read, and those the compiled step holds: a configuration
+// that sets a hyperparameter its kind ignores is refused, naming it and the kinds that take it;
+// Task::optimizer() after compile() refuses a change of amsgrad, Muon's adjust_lr and muon_mode
+// by name and leaves the task as it was; a checkpoint made with another adjust_lr is refused; the
+// Muon builder refuses an adjust_lr that is not one of its choices.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "renaissance/task.h"
+#include "support/checkpoint_test_util.h"
+#include "support/optimizer_cases.h"
+#include "support/test_util.h"
+
+namespace renaissance {
+namespace {
+
+std::vector<ParamSpec> params() {
+  return {{"w", {12, 8}, Role::kDeepConv}, {"b", {12}, Role::kFcBias}, {"v", {6, 10}, Role::kFcWeight}};
+}
+
+std::unique_ptr<Task> start(const OptimizerConfig& config) {
+  auto task = checkpoint_test::make_task(params(), config, BackendKind::kCpu, 1);
+  testing_util::set_all_weights(*task, testing_util::make_weights(params(), 3));
+  return task;
+}
+
+void step(Task& task, int s) {
+  testing_util::set_all_grads(task, testing_util::make_grads(params(), 7, static_cast<uint64_t>(s), 1.0));
+  task.step();
+}
+
+// Every field that no family but Muon's reads, set on an AdamW configuration.
+TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
+  struct Case {
+    const char* name;
+    void (*set)(OptimizerConfig&);
+  };
+  const Case cases[] = {
+      {"aux_lr", [](OptimizerConfig& c) { c.aux_lr = 0.01; }},
+      {"aux_weight_decay", [](OptimizerConfig& c) { c.aux_weight_decay = 0.1; }},
+      {"nesterov", [](OptimizerConfig& c) { c.nesterov = false; }},
+      {"ns_steps", [](OptimizerConfig& c) { c.ns_steps = 3; }},
+      {"ns_eps", [](OptimizerConfig& c) { c.ns_eps = 1e-5; }},
+      {"adjust_lr", [](OptimizerConfig& c) { c.adjust_lr = 1; }},
+      {"ns_a", [](OptimizerConfig& c) { c.ns_a = 3.0; }},
+      {"ns_b", [](OptimizerConfig& c) { c.ns_b = -4.0; }},
+      {"ns_c", [](OptimizerConfig& c) { c.ns_c = 2.0; }},
+      {"muon_mode", [](OptimizerConfig& c) { c.muon_mode = 1; }},
+  };
+  for (const Case& k : cases) {
+    OptimizerConfig c = default_config(OptimizerKind::kAdamW);
+    k.set(c);
+    checkpoint_test::expect_error([&] { c.validate(); }, std::string(k.name) + " applies to muon only, not adamw",
+                                  ErrorKind::kInvalidArgument);
+    // Muon takes every one of them.
+    OptimizerConfig m = default_config(OptimizerKind::kMuon);
+    k.set(m);
+    EXPECT_NO_THROW(m.validate()) << k.name;
+  }
+  // The SGD family's dampening and the Adam family's amsgrad, by the same rule.
+  OptimizerConfig c = default_config(OptimizerKind::kLion);
+  c.dampening = 0.5;
+  checkpoint_test::expect_error([&] { c.validate(); }, "dampening applies to sgd, sgd_momentum, sgd_nesterov only, not lion",
+                                ErrorKind::kInvalidArgument);
+  c = default_config(OptimizerKind::kMuon);
+  c.amsgrad = true;
+  checkpoint_test::expect_error([&] { c.validate(); }, "amsgrad applies to adam, adamw only, not muon",
+                                ErrorKind::kInvalidArgument);
+  // The library's own configurations of every kind pass.
+  for (int k = 0; k < kNumOptimizerKinds; ++k) {
+    EXPECT_NO_THROW(reference_config(static_cast<OptimizerKind>(k)).validate()) << k;
+    EXPECT_NO_THROW(bench_config(static_cast<OptimizerKind>(k)).validate()) << k;
+  }
+}
+
+TEST(FixedAfterCompile, TheMuonBuilderRefusesAnAdjustLrThatIsNoChoice) {
+  checkpoint_test::expect_error([] { Muon().adjust_lr(static_cast<MuonAdjustLr>(2)); },
+                                "invalid adjust_lr = 2: must be one of original|match_rms_adamw (0 to 1)",
+                                ErrorKind::kInvalidArgument);
+  checkpoint_test::expect_error([] { Muon().adjust_lr(static_cast<MuonAdjustLr>(-1)); }, "invalid adjust_lr = -1",
+                                ErrorKind::kInvalidArgument);
+  EXPECT_EQ(Muon().adjust_lr(MuonAdjustLr::kMatchRmsAdamW).config().adjust_lr, 1.0);
+}
+
+TEST(FixedAfterCompile, OptimizerRefusesAChangedAdjustLrAndLeavesTheTaskAsItWas) {
+  const OptimizerConfig original = Muon().lr(0.02).adjust_lr(MuonAdjustLr::kOriginal).config();
+  auto task = start(original);
+  step(*task, 0);
+  const auto before = testing_util::read_state(*task);
+  const OptimizerConfig other = Muon().lr(0.03).adjust_lr(MuonAdjustLr::kMatchRmsAdamW).config();
+  checkpoint_test::expect_error([&] { task->optimizer(other); }, "cannot change adjust_lr after compile()",
+                                ErrorKind::kInvalidArgument);
+  EXPECT_EQ(task->config().adjust_lr, 0.0);
+  EXPECT_EQ(task->config().lr, 0.02);
+  // A change of a scalar (lr) with the same adjust_lr is taken.
+  task->optimizer(Muon().lr(0.03).adjust_lr(MuonAdjustLr::kOriginal).config());
+  EXPECT_EQ(task->config().lr, 0.03);
+  EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*task), before));
+}
+
+TEST(FixedAfterCompile, OptimizerRefusesAChangedAmsgrad) {
+  for (const bool on : {false, true}) {
+    auto task = start(AdamW().lr(1e-3).amsgrad(on).config());
+    step(*task, 0);
+    checkpoint_test::expect_error([&] { task->optimizer(AdamW().lr(2e-3).amsgrad(!on).config()); },
+                                  "cannot change amsgrad after compile()", ErrorKind::kInvalidArgument);
+    EXPECT_EQ(task->config().amsgrad, on);
+    EXPECT_EQ(task->config().lr, 1e-3);
+    step(*task, 1);  // the compiled step still runs
+  }
+}
+
+TEST(FixedAfterCompile, ACheckpointOfAnotherAdjustLrIsRefused) {
+  checkpoint_test::TempDir dir;
+  const std::string path = dir.file("match.ckpt");
+  auto saved = start(Muon().adjust_lr(MuonAdjustLr::kMatchRmsAdamW).config());
+  step(*saved, 0);
+  saved->save(path);
+  EXPECT_EQ(read_checkpoint_info(path).config.adjust_lr, 1.0);
+  auto other = start(Muon().adjust_lr(MuonAdjustLr::kOriginal).config());
+  const auto before = testing_util::read_state(*other);
+  checkpoint_test::expect_error([&] { other->load(path); },
+                                "checkpoint was made with adjust_lr match_rms_adamw, task runs adjust_lr original",
+                                ErrorKind::kInvalidArgument);
+  EXPECT_EQ(other->config().adjust_lr, 0.0);
+  EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*other), before));
+  // The same adjust_lr loads.
+  auto same = start(Muon().adjust_lr(MuonAdjustLr::kMatchRmsAdamW).config());
+  EXPECT_NO_THROW(same->load(path));
+}
+
+}  // namespace
+}  // namespace renaissance
