@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "renaissance/layout.h"
 #include "renaissance/sharded_step.h"
@@ -37,6 +39,12 @@ inline std::unique_ptr<renaissance::Task> make_rank_task(const renaissance::Layo
   task->synthesize_weights(spec.seed ^ 0x5eed, 0, 1.0f);
   task->set_loss_scale(256.0);
   return task;
+}
+
+// The rank's slice of the state when comm is given (as renaissance.torch's ranks hold it), else
+// the whole state.
+inline renaissance::StateShard rank_shard(renaissance::Communicator* comm) {
+  return comm != nullptr ? renaissance::StateShard{comm->rank(), comm->size()} : renaissance::StateShard{};
 }
 
 // A rank's Task and, when comm is given, the sharded step over comm that drives it.
@@ -73,4 +81,53 @@ inline void rank_gradients(renaissance::Task& task, Grads grads, uint64_t seed, 
     case Grads::kSimulated: return synthesize_rank_sum(task, seed, step, amplitude, ranks);
     case Grads::kOther: return task.synthesize_gradients(seed + 1, step, amplitude);
   }
+}
+
+// `steps` steps of the driver's Task fed `grads`; at step 1 a NaN in element 0 of tensor nan_id
+// (every rank's G, or the simulated sum's) skips that step.
+inline void run_steps_with_a_nan_at_step_1(RankRun& driver, Grads grads, uint64_t seed, int steps, float amplitude,
+                                           int ranks, size_t nan_id) {
+  for (int t = 0; t < steps; ++t) {
+    rank_gradients(*driver.task, grads, seed, t, amplitude, driver.rank, ranks);
+    if (t == 1) driver.task->poison_gradient(nan_id, 0, std::numeric_limits<float>::quiet_NaN());
+    driver.step();
+  }
+}
+
+// The state's bytes in one fixed order: W, (Muon) N, M, V (those the plan holds; through
+// ShardedStep::read_state when sharded), the model copy of every tensor, then the step count.
+inline std::vector<char> rank_state_bytes(renaissance::Task& task, renaissance::ShardedStep* sharded) {
+  using namespace renaissance;
+  std::vector<char> out;
+  auto append = [&out](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  };
+  for (size_t id = 0; id < task.num_params(); ++id) {
+    const uint64_t n = static_cast<uint64_t>(task.param(id).numel());
+    std::vector<float> x(n);
+    task.read(Family::kW, id, x.data());
+    append(x.data(), n * sizeof(float));
+    if (task.plan().config().muon) {
+      float lr = 0.0f;
+      task.read(Family::kN, id, &lr);
+      append(&lr, sizeof(lr));
+    }
+    for (Family f : {Family::kM, Family::kV}) {
+      if (!task.plan().has_family(f)) continue;
+      if (sharded) {
+        sharded->read_state(f, id, 0, n, x.data());
+      } else {
+        task.read(f, id, x.data());
+      }
+      append(x.data(), n * sizeof(float));
+    }
+    if (task.plan().has_model_copy()) {
+      std::vector<uint16_t> copy(n);
+      task.read_model_copy(id, copy.data());
+      append(copy.data(), n * sizeof(uint16_t));
+    }
+  }
+  const int64_t t = task.step_count();
+  append(&t, sizeof(t));
+  return out;
 }

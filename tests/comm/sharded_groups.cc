@@ -87,57 +87,13 @@ std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard 
   return task;
 }
 
-// The state's bytes in one fixed order: W, (Muon) N, M, V, the model copy of every tensor, then
-// the step count.
-std::vector<char> state_bytes(Task& task, ShardedStep* sharded) {
-  std::vector<char> out;
-  auto append = [&out](const void* p, size_t n) {
-    out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
-  };
-  for (size_t id = 0; id < task.num_params(); ++id) {
-    const uint64_t n = static_cast<uint64_t>(task.param(id).numel());
-    std::vector<float> x(n);
-    task.read(Family::kW, id, x.data());
-    append(x.data(), n * sizeof(float));
-    if (task.plan().config().muon) {
-      float lr = 0.0f;
-      task.read(Family::kN, id, &lr);
-      append(&lr, sizeof(lr));
-    }
-    for (Family f : {Family::kM, Family::kV}) {
-      if (!task.plan().has_family(f)) continue;
-      if (sharded) {
-        sharded->read_state(f, id, 0, n, x.data());
-      } else {
-        task.read(f, id, x.data());
-      }
-      append(x.data(), n * sizeof(float));
-    }
-    if (task.plan().has_model_copy()) {
-      std::vector<uint16_t> copy(n);
-      task.read_model_copy(id, copy.data());
-      append(copy.data(), n * sizeof(uint16_t));
-    }
-  }
-  const int64_t t = task.step_count();
-  append(&t, sizeof(t));
-  return out;
-}
-
 // Four steps; a NaN at step 1 in the last tensor's gradient (group 1's; every rank's G, or the
 // simulated sum's) skips that step for both groups.
 std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads,
                       int ranks = 1) {
-  StateShard shard;
-  if (comm != nullptr) shard = StateShard{comm->rank(), comm->size()};
-  RankRun driver(make_task(layout, c, shard), comm, mode);
-  Task* task = driver.task.get();
-  for (int t = 0; t < kSteps; ++t) {
-    rank_gradients(*task, grads, kSeed, t, kAmplitude, driver.rank, ranks);
-    if (t == 1) task->poison_gradient(task->num_params() - 1, 0, std::numeric_limits<float>::quiet_NaN());
-    driver.step();
-  }
-  return state_bytes(*task, driver.sharded.get());
+  RankRun driver(make_task(layout, c, rank_shard(comm)), comm, mode);
+  run_steps_with_a_nan_at_step_1(driver, grads, kSeed, kSteps, kAmplitude, ranks, driver.task->num_params() - 1);
+  return rank_state_bytes(*driver.task, driver.sharded.get());
 }
 
 }  // namespace
