@@ -55,14 +55,11 @@ std::vector<float> spread(size_t count, std::mt19937& rng) {
 }
 
 // The Highway targets of the exact product: the library's (compiled into this test too) and
-// AVX3_DL (AVX-512 VNNI), which exact_matmul_cpu.cc alone compiles, where this CPU has it (and
-// this compiler and build do not rule the target out, as they would for that file too).
+// AVX3_DL (AVX-512 VNNI), which exact_matmul_cpu.cc alone compiles, where this CPU has it.
 std::vector<int64_t> exact_matmul_targets() {
   std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-#if HWY_ARCH_X86 && ((HWY_BROKEN_TARGETS | HWY_DISABLED_TARGETS) & HWY_AVX3_DL) == 0
   const bool listed = std::find(targets.begin(), targets.end(), int64_t{HWY_AVX3_DL}) != targets.end();
   if (!listed && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) targets.push_back(HWY_AVX3_DL);
-#endif
   return targets;
 }
 
