@@ -1,12 +1,6 @@
 // The exact matrix product and exact Newton–Schulz on the CPU (exact_matmul_cpu.h). Highway
 // compiles the integer kernel once per SIMD target (foreach_target) and dispatches at run time;
 // the fixed-point conversion, the blocking, the OpenMP loop and the fp32 steps are target-free.
-// This file alone also compiles Highway's AVX3_DL target (Ice Lake, Zen 4 and later: AVX-512
-// VNNI), where the kernel's multiply-add is the one instruction vpdpwssd instead of vpmaddwd and
-// an add; the integer sums, hence the bits, are the same on every target.
-#ifndef HWY_WANT_AVX3_DL
-#define HWY_WANT_AVX3_DL
-#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend_cpu/exact_matmul_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -27,39 +21,20 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The int32 lanes of the accumulators are moved into int64 after at most kFlushSteps calls of
-// MulAcc (below). Why 15 is safe: every q has |q| <= 2^13 (math::kFixedPointBits), so
+// ReorderWidenMulAccumulate. Why 15 is safe: every q has |q| <= 2^13 (math::kFixedPointBits), so
 // one product has |q_a q_b| <= 2^26. One call adds to each int32 lane of sum0 (and of sum1) at
-// most two products (x86: vpmaddwd's pair, or vpdpwssd's on AVX3_DL, which adds the same pair
-// to the lane in one instruction and wraps as vpaddd does; emu128: one product in each of sum0
-// and sum1; scalar: one), i.e. at most 2^27 in magnitude. After 15 calls a lane holds at most
+// most two products (x86: vpmaddwd's pair; emu128: one product in each of sum0 and sum1;
+// scalar: one), i.e. at most 2^27 in magnitude. After 15 calls a lane holds at most
 // 15 * 2^27 = 2^31 - 2^27 < 2^31 - 1, and sum0 + sum1 (RearrangeToOddPlusEven) holds at most
 // 30 products, the same bound. A 16th call could reach 16 * 2^27 = 2^31, one past INT32_MAX.
-// The int64 sums hold at most k * 2^26 <= 2^52 (k <= math::kExactMatmulMaxK). vpmaddwd and
-// vpdpwssd wrap (never saturate; vpdpwssds, which would, is not used) and no sum here comes near
-// vpmaddwd's one wrapping input (-2^15 * -2^15 twice).
+// The int64 sums hold at most k * 2^26 <= 2^52 (k <= math::kExactMatmulMaxK). vpmaddwd wraps
+// (never saturates) and no sum here comes near its one wrapping input (-2^15 * -2^15 twice).
 constexpr size_t kFlushSteps = 15;
 
 // Rows and columns of C per register tile: 16 int32 accumulators, 4 + 1 loaded vectors (AVX-512
 // keeps them in its 32 registers; AVX2 spills a few and measured no faster with 4 x 3 or 3 x 3).
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 4;
-
-// sum0 + the pairwise products of a and b, as ReorderWidenMulAccumulate (the same int32 lane
-// sums): on AVX3_DL one vpdpwssd, whose AVX-512 VNNI the functions that call it enable
-// (RN_DOT_ATTR; Highway's AVX3_DL target string lacks it, its CPU check requires it).
-#if HWY_TARGET == HWY_AVX3_DL
-#define RN_DOT_ATTR __attribute__((target("avx512vnni")))
-template <class D32, class V16, class V32>
-RN_DOT_ATTR HWY_INLINE V32 MulAcc(D32, V16 a, V16 b, V32 sum0, V32&) {
-  return V32{_mm512_dpwssd_epi32(sum0.raw, a.raw, b.raw)};
-}
-#else
-#define RN_DOT_ATTR
-template <class D32, class V16, class V32>
-HWY_INLINE V32 MulAcc(D32 d32, V16 a, V16 b, V32 sum0, V32& sum1) {
-  return hn::ReorderWidenMulAccumulate(d32, a, b, sum0, sum1);
-}
-#endif
 
 // The tile loops must be unrolled so that the accumulator arrays live in registers (GCC keeps
 // them on the stack otherwise: 2.5x slower).
@@ -68,7 +43,7 @@ HWY_INLINE V32 MulAcc(D32 d32, V16 a, V16 b, V32 sum0, V32& sum1) {
 // sums[r * ld + c] += sum over p < len of a[r * kp + p] * b[c * kp + p] for r < MR, c < NR; len is a
 // multiple of the vector length (the operands are zero-padded to math's kExactMatmulPad).
 template <int MR, int NR>
-RN_DOT_ATTR HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRICT b, size_t kp, size_t len,
+HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t* HWY_RESTRICT b, size_t kp, size_t len,
                         int64_t* HWY_RESTRICT sums, size_t ld) {
   const hn::ScalableTag<int16_t> d16;
   const hn::Repartition<int32_t, decltype(d16)> d32;
@@ -87,27 +62,17 @@ RN_DOT_ATTR HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t
     V32 s0[MR * NR], s1[MR * NR];
     RN_UNROLL
     for (int t = 0; t < MR * NR; ++t) s0[t] = s1[t] = hn::Zero(d32);
-#define RN_DOT_STEP                                                                                       \
-  {                                                                                                       \
-    hn::Vec<decltype(d16)> bv[NR];                                                                        \
-    RN_UNROLL                                                                                             \
-    for (int c = 0; c < NR; ++c) bv[c] = hn::LoadU(d16, b + c * kp + p);                                 \
-    RN_UNROLL                                                                                             \
-    for (int r = 0; r < MR; ++r) {                                                                        \
-      const auto av = hn::LoadU(d16, a + r * kp + p);                                                     \
-      RN_UNROLL                                                                                           \
-      for (int c = 0; c < NR; ++c) s0[r * NR + c] = MulAcc(d32, av, bv[c], s0[r * NR + c], s1[r * NR + c]); \
-    }                                                                                                     \
-  }
-    // A whole flush interval straight-line (GCC otherwise copies the loop-carried accumulators
-    // between registers each step), a shorter last one as a loop.
-    if (end - p == kFlushSteps * lanes) {
+    for (; p < end; p += lanes) {
+      hn::Vec<decltype(d16)> bv[NR];
       RN_UNROLL
-      for (size_t step = 0; step < kFlushSteps; ++step, p += lanes) RN_DOT_STEP
-    } else {
-      for (; p < end; p += lanes) RN_DOT_STEP
+      for (int c = 0; c < NR; ++c) bv[c] = hn::LoadU(d16, b + c * kp + p);
+      RN_UNROLL
+      for (int r = 0; r < MR; ++r) {
+        const auto av = hn::LoadU(d16, a + r * kp + p);
+        RN_UNROLL
+        for (int c = 0; c < NR; ++c) s0[r * NR + c] = hn::ReorderWidenMulAccumulate(d32, av, bv[c], s0[r * NR + c], s1[r * NR + c]);
+      }
     }
-#undef RN_DOT_STEP
     RN_UNROLL
     for (int t = 0; t < MR * NR; ++t) {
       const V32 s = hn::RearrangeToOddPlusEven(s0[t], s1[t]);
@@ -127,7 +92,7 @@ RN_DOT_ATTR HWY_INLINE void DotTile(const int16_t* HWY_RESTRICT a, const int16_t
 }
 
 template <int MR>
-RN_DOT_ATTR HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t* b, size_t kp, size_t len, int64_t* sums,
+HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t* b, size_t kp, size_t len, int64_t* sums,
                             size_t ld) {
   if (nr == 4) DotTile<MR, 4>(a, b, kp, len, sums, ld);
   if (nr == 3) DotTile<MR, 3>(a, b, kp, len, sums, ld);
@@ -138,7 +103,7 @@ RN_DOT_ATTR HWY_INLINE void DotTileCols(int nr, const int16_t* a, const int16_t*
 // sums[(i - i0) * ld + (j - j0)] = the integer dot product of vector i of qa and vector j of qb
 // (kp int16 each) for i in [i0, i1), j in [j0, j1); sums is overwritten. The k range is walked
 // in chunks that keep a register tile's operands in L1.
-RN_DOT_ATTR void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_t i0, size_t i1, size_t j0, size_t j1,
+void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_t i0, size_t i1, size_t j0, size_t j1,
               int64_t* sums, size_t ld) {
   constexpr size_t kChunk = 1920;  // k per pass: the tile's 8 vectors of 3840 bytes stay in L1
   for (size_t i = i0; i < i1; ++i) std::fill(sums + (i - i0) * ld, sums + (i - i0) * ld + (j1 - j0), int64_t{0});
@@ -159,8 +124,6 @@ RN_DOT_ATTR void DotBlock(const int16_t* qa, const int16_t* qb, size_t kp, size_
     }
   }
 }
-
-#undef RN_DOT_ATTR
 
 const char* DotTarget() { return hwy::TargetName(HWY_TARGET); }
 

@@ -1,14 +1,12 @@
 // The CPU's fast exact product and Newton–Schulz (backend_cpu/exact_matmul_cpu.h) against the host
 // references of renaissance/math (exact_matmul_reference, newton_schulz_reference), bit for bit:
-// every Highway target the build compiled and AVX3_DL's VNNI kernel where the CPU has it, 1 and 2
-// threads, odd shapes and k tails, empty dimensions, non-finite rows and columns, subnormals, and
-// sums over k > 131071 with worst-case digits that overflow int32 unless the kernel moves its
-// sums to int64 in time.
+// every Highway target the build compiled, 1 and 2 threads, odd shapes and k tails, empty
+// dimensions, non-finite rows and columns, subnormals, and sums over k > 131071 with worst-case
+// digits that overflow int32 unless the kernel moves its sums to int64 in time.
 #include <gtest/gtest.h>
 
 #include <hwy/targets.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -54,20 +52,11 @@ std::vector<float> spread(size_t count, std::mt19937& rng) {
   return x;
 }
 
-// The Highway targets of the exact product: the library's (compiled into this test too) and
-// AVX3_DL (AVX-512 VNNI), which exact_matmul_cpu.cc alone compiles, where this CPU has it.
-std::vector<int64_t> exact_matmul_targets() {
-  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  const bool listed = std::find(targets.begin(), targets.end(), int64_t{HWY_AVX3_DL}) != targets.end();
-  if (!listed && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) targets.push_back(HWY_AVX3_DL);
-  return targets;
-}
-
-// Runs fn once per target of the exact product, with dispatch pinned to it.
+// Runs fn once per Highway target the build compiled, with dispatch pinned to it.
 template <class Fn>
 std::string for_each_target(Fn&& fn) {
   std::ostringstream names;
-  for (int64_t target : exact_matmul_targets()) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     const testing_util::OnlySimdTarget only(target);
     EXPECT_EQ(std::string(cpu::exact_matmul_target()), hwy::TargetName(target));
