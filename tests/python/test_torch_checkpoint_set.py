@@ -153,9 +153,10 @@ def _pg_init(rank, k, init_file):
 def _pg_optimizer(dist):
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
-    # Under a process group every group has a Task of its own: two files and a manifest.
-    opt = rt.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": 3e-3}], lr=1e-2, threads=1,
-                   process_group=dist.group.WORLD)
+    # Two groups of different structure (the second clips) are two Tasks, as in one process:
+    # two files and a manifest.
+    opt = rt.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": 3e-3, "max_grad_norm": 10.0}], lr=1e-2,
+                   threads=1, process_group=dist.group.WORLD)
     return params, opt
 
 
