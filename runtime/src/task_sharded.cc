@@ -34,10 +34,9 @@ void Task::write_state_part(Family family, size_t id, uint64_t first, uint64_t c
 // A sharded task's fingerprint: the state families gathered through `read_state` (ShardMemory.WorldOfOneHoldsEverything
 // and the dist_sharded_runs tests compare it with Task::fingerprint() on the same state).
 std::string Task::fingerprint(const StateReader& read_state) {
-  require_compiled("fingerprint()");
   std::vector<size_t> ids(params_.size());
   for (size_t id = 0; id < ids.size(); ++id) ids[id] = id;
-  return hash_state(ids, read_state);
+  return fingerprint(ids, read_state);
 }
 
 std::string Task::fingerprint(const std::vector<size_t>& ids, const StateReader& read_state) {
