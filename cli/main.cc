@@ -2,8 +2,10 @@
 // to one line on stderr and an exit code (0 ok, 1 comparison failed, 2 bad input or usage,
 // 3 backend or system failure). The subcommands live in cmd_*.cc.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -52,20 +54,19 @@ void add_hyperparameters(CLI::App* app, RunOptions* run, bool flags) {
       const std::string names = row.fixed_default != 0.0 ? std::string(row.flag) + ",!--no-" + (row.flag + 2) : row.flag;
       app->add_flag_function(names, [value](std::int64_t count) { *value = count > 0 ? 1.0 : 0.0; }, row.help);
     } else if (row.rule == HyperRule::kChoice) {
-      // A choice takes one of its names (the value is its index).
-      const std::string flag = row.flag, choices = row.choices;
-      app->add_option_function<std::string>(row.flag, [value, flag, choices](const std::string& text) {
-        size_t at = 0;
-        for (double index = 0.0;; index += 1.0) {
-          const size_t bar = choices.find('|', at);
-          if (choices.substr(at, bar == std::string::npos ? std::string::npos : bar - at) == text) {
+      // A choice takes one of its names (the value is its index): the names hyper_value_text
+      // gives the indices 0 .. count - 1.
+      const HyperparameterInfo* info = &row;  // a row of the static table
+      app->add_option_function<std::string>(row.flag, [value, info](const std::string& text) {
+        const int count = 1 + static_cast<int>(std::count(info->choices, info->choices + std::strlen(info->choices), '|'));
+        for (int index = 0; index < count; ++index) {
+          if (hyper_value_text(*info, index) == text) {
             *value = index;
             return;
           }
-          if (bar == std::string::npos) break;
-          at = bar + 1;
         }
-        throw CLI::ValidationError(flag + " " + io::printable(text) + ": expected one of " + choices);
+        throw CLI::ValidationError(std::string(info->flag) + " " + io::printable(text) + ": expected one of " +
+                                   info->choices);
       }, row.help)->type_name(row.choices);
     } else {
       app->add_option_function<double>(row.flag, [value](const double& v) { *value = v; }, row.help)->type_name("X");
