@@ -52,14 +52,15 @@ inline std::string audit_cell_name(OptimizerKind kind, int steps) {
   return std::string("audit.") + optimizer_kind_name(kind) + ".steps" + std::to_string(steps);
 }
 
-// Canonical description of a layout: names, shapes and roles, digested.
+// Canonical description of a layout: names, shapes, roles and optimizer marks, digested.
 inline std::string layout_digest(const std::vector<ParamSpec>& params) {
   std::string text;
   int64_t numel = 0;
   for (const ParamSpec& p : params) {
     text += p.name + "[";
     for (int64_t d : p.shape) text += std::to_string(d) + ",";
-    text += "]" + std::to_string(static_cast<int>(p.role)) + ";";
+    // The optimizer mark only where a layout sets it, so that every unmarked layout's digest stays.
+    text += "]" + std::to_string(static_cast<int>(p.role)) + (p.optimizer == ParamOptimizer::kAdamW ? ":adamw" : "") + ";";
     numel += p.numel();
   }
   char buf[96];
@@ -88,6 +89,11 @@ inline std::string config_spec(const OptimizerConfig& c) {
   }
   // Only with amsgrad, for the same reason.
   if (c.amsgrad) spec += " amsgrad=1";
+  // Only with an auxiliary AdamW weight decay (muon), for the same reason.
+  if (c.aux_weight_decay != 0.0) {
+    std::snprintf(buf, sizeof(buf), " aux_wd=%.17g", c.aux_weight_decay);
+    spec += buf;
+  }
   return spec;
 }
 

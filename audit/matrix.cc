@@ -21,8 +21,11 @@
 //    every kind with the mask, the gradient table and 2 groups, precision rotating; on tiny_many
 //    every kind with the gradient table and 3 groups;
 //  - muon runs the small tier only, without the simulated-ranks cell (recorded before Muon had a
-//    sharded step; one would be appended with its own goldens): its exact Newton–Schulz on the reference products makes its big and drift cells
-//    minutes each on two cores; they belong to the GPU machine's golden recording.
+//    sharded step; one would be appended with its own goldens): its exact Newton–Schulz on the
+//    reference products makes its big and drift cells minutes each on two cores; they belong to
+//    the GPU machine's golden recording. Two muon cells close the small tier: the auxiliary
+//    AdamW's weight decay (aux_wd) and a layout with two tensors marked "adamw"
+//    (small_cnn_marked).
 #include "audit/matrix.h"
 
 #include <cmath>
@@ -59,6 +62,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr double kLrFactor[] = {0.25, 0.5, 1.0, 0.9, 0.75, 0.5, 0.0, 0.3, 0.2, 0.1};
 // The dampening of the sgd_momentum cells that have it.
 constexpr double kDampening = 0.3;
+// The auxiliary AdamW's weight decay of the muon cell that has it (with aux_lr 3e-4: a decay of
+// 3e-5 per step, hundreds of times the bound; with Muon's lr 0.02 it would be 2e-3).
+constexpr double kAuxWeightDecay = 0.1;
 constexpr int kNumLrFactors = sizeof(kLrFactor) / sizeof(kLrFactor[0]);
 
 // Hyperparameters of the short runs (those of tests/support/optimizer_cases.h): weight decay large
@@ -359,6 +365,15 @@ std::vector<ParamSpec> conformance_layout(const std::string& name) {
     }
     return p;
   }
+  if (name == "small_cnn_marked") {
+    // small_cnn with its stem conv and its head marked "adamw" (ParamSpec::optimizer): a muon
+    // task steps them with the auxiliary AdamW, as the embeddings and heads of a transformer.
+    std::vector<ParamSpec> p = conformance_layout("small_cnn");
+    for (ParamSpec& t : p) {
+      if (t.name == "conv1.weight" || t.name == "fc.weight") t.optimizer = ParamOptimizer::kAdamW;
+    }
+    return p;
+  }
   if (name == "resnet50" || name == "bert_base") return builtin_layout(name).params;
   throw std::invalid_argument("unknown conformance layout " + name);
 }
@@ -473,6 +488,18 @@ std::vector<Cell> cells(Tier tier) {
       d.name = std::string(optimizer_kind_name(kind)) + ".drift1000.small_cnn";
       out.push_back(d);
     }
+  }
+  if (tier == Tier::kSmall) {
+    // Muon's auxiliary AdamW, appended after every other cell so that none of their inputs
+    // change: its decoupled weight decay (aux_weight_decay, with aux_lr, on the bias-like group),
+    // and the layout marks (small_cnn_marked: two weight-role tensors stepped by that AdamW).
+    Cell wd = make_cell(tier, OptimizerKind::kMuon, "small_cnn", true, WeightDecayMode::kDecoupled, true, 65536.0, 1);
+    wd.config.aux_weight_decay = kAuxWeightDecay;
+    wd.config.validate();
+    wd.name += ".aux_wd";
+    out.push_back(wd);
+    out.push_back(make_cell(tier, OptimizerKind::kMuon, "small_cnn_marked", true, WeightDecayMode::kDecoupled, true,
+                            65536.0, 2));
   }
   return out;
 }

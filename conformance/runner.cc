@@ -96,7 +96,8 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       // Only the weight group is LARS-adapted: the bias-like ratios must stay as they were.
       // (A masked tensor's ratio is written too: it follows the partials its tiles kept.)
       for (size_t id = 0; id < params.size(); ++id) {
-        if (group_of(params[id].role) != Group::kWeight) continue;
+        // The plan's role (a muon plan moves a tensor marked "adamw" to the bias-like group).
+        if (group_of(plan.tensor(id).spec.role) != Group::kWeight) continue;
         const uint64_t at = plan.tensor_offset(Family::kN, id);
         w.push_back({at, at + sizeof(float)});
       }
@@ -105,7 +106,7 @@ std::vector<ByteRange> writable(const MemoryPlan& plan, OptimizerKind kind, bool
       // Muon's update U of each unmasked weight-group tensor (its padding stays +0).
       const uint64_t u0 = plan.region(T_MUON_UPDATE).offset;
       for (size_t id = 0; id < params.size(); ++id) {
-        if (group_of(params[id].role) != Group::kWeight || (!mask.empty() && mask[id])) continue;
+        if (group_of(plan.tensor(id).spec.role) != Group::kWeight || (!mask.empty() && mask[id])) continue;
         const uint64_t begin = u0 + plan.tensor(id).offset_in_group * sizeof(float);
         w.push_back({begin, begin + static_cast<uint64_t>(params[id].numel()) * sizeof(float)});
       }
