@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   bool stochastic_rounding = false;
   std::string grad_dtype = "fp32";  // model: gradients in the model dtype (2 B/param per read of G)
   std::string tensor_mask = "none";
-  bool muon_batches = false;
+  bool muon_batches = BackendOptions{}.cuda_muon_batches;
   std::string muon_mode = "exact";
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "clear", "set"}));
   app.add_option("--muon-mode", muon_mode, "muon: Newton-Schulz products, exact or fast")
       ->check(CLI::IsMember({"exact", "fast"}));
-  app.add_flag("--cuda-muon-batches", muon_batches,
-               "CUDA: Muon's Newton-Schulz as cuBLASLt batches per shape class (BackendOptions::cuda_muon_batches)");
+  app.add_flag("--cuda-muon-batches,!--no-cuda-muon-batches", muon_batches,
+               "CUDA: Muon's Newton-Schulz as cuBLASLt batches per shape class, or one matrix after another "
+               "(BackendOptions::cuda_muon_batches; default on)");
   CLI11_PARSE(app, argc, argv);
 
   bool failed = false;

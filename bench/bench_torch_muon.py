@@ -118,14 +118,14 @@ def batched_gemm_ms(matrices, device, steps, warmup, ns_steps=5):
 
 
 def ours_ms(bench_step, layout_path, backend, mode, steps, warmup, threads):
-    """mode: exact or fast, with "+batches" for BackendOptions::cuda_muon_batches."""
+    """mode: exact or fast, with "+batches" for BackendOptions::cuda_muon_batches (the default) or
+    without it for one matrix after another."""
     cmd = [bench_step, "--backend", backend, "--layouts", layout_path, "--kinds", "muon", "--check", "on",
            "--replays", str(steps), "--warmup", str(warmup), "--timing", "enqueued"]
     base, _, extra = mode.partition("+")
     if base != "exact":
         cmd += ["--muon-mode", base]
-    if extra == "batches":
-        cmd += ["--cuda-muon-batches"]
+    cmd += ["--cuda-muon-batches" if extra == "batches" else "--no-cuda-muon-batches"]
     if backend == "cpu":
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True)

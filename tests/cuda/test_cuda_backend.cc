@@ -459,7 +459,7 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
   }
 }
 
-// Muon's step without cuda_muon_batches captures the Newton–Schulz launches of each non-empty
+// Muon's step with cuda_muon_batches off captures the Newton–Schulz launches of each non-empty
 // matrix: one more matrix, more nodes; a change of ns_steps is captured again (more steps,
 // more nodes) and the step still runs.
 TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
@@ -467,6 +467,7 @@ TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
   auto nodes_for = [](std::vector<ParamSpec> params) {
     TaskOptions options;
     options.backend = BackendKind::kCuda;
+    options.backend_options.cuda_muon_batches = false;
     Task task(params, options);
     task.optimizer(reference_config(OptimizerKind::kMuon));
     task.compile();
@@ -505,10 +506,11 @@ TEST(CudaBackend, MuonNsStepsChangeBetweenSteps) {
   expect_same(cpu, run(BackendKind::kCuda, sc, no_graph));
 }
 
-// BackendOptions::cuda_muon_batches: the Newton–Schulz of each shape class (both orientations,
-// several matrices, a second class, hyperparameter groups that split a class) runs as cuBLASLt
-// batches and gives the CPU's bits, with and without CUDA graphs; the captured step's node count
-// then depends on the classes, not on the number of matrices in them.
+// BackendOptions::cuda_muon_batches (the default): the Newton–Schulz of each shape class (both
+// orientations, several matrices, a second class, hyperparameter groups that split a class) runs
+// as cuBLASLt batches and gives the CPU's bits, with and without CUDA graphs, as does the path of
+// one matrix after another; the captured step's node count then depends on the classes, not on
+// the number of matrices in them.
 TEST(CudaBackend, MuonBatchesGiveTheCpuBits) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
   Scenario sc;
@@ -523,6 +525,9 @@ TEST(CudaBackend, MuonBatchesGiveTheCpuBits) {
   expect_same(cpu, run(BackendKind::kCuda, sc, batches));
   batches.cuda_graph = false;
   expect_same(cpu, run(BackendKind::kCuda, sc, batches));
+  BackendOptions one_by_one;
+  one_by_one.cuda_muon_batches = false;
+  expect_same(cpu, run(BackendKind::kCuda, sc, one_by_one));
   // Hyperparameter groups: "c" in group 1 is a class of its own (its block's coefficients).
   sc.params[3].hyper_group = 1;
   OptimizerConfig other = sc.config;

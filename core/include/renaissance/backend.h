@@ -71,10 +71,10 @@ struct BackendOptions {
   int cuda_grid = 0;
   bool cuda_graph = true;  // capture the step into one CUDA graph
   // Muon's Newton–Schulz as cuBLASLt batches, one per shape class and scalar block (exact mode:
-  // the same bits; muon_mode=fast runs only so). Off: one matrix after another with the
-  // library's own integer kernels. Off by default until the batches have been checked and timed
-  // on a GPU (bench/RESULTS.md).
-  bool cuda_muon_batches = false;
+  // the same bits as one matrix after another; muon_mode=fast runs only so). Off: one matrix
+  // after another with the library's own integer kernels, slower by 1.7-2.3x on the H200
+  // (bench/RESULTS.md).
+  bool cuda_muon_batches = true;
 };
 
 // One G tensor to fill: `count` elements at byte `offset` of the arena, tensor number `tensor`.
