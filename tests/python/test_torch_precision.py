@@ -26,10 +26,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and renaissance.with_
 
 def set_grad(p, g):
     """p's gradient for the next step: written into its .grad (the arena's view, or a tensor of
-    autograd's) when it has one, else handed over as a fresh tensor (read in place by the step),
-    as backward does."""
+    autograd's) when it has one, else handed over as a fresh tensor on p's device (read in place
+    by the step), as backward does."""
     if p.grad is None:
-        p.grad = g.detach().clone()
+        p.grad = g.detach().to(p.device).clone()
     else:
         p.grad.copy_(g)
 
