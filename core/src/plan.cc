@@ -102,6 +102,10 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   const bool mask = config_.tensor_mask;
   // With the mask every tensor is a run of its own (block = id): items never cross tensors.
   const bool runs = hyper > 1 || mask;
+  // A Muon plan's weight-group tensors (its matrices) are runs of their own too, so that every
+  // matrix starts an item on the 64-element alignment: a sharded step's cut at a matrix start
+  // (rule M, docs/distributed.md) then splits no item, with groups as without.
+  const bool matrix_runs = runs && config_.muon;
   if (mask && params.size() > static_cast<size_t>(INT32_MAX / kNumScalarF64)) throw_invalid("tensor_mask: too many parameters");
   scalar_blocks_ = mask ? std::max<int>(1, static_cast<int>(params.size())) : hyper;
   for (const ParamSpec& p : params) {
@@ -150,7 +154,8 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     int run_block = -1;
     for (size_t id : by_role[r]) {
       const int block = mask ? static_cast<int>(id) : params[id].hyper_group;
-      if (runs && block != run_block) {
+      const bool own_run = matrix_runs && group == Group::kWeight;
+      if (runs && (block != run_block || own_run)) {
         if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
         run_start = cursor;
         run_block = block;

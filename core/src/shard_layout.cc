@@ -99,9 +99,10 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
     c = norm_tile_start_at_or_below(c);
     // A plan with work items (hyperparameter groups, TaskOptions::tensor_mask): a cut inside a
     // HyperItem moves down to its start, so that a rank's sub-steps walk whole items
-    // (ShardedStep). An item of a run of several tensors (H > 1) may start inside a norm tile or
-    // a Muon matrix: the three rules are applied, each moving the cut down, until none moves it
-    // (the largest cut at or below this one that splits no item, tile or matrix).
+    // (ShardedStep). An item of a run of several tensors (H > 1) may start inside a norm tile (a
+    // Muon plan's matrices are runs of their own, so rule M's ends are item starts): the three
+    // rules are applied, each moving the cut down, until none moves it (the largest cut at or
+    // below this one that splits no item, tile or matrix).
     if (items) {
       for (uint64_t before = count + 1; before != c;) {
         before = c;

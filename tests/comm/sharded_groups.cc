@@ -9,6 +9,9 @@
 //   replicated == the one-device run: W, N (Muon's adjusted lrs), M and V (read through
 //                 ShardedStep::read_state), the model copy and the step count, bit for bit;
 //   ordered    == the one-process simulation of K ranks (synthesize_rank_sum), the same bytes.
+// Muon also with every matrix in group 0 and the rest in group 1 (MuonWithAuxAdam's shape: a run
+// of matrices of one group, which the sharded step still cuts at matrix starts; at K > 1 more
+// than one rank owns matrices).
 // The run must differ from one with another gradient, and at K > 1 more than one rank must own
 // elements (the partition shards). Exit 0 only when every check passed.
 #include <cstdint>
@@ -38,13 +41,15 @@ struct Case {
   OptimizerKind kind;
   bool clip;
   PrecisionOptions precision;
+  bool matrices_apart = false;  // weight-role tensors in group 0, the others in group 1
 };
 
-std::vector<ParamSpec> grouped_params(const Layout& layout, OptimizerKind kind) {
+std::vector<ParamSpec> grouped_params(const Layout& layout, const Case& c) {
   std::vector<ParamSpec> params = layout.params;
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i].hyper_group = static_cast<int>(i % kGroups);
-    if (kind == OptimizerKind::kMuon && params[i].name == "fc.weight") params[i].optimizer = ParamOptimizer::kAdamW;
+    params[i].hyper_group = c.matrices_apart ? (group_of(params[i].role) == Group::kWeight ? 0 : 1)
+                                             : static_cast<int>(i % kGroups);
+    if (c.kind == OptimizerKind::kMuon && params[i].name == "fc.weight") params[i].optimizer = ParamOptimizer::kAdamW;
   }
   return params;
 }
@@ -79,7 +84,7 @@ std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard 
   options.backend = BackendKind::kCpu;
   options.backend_options.threads = 1;
   options.precision = c.precision;
-  auto task = std::make_unique<Task>(grouped_params(layout, c.kind), options);
+  auto task = std::make_unique<Task>(grouped_params(layout, c), options);
   task->optimizer_groups(group_configs(c));
   task->compile();
   task->synthesize_weights(kSeed ^ 0x5eed, 0, 1.0f);
@@ -108,16 +113,22 @@ int main(int argc, char** argv) {
   const Layout layout = load_layout_file(argv[1]);
   CheckLog check{comm->rank() == 0};
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars, OptimizerKind::kMuon}) {
-    {
-      // The partition the runs below use: more than one rank owns elements when K > 1.
-      const std::unique_ptr<Task> task = make_task(layout, Case{kind, false, PrecisionOptions{}}, StateShard{});
-      int owners = 0;
+    for (bool apart : {false, true}) {
+      if (apart && kind != OptimizerKind::kMuon) continue;
+      // The partition the runs below use: more than one rank owns elements (Muon: matrices)
+      // when K > 1.
+      const std::unique_ptr<Task> task = make_task(layout, Case{kind, false, PrecisionOptions{}, apart}, StateShard{});
+      int owners = 0, matrix_owners = 0;
       std::string text;
       for (const RankShard& s : make_shard_layout(task->plan(), K).ranks) {
         owners += s.end > s.begin ? 1 : 0;
+        matrix_owners += s.muon_matrix_end > s.muon_matrix_begin ? 1 : 0;
         text += " [" + std::to_string(s.begin) + ", " + std::to_string(s.end) + ")";
       }
-      check(K == 1 || owners > 1, std::string(optimizer_kind_name(kind)) + " H=2 K=" + std::to_string(K) + " slices:" + text);
+      const std::string what = std::string(optimizer_kind_name(kind)) + " H=2" + (apart ? " matrices apart" : "") +
+                               " K=" + std::to_string(K) + " slices:" + text;
+      check(K == 1 || owners > 1, what);
+      if (kind == OptimizerKind::kMuon) check(K == 1 || matrix_owners > 1, what + ": matrices on more than one rank");
     }
     // Without and with clipping, and (AdamW, Muon) a bf16 stochastic model copy, written by the
     // item walks of the slice and gathered.
@@ -125,8 +136,13 @@ int main(int argc, char** argv) {
     if (kind == OptimizerKind::kAdamW || kind == OptimizerKind::kMuon) {
       cases.push_back({kind, true, PrecisionOptions{Precision::kBf16, Rounding::kStochastic, 99}});
     }
+    if (kind == OptimizerKind::kMuon) {
+      cases.push_back({kind, false, PrecisionOptions{}, true});
+      cases.push_back({kind, true, PrecisionOptions{}, true});
+    }
     for (const Case& c : cases) {
-      const std::string tag = std::string(optimizer_kind_name(kind)) + " H=2" + (c.clip ? " clip" : "") +
+      const std::string tag = std::string(optimizer_kind_name(kind)) + " H=2" + (c.matrices_apart ? " matrices apart" : "") +
+                              (c.clip ? " clip" : "") +
                               (c.precision.precision != Precision::kFp32 ? " bf16 stochastic" : "") + " K=" +
                               std::to_string(K) + " rank " + std::to_string(comm->rank());
       const std::vector<char> replicated = run(layout, c, comm.get(), GradReduce::kReplicated, Grads::kSame);

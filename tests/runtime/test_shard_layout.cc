@@ -4,6 +4,8 @@
 // actually shards. Plus the world of one (LocalCommunicator): a sharded step equals Task::step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -223,6 +225,58 @@ TEST(ShardLayout, HyperGroupPlansSplitNoItem) {
     int updating = 0;
     for (const RankShard& s : make_shard_layout(plan, 2).ranks) updating += s.begin < s.end ? 1 : 0;
     EXPECT_EQ(updating, 2) << info.name << " K=2";
+  }
+}
+
+// Muon with hyperparameter groups (H = 2) cuts as Muon without: each matrix is its own run of
+// work items, so rule M's cut at a matrix start is an item start and rule 3 leaves it there.
+// Two splits that keep the matrices' order: all matrices in group 0 and the bias-like tensors in
+// group 1 (MuonWithAuxAdam's shape: one run of every matrix of a role), and the first half of
+// the tensors in group 0. At K = 2..6 a rank owns a matrix wherever the plan without groups gives
+// it one, and its count and elements of matrices are within one matrix of that plan's.
+TEST(ShardLayout, MuonWithHyperGroupsBalancesAsWithout) {
+  for (const char* name : {"shard", "resnet50", "gpt2_small"}) {
+    const Layout layout = std::string(name) == "shard" ? load_layout_file(kShardLayout) : builtin_layout(name);
+    const MemoryPlan one(layout.params, plan_config_from_optimizer(OptimizerKind::kMuon));
+    PlanConfig config = plan_config_from_optimizer(OptimizerKind::kMuon);
+    config.hyper_groups = 2;
+    for (const char* split : {"matrices apart", "halves"}) {
+      std::vector<ParamSpec> params = layout.params;
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i].hyper_group = std::string(split) == "halves" ? (2 * i < params.size() ? 0 : 1)
+                                                                : (group_of(params[i].role) == Group::kWeight ? 0 : 1);
+      }
+      const MemoryPlan two(params, config);
+      ASSERT_EQ(two.muon_matrices().size(), one.muon_matrices().size());
+      // The same matrices in the same order, so that rank r's run of matrices compares directly.
+      std::vector<uint64_t> numel(one.muon_matrices().size());
+      uint64_t largest = 0;
+      for (size_t id = 0; id < one.num_params(); ++id) {
+        if (group_of(one.tensor(id).spec.role) != Group::kWeight) continue;
+        ASSERT_EQ(two.tensor(id).index_in_group, one.tensor(id).index_in_group) << name << " " << split;
+        numel[static_cast<size_t>(one.tensor(id).index_in_group)] = static_cast<uint64_t>(one.tensor(id).numel);
+        largest = std::max(largest, static_cast<uint64_t>(one.tensor(id).numel));
+      }
+      auto elements = [&](const RankShard& s) {
+        uint64_t n = 0;
+        for (int64_t t = s.muon_matrix_begin; t < s.muon_matrix_end; ++t) n += numel[static_cast<size_t>(t)];
+        return n;
+      };
+      for (int K = 2; K <= 6; ++K) {
+        SCOPED_TRACE(std::string(name) + " " + split + " K=" + std::to_string(K));
+        expect_whole_matrices(two, K, "H=2", false);
+        const ShardLayout a = make_shard_layout(one, K), b = make_shard_layout(two, K);
+        for (int r = 0; r < K; ++r) {
+          const int64_t want = a.ranks[r].muon_matrix_end - a.ranks[r].muon_matrix_begin;
+          const int64_t got = b.ranks[r].muon_matrix_end - b.ranks[r].muon_matrix_begin;
+          if (want > 0) EXPECT_GT(got, 0) << "rank " << r << " owns no matrix (without groups: " << want << ")";
+          EXPECT_LE(std::abs(got - want), 1) << "rank " << r << " owns " << got << " matrices, without groups " << want;
+          const uint64_t e1 = elements(a.ranks[r]), e2 = elements(b.ranks[r]);
+          EXPECT_LE(std::max(e1, e2) - std::min(e1, e2), largest)
+              << "rank " << r << " owns " << e2 << " matrix elements, without groups " << e1;
+        }
+      }
+    }
   }
 }
 
