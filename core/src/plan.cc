@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "renaissance/error.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/model_copy_key.h"
@@ -77,6 +78,25 @@ PlanConfig plan_config_from_optimizer(const OptimizerConfig& config) {
   c.muon_adjust_lr = c.muon ? static_cast<int>(config.adjust_lr) : 0;
   c.muon_mode = c.muon ? static_cast<int>(config.muon_mode) : 0;
   return c;
+}
+
+std::vector<TorchStateKey> torch_state_keys(OptimizerKind kind, Group group, bool amsgrad) {
+  const KindInfo& info = kind_info(kind);
+  if (amsgrad && !kind_reads(kind, hyperparameter_info(Hyperparameter::kAmsgrad))) {
+    throw_invalid(std::string("torch_state_keys: kind ") + info.name + " has no amsgrad");
+  }
+  OptimizerConfig config;
+  config.kind = kind;
+  config.amsgrad = amsgrad;
+  const PlanConfig plan = plan_config_from_optimizer(config);
+  const bool momentum = info.torch_m == TorchM::kMomentumBuffer ||
+                        (info.torch_m == TorchM::kMomentumBufferInWeightGroup && group == Group::kWeight);
+  std::vector<TorchStateKey> keys;
+  for (const FamilyInfo& f : kFamilyTable) {
+    const char* key = momentum ? f.torch_state_momentum : f.torch_state;
+    if (plan.has(f.family) && key != nullptr) keys.push_back({f.family, key});
+  }
+  return keys;
 }
 
 MuonMatrix muon_matrix(const std::vector<int64_t>& shape, int adjust_lr) {

@@ -105,7 +105,9 @@ class _Base(Optimizer):
 
     _step_supports_amp_scaling = True
     _flags = ()  # the torch flags this class's torch counterpart has (kept in param_groups)
-    _state_names = {}  # core family -> torch state key; "step": whether the state has a step
+    # Every torch state key this class's groups may keep (core family -> key, "step": "step";
+    # _torch_state), the keys load_state_dict accepts; each group's own: _state_names_for.
+    _state_names = {}
     # The group keys that tell this algorithm's state dicts from another class's (torch's and
     # this library's): load_state_dict refuses a group that lacks a required key or holds a key
     # of another class's groups (any other key, such as a scheduler's initial_lr, passes).
@@ -386,7 +388,10 @@ class _Base(Optimizer):
         return ["fc_weight"] * len(group["params"])
 
     def _state_names_for(self, group):
-        return self._state_names
+        """The group's torch state keys: its kind's (and amsgrad's), from the core's tables (SGD with
+        momentum 0 runs kind sgd, which keeps no M)."""
+        kind, hyper = self._core_config(group)
+        return _torch_state(kind, hyper.get("amsgrad", False))
 
     def _task_state_names(self, group):
         """The state families the group's Task keeps views of (the groups that share a Task hold
@@ -753,10 +758,8 @@ class _Base(Optimizer):
                              "%d here)" % (len(groups), len(self._bindings)))
         for gi, g in enumerate(groups):  # another class's dict: refused before anything else
             self._check_group_keys(gi, g)
-        state_keys = set(self._state_names.values()) | {"master_weight"}
+        state_keys = set(self._state_names.values()) | {"master_weight"}  # amsgrad's too, checked per group below
         state_keys |= {n for b in self._bindings for n in b.state_names.values()}  # per group (MuonWithAuxAdam)
-        if isinstance(self, _AdamFamily):
-            state_keys.add("max_exp_avg_sq")  # amsgrad's, checked against each group below
         for gi, g in enumerate(groups):
             for j, k in enumerate(g["params"]):
                 foreign = sorted(set(state_dict["state"].get(k) or ()) - state_keys)
@@ -1215,6 +1218,13 @@ def _maximize_value(value, cls):
     return value
 
 
+def _torch_state(kind, amsgrad=False, group="weight"):
+    """torch's per-parameter state keys of a group ("weight" or "bias_like") of a core kind: the
+    core's {family: key} (its family and kind tables), and "step", each parameter's applied-step
+    count, which every class keeps (torch's SGD and Muon do not)."""
+    return dict(_core.torch_state_keys(kind, amsgrad, group), step="step")
+
+
 def _has_buffer(state, state_names):
     """Whether a loaded state holds one of the class's buffers (not None)."""
     return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
@@ -1393,7 +1403,7 @@ class SGD(_Base):
 
     _implementation = "_multi_tensor_sgd"
     _flags = ("maximize", "foreach", "differentiable", "fused")
-    _state_names = {"M": "momentum_buffer", "step": "step"}
+    _state_names = _torch_state("sgd_momentum")
     _required_keys = ("momentum", "dampening", "nesterov")
     _group_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach", "differentiable",
                    "fused", "decoupled_weight_decay", "max_grad_norm")
@@ -1408,10 +1418,6 @@ class SGD(_Base):
                         decoupled_weight_decay=decoupled_weight_decay, max_grad_norm=max_grad_norm)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
                          process_group, grad_reduce)
-
-    def _state_names_for(self, group):
-        # No momentum, no buffer (the kind sgd keeps no M).
-        return self._state_names if group["momentum"] != 0 else {"step": "step"}
 
     def _core_config(self, group):
         momentum = _at_least_zero("Invalid momentum value", "momentum", group["momentum"])
@@ -1431,7 +1437,7 @@ class SGD(_Base):
 
 class _AdamFamily(_Base):
     _flags = ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused")
-    _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _state_names = _torch_state("adam", amsgrad=True)  # max_exp_avg_sq: amsgrad groups only
     _required_keys = ("betas", "eps")
     # decoupled_weight_decay: torch >= 2.6 writes it into Adam's (False) and AdamW's (True) groups.
     _group_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
@@ -1471,12 +1477,6 @@ class _AdamFamily(_Base):
             hyper["amsgrad"] = True  # only when on: a run without it keeps its keys (Recorder, replay)
         return self._kind, _clip(group, hyper, type(self).__name__)
 
-    def _state_names_for(self, group):
-        # amsgrad: torch's max_exp_avg_sq (the core's VMAX), in torch's state only then.
-        if group.get("amsgrad", False) is True:
-            return dict(self._state_names, VMAX="max_exp_avg_sq")
-        return self._state_names
-
 
 class Adam(_AdamFamily):
     """torch.optim.Adam (L2 weight decay)."""
@@ -1511,7 +1511,7 @@ class LARS(_Base):
     trust_ratio says so (default: ndim > 1); the others get plain momentum with no weight decay."""
 
     _implementation = "_multi_tensor_lars"
-    _state_names = {"M": "momentum_buffer", "step": "step"}
+    _state_names = _torch_state("lars")
     _required_keys = ("momentum", "trust_coefficient", "eps", "nesterov")
     _group_keys = ("lr", "momentum", "weight_decay", "trust_coefficient", "eps", "nesterov", "trust_ratio",
                    "max_grad_norm", "maximize")
@@ -1543,7 +1543,7 @@ class Lion(_Base):
     """Lion (Chen et al. 2023; timm's Lion): every parameter gets the group's weight decay."""
 
     _implementation = "_multi_tensor_lion"
-    _state_names = {"M": "exp_avg", "step": "step"}
+    _state_names = _torch_state("lion")
     _required_keys = ("betas",)
     _group_keys = ("lr", "betas", "weight_decay", "max_grad_norm", "maximize")
 
@@ -1567,7 +1567,7 @@ class LAMB(_Base):
     (default: ndim > 1); the others take the Adam direction with r = 1 and no weight decay."""
 
     _implementation = "_multi_tensor_lamb"
-    _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    _state_names = _torch_state("lamb")
     _required_keys = ("betas", "eps")
     _group_keys = ("lr", "betas", "eps", "weight_decay", "trust_ratio", "max_grad_norm", "maximize")
 
@@ -1680,7 +1680,7 @@ class Muon(_Base):
     # torch's Muon keeps no `step`; this class does, as this package's SGD: each parameter's own
     # applied-step count, so that a deepcopy or a load of this class's dict keeps the counts (and
     # the fingerprint). A torch dict without it loads as one step for a parameter with a buffer.
-    _state_names = {"M": "momentum_buffer", "step": "step"}
+    _state_names = _torch_state("muon")
     _required_keys = ("momentum", "nesterov", "ns_coefficients", "ns_steps")
     _group_keys = ("lr", "weight_decay", "momentum", "nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn",
                    "max_grad_norm", "maximize", "muon_mode")
@@ -1744,8 +1744,9 @@ class MuonWithAuxAdam(_Base):
     share Tasks as in one process, so max_grad_norm and the non-finite check act on them alike."""
 
     _implementation = "_multi_tensor_muon_with_aux_adam"
-    # The Task's families: the aux groups' AdamW state; a Muon group's M is its momentum_buffer.
-    _state_names = {"M": "exp_avg", "V": "exp_avg_sq", "step": "step"}
+    # The Task's families: the aux groups' AdamW state (the kind's bias-like group); a Muon group's
+    # (the kind's weight group) is its momentum_buffer alone.
+    _state_names = _torch_state("muon", group="bias_like")
     _required_keys = ("use_muon",)
     _group_keys = ("use_muon", "lr", "momentum", "weight_decay", "betas", "eps", "max_grad_norm", "maximize",
                    "muon_mode")
@@ -1779,7 +1780,7 @@ class MuonWithAuxAdam(_Base):
         return ["fc_weight" if group["use_muon"] else "fc_bias"] * len(group["params"])
 
     def _state_names_for(self, group):
-        return Muon._state_names if group["use_muon"] else self._state_names
+        return _torch_state("muon", group="weight" if group["use_muon"] else "bias_like")
 
     def _task_state_names(self, group):
         return self._state_names

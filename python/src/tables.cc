@@ -1,6 +1,7 @@
 // renaissance._core's views of the library's tables (docs/python.md): kinds() and
-// hyperparameters(), one dict per row in table order, and the keywords each kind reads, which
-// module.cc's keyword checks use too. Registered from NB_MODULE through renaissance_register_tables.
+// hyperparameters(), one dict per row in table order, the keywords each kind reads, which
+// module.cc's keyword checks use too, and torch_state_keys (the family and kind tables' torch
+// keys). Registered from NB_MODULE through renaissance_register_tables.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -12,6 +13,8 @@
 
 #include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
+#include "renaissance/optimizer.h"
+#include "renaissance/plan.h"
 
 namespace nb = nanobind;
 
@@ -96,6 +99,23 @@ nb::list kinds() {
   return out;
 }
 
+// torch's state keys of a group of a kind (plan.h's torch_state_keys): {family name: torch key}
+// in Family order. group: "weight" or "bias_like".
+nb::dict py_torch_state_keys(const std::string& kind_name, bool amsgrad, const std::string& group) {
+  OptimizerKind kind;
+  if (!parse_optimizer_kind(kind_name, &kind)) {
+    throw nb::value_error(("torch_state_keys: unknown kind '" + kind_name + "'").c_str());
+  }
+  if (group != "weight" && group != "bias_like") {
+    throw nb::value_error(("torch_state_keys: group '" + group + "': expected 'weight' or 'bias_like'").c_str());
+  }
+  nb::dict d;
+  for (const TorchStateKey& k : torch_state_keys(kind, group == "weight" ? Group::kWeight : Group::kBiasLike, amsgrad)) {
+    d[family_name(k.family)] = k.key;
+  }
+  return d;
+}
+
 }  // namespace
 }  // namespace renaissance
 
@@ -105,4 +125,8 @@ void renaissance_register_tables(nb::module_& m) {
   m.def("hyperparameters", &hyperparameters,
         "The hyperparameter table: one dict per hyperparameter (name, flag, help, type, rule, kinds, default, "
         "task_wide, resume_may_change, optional), in table order.");
+  m.def("torch_state_keys", &py_torch_state_keys, nb::arg("kind"), nb::arg("amsgrad") = false,
+        nb::arg("group") = "weight",
+        "torch's per-parameter state keys of a group ('weight' or 'bias_like') of a kind: {family: key}, "
+        "e.g. {'M': 'momentum_buffer'} for sgd_momentum ('step' is no family).");
 }

@@ -1,11 +1,15 @@
 // The family table (region.h): each row's facts as the checkpoint format, torch and the memory
-// plan fix them (written out here, not read from the table), and the plan's placement in its order.
+// plan fix them (written out here, not read from the table), and the plan's placement in its order;
+// the kind table's torch_m column (kinds.h) and the torch state keys both tables give each kind.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "renaissance/error.h"
+#include "renaissance/kinds.h"
 #include "renaissance/plan.h"
 #include "renaissance/region.h"
 
@@ -27,9 +31,9 @@ TEST(FamilyTable, RowsMatchTheCheckpointFormatAndTorch) {
       {Family::kW, "W", "FAMW", nullptr, nullptr, false, false},
       {Family::kG, "G", nullptr, nullptr, nullptr, false, false},
       {Family::kM, "M", "FAMM", "exp_avg", "momentum_buffer", true, false},
-      {Family::kV, "V", "FAMV", "exp_avg_sq", "exp_avg_sq", true, false},
+      {Family::kV, "V", "FAMV", "exp_avg_sq", nullptr, true, false},
       {Family::kN, "N", "FAMN", nullptr, nullptr, false, true},
-      {Family::kVmax, "VMAX", "FAMX", "max_exp_avg_sq", "max_exp_avg_sq", true, false},
+      {Family::kVmax, "VMAX", "FAMX", "max_exp_avg_sq", nullptr, true, false},
   };
   ASSERT_EQ(sizeof(wants) / sizeof(wants[0]), static_cast<size_t>(kNumFamilies));
   for (const Want& w : wants) {
@@ -85,6 +89,73 @@ TEST(FamilyTable, PlanPlacesVmaxRightAfterV) {
   EXPECT_STREQ(region_name(VMAX_FC_WEIGHT), "VMAX_FC_WEIGHT");
   EXPECT_STREQ(region_name(N_DEEP_CONV), "N_DEEP_CONV");
   EXPECT_STREQ(region_name(S_SCALAR_FP32), "S_SCALAR_FP32");
+}
+
+// What torch calls each kind's M (torch.optim.SGD, Muon: momentum_buffer; Adam, AdamW: exp_avg;
+// LARS, Lion, LAMB follow their torch-style counterparts), written out per kind.
+TEST(KindTable, TorchMOfEveryKind) {
+  const std::pair<const char*, TorchM> wants[] = {
+      {"sgd", TorchM::kMomentumBuffer},
+      {"sgd_momentum", TorchM::kMomentumBuffer},
+      {"sgd_nesterov", TorchM::kMomentumBuffer},
+      {"adam", TorchM::kExpAvg},
+      {"adamw", TorchM::kExpAvg},
+      {"lars", TorchM::kMomentumBuffer},
+      {"lars_nesterov", TorchM::kMomentumBuffer},
+      {"lion", TorchM::kExpAvg},
+      {"lamb", TorchM::kExpAvg},
+      {"muon", TorchM::kMomentumBufferInWeightGroup},
+  };
+  ASSERT_EQ(sizeof(wants) / sizeof(wants[0]), static_cast<size_t>(kNumOptimizerKinds));
+  for (size_t i = 0; i < sizeof(wants) / sizeof(wants[0]); ++i) {
+    SCOPED_TRACE(wants[i].first);
+    EXPECT_EQ(text(kKindTable[i].name), wants[i].first);
+    EXPECT_EQ(static_cast<int>(kKindTable[i].torch_m), static_cast<int>(wants[i].second));
+  }
+}
+
+// torch's state keys of each kind's groups (torch.optim's names; "step" is no family), written out.
+TEST(KindTable, TorchStateKeysOfEveryKindAndGroup) {
+  auto keys = [](OptimizerKind kind, Group group, bool amsgrad) {
+    std::vector<std::string> out;
+    for (const TorchStateKey& k : torch_state_keys(kind, group, amsgrad)) {
+      out.push_back(std::string(family_name(k.family)) + "=" + k.key);
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const V momentum = {"M=momentum_buffer"}, adam = {"M=exp_avg", "V=exp_avg_sq"};
+  const V amsgrad = {"M=exp_avg", "V=exp_avg_sq", "VMAX=max_exp_avg_sq"};
+  const struct {
+    OptimizerKind kind;
+    V weight, bias_like;
+  } wants[] = {
+      {OptimizerKind::kSgd, {}, {}},
+      {OptimizerKind::kSgdMomentum, momentum, momentum},
+      {OptimizerKind::kSgdNesterov, momentum, momentum},
+      {OptimizerKind::kAdam, adam, adam},
+      {OptimizerKind::kAdamW, adam, adam},
+      {OptimizerKind::kLars, momentum, momentum},
+      {OptimizerKind::kLarsNesterov, momentum, momentum},
+      {OptimizerKind::kLion, {"M=exp_avg"}, {"M=exp_avg"}},
+      {OptimizerKind::kLamb, adam, adam},
+      // torch.optim.Muon keeps the momentum buffer alone; the aux AdamW its two moments.
+      {OptimizerKind::kMuon, momentum, adam},
+  };
+  ASSERT_EQ(sizeof(wants) / sizeof(wants[0]), static_cast<size_t>(kNumOptimizerKinds));
+  for (const auto& w : wants) {
+    SCOPED_TRACE(kind_info(w.kind).name);
+    EXPECT_EQ(keys(w.kind, Group::kWeight, false), w.weight);
+    EXPECT_EQ(keys(w.kind, Group::kBiasLike, false), w.bias_like);
+  }
+  for (OptimizerKind k : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    EXPECT_EQ(keys(k, Group::kWeight, true), amsgrad);
+    EXPECT_EQ(keys(k, Group::kBiasLike, true), amsgrad);
+  }
+  // amsgrad is Adam's and AdamW's only (the hyperparameter table's rule).
+  for (OptimizerKind k : {OptimizerKind::kSgdMomentum, OptimizerKind::kLamb, OptimizerKind::kMuon}) {
+    EXPECT_THROW(torch_state_keys(k, Group::kWeight, true), Error);
+  }
 }
 
 }  // namespace

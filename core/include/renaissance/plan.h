@@ -68,6 +68,18 @@ PlanConfig plan_config_from_optimizer(OptimizerKind kind);
 // The families of a configuration (FamilyInfo::need): the kind's, and VMAX with amsgrad.
 PlanConfig plan_config_from_optimizer(const OptimizerConfig& config);
 
+// One torch state key of a group: the family and torch's per-parameter key for it.
+struct TorchStateKey {
+  Family family;
+  const char* key;
+};
+// torch's per-parameter state keys of `group` of `kind`, in Family order: of the families the
+// configuration (kind, amsgrad) holds, those torch keeps, by FamilyInfo::torch_state, or
+// torch_state_momentum where the kind's KindInfo::torch_m makes the group's M a momentum buffer.
+// Throws (ErrorKind::kInvalidArgument) for amsgrad on a kind that does not read it. (torch's `step` is no
+// family: the Python layer adds it.)
+std::vector<TorchStateKey> torch_state_keys(OptimizerKind kind, Group group, bool amsgrad);
+
 // The Muon matrix of a weight-group tensor of shape `shape` (scalars.h, MuonMatrix; start 0):
 // (shape[0], prod(shape[1:])), a 1-D tensor 1 x n, a scalar 1 x 1, and the lr factor of
 // adjust_lr (0 original, 1 match_rms_adamw).

@@ -76,18 +76,19 @@ struct FamilyInfo {
   // compared and allowed to change by the conformance runner.
   bool step_state;
   const char* torch_state;      // torch's per-parameter state key; nullptr: not torch state
-  // The key in kinds whose M is a momentum buffer (SGD, LARS, Muon's weight group); else torch_state.
+  // The key in a group whose M is a momentum buffer (KindInfo::torch_m); nullptr: not torch state
+  // there (torch's momentum optimizers keep the buffer alone; muon's weight group leaves V unused).
   const char* torch_state_momentum;
 };
 
 inline constexpr FamilyInfo kFamilyTable[] = {
-    // family       name    bytes  extent                    need                   state  order tag   step   torch
+    // family       name    bytes  extent                    need                   state  order tag   step   torch, torch (momentum)
     {Family::kW,    "W",    4, FamilyExtent::kPerElement, FamilyNeed::kAlways,   false, 0, "FAMW", true,  nullptr, nullptr},
     {Family::kG,    "G",    4, FamilyExtent::kPerElement, FamilyNeed::kAlways,   false, 1, nullptr, false, nullptr, nullptr},
     {Family::kM,    "M",    4, FamilyExtent::kPerElement, FamilyNeed::kKindM,    true,  2, "FAMM", true,  "exp_avg", "momentum_buffer"},
-    {Family::kV,    "V",    4, FamilyExtent::kPerElement, FamilyNeed::kKindV,    true,  3, "FAMV", true,  "exp_avg_sq", "exp_avg_sq"},
+    {Family::kV,    "V",    4, FamilyExtent::kPerElement, FamilyNeed::kKindV,    true,  3, "FAMV", true,  "exp_avg_sq", nullptr},
     {Family::kN,    "N",    4, FamilyExtent::kPerTensor,  FamilyNeed::kNormPass, false, 5, "FAMN", false, nullptr, nullptr},
-    {Family::kVmax, "VMAX", 4, FamilyExtent::kPerElement, FamilyNeed::kAmsgrad,  true,  4, "FAMX", true,  "max_exp_avg_sq", "max_exp_avg_sq"},
+    {Family::kVmax, "VMAX", 4, FamilyExtent::kPerElement, FamilyNeed::kAmsgrad,  true,  4, "FAMX", true,  "max_exp_avg_sq", nullptr},
 };
 
 constexpr const FamilyInfo& family_info(Family family) { return kFamilyTable[static_cast<int>(family)]; }
