@@ -227,7 +227,7 @@ TEST(SetStepCount, EqualsARunThatTookThoseSteps) {
   resumed.set_step_count(4);
   EXPECT_EQ(resumed.step_count(), 4);
   EXPECT_EQ(resumed.fingerprint(), ran.fingerprint());
-  const std::string a = fs::temp_directory_path() / "rn-setstep-a.ckpt", b = fs::temp_directory_path() / "rn-setstep-b.ckpt";
+  const std::string a = testing_util::unique_temp_path("setstep-a.ckpt"), b = testing_util::unique_temp_path("setstep-b.ckpt");
   auto bytes = [](const std::string& p) {
     std::ifstream in(p, std::ios::binary);
     std::ostringstream s;

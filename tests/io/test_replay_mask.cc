@@ -1,5 +1,5 @@
 // Replay format 2 with steps in which some parameters had no gradient (no_grad_per_step) and
-// per-tensor step counts (initial_tensor_steps, expected_tensor_steps): issue 13's None gradients
+// per-tensor step counts (initial_tensor_steps, expected_tensor_steps): the None gradients
 // of renaissance.torch. The reference never goes through the replay: each parameter alone in a
 // Task of the plain API, stepped only at the steps where it had a gradient and starting from its
 // own count, must end with the bits the masked replay gives it (a masked step is no step for that
@@ -185,7 +185,7 @@ std::string expected_fingerprint() {
   return combine_fingerprints({task.fingerprint({0, 1}), task.fingerprint({2, 3})});
 }
 
-std::string case_dir(const char* name) { return (fs::temp_directory_path() / (std::string("rn-replay-mask-") + name)).string(); }
+std::string case_dir(const char* name) { return testing_util::unique_temp_path(std::string("replay-mask-") + name); }
 
 TEST(ReplayMask, MaskedStepsLeaveEachTensorAsIfItHadNotStepped) {
   const std::string dir = case_dir("run");

@@ -1,5 +1,5 @@
 // Replay format 2 runs the groups of one structure (kind, weight-decay mode, max_grad_norm,
-// initial_step) in ONE Task, as renaissance.torch does (issue 13), so global clipping spans the
+// initial_step) in ONE Task, as renaissance.torch does, so global clipping spans the
 // groups it spanned in the recording. The expected fingerprint comes from Tasks driven directly
 // through the API (a shared Task with optimizer_groups, never the replay reader); a control shows
 // that one Task per group clips differently, so a replay that split the groups would fail.
@@ -142,7 +142,7 @@ TEST(ReplaySharedTask, ClippingOverGroupsReplaysToTheSharedTasksBits) {
   const std::string shared = reference(true), separate = reference(false);
   // The control: clipping each group alone ends elsewhere, so this case tells the two apart.
   ASSERT_NE(shared, separate);
-  const std::string dir = (fs::temp_directory_path() / "rn-replay-shared-task").string();
+  const std::string dir = testing_util::unique_temp_path("replay-shared-task");
   write_case(dir, shared);
   const ReplayCase rc = load_replay_case(dir);
   EXPECT_EQ(replay_tasks(rc), (std::vector<std::vector<size_t>>{{0, 1}, {2}}));

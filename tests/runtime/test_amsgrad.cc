@@ -219,7 +219,7 @@ TEST_P(AmsgradTest, AmsgradChangesTheRun) {
   EXPECT_NE(fingerprints[0], fingerprints[1]);
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/amsgrad_" + name + ".rnck"; }
+std::string temp_path(const std::string& name) { return testing_util::unique_temp_path("amsgrad_" + name + ".rnck"); }
 
 std::string file_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

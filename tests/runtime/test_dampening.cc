@@ -216,7 +216,7 @@ TEST_P(DampeningTest, SetGroupHyperBetweenSteps) {
 TEST_P(DampeningTest, CheckpointCarriesDampening) {
   RN_SKIP_IF_UNAVAILABLE(GetParam());
   const std::vector<ParamSpec> params = test_params();
-  const std::string path = ::testing::TempDir() + "dampening_" + backend_kind_name(GetParam()) + ".ckpt";
+  const std::string path = testing_util::unique_temp_path(std::string("dampening_") + backend_kind_name(GetParam()) + ".ckpt");
   Task whole(params, task_options(GetParam(), false));
   whole.optimizer(damped_config(WeightDecayMode::kL2));
   whole.compile();

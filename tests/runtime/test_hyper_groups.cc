@@ -1,4 +1,4 @@
-// Hyperparameter groups in one Task (Task::optimizer_groups, issue #13): for every kind of the
+// Hyperparameter groups in one Task (Task::optimizer_groups): for every kind of the
 // kind table and every backend of the build (CUDA skips without a device),
 // - H groups with equal configurations give the fingerprint of H = 1 (an element's update reads
 //   only its own block, and the task-wide scalars, loss scale and clip coefficient, reach every
@@ -163,7 +163,7 @@ TEST_P(HyperGroupsTest, CheckpointResumesBitForBit) {
   RN_SKIP_IF_UNAVAILABLE(GetParam().backend);
   std::vector<OptimizerConfig> configs;
   for (int h = 0; h < kGroups; ++h) configs.push_back(group_config(GetParam().kind.config, h));
-  const std::string path = ::testing::TempDir() + "hyper_groups_" + GetParam().kind.name + ".ckpt";
+  const std::string path = testing_util::unique_temp_path(std::string("hyper_groups_") + GetParam().kind.name + ".ckpt");
   Task a(grouped_params(), task_options(GetParam().backend));
   a.optimizer_groups(configs);
   a.compile();

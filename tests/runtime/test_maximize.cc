@@ -190,7 +190,7 @@ TEST_P(MaximizeTest, CheckpointCarriesMaximize) {
   const std::vector<ParamSpec> params = test_params(1);
   OptimizerConfig up = GetParam().kind.config;
   up.maximize = true;
-  const std::string path = ::testing::TempDir() + "maximize_" + GetParam().kind.name + ".ckpt";
+  const std::string path = testing_util::unique_temp_path(std::string("maximize_") + GetParam().kind.name + ".ckpt");
   auto run = [&](Task& t, int from, int to) {
     for (int step = from; step < to; ++step) {
       for (size_t id = 0; id < params.size(); ++id) t.set_grad(id, grad_of(params[id], step, false).data());

@@ -1,4 +1,4 @@
-// The bf16/fp16 model copy (issue 14) for every kind × {bf16, fp16} × {nearest, stochastic}:
+// The bf16/fp16 model copy for every kind × {bf16, fp16} × {nearest, stochastic}:
 // the masters, M and V are bit for bit those of the fp32 task (the copy does not touch the
 // update), and after every applied step each copy element is the oracle's rounding of its new
 // master (tests/support/precision_oracle.h, in double; the stochastic word recomputed from Philox with
@@ -7,6 +7,8 @@
 // exact ties (so ties-to-even is exercised inside the update pass); a weight tensor spans
 // CPU chunk and norm-tile boundaries at indices that are not multiples of 4.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <hwy/targets.h>
 
 #include <cmath>
@@ -246,8 +248,10 @@ TEST(MixedPrecisionApi, RefusalsAreExplicit) {
   Task mixed(layout(), options);
   mixed.optimizer(AdamW());
   mixed.compile();
-  mixed.save(testing::TempDir() + "/mixed.ckpt");  // a bf16 checkpoint (version 3) ...
-  EXPECT_THROW(plain.load(testing::TempDir() + "/mixed.ckpt"), Error);  // ... is not an fp32 task's
+  const std::string path = testing_util::unique_temp_path("mixed.ckpt");
+  mixed.save(path);                           // a bf16 checkpoint (version 3) ...
+  EXPECT_THROW(plain.load(path), Error);      // ... is not an fp32 task's
+  std::remove(path.c_str());
 }
 
 }  // namespace

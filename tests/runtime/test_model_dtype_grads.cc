@@ -1,4 +1,4 @@
-// Gradients in the model dtype (issue 14, PrecisionOptions::model_dtype_gradients): for every
+// Gradients in the model dtype (PrecisionOptions::model_dtype_gradients): for every
 // kind x {bf16, fp16} x {nearest, stochastic}, a task fed bf16/fp16 gradient encodings gives the
 // bits (masters, M, V, model copy, t, last gradient norm) of the same task with fp32 gradients fed
 // the exactly widened values: plain, with clipping and a loss scale (GRAD_NORM_PARTIALS, the
@@ -7,6 +7,8 @@
 // overflow to inf in a gradient skips the step and writes nothing; synthesize_gradients and
 // poison_gradient round to nearest even; the API refuses what does not fit; checkpoints carry no G.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include <cmath>
 #include <cstdint>
@@ -271,7 +273,7 @@ TEST(MixedPrecisionModelDtypeGradsApi, RefusalsAreExplicit) {
 // G is not part of a checkpoint: two tasks that differ only in G save the same bytes, and a load
 // leaves G as it was.
 TEST(MixedPrecisionModelDtypeGradsApi, CheckpointsDoNotStoreGradients) {
-  const std::string a_path = testing::TempDir() + "/g_a.ckpt", b_path = testing::TempDir() + "/g_b.ckpt";
+  const std::string a_path = testing_util::unique_temp_path("g_a.ckpt"), b_path = testing_util::unique_temp_path("g_b.ckpt");
   Task a(layout(Variant::kPlain), grad_options(Precision::kFp16));
   Task b(layout(Variant::kPlain), grad_options(Precision::kFp16));
   for (Task* t : {&a, &b}) {
@@ -292,6 +294,8 @@ TEST(MixedPrecisionModelDtypeGradsApi, CheckpointsDoNotStoreGradients) {
   b.load(a_path);
   b.read_grad_encoded(2, after.data());
   EXPECT_EQ(before, after);
+  std::remove(a_path.c_str());
+  std::remove(b_path.c_str());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The memory a rank of a sharded step saves (issue #16, docs/distributed.md "Memory per rank"):
+// The memory a rank of a sharded step saves (docs/distributed.md "Memory per rank"):
 // a task compiled with TaskOptions::state_shard holds W and G whole and M, V only for its slice.
 // The expected arena is computed here from the parameters' sizes and the partition, not with the
 // plan's own arithmetic; the held slices must not overlap anything else in the arena; the
@@ -16,6 +16,7 @@
 #include "renaissance/layout.h"
 #include "renaissance/sharded_step.h"
 #include "renaissance/task.h"
+#include "support/test_util.h"
 
 namespace renaissance {
 namespace {
@@ -220,7 +221,7 @@ TEST(ShardMemory, LoadKeepsEachRanksSlice) {
     whole.synthesize_gradients(5, t, 0.01f);
     whole.step();
   }
-  const std::string path = ::testing::TempDir() + "shard_memory_load.ckpt";
+  const std::string path = testing_util::unique_temp_path("shard_memory_load.ckpt");
   whole.save(path);
   for (int K : {2, 3}) {
     for (int r = 0; r < K; ++r) {

@@ -1,4 +1,4 @@
-// The per-tensor mask (TaskOptions::tensor_mask, issue 13: torch's `.grad is None`), for every
+// The per-tensor mask (TaskOptions::tensor_mask: torch's `.grad is None`), for every
 // kind the mask supports and every backend of the build (CUDA skips without a device):
 // - over a mask pattern that varies per step (with two hyperparameter groups, a loss scale, a
 //   NaN gradient in every masked tensor), each tensor's W, M, V equal those of a one-tensor task
@@ -315,7 +315,7 @@ TEST(TensorMask, CheckpointResumesPerTensorStepsBitForBit) {
   run(*first, 0, 4);
   const std::vector<int64_t> saved_steps = first->tensor_steps();
   ASSERT_NE(saved_steps, std::vector<int64_t>(params.size(), saved_steps[0])) << "the steps must differ for the test to mean something";
-  const std::string path = testing::TempDir() + "/tensor_mask.ckpt";
+  const std::string path = testing_util::unique_temp_path("tensor_mask.ckpt");
   first->save(path);
   run(*first, 4, kSteps);
   std::unique_ptr<Task> second = make(true);
@@ -326,7 +326,7 @@ TEST(TensorMask, CheckpointResumesPerTensorStepsBitForBit) {
   EXPECT_EQ(second->fingerprint(), first->fingerprint());
   std::unique_ptr<Task> plain = make(false);
   EXPECT_THROW(plain->load(path), Error);
-  const std::string plain_path = testing::TempDir() + "/tensor_mask_plain.ckpt";
+  const std::string plain_path = testing_util::unique_temp_path("tensor_mask_plain.ckpt");
   plain->save(plain_path);
   EXPECT_THROW(second->load(plain_path), Error);
   std::remove(path.c_str());

@@ -182,8 +182,8 @@ void grads_for(Task& task, int s) {
 TEST(TensorMaskProgram, CheckpointResumesOnTheRightProgram) {
   auto run = adamw_task(true);
   const size_t n = run->num_params();
-  const std::string equal_path = testing::TempDir() + "/mask_program_equal.ckpt";
-  const std::string behind_path = testing::TempDir() + "/mask_program_behind.ckpt";
+  const std::string equal_path = testing_util::unique_temp_path("mask_program_equal.ckpt");
+  const std::string behind_path = testing_util::unique_temp_path("mask_program_behind.ckpt");
   for (int s = 0; s < 2; ++s) {
     grads_for(*run, s);
     run->step();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -75,6 +76,12 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a, const s
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << a.size() << " elements differ; first at " << first
                                        << ": " << a[first] << " vs " << b[first];
+}
+
+// A path under gtest's temporary directory unique to this process ("rn-<pid>-name"): two test
+// runs on one machine (two build trees, parallel jobs) never share a checkpoint or case folder.
+inline std::string unique_temp_path(const std::string& name) {
+  return ::testing::TempDir() + "rn-" + std::to_string(::getpid()) + "-" + name;
 }
 
 // A new empty folder made from a mkdtemp template ("/tmp/rn-name-XXXXXX"); "" (with a test
