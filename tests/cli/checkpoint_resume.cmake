@@ -1,4 +1,4 @@
-# ctest helper (cmake -P): `renaissance run --checkpoint/--resume` (issue 7): 9 steps saved, then
+# ctest helper (cmake -P): `renaissance run --checkpoint/--resume`: 9 steps saved, then
 # resumed up to 20, gives the fingerprint of 20 uninterrupted steps (NaN steps on both sides of
 # the save), and a checkpoint of another optimizer is refused with exit 2 naming both kinds.
 # Input: CLI, LAYOUT, WORK (a scratch folder).

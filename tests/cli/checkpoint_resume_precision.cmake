@@ -1,5 +1,5 @@
 # ctest helper (cmake -P): `renaissance run --precision bf16|fp16 [--stochastic-rounding]` with
-# --checkpoint / --resume (issue 14): 9 steps saved, then resumed up to 20, gives the fingerprint
+# --checkpoint / --resume: 9 steps saved, then resumed up to 20, gives the fingerprint
 # (master, model copy, M, V, t) of 20 uninterrupted steps, NaN steps on both sides of the save; a
 # resume that runs no step (--steps 9) gives the saved fingerprint (an applied step rewrites the
 # whole copy, so only this shows that the loaded copy is the saved one). A resume takes the

@@ -1,4 +1,4 @@
-# ctest entries for the CPU backend's performance work (issue #17): the memory of `renaissance run`
+# ctest entries for the CPU backend's performance work: the memory of `renaissance run`
 # against its arena, and the backend's switches (RENAISSANCE_CPU_*, backend_cpu/cpu_ops.h) leaving
 # every bit as it was. Label: cli.
 find_package(Python3 COMPONENTS Interpreter QUIET)

@@ -1,4 +1,4 @@
-# ctest helper (cmake -P): the fingerprint contract of `renaissance run` (issue 3): the same with
+# ctest helper (cmake -P): the fingerprint contract of `renaissance run`: the same with
 # --threads 1 and --threads 2, different when the seed or any hyperparameter changes, and NaN
 # steps counted as skipped. Input: CLI, LAYOUT (a small layout file), WORK (a folder of this test's
 # own: several registrations of this script run in parallel, so no file may be shared).
@@ -60,7 +60,7 @@ foreach(key model optimizer backend threads steps_applied steps_skipped ms_per_s
     message(FATAL_ERROR "--json output lacks key ${key}: ${json}")
   endif()
 endforeach()
-# `run` measures the same-traffic limit in place over the task's arena between steps (issue #17);
+# `run` measures the same-traffic limit in place over the task's arena between steps;
 # that must not change a bit: the audit cells' runs (audit/audit_cells.h: its layout, wd
 # 0.01, seed 1, loss scale 1024, a NaN at step 2 of 4) must still give the golden fingerprints,
 # which `renaissance audit` records without measuring anything.
@@ -99,7 +99,7 @@ foreach(kind IN LISTS KINDS)  # every kind of the kind table (CMake reads kinds.
   endif()
 endforeach()
 
-# The model copy (issue 14): thread-independent, covered by the fingerprint (it differs from
+# The model copy: thread-independent, covered by the fingerprint (it differs from
 # fp32's, between bf16 and fp16, between nearest and stochastic, and with the seed).
 set(prints "")
 foreach(p "--precision;bf16" "--precision;fp16" "--precision;bf16;--stochastic-rounding"

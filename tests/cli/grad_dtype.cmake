@@ -1,5 +1,5 @@
-# ctest helper (cmake -P): `renaissance run --precision bf16|fp16 --grad-dtype model` (issue 14,
-# gradients in the model dtype). The synthetic gradients are rounded to nearest even into the
+# ctest helper (cmake -P): `renaissance run --precision bf16|fp16 --grad-dtype model` (gradients
+# in the model dtype). The synthetic gradients are rounded to nearest even into the
 # model dtype, so the run differs from --grad-dtype fp32 (else the option did nothing); 9 steps
 # saved then resumed up to 20 with --grad-dtype model give the uninterrupted 20 steps (G is not
 # in a checkpoint); --grad-dtype model without bf16/fp16 is refused (exit 2); --json's

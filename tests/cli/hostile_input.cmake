@@ -1,5 +1,5 @@
-# ctest helper (cmake -P): the careless and hostile uses of issue 12, one SCENARIO per numbered
-# item. Every command runs under a timeout (a hang is a failure, not a stuck CI job) and every
+# ctest helper (cmake -P): careless and hostile uses of the CLI, one SCENARIO per
+# numbered item. Every command runs under a timeout (a hang is a failure, not a stuck CI job) and every
 # refusal must be exit 2 with one "renaissance: error:" line naming the thing, unless noted.
 # Input: CLI, LAYOUT (a small layout file), CASE (a replay case folder), WORK, SCENARIO.
 cmake_minimum_required(VERSION 3.16)

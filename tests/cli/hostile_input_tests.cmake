@@ -1,5 +1,5 @@
-# ctest entries for issue 12 (careless and hostile use): one test per numbered item of the issue
-# (08 has two), each a SCENARIO of hostile_input.cmake. Label: cli;hostile.
+# ctest entries for careless and hostile use of the CLI: one test per numbered SCENARIO of
+# hostile_input.cmake (08 has two). Label: cli;hostile.
 set(RN_HOSTILE_CASE ${CMAKE_SOURCE_DIR}/testdata/replay/adamw)
 foreach(scenario 01_threads 02_inputs 03_float32 04_counts 05_rank 06_fifo 07_empty 08_resume_example
                  08_resume_refuses 09_out_folder 10_no_clobber 11_replay_out 12_expected_symlink

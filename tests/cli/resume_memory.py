@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctest helper (issue 12, item 14): the peak RSS of `renaissance run --resume` stays within 1.2x
+"""ctest helper: the peak RSS of `renaissance run --resume` stays within 1.2x
 of a plain run of the same model (a resume used to read the whole checkpoint, decode a copy and
 keep a backup: 3.5x). The model is a generated layout of 32M parameters (AdamW: 512 MB arena,
 384 MB of state), large enough that any whole-file copy shows.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctest helper (issue #17, "Memory"): the peak RSS of `renaissance run` stays within 1.15x of its
+"""ctest helper: the peak RSS of `renaissance run` stays within 1.15x of its
 arena. `run` once kept two 256 MiB copy buffers beside the arena for a memcpy reference; the
 same-traffic limit now runs in place over the arena, and nothing else of that size may come back.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctest helper (issue #16, docs/distributed.md "Memory per rank"): a rank of a 2-way sharded run
+"""ctest helper (docs/distributed.md "Memory per rank"): a rank of a 2-way sharded run
 holds W and G whole and only its half of M and V, and its peak RSS shows it.
 
 resnet50 with AdamW (P = 25.6 M parameters, four families W, G, M, V). The expected sizes come from

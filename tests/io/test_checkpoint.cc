@@ -1,4 +1,4 @@
-// Checkpoints (runtime/src/checkpoint.cc), the guarantees of issue 7 that span processes and
+// Checkpoints (runtime/src/checkpoint.cc), the guarantees that span processes and
 // backends: resuming in a new process continues bit for bit (NaN steps on either side of the
 // save included), checkpoints move between backends, and SIGKILL during a save never leaves a
 // partial file under the final name. test_checkpoint_integrity.cc has the file-level guarantees.

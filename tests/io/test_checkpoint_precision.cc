@@ -1,4 +1,4 @@
-// Checkpoints of a task with a bf16/fp16 model copy (issue 14; docs/checkpoint-format.md, version
+// Checkpoints of a task with a bf16/fp16 model copy (docs/checkpoint-format.md, version
 // 3): save at step k, load into a fresh task and continue gives the bits of the uninterrupted run
 // (fingerprint, which covers the copy, and the copy itself) for several kinds × {bf16, fp16} ×
 // {nearest, stochastic}; load refuses another dtype, rounding or stochastic seed and leaves the task

@@ -1,4 +1,4 @@
-// Replay cases with a bf16/fp16 model copy (issue 14; docs/replay-format.md, format 2's keys
+// Replay cases with a bf16/fp16 model copy (docs/replay-format.md, format 2's keys
 // precision, rounding, seed): gradients stored in the model dtype are widened exactly, the copy is
 // compared bit for bit with expected.safetensors' c/NAME, --out writes the masters as F32 and the
 // copy in its dtype, and the wrong dtypes and keys are refused naming the file and the tensor or

@@ -1,5 +1,5 @@
 """GPU smoke test of renaissance.torch.Recorder under a torch.distributed NCCL process group
-(issues 13/16; recorder.py, "Under a torch.distributed process group"): a world of ONE rank on one
+(recorder.py, "Under a torch.distributed process group"): a world of ONE rank on one
 GPU. It exercises the CUDA side of the Recorder's own collectives (the int64 agreement words and
 the ordered gradients' gather go through NCCL on the device) and the gathered reads of a CUDA
 sharded Task; each case, recorded on the GPU with a None-gradient step, must replay on the CPU

@@ -3,8 +3,8 @@
 # bit for bit, and that fingerprint is the state of an identical run that was never recorded; the
 # initial state, per-group lr schedules and a loss scale are carried; a tampered gradient changes
 # the replay's fingerprint; the case directory is written atomically and never over a non-empty
-# one unless asked; renaissance.torch groups that clip over one shared Task replay bit for bit
-# (issue 13). The optimizer is mostly recorder_standin.StandinAdamW (the Recorder's contract on
+# one unless asked; renaissance.torch groups that clip over one shared Task replay bit for
+# bit. The optimizer is mostly recorder_standin.StandinAdamW (the Recorder's contract on
 # renaissance.Task); CPU only, a few seconds.
 import json
 import os
@@ -186,7 +186,7 @@ def test_recording_renaissance_torch_adamw(tmp_path):
     y = torch.randint(0, 4, (32,))
     train(model, opt, x, y, 2)
     case = str(tmp_path / "case")
-    assert rt.Recorder is Recorder  # issue 13's name for it
+    assert rt.Recorder is Recorder  # the package's name for it
     with rt.Recorder(opt, case, steps=4) as rec:
         train(model, opt, x, y, 4)
     # The optimizer's own fingerprint is the one the case stores (combined over the two groups).

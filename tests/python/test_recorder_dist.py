@@ -1,5 +1,5 @@
-"""renaissance.torch.Recorder on an optimizer built with process_group= (issues 13 and 16;
-python/renaissance/recorder.py, "Under a torch.distributed process group"): K = 2 gloo processes.
+"""renaissance.torch.Recorder on an optimizer built with process_group=
+(python/renaissance/recorder.py, "Under a torch.distributed process group"): K = 2 gloo processes.
 
 - replicated (fp32 with two param groups, bf16): every rank records, rank 0 writes one case; the
   recording starts after two steps (M and V non-zero, each rank holding half of them), one

@@ -1,4 +1,4 @@
-# renaissance.torch.Recorder with None gradients (issue 13): a run whose hidden layer has no
+# renaissance.torch.Recorder with None gradients: a run whose hidden layer has no
 # gradient on alternate steps (and, once, no parameter at all) records no_grad_per_step and the
 # per-tensor step counts, and renaissance.replay reproduces the recorded fingerprint and counts bit
 # for bit (AdamW and LAMB, and AdamW with max_grad_norm: the clip norm leaves the masked

@@ -1,4 +1,4 @@
-"""renaissance.torch with a torch.distributed process group (issue #16; docs/distributed.md,
+"""renaissance.torch with a torch.distributed process group (docs/distributed.md,
 "torch.distributed"): K = 2 and 3 CPU processes on gloo, spawned with torch.multiprocessing.
 
 - replicated: every rank feeds the same full gradient; after the steps every rank's parameters

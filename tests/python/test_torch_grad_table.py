@@ -1,4 +1,4 @@
-"""renaissance.torch reads autograd's gradient tensors in place (issue 13): after torch 2.x's
+"""renaissance.torch reads autograd's gradient tensors in place: after torch 2.x's
 default zero_grad() (set_to_none=True) the step follows each `.grad` through the Task's gradient
 table, with no copy into G and no zeroing. References, never the table path itself: the same
 run with set_to_none=False (backward accumulates into the arena views) and the same run forced

@@ -1,4 +1,4 @@
-"""renaissance.torch with `.grad is None` (issue 13), as torch 2.x's model.zero_grad() leaves it:
+"""renaissance.torch with `.grad is None`, as torch 2.x's model.zero_grad() leaves it:
 the core's per-tensor mask skips such a parameter on the device and keeps its own step count, so
 a run with None gradients follows torch.optim's per-parameter semantics (including the lagging
 Adam bias corrections), state_dict's `step` is per parameter, and a torch state dict whose

@@ -1,4 +1,4 @@
-"""renaissance.torch with `.grad is None` on bf16/fp16 parameters (issue 13 with issue 14's
+"""renaissance.torch with `.grad is None` on bf16/fp16 parameters (with
 model-dtype gradients): the Task runs with the core's per-tensor mask, so a parameter without a
 gradient keeps its copy, master and state bits and its own `step`, and each parameter ends, bit
 for bit, where an optimizer holding it alone that steps only when it has a gradient ends (its

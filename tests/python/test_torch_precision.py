@@ -1,4 +1,4 @@
-"""bf16/fp16 parameters in renaissance.torch (issue 14): fp32 masters in the arena, .data a view of
+"""bf16/fp16 parameters in renaissance.torch: fp32 masters in the arena, .data a view of
 the bf16/fp16 model copy, .grad a view of the model-dtype gradients.
 
 The references are written here without the library: fp32 masters updated by docs/math.md's

@@ -1,5 +1,5 @@
-"""GPU smoke test of renaissance.torch with a torch.distributed NCCL process group (issue #16,
-docs/distributed.md, "torch.distributed"): a world of ONE rank on one GPU, so it runs on the
+"""GPU smoke test of renaissance.torch with a torch.distributed NCCL process group
+(docs/distributed.md, "torch.distributed"): a world of ONE rank on one GPU, so it runs on the
 one-GPU device machine. It exercises the CUDA path of the Python communicator (device views,
 NCCL broadcasts and max, the staging copies and the workspace through torch) and checks that
 the sharded step at K = 1 gives the plain CUDA optimizer's bits (replicated and ordered: the mean

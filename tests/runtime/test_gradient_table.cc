@@ -1,4 +1,4 @@
-// TaskOptions::gradient_table (issue 13): the step reads each parameter's gradient through a
+// TaskOptions::gradient_table: the step reads each parameter's gradient through a
 // per-parameter address table instead of the arena's G. For every kind x {fp32, bf16 and fp16
 // model-dtype G} x {mask off, on} x {clipping off, on} on every backend of the build (CUDA skips
 // without a device): a Task whose table points at gradients held elsewhere (in the G of two

@@ -1,5 +1,5 @@
-// Sharded steps and their one-process simulation with model-dtype gradients (issue 16 with
-// PrecisionOptions::model_dtype_gradients; docs/distributed.md, "Model-dtype gradients"):
+// Sharded steps and their one-process simulation with model-dtype gradients
+// (PrecisionOptions::model_dtype_gradients; docs/distributed.md, "Model-dtype gradients"):
 //  - the partition of a 2-byte-G plan is the fp32 one (make_shard_layout);
 //  - synthesize_rank_sum (--simulate-ranks K) leaves in G, for every element, the rank-order fp32
 //    sum of the K ranks' bf16/fp16 values widened exactly, divided by K, rounded to nearest even

@@ -1,4 +1,4 @@
-// Soak test (issue 7 §5): 2000 steps with the learning rate changed every step, a NaN gradient
+// Soak test: 2000 steps with the learning rate changed every step, a NaN gradient
 // every 7 steps and a checkpoint (save, then load into a fresh Task that carries on) every 100
 // steps. The result must have the same bits as the same run without checkpoints, and stay within
 // 1e-4 relative L2 of a float64 reference. Run under scripts/sanitize.sh it also shows that

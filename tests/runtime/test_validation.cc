@@ -1,4 +1,4 @@
-// Hyperparameter validation (docs/math.md, issue 2 §5): every bad value is rejected with
+// Hyperparameter validation (docs/math.md): every bad value is rejected with
 // renaissance::Error(kInvalidArgument) whose message names the parameter and the value, at
 // configuration time (the fluent setter) and on every later set (Task::set_lr,
 // Task::set_loss_scale, Task::optimizer before and after compile). A rejected set leaves the

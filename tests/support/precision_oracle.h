@@ -1,4 +1,4 @@
-// Independent oracles for bf16/fp16 rounding (issue 14), shared by test_precision.cc and
+// Independent oracles for bf16/fp16 rounding, shared by test_precision.cc and
 // test_mixed_precision.cc: the formats decoded field by field in double, neighbours found by
 // bisection over those decodings, and the rounding decided from exact distances in double.
 // Nothing here uses math/precision.h's bit tricks.
