@@ -47,7 +47,9 @@ Options g_options;
 Golden g_golden;
 std::vector<Cell> g_all_cells;  // owned here so Row::cell stays valid
 
-bool golden_optional() { return !g_options.record_path.empty() || g_options.recording_opt_out; }
+// Recording mode needs the opt-out too (main refuses --record-golden without it); the opt-out
+// alone tolerates nothing, so an inherited RENAISSANCE_GOLDEN_RECORDING=1 cannot hide a failure.
+bool golden_optional() { return !g_options.record_path.empty(); }
 
 namespace {
 

@@ -17,7 +17,7 @@ struct Options {
   std::string golden_path;  // "" = the embedded file; RENAISSANCE_GOLDEN, or --golden FILE
   std::string record_path;  // non-empty: recording mode
   std::string report_path;
-  bool recording_opt_out = false;  // RENAISSANCE_GOLDEN_RECORDING=1 (golden_optional())
+  bool recording_opt_out = false;  // RENAISSANCE_GOLDEN_RECORDING=1: permits --record-golden
   // The CPU lanes' backend options: the RENAISSANCE_CPU_* switches (they never change a bit).
   BackendOptions backend_options;
 };
