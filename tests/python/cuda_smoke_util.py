@@ -33,7 +33,7 @@ def one_rank_world_main(title, cases, check):
         in_mode = check(case, work)
         for mode in MODES:
             ok, detail = in_mode(mode)
-            print("%-11s %-10s %s %s" % (name, mode, detail, "ok" if ok else "DIFFERS"))
+            print("%-13s %-10s %s %s" % (name, mode, detail, "ok" if ok else "DIFFERS"))
             if not ok:
                 failures.append("%s/%s" % (name, mode))
     dist.destroy_process_group()

@@ -3,7 +3,8 @@
 one-GPU device machine. It exercises the CUDA path of the Python communicator (device views,
 NCCL broadcasts and max, the staging copies and the workspace through torch) and checks that
 the sharded step at K = 1 gives the plain CUDA optimizer's bits (replicated and ordered: the mean
-of one rank is its gradient, exactly). K >= 2 on GPUs is not tested anywhere yet.
+of one rank is its gradient, exactly), Muon and MuonWithAuxAdam (exact mode) among the cases.
+K >= 2 on GPUs is not tested anywhere yet.
 
 Not collected by pytest (no test_ prefix): `scripts/gpu.sh python` runs it after the pytest suite,
 on its CUDA install of the package; by hand on that install:
@@ -23,7 +24,17 @@ CASES = [
     ("lamb_clip", rt.LAMB, dict(lr=1e-2, max_grad_norm=1.0), torch.float32),
     ("lars", rt.LARS, dict(lr=0.1), torch.float32),
     ("adamw_bf16", rt.AdamW, dict(lr=1e-2), torch.bfloat16),
+    ("muon", lambda ps, **kw: rt.Muon([p for p in ps if p.dim() == 2], **kw), dict(lr=0.02), torch.float32),
+    ("muon_aux", lambda ps, **kw: rt.MuonWithAuxAdam(muon_groups(ps), **kw), dict(max_grad_norm=1.0), torch.float32),
+    ("muon_aux_bf16", lambda ps, **kw: rt.MuonWithAuxAdam(muon_groups(ps), **kw), {}, torch.bfloat16),
 ]
+
+
+def muon_groups(ps):
+    """MuonWithAuxAdam's groups over the smoke's parameters: the matrices and the conv weight
+    (viewed as a matrix) in the Muon group, the 1-D tensors in the auxiliary AdamW's."""
+    return [dict(params=[p for p in ps if p.dim() >= 2], use_muon=True, lr=0.02),
+            dict(params=[p for p in ps if p.dim() < 2], use_muon=False, lr=1e-3)]
 
 
 def run(cls, kw, dtype, **dist_kw):
