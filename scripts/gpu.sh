@@ -95,9 +95,9 @@
 #   dist         CUDA ranks over NCCL (needs a build with MPI and NCCL: MPI=ON NCCL=ON build).
 #                ARGs: checks (mpirun -np K ... --distributed nccl: replicated == the plain CUDA
 #                run, ordered == --simulate-ranks K, fast == ordered at K = 2; with the bf16/fp16
-#                model copy and model-dtype gradients), mask (tests/comm/sharded_mask on cuda
-#                ranks), perf (ms per step and comm_ms_per_step); default all three. KS: the
-#                rank counts (default "1 2" with two GPUs or more, else "1"); MODELS, KINDS,
+#                model copy and model-dtype gradients; kinds adamw lamb lars muon), mask
+#                (tests/comm/sharded_mask on cuda ranks, Muon among its kinds), perf (ms per step
+#                and comm_ms_per_step); default all three. KS: the rank counts (default "1 2" with two GPUs or more, else "1"); MODELS, KINDS,
 #                PRECS ("|"-separated --precision values), PERF_MODELS, PERF_STEPS.
 #
 # Every phase writes one log, $OUT/PHASE.log (OUT, default gpu-out/); the device tool brings back
@@ -745,7 +745,7 @@ phase_dist() {
       checks)
         local models kinds precs
         read -ra models <<< "${MODELS:-resnet50 gpt2_small}"
-        read -ra kinds <<< "${KINDS:-adamw lamb lars}"
+        read -ra kinds <<< "${KINDS:-adamw lamb lars muon}"
         precs=("bf16 --stochastic-rounding" "fp16" "bf16 --grad-dtype model" "fp16 --stochastic-rounding --grad-dtype model")
         [ -n "${PRECS:-}" ] && IFS='|' read -ra precs <<< "$PRECS"
         local before=$failures
