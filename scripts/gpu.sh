@@ -98,7 +98,8 @@
 #                model copy and model-dtype gradients; kinds adamw lamb lars muon), mask
 #                (tests/comm/sharded_mask on cuda ranks, Muon among its kinds), perf (ms per step
 #                and comm_ms_per_step); default all three. KS: the rank counts (default "1 2"
-#                with two GPUs or more, else "1"); MODELS, KINDS, PRECS ("|"-separated --precision values), PERF_MODELS, PERF_STEPS.
+#                with two GPUs or more, else "1"); MODELS, KINDS, PRECS ("|"-separated
+#                --precision values), PERF_MODELS, PERF_STEPS.
 #
 # Every phase writes one log, $OUT/PHASE.log (OUT, default gpu-out/); the device tool brings back
 # at most 8 files from $OUT, so choose phases accordingly (compare adds 3 files, golden 2, torchsuite 1,
