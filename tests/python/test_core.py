@@ -253,6 +253,12 @@ def test_kinds_and_layouts():
     adamw = next(k for k in kinds if k["name"] == "adamw")
     assert adamw["has_m"] and adamw["has_v"] and adamw["family"] == "adam"
     assert "momentum" not in adamw["hyperparameters"] and adamw["defaults"]["beta2"] == 0.999
+    # torch_m: what torch calls M (torch.optim.SGD's and Muon's momentum_buffer, Adam's exp_avg;
+    # MuonWithAuxAdam's weight group is Muon's, its bias-like group its AdamW's).
+    assert {k["name"]: k["torch_m"] for k in kinds} == {
+        "sgd": "momentum_buffer", "sgd_momentum": "momentum_buffer", "sgd_nesterov": "momentum_buffer",
+        "adam": "exp_avg", "adamw": "exp_avg", "lars": "momentum_buffer", "lars_nesterov": "momentum_buffer",
+        "lion": "exp_avg", "lamb": "exp_avg", "muon": "momentum_buffer_in_weight_group"}
     assert "resnet50" in renaissance.layouts()
     params = renaissance.layout("resnet50")
     t = renaissance.Task(params)
