@@ -298,7 +298,7 @@ TEST(Amsgrad, OtherKindsRefuseIt) {
       c.validate();
       ADD_FAILURE() << info.name << " accepted amsgrad";
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), std::string("amsgrad applies to adam, adamw only, not ") + info.name);
+      EXPECT_EQ(std::string(e.what()), std::string(info.name) + " does not take amsgrad (on given; the kinds that do: adam, adamw)");
     }
   }
   EXPECT_TRUE(Adam().amsgrad(true).config().amsgrad);
