@@ -743,7 +743,7 @@ class _Base(Optimizer):
             for j in range(len(b.params)):
                 if b.shared.sliced and b.params[j] in self.state:  # state only once it stepped
                     st = sd["state"].setdefault(index, {})
-                    for fam in ("M", "V"):
+                    for fam in ("M", "V", "VMAX"):
                         if fam in b.state_names:
                             t = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
                             st[b.state_names[fam]] = torch.view_as_complex(t) if b.params[j].is_complex() else t
@@ -867,7 +867,7 @@ class _Base(Optimizer):
                     b.shared.masters_from_params(b.ids)
                 if b.shared.sliced:  # no views: the Task keeps this rank's slice of each write
                     for j, p in zip(b.ids, b.params):
-                        for fam in ("M", "V"):
+                        for fam in ("M", "V", "VMAX"):
                             if fam in b.state_names:
                                 shape = tuple(p.shape) + ((2,) if p.is_complex() else ())  # the arena's
                                 b.shared.task.set_state(fam, j, np.zeros(shape, dtype=np.float32))
