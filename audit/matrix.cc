@@ -36,6 +36,7 @@
 #include <stdexcept>
 
 #include "audit/audit_cells.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/layout.h"
 #include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/name_table.h"
@@ -151,12 +152,28 @@ std::string precision_spec(const PrecisionOptions& p) {
          ":seed=" + std::to_string(p.seed) + (p.model_dtype_gradients ? ":grad=model" : "");
 }
 
+// Group h's configuration as a cell's spec prints it: every kind table column shifted, the ones
+// the kind does not read too (the recorded specs hold them; those never changed a bit). A Task
+// runs shifted_group_config, which keeps the unread ones at base's.
+OptimizerConfig spec_group_config(const OptimizerConfig& base, int h) {
+  OptimizerConfig c = base;
+  if (h == 0) return c;
+  c.lr = base.lr * (1.0 + 0.5 * h);
+  c.weight_decay = base.weight_decay * (1.0 + h);
+  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
+  c.beta1 = base.beta1 - 0.05 * h;
+  c.beta2 = base.beta2 - 0.004 * h;
+  c.eps = base.eps * (1.0 + h);
+  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
+  return c;
+}
+
 // The feature axes in a spec, each only when on (so every other cell's spec is unchanged).
 std::string feature_spec(const Cell& c) {
   std::string s;
   if (c.hyper_groups > 1) {
     s += " groups=" + std::to_string(c.hyper_groups) + ":round_robin";
-    for (int h = 1; h < c.hyper_groups; ++h) s += " group" + std::to_string(h) + "=" + config_spec(c.group_config(h));
+    for (int h = 1; h < c.hyper_groups; ++h) s += " group" + std::to_string(h) + "=" + config_spec(spec_group_config(c.config, h));
   }
   if (c.tensor_mask) s += " mask=pattern/1:nan_grads";
   if (c.gradient_table) s += " grad_table=two_donors/1";
@@ -257,15 +274,11 @@ double Cell::lr_at(int s) const {
 }
 
 OptimizerConfig shifted_group_config(const OptimizerConfig& base, int h) {
-  OptimizerConfig c = base;
-  if (h == 0) return c;
-  c.lr = base.lr * (1.0 + 0.5 * h);
-  c.weight_decay = base.weight_decay * (1.0 + h);
-  if (base.momentum > 0.0) c.momentum = base.momentum - 0.1 * h;
-  c.beta1 = base.beta1 - 0.05 * h;
-  c.beta2 = base.beta2 - 0.004 * h;
-  c.eps = base.eps * (1.0 + h);
-  c.trust_coefficient = base.trust_coefficient * (1.0 + h);
+  OptimizerConfig c = spec_group_config(base, h);
+  // Only the columns the kind reads: a configuration refuses another value of one it does not.
+  for (const HyperparameterInfo& row : kHyperparameterTable) {
+    if (row.kind_column != nullptr && !kind_reads(base.kind, row)) c.*row.number = base.*row.number;
+  }
   return c;
 }
 

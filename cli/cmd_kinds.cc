@@ -42,6 +42,7 @@ int cmd_kinds(bool json) {
                       {"summary", k.summary},
                       {"family", kind_family_name(k.family)},
                       {"state", {{"m", k.has_m}, {"v", k.has_v}}},
+                      {"torch_m", torch_m_name(k.torch_m)},
                       {"norm_pass", norm_pass_name(k.norm)},
                       {"bias_correction", k.bias_correction},
                       {"needs_momentum", k.needs_momentum},

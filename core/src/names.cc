@@ -41,6 +41,11 @@ constexpr NameRow<NormPass> kNormPasses[] = {{NormPass::kNone, "none"},
                                              {NormPass::kMuonOrthogonalize, "muon_orthogonalize"}};
 static_assert(rows_in_enum_order(kNormPasses), "kNormPasses: one row per enumerator, in enum order");
 
+constexpr NameRow<TorchM> kTorchMs[] = {{TorchM::kExpAvg, "exp_avg"},
+                                        {TorchM::kMomentumBuffer, "momentum_buffer"},
+                                        {TorchM::kMomentumBufferInWeightGroup, "momentum_buffer_in_weight_group"}};
+static_assert(rows_in_enum_order(kTorchMs), "kTorchMs: one row per enumerator, in enum order");
+
 constexpr NameRow<HyperRule> kHyperRules[] = {
     {HyperRule::kLr, "lr"},
     {HyperRule::kNonNegative, "non_negative"},
@@ -118,6 +123,7 @@ bool parse_cpu_schedule(const std::string& text, CpuSchedule* out) { return pars
 
 const char* kind_family_name(KindFamily family) { return name_of(kKindFamilies, family, "?"); }
 const char* norm_pass_name(NormPass norm) { return name_of(kNormPasses, norm, "?"); }
+const char* torch_m_name(TorchM m) { return name_of(kTorchMs, m, "?"); }
 const char* hyper_rule_name(HyperRule rule) { return name_of(kHyperRules, rule, ""); }
 
 }  // namespace renaissance

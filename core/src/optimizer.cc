@@ -5,6 +5,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "renaissance/error.h"
@@ -149,15 +150,10 @@ void OptimizerConfig::validate() const {
   for (const HyperparameterInfo& row : kHyperparameterTable) {
     if (row.rule == HyperRule::kFloat32) check_rule(row, this->*row.number);
   }
-  // A hyperparameter of one kind's own (a row with a fixed default: dampening, amsgrad, Muon's)
-  // keeps its default in a kind that does not read it: any other value would be taken and then
-  // ignored. The kind table's columns (momentum, betas, eps, trust_coefficient) are one
-  // configuration's fields for every kind (hyperparameter groups set them all); the CLI refuses
-  // them by option and the Python keywords by kind.
-  for (const HyperparameterInfo& row : kHyperparameterTable) {
-    if (row.kind_column != nullptr || kind_reads(kind, row) || hyper_value(*this, row) == row.fixed_default) continue;
-    throw_invalid(std::string(row.name) + " applies to " + kinds_reading(row) + " only, not " + optimizer_kind_name(kind));
-  }
+  // A hyperparameter the kind does not read keeps the kind's default: any other value would be
+  // taken and then ignored (the CLI refuses such an option at any value, the Python keywords
+  // by name).
+  for (const HyperparameterInfo& row : kHyperparameterTable) check_kind_takes(kind, row, hyper_value(*this, row));
   if (kind == OptimizerKind::kSgdNesterov && dampening != 0.0) {
     reject("dampening", dampening, "Nesterov momentum requires a momentum and zero dampening");
   }
@@ -175,6 +171,12 @@ std::string kinds_reading(const HyperparameterInfo& h) {
   return kinds;
 }
 
+void check_kind_takes(OptimizerKind kind, const HyperparameterInfo& h, double value) {
+  if (kind_reads(kind, h) || value == hyper_default(kind, h)) return;
+  throw_invalid(std::string(optimizer_kind_name(kind)) + " does not take " + h.name + " (" + hyper_value_text(h, value) +
+                " given; the kinds that do: " + kinds_reading(h) + ")");
+}
+
 std::string hyper_value_text(const HyperparameterInfo& h, double v) {
   if (h.rule == HyperRule::kFlag) return v != 0.0 ? "on" : "off";
   if (h.rule == HyperRule::kChoice && v >= 0.0 && v == std::floor(v)) {
@@ -186,9 +188,14 @@ std::string hyper_value_text(const HyperparameterInfo& h, double v) {
       at = bar == std::string::npos ? bar : bar + 1;
     }
   }
+  // The shortest decimal that reads back as v (0.1, not 0.10000000000000001).
   std::ostringstream os;
-  os.precision(17);
-  os << v;
+  for (int digits = 1; digits <= 17; ++digits) {
+    os.str("");
+    os.precision(digits);
+    os << v;
+    if (std::strtod(os.str().c_str(), nullptr) == v) break;
+  }
   return os.str();
 }
 

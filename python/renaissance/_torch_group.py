@@ -177,8 +177,8 @@ class SharedTask:
                                    "mismatch)" % (self.pW[j].dtype, self.pG[j].dtype, p.dtype))
         self.M = [task.view("M", j, did) for j in range(n)] if "M" in state_names and not self.sliced else None
         self.V = [task.view("V", j, did) for j in range(n)] if "V" in state_names and not self.sliced else None
-        # amsgrad: torch's max_exp_avg_sq (the core refuses a sliced task with it).
-        self.VMAX = [task.view("VMAX", j, did) for j in range(n)] if "VMAX" in state_names else None
+        # amsgrad: torch's max_exp_avg_sq (a sliced task holds its slice, as of V).
+        self.VMAX = [task.view("VMAX", j, did) for j in range(n)] if "VMAX" in state_names and not self.sliced else None
         self.g_ptrs = tuple(g.data_ptr() for g in self.G)
         # What a .grad read in place must match (readable): one dtype and device per Task; an
         # empty tensor goes through the copy path (its data_ptr may be null).

@@ -391,6 +391,8 @@ class _Base(Optimizer):
         """The group's torch state keys: its kind's (and amsgrad's), from the core's tables (SGD with
         momentum 0 runs kind sgd, which keeps no M)."""
         kind, hyper = self._core_config(group)
+        if kind == "sgd":  # torch keeps no step for SGD; its state with momentum 0: _plain_sgd_state
+            return {}
         return _torch_state(kind, hyper.get("amsgrad", False))
 
     def _task_state_names(self, group):
@@ -653,6 +655,11 @@ class _Base(Optimizer):
             per = steps[id(b.shared)]
             on_device = self._step_on_device(b)
             for j, p in enumerate(b.params):
+                if b.kind == "sgd":
+                    self._plain_sgd_state(b, j, per[b.ids[j]])
+                    if per[b.ids[j]] == 0:
+                        b.shared.unstepped.add(b.ids[j])
+                    continue
                 if per[b.ids[j]] == 0:
                     self.state.pop(p, None)
                     b.shared.unstepped.add(b.ids[j])
@@ -685,11 +692,30 @@ class _Base(Optimizer):
                 k = b.ids[j]
                 if k in waiting and counts[k] > 0:
                     waiting.discard(k)
+                    if b.kind == "sgd":
+                        self._plain_sgd_state(b, j, counts[k])
+                        continue
                     if on_device is None:
                         on_device = self._step_on_device(b)
                     st = b.state_of(j, _step_tensor(counts[k], p, on_device) if "step" in b.state_names else None)
                     if st:
                         self.state[p] = st
+
+    def _plain_sgd_state(self, b, j, count):
+        """The state of parameter j of binding b, a group of kind sgd (SGD with momentum 0), as the
+        installed torch keeps it: torch >= 2 keeps none, torch 1.13 {'momentum_buffer': None} once
+        the parameter stepped (_torch_plain_sgd_state). Like torch's, the entry is plain data that a
+        step only adds those keys to: what load_state_dict put there stays (a checkpoint of the
+        other torch version included). A bf16/fp16 group's 'master_weight' is its live view."""
+        p = b.params[j]
+        st = self.state.get(p)
+        template = _torch_plain_sgd_state() if count > 0 else None
+        own = b.state_of(j, None)  # master_weight only: the kind keeps no M and no step here
+        if st is None and template is None and not own:
+            return
+        st = self.state.setdefault(p, {})
+        st.update(template or {})
+        st.update(own)
 
     def state_dict(self):
         """torch's format: {'state': {index: {'step', 'exp_avg', ...}}, 'param_groups': [...]}. The
@@ -717,7 +743,7 @@ class _Base(Optimizer):
             for j in range(len(b.params)):
                 if b.shared.sliced and b.params[j] in self.state:  # state only once it stepped
                     st = sd["state"].setdefault(index, {})
-                    for fam in ("M", "V"):
+                    for fam in ("M", "V", "VMAX"):
                         if fam in b.state_names:
                             t = torch.from_numpy(b.shared.sharded.read_state(fam, b.ids[j]))
                             st[b.state_names[fam]] = torch.view_as_complex(t) if b.params[j].is_complex() else t
@@ -841,7 +867,7 @@ class _Base(Optimizer):
                     b.shared.masters_from_params(b.ids)
                 if b.shared.sliced:  # no views: the Task keeps this rank's slice of each write
                     for j, p in zip(b.ids, b.params):
-                        for fam in ("M", "V"):
+                        for fam in ("M", "V", "VMAX"):
                             if fam in b.state_names:
                                 shape = tuple(p.shape) + ((2,) if p.is_complex() else ())  # the arena's
                                 b.shared.task.set_state(fam, j, np.zeros(shape, dtype=np.float32))
@@ -858,6 +884,16 @@ class _Base(Optimizer):
             for shared, counts in tensor_steps.values():
                 shared.task.set_tensor_steps(counts)
         self.state.clear()  # the same mapping (whoever holds opt.state sees the load)
+        # SGD with momentum 0: its state is whatever torch keeps there (_plain_sgd_state), loaded
+        # as torch loads it (a copy); the masters went in above.
+        for b, g in zip(self._bindings, groups):
+            if b.kind != "sgd":
+                continue
+            for p, k in zip(b.params, g["params"]):
+                s = state_dict["state"].get(k)
+                if s is not None:
+                    self.state[p] = {key: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                                     for key, v in s.items() if key != "master_weight"}
         self.__setstate__({"state": self.state, "param_groups": new_groups})
         self._refresh_state()  # the state: live views of the arena, as loaded
         for b, group in zip(self._bindings, self.param_groups):
@@ -1223,6 +1259,23 @@ def _torch_state(kind, amsgrad=False, group="weight"):
     core's {family: key} (its family and kind tables), and "step", each parameter's applied-step
     count, which every class keeps (torch's SGD and Muon do not)."""
     return dict(_core.torch_state_keys(kind, amsgrad, group), step="step")
+
+
+_PLAIN_SGD_STATE = []
+
+
+def _torch_plain_sgd_state():
+    """What the installed torch.optim.SGD keeps for a parameter it stepped with momentum 0, found
+    once by stepping it: None (no state: torch >= 2) or that state ({'momentum_buffer': None}:
+    torch 1.13, whose step stores every parameter's buffer, None without momentum)."""
+    if not _PLAIN_SGD_STATE:
+        p = torch.zeros(1, requires_grad=True)
+        p.grad = torch.ones(1)
+        opt = torch.optim.SGD([p], lr=0.1)
+        opt.step()
+        st = opt.state_dict()["state"]
+        _PLAIN_SGD_STATE.append(dict(st[0]) if 0 in st else None)
+    return _PLAIN_SGD_STATE[0]
 
 
 def _has_buffer(state, state_names):

@@ -40,6 +40,16 @@ std::vector<std::string> family_hyperparameters(const KindInfo& k);
 // A dict of (key, value) pairs, in the order given (tables.cc).
 nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items);
 
+// An optimizer-state family by name (M, V, VMAX: kFamilyTable's optimizer_state rows), for
+// set_state and the sharded step's read_state (torch_dist.cc); `what` names the caller.
+Family optimizer_state_family(const std::string& name, const char* what) {
+  Family f;
+  if (!parse_family(name.c_str(), &f) || !family_info(f).optimizer_state) {
+    throw_invalid(std::string(what) + ": family '" + name + "': expected M, V or VMAX");
+  }
+  return f;
+}
+
 namespace {
 
 using PyParam = std::tuple<std::string, std::vector<int64_t>, std::string>;
@@ -491,10 +501,9 @@ NB_MODULE(_core, m) {
       .def_prop_ro("arena_bytes", [](PyTask& t) { return t.task().plan().arena_bytes(); },
                    "Bytes of the task's arena (a state_shard task: M and V of its slice only).")
       .def("set_state", [](PyTask& t, const std::string& family, nb::handle w, nb::ndarray<nb::ro> a) {
-             if (family != "M" && family != "V") throw_invalid("set_state(): family '" + family + "': expected M or V");
-             t.write(family == "M" ? Family::kM : Family::kV, w, a, "set_state");
+             t.write(optimizer_state_family(family, "set_state()"), w, a, "set_state");
            }, "family"_a, "param"_a, "values"_a,
-           "Writes one parameter's M or V (float32, its shape); a state_shard task keeps the part in its slice.")
+           "Writes one parameter's M, V or VMAX (float32, its shape); a state_shard task keeps the part in its slice.")
       .def_prop_ro("precision", [](PyTask& t) { return std::string(precision_name(t.precision_options().precision)); })
       .def_prop_ro("rounding", [](PyTask& t) { return std::string(rounding_name(t.precision_options().rounding)); })
       .def_prop_ro("seed", [](PyTask& t) { return t.precision_options().seed; })

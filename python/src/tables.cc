@@ -90,7 +90,8 @@ nb::list kinds() {
   for (const KindInfo& k : kKindTable) {
     out.append(dict_of({{"name", nb::cast(k.name)}, {"summary", nb::cast(k.summary)},
                         {"family", nb::cast(kind_family_name(k.family))}, {"has_m", nb::cast(k.has_m)},
-                        {"has_v", nb::cast(k.has_v)}, {"bias_correction", nb::cast(k.bias_correction)},
+                        {"has_v", nb::cast(k.has_v)}, {"torch_m", nb::cast(torch_m_name(k.torch_m))},
+                        {"bias_correction", nb::cast(k.bias_correction)},
                         {"needs_momentum", nb::cast(k.needs_momentum)}, {"allows_l2", nb::cast(k.allows_l2)},
                         {"bytes_per_param", nb::cast(k.bytes_per_param)},
                         {"hyperparameters", nb::cast(family_hyperparameters(k))}, {"defaults", hyper_dict(k.defaults)},

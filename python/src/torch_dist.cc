@@ -34,6 +34,7 @@ namespace renaissance {
 
 // Defined in module.cc next to its PyTask: the core Task of a renaissance._core.Task object.
 Task& py_task_of(nb::handle task);
+Family optimizer_state_family(const std::string& name, const char* what);  // module.cc
 
 namespace {
 
@@ -186,17 +187,17 @@ void renaissance_register_dist(nb::module_& m) {
            }, "(address, bytes) of the task's arena: the communicator lends cached views of it (_torch_dist.py).")
       // Collective: every rank calls it for the same (family, id) in the same order.
       .def("read_state", [](PyShardedStep& s, const std::string& family, size_t id) {
-             if (family != "M" && family != "V") throw_invalid("read_state(): family '" + family + "': expected M or V");
+             const Family f = optimizer_state_family(family, "read_state()");
              if (id >= s.task().num_params()) throw_invalid("read_state(): parameter id out of range");
              const std::vector<int64_t>& shape = s.task().param(id).shape;
              uint64_t n = 1;
              for (int64_t d : shape) n *= static_cast<uint64_t>(d);
              auto* owned = new std::vector<float>(static_cast<size_t>(n));
              nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-             s.sharded().read_state(family == "M" ? Family::kM : Family::kV, id, 0, n, owned->data());
+             s.sharded().read_state(f, id, 0, n, owned->data());
              std::vector<size_t> dims(shape.begin(), shape.end());
              return nb::ndarray<nb::numpy, float>(owned->data(), dims.size(), dims.data(), owner);
-           }, "family"_a, "param"_a, "One parameter's whole M or V gathered from the ranks that hold it (collective).")
+           }, "family"_a, "param"_a, "One parameter's whole M, V or VMAX gathered from the ranks that hold it (collective).")
       .def("save", [](PyShardedStep& s, const std::string& path) { s.sharded().save(path); }, "path"_a,
            "Task::save of the whole state, written by rank 0 (collective).")
       .def("set_reduce_chunk", [](PyShardedStep& s, uint64_t n) { s.sharded().set_reduce_chunk(n); }, "elements"_a)

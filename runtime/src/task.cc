@@ -171,10 +171,6 @@ void Task::compile() {
     throw_invalid("compile(): gradient_table is for single-device tasks; a state shard (sharded step) reduces the "
                   "gradients in the arena's G");
   }
-  if (config().amsgrad && options_.state_shard.world_size > 0) {
-    throw_invalid("compile(): amsgrad is not supported by the sharded step (its VMAX state is not sharded); use an "
-                  "unsharded task");
-  }
   plan_ = MemoryPlan(params_, plan_config);
   // A rank of a sharded step: the plan again with M and V cut to its slice of this one.
   if (options_.state_shard.world_size > 0) plan_ = MemoryPlan(params_, slice_plan_config(plan_, options_.state_shard));

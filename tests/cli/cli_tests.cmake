@@ -45,6 +45,10 @@ foreach(script checkpoint_resume checkpoint_resume_precision maximize dampening 
   set_tests_properties(cli_run_${script} PROPERTIES LABELS cli TIMEOUT 120)
 endforeach()
 
+# kinds --json: the kind table's torch_m column for every kind.
+add_test(NAME cli_kinds_json COMMAND ${CMAKE_COMMAND} -DCLI=${RN_CLI} -P ${CMAKE_CURRENT_LIST_DIR}/kinds_json.cmake)
+set_tests_properties(cli_kinds_json PROPERTIES LABELS cli TIMEOUT 120)
+
 # audit: every kind, every available backend, all agree.
 rn_cli_test(cli_audit 0 "-DMATCH=all backends agree" -P ${CMAKE_CURRENT_LIST_DIR}/expect.cmake -- ${RN_CLI} audit --steps 4)
 # The audit runs ~300 short CPU tasks (its mixed-precision table), each step a few OpenMP

@@ -7,7 +7,8 @@
 #   reshard: (lamb, clipping) a checkpoint saved at K = 2 (one gathered file) resumed at K = 1 and 3: replicated
 #            ends with the uninterrupted plain run's fingerprint; ordered at K = 3 with that of
 #            --simulate-ranks 3 resumed from the same file. Then (adamw) the same with a bf16
-#            model copy rounded stochastically, saved at K = 2, resumed at K = 1 and 3; and muon.
+#            model copy rounded stochastically, saved at K = 2, resumed at K = 1 and 3; muon; adam with
+#            amsgrad (VMAX).
 #   lost:    rank 1 killed at batch 2 (RENAISSANCE_TEST_LOSE_RANK): the launcher exits non-zero
 #            within 50 s and its message names rank 1.
 #   mismatch: -DFLAG=--opt -DODD=arg^arg [-DBASE=arg^arg] [-DRANKS=2|3] [-DEXPECT=0]: MPMD, every
@@ -118,6 +119,9 @@ elseif(CASE STREQUAL "reshard")
                          --schedule-steps 6 --precision bf16 --stochastic-rounding)
   # Muon: the momentum of the matrices, saved from their owners' slices into the one file.
   expect_reshard_resumes(muon ${WORK}/k2-muon.ckpt ${COMMON} --optimizer muon --max-grad-norm 0.05 --schedule-steps 6)
+  # amsgrad: VMAX saved from the ranks' slices into the one file, as V.
+  expect_reshard_resumes("adam amsgrad" ${WORK}/k2-amsgrad.ckpt ${COMMON} --optimizer adam --amsgrad --max-grad-norm 0.05
+                         --schedule-steps 6)
 elseif(CASE STREQUAL "lost")
   set(ENV{RENAISSANCE_TEST_LOSE_RANK} "1:2")
   run_timed(50 ${MPI_RUN} 3 ${CLI} run ${COMMON} --steps 6 --distributed mpi --grad-reduce ordered)

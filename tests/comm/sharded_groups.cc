@@ -23,6 +23,7 @@
 
 #include "check_log.h"
 #include "rank_task.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/layout.h"
 #include "renaissance/mpi_communicator.h"
 #include "renaissance/sharded_step.h"
@@ -68,6 +69,10 @@ std::vector<OptimizerConfig> group_configs(const Case& c) {
     g.beta2 = base.beta2 - 0.004 * h;
     g.eps = base.eps * (1.0 + h);
     g.trust_coefficient = base.trust_coefficient * (1.0 + h);
+    // Only the columns the kind reads: a configuration refuses another value of one it does not.
+    for (const HyperparameterInfo& row : kHyperparameterTable) {
+      if (row.kind_column != nullptr && !kind_reads(c.kind, row)) g.*row.number = base.*row.number;
+    }
     if (c.kind == OptimizerKind::kMuon) {  // the aux AdamW's own rows: muon's only
       g.aux_lr = base.aux_lr * (1.0 + 0.5 * h);
       g.aux_weight_decay = 0.01 * h;

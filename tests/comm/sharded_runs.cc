@@ -12,7 +12,8 @@
 // plain run and ordered == --simulate-ranks K, the fingerprint covering the copy; every rank's
 // copy (its fingerprint reads its own) must be the same, so the copy's all-gather is complete.
 // With model-dtype gradients (bf16 nearest, fp16 stochastic; every kind, clipping on): the same
-// equalities for all three modes, in one round and in small ones.
+// equalities for all three modes, in one round and in small ones. With amsgrad (adam, adamw; VMAX
+// sharded like V): the same equalities, fp32 and a bf16 copy, with and without clipping.
 // Every rank must end with the same fingerprint. Exit 0 only when every check passed.
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "audit/synthetic.h"
+#include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
 #include "check_log.h"
@@ -190,6 +192,41 @@ int main(int argc, char** argv) {
       fp32_grads.model_dtype_gradients = false;
       const std::string wide = audit::run_synthetic(base_run(layout, info.kind, true, fp32_grads)).fingerprint;
       check(wide != plain, tag + " differs from fp32 gradients " + wide);
+    }
+  }
+  // amsgrad (adam, adamw): VMAX is sharded like V (kFamilyTable: optimizer state), so the same
+  // equalities hold with it, with and without clipping and with a bf16 copy; on the lead rank, the
+  // plain amsgrad run differs from the one without it (VMAX is read, so these runs are no
+  // repetition of the ones above).
+  for (const KindInfo& info : kKindTable) {
+    if (!kind_reads(info.kind, hyperparameter_info(Hyperparameter::kAmsgrad))) continue;
+    for (const PrecisionOptions& precision : {PrecisionOptions{}, PrecisionOptions{Precision::kBf16, Rounding::kNearest, 99}}) {
+      for (bool clip : {false, true}) {
+        const std::string tag = std::string(info.name) + " amsgrad" + (clip ? " clip" : "") +
+                                (precision.precision == Precision::kFp32 ? "" : " bf16") + " K=" + std::to_string(K);
+        audit::SyntheticRun run = base_run(layout, info.kind, clip, precision);
+        run.config.amsgrad = true;
+        run.comm = comm.get();
+        std::string fp[3];
+        const GradReduce modes[3] = {GradReduce::kReplicated, GradReduce::kOrdered, GradReduce::kFast};
+        for (int m = 0; m < 3; ++m) fp[m] = run_in_one_round(check, *comm, run, modes[m], tag);
+        run.grad_reduce = GradReduce::kOrdered;
+        run.reduce_chunk = kSmallChunk;
+        const std::string chunked = audit::run_synthetic(run).fingerprint;
+        check(chunked == fp[1], tag + " ordered in rounds " + chunked + " == one round " + fp[1]);
+        if (K <= 2) check(fp[2] == fp[1], tag + " fast " + fp[2] + " == ordered (two summands commute)");
+        if (!lead) continue;
+        audit::SyntheticRun plain = base_run(layout, info.kind, clip, precision);
+        plain.config.amsgrad = true;
+        const std::string one = audit::run_synthetic(plain).fingerprint;
+        check(fp[0] == one, tag + " replicated " + fp[0] + " == plain run " + one);
+        audit::SyntheticRun sim = plain;
+        sim.simulate_ranks = K;
+        const std::string simulated = audit::run_synthetic(sim).fingerprint;
+        check(fp[1] == simulated, tag + " ordered " + fp[1] + " == --simulate-ranks " + simulated);
+        const std::string without = audit::run_synthetic(base_run(layout, info.kind, clip, precision)).fingerprint;
+        check(without != one, tag + ": the run without amsgrad ends elsewhere " + without);
+      }
     }
   }
   return check.verdict(*comm, "all sharded runs match", "SHARDED RUNS FAILED");

@@ -7,6 +7,7 @@
 #include "renaissance/plan.h"
 #include "renaissance/task.h"
 #include "support/test_util.h"
+#include "support/kind_columns.h"
 
 namespace renaissance {
 namespace {
@@ -73,7 +74,7 @@ TEST_P(PaddingTest, PaddingStaysZeroUnderUpdates) {
   c.kind = GetParam();
   c.momentum = 0.9;
   c.weight_decay = 0.01;
-  task.optimizer(c);
+  task.optimizer(testing_util::unread_columns_at_defaults(c));
   task.compile();
   for (size_t id = 0; id < task.num_params(); ++id) {
     std::vector<float> w(static_cast<size_t>(task.param(id).numel()), 0.75f);

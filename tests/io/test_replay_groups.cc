@@ -378,6 +378,31 @@ TEST_F(ReplayGroups, GroupKeys) {
   expect_rejected({"case.json", "groups[1]", "'g1.w'", "role"});
 }
 
+// A key the group's kind does not read is refused off the kind's default, naming the group, the
+// kind and the key; at the default it loads (the fixture writes momentum 0 on adamw and betas and
+// eps on sgd_nesterov, as a recorded case writes every number).
+TEST_F(ReplayGroups, AKeyTheKindDoesNotReadIsRefusedOffItsDefault) {
+  ASSERT_EQ(case_json()["groups"][0]["optimizer"]["kind"], "adamw");
+  ASSERT_EQ(case_json()["groups"][1]["optimizer"]["kind"], "sgd_nesterov");
+  ASSERT_EQ(case_json()["groups"][0]["optimizer"]["momentum"], 0.0);
+  ASSERT_EQ(case_json()["groups"][1]["optimizer"]["beta1"], 0.9);
+  EXPECT_NO_THROW(load_replay_case(dir_));
+  expect_edit_rejected([](nlohmann::json& j) { j["groups"][0]["optimizer"]["momentum"] = 0.9; },
+                       {"case.json", "groups[0].optimizer", "adamw does not take momentum (0.9 given"});
+  expect_edit_rejected([](nlohmann::json& j) { j["groups"][1]["optimizer"]["beta1"] = 0.8; },
+                       {"case.json", "groups[1].optimizer", "sgd_nesterov does not take beta1 (0.8 given"});
+  expect_edit_rejected([](nlohmann::json& j) { j["groups"][0]["optimizer"]["trust_coefficient"] = 0.02; },
+                       {"case.json", "groups[0].optimizer", "adamw does not take trust_coefficient"});
+  expect_edit_rejected([](nlohmann::json& j) { j["groups"][1]["optimizer"]["aux_lr"] = 0.01; },
+                       {"case.json", "groups[1].optimizer", "sgd_nesterov does not take aux_lr", "muon"});
+  // The kind's default written out: sgd_nesterov's trust_coefficient, adamw's aux_lr.
+  nlohmann::json j = case_json();
+  j["groups"][1]["optimizer"]["trust_coefficient"] = 0.001;
+  j["groups"][0]["optimizer"]["aux_lr"] = 3e-4;
+  set_case_json(j);
+  EXPECT_NO_THROW(load_replay_case(dir_));
+}
+
 TEST_F(ReplayGroups, GroupScheduleWrongLengthOrValue) {
   nlohmann::json j = case_json();
   j["groups"][1]["lr_per_step"] = {0.1};

@@ -248,11 +248,37 @@ def test_replay_errors():
         renaissance.replay(str(REPLAY_DIR / replay_cases()[0]), tolerance=-1.0)
 
 
+@pytest.mark.parametrize("key,value,default", [("momentum", 0.5, 0.0), ("trust_coefficient", 0.02, 0.001),
+                                               ("aux_lr", 0.01, 3e-4)])
+def test_replay_refuses_a_key_the_kind_does_not_read(tmp_path, key, value, default):
+    """testdata/replay/adam with a key adam does not read: refused (ValueError naming the kind and
+    the key) unless it holds adam's default, which replays as the case without it."""
+    import shutil
+    case = tmp_path / "adam"
+    shutil.copytree(REPLAY_DIR / "adam", case)
+    j = json.loads((case / "case.json").read_text())
+    assert key not in j["optimizer"]
+    j["optimizer"][key] = value
+    (case / "case.json").write_text(json.dumps(j))
+    with pytest.raises(ValueError, match=r"optimizer: adam does not take %s \(%s given" % (key, value)):
+        renaissance.replay(str(case), threads=1)
+    j["optimizer"][key] = default
+    (case / "case.json").write_text(json.dumps(j))
+    r = renaissance.replay(str(case), threads=1)
+    assert r["passed"] and r["fingerprint"] == renaissance.replay(str(REPLAY_DIR / "adam"), threads=1)["fingerprint"]
+
+
 def test_kinds_and_layouts():
     kinds = renaissance.kinds()
     adamw = next(k for k in kinds if k["name"] == "adamw")
     assert adamw["has_m"] and adamw["has_v"] and adamw["family"] == "adam"
     assert "momentum" not in adamw["hyperparameters"] and adamw["defaults"]["beta2"] == 0.999
+    # torch_m: what torch calls M (torch.optim.SGD's and Muon's momentum_buffer, Adam's exp_avg;
+    # MuonWithAuxAdam's weight group is Muon's, its bias-like group its AdamW's).
+    assert {k["name"]: k["torch_m"] for k in kinds} == {
+        "sgd": "momentum_buffer", "sgd_momentum": "momentum_buffer", "sgd_nesterov": "momentum_buffer",
+        "adam": "exp_avg", "adamw": "exp_avg", "lars": "momentum_buffer", "lars_nesterov": "momentum_buffer",
+        "lion": "exp_avg", "lamb": "exp_avg", "muon": "momentum_buffer_in_weight_group"}
     assert "resnet50" in renaissance.layouts()
     params = renaissance.layout("resnet50")
     t = renaissance.Task(params)

@@ -6,6 +6,8 @@
 - ordered (and fast at K = 2): rank r feeds its own gradient; the result is bit for bit one process fed
   (g_0 + g_1 + ... + g_{K-1}) / K, summed left to right in fp32 here (the core's
   --simulate-ranks rule, written independently of the library);
+- amsgrad (Adam, AdamW): max_exp_avg_sq is sharded as exp_avg_sq is, and state_dict() and the
+  checkpoint hold it whole;
 - None gradients (every rank alike) on alternate steps: one process's bits through the per-tensor
   mask, each parameter's `step` its own (torch's);
 - wrong use is a clear error: ranks that build different optimizers, a rank that does not
@@ -51,6 +53,9 @@ CASES = [
     # Two param groups (one Task, and one sharded step, each): their collectives interleave in
     # group order on every rank.
     ("adamw_groups", rt.AdamW, dict(lr=1e-2, groups=True), torch.float32),
+    # amsgrad: max_exp_avg_sq sharded like exp_avg_sq, gathered by state_dict() and the checkpoint.
+    ("adam_amsgrad", rt.Adam, dict(lr=1e-2, amsgrad=True), torch.float32),
+    ("adamw_amsgrad_clip", rt.AdamW, dict(lr=1e-2, amsgrad=True, max_grad_norm=0.5), torch.float32),
 ]
 
 
@@ -149,8 +154,9 @@ def _worker_steps(rank, k, init_file, out_dir, mode):
         return lambda s: rank_grads(s, src, dtype, name.endswith("_nan"))
 
     for name, res, opt in _sharded_runs(rank, k, mode, CASES, grads_for):
+        if name in ("adamw", "adam_amsgrad"):
+            opt.save(os.path.join(out_dir, name + ".ckpt"))  # a collective: the whole state, from rank 0
         if name == "adamw":
-            opt.save(os.path.join(out_dir, "adamw.ckpt"))  # a collective: the whole state, from rank 0
             # Memory per rank: the arena holds M and V for this rank's slice only.
             res["arena"] = opt._shared()[0].task.arena_bytes
         results[name] = res
@@ -177,16 +183,19 @@ def test_sharded_equals_one_process(tmp_path, k, mode):
         else:
             want, opt = run(cls, kw, dtype, lambda s: ordered_mean(s, k, dtype, nan))
         assert opt._shared()[0].task.skipped_steps == (1 if nan else 0), name  # the reference did skip
-        if name == "adamw":
+        if name in ("adamw", "adam_amsgrad"):
             # The checkpoint is the whole state: an optimizer over a world of one (another K)
-            # loads it and holds the reference's bits.
-            _init(0, 1, str(tmp_path / "init1"))
+            # loads it and holds the reference's bits (amsgrad: max_exp_avg_sq included).
+            _init(0, 1, str(tmp_path / ("init1" + name)))
             try:
                 one = cls(make_params(dtype), threads=1, process_group=dist.group.WORLD, **kw)
-                one.load(str(tmp_path / "adamw.ckpt"))
-                assert one.fingerprint() == want["fingerprint"]
+                one.load(str(tmp_path / (name + ".ckpt")))
+                assert one.fingerprint() == want["fingerprint"], name
             finally:
                 dist.destroy_process_group()
+        if name == "adam_amsgrad":
+            assert any(key.endswith(".max_exp_avg_sq") for key in want), sorted(want)
+        if name == "adamw":
             # Every rank's arena is smaller than one process's by M and V outside its slice
             # (2 families x 4 bytes x the elements other ranks own, up to alignment padding).
             whole = opt._shared()[0].task.arena_bytes

@@ -298,7 +298,7 @@ TEST(Amsgrad, OtherKindsRefuseIt) {
       c.validate();
       ADD_FAILURE() << info.name << " accepted amsgrad";
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), std::string("amsgrad applies to adam, adamw only, not ") + info.name);
+      EXPECT_EQ(std::string(e.what()), std::string(info.name) + " does not take amsgrad (on given; the kinds that do: adam, adamw)");
     }
   }
   EXPECT_TRUE(Adam().amsgrad(true).config().amsgrad);
@@ -342,19 +342,31 @@ TEST(Amsgrad, GroupsCannotDiffer) {
   EXPECT_THROW(task.optimizer_groups({a, b}), Error);
 }
 
-// A sharded step does not shard VMAX: a state shard with amsgrad is refused at compile().
-TEST(Amsgrad, ShardedStepRefusesIt) {
-  TaskOptions options;
-  options.state_shard.world_size = 2;
-  options.state_shard.rank = 0;
-  Task task(test_params(1), options);
-  task.optimizer(AdamW().amsgrad(true));
-  try {
+// A rank's state shard holds VMAX's slice exactly as V's (the family table marks VMAX optimizer
+// state): the same elements of every role region, so the sharded step cuts and gathers it as V
+// (tests/comm/sharded_runs.cc: sharded amsgrad runs == one process, bit for bit).
+TEST(Amsgrad, AStateShardSlicesVmaxAsV) {
+  for (int rank = 0; rank < 2; ++rank) {
+    TaskOptions options;
+    options.backend = BackendKind::kCpu;
+    options.state_shard.world_size = 2;
+    options.state_shard.rank = rank;
+    Task task(checkpoint_test::big_params(), options);  // large enough for two slices
+    task.optimizer(AdamW().amsgrad(true));
     task.compile();
-    ADD_FAILURE() << "a sharded amsgrad task compiled";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("amsgrad is not supported by the sharded step"), std::string::npos)
-        << e.what();
+    const MemoryPlan& plan = task.plan();
+    ASSERT_TRUE(plan.state_sliced()) << rank;
+    ASSERT_TRUE(plan.has_family(Family::kVmax)) << rank;
+    for (int r = 0; r < kNumRoles; ++r) {
+      const RegionInfo& v = plan.region(family_region(Family::kV, static_cast<Role>(r)));
+      const RegionInfo& x = plan.region(family_region(Family::kVmax, static_cast<Role>(r)));
+      EXPECT_EQ(x.count, v.count) << rank << " role " << r;
+      EXPECT_EQ(x.used, v.used) << rank << " role " << r;
+      // Both start at the slice's first element: their offsets are as far from the family's
+      // base as V's.
+      EXPECT_EQ(x.offset - plan.region(family_region(Family::kVmax, Role::kBnBias)).offset,
+                v.offset - plan.region(family_region(Family::kV, Role::kBnBias)).offset) << rank << " role " << r;
+    }
   }
 }
 

@@ -1,10 +1,13 @@
 // Hyperparameters that a kind does not read, and those the compiled step holds: a configuration
-// that sets a hyperparameter its kind ignores is refused, naming it and the kinds that take it;
+// that sets a hyperparameter its kind ignores (one of Muon's, dampening, amsgrad, or a kind table
+// column: momentum, betas, eps, trust_coefficient) to anything but the kind's default is refused,
+// naming the kind, it and the kinds that take it;
 // Task::optimizer() after compile() refuses a change of amsgrad, Muon's adjust_lr and muon_mode
 // by name and leaves the task as it was; a checkpoint made with another adjust_lr is refused; the
 // Muon builder refuses an adjust_lr that is not one of its choices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -52,7 +55,7 @@ TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
   for (const Case& k : cases) {
     OptimizerConfig c = default_config(OptimizerKind::kAdamW);
     k.set(c);
-    checkpoint_test::expect_error([&] { c.validate(); }, std::string(k.name) + " applies to muon only, not adamw",
+    checkpoint_test::expect_error([&] { c.validate(); }, std::string("adamw does not take ") + k.name + " (",
                                   ErrorKind::kInvalidArgument);
     // Muon takes every one of them.
     OptimizerConfig m = default_config(OptimizerKind::kMuon);
@@ -62,16 +65,75 @@ TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
   // The SGD family's dampening and the Adam family's amsgrad, by the same rule.
   OptimizerConfig c = default_config(OptimizerKind::kLion);
   c.dampening = 0.5;
-  checkpoint_test::expect_error([&] { c.validate(); }, "dampening applies to sgd, sgd_momentum, sgd_nesterov only, not lion",
+  checkpoint_test::expect_error([&] { c.validate(); }, "lion does not take dampening (0.5 given; the kinds that do: sgd, sgd_momentum, sgd_nesterov)",
                                 ErrorKind::kInvalidArgument);
   c = default_config(OptimizerKind::kMuon);
   c.amsgrad = true;
-  checkpoint_test::expect_error([&] { c.validate(); }, "amsgrad applies to adam, adamw only, not muon",
+  checkpoint_test::expect_error([&] { c.validate(); }, "muon does not take amsgrad (on given; the kinds that do: adam, adamw)",
                                 ErrorKind::kInvalidArgument);
   // The library's own configurations of every kind pass.
   for (int k = 0; k < kNumOptimizerKinds; ++k) {
     EXPECT_NO_THROW(reference_config(static_cast<OptimizerKind>(k)).validate()) << k;
     EXPECT_NO_THROW(bench_config(static_cast<OptimizerKind>(k)).validate()) << k;
+  }
+}
+
+// The kind table's columns by the same rule: momentum on adam, betas on sgd, trust_coefficient on
+// muon, ... are refused by validate() and by Task::optimizer() and optimizer_groups(), naming the
+// kind, the field and the kinds that read it; the kind's own default stays accepted (every
+// configuration holds every field: OptimizerConfig's member defaults and recorded cases).
+TEST(KindReads, AConfigurationRefusesAKindTableColumnItsKindDoesNotRead) {
+  // Which kinds read each column, written out (docs/math.md): a change of the table shows here.
+  struct Column {
+    const char* name;
+    double OptimizerConfig::*field;
+    std::vector<OptimizerKind> readers;
+  };
+  using K = OptimizerKind;
+  const Column columns[] = {
+      {"momentum", &OptimizerConfig::momentum,
+       {K::kSgd, K::kSgdMomentum, K::kSgdNesterov, K::kLars, K::kLarsNesterov, K::kMuon}},
+      {"beta1", &OptimizerConfig::beta1, {K::kAdam, K::kAdamW, K::kLion, K::kLamb, K::kMuon}},
+      {"beta2", &OptimizerConfig::beta2, {K::kAdam, K::kAdamW, K::kLion, K::kLamb, K::kMuon}},
+      {"eps", &OptimizerConfig::eps, {K::kAdam, K::kAdamW, K::kLars, K::kLarsNesterov, K::kLamb, K::kMuon}},
+      {"trust_coefficient", &OptimizerConfig::trust_coefficient, {K::kLars, K::kLarsNesterov}},
+  };
+  int refused = 0;
+  for (const Column& col : columns) {
+    for (const KindInfo& k : kKindTable) {
+      const bool reads = std::find(col.readers.begin(), col.readers.end(), k.kind) != col.readers.end();
+      OptimizerConfig c = default_config(k.kind);
+      c.*col.field = 0.5;  // no kind's default of any of these columns
+      if (reads) {
+        EXPECT_NO_THROW(c.validate()) << k.name << " " << col.name;
+        continue;
+      }
+      ++refused;
+      const std::string words = std::string(k.name) + " does not take " + col.name + " (0.5 given; the kinds that do: ";
+      checkpoint_test::expect_error([&] { c.validate(); }, words, ErrorKind::kInvalidArgument);
+      Task task(params(), testing_util::cpu_task_options());
+      checkpoint_test::expect_error([&] { task.optimizer(c); }, words, ErrorKind::kInvalidArgument);
+      checkpoint_test::expect_error([&] { task.optimizer_groups({default_config(k.kind), c}); }, words,
+                                    ErrorKind::kInvalidArgument);
+      // The kind's default, written out, is what an untouched configuration holds.
+      c.*col.field = default_config(k.kind).*col.field;
+      EXPECT_NO_THROW(c.validate()) << k.name << " " << col.name;
+    }
+  }
+  EXPECT_EQ(refused, 26);  // 4 + 5 + 5 + 4 + 8 kinds that do not read the column
+  // The message names every kind that reads it, in table order.
+  OptimizerConfig adam = default_config(OptimizerKind::kAdam);
+  adam.momentum = 0.9;
+  checkpoint_test::expect_error(
+      [&] { adam.validate(); },
+      "adam does not take momentum (0.9 given; the kinds that do: sgd, sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
+      ErrorKind::kInvalidArgument);
+  // A configuration built from OptimizerConfig's member defaults (the kind set by hand) passes.
+  for (const KindInfo& k : kKindTable) {
+    OptimizerConfig c;
+    c.kind = k.kind;
+    if (k.needs_momentum) c.momentum = 0.9;
+    EXPECT_NO_THROW(c.validate()) << k.name;
   }
 }
 

@@ -21,6 +21,7 @@
 #include "renaissance/error.h"
 #include "renaissance/task.h"
 #include "support/test_util.h"
+#include "support/kind_columns.h"
 
 namespace renaissance {
 namespace {
@@ -47,7 +48,7 @@ OptimizerConfig soak_config(OptimizerKind kind) {
   c.beta1 = 0.9;
   c.beta2 = 0.999;
   c.eps = 1e-8;
-  return c;
+  return testing_util::unread_columns_at_defaults(c);
 }
 
 double lr_at(const OptimizerConfig& c, int64_t step) {

@@ -35,6 +35,7 @@
 #include "renaissance/scalars.h"
 #include "renaissance/task.h"
 #include "support/test_util.h"
+#include "support/kind_columns.h"
 
 namespace renaissance {
 namespace checkpoint_test {
@@ -82,7 +83,7 @@ inline OptimizerConfig config_for(OptimizerKind kind) {
   c.beta2 = 0.999;
   c.eps = 1e-8;
   c.trust_coefficient = 0.02;
-  return c;
+  return testing_util::unread_columns_at_defaults(c);
 }
 
 // The same kind with different (valid) hyperparameters: what a resuming process might have
@@ -96,7 +97,7 @@ inline OptimizerConfig other_config_for(OptimizerKind kind) {
   c.beta2 = 0.99;
   c.eps = 1e-6;
   c.trust_coefficient = 0.005;
-  return c;
+  return testing_util::unread_columns_at_defaults(c);
 }
 
 inline double lr_at(const OptimizerConfig& c, int64_t step) { return c.lr * (1.0 + 0.5 * std::sin(0.37 * double(step))); }

@@ -227,6 +227,14 @@ constexpr bool kind_reads(OptimizerKind kind, const HyperparameterInfo& h) {
 
 // The kinds whose builders take the row, in kind table order ("sgd, sgd_momentum, sgd_nesterov").
 std::string kinds_reading(const HyperparameterInfo& h);
+// Refuses a value of the row set on a kind that does not read it (kind_reads): one that the
+// step would take and ignore. A configuration holds every row for every kind, so the kind's own
+// default (hyper_default: its kind table column, else the row's fixed default) stays accepted:
+// that is what a kind's configuration holds when nothing set the row (and what a recorded
+// case.json writes out). Throws ErrorKind::kInvalidArgument in torch's words: "adam does not
+// take momentum (0.5 given; the kinds that do: ...)". OptimizerConfig::validate applies it to
+// every row, so Task, checkpoints and the replay loader refuse by it.
+void check_kind_takes(OptimizerKind kind, const HyperparameterInfo& h, double value);
 // A value of the row as text: a choice's name, a flag's on / off, a number's shortest decimal.
 std::string hyper_value_text(const HyperparameterInfo& h, double v);
 

@@ -177,5 +177,6 @@ constexpr const KindInfo& kind_info(OptimizerKind kind) { return kKindTable[stat
 
 const char* kind_family_name(KindFamily family);  // "sgd", "adam", "lars", "lion", "lamb", "muon"
 const char* norm_pass_name(NormPass norm);  // "none", "lars_trust_ratio", "lamb_trust_ratio", "muon_orthogonalize"
+const char* torch_m_name(TorchM m);  // "exp_avg", "momentum_buffer", "momentum_buffer_in_weight_group"
 
 }  // namespace renaissance
