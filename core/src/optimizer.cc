@@ -220,6 +220,8 @@ OptimizerConfig SGD::config() const {
     c.kind = OptimizerKind::kSgdNesterov;
   } else {
     c.kind = c.momentum > 0.0 ? OptimizerKind::kSgdMomentum : OptimizerKind::kSgd;
+    // torch.optim.SGD ignores dampening without momentum (no buffer); kind sgd does not take it.
+    if (c.kind == OptimizerKind::kSgd) c.dampening = 0.0;
   }
   return c;
 }

@@ -43,7 +43,7 @@ if(NOT rc EQUAL 2 OR NOT err MATCHES "--dampening 0.5 \\(checkpoint: 0.3\\)")
 endif()
 
 foreach(refused "sgd_nesterov|Nesterov momentum requires a momentum and zero dampening"
-                "adamw|--dampening: --optimizer adamw does not read it \\(the kinds that do: sgd, sgd_momentum, sgd_nesterov\\)")
+                "adamw|--dampening: --optimizer adamw does not read it \\(the kinds that do: sgd_momentum, sgd_nesterov\\)")
   string(REPLACE "|" ";" parts "${refused}")
   list(GET parts 0 kind)
   list(GET parts 1 says)

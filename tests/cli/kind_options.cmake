@@ -18,11 +18,13 @@ set(refused
     "adamw|--ns-c|2.0|muon"
     "adamw|--no-nesterov|muon|--nesterov/--no-nesterov"
     "adamw|--nesterov|muon|--nesterov/--no-nesterov"
-    "adamw|--momentum|0.5|sgd, sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon"
+    "adamw|--momentum|0.5|sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon"
+    "sgd|--momentum|0.9|sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon"
+    "sgd|--dampening|0.5|sgd_momentum, sgd_nesterov"
     "sgd|--beta1|0.5|adam, adamw, lion, lamb, muon"
     "lion|--eps|1e-3|adam, adamw, lars, lars_nesterov, lamb, muon"
     "muon|--trust-coefficient|0.5|lars, lars_nesterov"
-    "muon|--dampening|0.5|sgd, sgd_momentum, sgd_nesterov"
+    "muon|--dampening|0.5|sgd_momentum, sgd_nesterov"
     "muon|--amsgrad|adam, adamw")
 foreach(entry IN LISTS refused)
   string(REPLACE "|" ";" case "${entry}")

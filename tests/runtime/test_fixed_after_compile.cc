@@ -65,7 +65,8 @@ TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
   // The SGD family's dampening and the Adam family's amsgrad, by the same rule.
   OptimizerConfig c = default_config(OptimizerKind::kLion);
   c.dampening = 0.5;
-  checkpoint_test::expect_error([&] { c.validate(); }, "lion does not take dampening (0.5 given; the kinds that do: sgd, sgd_momentum, sgd_nesterov)",
+  checkpoint_test::expect_error([&] { c.validate(); },
+                                "lion does not take dampening (0.5 given; the kinds that do: sgd_momentum, sgd_nesterov)",
                                 ErrorKind::kInvalidArgument);
   c = default_config(OptimizerKind::kMuon);
   c.amsgrad = true;
@@ -76,6 +77,30 @@ TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
     EXPECT_NO_THROW(reference_config(static_cast<OptimizerKind>(k)).validate()) << k;
     EXPECT_NO_THROW(bench_config(static_cast<OptimizerKind>(k)).validate()) << k;
   }
+}
+
+// SGD without momentum is kind sgd, which holds no momentum buffer: a momentum or dampening set on
+// it would be ignored, so a configuration refuses them; the SGD builder, as torch.optim.SGD,
+// takes a dampening without momentum and drops it (torch ignores it there).
+TEST(KindReads, SgdWithoutMomentumTakesNeitherMomentumNorDampening) {
+  OptimizerConfig c = default_config(OptimizerKind::kSgd);
+  c.momentum = 0.9;
+  checkpoint_test::expect_error(
+      [&] { c.validate(); },
+      "sgd does not take momentum (0.9 given; the kinds that do: sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
+      ErrorKind::kInvalidArgument);
+  c = default_config(OptimizerKind::kSgd);
+  c.dampening = 0.5;
+  checkpoint_test::expect_error([&] { c.validate(); }, "sgd does not take dampening (0.5 given",
+                                ErrorKind::kInvalidArgument);
+  const OptimizerConfig plain = SGD().lr(0.1).dampening(0.5).config();
+  EXPECT_EQ(plain.kind, OptimizerKind::kSgd);
+  EXPECT_EQ(plain.dampening, 0.0);
+  EXPECT_NO_THROW(plain.validate());
+  const OptimizerConfig heavy = SGD().lr(0.1).momentum(0.9).dampening(0.5).config();
+  EXPECT_EQ(heavy.kind, OptimizerKind::kSgdMomentum);
+  EXPECT_EQ(heavy.dampening, 0.5);
+  EXPECT_NO_THROW(heavy.validate());
 }
 
 // The kind table's columns by the same rule: momentum on adam, betas on sgd, trust_coefficient on
@@ -91,8 +116,8 @@ TEST(KindReads, AConfigurationRefusesAKindTableColumnItsKindDoesNotRead) {
   };
   using K = OptimizerKind;
   const Column columns[] = {
-      {"momentum", &OptimizerConfig::momentum,
-       {K::kSgd, K::kSgdMomentum, K::kSgdNesterov, K::kLars, K::kLarsNesterov, K::kMuon}},
+      // sgd holds no momentum buffer: SGD with a momentum is sgd_momentum.
+      {"momentum", &OptimizerConfig::momentum, {K::kSgdMomentum, K::kSgdNesterov, K::kLars, K::kLarsNesterov, K::kMuon}},
       {"beta1", &OptimizerConfig::beta1, {K::kAdam, K::kAdamW, K::kLion, K::kLamb, K::kMuon}},
       {"beta2", &OptimizerConfig::beta2, {K::kAdam, K::kAdamW, K::kLion, K::kLamb, K::kMuon}},
       {"eps", &OptimizerConfig::eps, {K::kAdam, K::kAdamW, K::kLars, K::kLarsNesterov, K::kLamb, K::kMuon}},
@@ -120,13 +145,13 @@ TEST(KindReads, AConfigurationRefusesAKindTableColumnItsKindDoesNotRead) {
       EXPECT_NO_THROW(c.validate()) << k.name << " " << col.name;
     }
   }
-  EXPECT_EQ(refused, 26);  // 4 + 5 + 5 + 4 + 8 kinds that do not read the column
+  EXPECT_EQ(refused, 27);  // 5 + 5 + 5 + 4 + 8 kinds that do not read the column
   // The message names every kind that reads it, in table order.
   OptimizerConfig adam = default_config(OptimizerKind::kAdam);
   adam.momentum = 0.9;
   checkpoint_test::expect_error(
       [&] { adam.validate(); },
-      "adam does not take momentum (0.9 given; the kinds that do: sgd, sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
+      "adam does not take momentum (0.9 given; the kinds that do: sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
       ErrorKind::kInvalidArgument);
   // A configuration built from OptimizerConfig's member defaults (the kind set by hand) passes.
   for (const KindInfo& k : kKindTable) {

@@ -220,8 +220,11 @@ const char* hyper_rule_name(HyperRule rule);
 // The row called `name` ("lr", ...), or nullptr.
 const HyperparameterInfo* find_hyperparameter(const std::string& name);
 
-// Whether the kind's builder (and its Python keywords) takes the hyperparameter.
+// Whether the kind's builder (and its Python keywords) takes the hyperparameter: the rows of its
+// family, except that momentum and dampening act on the momentum buffer M, so a kind without M
+// (sgd) reads neither (SGD with a momentum is kind sgd_momentum).
 constexpr bool kind_reads(OptimizerKind kind, const HyperparameterInfo& h) {
+  if (!kind_info(kind).has_m && (h.id == Hyperparameter::kMomentum || h.id == Hyperparameter::kDampening)) return false;
   return (h.families & family_bit(kind_info(kind).family)) != 0;
 }
 
