@@ -1,11 +1,13 @@
 // The element-wise update kernel shared by the SGD and Adam op files: one grid-stride loop over
 // a group span in 16-byte float4 vectors, applying a rule of renaissance/math/update_rules.h to
 // each of the four lanes. Group spans start on 256-byte boundaries and hold a multiple of 64
-// elements (plan.h), so there is no scalar prologue or tail. With H > 1 hyperparameter groups the
-// node's HyperItems are walked instead, one block per item. Indices are 64-bit: a span may
-// exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each thread rounds its four new
-// masters into C straight from registers: one pass over W; with stochastic rounding the lanes of
-// a warp pair up so that each Philox block is drawn once (update_quads).
+// elements (plan.h), and a sharded step's slice of one starts and ends on a multiple of 4
+// (docs/distributed.md, rule A), so there is no scalar prologue or tail. With H > 1
+// hyperparameter groups the node's HyperItems are walked instead, one block per item. Indices
+// are 64-bit: a span may exceed 2^31 elements. With a model copy (Copy, model_copy.cuh) each
+// thread rounds its four new masters into C straight from registers: one pass over W; with
+// stochastic rounding the lanes of a warp pair up so that each Philox block is drawn once
+// (update_quads).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -315,7 +315,8 @@ void launch_CHECK_FINITE(const CudaContext& ctx, const GraphNode& node) {
     });
     return;
   }
-  const uint64_t n4 = node.span(Family::kG).count / 4;  // G spans are multiples of 64 elements
+  // G spans hold multiples of 64 elements, a sharded step's slice multiples of 4 (rule A).
+  const uint64_t n4 = node.span(Family::kG).count / 4;
   // Launched even for an empty G (one block): the flag is written every step. The default grid
   // is what stays resident at once (2048 threads per multiprocessor), so that the blocks' atomic
   // tickets number about a thousand, not one per 4 KB of gradients.

@@ -1,14 +1,16 @@
 // The partition of a memory plan over K ranks (docs/distributed.md): cuts on grad-norm tile
 // boundaries, moved down to the start of a norm tile where one would split it, so that every
 // tile of both canonical reductions has exactly one owner and no kernel needs a partial tile;
-// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner; with
-// work items (hyperparameter groups, the per-tensor mask) moved down until they split no item.
+// for Muon first moved to the nearer end of a matrix, so that each matrix has one owner; then
+// moved down until they split no work item (hyperparameter groups, the per-tensor mask), no tile
+// and no matrix and fall on a multiple of four elements (the CUDA kernels' 16-byte vectors).
 #include <algorithm>
 #include <iterator>
 
 #include "renaissance/error.h"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/name_table.h"
+#include "renaissance/ops.h"
 #include "renaissance/shard_layout.h"
 
 namespace renaissance {
@@ -58,15 +60,22 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
   const std::vector<NormTile>& norm = plan.norm_tiles();
   auto norm_start = [&](size_t i) { return weight_start + static_cast<uint64_t>(norm[i].start); };
 
-  // Muon: the first elements of the non-empty matrices (plan order is family order), then the
-  // weight group's end. A matrix's extent runs from its start to the next one's (its padding
-  // included), so that a cut moved to either end splits no matrix and no per-tensor item.
+  // Muon: the first elements of the non-empty matrices (plan order is family order) that are
+  // multiples of kShardCutAlign, then the weight group's end. An extent runs from one such start
+  // to the next (its padding included, and any matrix that starts off the alignment, which
+  // without work items the plan packs right after the one before it), so that a cut moved to
+  // either end splits no matrix and no per-tensor item and is aligned. The weight group starts
+  // and ends on 64 elements, so the first non-empty matrix starts an extent.
   std::vector<uint64_t> bounds;
   const std::vector<MuonMatrix>& matrices = plan.muon_matrices();
+  uint64_t previous = 0;
   for (const MuonMatrix& m : matrices) {
     const uint64_t at = weight_start + static_cast<uint64_t>(m.start);
-    if (!bounds.empty() && at < bounds.back()) throw_invalid("make_shard_layout: muon matrices out of family order");
-    if (m.rows > 0 && m.cols > 0 && (bounds.empty() || at > bounds.back())) bounds.push_back(at);
+    if (at < previous) throw_invalid("make_shard_layout: muon matrices out of family order");
+    previous = at;
+    if (m.rows > 0 && m.cols > 0 && at % kShardCutAlign == 0 && (bounds.empty() || at > bounds.back())) {
+      bounds.push_back(at);
+    }
   }
   if (!bounds.empty()) bounds.push_back(weight_start + plan.group_span(Family::kW, Group::kWeight).count);
 
@@ -97,20 +106,22 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
       c = c - lo <= hi - c ? lo : hi;
     }
     c = norm_tile_start_at_or_below(c);
-    // A plan with work items (hyperparameter groups, TaskOptions::tensor_mask): a cut inside a
-    // HyperItem moves down to its start, so that a rank's sub-steps walk whole items
-    // (ShardedStep). An item of a run of several tensors (H > 1) may start inside a norm tile (a
-    // Muon plan's matrices are runs of their own, so rule M's ends are item starts): the three
-    // rules are applied, each moving the cut down, until none moves it (the largest cut at or
-    // below this one that splits no item, tile or matrix).
-    if (items) {
-      for (uint64_t before = count + 1; before != c;) {
-        before = c;
-        c = item_start_at_or_below(plan, c);
-        c = norm_tile_start_at_or_below(c);
-        const auto in = std::upper_bound(bounds.begin(), bounds.end(), c);
-        if (in != bounds.begin() && in != bounds.end() && *std::prev(in) < c) c = *std::prev(in);
-      }
+    // Rule A: a cut that is not a multiple of kShardCutAlign elements moves down to one (a norm
+    // tile of a tensor packed off the alignment starts off it too). A plan with work items
+    // (hyperparameter groups, TaskOptions::tensor_mask): a cut inside a HyperItem moves down to
+    // its start, so that a rank's sub-steps walk whole items (ShardedStep). An item of a run of
+    // several tensors (H > 1) may start inside a norm tile (a Muon plan's matrices are runs of
+    // their own, so rule M's ends are item starts). The four rules are applied, each moving the
+    // cut down, until none moves it: the largest cut at or below this one that is aligned and
+    // splits no item, tile or matrix (the group starts qualify). Where rules 1, M and 2 gave an
+    // aligned cut outside every item, none moves it.
+    for (uint64_t before = count + 1; before != c;) {
+      before = c;
+      c = c / kShardCutAlign * kShardCutAlign;
+      if (items) c = item_start_at_or_below(plan, c);
+      c = norm_tile_start_at_or_below(c);
+      const auto in = std::upper_bound(bounds.begin(), bounds.end(), c);
+      if (in != bounds.begin() && in != bounds.end() && *std::prev(in) < c) c = *std::prev(in);
     }
     cuts[static_cast<size_t>(r)] = c;
   }
@@ -144,6 +155,33 @@ ShardLayout make_shard_layout(const MemoryPlan& plan, int world_size) {
     layout.ranks.push_back(s);
   }
   return layout;
+}
+
+std::string unaligned_span(const CompiledStep& step, const MemoryPlan& plan) {
+  auto misfit = [](Span span, uint64_t elem) {
+    return span.count > 0 && (span.offset % (kShardCutAlign * elem) != 0 || span.count % kShardCutAlign != 0);
+  };
+  auto describe = [](const GraphNode& node, const char* family, Span span, uint64_t elem) {
+    return std::string(range_op_name(node.range_op)) + " reads " + family + " from arena byte " +
+           std::to_string(span.offset) + ", " + std::to_string(span.count) + " elements of " + std::to_string(elem) +
+           " bytes: not a whole number of " + std::to_string(kShardCutAlign) + "-element vectors on their alignment";
+  };
+  for (const std::vector<GraphNode>& graph : step.graphs) {
+    for (const GraphNode& node : graph) {
+      if (node.kind != NodeKind::kRange) continue;
+      for (const FamilyInfo& f : kFamilyTable) {
+        if (f.extent != FamilyExtent::kPerElement) continue;
+        const Span span = node.span(f.family);
+        if (span.count == 0) continue;
+        const uint64_t elem = plan.region(family_region(f.family, Role::kBnBias)).elem_size;
+        if (misfit(span, elem)) return describe(node, f.name, span, elem);
+      }
+      if (misfit(node.muon.update, sizeof(float))) {
+        return describe(node, "U", node.muon.update, sizeof(float));
+      }
+    }
+  }
+  return "";
 }
 
 PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard) {

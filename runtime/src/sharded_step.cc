@@ -232,6 +232,19 @@ ShardedStep::ShardedStep(Task& task, Communicator& comm, GradReduce mode)
   // (Built after a masked step, step_program() is the masked program again: [1] then gives its
   // bits, which on a mask of zeros and equal counts are the unmasked one's, at its speed.)
   if (plan.config().tensor_mask) cut_program(task.step_program(), &programs_[1]);
+  // The CUDA kernels walk each span in 16-byte vectors from its first element (no scalar head):
+  // the layout's cuts are multiples of kShardCutAlign elements (rule A), so every cut span is
+  // aligned; a span that is not would be a misaligned access on a GPU rank.
+  for (const SubSteps& program : programs_) {
+    for (const CompiledStep* sub : {&program.check, &program.combine, &program.update}) {
+      const std::string bad = unaligned_span(*sub, plan);
+      if (!bad.empty()) {
+        throw Error(ErrorKind::kBackend, "sharded step: rank " + std::to_string(comm.rank()) + " of " +
+                                             std::to_string(comm.size()) + ", slice [" + std::to_string(s.begin) +
+                                             ", " + std::to_string(s.end) + "): " + bad);
+      }
+    }
+  }
   const SubSteps& placed = programs_[0];
   if (plan.state_sliced()) {
     // The task holds M and V of one slice: it must be this rank's (TaskOptions::state_shard).

@@ -1,4 +1,4 @@
-// Run under `mpirun -np K` (comm/CMakeLists.txt, K = 1..4): Muon's sharded step, its matrices
+// Run under `mpirun -np K` (comm/CMakeLists.txt, K = 1..4 and 7): Muon's sharded step, its matrices
 // owned whole by one rank each (docs/distributed.md, rule M), every rank holding its slice of M
 // and V (TaskOptions::state_shard, as `renaissance run --distributed` compiles it). After four
 // steps (one skipped for a NaN), on every rank, the state bytes against a Task without any

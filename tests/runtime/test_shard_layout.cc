@@ -1,12 +1,15 @@
 // The partition of a sharded step (renaissance/shard.h, docs/distributed.md): for every kind,
 // world sizes 1..6, the test layout and resnet50, the slices tile the family in rank order, every
 // grad-norm tile and every norm tile has exactly one owner holding all of it, and the partition
-// actually shards. Plus the world of one (LocalCommunicator): a sharded step equals Task::step.
+// actually shards; every cut and every span a rank's sub-steps hand the backend lies on a
+// multiple of 4 elements (the CUDA kernels' 16-byte vectors). Plus the world of one
+// (LocalCommunicator): a sharded step equals Task::step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,7 +120,11 @@ void expect_whole_matrices(const MemoryPlan& plan, int K, const std::string& wha
   }
   const Span weight = plan.group_span(Family::kW, Group::kWeight);
   const uint64_t weight_end = (weight.offset - family) / 4 + weight.count;
-  std::vector<std::pair<uint64_t, uint64_t>> extents;  // [start, next start) of each non-empty one
+  // [start, next start) of each non-empty one, for the cuts that split no matrix; and the extents
+  // rule M moves a cut within: from one aligned start of a non-empty matrix to the next (a matrix
+  // that starts off a multiple of 4 elements goes with the one before it).
+  std::vector<std::pair<uint64_t, uint64_t>> extents, aligned;
+  std::vector<uint64_t> starts;
   for (size_t t = 0; t < tensors.size(); ++t) {
     if (tensors[t].second == 0) continue;
     uint64_t next = weight_end;
@@ -128,7 +135,9 @@ void expect_whole_matrices(const MemoryPlan& plan, int K, const std::string& wha
       }
     }
     extents.emplace_back(tensors[t].first, next);
+    if (tensors[t].first % 4 == 0) starts.push_back(tensors[t].first);
   }
+  for (size_t i = 0; i < starts.size(); ++i) aligned.emplace_back(starts[i], i + 1 < starts.size() ? starts[i + 1] : weight_end);
   const uint64_t tile = static_cast<uint64_t>(math::kGradNormTile);
   const uint64_t T = static_cast<uint64_t>(math::grad_norm_tile_count(F));
   int64_t next_matrix = 0;
@@ -150,10 +159,10 @@ void expect_whole_matrices(const MemoryPlan& plan, int K, const std::string& wha
     for (const auto& e : extents) EXPECT_FALSE(s.begin > e.first && s.begin < e.second) << "cut " << r << " splits a matrix";
     if (!exact_cuts) continue;
     uint64_t want = std::min(F, T * static_cast<uint64_t>(r) / static_cast<uint64_t>(K) * tile);
-    for (const auto& e : extents) {
+    for (const auto& e : aligned) {
       if (want > e.first && want < e.second) want = want - e.first <= e.second - want ? e.first : e.second;
     }
-    EXPECT_EQ(s.begin, want) << "cut " << r << ": rule 1's cut, moved to the nearer end of the matrix holding it";
+    EXPECT_EQ(s.begin, want) << "cut " << r << ": rule 1's cut, moved to the nearer aligned end of the matrices holding it";
   }
   EXPECT_EQ(next_matrix, static_cast<int64_t>(tensors.size())) << "every matrix has an owner";
   if (K > 1 && extents.size() > 1) {
@@ -170,7 +179,7 @@ TEST(ShardLayout, MuonMatricesHaveOneOwnerEach) {
       const MemoryPlan plan(layout.params, config);
       ASSERT_FALSE(plan.muon_matrices().empty());
       // (With the mask, rule 3 may move a cut in the bias-like group further down: no exact cuts.)
-      for (int K = 1; K <= 6; ++K) expect_whole_matrices(plan, K, std::string(name) + (mask ? " mask" : ""), !mask);
+      for (int K = 1; K <= 8; ++K) expect_whole_matrices(plan, K, std::string(name) + (mask ? " mask" : ""), !mask);
     }
   }
   // The other kinds own no matrices.
@@ -188,6 +197,76 @@ TEST(ShardLayout, MuonCutsOfTheTestLayout) {
   const ShardLayout three = make_shard_layout(plan, 3);
   EXPECT_EQ(three.ranks[1].begin, 15040u);  // 32768: 17728 past layer1's start, 37568 before its end
   EXPECT_EQ(three.ranks[2].begin, 70336u);  // 65536: nearer layer1's end
+  // small.weight starts at 107373, off a multiple of 4: it goes with layer2.conv, whose extent
+  // for rule M runs from 70336 to the weight group's end 107456 (rule A).
+  const ShardLayout seven = make_shard_layout(plan, 7);
+  EXPECT_EQ(seven.ranks[6].begin, 107456u);  // 98304: 27968 past layer2's start, 9152 before the end
+  EXPECT_EQ(seven.ranks[5].muon_matrix_end, 6);    // rank 5 owns small.weight (matrix 5) with layer2.conv
+  EXPECT_EQ(seven.ranks[6].muon_matrix_begin, 6);  // and the last rank no matrix
+  const ShardLayout eight = make_shard_layout(plan, 8);
+  EXPECT_EQ(eight.ranks[7].begin, 107456u);  // rule 1's 98304 again (tile 6 of 7)
+  EXPECT_EQ(eight.ranks[6].begin, 70336u);   // 81920: nearer layer2's start
+}
+
+std::vector<ParamSpec> two_group_params(std::vector<ParamSpec> params, bool aux);  // below
+
+// A layout whose large weight tensor starts off a multiple of 4 elements (after a 5-element one):
+// every norm tile of b.weight starts off the alignment, and so does b.weight as a Muon matrix.
+std::vector<ParamSpec> odd_start_params() {
+  return {{"bn.bias", {3}, Role::kBnBias}, {"a.weight", {1, 5}, Role::kDeepConv}, {"b.weight", {300, 300}, Role::kDeepConv}};
+}
+
+// Rule A where rule 2 alone gives a cut off the alignment (LARS, LAMB on odd_start_params: rule
+// 1's 49152 lies in the norm tile of b.weight from 45125): the cut moves down tile by tile to
+// a.weight's start 64, the largest aligned cut at or below that splits no norm tile; Muon's only
+// aligned matrix start is a.weight's, so b.weight goes with it and the cut moves to the end.
+TEST(ShardLayout, AlignedCutsWhereTensorsStartOffTheAlignment) {
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb, OptimizerKind::kMuon}) {
+    const MemoryPlan plan(odd_start_params(), plan_config_from_optimizer(kind));
+    ASSERT_EQ(plan.region_range(G_BN_BIAS, G_DEEP_CONV).count, 90112u);
+    const ShardLayout two = make_shard_layout(plan, 2);
+    EXPECT_EQ(two.ranks[1].begin, kind == OptimizerKind::kMuon ? 90112u : 64u) << optimizer_kind_name(kind);
+  }
+}
+
+// Rule A (docs/distributed.md): for every kind, every shipped layout and the test layout,
+// without and with hyperparameter groups and with the per-tensor mask, at K = 1..8, every cut is
+// a multiple of 4 elements: the CUDA kernels read each span of a slice in 16-byte vectors from
+// its first element. The partition stays valid (one owner per tile, item and matrix).
+TEST(ShardLayout, CutsAreAlignedForEveryLayoutKindAndWorldSize) {
+  std::vector<std::pair<std::string, Layout>> layouts{{"shard", load_layout_file(kShardLayout)}};
+  layouts.emplace_back("odd_start", Layout{});
+  layouts.back().second.params = odd_start_params();
+  for (const std::string& name : builtin_layout_names()) layouts.emplace_back(name, builtin_layout(name));
+  ASSERT_GE(layouts.size(), 7u);
+  for (const auto& [name, layout] : layouts) {
+    for (const KindInfo& info : kKindTable) {
+      const bool muon = info.kind == OptimizerKind::kMuon;
+      for (const char* variant : {"plain", "H=2", "mask"}) {
+        PlanConfig config = plan_config_from_optimizer(info.kind);
+        std::vector<ParamSpec> params = layout.params;
+        if (std::string(variant) == "H=2") {
+          config.hyper_groups = 2;
+          params = two_group_params(params, muon);
+        }
+        config.tensor_mask = std::string(variant) == "mask";
+        const MemoryPlan plan(params, config);
+        for (int K = 1; K <= 8; ++K) {
+          const ShardLayout a = make_shard_layout(plan, K);
+          for (int r = 0; r < K; ++r) {
+            EXPECT_EQ(a.ranks[r].begin % kShardCutAlign, 0u)
+                << name << " " << info.name << " " << variant << " K=" << K << " rank " << r << " starts at "
+                << a.ranks[r].begin;
+          }
+          if (name == "shard" || name == "odd_start" || K <= 2) {
+            expect_valid_partition(plan, K, name + " " + info.name + " " + variant);
+            // (odd_start's two matrices may well go to one rank: no spread to expect.)
+            if (muon && name != "odd_start") expect_whole_matrices(plan, K, name + " " + variant, false);
+          }
+        }
+      }
+    }
+  }
 }
 
 // The parameters of `layout` in two hyperparameter groups (alternating in declaration order, so
@@ -357,6 +436,112 @@ TEST(ShardedStep, WorldOfOneEqualsTaskStepWithHyperGroups) {
   expect_world_of_one_equals_task_step(OptimizerKind::kAdamW, false, 2);
   expect_world_of_one_equals_task_step(OptimizerKind::kLamb, false, 2);
   expect_world_of_one_equals_task_step(OptimizerKind::kMuon, true, 2);
+}
+
+// A communicator that only names rank `rank` of a world of `size`: enough to build that rank's
+// ShardedStep (its constructor cuts the sub-steps and checks their spans) without running one.
+class NamedRank final : public Communicator {
+ public:
+  NamedRank(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override { return "named rank"; }
+  void all_gather_v(void*, const std::vector<uint64_t>&, const std::vector<uint64_t>&) override { ADD_FAILURE(); }
+  void all_to_all_v(const void*, const std::vector<uint64_t>&, const std::vector<uint64_t>&, void*,
+                    const std::vector<uint64_t>&, const std::vector<uint64_t>&) override {
+    ADD_FAILURE();
+  }
+  void reduce_scatter_sum_f32(const float*, float*, const std::vector<uint64_t>&) override { ADD_FAILURE(); }
+  void all_reduce_max_i32(int32_t*, uint64_t) override { ADD_FAILURE(); }
+  void barrier() override { ADD_FAILURE(); }
+
+ private:
+  int rank_, size_;
+};
+
+// A compiled CPU task of the test layout for `kind`: "clip" (gradient-norm clipping: the check
+// fused into the grad-norm partials), "plain" (the non-finite check over the slice), "H=2" (two
+// hyperparameter groups), "bf16" (a bf16 model copy with bf16 gradients in G: 2-byte G spans),
+// "mask" (TaskOptions::tensor_mask).
+std::unique_ptr<Task> compiled_shard_task(OptimizerKind kind, const std::string& variant,
+                                          const std::vector<ParamSpec>& params = load_layout_file(kShardLayout).params) {
+  const bool groups = variant == "H=2";
+  TaskOptions options;
+  options.backend = BackendKind::kCpu;
+  options.backend_options.threads = 1;
+  options.tensor_mask = variant == "mask";
+  if (variant == "bf16") {
+    options.precision.precision = Precision::kBf16;
+    options.precision.model_dtype_gradients = true;
+  }
+  auto task = std::make_unique<Task>(groups ? two_group_params(params, kind == OptimizerKind::kMuon) : params, options);
+  OptimizerConfig config = reference_config(kind);
+  if (variant == "clip") config.max_grad_norm = 0.05;
+  if (groups) {
+    task->optimizer_groups({testing_util::shifted_group_config(config, 0), testing_util::shifted_group_config(config, 1)});
+  } else {
+    task->optimizer(config);
+  }
+  task->compile();
+  return task;
+}
+
+// What a GPU rank runs (docs/distributed.md, rule A): at every rank of K = 1..8, for every kind
+// and variant, ShardedStep's sub-steps hand the backend only spans that start on a multiple of 4
+// elements and hold a multiple of 4 (the constructor refuses any other with unaligned_span's
+// words). On the test layout Muon at K = 7 and 8 cuts at a matrix that would start off the
+// alignment (small.weight); on odd_start_params LARS and LAMB at a norm tile that would.
+TEST(ShardedStep, EveryRanksSubStepSpansAreAligned) {
+  for (const KindInfo& info : kKindTable) {
+    for (const char* variant : {"plain", "clip", "H=2", "bf16", "mask", "odd_start"}) {
+      SCOPED_TRACE(std::string(info.name) + " " + variant);
+      const std::string v = variant;
+      const std::unique_ptr<Task> task = v == "odd_start" ? compiled_shard_task(info.kind, "plain", odd_start_params())
+                                                          : compiled_shard_task(info.kind, variant);
+      EXPECT_EQ(unaligned_span(task->compiled_step(), task->plan()), "");
+      for (int K = 1; K <= 8; ++K) {
+        for (int r = 0; r < K; ++r) {
+          NamedRank comm(r, K);
+          try {
+            ShardedStep step(*task, comm, GradReduce::kReplicated);
+            EXPECT_EQ(step.shard().begin % kShardCutAlign, 0u);
+          } catch (const Error& e) {
+            ADD_FAILURE() << "K=" << K << " rank " << r << ": " << e.what();
+          }
+        }
+      }
+    }
+  }
+}
+
+// The refusal's predicate: a span moved off the 4-element alignment, or cut to a length that is
+// not a multiple of 4, of W (4-byte elements), of G held in bf16 (2-byte elements: 4 of them
+// are 8 bytes) and of Muon's U, is named; a move by whole vectors is not.
+TEST(ShardedStep, UnalignedSpanNamesTheSpan) {
+  const std::unique_ptr<Task> muon = compiled_shard_task(OptimizerKind::kMuon, "bf16");
+  const CompiledStep& whole = muon->compiled_step();
+  ASSERT_EQ(unaligned_span(whole, muon->plan()), "");
+  auto moved = [&](auto edit) {
+    CompiledStep step = whole;
+    for (auto& graph : step.graphs) {
+      for (GraphNode& node : graph) {
+        if (node.kind == NodeKind::kRange && node.range_op == RangeOp::MUON_MOMENTUM) edit(node);
+      }
+    }
+    return unaligned_span(step, muon->plan());
+  };
+  auto shift = [](Span& span, uint64_t elements, uint64_t elem) {
+    span.offset += elements * elem;
+    span.count -= (elements + 3) / 4 * 4;  // still a whole number of vectors long
+  };
+  EXPECT_EQ(moved([&](GraphNode& n) { shift(n.span(Family::kW), 4, 4); }), "");
+  EXPECT_NE(moved([&](GraphNode& n) { shift(n.span(Family::kW), 1, 4); }).find("MUON_MOMENTUM reads W"), std::string::npos);
+  EXPECT_NE(moved([&](GraphNode& n) { n.span(Family::kW).count -= 2; }).find("reads W"), std::string::npos);
+  EXPECT_EQ(moved([&](GraphNode& n) { shift(n.span(Family::kG), 4, 2); }), "");
+  EXPECT_NE(moved([&](GraphNode& n) { shift(n.span(Family::kG), 2, 2); }).find("reads G"), std::string::npos);
+  EXPECT_NE(moved([&](GraphNode& n) { shift(n.span(Family::kM), 3, 4); }).find("reads M"), std::string::npos);
+  EXPECT_EQ(moved([&](GraphNode& n) { shift(n.muon.update, 8, 4); }), "");
+  EXPECT_NE(moved([&](GraphNode& n) { shift(n.muon.update, 2, 4); }).find("reads U"), std::string::npos);
 }
 
 }  // namespace

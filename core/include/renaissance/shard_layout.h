@@ -50,6 +50,11 @@ struct RankShard {
   int64_t muon_matrix_begin = 0, muon_matrix_end = 0;
 };
 
+// Every cut of a partition is a multiple of this many elements (docs/distributed.md, rule A):
+// the CUDA kernels read the spans a slice cuts (W, G, the optimizer states, Muon's U) in 16-byte
+// vectors of four elements from the span's first element, with no scalar head or tail.
+constexpr uint64_t kShardCutAlign = 4;
+
 // The partition of a plan over K ranks: a pure function of (plan, K), docs/distributed.md.
 struct ShardLayout {
   int world_size = 1;
@@ -68,6 +73,14 @@ PlanConfig slice_plan_config(const MemoryPlan& whole, const StateShard& shard);
 // by lo, so each element keeps its stochastic-rounding key. (A tile-wise update keeps its copy
 // whole: its owned tiles alone limit what it writes.)
 ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi);
+
+// The first span of a range node of `step` (a program of a task compiled from `plan`, or a
+// rank's sub-step cut from one) that a CUDA kernel could not walk in four-element vectors: a span
+// of a per-element family (W, G, M, V, VMAX) or Muon's U whose first byte is not a multiple of
+// kShardCutAlign elements or whose length is not a multiple of kShardCutAlign; described in words,
+// or "" when every span is aligned. (Per-tensor N, tables and the model copy, whose writer takes
+// any element, are not looked at.) ShardedStep refuses a sub-step for which this is not "".
+std::string unaligned_span(const CompiledStep& step, const MemoryPlan& plan);
 
 // The seed of rank r's synthetic gradient stream (ordered and fast modes, --simulate-ranks):
 // rank 0's stream is the run's own seed, so K = 1 is a plain run.
