@@ -16,7 +16,7 @@ namespace conformance {
 namespace {
 
 uint16_t to_grad_dtype(const PrecisionOptions& p, float x) {
-  return math::f32_to_half_rne(precision_bf16_coded(p.precision), x);
+  return math::f32_to_encoded_rne(p.precision, x);
 }
 
 }  // namespace
@@ -26,7 +26,7 @@ void round_grads_to_model_dtype(const PrecisionOptions& p, std::vector<std::vect
   for (auto& tensor : *g) {
     for (float& x : tensor) {
       const uint16_t h = to_grad_dtype(p, x);
-      x = math::half_to_f32(precision_bf16_coded(p.precision), h);
+      x = math::encoded_to_f32(p.precision, h);
     }
   }
 }

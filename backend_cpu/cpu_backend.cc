@@ -121,8 +121,8 @@ class CpuBackend final : public Backend {
           for (Family family : {Family::kW, Family::kG, Family::kM, Family::kV}) {
             const Span* span = &node.span(family);
             if (span->count == 0) continue;
-            // G of model-dtype gradients holds 2-byte elements.
-            const uint64_t size = family == Family::kG && node.grad.encoding != Precision::kFp32 ? 2 : sizeof(float);
+            // G of model-dtype gradients holds elements of its encoding's size.
+            const uint64_t size = family == Family::kG ? precision_bytes(node.grad.encoding) : sizeof(float);
             check_range(span->offset, span->count * size);
             char* base = arena_ + span->offset;
             parallel_blocks(threads_, span->count, tuning_.chunk_elements, [&](uint64_t b, uint64_t e) {
@@ -180,13 +180,13 @@ class CpuBackend final : public Backend {
     for (const GradientTarget& t : targets) {
       if (t.dtype != Precision::kFp32) {
         // Model-dtype gradients: the synthetic value rounded to nearest even (GradientTarget).
-        check_range(t.offset, t.count * sizeof(uint16_t));
-        uint16_t* h = reinterpret_cast<uint16_t*>(arena_ + t.offset);
-        const bool bf16 = t.dtype == Precision::kBf16;
+        const uint64_t elem = precision_bytes(t.dtype);
+        check_range(t.offset, t.count * elem);
+        char* h = arena_ + t.offset;
         parallel_blocks(threads_, t.count, tuning_.chunk_elements, [&](uint64_t begin, uint64_t end) {
           for (uint64_t i = begin; i < end; ++i) {
             const float x = math::synthetic_gradient(seed, step, t.tensor, i, amplitude);
-            h[i] = math::f32_to_half_rne(bf16, x);
+            math::store_encoding(t.dtype, h, i, math::f32_to_encoded_rne(t.dtype, x));
           }
         }, tuning_.schedule);
         continue;

@@ -166,7 +166,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
   const bool l2 = node.flags.weight_decay_mode == WeightDecayMode::kL2;
   const uint64_t count = node.span(Family::kW).count, ahead = ctx.tuning.prefetch_elements;
   const bool copy = node.copy.c.count != 0;
-  const uint16_t* c = copy ? ctx.at<uint16_t>(node.copy.c) : nullptr;
+  const char* c = copy ? ctx.at<char>(node.copy.c) : nullptr;
   // The fused path where it applies: something to fuse (a copy or a 2-byte G), G in the arena.
   const FusedMode with_copy = fused_mode(node.grad.encoding, copy ? node.copy.precision : Precision::kFp32,
                                          node.copy.rounding);
@@ -198,7 +198,7 @@ inline void run_elementwise(const CpuContext& ctx, const GraphNode& node, Elemen
       const uint64_t pb = std::min(count, i + ahead), pe = std::min(count, ie + ahead);
       prefetch_lines(w, sizeof(float), pb, pe);
       if (g_arena) prefetch_lines(g_arena, g_elem, pb, pe);
-      if (c) prefetch_lines(c, sizeof(uint16_t), pb, pe, true);
+      if (c) prefetch_lines(c, precision_bytes(node.copy.precision), pb, pe, true);
       if (m) prefetch_lines(m, sizeof(float), pb, pe);
       if (v) prefetch_lines(v, sizeof(float), pb, pe);
       if (x) prefetch_lines(x, sizeof(float), pb, pe);

@@ -58,6 +58,7 @@ inline FusedMode fused_mode(Precision grad, Precision copy, Rounding rounding) {
   switch (grad) {
     case Precision::kFp32:
       if (copy == Precision::kFp32) return FusedMode::kG32;
+      if (copy != Precision::kBf16 && copy != Precision::kFp16) return FusedMode::kNone;
       if (copy == Precision::kBf16) return sr ? FusedMode::kG32Bf16Sr : FusedMode::kG32Bf16Rne;
       return sr ? FusedMode::kG32Fp16Sr : FusedMode::kG32Fp16Rne;
     case Precision::kBf16:
@@ -68,6 +69,8 @@ inline FusedMode fused_mode(Precision grad, Precision copy, Rounding rounding) {
       if (copy == Precision::kFp32) return FusedMode::kGFp16;
       if (copy == Precision::kFp16) return sr ? FusedMode::kGFp16Fp16Sr : FusedMode::kGFp16Fp16Rne;
       return FusedMode::kNone;
+    default:
+      break;  // no fused loop for another encoding: the unfused path (widen_grad, the rule, round_model_copy)
   }
   return FusedMode::kNone;
 }

@@ -18,10 +18,11 @@
 namespace renaissance {
 namespace cpu {
 
-// dst[i] = the float value of encoding src[i] (exact: every bf16 / fp16 value is a float), the
-// bits of math/precision.h's scalar definitions. Vectorised per Highway target
-// (ops_widen_grad.cc; hwy::SetSupportedTargetsForTest restricts the dispatch).
-void widen_grad(Precision dtype, const uint16_t* src, uint64_t n, float* dst);
+// dst[i] = the float value of encoding i at src (exact: every encoding's value is a float;
+// src holds n encodings of precision_bytes(dtype) each), the bits of math/precision.h's
+// scalar definitions. Vectorised per Highway target for bf16 / fp16 (ops_widen_grad.cc;
+// hwy::SetSupportedTargetsForTest restricts the dispatch).
+void widen_grad(Precision dtype, const void* src, uint64_t n, float* dst);
 
 // The name of the Highway target widen_grad dispatches to now.
 const char* widen_grad_target();
@@ -29,7 +30,7 @@ const char* widen_grad_target();
 // Is any of the n encodings a NaN or an infinity? Exactly when its exponent field is all ones
 // (then its widened float is not finite; widening maps every other encoding to a finite).
 // Vectorised per Highway target (ops_check.cc), a scan of integer lanes.
-bool encoded_has_non_finite(Precision dtype, const uint16_t* g, uint64_t n);
+bool encoded_has_non_finite(Precision dtype, const void* g, uint64_t n);
 
 // The same question for n fp32 gradients (ops_check.cc; the CHECK_FINITE scan of fp32 G).
 bool fp32_has_non_finite(const float* g, uint64_t n);
@@ -43,7 +44,7 @@ inline const float* fp32_grad(const char* g, Precision dtype, uint64_t begin, ui
   if (dtype == Precision::kFp32) return reinterpret_cast<const float*>(g);
   thread_local std::vector<float> buffer;
   if (buffer.size() < end - begin) buffer.resize(end - begin);
-  widen_grad(dtype, reinterpret_cast<const uint16_t*>(g) + begin, end - begin, buffer.data());
+  widen_grad(dtype, g + begin * precision_bytes(dtype), end - begin, buffer.data());
   return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(buffer.data()) - begin * sizeof(float));
 }
 
@@ -87,7 +88,7 @@ inline const float* fp32_grad(const GradSource& src, uint64_t begin, uint64_t en
       const float* from = reinterpret_cast<const float*>(static_cast<uintptr_t>(at));
       std::copy(from, from + (stop - e), out);
     } else {
-      widen_grad(src.dtype, reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(at)), stop - e, out);
+      widen_grad(src.dtype, reinterpret_cast<const void*>(static_cast<uintptr_t>(at)), stop - e, out);
     }
     e = stop;
   }

@@ -115,6 +115,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -131,8 +132,16 @@ HWY_EXPORT(EncodedChunkHasNonFinite);
 HWY_EXPORT(GradNormPartials);
 HWY_EXPORT(CompiledTarget);
 
-bool encoded_has_non_finite(Precision dtype, const uint16_t* g, uint64_t n) {
-  return HWY_DYNAMIC_DISPATCH(EncodedChunkHasNonFinite)(g, static_cast<size_t>(n), dtype == Precision::kBf16 ? 0x7f80 : 0x7c00);
+bool encoded_has_non_finite(Precision dtype, const void* g, uint64_t n) {
+  if (dtype != Precision::kBf16 && dtype != Precision::kFp16) {
+    // No vector code: each encoding widened (exact; NaN or ±Inf exactly when the encoding is).
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(math::encoded_to_f32(dtype, math::load_encoding(dtype, g, i)))) return true;
+    }
+    return false;
+  }
+  return HWY_DYNAMIC_DISPATCH(EncodedChunkHasNonFinite)(static_cast<const uint16_t*>(g), static_cast<size_t>(n),
+                                                        dtype == Precision::kBf16 ? 0x7f80 : 0x7c00);
 }
 
 bool fp32_has_non_finite(const float* g, uint64_t n) {
@@ -154,7 +163,9 @@ void run_CHECK_FINITE(const CpuContext& ctx, const GraphNode& node) {
       const uint64_t b = (s.offset - node.span(Family::kG).offset) / elem + at;
       return fp32_has_non_finite(fp32_grad(g_src, b, b + n) + b, n);
     }
-    if (node.grad.encoding != Precision::kFp32) return encoded_has_non_finite(node.grad.encoding, ctx.at<uint16_t>(s) + at, n);
+    if (node.grad.encoding != Precision::kFp32) {
+      return encoded_has_non_finite(node.grad.encoding, ctx.at<char>(s) + at * precision_bytes(node.grad.encoding), n);
+    }
     return fp32_has_non_finite(ctx.at<float>(s) + at, n);
   };
   if (const int32_t* mask = tensor_mask(ctx, node)) {

@@ -98,10 +98,19 @@ namespace cpu {
 HWY_EXPORT(RoundModelCopy);
 HWY_EXPORT(ModelCopyTarget);
 
-void round_model_copy(Precision precision, Rounding rounding, const float* w, uint16_t* c, uint64_t n,
+void round_model_copy(Precision precision, Rounding rounding, const float* w, void* c, uint64_t n,
                       uint64_t first, uint64_t seed, uint64_t t, uint32_t param) {
-  HWY_DYNAMIC_DISPATCH(RoundModelCopy)(static_cast<int>(precision), static_cast<int>(rounding), w, c, n, first,
-                                       seed, t, param);
+  if (precision != Precision::kBf16 && precision != Precision::kFp16) {  // no vector code: the scalar definitions
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint16_t e = rounding == Rounding::kStochastic
+                             ? math::f32_to_encoded_sr(precision, w[i], math::sr_random_word(seed, t, param, first + i))
+                             : math::f32_to_encoded_rne(precision, w[i]);
+      math::store_encoding(precision, c, i, e);
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(RoundModelCopy)(static_cast<int>(precision), static_cast<int>(rounding), w,
+                                       static_cast<uint16_t*>(c), n, first, seed, t, param);
 }
 
 const char* model_copy_target() { return HWY_DYNAMIC_DISPATCH(ModelCopyTarget)(); }
@@ -146,12 +155,13 @@ void for_each_copy_piece(const CpuContext& ctx, const GraphNode& node, uint64_t 
 void write_model_copy(const CpuContext& ctx, const GraphNode& node, uint64_t begin, uint64_t end) {
   const ModelCopy& copy = node.copy;
   const float* w = ctx.at<float>(node.span(Family::kW));
-  uint16_t* c = ctx.at<uint16_t>(copy.c);
+  char* c = ctx.at<char>(copy.c);
+  const uint64_t elem = precision_bytes(copy.precision);
   // A masked tensor's copy is rewritten from its unchanged master with its unchanged key, so it
   // keeps its bits.
   for_each_copy_piece<false>(ctx, node, begin, end,
                              [&](uint64_t lo, uint64_t hi, const CopyTensor* t, uint64_t step, uint64_t first) {
-                               round_model_copy(copy.precision, copy.rounding, w + lo, c + lo, hi - lo, first,
+                               round_model_copy(copy.precision, copy.rounding, w + lo, c + lo * elem, hi - lo, first,
                                                 copy.seed, step, static_cast<uint32_t>(t->param));
                              });
 }

@@ -74,8 +74,12 @@ namespace cpu {
 HWY_EXPORT(WidenGrad);
 HWY_EXPORT(WidenGradTarget);
 
-void widen_grad(Precision dtype, const uint16_t* src, uint64_t n, float* dst) {
-  HWY_DYNAMIC_DISPATCH(WidenGrad)(dtype == Precision::kBf16 ? 1 : 0, src, n, dst);
+void widen_grad(Precision dtype, const void* src, uint64_t n, float* dst) {
+  if (dtype != Precision::kBf16 && dtype != Precision::kFp16) {  // no vector code: the scalar definition
+    for (uint64_t i = 0; i < n; ++i) dst[i] = math::encoded_to_f32(dtype, math::load_encoding(dtype, src, i));
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(WidenGrad)(dtype == Precision::kBf16 ? 1 : 0, static_cast<const uint16_t*>(src), n, dst);
 }
 
 const char* widen_grad_target() { return HWY_DYNAMIC_DISPATCH(WidenGradTarget)(); }

@@ -1,10 +1,10 @@
 // The operand access of the CUDA kernels, in one place: the table of the (G encoding, model-copy
 // format, rounding) combinations that are compiled, and the host dispatch that hands a launch the
 // reader of a node's G (grad_load.cuh: by encoding, from the arena or through the gradient table)
-// and its copy writer (model_copy.cuh: by format and rounding). kAccessTable lists exactly the
-// combinations precision_combination_valid (renaissance/precision.h) allows, checked at compile
-// time, so a kernel is instantiated for a combination only if a step can select it; a node
-// outside the table is refused with an Error, never launched.
+// and its copy writer (model_copy.cuh: by format and rounding). kAccessTable is generated from
+// precision_combination_valid (renaissance/precision.h) over the precision table, so a kernel is
+// instantiated for a combination only if a step can select it; a node outside the table is
+// refused with an Error, never launched.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,26 +23,45 @@ namespace cuda {
 
 // One combination: G's encoding, the copy's format (kFp32: no model copy) and its rounding.
 struct Access {
-  Precision grad;
-  Precision copy;
-  Rounding rounding;
+  Precision grad = Precision::kFp32;
+  Precision copy = Precision::kFp32;
+  Rounding rounding = Rounding::kNearest;
 };
 constexpr bool operator==(const Access& a, const Access& b) {
   return a.grad == b.grad && a.copy == b.copy && a.rounding == b.rounding;
 }
 
-constexpr Access kAccessTable[] = {
-    {Precision::kFp32, Precision::kFp32, Rounding::kNearest},
-    {Precision::kFp32, Precision::kBf16, Rounding::kNearest},
-    {Precision::kFp32, Precision::kBf16, Rounding::kStochastic},
-    {Precision::kFp32, Precision::kFp16, Rounding::kNearest},
-    {Precision::kFp32, Precision::kFp16, Rounding::kStochastic},
-    {Precision::kBf16, Precision::kBf16, Rounding::kNearest},
-    {Precision::kBf16, Precision::kBf16, Rounding::kStochastic},
-    {Precision::kFp16, Precision::kFp16, Rounding::kNearest},
-    {Precision::kFp16, Precision::kFp16, Rounding::kStochastic},
+// kAccessTable: every combination precision_combination_valid allows, grad-major over the
+// precision table's rows, then copy format, then rounding (nearest first). Generated, so a new
+// precision adds its combinations (and the kernels' instantiations) without an edit here.
+constexpr Rounding kRoundings[] = {Rounding::kNearest, Rounding::kStochastic};
+template <class F>
+constexpr void for_each_valid_access(F&& f) {
+  for (const PrecisionRow& g : kPrecisionRows) {
+    for (const PrecisionRow& c : kPrecisionRows) {
+      for (Rounding r : kRoundings) {
+        if (precision_combination_valid(g.value, c.value, r)) f(Access{g.value, c.value, r});
+      }
+    }
+  }
+}
+constexpr int count_valid_access() {
+  int n = 0;
+  for_each_valid_access([&n](const Access&) { ++n; });
+  return n;
+}
+constexpr int kNumAccess = count_valid_access();
+struct AccessList {
+  Access at[kNumAccess];
 };
-constexpr int kNumAccess = static_cast<int>(sizeof(kAccessTable) / sizeof(kAccessTable[0]));
+constexpr AccessList make_access_list() {
+  AccessList list{};
+  int n = 0;
+  for_each_valid_access([&](const Access& a) { list.at[n++] = a; });
+  return list;
+}
+constexpr AccessList kAccessList = make_access_list();
+constexpr const Access (&kAccessTable)[kNumAccess] = kAccessList.at;
 
 // The index of `a` in kAccessTable, or -1.
 constexpr int access_index(const Access& a) {
@@ -51,27 +70,6 @@ constexpr int access_index(const Access& a) {
   }
   return -1;
 }
-
-namespace access_check {
-constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16};
-constexpr Rounding kRoundings[] = {Rounding::kNearest, Rounding::kStochastic};
-// Every combination of the enums is in the table exactly when the core's rule allows it.
-constexpr bool table_is_the_rule() {
-  for (Precision g : kPrecisions) {
-    for (Precision c : kPrecisions) {
-      for (Rounding r : kRoundings) {
-        if ((access_index({g, c, r}) >= 0) != precision_combination_valid(g, c, r)) return false;
-      }
-    }
-  }
-  for (int i = 0; i < kNumAccess; ++i) {
-    if (access_index(kAccessTable[i]) != i) return false;  // listed twice
-  }
-  return true;
-}
-}  // namespace access_check
-static_assert(access_check::table_is_the_rule(),
-              "kAccessTable must list each combination precision_combination_valid allows, once, and no other");
 
 // The first entry with entry i's G encoding (resp. copy format and rounding): the kernels that
 // read only G (or write only the copy) are instantiated once per distinct one.
@@ -149,7 +147,7 @@ Copy node_copy(const CudaContext& ctx, const GraphNode& node) {
     // tensor_mask: each tensor's own step count keys its rounding (S_TENSOR_INT32's second half).
     const int32_t* steps =
         node.work.tensor_state.count ? ctx.at<const int32_t>(node.work.tensor_state) + node.work.tensor_state.count / 2 : nullptr;
-    return Copy{ctx.at<uint16_t>(node.copy.c), table_lookup(ctx.arena, node.copy.tensors), node.copy.base,
+    return Copy{ctx.at<typename Copy::Bits>(node.copy.c), table_lookup(ctx.arena, node.copy.tensors), node.copy.base,
                 node.copy.seed, ctx.scalars.i32, steps};
   }
 }

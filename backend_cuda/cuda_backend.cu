@@ -263,9 +263,9 @@ class CudaBackend final : public Backend {
                                 float amplitude) override {
     for (const GradientTarget& t : targets) {
       if (t.dtype != Precision::kFp32) {
-        check_range(t.offset, t.count * sizeof(uint16_t));
-        launch_synthetic_gradient_half(reinterpret_cast<uint16_t*>(arena_ + t.offset), t.count, seed, step, t.tensor,
-                                       amplitude, t.dtype == Precision::kBf16, launch_, origin());
+        check_range(t.offset, t.count * precision_bytes(t.dtype));
+        launch_synthetic_gradient_half(arena_ + t.offset, t.count, seed, step, t.tensor, amplitude, t.dtype, launch_,
+                                       origin());
         continue;
       }
       check_range(t.offset, t.count * sizeof(float));

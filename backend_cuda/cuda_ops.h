@@ -112,9 +112,10 @@ void launch_same_traffic(char* arena, const TrafficPass& pass, uint32_t key, uin
 // Writes math::synthetic_gradient(seed, step, tensor, i, amplitude) into g[0, count).
 void launch_synthetic_gradient(float* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
                                float amplitude, const LaunchConfig& launch, cudaStream_t stream);
-// The same values rounded to nearest even into bf16 (bf16) or fp16 encodings (model-dtype G).
-void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
-                                    float amplitude, bool bf16, const LaunchConfig& launch, cudaStream_t stream);
+// The same values rounded to nearest even into `dtype`'s encodings (model-dtype G: count elements
+// of precision_bytes(dtype) each at g).
+void launch_synthetic_gradient_half(void* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                                    float amplitude, Precision dtype, const LaunchConfig& launch, cudaStream_t stream);
 
 // Backend::reduce_ranks: one thread per element (math::rank_reduce_element), grid-stride.
 void launch_rank_reduce(const math::RankReduce& op, const LaunchConfig& launch, cudaStream_t stream);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend_cuda/cuda_check.h"
 #include "renaissance/graph.h"
@@ -30,23 +31,32 @@ struct GradF32 {
   __device__ __forceinline__ Quads quads() const { return Quads{reinterpret_cast<const float4*>(p)}; }
 };
 
-// kFormat: Precision::kBf16 or Precision::kFp16.
+// The element and quad types of an encoding of math::encoding_bytes 2 (bf16, fp16) or 1.
+template <Precision kFormat>
+struct EncodingTypes {
+  static constexpr bool kOneByte = math::encoding_bytes(kFormat) == 1;
+  static_assert(kOneByte || math::encoding_bytes(kFormat) == 2, "an encoding of 1 or 2 bytes");
+  using Bits = std::conditional_t<kOneByte, uint8_t, uint16_t>;
+  using Quad = std::conditional_t<kOneByte, uchar4, ushort4>;
+};
+
+// kFormat: an encoding (not kFp32), read through math/precision.h's encoded_to_f32.
 template <Precision kFormat>
 struct GradHalf {
-  const uint16_t* p;
-  __device__ __forceinline__ static float widen(uint16_t h) {
-    return math::half_to_f32(kFormat == Precision::kBf16, h);
-  }
+  using Bits = typename EncodingTypes<kFormat>::Bits;
+  using Quad = typename EncodingTypes<kFormat>::Quad;
+  const Bits* p;
+  __device__ __forceinline__ static float widen(uint16_t h) { return math::encoded_to_f32(kFormat, h); }
   __device__ __forceinline__ float operator[](int64_t i) const { return widen(p[i]); }
   __host__ __device__ __forceinline__ GradHalf operator+(int64_t off) const { return GradHalf{p + off}; }
   struct Quads {
-    const ushort4* p;
+    const Quad* p;
     __device__ __forceinline__ float4 operator[](int64_t q) const {
-      const ushort4 h = p[q];
+      const Quad h = p[q];
       return make_float4(widen(h.x), widen(h.y), widen(h.z), widen(h.w));
     }
   };
-  __device__ __forceinline__ Quads quads() const { return Quads{reinterpret_cast<const ushort4*>(p)}; }
+  __device__ __forceinline__ Quads quads() const { return Quads{reinterpret_cast<const Quad*>(p)}; }
 };
 using GradBf16 = GradHalf<Precision::kBf16>;
 using GradF16 = GradHalf<Precision::kFp16>;
@@ -66,8 +76,12 @@ struct GradTabled {
   static constexpr uint32_t kElem = precision_bytes(kFormat);
   __device__ __forceinline__ static float load(uint64_t at) {
     if (at == 0) return 0.0f;
-    if (kFormat == Precision::kFp32) return *reinterpret_cast<const float*>(at);
-    return math::half_to_f32(kFormat == Precision::kBf16, *reinterpret_cast<const uint16_t*>(at));
+    if constexpr (kFormat == Precision::kFp32) {
+      return *reinterpret_cast<const float*>(at);
+    } else {
+      using Bits = typename EncodingTypes<kFormat>::Bits;
+      return math::encoded_to_f32(kFormat, *reinterpret_cast<const Bits*>(at));
+    }
   }
   __device__ __forceinline__ float operator[](int64_t i) const {
     return load(ref.chunked_address(static_cast<uint64_t>(base + i), kElem));
@@ -83,11 +97,14 @@ struct GradTabled {
       if (at != 0 && at % (4 * kElem) == 0) {
         // __ldg: a global-space, read-only load (a plain dereference of an integer address is
         // a generic one). No kernel writes G while the step reads it.
-        if (kFormat == Precision::kFp32) return __ldg(reinterpret_cast<const float4*>(at));
-        const ushort4 h = __ldg(reinterpret_cast<const ushort4*>(at));
-        const bool bf16 = kFormat == Precision::kBf16;
-        return make_float4(math::half_to_f32(bf16, h.x), math::half_to_f32(bf16, h.y), math::half_to_f32(bf16, h.z),
-                           math::half_to_f32(bf16, h.w));
+        if constexpr (kFormat == Precision::kFp32) {
+          return __ldg(reinterpret_cast<const float4*>(at));
+        } else {
+          using Quad = typename EncodingTypes<kFormat>::Quad;
+          const Quad h = __ldg(reinterpret_cast<const Quad*>(at));
+          return make_float4(math::encoded_to_f32(kFormat, h.x), math::encoded_to_f32(kFormat, h.y),
+                             math::encoded_to_f32(kFormat, h.z), math::encoded_to_f32(kFormat, h.w));
+        }
       }
       // In one tensor but misaligned (its four elements are contiguous from `at`).
       if (at != 0) return make_float4(load(at), load(at + kElem), load(at + 2 * kElem), load(at + 3 * kElem));

@@ -36,24 +36,25 @@ __global__ void synthetic_gradient_kernel(float* __restrict__ g, uint64_t count,
   }
 }
 
-// Model-dtype gradients: the synthetic value rounded to nearest even (bf16 when `bf16`, else fp16).
-__global__ void synthetic_gradient_half_kernel(uint16_t* __restrict__ g, uint64_t count, uint64_t seed,
-                                               uint64_t step, uint64_t tensor, float amplitude, bool bf16) {
+// Model-dtype gradients: the synthetic value rounded to nearest even into `dtype`'s encoding
+// (math::encoding_bytes(dtype) bytes each).
+__global__ void synthetic_gradient_half_kernel(char* __restrict__ g, uint64_t count, uint64_t seed, uint64_t step,
+                                               uint64_t tensor, float amplitude, Precision dtype) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     const float x = math::synthetic_gradient(seed, step, tensor, i, amplitude);
-    g[i] = math::f32_to_half_rne(bf16, x);
+    math::store_encoding(dtype, g, i, math::f32_to_encoded_rne(dtype, x));
   }
 }
 
 }  // namespace
 
-void launch_synthetic_gradient_half(uint16_t* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
-                                    float amplitude, bool bf16, const LaunchConfig& launch, cudaStream_t stream) {
+void launch_synthetic_gradient_half(void* g, uint64_t count, uint64_t seed, uint64_t step, uint64_t tensor,
+                                    float amplitude, Precision dtype, const LaunchConfig& launch, cudaStream_t stream) {
   if (count == 0) return;
   const int block = fit_block<&synthetic_gradient_half_kernel>(launch.block);
-  synthetic_gradient_half_kernel<<<grid_for(count, block, launch), block, 0, stream>>>(g, count, seed, step, tensor,
-                                                                                       amplitude, bf16);
+  synthetic_gradient_half_kernel<<<grid_for(count, block, launch), block, 0, stream>>>(
+      static_cast<char*>(g), count, seed, step, tensor, amplitude, dtype);
   RN_CUDA_CHECK_LAUNCH("synthetic_gradient_half_kernel");
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend_cuda/cuda_ops.h"
+#include "backend_cuda/grad_load.cuh"
 #include "renaissance/model_copy_key.h"
 
 namespace renaissance {
@@ -30,7 +31,9 @@ struct CopyWriter {
   // per 8 elements; nearest rounding draws nothing and keeps one quad per thread.
   static constexpr bool kWarpPairs = kRounding == Rounding::kStochastic;
 
-  uint16_t* c;                  // the node's copy span; element e pairs with element e of the node's W span
+  using Bits = typename EncodingTypes<kPrecision>::Bits;  // one encoding (grad_load.cuh)
+  using Quad = typename EncodingTypes<kPrecision>::Quad;
+  Bits* c;                      // the node's copy span; element e pairs with element e of the node's W span
   CopyLookup lookup;            // the group's tensors and chunk index (the arena's tensor table)
   uint64_t base;                // element e of c is element base + e of the table (ModelCopy::base)
   uint64_t seed;
@@ -42,15 +45,16 @@ struct CopyWriter {
   // Span element e whose new master is x (a tile's unaligned head or tail).
   __device__ __forceinline__ void one(uint64_t e, float x) const {
     uint16_t out;
-    if (copy_one<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), base + e, x, &out)) c[e] = out;
+    if (copy_one<kPrecision, kRounding>(lookup, seed, tensor_steps, task_t(), base + e, x, &out)) c[e] = static_cast<Bits>(out);
   }
 
-  // The copy bits of span elements e0 .. e0+3, one 8-byte store where aligned.
+  // The copy bits of span elements e0 .. e0+3, one 4-encoding store where aligned.
   __device__ __forceinline__ void store_quad(uint64_t e0, const uint16_t out[4]) const {
-    if ((reinterpret_cast<uintptr_t>(c + e0) & 7u) == 0) {
-      *reinterpret_cast<ushort4*>(c + e0) = make_ushort4(out[0], out[1], out[2], out[3]);
+    if ((reinterpret_cast<uintptr_t>(c + e0) & (sizeof(Quad) - 1)) == 0) {
+      *reinterpret_cast<Quad*>(c + e0) = Quad{static_cast<Bits>(out[0]), static_cast<Bits>(out[1]),
+                                              static_cast<Bits>(out[2]), static_cast<Bits>(out[3])};
     } else {
-      for (int j = 0; j < 4; ++j) c[e0 + j] = out[j];
+      for (int j = 0; j < 4; ++j) c[e0 + j] = static_cast<Bits>(out[j]);
     }
   }
 

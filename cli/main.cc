@@ -216,8 +216,8 @@ CLI::App* add_run_command(CLI::App* app, RunOptions* run) {
   run_cmd->add_flag("--stochastic-rounding", run->stochastic_rounding,
                     "Round the model copy stochastically (Philox keyed by --seed, step, tensor, element)");
   run_cmd->add_option("--grad-dtype", run->grad_dtype,
-                      "With --precision bf16|fp16: model holds the gradients in the model dtype (2 B/param, widened "
-                      "exactly); fp32 (default) keeps fp32 gradients")
+                      "With --precision " + precision_names_text(true) + ": model holds the gradients in the model "
+                      "dtype (its encoding's bytes per param, widened exactly); fp32 (default) keeps fp32 gradients")
       ->check(CLI::IsMember({"fp32", "model"}));
   run_cmd->add_flag("--json", run->json, "Print the result as one JSON object on stdout");
   run_cmd->add_option("--distributed", run->distributed,

@@ -54,10 +54,11 @@ double bytes_per_param(OptimizerKind kind, bool check_finite) {
 double bytes_per_param(OptimizerKind kind, bool check_finite, const PrecisionOptions& precision) {
   double bytes = bytes_per_param(kind, check_finite);
   if (precision.precision == Precision::kFp32) return bytes;
-  bytes += 2.0;  // the copy's write
+  const double encoded = precision_bytes(precision.precision);
+  bytes += encoded;  // the copy's write
   if (precision.model_dtype_gradients) {
     const double kind_reads = kind_info(kind).norm == NormPass::kLarsTrustRatio ? 2.0 : 1.0;
-    bytes -= 2.0 * (kind_reads + (check_finite ? 1.0 : 0.0));
+    bytes -= (4.0 - encoded) * (kind_reads + (check_finite ? 1.0 : 0.0));
   }
   return bytes;
 }

@@ -225,18 +225,21 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   place_family(Family::kW);
   if (config_.model_dtype_gradients) {
     if (config_.precision == Precision::kFp32) {
-      throw_invalid("model-dtype gradients need a bf16 or fp16 precision (fp32 gradients are the fp32 default)");
+      throw_invalid("model-dtype gradients need a " + precision_names_text(true) +
+                    " precision (fp32 gradients are the fp32 default)");
     }
-    // 2-byte G packed like C_MODEL_COPY: role r starts family-element-offset * 2 bytes in.
+    // G in the model dtype, packed like C_MODEL_COPY: role r starts family-element-offset * the
+    // encoding's bytes in.
+    const uint32_t elem = precision_bytes(config_.precision);
     uint64_t cursor = offset;
     for (int r = 0; r < kNumRoles; ++r) {
       RegionInfo& info = regions_[family_region(Family::kG, static_cast<Role>(r))];
       info.offset = cursor;
       info.count = role_padded[r];
       info.used = role_elems[r];
-      info.elem_size = sizeof(uint16_t);
+      info.elem_size = elem;
       info.allocated = true;
-      cursor += role_padded[r] * sizeof(uint16_t);
+      cursor += role_padded[r] * elem;
     }
     offset = round_up(cursor, kRegionAlignBytes);
   } else {
@@ -285,7 +288,7 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     }
   }
   if (config_.precision != Precision::kFp32) {
-    place(C_MODEL_COPY, family_cursor, family_cursor, sizeof(uint16_t));
+    place(C_MODEL_COPY, family_cursor, family_cursor, precision_bytes(config_.precision));
   }
   const uint64_t f32_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF32;
   const uint64_t f64_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF64;
@@ -518,12 +521,12 @@ Span MemoryPlan::model_copy_group_span(Group group) const {
   if (!has_model_copy()) throw_invalid("this plan has no model copy (precision fp32)");
   const Span w = group_span(Family::kW, group);
   const uint64_t first = (w.offset - regions_[W_BN_BIAS].offset) / sizeof(float);
-  return Span{regions_[C_MODEL_COPY].offset + first * sizeof(uint16_t), w.count};
+  return Span{regions_[C_MODEL_COPY].offset + first * precision_bytes(config_.precision), w.count};
 }
 
 uint64_t MemoryPlan::model_copy_offset(size_t id) const {
   if (!has_model_copy()) throw_invalid("this plan has no model copy (precision fp32)");
-  return regions_[C_MODEL_COPY].offset + tensor(id).offset_in_family * sizeof(uint16_t);
+  return regions_[C_MODEL_COPY].offset + tensor(id).offset_in_family * precision_bytes(config_.precision);
 }
 
 }  // namespace renaissance

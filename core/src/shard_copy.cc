@@ -13,7 +13,7 @@ namespace renaissance {
 ModelCopy cut_model_copy(const ModelCopy& copy, uint64_t lo, uint64_t hi) {
   ModelCopy out = copy;
   hi = std::max(lo, hi);
-  out.c.offset += lo * sizeof(uint16_t);
+  out.c.offset += lo * precision_bytes(copy.precision);
   out.c.count = hi - lo;
   out.base = copy.base + lo;
   return out;

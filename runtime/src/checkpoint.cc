@@ -95,12 +95,14 @@ uint64_t tensor_elements(const MemoryPlan& plan, Family f, size_t id) {
   return family_info(f).extent == FamilyExtent::kPerTensor ? 1 : static_cast<uint64_t>(plan.tensor(id).numel);
 }
 
-// A state section's stored elements: the family's (float32 for W, M, V, VMAX, N); 2-byte encodings for the copy C
-// (element j of C pairs with element j of W).
-uint64_t element_bytes(Section s) { return s == Section::kC ? sizeof(uint16_t) : family_info(section_family(s)).elem_bytes; }
+// A state section's stored elements: the family's (float32 for W, M, V, VMAX, N); the copy format's encodings for
+// the copy C (element j of C pairs with element j of W).
+uint64_t element_bytes(const MemoryPlan& plan, Section s) {
+  return s == Section::kC ? precision_bytes(plan.config().precision) : family_info(section_family(s)).elem_bytes;
+}
 uint64_t section_elements(const MemoryPlan& plan, Section s) { return family_elements(plan, section_family(s)); }
 uint64_t section_tensor_bytes(const MemoryPlan& plan, Section s, size_t id) {
-  return tensor_elements(plan, section_family(s), id) * element_bytes(s);
+  return tensor_elements(plan, section_family(s), id) * element_bytes(plan, s);
 }
 uint64_t section_tensor_offset(const MemoryPlan& plan, Section s, size_t id) {
   return s == Section::kC ? plan.model_copy_offset(id) : plan.tensor_offset(section_family(s), id);
@@ -240,7 +242,7 @@ void Task::save(const std::string& path, const StateReader& read_state, bool wri
       const uint64_t elements = section_elements(plan_, s);
       std::optional<SectionWriter> w;
       guarded([&] {
-        w.emplace(*file, s, sizeof(uint64_t) + elements * element_bytes(s));
+        w.emplace(*file, s, sizeof(uint64_t) + elements * element_bytes(plan_, s));
         w->payload(&elements, sizeof(elements));
       });
       stream_section(s, [&](const void* p, size_t n) { guarded([&] { w->payload(p, n); }); });
@@ -290,7 +292,7 @@ void check_state_sections(const FileReader& file, Parser& parser, const MemoryPl
     if (count != want) {
       c.fail("holds " + std::to_string(count) + " elements, the task's layout needs " + std::to_string(want));
     }
-    if (v.length - 8 != want * element_bytes(s)) c.fail("malformed payload (its length does not match its count)");
+    if (v.length - 8 != want * element_bytes(plan, s)) c.fail("malformed payload (its length does not match its count)");
     d->section_data[static_cast<int>(s)] = v.offset;
     d->section_hash[static_cast<int>(s)] = v.payload_hash;
   }

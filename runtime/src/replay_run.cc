@@ -120,8 +120,7 @@ std::vector<float> replay_gradient(const ReplayCase& rc, int64_t t, size_t param
   if (rc.grads->info(name).dtype == StDtype::kF32) return rc.grads->read_f32(name);
   const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
   std::vector<float> grad(bits.size());
-  const bool bf16 = precision_bf16_coded(rc.precision.precision);
-  for (size_t i = 0; i < bits.size(); ++i) grad[i] = math::half_to_f32(bf16, bits[i]);
+  for (size_t i = 0; i < bits.size(); ++i) grad[i] = math::encoded_to_f32(rc.precision.precision, bits[i]);
   return grad;
 }
 

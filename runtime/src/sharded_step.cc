@@ -48,10 +48,10 @@ Span sub_span(Span s, uint64_t skip, uint64_t count, uint64_t elem) {
   return s;
 }
 
-// Bytes of one G element: 4 (fp32), or 2 with model-dtype gradients (PlanConfig::
-// model_dtype_gradients: G packed in the model dtype, element e at 2e from the family's start).
+// Bytes of one G element: 4 (fp32), or the model dtype's with model-dtype gradients (PlanConfig::
+// model_dtype_gradients: G packed in the model dtype, element e at e * bytes from the family's start).
 uint64_t grad_element_bytes(const MemoryPlan& plan) {
-  return plan.config().model_dtype_gradients ? sizeof(uint16_t) : sizeof(float);
+  return plan.config().model_dtype_gradients ? precision_bytes(plan.config().precision) : sizeof(float);
 }
 
 
@@ -574,15 +574,16 @@ void ShardedStep::gather_muon_lr() {
   comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }
 
-// The copy pairs element j of the W family with element j of C_MODEL_COPY (2 bytes each): each
-// rank's slice of it, as of W.
+// The copy pairs element j of the W family with element j of C_MODEL_COPY (the copy format's
+// bytes each): each rank's slice of it, as of W.
 void ShardedStep::gather_model_copy() {
   const int K = comm_.size();
+  const uint64_t elem = precision_bytes(task_.plan().config().precision);
   const uint64_t base = task_.plan().region(C_MODEL_COPY).offset;
   std::vector<uint64_t> offsets(K), counts(K);
   for (int r = 0; r < K; ++r) {
-    offsets[r] = base + layout_.ranks[r].begin * sizeof(uint16_t);
-    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * sizeof(uint16_t);
+    offsets[r] = base + layout_.ranks[r].begin * elem;
+    counts[r] = (layout_.ranks[r].end - layout_.ranks[r].begin) * elem;
   }
   comm_.all_gather_v(task_.backend().arena(), offsets, counts);
 }

@@ -13,6 +13,26 @@
 #include "renaissance/math/update_rules.h"
 
 namespace renaissance {
+namespace {
+
+// The host API passes one encoding per uint16_t; in the arena an encoding takes its precision's
+// bytes (math/precision.h's store_encoding / load_encoding: a 1-byte one is the low byte).
+void upload_encodings(Backend& backend, uint64_t offset, const uint16_t* src, uint64_t count, Precision p) {
+  if (count == 0) return;
+  if (precision_bytes(p) == sizeof(uint16_t)) return backend.upload(offset, src, count * sizeof(uint16_t));
+  std::vector<char> bytes(count * precision_bytes(p));
+  for (uint64_t i = 0; i < count; ++i) math::store_encoding(p, bytes.data(), i, src[i]);
+  backend.upload(offset, bytes.data(), bytes.size());
+}
+void download_encodings(Backend& backend, uint64_t offset, uint16_t* dst, uint64_t count, Precision p) {
+  if (count == 0) return;
+  if (precision_bytes(p) == sizeof(uint16_t)) return backend.download(offset, dst, count * sizeof(uint16_t));
+  std::vector<char> bytes(count * precision_bytes(p));
+  backend.download(offset, bytes.data(), bytes.size());
+  for (uint64_t i = 0; i < count; ++i) dst[i] = math::load_encoding(p, bytes.data(), i);
+}
+
+}  // namespace
 
 size_t Task::find(const std::string& name) const {
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -45,7 +65,7 @@ Precision Task::grad_dtype() const {
 }
 
 uint16_t Task::round_to_grad_dtype(float value) const {
-  return math::f32_to_half_rne(precision_bf16_coded(grad_dtype()), value);
+  return math::f32_to_encoded_rne(grad_dtype(), value);
 }
 
 void Task::write_grad_encoded(size_t id, const uint16_t* src) {
@@ -53,7 +73,7 @@ void Task::write_grad_encoded(size_t id, const uint16_t* src) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   if (grad_dtype() == Precision::kFp32) throw_invalid("write_grad_encoded(): the gradients are fp32 (use write)");
   const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-  if (count != 0) backend_->upload(plan_.tensor_offset(Family::kG, id), src, count * sizeof(uint16_t));
+  upload_encodings(*backend_, plan_.tensor_offset(Family::kG, id), src, count, grad_dtype());
 }
 
 void Task::read_grad_encoded(size_t id, uint16_t* dst) {
@@ -61,7 +81,7 @@ void Task::read_grad_encoded(size_t id, uint16_t* dst) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   if (grad_dtype() == Precision::kFp32) throw_invalid("read_grad_encoded(): the gradients are fp32 (use read)");
   const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-  if (count != 0) backend_->download(plan_.tensor_offset(Family::kG, id), dst, count * sizeof(uint16_t));
+  download_encodings(*backend_, plan_.tensor_offset(Family::kG, id), dst, count, grad_dtype());
 }
 
 void Task::write(Family family, size_t id, const float* src) {
@@ -89,9 +109,9 @@ void Task::refresh_model_copy(size_t id) {
   std::vector<float> w(n);
   std::vector<uint16_t> c(n);
   read(Family::kW, id, w.data());
-  const bool bf16 = precision_bf16_coded(options_.precision.precision);
-  for (size_t i = 0; i < n; ++i) c[i] = math::f32_to_half_rne(bf16, w[i]);
-  if (n != 0) backend_->upload(plan_.model_copy_offset(id), c.data(), n * sizeof(uint16_t));
+  const Precision p = options_.precision.precision;
+  for (size_t i = 0; i < n; ++i) c[i] = math::f32_to_encoded_rne(p, w[i]);
+  upload_encodings(*backend_, plan_.model_copy_offset(id), c.data(), n, p);
 }
 
 void Task::read_model_copy(size_t id, uint16_t* dst) {
@@ -99,7 +119,7 @@ void Task::read_model_copy(size_t id, uint16_t* dst) {
   if (id >= params_.size()) throw_invalid("parameter id " + std::to_string(id) + " is out of range");
   if (!plan_.has_model_copy()) throw_invalid("read_model_copy(): the task has no model copy (precision fp32)");
   const uint64_t count = static_cast<uint64_t>(plan_.tensor(id).numel);
-  if (count != 0) backend_->download(plan_.model_copy_offset(id), dst, count * sizeof(uint16_t));
+  download_encodings(*backend_, plan_.model_copy_offset(id), dst, count, options_.precision.precision);
 }
 
 void Task::read(Family family, size_t id, float* dst) {
@@ -117,8 +137,7 @@ void Task::read(Family family, size_t id, float* dst) {
     // Model-dtype gradients widen exactly (math/precision.h).
     std::vector<uint16_t> h(count);
     read_grad_encoded(id, h.data());
-    const bool bf16 = precision_bf16_coded(grad_dtype());
-    for (uint64_t i = 0; i < count; ++i) dst[i] = math::half_to_f32(bf16, h[i]);
+    for (uint64_t i = 0; i < count; ++i) dst[i] = math::encoded_to_f32(grad_dtype(), h[i]);
     return;
   }
   backend_->download(plan_.tensor_offset(family, id), dst, count * sizeof(float));
@@ -162,7 +181,8 @@ void Task::poison_gradient(size_t id, uint64_t index, float value) {
   }
   if (grad_dtype() != Precision::kFp32) {
     const uint16_t h = round_to_grad_dtype(value);
-    return backend_->upload(plan_.tensor_offset(Family::kG, id) + index * sizeof(uint16_t), &h, sizeof(h));
+    return upload_encodings(*backend_, plan_.tensor_offset(Family::kG, id) + index * precision_bytes(grad_dtype()), &h,
+                            1, grad_dtype());
   }
   backend_->upload(plan_.tensor_offset(Family::kG, id) + index * sizeof(float), &value, sizeof(value));
 }

@@ -223,6 +223,7 @@ TEST(CutCopyCpu, UpdateNodesOnCutListsRoundTheBitsOfOneDevice) { check_cut_updat
 // an empty cut is an empty span; the tensor table stays the group's.
 TEST(CutModelCopy, MovesTheSpanAndCountsTheBase) {
   ModelCopy copy;
+  copy.precision = Precision::kBf16;  // 2-byte encodings
   copy.c = Span{256, 100};
   copy.tensors = TensorTable{{4096, 2}, {8192, 1}};
   const ModelCopy empty = cut_model_copy(copy, 70, 70);

@@ -299,10 +299,11 @@ TEST(CheckpointPrecisionFormat, InfoCarriesThePrecisionRoundingAndSeed) {
   EXPECT_EQ(fp32.precision.precision, Precision::kFp32);
 
   std::vector<uint8_t> f = read_file(dir.file("c.ckpt"));
-  const uint32_t three = 3;
-  patch_section(&f, "PREC", 0, &three, 4);
+  const uint32_t past = kNumPrecisions;  // the first code past the precision table
+  patch_section(&f, "PREC", 0, &past, 4);
   write_file(dir.file("bad.ckpt"), f);
-  expect_error([&] { read_checkpoint_info(dir.file("bad.ckpt")); }, "model copy precision 3", ErrorKind::kFormat);
+  expect_error([&] { read_checkpoint_info(dir.file("bad.ckpt")); }, "model copy precision " + std::to_string(past),
+               ErrorKind::kFormat);
 }
 
 // ---- refusals: a clear error, and the task exactly as it was ----
@@ -362,16 +363,16 @@ TEST(CheckpointPrecisionRefusals, InvalidPrecisionFieldsAndDamagedCopyAreRefused
   auto task = start(cell);
   const std::string bad = dir.file("bad.ckpt");
 
-  const uint32_t fp32 = 0, three = 3, two = 2;
+  const uint32_t fp32 = 0, past = kNumPrecisions, two = 2;  // past: the first code past the precision table
   std::vector<uint8_t> f = good;
   patch_section(&f, "PREC", 0, &fp32, 4);
   write_file(bad, f);
   expect_refused(*task, bad, "section PRECISION: model copy precision 0 is neither 1 (bf16) nor 2 (fp16)",
                  ErrorKind::kFormat);
   f = good;
-  patch_section(&f, "PREC", 0, &three, 4);
+  patch_section(&f, "PREC", 0, &past, 4);
   write_file(bad, f);
-  expect_refused(*task, bad, "model copy precision 3", ErrorKind::kFormat);
+  expect_refused(*task, bad, "model copy precision " + std::to_string(past), ErrorKind::kFormat);
   f = good;
   patch_section(&f, "PREC", 4, &two, 4);
   write_file(bad, f);

@@ -63,7 +63,7 @@ struct ModelCopy {
   Precision precision = Precision::kFp32;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;
-  Span c;               // 2-byte elements, element j pairs with element j of the node's W span
+  Span c;               // precision_bytes(precision) per element; element j pairs with element j of W
   TensorTable tensors;  // the group's tensors (MemoryPlan::tensor_table of the group's view)
   // Element j of c is element base + j of the group (0; a sharded step's element-wise update
   // cut to a slice starting `base` elements into its group: cut_model_copy, shard_layout.h).

@@ -135,10 +135,8 @@ inline uint64_t grad_chunk_count(uint64_t span) { return (span + kCopyChunk - 1)
 // One master x rounded into the copy's format with random word r (unused when nearest).
 template <Precision kPrecision, Rounding kRounding>
 RN_HD uint16_t round_copy(float x, uint32_t r) {
-  if (kRounding == Rounding::kNearest) {
-    return math::f32_to_half_rne(kPrecision == Precision::kBf16, x);
-  }
-  return kPrecision == Precision::kBf16 ? math::f32_to_bf16_sr(x, r) : math::f32_to_f16_sr(x, r);
+  if (kRounding == Rounding::kNearest) return math::f32_to_encoded_rne(kPrecision, x);
+  return math::f32_to_encoded_sr(kPrecision, x, r);
 }
 
 // The applied step that keys a tensor's rounding: its own count with tensor_mask (steps != null),

@@ -1,6 +1,7 @@
 // The precision of the model weights a task keeps besides its fp32 masters: fp32
-// (no model copy, the default), or a bf16 / fp16 model copy written by every update from the new
-// master, rounded to nearest even or stochastically (docs/math.md, "Mixed precision").
+// (no model copy, the default), or a model copy in one of the table's encodings (bf16, fp16, ...)
+// written by every update from the new master, rounded to nearest even or stochastically
+// (docs/math.md, "Mixed precision").
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,11 @@ struct PrecisionOptions {
   Precision precision = Precision::kFp32;
   Rounding rounding = Rounding::kNearest;
   uint64_t seed = 0;  // the stochastic-rounding key's seed (unused with kNearest)
-  // bf16/fp16 only: the gradients G are held in the model dtype (2-byte encodings in W's layout,
-  // as the backward pass of a bf16/fp16 model writes them) instead of fp32. Every op widens them
-  // exactly to fp32 before it computes, so the bits equal an fp32-gradient task fed the widened
-  // values; the step reads 2 B/param of G instead of 4 (docs/math.md, "Mixed precision").
+  // With a model copy only: the gradients G are held in the model dtype (its encodings in W's
+  // layout, as the backward pass of such a model writes them) instead of fp32. Every op widens
+  // them exactly to fp32 before it computes, so the bits equal an fp32-gradient task fed the
+  // widened values; the step reads the encoding's bytes per param of G instead of 4 (docs/math.md,
+  // "Mixed precision").
   bool model_dtype_gradients = false;
 };
 
@@ -43,7 +45,8 @@ constexpr bool precision_combination_valid(Precision grad, Precision copy, Round
 
 // The precision table: one row per Precision, in the enum's order (static_assert'ed below), read
 // by every consumer outside the backends that names, sizes or decodes an encoding. A new encoding
-// is one enumerator and one row here (the backends' kernels pick their conversions separately).
+// is one enumerator and one row here and its codec in math/precision.h (docs/adding-a-kind.md,
+// "Adding a precision"); the backends reach it through that file's encoded_to_f32 family.
 struct PrecisionRow {
   Precision value;
   const char* name;         // the CLI / case.json / Python name ("bf16")
@@ -51,7 +54,7 @@ struct PrecisionRow {
   const char* torch_dtype;  // torch's dtype name, as `torch.<name>`
   const char* safetensors;  // the safetensors dtype string of a tensor in this encoding
   // Whose exact widening and round-to-nearest definitions (math/precision.h) this encoding uses:
-  // kFp32 is the identity (4-byte fp32), kBf16 or kFp16 one of the two 2-byte formats.
+  // kFp32 is the identity (4-byte fp32), else the encoding itself (bf16, fp16, ...).
   Precision codec;
 };
 

@@ -129,8 +129,8 @@ class Task {
   void* grad_data(size_t id);
   // The encoding of G: kFp32, or the model dtype with PrecisionOptions::model_dtype_gradients.
   Precision grad_dtype() const;
-  // Model-dtype gradients only (else Error(kInvalidArgument)): numel 2-byte bf16/fp16 encodings
-  // of parameter id's gradient in or out, bit for bit.
+  // Model-dtype gradients only (else Error(kInvalidArgument)): numel encodings of parameter id's
+  // gradient in or out, bit for bit, one per uint16_t (a 1-byte encoding in the low byte).
   void write_grad_encoded(size_t id, const uint16_t* src);
   void read_grad_encoded(size_t id, uint16_t* dst);
   // Host copies of one tensor (numel floats) in or out of any allocated family. With model-dtype
@@ -141,7 +141,7 @@ class Task {
   void set_weight(size_t id, const float* src) { write(Family::kW, id, src); }
   void set_grad(size_t id, const float* src) { write(Family::kG, id, src); }
   void get_weight(size_t id, float* dst) { read(Family::kW, id, dst); }
-  // The bf16/fp16 model copy of parameter id (numel 2-byte encodings); throws without one.
+  // The model copy of parameter id (numel encodings, one per uint16_t as above); throws without one.
   // Writing masters with write()/set_weight()/synthesize_weights() sets their copy to the masters
   // rounded to nearest even; a write through weight() leaves the copy as it was.
   void read_model_copy(size_t id, uint16_t* dst);

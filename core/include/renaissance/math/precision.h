@@ -1,6 +1,8 @@
 // Mixed precision, written once for both backends (docs/math.md, "Mixed precision"):
-// fp32 -> bf16 / fp16 rounding (to nearest even, or stochastic), exact bf16 / fp16 -> fp32
-// widening, and the Philox-4x32-10 counter-based generator that keys stochastic rounding.
+// fp32 -> bf16 / fp16 rounding (to nearest even, or stochastic), their exact widening to fp32,
+// and the Philox-4x32-10 counter-based generator that keys stochastic rounding.
+// encoded_to_f32, f32_to_encoded_rne / _sr, load_encoding / store_encoding: the codec of each
+// Precision, chosen in one place for every backend.
 // Everything is integer bit manipulation on the IEEE encodings (no float arithmetic, hence no
 // FMA, flush-to-zero or rounding-mode question), so every backend, SIMD target and compiler
 // computes the same bits. Vector kernels may reimplement a function here lane-wise, but the
@@ -11,6 +13,7 @@
 #include <cstring>
 
 #include "renaissance/math/host_device.h"
+#include "renaissance/precision.h"
 
 namespace renaissance {
 namespace math {
@@ -132,6 +135,73 @@ RN_HD uint16_t f32_to_f16_sr(float x, uint32_t r) {
   const uint64_t fixed = (m << 32) >> shift;
   return static_cast<uint16_t>(sign | static_cast<uint32_t>((fixed + r) >> 32));
 }
+
+// ---- The encodings by Precision, the one place that maps a Precision to its codec. ----------
+//
+// Every encoding (bf16, fp16, ...; never fp32) travels as a uint16_t holding its bits, a 1-byte
+// one in the low byte; in memory it takes encoding_bytes(p) bytes. Each backend's access layer
+// calls these (its vector paths restate them for the formats they vectorise), so a new encoding
+// is its functions above and one case in each switch below.
+
+// Bytes of one encoding in memory: precision.h's bytes column, usable in device code.
+RN_HD constexpr uint32_t encoding_bytes(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return 4;
+    case Precision::kBf16: return 2;
+    case Precision::kFp16: return 2;
+  }
+  return 0;
+}
+RN_HD float encoded_to_f32(Precision p, uint16_t e) {
+  switch (p) {
+    case Precision::kBf16: return bf16_to_f32(e);
+    case Precision::kFp16: return f16_to_f32(e);
+    case Precision::kFp32: break;
+  }
+  return 0.0f;
+}
+RN_HD uint16_t f32_to_encoded_rne(Precision p, float x) {
+  switch (p) {
+    case Precision::kBf16: return f32_to_bf16_rne(x);
+    case Precision::kFp16: return f32_to_f16_rne(x);
+    case Precision::kFp32: break;
+  }
+  return 0;
+}
+RN_HD uint16_t f32_to_encoded_sr(Precision p, float x, uint32_t r) {
+  switch (p) {
+    case Precision::kBf16: return f32_to_bf16_sr(x, r);
+    case Precision::kFp16: return f32_to_f16_sr(x, r);
+    case Precision::kFp32: break;
+  }
+  return 0;
+}
+
+// Encoding i of memory at `base` holding encodings of p, in and out (unaligned access allowed).
+RN_HD uint16_t load_encoding(Precision p, const void* base, uint64_t i) {
+  const char* at = static_cast<const char*>(base) + i * encoding_bytes(p);
+  if (encoding_bytes(p) == 1) return static_cast<uint8_t>(*at);
+  uint16_t e;
+  std::memcpy(&e, at, sizeof e);
+  return e;
+}
+RN_HD void store_encoding(Precision p, void* base, uint64_t i, uint16_t e) {
+  char* at = static_cast<char*>(base) + i * encoding_bytes(p);
+  if (encoding_bytes(p) == 1) {
+    *at = static_cast<char>(e);
+  } else {
+    std::memcpy(at, &e, sizeof e);
+  }
+}
+namespace encoding_check {
+constexpr bool bytes_match_the_table() {
+  for (const PrecisionRow& row : kPrecisionRows) {
+    if (encoding_bytes(row.value) != row.bytes) return false;
+  }
+  return true;
+}
+}  // namespace encoding_check
+static_assert(encoding_check::bytes_match_the_table(), "encoding_bytes must give precision.h's bytes column");
 
 // ---- Philox-4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2,
 // 3", SC11), from the paper's definition: ten rounds of a Feistel-like network on a 128-bit

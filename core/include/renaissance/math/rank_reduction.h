@@ -20,25 +20,22 @@ namespace math {
 RN_HD float ordered_rank_add(float running_sum, float rank_value) { return running_sum + rank_value; }
 RN_HD float ordered_rank_mean(float sum, int ranks) { return sum / static_cast<float>(ranks); }
 
-// Element i of G-encoded memory: fp32, or a 2-byte bf16 / fp16 encoding widened exactly
-// (model-dtype gradients). Stored: fp32 as is, 2-byte rounded to nearest even.
+// Element i of G-encoded memory: fp32, or a model-dtype encoding widened exactly (model-dtype
+// gradients). Stored: fp32 as is, an encoding rounded to nearest even (math/precision.h).
 RN_HD float load_grad(Precision dtype, const void* base, uint64_t i) {
   if (dtype == Precision::kFp32) {
     float x;
     std::memcpy(&x, static_cast<const char*>(base) + i * sizeof(float), sizeof x);
     return x;
   }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const char*>(base) + i * sizeof(uint16_t), sizeof h);
-  return half_to_f32(dtype == Precision::kBf16, h);
+  return encoded_to_f32(dtype, load_encoding(dtype, base, i));
 }
 RN_HD void store_grad(Precision dtype, void* base, uint64_t i, float x) {
   if (dtype == Precision::kFp32) {
     std::memcpy(static_cast<char*>(base) + i * sizeof(float), &x, sizeof x);
     return;
   }
-  const uint16_t h = f32_to_half_rne(dtype == Precision::kBf16, x);
-  std::memcpy(static_cast<char*>(base) + i * sizeof(uint16_t), &h, sizeof h);
+  store_encoding(dtype, base, i, f32_to_encoded_rne(dtype, x));
 }
 
 // One pass of the reduction over `count` elements: `summands` blocks of `stride` elements each
