@@ -270,8 +270,8 @@ def _worker_none_on_one_rank(rank, k, init_file, out_dir):
         ps[3].grad = None  # only rank 1 leaves parameter 3 out
     _report(out_dir, rank, _error_message(opt.step))
     # Both ranks got here, so they leave as a finished run does (_finish): a rank that left with
-    # its sharded optimizer still alive sometimes aborted at exit (SIGABRT, gloo; the CI dry run
-    # of 2026-12-02).
+    # its sharded optimizer still alive sometimes aborted at exit (SIGABRT, gloo; seen in a CI
+    # run).
     del opt
     _finish()
 

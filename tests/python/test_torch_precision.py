@@ -53,7 +53,7 @@ def pow_d(base, t):
 class MathAdamW:
     """docs/math.md's adamw on fp32 masters, one numpy float32 operation per operation. numpy, not
     torch: on the H200 host (Xeon, torch 2.11) torch's own CPU kernels gave other bits for the
-    same ops (2026-12-01), while numpy's float32 +, -, *, / and sqrt are single IEEE operations.
+    same ops, while numpy's float32 +, -, *, / and sqrt are single IEEE operations.
     w, m, v are CPU torch tensors sharing the arrays' memory."""
 
     def __init__(self, masters, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
@@ -142,7 +142,7 @@ def test_bf16_bitwise_against_masters_reference(device, make):
     """30 steps of bf16 training: every parameter (the bf16 copy) and every master equal the
     reference's bits after every step. The reference is fed our gradients: a twin model's own
     backward is not bit-identical on every machine (on the H200 host's Xeon, torch 2.11's CPU
-    bf16 matmuls gave the twin different gradients, 2026-12-01), and the optimizer is what is
+    bf16 matmuls gave the twin different gradients), and the optimizer is what is
     under test here."""
     torch.manual_seed(0)
     ours_model = make().to(device=device, dtype=torch.bfloat16)
