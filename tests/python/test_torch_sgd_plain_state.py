@@ -75,6 +75,16 @@ def test_state_is_torchs_after_steps_and_a_parameter_without_gradient_has_none()
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
+def go_on_as_torch(ref_net, ref, net, opt, first):
+    """Two more steps on both sides from step `first`: the same state as torch's and the same
+    parameters."""
+    run(ref_net, ref, 2, first=first)
+    run(net, opt, 2, first=first)
+    same_state(opt.state_dict()["state"], ref.state_dict()["state"])
+    for p, q in zip(net.parameters(), ref_net.parameters()):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
 def test_a_state_dict_round_trip_keeps_the_state_and_the_steps():
     ref_net, ref, net, opt = pair()
     run(ref_net, ref, 3)
@@ -83,11 +93,7 @@ def test_a_state_dict_round_trip_keeps_the_state_and_the_steps():
     fresh = rt.SGD(net.parameters(), **HYPER)
     fresh.load_state_dict(sd)
     same_state(fresh.state_dict()["state"], ref.state_dict()["state"])
-    run(ref_net, ref, 2, first=3)
-    run(net, fresh, 2, first=3)
-    same_state(fresh.state_dict()["state"], ref.state_dict()["state"])
-    for p, q in zip(net.parameters(), ref_net.parameters()):
-        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+    go_on_as_torch(ref_net, ref, net, fresh, first=3)
 
 
 @pytest.mark.parametrize("written_by", ["torch 1.13", "torch 2"])
@@ -103,8 +109,4 @@ def test_a_checkpoint_of_either_torch_loads_as_the_installed_torch_loads_it(writ
     ref.load_state_dict(copy.deepcopy(checkpoint))
     opt.load_state_dict(copy.deepcopy(checkpoint))
     same_state(opt.state_dict()["state"], ref.state_dict()["state"])
-    run(ref_net, ref, 2, first=1)
-    run(net, opt, 2, first=1)
-    same_state(opt.state_dict()["state"], ref.state_dict()["state"])
-    for p, q in zip(net.parameters(), ref_net.parameters()):
-        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+    go_on_as_torch(ref_net, ref, net, opt, first=1)
