@@ -61,7 +61,9 @@ constexpr AccessList make_access_list() {
   return list;
 }
 constexpr AccessList kAccessList = make_access_list();
-constexpr const Access (&kAccessTable)[kNumAccess] = kAccessList.at;
+// static: a namespace-scope reference is not const-qualified, so without it every source that
+// includes this header would define the same external symbol (a link error).
+static constexpr const Access (&kAccessTable)[kNumAccess] = kAccessList.at;
 
 // The index of `a` in kAccessTable, or -1.
 constexpr int access_index(const Access& a) {
