@@ -163,8 +163,12 @@ class SharedTask:
         n = len(self.params)
         self.W = [task.view("W", j, did) for j in range(n)]  # fp32 (the masters with a model copy)
         # The model copy (bf16/fp16 parameters): what .data views; None for fp32.
-        self.C = [task.view("C", j, did) for j in range(n)] if precision != "fp32" else None
-        self.G = [task.view("G", j, did) for j in range(n)]
+        # An encoding torch's DLPack has no dtype for (all but bf16 and fp16) comes as the unsigned
+        # integer of its bytes: reinterpreted as the parameter's dtype (the precision table's torch dtype).
+        def as_param(view, j):
+            return view if precision == "fp32" or view.dtype == self.params[j].dtype else view.view(self.params[j].dtype)
+        self.C = [as_param(task.view("C", j, did), j) for j in range(n)] if precision != "fp32" else None
+        self.G = [as_param(task.view("G", j, did), j) for j in range(n)]
         # What .data and .grad become: the W (or C) and G views, complex views of them for a
         # complex parameter.
         self.pW, self.pG = list(self.weights), list(self.G)
@@ -186,6 +190,8 @@ class SharedTask:
         self.g_device = self.G[0].device if self.G else None
         self.g_numel = [g.numel() if g.numel() > 0 else -1 for g in self.G]
         self.G_all = task.family_view("G", did)
+        if n > 0 and self.G_all.dtype != self.G[0].dtype:
+            self.G_all = self.G_all.view(self.G[0].dtype)
         self.inv_scale = task.scalar_view("inv_loss_scale", did)  # one slot per scalar block (strided)
         # The hyperparameter group of each scalar block (a block per parameter: the per-tensor
         # mask), for the sign a maximizing group's 1/scale slot carries (set_scale).
@@ -515,8 +521,8 @@ class GroupTask:
         return _core._task_read(self.shared, family, self._b.ids[int(name)])
 
     def read_encoded(self, family, name):
-        """Host uint16 encodings of the group's parameter `name`: "C" its model copy, "G" its
-        model-dtype gradient."""
+        """Host encodings (numpy uint16; uint8 for a 1-byte encoding) of the group's parameter `name`:
+        "C" its model copy, "G" its model-dtype gradient."""
         j = self._b.ids[int(name)]
         return self.shared.get_model_copy(j) if family == "C" else self.shared.get_grad_encoded(j)
 

@@ -87,13 +87,14 @@ def _precision(task):
 
 
 def _read_encoded(task, family, name):
-    """uint16 encodings of a model copy ("C") or model-dtype gradient ("G")."""
+    """Encodings (numpy uint16; uint8 for a 1-byte encoding) of a model copy ("C") or model-dtype gradient ("G")."""
     if isinstance(task, _core.Task):
         return task.get_model_copy(name) if family == "C" else task.get_grad_encoded(name)
     return task.read_encoded(family, name)
 
 
-_ST_DTYPE = {"bf16": "BF16", "fp16": "F16"}
+# The safetensors dtype of each precision's encodings (the precision table: "bf16" -> "BF16", ...).
+_ST_DTYPE = {row["name"]: row["safetensors"] for row in _core.precisions()}
 
 # Hyperparameters that must stay as they were for the whole recording: the case has one
 # optimizer per group; only the learning rate is recorded per step. The rest of the hyperparameter
@@ -131,14 +132,21 @@ def _core_task(task):
 
 def _to_numpy(t):
     """A host copy of a torch gradient (the copy matters: arena views change at the next step):
-    float32, or a bf16/fp16 gradient's uint16 encodings, bit for bit."""
+    float32, or the encodings of a gradient in a precision table row's torch dtype (bf16, fp16, ...)
+    as unsigned integers of the row's bytes (uint16; uint8 for a 1-byte encoding), bit for bit."""
     import torch
     t = t.detach().to("cpu").contiguous()
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16).numpy().view("uint16").copy()
+    rows = {row["torch_dtype"]: row for row in _core.precisions() if row["name"] != "fp32"}
+    row = rows.get(str(t.dtype).replace("torch.", ""))
+    if row is not None:
+        # torch has no uint16 before 2.3: the 2-byte encodings go through int16.
+        signed = {1: torch.int8, 2: torch.int16}[row["bytes"]]
+        return t.view(signed).numpy().view("uint%d" % (8 * row["bytes"])).copy()
     a = t.numpy()
     if str(a.dtype) != "float32":
-        raise ValueError(f"Recorder: a {a.dtype} gradient; the replay format holds float32, bf16 and fp16")
+        names = ["float32"] + [r["name"] for r in rows.values()]
+        raise ValueError(f"Recorder: a {a.dtype} gradient; the replay format holds "
+                         f"{', '.join(names[:-1])} and {names[-1]}")
     return a.copy()
 
 
@@ -611,9 +619,10 @@ class Recorder:
         try:
             meta = {"format": "renaissance-replay/2", "writer": "renaissance.torch.Recorder"}
             _core._write_safetensors(os.path.join(tmp, "init.safetensors"), self._init, meta)
-            # Encoded (uint16) tensors are in the case's model dtype.
+            # Encoded tensors (unsigned integers: uint16, uint8 for a 1-byte encoding) are in the
+            # case's model dtype.
             half = _ST_DTYPE.get(case.get("precision"), "F32")
-            dtypes = {n: half for n, a in list(grads) + list(expected) if str(a.dtype) == "uint16"}
+            dtypes = {n: half for n, a in list(grads) + list(expected) if np.dtype(a.dtype).kind == "u"}
             _core._write_safetensors(os.path.join(tmp, "grads.safetensors"), grads, meta, dtypes)
             if expected:
                 _core._write_safetensors(os.path.join(tmp, "expected.safetensors"), list(expected), meta, dtypes)

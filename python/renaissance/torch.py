@@ -49,10 +49,17 @@ _TORCH_FLAGS = {"amsgrad": False, "maximize": False, "foreach": None, "capturabl
                 "differentiable": False, "fused": None}
 
 # Parameter dtypes the adapter takes, and the core precision of each (bf16/fp16: fp32 masters in
-# the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters").
+# the arena, the parameter is a view of the model copy; docs/python.md, "bf16 and fp16 parameters"):
+# the precision table's rows (_core.precisions()) whose torch dtype the installed torch has, and
+# complex64, whose arena holds the float32 real view (_torch_group.py).
 _DEVICES = ("cpu", "cuda")  # where the library's step runs
-_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-              torch.complex64: "fp32"}  # complex: the arena holds the float32 real view (_torch_group.py)
+_PRECISION = {getattr(torch, row["torch_dtype"]): row["name"] for row in _core.precisions()
+              if isinstance(getattr(torch, row["torch_dtype"], None), torch.dtype)}
+_PRECISION[torch.complex64] = "fp32"
+# The dtypes above as a sentence's list, for the message that refuses another ("float32, bfloat16,
+# float16 and complex64").
+_PRECISION_TEXT = " and ".join([", ".join(str(d).replace("torch.", "") for d in list(_PRECISION)[:-1]),
+                                str(list(_PRECISION)[-1]).replace("torch.", "")])
 
 
 def _defaults_of(kind):
@@ -1177,8 +1184,8 @@ def _validate_new(groups, existing, defer=False):
             if len(devices) > 1:
                 raise ValueError("parameters on different devices (%s): one optimizer takes one device" % ", ".join(sorted(map(str, devices))))
             if p.dtype not in _PRECISION:
-                raise ValueError("parameter of shape %s is %s: renaissance.torch takes float32, bfloat16, float16 "
-                                 "and complex64 parameters" % (tuple(p.shape), p.dtype))
+                raise ValueError("parameter of shape %s is %s: renaissance.torch takes %s parameters"
+                                 % (tuple(p.shape), p.dtype, _PRECISION_TEXT))
             first = group["params"][0].dtype
             if _PRECISION[p.dtype] != _PRECISION.get(first):  # float32 and complex64 share the fp32 arena
                 raise ValueError("param group %d mixes %s and %s parameters: one dtype per param group (put each "

@@ -23,6 +23,7 @@
 #include "renaissance/hyperparameters.h"
 #include "renaissance/kinds.h"
 #include "renaissance/layout.h"
+#include "renaissance/math/precision.h"
 #include "renaissance/optimizer.h"
 #include "renaissance/precision.h"
 #include "renaissance/replay.h"
@@ -270,11 +271,17 @@ class PyTask {
     return nb::ndarray<nb::pytorch, T>(typed_view(self, offset, shape, device_id, sizeof(T), nb::dtype<T>(), stride));
   }
 
-  // The 2-byte DLPack dtype of a bf16/fp16 encoding (torch takes both: torch.bfloat16, torch.float16).
-  static nb::dlpack::dtype half_dtype(Precision p) {
+  // The DLPack dtype of an encoding of precision.h's table: torch's bfloat16 / float16 for the
+  // encodings with those codecs (bf16, fp16), else an unsigned integer of the row's bytes (uint8 for
+  // a 1-byte encoding), which torch takes whatever its version; renaissance.torch reinterprets it as
+  // the row's torch dtype.
+  static nb::dlpack::dtype encoding_dtype(Precision p) {
+    const PrecisionRow& row = precision_row(p);
     nb::dlpack::dtype d;
-    d.code = static_cast<uint8_t>(precision_bf16_coded(p) ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float);
-    d.bits = 16;
+    d.code = static_cast<uint8_t>(row.codec == Precision::kBf16   ? nb::dlpack::dtype_code::Bfloat
+                                  : row.codec == Precision::kFp16 ? nb::dlpack::dtype_code::Float
+                                                                  : nb::dlpack::dtype_code::UInt);
+    d.bits = static_cast<uint8_t>(8 * row.bytes);
     d.lanes = 1;
     return d;
   }
@@ -306,8 +313,9 @@ class PyTask {
     const std::vector<int64_t>& shape = task_->param(id).shape;
     if (family == "C") {
       if (!task_->plan().has_model_copy()) throw_invalid("view(): this task has no model copy (precision fp32)");
-      return typed_view(self, task_->plan().model_copy_offset(id), shape, device_id, 2,
-                        half_dtype(task_->plan().config().precision));
+      const Precision copy = task_->plan().config().precision;
+      return typed_view(self, task_->plan().model_copy_offset(id), shape, device_id, precision_bytes(copy),
+                        encoding_dtype(copy));
     }
     // The per-element families of kFamilyTable (region.h), by name.
     Family f = Family::kW;
@@ -323,14 +331,15 @@ class PyTask {
     if (family_info(f).optimizer_state && task_->plan().state_sliced())
       throw_invalid("view(): this task holds only a slice of " + family + " (state_shard); read it through its sharded step");
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
-      return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, 2, half_dtype(task_->grad_dtype()));
+      return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, precision_bytes(task_->grad_dtype()),
+                        encoding_dtype(task_->grad_dtype()));
     }
     return typed_view(self, task_->plan().tensor_offset(f, id), shape, device_id, sizeof(float), nb::dtype<float>());
   }
 
   // The whole family as one flat tensor, padding included (padding is zero and stays zero under
   // zero_()): zero_grad() clears every gradient of the task with one op.
-  // With model-dtype gradients G's view is in the model dtype (2 bytes an element).
+  // With model-dtype gradients G's view is in the model dtype (the encoding's bytes an element).
   nb::ndarray<nb::pytorch> family_view(nb::handle self, const std::string& family, int device_id) {
     Family f;
     if (family == "W") f = Family::kW;
@@ -340,22 +349,37 @@ class PyTask {
     const Span span = task_->plan().region_range(family_region(f, static_cast<Role>(0)),
                                                  family_region(f, static_cast<Role>(kNumRoles - 1)));
     if (f == Family::kG && task_->grad_dtype() != Precision::kFp32) {
-      return typed_view(self, span.offset, {static_cast<int64_t>(span.count)}, device_id, 2, half_dtype(task_->grad_dtype()));
+      return typed_view(self, span.offset, {static_cast<int64_t>(span.count)}, device_id,
+                        precision_bytes(task_->grad_dtype()), encoding_dtype(task_->grad_dtype()));
     }
     return typed_view(self, span.offset, {static_cast<int64_t>(span.count)}, device_id, sizeof(float), nb::dtype<float>());
   }
 
-  // Host copies of 2-byte encodings (numpy uint16): the model copy ("C") or model-dtype G.
-  nb::ndarray<nb::numpy, uint16_t> read_encoded(const std::string& family, const nb::handle& which) {
+  // Host copies of encodings: the model copy ("C") or model-dtype G, as numpy unsigned integers of
+  // the encoding's bytes (uint16 for bf16 / fp16, uint8 for a 1-byte encoding), the bits as stored.
+  nb::ndarray<nb::numpy> read_encoded(const std::string& family, const nb::handle& which) {
     const size_t id = id_of(which);
     const ParamSpec& p = task_->param(id);
-    auto* owned = new std::vector<uint16_t>(static_cast<size_t>(p.numel()));
-    nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<std::vector<uint16_t>*>(q); });
-    if (family == "C") task_->read_model_copy(id, owned->data());
-    else if (family == "G") task_->read_grad_encoded(id, owned->data());
-    else throw_invalid("read_encoded(): family '" + family + "': expected C or G");
+    std::vector<uint16_t> bits(static_cast<size_t>(p.numel()));
+    Precision enc = Precision::kFp32;
+    if (family == "C") {
+      task_->read_model_copy(id, bits.data());
+      enc = task_->plan().config().precision;
+    } else if (family == "G") {
+      task_->read_grad_encoded(id, bits.data());
+      enc = task_->grad_dtype();
+    } else {
+      throw_invalid("read_encoded(): family '" + family + "': expected C or G");
+    }
+    auto* owned = new std::vector<char>(bits.size() * precision_bytes(enc));
+    nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<std::vector<char>*>(q); });
+    for (size_t i = 0; i < bits.size(); ++i) math::store_encoding(enc, owned->data(), i, bits[i]);
+    nb::dlpack::dtype d;
+    d.code = static_cast<uint8_t>(nb::dlpack::dtype_code::UInt);
+    d.bits = static_cast<uint8_t>(8 * precision_bytes(enc));
+    d.lanes = 1;
     std::vector<size_t> dims(p.shape.begin(), p.shape.end());
-    return nb::ndarray<nb::numpy, uint16_t>(owned->data(), dims.size(), dims.data(), owner);
+    return nb::ndarray<nb::numpy>(owned->data(), dims.size(), dims.data(), owner, nullptr, d);
   }
 
   // One scalar slot as a one-element tensor: "inv_loss_scale" (float32, what set_loss_scale
@@ -489,6 +513,20 @@ NB_MODULE(_core, m) {
   m.def("layouts", &builtin_layout_names, "The names of the model layouts compiled into the library.");
   m.def("layout", [](const std::string& name_or_path) { return from_specs(resolve_layout(name_or_path).params); },
         "name_or_path"_a, "A layout's parameters as (name, shape, role) tuples: a built-in name or a JSON file.");
+  m.def("precisions", [] {
+          std::vector<nb::dict> rows;
+          for (const PrecisionRow& row : kPrecisionRows) {
+            nb::dict d;
+            d["name"] = row.name;
+            d["bytes"] = row.bytes;
+            d["torch_dtype"] = row.torch_dtype;
+            d["safetensors"] = row.safetensors;
+            rows.push_back(d);
+          }
+          return rows;
+        },
+        "The precision table (renaissance/precision.h), one dict per row in its order: name (\"bf16\"), bytes "
+        "(of one element), torch_dtype (torch's dtype name) and safetensors (the file's dtype string).");
   m.def("replay", &replay, "case_dir"_a, "backend"_a = "cpu", "threads"_a = 0, "tolerance"_a = nb::none(),
         "Runs a replay case (docs/replay-format.md) and compares it with its expected tensors.");
 
@@ -513,9 +551,10 @@ NB_MODULE(_core, m) {
                                                           ? precision_name(t.precision_options().precision) : "fp32");
            })
       .def("get_model_copy", [](PyTask& t, nb::handle w) { return t.read_encoded("C", w); }, "param"_a,
-           "A host copy of the bf16/fp16 model copy of one parameter (numpy uint16 encodings).")
+           "A host copy of the model copy of one parameter (numpy uint16 encodings; uint8 for a 1-byte encoding).")
       .def("get_grad_encoded", [](PyTask& t, nb::handle w) { return t.read_encoded("G", w); }, "param"_a,
-           "Model-dtype gradients: a host copy of one parameter's gradient encodings (numpy uint16).")
+           "Model-dtype gradients: a host copy of one parameter's gradient encodings (numpy uint16; uint8 for a "
+           "1-byte encoding).")
       .def("optimizer_groups", [](PyTask& t, const std::string& kind, const std::vector<nb::dict>& hypers) -> PyTask& {
              t.optimizer_groups(kind, hypers);
              return t;
@@ -620,8 +659,29 @@ nb::dict task_config(PyTask& t, int group) {
 
 using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
-// float32 arrays are written as F32; uint16 arrays (2-byte encodings: a model copy, model-dtype
-// gradients) need their dtype, "BF16" or "F16", in `dtypes` under their name.
+// The numpy dtypes of the table's encodings' sizes, 1 or 2 bytes ("uint16", or "uint8 or uint16"), for messages.
+std::string unsigned_names_text() {
+  std::string text;
+  for (size_t bytes : {1u, 2u}) {
+    bool any = false;
+    for (const PrecisionRow& row : kPrecisionRows) any = any || (row.value != Precision::kFp32 && row.bytes == bytes);
+    if (any) text += std::string(text.empty() ? "" : " or ") + "uint" + std::to_string(8 * bytes);
+  }
+  return text;
+}
+
+// float32 arrays are written as F32; unsigned-integer arrays (encodings: a model copy, model-dtype
+// gradients) need their dtype in `dtypes` under their name: the safetensors dtype of a precision.h
+// row whose bytes are the array's item size (uint16: BF16 or F16).
+std::string encoding_dtypes_text(size_t bytes) {
+  std::string text;
+  for (const PrecisionRow& row : kPrecisionRows) {
+    if (row.value == Precision::kFp32 || row.bytes != bytes) continue;
+    text += std::string(text.empty() ? "" : " or ") + row.safetensors;
+  }
+  return text;
+}
+
 void py_write_safetensors(const std::string& path, const std::vector<std::pair<std::string, HostArray>>& tensors,
                           const std::map<std::string, std::string>& metadata,
                           const std::map<std::string, std::string>& dtypes) {
@@ -634,12 +694,20 @@ void py_write_safetensors(const std::string& path, const std::vector<std::pair<s
     if (a.dtype() == nb::dtype<float>()) {
       if (named != dtypes.end() && named->second != "F32")
         throw_invalid("_write_safetensors: '" + name + "' is float32 but named " + named->second);
-    } else if (a.dtype() == nb::dtype<uint16_t>()) {
-      if (named == dtypes.end() || (named->second != "BF16" && named->second != "F16"))
-        throw_invalid("_write_safetensors: '" + name + "' holds uint16 encodings: its dtype (BF16 or F16) must be given");
-      dt = named->second == "BF16" ? StDtype::kBF16 : StDtype::kF16;
+    } else if (a.dtype().code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) && a.dtype().lanes == 1 &&
+               !encoding_dtypes_text(a.dtype().bits / 8).empty()) {
+      const size_t bytes = a.dtype().bits / 8;
+      const PrecisionRow* row = nullptr;
+      for (const PrecisionRow& r : kPrecisionRows) {
+        if (r.value != Precision::kFp32 && r.bytes == bytes && named != dtypes.end() && named->second == r.safetensors)
+          row = &r;
+      }
+      if (row == nullptr)
+        throw_invalid("_write_safetensors: '" + name + "' holds uint" + std::to_string(8 * bytes) +
+                      " encodings: its dtype (" + encoding_dtypes_text(bytes) + ") must be given");
+      dt = st_dtype_of(row->value);
     } else {
-      throw_invalid("_write_safetensors: '" + name + "' must be float32 or uint16");
+      throw_invalid("_write_safetensors: '" + name + "' must be float32 or " + unsigned_names_text());
     }
     views.push_back({name, dt, shape, a.data()});
   }
@@ -672,6 +740,6 @@ void renaissance_register_replay(nb::module_& m) {
         }, "task"_a, "family"_a, "param"_a, "A host copy (numpy float32) of one tensor of family W, G, M or V.");
   m.def("_write_safetensors", &py_write_safetensors, "path"_a, "tensors"_a, "metadata"_a,
         "dtypes"_a = std::map<std::string, std::string>(),
-        "Writes (name, array) pairs as safetensors, atomically (the core's writer): float32 as F32, uint16 "
-        "encodings as the BF16 or F16 that `dtypes` names.");
+        "Writes (name, array) pairs as safetensors, atomically (the core's writer): float32 as F32, encodings "
+        "(uint16; uint8 for a 1-byte encoding) as the precision table's dtype that `dtypes` names (BF16, F16, ...).");
 }

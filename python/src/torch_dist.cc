@@ -128,7 +128,8 @@ nb::ndarray<nb::pytorch, uint8_t> raw_view(uintptr_t ptr, uint64_t nbytes, int d
 }
 
 // grad_reduce="ordered"'s gradient of one parameter from its K ranks' gradients (host arrays of
-// the same length: float32, or the uint16 encodings of a bf16 / fp16 gradient): the core's own
+// the same length: float32, or the encodings of a model-dtype gradient as unsigned integers of the
+// encoding's bytes, uint16 for bf16 / fp16): the core's own
 // math::rank_reduce_element, as Backend::reduce_ranks runs it (the rank-order fp32 sum divided by
 // K, stored in the gradient's encoding). renaissance.torch.Recorder records it under a process group.
 nb::object rank_order_mean(const std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>& ranks,
@@ -140,10 +141,16 @@ nb::object rank_order_mean(const std::vector<nb::ndarray<nb::ro, nb::c_contig, n
   const size_t elem = precision_bytes(dtype);
   const size_t n = ranks[0].size();
   std::vector<char> blocks(ranks.size() * n * elem);
+  // An encoding travels as the unsigned integer of its bytes (uint16; uint8 for a 1-byte one).
+  nb::dlpack::dtype encoded;
+  encoded.code = static_cast<uint8_t>(nb::dlpack::dtype_code::UInt);
+  encoded.bits = static_cast<uint8_t>(8 * elem);
+  encoded.lanes = 1;
+  const nb::dlpack::dtype want = f32 ? nb::dtype<float>() : encoded;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (ranks[r].size() != n || ranks[r].dtype() != (f32 ? nb::dtype<float>() : nb::dtype<uint16_t>())) {
+    if (ranks[r].size() != n || ranks[r].dtype() != want) {
       throw_invalid("ordered_rank_mean: every rank's gradient must hold " + std::to_string(n) + " " +
-                    (f32 ? "float32 values" : "uint16 encodings"));
+                    (f32 ? std::string("float32 values") : "uint" + std::to_string(8 * elem) + " encodings"));
     }
     if (n > 0) std::memcpy(blocks.data() + r * n * elem, ranks[r].data(), n * elem);
   }
@@ -160,7 +167,7 @@ nb::object rank_order_mean(const std::vector<nb::ndarray<nb::ro, nb::c_contig, n
   for (uint64_t i = 0; i < n; ++i) math::rank_reduce_element(op, i);
   const size_t dims[1] = {n};
   if (f32) return nb::cast(nb::ndarray<nb::numpy, float>(reinterpret_cast<float*>(out->data()), 1, dims, owner));
-  return nb::cast(nb::ndarray<nb::numpy, uint16_t>(reinterpret_cast<uint16_t*>(out->data()), 1, dims, owner));
+  return nb::cast(nb::ndarray<nb::numpy>(out->data(), 1, dims, owner, nullptr, encoded));
 }
 
 }  // namespace
@@ -172,8 +179,8 @@ void renaissance_register_dist(nb::module_& m) {
   m.def("_raw_view", &raw_view, "ptr"_a, "nbytes"_a, "device_id"_a, nb::rv_policy::reference,
         "A non-owning uint8 torch view of nbytes at ptr (device_id < 0: host): for a Communicator's collectives.");
   m.def("_ordered_rank_mean", &rank_order_mean, "ranks"_a, "precision"_a,
-        "grad_reduce='ordered''s gradient of one parameter from each rank's (flat host arrays: float32, or uint16 "
-        "bf16/fp16 encodings), by the core's math/rank_reduction.h.");
+        "grad_reduce='ordered''s gradient of one parameter from each rank's (flat host arrays: float32, or the "
+        "encodings as uint16, uint8 for a 1-byte encoding), by the core's math/rank_reduction.h.");
   nb::class_<PyShardedStep>(m, "_ShardedStep")
       .def(nb::init<nb::object, nb::object, int, int, const std::string&>(), "task"_a, "comm"_a, "rank"_a, "size"_a,
            "grad_reduce"_a)

@@ -118,7 +118,7 @@ std::vector<float> replay_gradient(const ReplayCase& rc, int64_t t, size_t param
   if (rc.masked(t, param)) return std::vector<float>(static_cast<size_t>(rc.params[param].numel()), 0.0f);
   const std::string name = ReplayCase::grad_name(t, rc.params[param].name);
   if (rc.grads->info(name).dtype == StDtype::kF32) return rc.grads->read_f32(name);
-  const std::vector<uint16_t> bits = rc.grads->read_half_bits(name);
+  const std::vector<uint16_t> bits = rc.grads->read_encodings(name, rc.precision.precision);
   std::vector<float> grad(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) grad[i] = math::encoded_to_f32(rc.precision.precision, bits[i]);
   return grad;

@@ -209,7 +209,7 @@ TEST_P(ReplayPrecision, ModelDtypeGradientsAndTheCopyReplayBitForBit) {
     EXPECT_EQ(out.info(name).dtype, StDtype::kF32);
     EXPECT_EQ(out.read_f32(name), expected_.w[id]);
     EXPECT_EQ(out.info("c/" + name).dtype, dtype_of(prec.precision));
-    EXPECT_EQ(out.read_half_bits("c/" + name), expected_.c[id]);
+    EXPECT_EQ(out.read_encodings("c/" + name, prec.precision), expected_.c[id]);
   }
 
   // One flipped bit of the expected copy fails the comparison, whatever the tolerance.

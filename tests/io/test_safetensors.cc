@@ -1,6 +1,6 @@
-// Tests of the safetensors reader and writer: round trips of F32/F64/I64 (bit patterns), atomic
-// writes, and one test per malformed input the reader must reject with Error naming the file and
-// the tensor (never a crash or a huge allocation).
+// Tests of the safetensors reader and writer: round trips of F32/F64/I64 and of the precision
+// table's encodings (bit patterns), atomic writes, and one test per malformed input the reader
+// must reject with Error naming the file and the tensor (never a crash or a huge allocation).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +93,36 @@ TEST_F(SafetensorsTest, RoundTripKeepsBitsOfEveryDtype) {
   // F64 -> F32 rounds once; F32 -> F64 is exact.
   EXPECT_EQ(r.read_f32("d")[0], 0.1f);
   EXPECT_EQ(r.read_f64("w/f")[0], 1.5);
+}
+
+// Every encoding of the precision table (each row but fp32) is written under its row's dtype at
+// the row's bytes per element and read back by read_encodings one per uint16_t, the low byte
+// first (little-endian, as the format stores it); another dtype or fp32 is refused.
+TEST_F(SafetensorsTest, EncodingsOfEveryPrecisionRowRoundTrip) {
+  const std::vector<unsigned char> raw = {0x01, 0x80, 0xff, 0x7f, 0x00, 0x3c, 0xc0, 0x7e};
+  int rows = 0;
+  for (const PrecisionRow& row : kPrecisionRows) {
+    if (row.value == Precision::kFp32) continue;
+    ++rows;
+    const size_t n = raw.size() / row.bytes;
+    const std::string file = path(std::string(row.name) + ".safetensors");
+    write_safetensors(file, {{"c/w", st_dtype_of(row.value), {static_cast<int64_t>(n)}, raw.data()}});
+    const SafetensorsReader r(file);
+    EXPECT_STREQ(st_dtype_name(r.info("c/w").dtype), row.safetensors);
+    std::vector<uint16_t> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      want[i] = raw[i * row.bytes];
+      if (row.bytes == 2) want[i] = static_cast<uint16_t>(want[i] | raw[i * row.bytes + 1] << 8);
+    }
+    EXPECT_EQ(r.read_encodings("c/w", row.value), want) << row.name;
+    expect_error([&] { r.read_encodings("c/w", Precision::kFp32); }, ErrorKind::kInvalidArgument, {"fp32"});
+    for (const PrecisionRow& other : kPrecisionRows) {
+      if (other.value == row.value || other.value == Precision::kFp32) continue;
+      expect_error([&] { r.read_encodings("c/w", other.value); }, ErrorKind::kFormat,
+                   {"'c/w'", row.safetensors, other.safetensors});
+    }
+  }
+  EXPECT_GE(rows, 2);  // bf16 and fp16 at least
 }
 
 TEST_F(SafetensorsTest, DataSectionIsAligned) {

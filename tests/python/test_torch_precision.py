@@ -579,6 +579,45 @@ def test_core_task_precision_options():
         plain.view("C", 0)
 
 
+def test_precision_table_reaches_python(tmp_path):
+    """_core.precisions() is precision.h's table, and renaissance.torch's dtypes, the Recorder's
+    safetensors dtypes, the host copies and the views of every encoding follow it: each row's
+    bytes per element, its bits as the host copy holds them."""
+    from renaissance import recorder
+    rows = renaissance._core.precisions()
+    by_name = {r["name"]: r for r in rows}
+    assert rows[0] == {"name": "fp32", "bytes": 4, "torch_dtype": "float32", "safetensors": "F32"}
+    assert by_name["bf16"] == {"name": "bf16", "bytes": 2, "torch_dtype": "bfloat16", "safetensors": "BF16"}
+    assert by_name["fp16"] == {"name": "fp16", "bytes": 2, "torch_dtype": "float16", "safetensors": "F16"}
+    assert rt._PRECISION[torch.float32] == "fp32" and rt._PRECISION[torch.complex64] == "fp32"
+    assert rt._PRECISION[torch.bfloat16] == "bf16" and rt._PRECISION[torch.float16] == "fp16"
+    for r in rows:
+        dtype = getattr(torch, r["torch_dtype"], None)
+        assert rt._PRECISION.get(dtype) == r["name"] or not isinstance(dtype, torch.dtype)
+        assert recorder._ST_DTYPE[r["name"]] == r["safetensors"]
+    rng = np.random.default_rng(3)
+    for r in rows[1:]:
+        task = renaissance.Task([("w", (3, 5), "fc_weight")], precision=r["name"], model_dtype_gradients=True)
+        task.optimizer("sgd", lr=0.1).compile()
+        task.set_weight("w", rng.standard_normal((3, 5)).astype(np.float32))
+        task.set_grad("w", rng.standard_normal((3, 5)).astype(np.float32))
+        unsigned = np.dtype("uint%d" % (8 * r["bytes"]))
+        c, g = task.get_model_copy("w"), task.get_grad_encoded("w")
+        assert c.dtype == unsigned and g.dtype == unsigned and c.shape == (3, 5) and g.shape == (3, 5)
+        assert c.any() and g.any()
+        for family, host in (("C", c), ("G", g)):
+            view = task.view(family, 0)
+            assert view.element_size() == r["bytes"] and tuple(view.shape) == (3, 5)
+            same_size = {1: torch.uint8, 2: torch.int16}[r["bytes"]]
+            assert np.array_equal(view.view(same_size).numpy().view(unsigned), host), (r["name"], family)
+        # The Recorder's files take the encodings under the row's dtype; an encoding without one is refused.
+        renaissance._core._write_safetensors(str(tmp_path / (r["name"] + ".safetensors")), [("c", c)], {},
+                                             {"c": r["safetensors"]})
+        with pytest.raises(ValueError, match=r"'c' holds uint%d encodings: its dtype \(.*%s.*\) must be given"
+                           % (8 * r["bytes"], r["safetensors"])):
+            renaissance._core._write_safetensors(str(tmp_path / "x.safetensors"), [("c", c)], {})
+
+
 @pytest.mark.parametrize("cls", [lambda p: rt.SGD(p, lr=0.1, momentum=0.9, nesterov=True), lambda p: rt.Adam(p),
                                  lambda p: rt.LARS(p, lr=0.5), lambda p: rt.Lion(p, lr=1e-3),
                                  lambda p: rt.LAMB(p, lr=1e-2), lambda p: rt.AdamW(p, max_grad_norm=0.5)],

@@ -72,7 +72,7 @@ struct ReplayCase {
   // where the reference records optimizer state.
   bool has_expected = false;
   std::map<std::string, std::vector<double>> expected;
-  std::map<std::string, std::vector<uint16_t>> expected_copy;  // "c/NAME": 2-byte encodings
+  std::map<std::string, std::vector<uint16_t>> expected_copy;  // "c/NAME": its encodings, one per uint16_t
 
   // The group parameter `id` belongs to.
   const ReplayGroup& group_of(size_t id) const;

@@ -15,7 +15,8 @@
 namespace renaissance {
 
 // The dtypes of the format. The reader knows all of them (so it can validate any file), but
-// converts only F32, F64 and I64; the writer writes those three.
+// converts only F32, F64 and I64, and reads the encodings of precision.h's table (each row's
+// safetensors dtype, its bytes per element); the writer writes those.
 enum class StDtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64 };
 const char* st_dtype_name(StDtype dtype);
 size_t st_dtype_size(StDtype dtype);
@@ -55,8 +56,10 @@ class SafetensorsReader {
   std::vector<float> read_f32(const std::string& name) const;
   std::vector<double> read_f64(const std::string& name) const;
   std::vector<int64_t> read_i64(const std::string& name) const;
-  // The 2-byte encodings of an F16 or BF16 tensor, as stored (replay's model-dtype tensors).
-  std::vector<uint16_t> read_half_bits(const std::string& name) const;
+  // The encodings of a tensor in precision p's safetensors dtype (precision.h's table), as
+  // stored, one per uint16_t (a 1-byte encoding in the low byte): replay's model-dtype tensors.
+  // Any other dtype is Error(kFormat) naming the file, the tensor and both dtypes.
+  std::vector<uint16_t> read_encodings(const std::string& name, Precision p) const;
 
  private:
   std::vector<char> read_bytes(const StTensorInfo& t) const;
@@ -71,8 +74,8 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
-// One tensor to write; `data` points to numel(shape) elements of `dtype` (F32, F64, I64, or
-// F16 / BF16 as 2-byte encodings).
+// One tensor to write; `data` points to numel(shape) elements of `dtype` (F32, F64, I64, or the
+// safetensors dtype of a precision.h row, its encodings packed at the row's bytes each).
 struct StTensorView {
   std::string name;
   StDtype dtype = StDtype::kF32;

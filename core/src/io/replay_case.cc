@@ -499,7 +499,7 @@ void read_expected_file(const std::string& expected_path, const std::set<std::st
     }
   }
   for (const auto& kv : expected.tensors()) {
-    if (kv.first.compare(0, 2, "c/") == 0) rc.expected_copy[kv.first] = expected.read_half_bits(kv.first);
+    if (kv.first.compare(0, 2, "c/") == 0) rc.expected_copy[kv.first] = expected.read_encodings(kv.first, rc.precision.precision);
     else rc.expected[kv.first] = expected.read_f64(kv.first);
   }
   rc.has_expected = true;

@@ -13,6 +13,7 @@
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
 #include "renaissance/fingerprint.h"
+#include "renaissance/math/precision.h"
 #include "renaissance/replay_case.h"
 
 namespace renaissance {
@@ -99,13 +100,18 @@ std::vector<TensorComparison> compare_replay(const ReplayCase& rc, const ReplayR
 
 void write_replay_result(const std::string& path, const ReplayCase& rc, const ReplayResult& result) {
   std::vector<StTensorView> views;
+  // The copies packed at the encoding's bytes per element (precision.h's table), as the file holds them.
+  std::vector<std::vector<char>> packed(rc.params.size());
   for (size_t id = 0; id < rc.params.size(); ++id) {
     const ParamSpec& p = rc.params[id];
     views.push_back({p.name, StDtype::kF32, p.shape, result.w[id].data()});
     if (result.param_has_m[id]) views.push_back({"m/" + p.name, StDtype::kF32, p.shape, result.m[id].data()});
     if (result.param_has_v[id]) views.push_back({"v/" + p.name, StDtype::kF32, p.shape, result.v[id].data()});
     if (result.precision != Precision::kFp32) {
-      views.push_back({"c/" + p.name, st_dtype_of(result.precision), p.shape, result.c[id].data()});
+      const std::vector<uint16_t>& c = result.c[id];
+      packed[id].resize(c.size() * precision_bytes(result.precision));
+      for (size_t i = 0; i < c.size(); ++i) math::store_encoding(result.precision, packed[id].data(), i, c[i]);
+      views.push_back({"c/" + p.name, st_dtype_of(result.precision), p.shape, packed[id].data()});
     }
   }
   write_safetensors(path, views,

@@ -19,6 +19,7 @@
 #include "core/src/io/atomic_file.h"
 #include "core/src/io/file_checks.h"
 #include "renaissance/error.h"
+#include "renaissance/math/precision.h"
 #include "renaissance/name_table.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -41,6 +42,25 @@ constexpr DtypeEntry kDtypes[] = {
     {StDtype::kI32, "I32", 4},   {StDtype::kU32, "U32", 4},   {StDtype::kF32, "F32", 4},
     {StDtype::kF64, "F64", 8},   {StDtype::kI64, "I64", 8},   {StDtype::kU64, "U64", 8},
 };
+
+// Every precision.h row names a dtype of the format whose size is the row's bytes: a typo'd or
+// mis-sized row is a compile error (read_encodings and the writer size encodings by the row).
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+constexpr bool precision_rows_match_dtypes() {
+  for (const PrecisionRow& row : kPrecisionRows) {
+    bool found = false;
+    for (const DtypeEntry& e : kDtypes) found = found || (same_text(e.name, row.safetensors) && e.size == row.bytes);
+    if (!found) return false;
+  }
+  return true;
+}
+static_assert(precision_rows_match_dtypes(), "kPrecisionRows: a row's safetensors dtype is unknown or not `bytes` wide");
 
 bool parse_dtype(const std::string& text, StDtype* out) {
   return parse_by_name(kDtypes, &DtypeEntry::dtype, text, out);
@@ -295,16 +315,30 @@ std::vector<int64_t> SafetensorsReader::read_i64(const std::string& name) const 
   return out;
 }
 
-std::vector<uint16_t> SafetensorsReader::read_half_bits(const std::string& name) const {
+std::vector<uint16_t> SafetensorsReader::read_encodings(const std::string& name, Precision p) const {
+  if (p == Precision::kFp32) throw_invalid("read_encodings: fp32 is not an encoding (read_f32 reads F32)");
   const StTensorInfo& t = info(name);
-  if (t.dtype != StDtype::kF16 && t.dtype != StDtype::kBF16) {
-    throw_format(display_ + ": tensor " + sq(name) + " has dtype " + st_dtype_name(t.dtype) + "; expected F16 or BF16");
+  const StDtype want = st_dtype_of(p);
+  if (t.dtype != want) {
+    throw_format(display_ + ": tensor " + sq(name) + " has dtype " + st_dtype_name(t.dtype) + "; expected " +
+                 st_dtype_name(want));
   }
-  std::vector<char> bytes = read_bytes(t);
+  // The header's extent was checked against numel * st_dtype_size, the row's bytes (static_assert'ed).
+  const std::vector<char> bytes = read_bytes(t);
   std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = math::load_encoding(p, bytes.data(), i);
   return out;
 }
+
+namespace {
+// The dtype of some precision.h row (F32, BF16, F16, ...): the writer takes its packed encodings.
+bool is_encoding_dtype(StDtype dtype) {
+  for (const PrecisionRow& row : kPrecisionRows) {
+    if (st_dtype_of(row.value) == dtype) return true;
+  }
+  return false;
+}
+}  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -319,8 +353,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
     const StTensorView& t = *sorted[i];
     if (t.name.empty() || t.name == "__metadata__") throw_invalid(path + ": invalid tensor name " + sq(t.name));
     if (i > 0 && sorted[i - 1]->name == t.name) throw_invalid(path + ": tensor " + sq(t.name) + " is given twice");
-    if (t.dtype != StDtype::kF32 && t.dtype != StDtype::kF64 && t.dtype != StDtype::kI64 && t.dtype != StDtype::kF16 &&
-        t.dtype != StDtype::kBF16) {
+    if (t.dtype != StDtype::kF32 && t.dtype != StDtype::kF64 && t.dtype != StDtype::kI64 && !is_encoding_dtype(t.dtype)) {
       throw_invalid(path + ": tensor " + sq(t.name) + ": cannot write dtype " + st_dtype_name(t.dtype));
     }
     uint64_t bytes = st_dtype_size(t.dtype);
