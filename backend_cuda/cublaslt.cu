@@ -113,10 +113,12 @@ std::unique_ptr<LtMatmul> LtMatmul::plan(LtProduct product, const LtLayout& la, 
   if (!x.error.empty()) return fail(x.error);
   auto s = std::make_unique<State>();
   s->product = product;
+  // kInt8: int8 operands, int32 results and scales; kBf16: bf16 operands and results, fp32
+  // accumulation and scales (cublaslt.h).
   const bool int8 = product == LtProduct::kInt8;
-  const cudaDataType_t in_type = int8 ? CUDA_R_8I : CUDA_R_32F;
-  const cudaDataType_t out_type = int8 ? CUDA_R_32I : CUDA_R_32F;
-  const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F_FAST_16BF;
+  const cudaDataType_t in_type = int8 ? CUDA_R_8I : CUDA_R_16BF;
+  const cudaDataType_t out_type = int8 ? CUDA_R_32I : CUDA_R_16BF;
+  const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_type = int8 ? CUDA_R_32I : CUDA_R_32F;
   bool ok = x.desc_create(&s->desc, compute, scale_type) == CUBLAS_STATUS_SUCCESS;
   const cublasOperation_t ta = la.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;

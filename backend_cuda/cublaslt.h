@@ -19,10 +19,11 @@ namespace cuda {
 // - kInt8: int8 x int8 -> int32 sums, int32 scaling (alpha and beta host ints 1 and 0). Integer
 //   sums are exact, so every algorithm cuBLASLt may choose gives the same integers as long as no
 //   sum leaves int32 (the caller bounds k).
-// - kFloatFastBf16: fp32 operands rounded to bf16 inside the tensor cores, fp32 accumulation
-//   (CUBLAS_COMPUTE_32F_FAST_16BF); alpha and beta are device floats read when the product runs.
-//   Not bitwise across algorithms or devices.
-enum class LtProduct { kInt8, kFloatFastBf16 };
+// - kBf16: bf16 operands, C and D (torch's bf16 matmul and addmm): fp32 accumulation
+//   (CUBLAS_COMPUTE_32F), D = alpha * acc + beta * C in fp32, rounded once to bf16; alpha and beta
+//   are device floats read when the product runs. 2 B per element read and written. Not bitwise
+//   across algorithms or devices.
+enum class LtProduct { kInt8, kBf16 };
 
 // One operand's column-major layout: rows x cols with leading dimension ld, `batch_stride` elements
 // between the batch's matrices; `transposed`: the product reads op(X) = X^T.
@@ -52,7 +53,7 @@ class LtMatmul {
   LtMatmul& operator=(const LtMatmul&) = delete;
 
   // Enqueues the product on `stream` (no allocation, no host wait). kInt8: alpha and beta are
-  // ignored (1 and 0) and c may be null; kFloatFastBf16: device floats, c may equal d.
+  // ignored (1 and 0) and c may be null; kBf16: device floats, c may equal d.
   // workspace: kLtWorkspaceBytes of device memory, 256-byte aligned. Throws Error(kBackend) when
   // cuBLASLt reports a failure.
   void enqueue(const void* a, const void* b, void* d, CUstream_st* stream, void* workspace,

@@ -23,6 +23,7 @@
 #include "backend_cuda/grad_chunks.h"
 #include "backend_cuda/newton_schulz.h"
 #include "renaissance/error.h"
+#include "renaissance/ops.h"
 #include "renaissance/plan.h"
 
 namespace renaissance {
@@ -74,6 +75,75 @@ const DeviceProbe& probe() {
     return p;
   }();
   return result;
+}
+
+// Spins until `ns` nanoseconds of the device's global timer have passed since it began: a profiled
+// step (phase_times) is enqueued behind it, so its phases run back to back on the device.
+__global__ void hold_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// phase_times' marks: an event recorded on the profiled stream before each phase, with its name;
+// the events are kept for the next step (reset).
+class PhaseRecorder final : public NewtonSchulzPhases {
+ public:
+  explicit PhaseRecorder(cudaStream_t stream) : stream_(stream) {}
+  ~PhaseRecorder() override {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  PhaseRecorder(const PhaseRecorder&) = delete;
+  PhaseRecorder& operator=(const PhaseRecorder&) = delete;
+
+  void mark(const std::string& phase) override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      RN_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    RN_CUDA_CHECK(cudaEventRecord(events_[used_++], stream_));
+    names_.push_back(phase);
+  }
+  void reset() {
+    used_ = 0;
+    names_.clear();
+  }
+  // After the stream has finished: each phase's milliseconds (mark to next mark; the last mark
+  // ends the step), summed by name, in the order first met.
+  std::vector<std::pair<std::string, double>> phase_ms() const {
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 0; i + 1 < used_; ++i) {
+      float ms = 0.0f;
+      RN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == names_[i]; });
+      if (it == out.end()) it = out.insert(out.end(), {names_[i], 0.0});
+      it->second += ms;
+    }
+    return out;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+  std::vector<std::string> names_;
+};
+
+// A node's row in phase_times: a compute node's op; a range node's op, its group and "aux" for
+// the auxiliary AdamW's nodes.
+std::string phase_label(const GraphNode& node) {
+  if (node.kind == NodeKind::kCompute) {
+    // MUON_ORTHOGONALIZE's own row is what runs before its first Newton-Schulz mark.
+    if (node.compute_op == ComputeOp::MUON_ORTHOGONALIZE) return "MUON_ORTHOGONALIZE: adjusted lr";
+    return compute_op_name(node.compute_op);
+  }
+  std::string label = range_op_name(node.range_op);
+  label += node.group == Group::kWeight ? " [weight" : " [bias-like";
+  label += node.flags.aux ? ", aux]" : "]";
+  return label;
 }
 
 // A prepared program: its ProgramId (0: none), never its address (a step built where a destroyed
@@ -340,6 +410,43 @@ class CudaBackend final : public Backend {
 
   cudaStream_t origin() const { return streams_[static_cast<int>(StreamKind::kUpdate)]; }
 
+  // cuda::phase_times (cuda_backend.h).
+  std::vector<PhaseTime> profile_phases(const CompiledStep& step, int count, double hold_ms) {
+    if (count < 1) throw_invalid("phase_times: count must be >= 1, got " + std::to_string(count));
+    if (!(hold_ms >= 0.0 && hold_ms <= 10000.0)) {
+      throw_invalid("phase_times: hold_ms must be in [0, 10000], got " + std::to_string(hold_ms));
+    }
+    if (ns_steps_changed_) refresh_for_ns_steps(step);
+    if (muon_program_ != step.id.value() && muon_node(step) != nullptr) load_muon_host(step);
+    PhaseRecorder recorder(origin());
+    std::vector<std::string> names;
+    std::vector<std::vector<double>> samples;
+    for (int rep = 0; rep < count; ++rep) {
+      recorder.reset();
+      hold_kernel<<<1, 1, 0, origin()>>>(static_cast<uint64_t>(hold_ms * 1e6));
+      RN_CUDA_CHECK_LAUNCH("phase_times hold kernel");
+      enqueue(step, &recorder);
+      recorder.mark("");  // the end of the last phase
+      RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
+      for (const auto& [name, ms] : recorder.phase_ms()) {
+        const auto it = std::find(names.begin(), names.end(), name);
+        const size_t at = static_cast<size_t>(it - names.begin());
+        if (it == names.end()) {
+          names.push_back(name);
+          samples.emplace_back();
+        }
+        samples[at].push_back(ms);
+      }
+    }
+    std::vector<PhaseTime> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<double>& v = samples[i];
+      std::sort(v.begin(), v.end());
+      out.push_back({names[i], v[v.size() / 2]});
+    }
+    return out;
+  }
+
  private:
   void check_range(uint64_t offset, uint64_t bytes) const {
     if (offset > bytes_ || bytes > bytes_ - offset) {
@@ -518,8 +625,10 @@ class CudaBackend final : public Backend {
   // Enqueues every node of the step. The named graphs run one after another; inside one, nodes
   // on the same StreamKind run in order and nodes on different kinds (the two update groups,
   // which touch disjoint memory) run concurrently: each graph forks the streams it uses from
-  // the origin stream and joins them back, which capture turns into graph dependencies.
-  void enqueue(const CompiledStep& step) {
+  // the origin stream and joins them back, which capture turns into graph dependencies. With
+  // `profile` (phase_times, never during a capture) every node runs on the origin stream, in
+  // order, each after a mark.
+  void enqueue(const CompiledStep& step, PhaseRecorder* profile = nullptr) {
     if (arena_ == nullptr) throw Error(ErrorKind::kBackend, "cuda backend: execute() before allocate_arena()");
     CudaContext ctx;
     ctx.arena = arena_;
@@ -527,10 +636,20 @@ class CudaBackend final : public Backend {
     ctx.check_scratch = check_scratch_;
     ctx.muon = &muon_host_;
     ctx.scalars = step.scalars_in(arena_);
+    ctx.phases = profile;
     // With a gradient table: this step's chunk addresses first (grad_chunks.cu), one launch on the
     // origin stream, which every graph below forks from.
+    if (profile != nullptr) profile->mark("gradient chunk table");
     launch_grad_chunks(arena_, grad_chunk_jobs(step), launch_, origin());
     for (const auto& graph : step.graphs) {
+      if (profile != nullptr) {
+        ctx.stream = origin();
+        for (const GraphNode& node : graph) {
+          profile->mark(phase_label(node));
+          run_node(ctx, node);
+        }
+        continue;
+      }
       bool used[kNumStreamKinds] = {};
       for (const GraphNode& node : graph) used[static_cast<int>(node.stream)] = true;
       bool forked = false;
@@ -580,6 +699,12 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 bool device_available() { return probe().available; }
+
+std::vector<PhaseTime> phase_times(Backend& backend, const CompiledStep& step, int count, double hold_ms) {
+  CudaBackend* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) throw_invalid("phase_times needs the CUDA backend, got " + backend.describe());
+  return cuda->profile_phases(step, count, hold_ms);
+}
 
 std::string unavailable_reason() { return probe().reason; }
 

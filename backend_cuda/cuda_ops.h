@@ -65,6 +65,8 @@ struct CudaContext {
   unsigned* check_scratch = nullptr;
   // The host tables of the step's MUON_ORTHOGONALIZE node (nullptr without one).
   const MuonHost* muon = nullptr;
+  // phase_times' marks inside Newton–Schulz (nullptr: none, as in every step and capture).
+  NewtonSchulzPhases* phases = nullptr;
 
   template <class T>
   T* at(const Span& span) const {

@@ -151,7 +151,8 @@ void launch_MUON_ORTHOGONALIZE(const CudaContext& ctx, const GraphNode& node) {
                                            " bytes for a class of " + std::to_string(cls.batch->size()) + " matrices");
     }
     const SkipFlags skip{flag, mask != nullptr ? mask + cls.block : nullptr};
-    cls.batch->enqueue(u, {bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps}, cls.steps, scratch, ctx.stream, skip);
+    cls.batch->enqueue(u, {bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps}, cls.steps, scratch, ctx.stream, skip,
+                       ctx.phases);
   }
 }
 

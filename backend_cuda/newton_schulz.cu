@@ -9,8 +9,9 @@
 // matrix at 0), each X in its own r x c slice of one slab. NewtonSchulzBatch's exact products are
 // three cuBLASLt int8 products over the class (exact_matmul_internal.cuh's three-product form) and
 // one combining kernel that forms each exact sum in int64, rounds it once and applies the
-// iteration's element-wise step; its fast products are cuBLASLt's bf16 tensor-core products with
-// the element-wise steps as their alpha/beta (torch's addmm form).
+// iteration's element-wise step. Fast mode keeps X, A and B in bf16 slabs (the normalisation
+// rounds X to bf16, the store widens it) and its products are cuBLASLt's bf16 products with the
+// element-wise steps as their alpha/beta (torch's bf16 addmm form).
 #include "backend_cuda/newton_schulz.h"
 
 #include <cuda_runtime.h>
@@ -26,6 +27,7 @@
 #include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
 #include "renaissance/math/newton_schulz.h"
+#include "renaissance/math/precision.h"
 
 namespace renaissance {
 namespace cuda {
@@ -110,10 +112,18 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
+// A slab element: fp32 (exact mode) or the bits of a bf16 (fast mode), written rounded to nearest
+// even from fp32 and read widened exactly.
+__device__ __forceinline__ void put(float* p, float v) { *p = v; }
+__device__ __forceinline__ void put(uint16_t* p, float v) { *p = math::f32_to_bf16_rne(v); }
+__device__ __forceinline__ float get(const float* p) { return *p; }
+__device__ __forceinline__ float get(const uint16_t* p) { return math::bf16_to_f32(*p); }
+
 // Entry b's X (r x c, slice b of the slab x) = its matrix / denoms[b]; the matrix's transpose when
-// it is stored c x r.
+// it is stored c x r. T: float, or uint16_t for a bf16 slab (the fp32 quotient rounded once).
+template <class T>
 __global__ void load_x_kernel(const float* __restrict__ u, const Entries entries, size_t nb, size_t r, size_t c,
-                              const float* __restrict__ denoms, float* __restrict__ x, SkipFlags skip) {
+                              const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
   const size_t per = r * c;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
@@ -121,7 +131,7 @@ __global__ void load_x_kernel(const float* __restrict__ u, const Entries entries
     const size_t b = e / per, f = e % per, i = f / c, j = f % c;
     const float* m = u + entries.start(b);
     const float v = entries.is_transposed(b) ? m[j * r + i] : m[i * c + j];
-    x[e] = __fdiv_rn(v, denoms[b]);
+    put(x + e, __fdiv_rn(v, denoms[b]));
   }
 }
 
@@ -147,8 +157,9 @@ __global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__
   }
 }
 
-// Entry b's matrix = its X, transposed back when it is stored c x r.
-__global__ void store_out_kernel(const float* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
+// Entry b's matrix = its X (widened from a bf16 slab), transposed back when it is stored c x r.
+template <class T>
+__global__ void store_out_kernel(const T* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
                                  float* __restrict__ out, SkipFlags skip) {
   if (skip_now(skip)) return;
   const size_t per = r * c;
@@ -156,7 +167,7 @@ __global__ void store_out_kernel(const float* __restrict__ x, const Entries entr
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t b = e / per, f = e % per, i = f / c, j = f % c;
     float* m = out + entries.start(b);
-    m[entries.is_transposed(b) ? j * r + i : f] = x[e];
+    m[entries.is_transposed(b) ? j * r + i : f] = get(x + e);
   }
 }
 
@@ -222,9 +233,11 @@ struct Carver {
   }
 };
 
-// The start of an iteration for nb entries: each matrix's norm, then X = matrix / max(norm, eps).
+// The start of an iteration for nb entries: each matrix's norm, then X = matrix / max(norm, eps)
+// (fp32, or rounded to a bf16 slab).
+template <class T>
 void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size_t c, const float* eps,
-                      double* partials, float* denoms, float* x, cudaStream_t stream, SkipFlags skip) {
+                      double* partials, float* denoms, T* x, cudaStream_t stream, SkipFlags skip) {
   const int64_t tiles = norm_tiles(r, c);
   const dim3 grid(grid_of(static_cast<size_t>(tiles), 1), static_cast<unsigned>(nb));
   norm_tiles_kernel<<<grid, kNormLanes, 0, stream>>>(u, entries, static_cast<int64_t>(r * c), partials, skip);
@@ -236,7 +249,8 @@ void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size
   RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
 }
 
-void launch_store(const float* x, Entries entries, size_t nb, size_t r, size_t c, float* out, cudaStream_t stream,
+template <class T>
+void launch_store(const T* x, Entries entries, size_t nb, size_t r, size_t c, float* out, cudaStream_t stream,
                   SkipFlags skip) {
   store_out_kernel<<<grid_of(nb * r * c, kElementThreads), kElementThreads, 0, stream>>>(x, entries, nb, r, c, out,
                                                                                           skip);
@@ -267,10 +281,12 @@ struct Layout {
 
 // The scratch of a batch of nb entries. Exact: the norm, X, A/B, the scales and finiteness of the
 // left (up to c vectors per matrix) and right (r) operands, the three digit arrays of each, the
-// three int32 sums, cuBLASLt's workspace. Fast: the norm, X and its next value, A, B, workspace.
+// three int32 sums, cuBLASLt's workspace. Fast: the norm, cuBLASLt's workspace and bf16 slabs of
+// X, its next value, A and B (2 B per element).
 struct BatchLayout {
   double* partials;
-  float *denoms, *x, *x_next, *gram, *gram2;
+  float *denoms, *x, *gram;
+  uint16_t *xh, *xh_next, *gramh, *gram2h;  // fast mode's bf16 slabs
   int *left_shift, *left_finite, *right_shift, *right_finite;
   int8_t* left_digits[3];   // hi, lo, hi + lo
   int8_t* right_digits[3];
@@ -282,16 +298,19 @@ struct BatchLayout {
     const size_t kpr = padded_k(r), kpc = padded_k(c);
     partials = k.take<double>(nb * static_cast<size_t>(norm_tiles(r, c)) * math::kNormComponents);
     denoms = k.take<float>(nb);
-    x = k.take<float>(nb * r * c);
-    gram = k.take<float>(nb * r * r);
+    const bool fast = mode == NewtonSchulzMode::kFast;
+    x = fast ? nullptr : k.take<float>(nb * r * c);
+    gram = fast ? nullptr : k.take<float>(nb * r * r);
     workspace = k.take<char>(kLtWorkspaceBytes);
-    if (mode == NewtonSchulzMode::kFast) {
-      x_next = k.take<float>(nb * r * c);
-      gram2 = k.take<float>(nb * r * r);
+    if (fast) {
+      xh = k.take<uint16_t>(nb * r * c);
+      xh_next = k.take<uint16_t>(nb * r * c);
+      gramh = k.take<uint16_t>(nb * r * r);
+      gram2h = k.take<uint16_t>(nb * r * r);
       left_shift = left_finite = right_shift = right_finite = nullptr;
       for (int d = 0; d < 3; ++d) left_digits[d] = right_digits[d] = nullptr, sums[d] = nullptr;
     } else {
-      x_next = gram2 = nullptr;
+      xh = xh_next = gramh = gram2h = nullptr;
       left_shift = k.take<int>(nb * c);
       left_finite = k.take<int>(nb * c);
       right_shift = k.take<int>(nb * r);
@@ -354,15 +373,15 @@ NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchul
     const int64_t ri = static_cast<int64_t>(r), ci = static_cast<int64_t>(c);
     if (fast) {
       // Column-major views: the slab of row-major X's is a batch of X^T (c x r, ld c).
-      gram_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {c, r, ci, ri * ci, true}, {c, r, ci, ri * ci, false},
+      gram_ = LtMatmul::plan(LtProduct::kBf16, {c, r, ci, ri * ci, true}, {c, r, ci, ri * ci, false},
                              {r, r, ri, ri * ri}, batch, &why);
       if (gram_) {
-        square_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {r, r, ri, ri * ri}, {r, r, ri, ri * ri},
+        square_ = LtMatmul::plan(LtProduct::kBf16, {r, r, ri, ri * ri}, {r, r, ri, ri * ri},
                                  {r, r, ri, ri * ri}, batch, &why);
       }
       if (square_) {
         // (B X + a X)^T = X^T B^T + a X^T.
-        apply_ = LtMatmul::plan(LtProduct::kFloatFastBf16, {c, r, ci, ri * ci}, {r, r, ri, ri * ri, true},
+        apply_ = LtMatmul::plan(LtProduct::kBf16, {c, r, ci, ri * ci}, {r, r, ri, ri * ri, true},
                                 {c, r, ci, ri * ci}, batch, &why);
       }
     } else if (padded_k(c) <= kDigitSumMaxK) {
@@ -405,11 +424,18 @@ NewtonSchulzBatch::~NewtonSchulzBatch() {
   if (device_constants_ != nullptr) (void)cudaFree(device_constants_);
 }
 
+void NewtonSchulzBatch::mark(NewtonSchulzPhases* phases, const char* phase) const {
+  if (phases == nullptr) return;
+  phases->mark("ns " + std::to_string(r_) + "x" + std::to_string(c_) + " (" + std::to_string(entries_.size()) +
+               "): " + phase);
+}
+
 void NewtonSchulzBatch::enqueue(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
-                                SkipFlags skip) const {
+                                SkipFlags skip, NewtonSchulzPhases* phases) const {
   if (steps < 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz: steps = " + std::to_string(steps));
   if (entries_.empty()) return;
   if (!batched()) {
+    mark(phases, "per-matrix iteration");
     for (const NewtonSchulzEntry& e : entries_) {
       float* m = u + e.start;
       newton_schulz_device(m, e.transposed ? c_ : r_, e.transposed ? r_ : c_, m, s, steps, scratch, stream, skip);
@@ -417,18 +443,19 @@ void NewtonSchulzBatch::enqueue(float* u, const NewtonSchulzScalars& s, int step
     return;
   }
   if (mode_ == NewtonSchulzMode::kFast) {
-    enqueue_fast(u, s, steps, scratch, stream, skip);
+    enqueue_fast(u, s, steps, scratch, stream, skip, phases);
   } else {
-    enqueue_exact(u, s, steps, scratch, stream, skip);
+    enqueue_exact(u, s, steps, scratch, stream, skip, phases);
   }
 }
 
 void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
-                                      CUstream_st* stream, SkipFlags skip) const {
+                                      CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
   const size_t nb = entries_.size(), r = r_, c = c_;
   const size_t kpr = padded_k(r), kpc = padded_k(c);
   const BatchLayout l(mode_, nb, r, c, scratch);
   const Entries entries{device_entries_, false};
+  mark(phases, "normalise");
   launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
   // The three int8 products of one exact product, into HH, LL, SS.
   auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
@@ -444,50 +471,65 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
   const VectorSet gram_rows{l.gram, nb, r, r, r, 1, r * r};
   for (int step = 0; step < steps; ++step) {
     // A = X X^T: both operands are X's rows.
+    mark(phases, "A: scales+digits");
     launch_vector_scales(x_rows, l.right_shift, l.right_finite, stream, skip);
     launch_fixed_point(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
                        l.left_digits[2], stream, skip);
+    mark(phases, "A: int8 products");
     products(*gram_, l.left_digits, l.left_digits);
+    mark(phases, "A: combine");
     combine(combine_kernel<Epilogue::kStore>, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
             l.gram, nullptr, nullptr);
     // B = (b*A) + (c*P), P = A A: A is exactly symmetric (S_ij = S_ji, the same two scales), so
     // its columns are its rows.
+    mark(phases, "B: scales+digits");
     launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
     launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
                        l.left_digits[2], stream, skip);
+    mark(phases, "B: int8 products");
     products(*square_, l.left_digits, l.left_digits);
+    mark(phases, "B: combine");
     combine(combine_kernel<Epilogue::kPolynomial>, r, r, l.right_shift, l.right_finite, l.right_shift,
             l.right_finite, l.gram, s.b, s.c);
     // X = (a*X) + Q, Q = B X: B's rows (left), X's columns (right).
+    mark(phases, "Q: scales+digits");
     launch_vector_scales(x_cols, l.left_shift, l.left_finite, stream, skip);
     launch_fixed_point(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits[0], l.left_digits[1],
                        l.left_digits[2], stream, skip);
     launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
     launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.right_digits[0], l.right_digits[1],
                        l.right_digits[2], stream, skip);
+    mark(phases, "Q: int8 products");
     products(*apply_, l.left_digits, l.right_digits);
+    mark(phases, "Q: combine");
     combine(combine_kernel<Epilogue::kUpdate>, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
             s.a, nullptr);
   }
+  mark(phases, "store");
   launch_store(l.x, entries, nb, r, c, u, stream, skip);
 }
 
 void NewtonSchulzBatch::enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
-                                     CUstream_st* stream, SkipFlags skip) const {
+                                     CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
   const size_t nb = entries_.size(), r = r_, c = c_;
   const BatchLayout l(mode_, nb, r, c, scratch);
   const Entries entries{device_entries_, false};
   const float* one = device_constants_;
   const float* zero = device_constants_ + 1;
-  launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
-  float* x = l.x;
-  float* next = l.x_next;
+  mark(phases, "normalise");
+  launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.xh, stream, skip);
+  uint16_t* x = l.xh;
+  uint16_t* next = l.xh_next;
   for (int step = 0; step < steps; ++step) {
-    gram_->enqueue(x, x, l.gram, stream, l.workspace, one, zero);                // A = X X^T
-    square_->enqueue(l.gram, l.gram, l.gram2, stream, l.workspace, s.c, s.b, l.gram);  // B = c A A + b A
-    apply_->enqueue(x, l.gram2, next, stream, l.workspace, one, s.a, x);         // X' = B X + a X
+    mark(phases, "A = X X^T");
+    gram_->enqueue(x, x, l.gramh, stream, l.workspace, one, zero);
+    mark(phases, "B = c A A + b A");
+    square_->enqueue(l.gramh, l.gramh, l.gram2h, stream, l.workspace, s.c, s.b, l.gramh);
+    mark(phases, "X = B X + a X");
+    apply_->enqueue(x, l.gram2h, next, stream, l.workspace, one, s.a, x);
     std::swap(x, next);
   }
+  mark(phases, "store");
   launch_store(x, entries, nb, r, c, u, stream, skip);
 }
 

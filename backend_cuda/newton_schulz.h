@@ -1,9 +1,9 @@
 // Muon's orthogonalisation on a CUDA device. Exact mode: the bits of
 // math::newton_schulz_reference (renaissance/math/newton_schulz.h), for one matrix
 // (newton_schulz_device) or for the matrices of one shape class at once (NewtonSchulzBatch, whose
-// products are strided-batched cuBLASLt int8 products). Fast mode: the same iteration with
-// cuBLASLt's fp32 products on bf16 tensor cores, batched the same way. Host-callable; the only
-// CUDA type in the interface is the stream, declared opaquely.
+// products are strided-batched cuBLASLt int8 products). Fast mode: torch's bf16 iteration, X, A
+// and B stored in bf16 and every product a cuBLASLt bf16 product (fp32 accumulation), batched the
+// same way. Host-callable; the only CUDA type in the interface is the stream, declared opaquely.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +55,16 @@ struct NewtonSchulzEntry {
 
 enum class NewtonSchulzMode { kExact, kFast };
 
+// For a profiler (bench_step --muon-phases through cuda::phase_times, cuda_backend.h): mark(phase)
+// is called on the host just before the launches of `phase` are enqueued, so an event recorded
+// there on the same stream splits the stream's work by phase. The enqueued work is the same with
+// or without it.
+class NewtonSchulzPhases {
+ public:
+  virtual ~NewtonSchulzPhases() = default;
+  virtual void mark(const std::string& phase) = 0;
+};
+
 // The matrices of one shape class (min side r, max side c) that share one scalar block,
 // orthogonalised together: X of every entry lies in one r x c slab of the scratch, so each of the
 // iteration's products is one strided-batched product over the class (launches per step depend on
@@ -62,8 +72,11 @@ enum class NewtonSchulzMode { kExact, kFast };
 // reference: the products' integers are exact whatever the batching or cuBLASLt's algorithm, and
 // the element-wise steps are the reference's. Where cuBLASLt is not loadable or offers no int8
 // algorithm for the class (odd sizes), or k is above kDigitSumMaxK, exact mode runs
-// newton_schulz_device on each entry instead (the same bits). Fast mode needs cuBLASLt and throws
-// Error(kBackend) naming why when it is missing.
+// newton_schulz_device on each entry instead (the same bits). Fast mode (docs/math.md, "Muon: fast
+// mode"): X = u / max(‖u‖_F, eps) in fp32 rounded to bf16 (nearest even), then per step
+// A = X X^T, B = c A A + b A and X = B X + a X as bf16 products with fp32 accumulation and the
+// coefficients as alpha/beta, each result rounded once to bf16 (torch's addmm form); the result is
+// X widened to fp32. It needs cuBLASLt and throws Error(kBackend) naming why when it is missing.
 class NewtonSchulzBatch {
  public:
   // Plans the products and copies the entry table to the device: not allowed during a capture.
@@ -81,15 +94,20 @@ class NewtonSchulzBatch {
 
   // Every entry of `u` orthogonalised in place, enqueued on `stream` (capturable); `skip` cancels
   // the kernels at run time as in newton_schulz_device (the cuBLASLt products still run, on the
-  // scratch only).
+  // scratch only). `phases` (optional, not during a capture) is marked before each phase, named
+  // "ns <r>x<c> (<entries>): <phase>", in this order (the per-step phases once per step): exact
+  // batches "normalise", "A: scales+digits", "A: int8 products", "A: combine", the same for B and
+  // for Q ("Q: combine" forms the next X), "store"; fast: "normalise", "A = X X^T",
+  // "B = c A A + b A", "X = B X + a X", "store"; one matrix after another: "per-matrix iteration".
   void enqueue(float* u, const NewtonSchulzScalars& scalars, int steps, void* scratch, CUstream_st* stream,
-               SkipFlags skip = {}) const;
+               SkipFlags skip = {}, NewtonSchulzPhases* phases = nullptr) const;
 
  private:
   void enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
-                     SkipFlags skip) const;
+                     SkipFlags skip, NewtonSchulzPhases* phases) const;
   void enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
-                    SkipFlags skip) const;
+                    SkipFlags skip, NewtonSchulzPhases* phases) const;
+  void mark(NewtonSchulzPhases* phases, const char* phase) const;
 
   size_t r_, c_;
   NewtonSchulzMode mode_;

@@ -11,6 +11,10 @@
 //   bench_step --backend cuda --kinds sgd_momentum --weight-decay-mode l2   (torch.optim.SGD's decay)
 //   bench_step --layouts bench/traffic_layout.json --verify-traffic   (a ctest: no timing, see below)
 //   bench_step --backend cuda --kinds adamw --tensor-mask clear   (renaissance.torch's Task, no None grad)
+//   bench_step --backend cuda --kinds muon --muon-mode fast --layouts muon_layout.json --muon-phases
+//     (after each Muon row, a table of the step's phases: cuda::phase_times, CUDA events between
+//     the nodes and Newton-Schulz's phases, run outside the graph; medians over --replays steps.
+//     bench/bench_torch_muon.py --phases runs it on layouts whose embeddings take the aux AdamW)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +31,9 @@
 #include "renaissance/layout.h"
 #include "renaissance/task.h"
 #include "tools/program_env.h"
+#if RENAISSANCE_WITH_CUDA
+#include "backend_cuda/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -46,6 +53,28 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// --muon-phases: cuda::phase_times of the task's step, printed as a table after its JSON row (a
+// warm-up step first: the first eager launches of a kernel load its module).
+void print_phases(Backend& b, const CompiledStep& step, int replays, const std::string& title, double step_ms) {
+#if RENAISSANCE_WITH_CUDA
+  (void)cuda::phase_times(b, step, 1);
+  const std::vector<cuda::PhaseTime> phases = cuda::phase_times(b, step, replays);
+  double sum = 0.0;
+  for (const cuda::PhaseTime& p : phases) sum += p.ms;
+  std::printf("muon phases: %s; ms per step, medians of %d steps (CUDA events; one stream, no graph)\n", title.c_str(),
+              replays);
+  for (const cuda::PhaseTime& p : phases) {
+    std::printf("  %-52s %9.4f %6.1f %%\n", p.name.c_str(), p.ms, sum > 0.0 ? 100.0 * p.ms / sum : 0.0);
+  }
+  std::printf("  %-52s %9.4f\n", "sum of the phases", sum);
+  if (step_ms > 0.0) std::printf("  %-52s %9.4f\n", "the whole step as a CUDA graph (ms_per_step)", step_ms);
+  std::fflush(stdout);
+#else
+  (void)b, (void)step, (void)replays, (void)title, (void)step_ms;
+  throw_invalid("--muon-phases needs a build with the CUDA backend");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,6 +91,7 @@ int main(int argc, char** argv) {
   std::string tensor_mask = "none";
   bool muon_batches = BackendOptions{}.cuda_muon_batches;
   std::string muon_mode = "exact";
+  bool muon_phases = false;
   app.add_option("--backend", backend_name, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--layouts", layouts, "comma-separated built-in layouts or JSON files");
   app.add_option("--kinds", kinds, "comma-separated optimizer kinds");
@@ -90,12 +120,19 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-muon-batches,!--no-cuda-muon-batches", muon_batches,
                "CUDA: Muon's Newton-Schulz as cuBLASLt batches per shape class, or one matrix after another "
                "(BackendOptions::cuda_muon_batches; default on)");
+  app.add_flag("--muon-phases", muon_phases,
+               "CUDA, kind muon: after each row, the step's phases as a table (momentum, each Newton-Schulz "
+               "phase per shape class, the update, the aux AdamW...): CUDA events between them, outside the "
+               "graph, medians over --replays steps");
   CLI11_PARSE(app, argc, argv);
 
   bool failed = false;
   try {
     BackendKind backend;
     parse_backend_kind(backend_name, &backend);
+    if (muon_phases && resolve_backend(backend) != BackendKind::kCuda) {
+      throw_invalid("--muon-phases needs the CUDA backend");
+    }
     std::vector<bool> checks;
     if (check != "off") checks.push_back(true);
     if (check != "on") checks.push_back(false);
@@ -186,6 +223,12 @@ int main(int argc, char** argv) {
           }
           row["steps_applied"] = task.step_count();
           std::cout << row.dump() << std::endl;
+          if (muon_phases && kind == OptimizerKind::kMuon) {
+            const std::string title = layout_name + ", muon " + muon_mode + ", batches " +
+                                      (muon_batches ? "on" : "off") + ", check " + (with_check ? "on" : "off") +
+                                      ", " + b.describe();
+            print_phases(b, task.step_program(), replays, title, row.value("ms_per_step", 0.0));
+          }
         }
       }
     }

@@ -11,7 +11,9 @@ other tensor takes the auxiliary AdamW. Timed, each as the median over --steps s
   GEMM floor the issue's fast mode is measured against), with its TFLOP/s;
 - ours: bench_step --kinds muon on a copy of the layout whose aux tensors carry
   "optimizer": "adamw" (or, with --aux-role, a bias-like role), in each --muon-mode given.
-Prints a table, and the rows as JSON with --json FILE.
+Prints a table, and the rows as JSON with --json FILE. With --phases (CUDA) bench_step also times
+each phase of ours (bench_step --muon-phases: momentum, each Newton-Schulz phase per shape class,
+the update, the aux AdamW), printed after the table and kept in the JSON as "phases".
 """
 import argparse
 import json
@@ -117,11 +119,14 @@ def batched_gemm_ms(matrices, device, steps, warmup, ns_steps=5):
     return ms, flops, sorted(classes.items())
 
 
-def ours_ms(bench_step, layout_path, backend, mode, steps, warmup, threads):
+def ours_ms(bench_step, layout_path, backend, mode, steps, warmup, threads, phases=False):
     """mode: exact or fast, with "+batches" for BackendOptions::cuda_muon_batches (the default) or
-    without it for one matrix after another."""
+    without it for one matrix after another. phases: bench_step --muon-phases; its table lines are
+    returned in the row as "phases"."""
     cmd = [bench_step, "--backend", backend, "--layouts", layout_path, "--kinds", "muon", "--check", "on",
            "--replays", str(steps), "--warmup", str(warmup), "--timing", "enqueued"]
+    if phases:
+        cmd += ["--muon-phases"]
     base, _, extra = mode.partition("+")
     if base != "exact":
         cmd += ["--muon-mode", base]
@@ -131,9 +136,12 @@ def ours_ms(bench_step, layout_path, backend, mode, steps, warmup, threads):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return None, (out.stderr.strip() or out.stdout.strip())[-400:]
-    for line in out.stdout.splitlines():
+    lines = out.stdout.splitlines()
+    for line in lines:
         if line.startswith("{"):
             row = json.loads(line)
+            if phases:
+                row["phases"] = [l for l in lines if not l.startswith("{")]
             return row.get("ms_per_step") or row.get("ms_per_step_enqueued"), row
     return None, out.stdout[-400:]
 
@@ -152,6 +160,8 @@ def main():
     ap.add_argument("--muon-modes", default="exact",
                     help="comma-separated modes for ours: exact, fast, with +batches for cuBLASLt batches "
                          "(e.g. exact,exact+batches,fast+batches)")
+    ap.add_argument("--phases", action="store_true",
+                    help="CUDA: also time each phase of ours (bench_step --muon-phases) and print the tables")
     ap.add_argument("--json", default="", help="write the rows here")
     args = ap.parse_args()
     if args.threads > 0:
@@ -179,8 +189,10 @@ def main():
                 path = f.name
             for mode in args.muon_modes.split(","):
                 ms, detail = ours_ms(args.bench_step, path, "cuda" if args.device == "cuda" else "cpu", mode,
-                                     args.steps, args.warmup, args.threads)
+                                     args.steps, args.warmup, args.threads, args.phases and args.device == "cuda")
                 entry = {"ms": ms, "vs_torch": (muon_ms + adamw_ms) / ms if ms else None}
+                if ms and detail.get("phases"):
+                    entry["phases"] = detail["phases"]
                 if ms and flops:
                     entry["tops"] = flops / (ms * 1e-3) / 1e12
                     entry["vs_bf16_gemm"] = ms / gemm_ms
@@ -194,6 +206,11 @@ def main():
         print(f"{layout['name']:<14} {len(matrices):>8} {muon_ms:>11.2f} {adamw_ms:>8.2f} {muon_ms + adamw_ms:>11.2f} "
               f"{gemm_ms:>11.2f} {(tflops or float('nan')):>8.1f} {ours_text}")
         sys.stdout.flush()
+    for row in rows:
+        for mode, entry in row["ours"].items():
+            if entry.get("phases"):
+                print(f"\n{row['layout']} {mode} (the same-class bf16 GEMMs alone: {row['bf16_gemm_ms']:.3f} ms)")
+                print("\n".join(entry["phases"]))
     for row in rows:
         for mode, entry in row["ours"].items():
             if entry.get("error"):

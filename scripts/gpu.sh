@@ -70,7 +70,8 @@
 #                cpu (the CPU step at 2, 4, 8 and 16 threads, bf16/fp16 model copy),
 #                muon (bench/bench_torch_muon.py: Muon against torch.optim.Muon + fused AdamW and the
 #                batched bf16 GEMMs on gpt2_small, bert_base, resnet50; MUON_MODES picks ours, default
-#                exact,exact+batches,fast+batches; then the CPU at 16 and 2 threads).
+#                exact,exact+batches,fast+batches; each of ours also split by phase, bench_step
+#                --muon-phases, in tables after the main one; then the CPU at 16 and 2 threads).
 #   compare      the side-by-side benchmark against torch: bench/check_torch_lars.py, then
 #                bench/compare_torch.py (resnet50, bert_base, gpt2_small, every kind; the CPU rows)
 #                into $OUT/compare.json, RESULTS.md and results.png (re-rendered from the JSON if
@@ -519,9 +520,10 @@ phase_bench() {
         done ;;
       muon)
         # Muon's step beside torch.optim.Muon + fused AdamW and the batched bf16 GEMMs, one run
-        # (bench/bench_torch_muon.py; its own table), then the CPU at 16 and 2 threads.
+        # (bench/bench_torch_muon.py; its own table, then each of ours by phase: bench_step
+        # --muon-phases), then the CPU at 16 and 2 threads.
         "$PY" bench/bench_torch_muon.py --layouts gpt2_small,bert_base,resnet50 --bench-step "$BUILD/bench/bench_step" \
-          --muon-modes "${MUON_MODES:-exact,exact+batches,fast+batches}" --json "$OUT/muon_gpu.json"
+          --muon-modes "${MUON_MODES:-exact,exact+batches,fast+batches}" --phases --json "$OUT/muon_gpu.json"
         for threads in 16 2; do
           "$PY" bench/bench_torch_muon.py --device cpu --threads "$threads" --layouts gpt2_small --steps 3 --warmup 1 \
             --bench-step "$BUILD/bench/bench_step" --json "$OUT/muon_cpu_$threads.json"

@@ -1667,7 +1667,8 @@ _AGREE_VALUES = {"muon_mode": {v: repr(k) for k, v in _MUON_MODES.items()},
 def _muon_mode(value):
     """The core's muon_mode of this package's muon_mode keyword (no torch counterpart): "exact"
     (the fixed-point products, the same bits on every backend) or "fast" (fp32 products on the
-    CPU, bf16 with fp32 accumulation on CUDA; docs/math.md, "Muon: fast mode")."""
+    CPU; on CUDA torch's bf16 iteration, bf16 storage and products with fp32 accumulation;
+    docs/math.md, "Muon: fast mode")."""
     if not isinstance(value, str) or value not in _MUON_MODES:
         raise ValueError("muon_mode %r is not supported: expected 'exact' or 'fast'" % (value,))
     return _MUON_MODES[value]

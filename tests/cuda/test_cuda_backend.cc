@@ -5,6 +5,7 @@
 // Everything goes through the Task API. Without a CUDA device every test skips with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -560,6 +561,67 @@ TEST(CudaBackend, MuonBatchLaunchesDoNotGrowWithMatricesOfOneClass) {
   const int two = nodes_for(2);
   EXPECT_GT(two, 0);
   EXPECT_EQ(nodes_for(7), two);
+}
+
+// cuda::phase_times (bench_step --muon-phases) runs the step's own kernels node by node on one
+// stream, outside the graph: two steps profiled leave the bits of two steps launched as the graph,
+// and the table has a row per node and per Newton–Schulz phase of each shape class, in the order
+// they run, each a finite time >= 0.
+TEST(CudaBackend, MuonPhaseTimesRunTheStepsKernelsAndNameEveryPhase) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  const std::vector<ParamSpec> params = {{"a", {16, 48}, Role::kFcWeight}, {"b", {48, 16}, Role::kFcWeight},
+                                         {"bias", {48}, Role::kFcBias}, {"d", {24, 24}, Role::kDeepConv}};
+  auto prepared = [&](Task& task) {
+    task.optimizer(reference_config(OptimizerKind::kMuon));
+    task.compile();
+    init_weights(task);
+    task.synthesize_gradients(2024, 0, 0.05f);
+    task.step();  // prepares the program step_program() names
+  };
+  TaskOptions options;
+  options.backend = BackendKind::kCuda;
+  options.backend_options.cuda_muon_batches = true;
+  Task graph(params, options), profiled(params, options);
+  prepared(graph);
+  prepared(profiled);
+  (void)graph.backend().timed_steps(graph.step_program(), 2);
+  const std::vector<cuda::PhaseTime> phases = cuda::phase_times(profiled.backend(), profiled.step_program(), 2, 0.0);
+  expect_same(snapshot(graph), snapshot(profiled));
+
+  std::vector<std::string> names;
+  for (const cuda::PhaseTime& p : phases) {
+    names.push_back(p.name);
+    EXPECT_TRUE(std::isfinite(p.ms) && p.ms >= 0.0) << p.name << ": " << p.ms;
+  }
+  auto at = [&](const std::string& name) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    EXPECT_NE(it, names.end()) << "no row " << name;
+    return it - names.begin();
+  };
+  EXPECT_EQ(std::count(names.begin(), names.end(), "MUON_MOMENTUM [weight]"), 1);
+  const auto momentum = at("MUON_MOMENTUM [weight]");
+  const auto lr = at("MUON_ORTHOGONALIZE: adjusted lr");
+  const auto update = at("UPDATE_MUON [weight]");
+  EXPECT_LT(momentum, lr);
+  const std::vector<std::string> exact = {"normalise",        "A: scales+digits", "A: int8 products", "A: combine",
+                                          "B: scales+digits", "B: int8 products", "B: combine",       "Q: scales+digits",
+                                          "Q: int8 products", "Q: combine",       "store"};
+  for (const std::string& cls : {std::string("ns 16x48 (2): "), std::string("ns 24x24 (1): ")}) {
+    auto previous = lr;
+    for (const std::string& phase : exact) {
+      const auto here = at(cls + phase);
+      EXPECT_GT(here, previous) << cls + phase;
+      EXPECT_LT(here, update) << cls + phase;
+      previous = here;
+    }
+  }
+  // The auxiliary AdamW of the bias-like tensor has a row of its own.
+  EXPECT_NE(std::find_if(names.begin(), names.end(),
+                         [](const std::string& n) { return n.find("bias-like") != std::string::npos; }),
+            names.end());
+  EXPECT_THROW(cuda::phase_times(profiled.backend(), profiled.step_program(), 0), Error);
+#endif
 }
 
 // The update kernels exist only for the (G encoding, copy format, rounding) combinations a step

@@ -4,8 +4,8 @@
 // path), huge values, other coefficients and step counts; a skipped launch leaves its output
 // alone; a captured CUDA graph reads the coefficients when it runs. The batched classes
 // (NewtonSchulzBatch) in exact mode equal the per-matrix reference bit for bit, through cuBLASLt's
-// int8 products and through the per-matrix fallback; in fast mode they stay within a stated
-// distance of the float64 iteration.
+// int8 products and through the per-matrix fallback; in fast mode (bf16 storage) they stay within
+// a stated distance of the float64 iteration and come out as bf16 values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -310,8 +310,11 @@ TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
 TEST(NewtonSchulzCuda, BatchedFastModeStaysNearTheFloat64Iteration) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
 #if RENAISSANCE_WITH_CUDA
-  // bf16 operands (8 significant bits) in every product: the distance to the float64 iteration is
-  // that of torch's bf16 Newton–Schulz. The bound is docs/math.md's ("Muon: fast mode").
+  // torch's bf16 Newton–Schulz: X, A and B stored in bf16 (8 significant bits), bf16 products with
+  // fp32 accumulation. The bound is docs/math.md's ("Muon: fast mode"): emulated on the CPU
+  // (bench/ns_fast_error.cc) over 30 matrices of these shapes and scale (these two among them) the
+  // largest element error against the float64 iteration is 4.1e-3 to 6.0e-3, torch's own order of
+  // operations 3.7e-3 to 6.7e-3; fp32 storage of X, A and B with bf16 operands 7.5e-3 to 1.2e-2.
   const ClassCase k({{64, 256}, {256, 64}}, 71, 0.02f);
   const std::vector<size_t>& rows = k.rows;
   const std::vector<size_t>& cols = k.cols;
@@ -329,8 +332,16 @@ TEST(NewtonSchulzCuda, BatchedFastModeStaysNearTheFloat64Iteration) {
     at += f64.size();
   }
   std::printf("fast mode: max |fast - float64| = %.3g, max |exact - float64| = %.3g\n", worst, worst_exact);
-  EXPECT_LT(worst, 3e-2);
+  EXPECT_LT(worst, 1e-2);
   EXPECT_GT(worst, worst_exact);  // bf16 products really ran (exact mode is far closer)
+  // The result is X widened from bf16: no element has a bit below bf16's last.
+  size_t not_bf16 = 0;
+  for (float v : out2) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    not_bf16 += (bits & 0xffffu) != 0;
+  }
+  EXPECT_EQ(not_bf16, 0u) << "of " << out2.size() << " elements";
 #endif
 }
 
