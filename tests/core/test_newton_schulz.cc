@@ -155,6 +155,27 @@ TEST(NewtonSchulz, TheDiagonalSplitKeepsALargeMatrixCloseToFloat64) {
   EXPECT_GT(rel_unsplit, 5 * kSplitBound);
 }
 
+// The split's fp32 steps in their defined order, on values where another order or a fused
+// multiply-add gives other bits (each expected value worked out by hand; 2^-23 is one ulp of 1).
+TEST(NewtonSchulz, TheSplitsFp32StepsRoundInTheirDefinedOrder) {
+  const float ulp = std::ldexp(1.0f, -23);
+  // Off the diagonal: (P' + d_i*O) + O*d_j with d_i*O = ulp/2 and O*d_j = 3/4 ulp: 1 + ulp/2 ties to
+  // 1, then 1 + 3/4 ulp rounds to 1 + ulp. The other order gives 1 + ulp, then a tie to 1 + 2 ulp.
+  const float o = std::ldexp(1.0f, -24);
+  EXPECT_EQ(math::newton_schulz_square_from_split(1.0f, o, 1.0f, 1.5f, false), 1.0f + ulp);
+  EXPECT_EQ(math::newton_schulz_square_from_split(1.0f, o, 1.5f, 1.0f, false), 1.0f + 2 * ulp);
+  // The diagonal adds d_i*d_i (and only the diagonal): O_ii = 0.
+  EXPECT_EQ(math::newton_schulz_square_from_split(1.0f, 0.0f, 0.5f, 0.5f, true), 1.25f);
+  EXPECT_EQ(math::newton_schulz_square_from_split(1.0f, 0.0f, 0.5f, 0.5f, false), 1.0f);
+  // Q = Q' + e_i*X with the product rounded first: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds to
+  // 1 + 2^-11 (a tie, to even), so -1 + it is 2^-11; a fused multiply-add would keep the 2^-24.
+  const float e = 1.0f + std::ldexp(1.0f, -12);
+  EXPECT_EQ(math::newton_schulz_apply_from_split(-1.0f, e, e), std::ldexp(1.0f, -11));
+  // A NaN diagonal gives NaN through the fp32 steps even where O's entry is 0.
+  EXPECT_TRUE(std::isnan(math::newton_schulz_square_from_split(0.0f, 0.0f, NAN, 1.0f, false)));
+  EXPECT_TRUE(std::isnan(math::newton_schulz_apply_from_split(0.0f, NAN, 0.0f)));
+}
+
 TEST(NewtonSchulz, ATallMatrixIsTheTransposeOfItsWideOneBitForBit) {
   const size_t rows = 24, cols = 9;
   const std::vector<float> u = random_matrix(rows, cols, 3, 0.1f);
