@@ -22,8 +22,8 @@
 #include "backend_cuda/cuda_ops.h"
 #include "backend_cuda/grad_chunks.h"
 #include "backend_cuda/newton_schulz.h"
+#include "backend_cuda/phase_recorder.h"
 #include "renaissance/error.h"
-#include "renaissance/ops.h"
 #include "renaissance/plan.h"
 
 namespace renaissance {
@@ -75,75 +75,6 @@ const DeviceProbe& probe() {
     return p;
   }();
   return result;
-}
-
-// Spins until `ns` nanoseconds of the device's global timer have passed since it began: a profiled
-// step (phase_times) is enqueued behind it, so its phases run back to back on the device.
-__global__ void hold_kernel(uint64_t ns) {
-  uint64_t start = 0, now = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
-
-// phase_times' marks: an event recorded on the profiled stream before each phase, with its name;
-// the events are kept for the next step (reset).
-class PhaseRecorder final : public NewtonSchulzPhases {
- public:
-  explicit PhaseRecorder(cudaStream_t stream) : stream_(stream) {}
-  ~PhaseRecorder() override {
-    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
-  }
-  PhaseRecorder(const PhaseRecorder&) = delete;
-  PhaseRecorder& operator=(const PhaseRecorder&) = delete;
-
-  void mark(const std::string& phase) override {
-    if (used_ == events_.size()) {
-      cudaEvent_t e = nullptr;
-      RN_CUDA_CHECK(cudaEventCreate(&e));
-      events_.push_back(e);
-    }
-    RN_CUDA_CHECK(cudaEventRecord(events_[used_++], stream_));
-    names_.push_back(phase);
-  }
-  void reset() {
-    used_ = 0;
-    names_.clear();
-  }
-  // After the stream has finished: each phase's milliseconds (mark to next mark; the last mark
-  // ends the step), summed by name, in the order first met.
-  std::vector<std::pair<std::string, double>> phase_ms() const {
-    std::vector<std::pair<std::string, double>> out;
-    for (size_t i = 0; i + 1 < used_; ++i) {
-      float ms = 0.0f;
-      RN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-      auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == names_[i]; });
-      if (it == out.end()) it = out.insert(out.end(), {names_[i], 0.0});
-      it->second += ms;
-    }
-    return out;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<cudaEvent_t> events_;
-  size_t used_ = 0;
-  std::vector<std::string> names_;
-};
-
-// A node's row in phase_times: a compute node's op; a range node's op, its group and "aux" for
-// the auxiliary AdamW's nodes.
-std::string phase_label(const GraphNode& node) {
-  if (node.kind == NodeKind::kCompute) {
-    // MUON_ORTHOGONALIZE's own row is what runs before its first Newton-Schulz mark.
-    if (node.compute_op == ComputeOp::MUON_ORTHOGONALIZE) return "MUON_ORTHOGONALIZE: adjusted lr";
-    return compute_op_name(node.compute_op);
-  }
-  std::string label = range_op_name(node.range_op);
-  label += node.group == Group::kWeight ? " [weight" : " [bias-like";
-  label += node.flags.aux ? ", aux]" : "]";
-  return label;
 }
 
 // A prepared program: its ProgramId (0: none), never its address (a step built where a destroyed
@@ -419,32 +350,12 @@ class CudaBackend final : public Backend {
     if (ns_steps_changed_) refresh_for_ns_steps(step);
     if (muon_program_ != step.id.value() && muon_node(step) != nullptr) load_muon_host(step);
     PhaseRecorder recorder(origin());
-    std::vector<std::string> names;
-    std::vector<std::vector<double>> samples;
     for (int rep = 0; rep < count; ++rep) {
-      recorder.reset();
-      hold_kernel<<<1, 1, 0, origin()>>>(static_cast<uint64_t>(hold_ms * 1e6));
-      RN_CUDA_CHECK_LAUNCH("phase_times hold kernel");
+      launch_hold(origin(), hold_ms);
       enqueue(step, &recorder);
-      recorder.mark("");  // the end of the last phase
-      RN_CUDA_CHECK(cudaStreamSynchronize(origin()));
-      for (const auto& [name, ms] : recorder.phase_ms()) {
-        const auto it = std::find(names.begin(), names.end(), name);
-        const size_t at = static_cast<size_t>(it - names.begin());
-        if (it == names.end()) {
-          names.push_back(name);
-          samples.emplace_back();
-        }
-        samples[at].push_back(ms);
-      }
+      recorder.end_step();
     }
-    std::vector<PhaseTime> out;
-    for (size_t i = 0; i < names.size(); ++i) {
-      std::vector<double>& v = samples[i];
-      std::sort(v.begin(), v.end());
-      out.push_back({names[i], v[v.size() / 2]});
-    }
-    return out;
+    return recorder.medians();
   }
 
  private:

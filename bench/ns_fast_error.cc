@@ -9,30 +9,22 @@
 // - "torch": the same, with torch.optim.Muon's start (rounded to bf16 first, the norm and the
 //   division in bf16).
 // Inputs as the CUDA test makes them (std::mt19937 normals times the scale). Standalone:
-//   g++ -O2 -ffp-contract=off -o /tmp/ns_fast_error bench/ns_fast_error.cc && /tmp/ns_fast_error
+//   g++ -O2 -ffp-contract=off -Icore/include -o /tmp/ns_fast_error bench/ns_fast_error.cc && /tmp/ns_fast_error
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
+
+#include "renaissance/math/precision.h"
 
 namespace {
 
 using Mat = std::vector<double>;
 
-// Rounded to bf16 (nearest, ties to even) and widened back.
-float bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return x;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  float y;
-  std::memcpy(&y, &u, 4);
-  return y;
-}
+// Rounded to bf16 (nearest, ties to even: the library's codec) and widened back.
+float bf16(float x) { return renaissance::math::bf16_to_f32(renaissance::math::f32_to_bf16_rne(x)); }
 
 std::vector<float> random_matrix(size_t r, size_t c, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
