@@ -420,6 +420,15 @@ void product(const FixedPointOperand& a, const FixedPointOperand& b, float* c, s
   }
 }
 
+// off (r x r) = m with its diagonal set to +0 (whatever m's diagonal holds, a NaN or an inf too):
+// the operand of an exact product in the diagonal split (math/newton_schulz.h).
+void off_diagonal(const float* m, size_t r, float* off, int threads) {
+  elementwise(r, threads, [&](size_t i) {
+    std::memcpy(off + i * r, m + i * r, r * sizeof(float));
+    off[i * r + i] = 0.0f;
+  }, r);
+}
+
 }  // namespace
 
 double sum_of_squares_canonical(const float* x, size_t count, int threads) {
@@ -477,25 +486,45 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
   NewtonSchulzScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
   s.size_for(r, c);
+  s.off.resize(r * r);
   float* x = s.x.data();
   newton_schulz_load(u, rows, cols, eps, x, threads);
   for (int step = 0; step < steps; ++step) {
     // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
     fix_rows(x, r, c, s.qx, threads);
     product(s.qx, s.qx, s.gram.data(), r, true, threads);
-    // A A: A is symmetric in its bits, so its columns are its rows.
-    fix_rows(s.gram.data(), r, r, s.qg, threads);
-    product(s.qg, s.qg, s.gram2.data(), r, true, threads);
     const float* gram = s.gram.data();
-    const float* gram2 = s.gram2.data();
+    float* gram2 = s.gram2.data();
     float* poly = s.poly.data();
-    elementwise(r * r, threads,
-                [&](size_t e) { poly[e] = math::newton_schulz_polynomial(coeff.b, coeff.c, gram[e], gram2[e]); });
-    fix_rows(s.poly.data(), r, r, s.qp, threads);
+    float* off = s.off.data();
+    // P = A A through the diagonal split (math::newton_schulz_square_from_split): O = A with a
+    // zero diagonal, P' = O O. O is symmetric in its bits as A is, so its columns are its rows.
+    off_diagonal(gram, r, off, threads);
+    fix_rows(off, r, r, s.qg, threads);
+    product(s.qg, s.qg, gram2, r, true, threads);
+    elementwise(r, threads, [&](size_t i) {
+      const float d_i = gram[i * r + i];
+      for (size_t j = 0; j < r; ++j) {
+        const size_t e = i * r + j;
+        gram2[e] = math::newton_schulz_square_from_split(gram2[e], off[e], d_i, gram[j * r + j], i == j);
+        poly[e] = math::newton_schulz_polynomial(coeff.b, coeff.c, gram[e], gram2[e]);
+      }
+    }, r);
+    // Q = B X through the split (math::newton_schulz_apply_from_split): Q' = O_B X with O_B = B
+    // with a zero diagonal, then X = (a*X) + Q.
+    off_diagonal(poly, r, off, threads);
+    fix_rows(off, r, r, s.qp, threads);
     fix_columns(x, r, c, s.qxt, threads);
     product(s.qp, s.qxt, s.q.data(), c, false, threads);
     const float* q = s.q.data();
-    elementwise(r * c, threads, [&](size_t e) { x[e] = math::newton_schulz_combine(coeff.a, x[e], q[e]); });
+    elementwise(r, threads, [&](size_t i) {
+      const float e_i = poly[i * r + i];
+      for (size_t j = 0; j < c; ++j) {
+        const size_t e = i * c + j;
+        const float qe = math::newton_schulz_apply_from_split(q[e], e_i, x[e]);
+        x[e] = math::newton_schulz_combine(coeff.a, x[e], qe);
+      }
+    }, c);
   }
   newton_schulz_store(x, rows, cols, out, threads);
   return true;

@@ -59,13 +59,16 @@ struct NewtonSchulzMatrices {
   }
 };
 
+// Exact mode's own: the zero-diagonal operand of the split products (A's, then B's) and the
+// fixed-point operands.
 struct NewtonSchulzScratch : NewtonSchulzMatrices {
+  std::vector<float> off;
   FixedPointOperand qx, qxt, qg, qp;
 };
 
 // out (rows x cols, row-major) = math::newton_schulz_reference(u, rows, cols, out, coeff, steps,
 // eps), bit for bit: the same norm (canonical order), the same fp32 element-wise operations in the
-// same order, the products above. out may be u (in place: u is read before out is written), or
+// same order, the products above (P = A A and Q = B X through the reference's diagonal split). out may be u (in place: u is read before out is written), or
 // else must not overlap it. Returns false (out untouched) when the reference does
 // (max(rows, cols) > math::kExactMatmulMaxK).
 bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* out,

@@ -53,18 +53,19 @@ static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps"
 // Vector g of nb * count vectors (matrix g / count of the set, its vector v = g % count): element p
 // at base[(g / count) * mstride + v * outer + p * inner], a row of A (outer = row stride, inner =
 // column stride) or a column of B (outer = column stride, inner = row stride). Writes its shift and
-// whether it is finite at g.
+// whether it is finite at g. With set.zero_diagonal its element p = v counts as +0.0f.
 __global__ void __launch_bounds__(kScaleThreads)
     vector_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
   if (skip_now(skip)) return;
   __shared__ float amax[kScaleThreads];
   __shared__ int bad[kScaleThreads];
   for (size_t g = blockIdx.x; g < set.nb * set.count; g += gridDim.x) {
-    const float* vector = set.base + (g / set.count) * set.mstride + (g % set.count) * set.outer;
+    const size_t v = g % set.count;
+    const float* vector = set.base + (g / set.count) * set.mstride + v * set.outer;
     float mx = 0.0f;
     int nonfinite = 0;
     for (size_t p = threadIdx.x; p < set.len; p += blockDim.x) {
-      const float x = fabsf(vector[p * set.inner]);
+      const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
       if (!isfinite(x)) nonfinite = 1;
       else if (x > mx) mx = x;
     }
@@ -87,11 +88,12 @@ __global__ void __launch_bounds__(kScaleThreads)
 }
 
 // The digits of the fixed point of vector g's element p (VectorSet indexing) at
-// hi/lo[g * kp + p] (0 for p >= len, the padding, and for a non-finite vector, as the reference:
-// its results are NaN whatever q holds): lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) /
-// 128 in [-64, 64] (exact), and with `sum` non-null also hi + lo in [-128, 127] (an int8: the
-// middle digit product of the three-product form, exact_matmul_internal.cuh). The walk follows
-// whichever side is contiguous (reads when inner == 1, else the vectors).
+// hi/lo[g * kp + p] (0 for p >= len, the padding, for a non-finite vector, as the reference: its
+// results are NaN whatever q holds, and for p = v with set.zero_diagonal): lo = ((q + 64) mod 128)
+// - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact), and with `sum` non-null also hi + lo
+// in [-128, 127] (an int8: the middle digit product of the three-product form,
+// exact_matmul_internal.cuh). The walk follows whichever side is contiguous (reads when inner == 1,
+// else the vectors).
 __global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
                                    int8_t* lo, int8_t* sum, SkipFlags skip) {
   if (skip_now(skip)) return;
@@ -109,9 +111,9 @@ __global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* sh
       v = f % set.count;
     }
     const size_t g = m * set.count + v;
-    const int32_t q = (p < set.len && finite[g])
-                          ? math::to_fixed_point(set.base[m * set.mstride + v * set.outer + p * set.inner], shift[g])
-                          : 0;
+    const bool zero = p >= set.len || !finite[g] || (set.zero_diagonal && p == v);
+    const int32_t q =
+        zero ? 0 : math::to_fixed_point(set.base[m * set.mstride + v * set.outer + p * set.inner], shift[g]);
     const int32_t l = ((q + 64) & 127) - 64;
     const int32_t h = (q - l) / 128;
     hi[g * kp + p] = static_cast<int8_t>(h);
@@ -357,10 +359,14 @@ size_t matmul_scratch_bytes(const MatmulBounds& b) {
 }
 
 void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
-                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel) {
+                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel, bool a_zero_diagonal,
+                   bool b_zero_diagonal) {
   if (k > math::kExactMatmulMaxK) {
     throw Error(ErrorKind::kInvalidArgument, "exact matmul: k = " + std::to_string(k) + " is above " +
                                                  std::to_string(math::kExactMatmulMaxK));
+  }
+  if ((a_zero_diagonal && m != k) || (b_zero_diagonal && k != n)) {
+    throw Error(ErrorKind::kInvalidArgument, "exact matmul: a zero diagonal needs a square operand");
   }
   if (m == 0 || n == 0) return;
   const size_t kp = padded_k(k);
@@ -378,8 +384,8 @@ void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k,
   int8_t* al = reinterpret_cast<int8_t*>(take(m * kp));
   int8_t* bh = reinterpret_cast<int8_t*>(take(n * kp));
   int8_t* bl = reinterpret_cast<int8_t*>(take(n * kp));
-  const VectorSet rows_of_a{a.data, 1, m, k, a.row_stride, a.col_stride, 0};
-  const VectorSet cols_of_b{b.data, 1, n, k, b.col_stride, b.row_stride, 0};
+  const VectorSet rows_of_a{a.data, 1, m, k, a.row_stride, a.col_stride, 0, a_zero_diagonal};
+  const VectorSet cols_of_b{b.data, 1, n, k, b.col_stride, b.row_stride, 0, b_zero_diagonal};
   launch_vector_scales(rows_of_a, row_shift, row_finite, stream, skip);
   launch_vector_scales(cols_of_b, col_shift, col_finite, stream, skip);
   launch_fixed_point(rows_of_a, kp, row_shift, row_finite, ah, al, nullptr, stream, skip);

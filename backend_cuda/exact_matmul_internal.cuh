@@ -21,6 +21,9 @@ size_t padded_k(size_t k);
 
 // nb matrices' vectors (rows of a left operand or columns of a right one), `count` per matrix, each
 // of `len` elements: vector v of matrix m has element p at base[m * mstride + v * outer + p * inner].
+// zero_diagonal (square matrices, count == len): element v of vector v is taken as +0.0f, in the
+// vector's scale (its largest magnitude and its finiteness) and in its digits, whatever the matrix
+// holds there; the operand O of math::newton_schulz_reference's diagonal split without a copy.
 struct VectorSet {
   const float* base;
   size_t nb;
@@ -29,6 +32,7 @@ struct VectorSet {
   size_t outer;
   size_t inner;
   size_t mstride;
+  bool zero_diagonal;
 };
 
 // Per vector g = m * count + v: its shift and finiteness (exact_matmul.h's scale).
@@ -57,9 +61,12 @@ MatmulBounds matmul_bounds(size_t m, size_t k, size_t n);
 size_t matmul_scratch_bytes(const MatmulBounds& bounds);
 
 // exact_matmul_launch's body (a, b, c, dims, scratch of matmul_scratch_bytes of bounds that hold
-// this call's, stream, skip flags) with a choice of product kernel.
+// this call's, stream, skip flags) with a choice of product kernel. a_zero_diagonal (m == k) and
+// b_zero_diagonal (k == n): the product of that operand with its diagonal taken as +0.0f
+// (VectorSet::zero_diagonal), the matrix itself untouched.
 void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k, size_t n, void* scratch,
-                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel);
+                   cudaStream_t stream, SkipFlags skip, ExactKernel kernel, bool a_zero_diagonal = false,
+                   bool b_zero_diagonal = false);
 
 __device__ __forceinline__ bool skip_now(SkipFlags skip) {
   return (skip.first != nullptr && *skip.first != 0) || (skip.second != nullptr && *skip.second != 0);

@@ -5,6 +5,10 @@
 // X = u / max(‖u‖_F, eps) (transposed when rows > cols), then per step the exact products of
 // exact_matmul.cu and the element-wise steps of renaissance/math/newton_schulz.h (single rounded
 // fp32 operations; device code is compiled with --fmad=false, and the division is __fdiv_rn).
+// P = A A and Q = B X go through the reference's diagonal split: the exact product takes A (B) with
+// its diagonal taken as +0.0f in the operand's scales and digits (VectorSet::zero_diagonal, no
+// copy), and the diagonal's share is added in fp32 by newton_schulz_square_from_split and
+// newton_schulz_apply_from_split in the kernel that applies the element-wise step.
 // The kernels take a batch: the matrices of one shape class (NewtonSchulzEntry table; null: one
 // matrix at 0), each X in its own r x c slice of one slab. NewtonSchulzBatch's exact products are
 // three cuBLASLt int8 products over the class (exact_matmul_internal.cuh's three-product form) and
@@ -135,25 +139,36 @@ __global__ void load_x_kernel(const float* __restrict__ u, const Entries entries
   }
 }
 
-// B = (b * A) + (c * P), in place over A.
-__global__ void polynomial_kernel(float* __restrict__ gram, const float* __restrict__ gram2, size_t count,
-                                  const float* __restrict__ b, const float* __restrict__ c, SkipFlags skip) {
+// One matrix (r x r): gram holds A, gram2 holds P' = O O (O: A with a zero diagonal) on entry and
+// B = (b * A) + (c * P) on exit, P_ij = newton_schulz_square_from_split(P'_ij, O_ij, A_ii, A_jj).
+// B goes to gram2, not over A: every thread reads the diagonal of A, which no thread writes here.
+__global__ void split_polynomial_kernel(const float* __restrict__ gram, float* __restrict__ gram2, size_t r,
+                                        const float* __restrict__ b, const float* __restrict__ c, SkipFlags skip) {
   if (skip_now(skip)) return;
   const float bf = *b, cf = *c;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * r;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    gram[e] = math::newton_schulz_polynomial(bf, cf, gram[e], gram2[e]);
+    const size_t i = e / r, j = e % r;
+    const float a_ij = gram[e];
+    const float o_ij = i == j ? 0.0f : a_ij;
+    const float p = math::newton_schulz_square_from_split(gram2[e], o_ij, gram[i * r + i], gram[j * r + j], i == j);
+    gram2[e] = math::newton_schulz_polynomial(bf, cf, a_ij, p);
   }
 }
 
-// X = (a * X) + Q.
-__global__ void update_x_kernel(float* __restrict__ x, const float* __restrict__ q, size_t count,
-                                const float* __restrict__ a, SkipFlags skip) {
+// One matrix: x (r x c) = (a * X) + Q, Q_ij = newton_schulz_apply_from_split(Q'_ij, B_ii, X_ij),
+// q holding Q' = O_B X (O_B: B with a zero diagonal) and poly B (r x r, only read).
+__global__ void split_update_kernel(float* __restrict__ x, const float* __restrict__ q,
+                                    const float* __restrict__ poly, size_t r, size_t c, const float* __restrict__ a,
+                                    SkipFlags skip) {
   if (skip_now(skip)) return;
   const float af = *a;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < r * c;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    x[e] = math::newton_schulz_combine(af, x[e], q[e]);
+    const size_t i = e / c;
+    const float x_ij = x[e];
+    const float q_ij = math::newton_schulz_apply_from_split(q[e], poly[i * r + i], x_ij);
+    x[e] = math::newton_schulz_combine(af, x_ij, q_ij);
   }
 }
 
@@ -171,41 +186,56 @@ __global__ void store_out_kernel(const T* __restrict__ x, const Entries entries,
   }
 }
 
-// What a combining kernel does with the rounded product v of element e.
+// What a combining kernel does with the rounded product v of element e = (b, i, j); the diagonals
+// are nb vectors of r floats (entry b's at b * r), apart from the slabs, so that no thread reads an
+// element that another thread of the same kernel writes.
 enum class Epilogue {
-  kStore,       // out = v (A = X X^T)
-  kPolynomial,  // out = (k1 * out) + (k2 * v): B = (b*A) + (c*P), over A in place
-  kUpdate,      // out = (k1 * out) + v: X = (a*X) + Q, over X in place
+  kStore,       // out = v, diag_out[i] = v when i == j: A = X X^T and its diagonal (r x r)
+  kPolynomial,  // v = P'_ij of O O, diag_in = A's diagonal: out = (k1 * out) + (k2 * P) with
+                // P = newton_schulz_square_from_split(v, O_ij, A_ii, A_jj), O_ij = (i == j ? 0 : A_ij),
+                // B = (b*A) + (c*P) over A in place (r x r), and diag_out[i] = B_ii when i == j
+  kUpdate,      // v = Q'_ij of O_B X, diag_in = B's diagonal: out = (k1 * out) + Q with
+                // Q = newton_schulz_apply_from_split(v, B_ii, X_ij), X = (a*X) + Q over X in place (r x c)
 };
 
 // The exact products of a batch from its three int32 digit sums (the three-product form of
 // exact_matmul_internal.cuh): element e = (b, i, j) of nb matrices ni x nj, its sums at e (the
 // callers lay the products out so), its row scale and finiteness at si/fi[b * ni + i] and column's
 // at sj/fj[b * nj + j]; the sum S in int64, one rounding (math::from_fixed_point), a NaN for a
-// non-finite row or column, then the epilogue with its coefficients (device floats).
+// non-finite row or column, then the epilogue with its coefficients (device floats) and the
+// diagonals (diag_in read, diag_out written, at b * ni + i and b * nj + j; unused ones null).
 template <Epilogue kEpilogue>
 __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
                                const int32_t* __restrict__ ss, size_t nb, size_t ni, size_t nj,
                                const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
                                const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ k1,
-                               const float* __restrict__ k2, SkipFlags skip) {
+                               const float* __restrict__ k2, const float* __restrict__ diag_in,
+                               float* __restrict__ diag_out, SkipFlags skip) {
   if (skip_now(skip)) return;
   const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
   const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
   const size_t per = ni * nj;
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t b = e / per, f = e % per;
-    const size_t gi = b * ni + f / nj, gj = b * nj + f % nj;
+    const size_t b = e / per, f = e % per, i = f / nj, j = f % nj;
+    const size_t gi = b * ni + i, gj = b * nj + j;
     const int64_t h = hh[e], l = ll[e];
     const int64_t sum = h * 16384 + (static_cast<int64_t>(ss[e]) - h - l) * 128 + l;
     const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
     if (kEpilogue == Epilogue::kStore) {
       out[e] = v;
+      if (i == j) diag_out[gi] = v;
     } else if (kEpilogue == Epilogue::kPolynomial) {
-      out[e] = math::newton_schulz_polynomial(c1, c2, out[e], v);
+      const float a_ij = out[e];
+      const float o_ij = i == j ? 0.0f : a_ij;
+      const float p = math::newton_schulz_square_from_split(v, o_ij, diag_in[gi], diag_in[gj], i == j);
+      const float b_ij = math::newton_schulz_polynomial(c1, c2, a_ij, p);
+      out[e] = b_ij;
+      if (i == j) diag_out[gi] = b_ij;
     } else {
-      out[e] = math::newton_schulz_combine(c1, out[e], v);
+      const float x_ij = out[e];
+      const float q = math::newton_schulz_apply_from_split(v, diag_in[gi], x_ij);
+      out[e] = math::newton_schulz_combine(c1, x_ij, q);
     }
   }
 }
@@ -258,8 +288,8 @@ void launch_store(const T* x, Entries entries, size_t nb, size_t r, size_t c, fl
 }
 
 // The scratch of one matrix's r x c iteration (r <= c), in order: the norm's tile partials, the
-// denominator, X, A (then B in place), P, Q, and the products' scratch, sized for the three
-// products (r x c)(c x r), (r x r)(r x r), (r x r)(r x c).
+// denominator, X, A, P' (then B), Q', and the products' scratch, sized for the three products
+// (r x c)(c x r), (r x r)(r x r), (r x r)(r x c).
 struct Layout {
   double* partials;
   float *denom, *x, *gram, *gram2, *q;
@@ -279,13 +309,14 @@ struct Layout {
   }
 };
 
-// The scratch of a batch of nb entries. Exact: the norm, X, A/B, the scales and finiteness of the
-// left (up to c vectors per matrix) and right (r) operands, the three digit arrays of each, the
-// three int32 sums, cuBLASLt's workspace. Fast: the norm, cuBLASLt's workspace and bf16 slabs of
-// X, its next value, A and B (2 B per element).
+// The scratch of a batch of nb entries. Exact: the norm, X, A/B, cuBLASLt's workspace, the
+// diagonals of A and of B (r per matrix), the scales and finiteness of the left (up to c vectors
+// per matrix) and right (r) operands, the three digit arrays of each, the three int32 sums. Fast:
+// the norm, cuBLASLt's workspace and bf16 slabs of X, its next value, A and B (2 B per element).
 struct BatchLayout {
   double* partials;
   float *denoms, *x, *gram;
+  float *diag_a, *diag_b;  // exact mode: diag(A), written by the A combine; diag(B), by the B combine
   uint16_t *xh, *xh_next, *gramh, *gram2h;  // fast mode's bf16 slabs
   int *left_shift, *left_finite, *right_shift, *right_finite;
   int8_t* left_digits[3];   // hi, lo, hi + lo
@@ -303,6 +334,7 @@ struct BatchLayout {
     gram = fast ? nullptr : k.take<float>(nb * r * r);
     workspace = k.take<char>(kLtWorkspaceBytes);
     if (fast) {
+      diag_a = diag_b = nullptr;
       xh = k.take<uint16_t>(nb * r * c);
       xh_next = k.take<uint16_t>(nb * r * c);
       gramh = k.take<uint16_t>(nb * r * r);
@@ -311,6 +343,8 @@ struct BatchLayout {
       for (int d = 0; d < 3; ++d) left_digits[d] = right_digits[d] = nullptr, sums[d] = nullptr;
     } else {
       xh = xh_next = gramh = gram2h = nullptr;
+      diag_a = k.take<float>(nb * r);
+      diag_b = k.take<float>(nb * r);
       left_shift = k.take<int>(nb * c);
       left_finite = k.take<int>(nb * c);
       right_shift = k.take<int>(nb * r);
@@ -344,13 +378,19 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
   const Entries one{nullptr, transposed};
   launch_normalise(u, one, 1, r, c, s.eps, l.partials, l.denom, l.x, stream, skip);
   for (int step = 0; step < steps; ++step) {
-    matmul_launch({l.x, c, 1}, {l.x, 1, c}, l.gram, r, c, r, l.matmul, stream, skip, ExactKernel::kAuto);      // A = X X^T
-    matmul_launch({l.gram, r, 1}, {l.gram, r, 1}, l.gram2, r, r, r, l.matmul, stream, skip, ExactKernel::kAuto);  // P = A A
-    polynomial_kernel<<<grid_of(r * r, kElementThreads), kElementThreads, 0, stream>>>(l.gram, l.gram2, r * r, s.b,
-                                                                                        s.c, skip);
+    // A = X X^T.
+    matmul_launch({l.x, c, 1}, {l.x, 1, c}, l.gram, r, c, r, l.matmul, stream, skip, ExactKernel::kAuto);
+    // P' = O O, O = A with a zero diagonal (both operands); then B = (b*A) + (c*P) into gram2.
+    matmul_launch({l.gram, r, 1}, {l.gram, r, 1}, l.gram2, r, r, r, l.matmul, stream, skip, ExactKernel::kAuto, true,
+                  true);
+    split_polynomial_kernel<<<grid_of(r * r, kElementThreads), kElementThreads, 0, stream>>>(l.gram, l.gram2, r, s.b,
+                                                                                              s.c, skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz polynomial");
-    matmul_launch({l.gram, r, 1}, {l.x, c, 1}, l.q, r, r, c, l.matmul, stream, skip, ExactKernel::kAuto);      // Q = B X
-    update_x_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(l.x, l.q, r * c, s.a, skip);
+    // Q' = O_B X, O_B = B with a zero diagonal (the left operand); then X = (a*X) + Q.
+    matmul_launch({l.gram2, r, 1}, {l.x, c, 1}, l.q, r, r, c, l.matmul, stream, skip, ExactKernel::kAuto, true,
+                  false);
+    split_update_kernel<<<grid_of(r * c, kElementThreads), kElementThreads, 0, stream>>>(l.x, l.q, l.gram2, r, c, s.a,
+                                                                                          skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz update");
   }
   launch_store(l.x, one, 1, r, c, out, stream, skip);
@@ -393,10 +433,10 @@ NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchul
                              {r, r, ri, ri * ri}, batch, &why);  // A = X X^T from X's row digits
       if (gram_) {
         square_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, r, kpr, ri * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
-                                 {r, r, ri, ri * ri}, batch, &why);  // P = A A (A symmetric: its row digits)
+                                 {r, r, ri, ri * ri}, batch, &why);  // P' = O O (O symmetric: its row digits)
       }
       if (square_) {
-        // Q^T (c x r) = X^T B^T from X's column digits and B's row digits: row-major Q.
+        // Q'^T (c x r) = X^T O_B^T from X's column digits and O_B's row digits: row-major Q'.
         apply_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, c, kpr, ci * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
                                 {c, r, ci, ri * ci}, batch, &why);
       }
@@ -462,15 +502,16 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
     for (int d = 0; d < 3; ++d) p.enqueue(a[d], b[d], l.sums[d], stream, l.workspace);
   };
   auto combine = [&](auto kernel, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
-                     float* out, const float* k1, const float* k2) {
+                     float* out, const float* k1, const float* k2, const float* diag_in, float* diag_out) {
     kernel<<<grid_of(nb * ni * nj, kElementThreads), kElementThreads, 0, stream>>>(
-        l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, skip);
+        l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
   };
-  const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c}, x_cols{l.x, nb, c, r, 1, c, r * c};
-  const VectorSet gram_rows{l.gram, nb, r, r, r, 1, r * r};
+  const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c, false}, x_cols{l.x, nb, c, r, 1, c, r * c, false};
+  // The rows of A (then of B) with the diagonal taken as 0: the split's O (then O_B).
+  const VectorSet off_rows{l.gram, nb, r, r, r, 1, r * r, true};
   for (int step = 0; step < steps; ++step) {
-    // A = X X^T: both operands are X's rows.
+    // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a.
     mark(phases, "A: scales+digits");
     launch_vector_scales(x_rows, l.right_shift, l.right_finite, stream, skip);
     launch_fixed_point(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
@@ -479,31 +520,33 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
     products(*gram_, l.left_digits, l.left_digits);
     mark(phases, "A: combine");
     combine(combine_kernel<Epilogue::kStore>, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
-            l.gram, nullptr, nullptr);
-    // B = (b*A) + (c*P), P = A A: A is exactly symmetric (S_ij = S_ji, the same two scales), so
-    // its columns are its rows.
+            l.gram, nullptr, nullptr, nullptr, l.diag_a);
+    // B = (b*A) + (c*P), P from P' = O O: A is exactly symmetric (S_ij = S_ji, the same two
+    // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
+    // written over A) and keeps diag(B) in diag_b.
     mark(phases, "B: scales+digits");
-    launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
-    launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
+    launch_vector_scales(off_rows, l.right_shift, l.right_finite, stream, skip);
+    launch_fixed_point(off_rows, kpr, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
                        l.left_digits[2], stream, skip);
     mark(phases, "B: int8 products");
     products(*square_, l.left_digits, l.left_digits);
     mark(phases, "B: combine");
     combine(combine_kernel<Epilogue::kPolynomial>, r, r, l.right_shift, l.right_finite, l.right_shift,
-            l.right_finite, l.gram, s.b, s.c);
-    // X = (a*X) + Q, Q = B X: B's rows (left), X's columns (right).
+            l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
+    // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
+    // B_ii from diag_b.
     mark(phases, "Q: scales+digits");
     launch_vector_scales(x_cols, l.left_shift, l.left_finite, stream, skip);
     launch_fixed_point(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits[0], l.left_digits[1],
                        l.left_digits[2], stream, skip);
-    launch_vector_scales(gram_rows, l.right_shift, l.right_finite, stream, skip);
-    launch_fixed_point(gram_rows, kpr, l.right_shift, l.right_finite, l.right_digits[0], l.right_digits[1],
+    launch_vector_scales(off_rows, l.right_shift, l.right_finite, stream, skip);
+    launch_fixed_point(off_rows, kpr, l.right_shift, l.right_finite, l.right_digits[0], l.right_digits[1],
                        l.right_digits[2], stream, skip);
     mark(phases, "Q: int8 products");
     products(*apply_, l.left_digits, l.right_digits);
     mark(phases, "Q: combine");
     combine(combine_kernel<Epilogue::kUpdate>, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
-            s.a, nullptr);
+            s.a, nullptr, l.diag_b, nullptr);
   }
   mark(phases, "store");
   launch_store(l.x, entries, nb, r, c, u, stream, skip);

@@ -114,7 +114,7 @@ class NewtonSchulzBatch {
   std::vector<NewtonSchulzEntry> entries_;
   NewtonSchulzEntry* device_entries_ = nullptr;
   float* device_constants_ = nullptr;  // 1.0f and 0.0f, the fast products' fixed alpha and beta
-  std::unique_ptr<LtMatmul> gram_, square_, apply_;  // A = X X^T, P = A A (B), Q = B X
+  std::unique_ptr<LtMatmul> gram_, square_, apply_;  // A = X X^T, P (B), Q; exact: P' = O O, Q' = O_B X
   size_t scratch_bytes_ = 0;
 };
 

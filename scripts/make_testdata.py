@@ -528,7 +528,11 @@ def write_safetensors(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-MUON_NS_REL_ERROR = 1e-2  # docs/math.md "Muon: the kind", Against float64 (kMuonNsRelError)
+# docs/math.md "Muon: the kind", Against float64: the bound on the share of a matrix's path that
+# exact mode's Newton-Schulz adds before its diagonal split. The tests now hold the split to
+# kMuonNsRelError = 1e-3; the cases keep 1e-2, since one tolerance for the whole case (the
+# strictest matrix's bound) at 1e-3 would be 3.0e-5, under muon's fc.weight error of 3.14e-5.
+MUON_NS_REL_ERROR = 1e-2
 
 
 def muon_tolerance(w, paths):
@@ -536,8 +540,9 @@ def muon_tolerance(w, paths):
     may take a matrix from the float64 one, MUON_NS_REL_ERROR * path / ||w|| (path: sum over
     applied steps of adjusted lr * ||X||_F), at its strictest over the case's matrices and
     rounded down to two digits, so one number that no matrix's own bound is below. Measured by
-    `renaissance replay` (CPU, exact mode): muon's worst matrix 1.13e-4 (fc.weight) under 3.0e-4,
-    muon_match_rms's 1.19e-4 under 7.3e-4."""
+    `renaissance replay` (CPU, exact mode with the diagonal split): muon's worst matrix 3.14e-5
+    (fc.weight) under 3.0e-4, muon_match_rms's 2.85e-5 under 7.3e-4 (1.13e-4 and 1.19e-4
+    before the split)."""
     bounds = [MUON_NS_REL_ERROR * p / norm(x) for x, p in zip(w, paths) if p > 0.0]
     t = min(bounds)
     exponent = math.floor(math.log10(t)) - 1

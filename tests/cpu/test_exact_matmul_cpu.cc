@@ -7,6 +7,7 @@
 
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -263,8 +264,10 @@ TEST(ExactMatmulCpu, NewtonSchulzEqualsTheReference) {
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   // (rows, cols): wide, tall (transposed), square, C past a block, a single row and column.
-  // 50 x 130 and 140 x 33 have more than one norm tile (4096 elements), the last one short.
-  const size_t shapes[][2] = {{5, 7}, {7, 5}, {16, 40}, {33, 65}, {64, 64}, {1, 1}, {1, 9}, {9, 1}, {50, 130}, {140, 33}};
+  // 50 x 130 and 140 x 33 have more than one norm tile (4096 elements), the last one short;
+  // 180 x 100 gives the split's products O O and O_B X three blocks a side, off the diagonal too.
+  const size_t shapes[][2] = {{5, 7}, {7, 5}, {16, 40}, {33, 65}, {64, 64}, {1, 1}, {1, 9}, {9, 1}, {50, 130}, {140, 33},
+                              {180, 100}};
   std::ostringstream exercised;
   for (const auto& s : shapes) {
     const size_t rows = s[0], cols = s[1];
@@ -293,8 +296,10 @@ TEST(ExactMatmulCpu, NewtonSchulzOtherCoefficientsStepsAndEdgeInputsEqualTheRefe
   std::vector<float> u(rows * cols);
   for (float& v : u) v = nd(rng);
   const math::NewtonSchulzCoefficients odd{2.0f, -1.5f, 0.5f};
-  std::vector<float> zero(rows * cols, 0.0f), with_nan = u, tiny(rows * cols);
+  std::vector<float> zero(rows * cols, 0.0f), with_nan = u, tiny(rows * cols), zero_row = u;
   with_nan[37] = std::numeric_limits<float>::quiet_NaN();
+  // A zero row of X: its row and column of A and of O are zero, its diagonal d_i = 0.
+  std::fill(zero_row.begin() + 3 * cols, zero_row.begin() + 4 * cols, 0.0f);
   for (size_t e = 0; e < tiny.size(); ++e) tiny[e] = std::ldexp(static_cast<float>(e % 5), -140);  // norm below eps
   struct Case {
     const std::vector<float>* u;
@@ -305,7 +310,8 @@ TEST(ExactMatmulCpu, NewtonSchulzOtherCoefficientsStepsAndEdgeInputsEqualTheRefe
   };
   const Case cases[] = {{&u, odd, 3, 1e-7f, "coefficients"}, {&u, {}, 0, 1e-7f, "zero steps"},
                         {&u, {}, 1, 1e-7f, "one step"},      {&zero, {}, 5, 1e-7f, "zero matrix"},
-                        {&with_nan, {}, 2, 1e-7f, "nan"},    {&tiny, {}, 5, 1e-3f, "norm below eps"}};
+                        {&with_nan, {}, 2, 1e-7f, "nan"},    {&tiny, {}, 5, 1e-3f, "norm below eps"},
+                        {&zero_row, {}, 5, 1e-7f, "a zero row"}};
   for (const Case& c : cases) {
     std::vector<float> want(rows * cols), got(rows * cols);
     ASSERT_TRUE(math::newton_schulz_reference(c.u->data(), rows, cols, want.data(), c.coeff, c.steps, c.eps));

@@ -31,8 +31,9 @@ namespace {
 // The bounds of fast mode against float64 (docs/math.md, "Muon: fast mode"), measured on the
 // shapes below: relative L2 distance 4.8e-7 to 1.7e-6, largest element error 2e-7 to 8e-7 (the
 // elements are O(0.1-1)); the bounds keep a margin of about 6. fp32 products carry 24 bits
-// against the exact products' 13-14, so fast mode is about three orders closer to float64 than
-// exact mode's 0.16-0.66 % on the same inputs.
+// against the exact products' 13-14, so fast mode is 160-530x closer to float64 than exact mode
+// (0.007-0.047 % on the same inputs, with its diagonal split); the tests ask for 20x.
+constexpr double kFastCloserThanExact = 20.0;
 constexpr double kFastRelL2 = 1e-5;
 constexpr double kFastMaxAbs = 5e-6;
 
@@ -86,7 +87,7 @@ TEST(NewtonSchulzFastCpu, WithinTheMeasuredBoundOfFloat64AndCloserThanExactMode)
     EXPECT_LE(abs, kFastMaxAbs);
     // fp32 products: far closer to float64 than the fixed-point ones (a fast mode that ran the
     // exact products, or lost bits in a product, would not be).
-    EXPECT_LT(rel * 100, rel_exact);
+    EXPECT_LT(rel * kFastCloserThanExact, rel_exact);
     worst_rel = std::max(worst_rel, rel);
     worst_abs = std::max(worst_abs, abs);
   }
@@ -123,7 +124,7 @@ TEST(NewtonSchulzFastCpu, EveryCopyOfTheProductIsWithinTheBoundAndDispatchedByTh
                 hwy::TargetName(target), copy.c_str(), rel, abs);
     EXPECT_LE(rel, kFastRelL2);
     EXPECT_LE(abs, kFastMaxAbs);
-    EXPECT_LT(rel * 100, rel_exact);
+    EXPECT_LT(rel * kFastCloserThanExact, rel_exact);
     if (by_copy.count(copy) != 0) {
       EXPECT_TRUE(testing_util::same_bits(got, by_copy[copy]));  // one copy, one set of bits
     }

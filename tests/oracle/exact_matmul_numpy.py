@@ -2,8 +2,9 @@
 """An independent oracle of the exact matrix product and exact Newton-Schulz (docs/math.md, "Muon:
 the exact matrix product" and "Muon: Newton-Schulz in exact mode"), written apart from the C++:
 scales from numpy's frexp, q from np.rint (half to even), the integer products by numpy's int64
-matmul, the canonical norm order and the fp32 element-wise steps in numpy. Runs the CPU kernels
-through exact_matmul_tool and compares every result bit for bit.
+matmul, the canonical norm order, Newton-Schulz's diagonal split (A A and B X as the exact product
+of the off-diagonal part plus the diagonal's share in fp32) and the fp32 element-wise steps in
+numpy. Runs the CPU kernels through exact_matmul_tool and compares every result bit for bit.
 
     exact_matmul_numpy.py PATH/TO/exact_matmul_tool
 """
@@ -71,11 +72,26 @@ def oracle_ns(u, steps, coeff=("3.4445", "-4.7750", "2.0315"), eps=np.float32(1e
     x = (u.T if transposed else u).astype(np.float32).copy()
     norm = np.float32(np.sqrt(canonical_sum_of_squares(u)))
     x = (x / (norm if norm > eps else eps)).astype(np.float32)
+    r = x.shape[0]
+    diag = np.arange(r)
+
+    def split(m):
+        """m's diagonal and m with a zero diagonal (zero even where the diagonal is not finite)."""
+        off = m.copy()
+        off[diag, diag] = np.float32(0.0)
+        return m[diag, diag].copy(), off
+
     for _ in range(steps):
         gram = oracle_matmul(x, x.T)
-        gram2 = oracle_matmul(gram, gram)
+        # A A through the diagonal split: the exact product of the off-diagonal part, the
+        # diagonal's share added in fp32, one rounding per bracket.
+        d, off = split(gram)
+        gram2 = (oracle_matmul(off, off) + d[:, None] * off) + off * d[None, :]
+        gram2[diag, diag] = gram2[diag, diag] + d * d
         poly = (b * gram) + (c * gram2)
-        q = oracle_matmul(poly, x)
+        # B X the same way: the exact product of B's off-diagonal part, B's diagonal times X in fp32.
+        e, off_b = split(poly)
+        q = oracle_matmul(off_b, x) + e[:, None] * x
         x = (a * x) + q
     return (x.T if transposed else x).copy()
 
@@ -159,10 +175,17 @@ b = np.full((k, 2), big, dtype=np.float32)
 b[(np.arange(k) // 37) % 2 == 1, 1] = -big
 run_matmul("worst-case digits", a, b)
 
-for rows, cols in [(5, 7), (7, 5), (16, 40), (33, 65), (1, 9)]:
+for rows, cols in [(5, 7), (7, 5), (16, 40), (33, 65), (1, 9), (9, 1), (1, 1), (60, 150), (130, 50)]:
     run_ns("random", (rng.standard_normal((rows, cols)) * 0.01).astype(np.float32), 5)
 run_ns("one step", rng.standard_normal((12, 20)).astype(np.float32), 1)
 run_ns("zero matrix", np.zeros((4, 6), dtype=np.float32), 5)
+u = rng.standard_normal((6, 11)).astype(np.float32)
+u[2, 3] = np.nan
+run_ns("a NaN", u, 2)
+u = rng.standard_normal((8, 24)).astype(np.float32)
+u[:, 5] = 0.0
+u[3, :] = 0.0
+run_ns("a zero row and column", u, 5)
 
 print(f"{failures} failure(s)")
 sys.exit(1 if failures else 0)

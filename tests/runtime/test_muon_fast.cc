@@ -26,7 +26,7 @@ namespace {
 // orthogonalisation may add to its error beyond the element-wise bound (3x an honest float32
 // run's error, whose Newton–Schulz is float64): measured 0 on this layout (the test prints it:
 // fast mode's products stay inside the element-wise bound), where exact mode's products need up
-// to 3.5e-3 (its bound kMuonNsRelError = 1e-2). 2e-5 is a fast Newton–Schulz's relative error
+// to 6.1e-4 (its bound kMuonNsRelError = 1e-3). 2e-5 is a fast Newton–Schulz's relative error
 // (at most 1.7e-6, tests/cpu/test_newton_schulz_fast_cpu.cc) with a margin of about 10.
 constexpr double kMuonFastNsRelError = 2e-5;
 

@@ -279,9 +279,11 @@ constexpr double kBoundFloor = 1e-7;
 inline double bound_from_f32(double honest_error) { return std::max(kBoundFloor, kBoundFactor * honest_error); }
 
 // Muon's exact-mode Newton–Schulz against the float64 iteration: the relative Frobenius distance
-// of the orthogonalised update X (docs/math.md, "Muon"), as a bound on the part of a weight's
-// error that its steps' lr_adj·X add (test_oracle.cc, conformance/runner.cc).
-constexpr double kMuonNsRelError = 1e-2;
+// of the orthogonalised update X (docs/math.md, "Muon: Newton–Schulz in exact mode": at most
+// 0.05 % measured with the diagonal split), as a bound on the part of a weight's error that its
+// steps' lr_adj·X add (test_oracle.cc, conformance/runner.cc; measured there up to 6.1e-4 of the
+// path, 3.5e-3 without the split).
+constexpr double kMuonNsRelError = 1e-3;
 
 }  // namespace oracle
 }  // namespace renaissance

@@ -159,7 +159,7 @@ inline constexpr KindInfo kKindTable[] = {
     // group's exp_avg), V the aux group's exp_avg_sq (allocated but unused in the weight group),
     // N each matrix's adjusted lr. Traffic counts the element-wise passes only (the momentum pass
     // reads g, m and writes m, U: 16 B; the update reads w, U and writes w: 12 B), not the
-    // Newton–Schulz products. The drift runs leave muon out (audit/matrix.cc).
+    // Newton–Schulz products. drift_lr: the conformance drift run (audit/matrix.cc).
     {OptimizerKind::kMuon, "muon", "Muon: Newton-Schulz orthogonalised momentum (exact), aux AdamW on bias-like",
      KindFamily::kMuon, true, true, TorchM::kMomentumBufferInWeightGroup, NormPass::kMuonOrthogonalize, true, false, false,
      RangeOp::UPDATE_MUON, RangeOp::UPDATE_ADAMW, 28.0,
