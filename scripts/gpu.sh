@@ -297,7 +297,8 @@ phase_python() {
   [ ${#files[@]} -eq 0 ] && files=("$ROOT/tests/python")
   echo "== pytest ${files[*]#"$ROOT/"}"
   # shellcheck disable=SC2086  # PYTEST_ARGS is a list of arguments
-  "$PY" -m pytest -q -rs "${files[@]}" ${PYTEST_ARGS:-} 2>&1 | tee "$PYBUILD/gpu-pytest-output.txt"
+  # --durations: the slowest tests by name, so a cut run still says where its time went.
+  "$PY" -m pytest -q -rs --durations=25 "${files[@]}" ${PYTEST_ARGS:-} 2>&1 | tee "$PYBUILD/gpu-pytest-output.txt"
   rc=$?
   local summary
   summary=$(grep -E '(passed|failed|error|skipped)' "$PYBUILD/gpu-pytest-output.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
@@ -887,6 +888,8 @@ for spec in "$@"; do
   args=()
   [[ "$spec" == *:* ]] && IFS=',' read -ra args <<< "${spec#*:}"
   log=$(echo "$spec" | tr ':,/' '---')
+  # A long ARG list (many test files) would make a file name past the file system's 255 bytes.
+  [ ${#log} -gt 80 ] && log="$name-$(echo "$spec" | md5sum | cut -c1-8)"
   limit_var=TIMEOUT_${name^^}
   limit=${!limit_var:-${DEFAULT_LIMIT[$name]}}
   needs_build=1
