@@ -11,15 +11,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "backend_cpu/exact_matmul_cpu.h"
+#include "renaissance/math/precision.h"
 
 namespace {
 
@@ -50,13 +49,7 @@ Mat newton_schulz_f64(Mat x) {
 }
 
 double bf16(double v) {
-  const float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
+  return renaissance::math::bf16_to_f32(renaissance::math::f32_to_bf16_rne(static_cast<float>(v)));
 }
 Mat bf16(const Mat& m) { return m.unaryExpr([](double v) { return bf16(v); }); }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "renaissance/math/newton_schulz.h"
+#include "renaissance/math/precision.h"
 
 namespace renaissance {
 namespace {
@@ -55,13 +56,7 @@ Mat newton_schulz_f64(const std::vector<float>& u, size_t rows, size_t cols) {
 
 // x rounded to bf16 (nearest, ties to even) and back, as torch stores each bf16 result.
 double bf16(double v) {
-  const float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
+  return renaissance::math::bf16_to_f32(renaissance::math::f32_to_bf16_rne(static_cast<float>(v)));
 }
 Mat bf16(const Mat& m) { return m.unaryExpr([](double v) { return bf16(v); }); }
 
