@@ -36,7 +36,8 @@ struct Golden {
   nlohmann::json machine;  // as recorded
   std::map<std::string, GoldenCell> cells;
 
-  // One line naming the recording machine, e.g. "NVIDIA H200, driver 550.54, CUDA 12.4, 2025-01-02".
+  // One line naming the recording machine and time, e.g. "NVIDIA H200, driver 580.159.04, CUDA
+  // runtime 13.0, recorded " followed by the recording's UTC time as the file stores it.
   std::string machine_line() const {
     auto field = [&](const char* key) {
       return machine.contains(key) && machine[key].is_string() ? machine[key].get<std::string>() : std::string("?");
