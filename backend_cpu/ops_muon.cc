@@ -48,6 +48,8 @@ void MuonUpdate(const TileArgs& a) { UpdateTiles<MuonRule>(a); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
+
 #include "backend_cpu/cpu_ops.h"
 #include "backend_cpu/exact_matmul_cpu.h"
 #include "backend_cpu/newton_schulz_fast_cpu.h"
@@ -82,8 +84,21 @@ void run_MUON_MOMENTUM(const CpuContext& ctx, const GraphNode& node) {
   run_elementwise(ctx, pass, &HWY_DYNAMIC_DISPATCH(MuonMomentum));
 }
 
+// A matrix whose Newton–Schulz products take fewer multiply-adds than this (r² c each, r and c its
+// short and long side) runs on one thread: a team's wake-up and join cost more than the team
+// saves there, many times per step (about nine parallel regions per Newton–Schulz step).
+constexpr uint64_t kMuonSmallMatrixWork = uint64_t{1} << 21;
+
+bool is_small_matrix(const MuonMatrix& mat) {
+  const uint64_t r = static_cast<uint64_t>(std::min(mat.rows, mat.cols));
+  const uint64_t c = static_cast<uint64_t>(std::max(mat.rows, mat.cols));
+  return r * r * c < kMuonSmallMatrixWork;
+}
+
 // Each matrix of U with its tensor's scalar block (H > 1: tensor_blocks; a masked tensor is
-// skipped, its U and N unused); N[t] = its adjusted lr.
+// skipped, its U and N unused); N[t] = its adjusted lr. The small matrices run one per thread,
+// side by side; the others one after another, each on the whole team (the products are parallel
+// inside). A matrix's result does not depend on its thread count, so neither does the step.
 void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
   if (ctx.step_skipped()) return;
   const MuonMatrix* matrices = ctx.at<MuonMatrix>(node.muon.matrices);
@@ -91,25 +106,34 @@ void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
   float* n = ctx.at<float>(node.span(Family::kN));
   const int32_t* blocks = node.work.tensor_blocks.count ? ctx.at<int32_t>(node.work.tensor_blocks) : nullptr;
   const int32_t* mask = tensor_mask(ctx, node);
-  const uint64_t count = node.muon.matrices.count;
-  // One matrix after another, each on the whole thread team (the products are parallel inside).
-  for (uint64_t t = 0; t < count; ++t) {
+  const int64_t count = static_cast<int64_t>(node.muon.matrices.count);
+  // false: the matrix is longer than the exact product's limit (thrown after the parallel loop).
+  auto orthogonalize = [&](int64_t t, int threads) {
     const MuonMatrix& mat = matrices[t];
     const int32_t block = blocks ? blocks[t] : 0;
-    if (block_masked(mask, block)) continue;
+    if (block_masked(mask, block)) return true;
     const float* s = scalar_block(ctx, block);
-    if (mat.rows > 0 && mat.cols > 0) {
-      math::NewtonSchulzCoefficients coeff;
-      coeff.a = s[kNsA];
-      coeff.b = s[kNsB];
-      coeff.c = s[kNsC];
-      if (!orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
-                                static_cast<int>(s[kNsSteps]), s[kNsEps], ctx.threads, node.muon.mode)) {
-        throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
-      }
-    }
     n[t] = math::muon_adjusted_lr(s[kLr], mat.adjust);
+    if (mat.rows == 0 || mat.cols == 0) return true;
+    math::NewtonSchulzCoefficients coeff;
+    coeff.a = s[kNsA];
+    coeff.b = s[kNsB];
+    coeff.c = s[kNsC];
+    return orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
+                                static_cast<int>(s[kNsSteps]), s[kNsEps], threads, node.muon.mode);
+  };
+  int64_t small = 0;
+  for (int64_t t = 0; t < count; ++t) small += is_small_matrix(matrices[t]) ? 1 : 0;
+  bool ok = true;
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctx.threads, small)));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team) reduction(&& : ok)
+  for (int64_t t = 0; t < count; ++t) {
+    if (is_small_matrix(matrices[t])) ok = orthogonalize(t, 1) && ok;
   }
+  for (int64_t t = 0; t < count; ++t) {
+    if (!is_small_matrix(matrices[t])) ok = orthogonalize(t, ctx.threads) && ok;
+  }
+  if (!ok) throw_invalid("MUON_ORTHOGONALIZE: a matrix is longer than the exact product's limit");
 }
 
 // TileArgs::state = {U}, as MuonRule::operands reads it.

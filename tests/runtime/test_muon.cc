@@ -74,14 +74,17 @@ TEST(Muon, RegionsAndMatrixTableArePlannedForMuonOnlyAfterEveryOtherRegion) {
 float lerp(float a, float b, float w) { return (w < 0.5f && w > -0.5f) ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
 
 // `aux_wd`: the auxiliary AdamW's decoupled weight decay; `mark`: the tall fc_weight is marked
-// ParamOptimizer::kAdamW, so the auxiliary AdamW steps it instead of Muon.
-void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust, double aux_wd = 0.0, bool mark = false) {
-  std::vector<ParamSpec> params = muon_params();
+// ParamOptimizer::kAdamW, so the auxiliary AdamW steps it instead of Muon; `threads` > 0: the CPU
+// backend's thread count.
+void expect_steps_are_the_formulas(double momentum, bool nesterov, int adjust, double aux_wd = 0.0, bool mark = false,
+                                   std::vector<ParamSpec> params = muon_params(), int threads = 0) {
   if (mark) params[2].optimizer = ParamOptimizer::kAdamW;
   OptimizerConfig config = Muon().lr(0.02).weight_decay(0.05).momentum(momentum).nesterov(nesterov)
                                .adjust_lr(static_cast<MuonAdjustLr>(adjust)).aux_lr(0.003).aux_weight_decay(aux_wd)
                                .ns_steps(4).config();
-  Task task(params, testing_util::cpu_task_options());
+  TaskOptions options = testing_util::cpu_task_options();
+  if (threads > 0) options.backend_options.threads = threads;
+  Task task(params, options);
   task.optimizer(config);
   task.compile();
   std::vector<std::vector<float>> w = testing_util::make_weights(params, 5), m(params.size());
@@ -154,6 +157,18 @@ TEST(Muon, StepsAreTheFormulasBitForBitAuxWeightDecay) { expect_steps_are_the_fo
 TEST(Muon, StepsAreTheFormulasBitForBitMarkedAdamW) { expect_steps_are_the_formulas(0.95, true, 0, 0.0, true); }
 TEST(Muon, StepsAreTheFormulasBitForBitMarkedAdamWWithAuxWeightDecay) {
   expect_steps_are_the_formulas(0.95, false, 1, 0.25, true);
+}
+
+// Matrices on both sides of the CPU backend's small-matrix bound, 2^21 multiply-adds per product
+// (r² c; below it a matrix runs on one thread, beside the other small ones; from it on the whole
+// team): 127 x 130 (2,096,770) and 128 x 128 (2,097,152), with the small ones of muon_params, on
+// 7 threads. Every matrix must still be the reference's, whichever way it ran.
+TEST(Muon, StepsAreTheFormulasWithMatricesOnBothSidesOfTheSmallBoundOnSevenThreads) {
+  std::vector<ParamSpec> params = muon_params();
+  params.push_back({"below", {127, 130}, Role::kDeepConv});
+  params.push_back({"square", {128, 128}, Role::kDeepConv});
+  params.push_back({"wide", {3, 11}, Role::kDeepConv});
+  expect_steps_are_the_formulas(0.95, true, 0, 0.0, false, params, 7);
 }
 
 // A muon plan places a weight-role tensor marked "adamw" in the bias-like group (as an fc_bias):
