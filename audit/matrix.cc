@@ -480,28 +480,26 @@ std::vector<Cell> cells(Tier tier) {
         }
         append_feature_cells(tier, kind, layout, modes, &pattern, &out);
       }
-    } else if (kind == OptimizerKind::kMuon && tier == Tier::kBig) {
-      // Muon's big cells (see the top of the file), resnet50 only, in exact mode (the default).
-      Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);
-      r.oracle_stride = 4;
-      r.backend_gradients = true;
-      out.push_back(r);
-      Cell b = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, false, 65536.0, 1);
-      b.oracle_stride = 4;
-      b.backend_gradients = true;
-      b.precision = {Precision::kBf16, Rounding::kStochastic, kSyntheticSeed};
-      b.config.max_grad_norm = kClipIdle;
-      b.config.validate();
-      b.name += ".bf16.stochastic.clip_idle";
-      out.push_back(b);
     } else if (tier == Tier::kBig) {
       Cell r = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, true, 65536.0, 3);
       r.oracle_stride = 4;
       r.backend_gradients = true;
       out.push_back(r);
-      Cell b = make_cell(tier, kind, "bert_base", true,
-                         kind_info(kind).allows_l2 ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled, false, 16777216.0, 1);
-      b.oracle_stride = 8;
+      Cell b;
+      if (kind == OptimizerKind::kMuon) {
+        // Muon's second big cell is on resnet50 too (see the top of the file): exact mode, a bf16
+        // stochastic model copy through the clipping graph at clip_idle.
+        b = make_cell(tier, kind, "resnet50", true, WeightDecayMode::kDecoupled, false, 65536.0, 1);
+        b.oracle_stride = 4;
+        b.precision = {Precision::kBf16, Rounding::kStochastic, kSyntheticSeed};
+        b.config.max_grad_norm = kClipIdle;
+        b.config.validate();
+        b.name += ".bf16.stochastic.clip_idle";
+      } else {
+        b = make_cell(tier, kind, "bert_base", true,
+                      kind_info(kind).allows_l2 ? WeightDecayMode::kL2 : WeightDecayMode::kDecoupled, false, 16777216.0, 1);
+        b.oracle_stride = 8;
+      }
       b.backend_gradients = true;
       out.push_back(b);
     } else {

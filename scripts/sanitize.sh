@@ -20,10 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-sanitize}"
 jobs="${SANITIZE_JOBS:-$(nproc)}"
-# ctest runs as many tests at once as there are cores and each opens OpenMP teams of its own, so
-# the machine is oversubscribed; OpenMP's default spinning waits then hold a core while the
-# thread they wait for cannot run (a Muon test with many small parallel regions: 44 s instead of
-# 3 s on 2 cores). Passive waits sleep instead; the bits do not depend on it.
+# OpenMP's passive waits under ctest's oversubscription, as scripts/test.sh says why.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 # -O1 keeps the suite fast enough and the stacks readable; -fno-sanitize-recover makes every

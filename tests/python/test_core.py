@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import renaissance
+from renaissance import _core
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAY_DIR = ROOT / "testdata" / "replay"
@@ -117,6 +118,18 @@ def test_adamw_matches_a_float64_reference():
         assert rel_l2 < 1e-6 and rel_max < 1e-6, f"{name}: relative error {rel_l2:.3e} (L2), {rel_max:.3e} (max)"
         # the reference really moved the weights (a no-op optimizer would fail above)
         assert np.max(np.abs(w - weights()[i])) > 1e-3
+
+
+def test_replay_helpers_take_a_task_and_say_so_otherwise():
+    # The Recorder's helpers (replay_bindings.cc) reach the Task through its Python object: a
+    # wrong object is a TypeError naming its type, never a C++ cast error.
+    t = make_task(1)
+    run_steps(t, 0, 1)
+    np.testing.assert_array_equal(_core._task_read(t, "W", 0), t.get_weight(0))
+    for call in (lambda: _core._task_read(3, "W", 0), lambda: _core._task_families("x"),
+                 lambda: _core._task_config([])):
+        with pytest.raises(TypeError, match="expected a renaissance._core.Task, got (int|str|list)"):
+            call()
 
 
 def test_bad_inputs_raise_and_change_nothing(tmp_path):
