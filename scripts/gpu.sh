@@ -296,10 +296,16 @@ phase_python() {
   for f in "$@"; do files+=("$ROOT/tests/python/$f"); done
   [ ${#files[@]} -eq 0 ] && files=("$ROOT/tests/python")
   echo "== pytest ${files[*]#"$ROOT/"}"
+  # pytest gets SIGINT 60 s before the phase's limit (PHASE_LIMIT, from the parent): a cut run
+  # still prints its counts and --durations (the slowest tests by name, where the time went);
+  # one file per line with its dots (no -q) says how far it came.
+  local left=$(( ${PHASE_LIMIT:-540} - (SECONDS - t0) - 60 ))
+  [ "$left" -lt 30 ] && left=30
   # shellcheck disable=SC2086  # PYTEST_ARGS is a list of arguments
-  # --durations: the slowest tests by name, so a cut run still says where its time went.
-  "$PY" -m pytest -q -rs --durations=25 "${files[@]}" ${PYTEST_ARGS:-} 2>&1 | tee "$PYBUILD/gpu-pytest-output.txt"
+  timeout -s INT -k 20 "$left" "$PY" -m pytest -rs -p no:cacheprovider --durations=25 "${files[@]}" ${PYTEST_ARGS:-} 2>&1 |
+    tee "$PYBUILD/gpu-pytest-output.txt"
   rc=$?
+  [ "$rc" -eq 124 ] && echo "== pytest cut after $left s (SIGINT): the counts above are of the tests that ran"
   local summary
   summary=$(grep -E '(passed|failed|error|skipped)' "$PYBUILD/gpu-pytest-output.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
   if [ $# -eq 0 ] && [ "${PYTHON_CUDA:-ON}" = ON ]; then
@@ -905,7 +911,8 @@ for spec in "$@"; do
   rm -f "$RESULT_FILE"
   t0=$SECONDS
   # timeout signals the phase's whole process group: ninja, pytest and mpirun stop with it.
-  RESULT_FILE=$RESULT_FILE timeout -k 15 "$limit" bash "$SELF" --phase "$name" "${args[@]}" > "$OUT/$log.log" 2>&1
+  RESULT_FILE=$RESULT_FILE PHASE_LIMIT=$limit timeout -k 15 "$limit" bash "$SELF" --phase "$name" "${args[@]}" \
+    > "$OUT/$log.log" 2>&1
   rc=$?
   secs=$((SECONDS - t0))
   res=$(cat "$RESULT_FILE" 2>/dev/null)
