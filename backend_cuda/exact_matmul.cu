@@ -29,6 +29,14 @@ namespace {
 
 constexpr int kScaleThreads = 256;
 constexpr int kElementThreads = 256;
+// Sets with inner != 1 (columns of a row-major matrix): a block of kColVectors x kColRows threads
+// takes kColVectors adjacent vectors, lane = vector, so that a warp reads one position of 32
+// vectors (adjacent floats when outer == 1); the digits go through a shared tile of kColP
+// positions per vector and leave as one warp per vector, four digits per lane and 32-bit store.
+constexpr int kColVectors = 32;
+constexpr int kColRows = 8;
+constexpr int kColP = 4 * kColVectors;
+static_assert(kPadK % 4 == 0 && kColP % 4 == 0, "a tile's positions are whole 32-bit words of digits");
 // The integer-unit product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
 // threads (each thread kTile/kTileThreads squared elements), k in chunks of kChunk.
 constexpr int kTile = 64;
@@ -53,7 +61,9 @@ static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps"
 // Vector g of nb * count vectors (matrix g / count of the set, its vector v = g % count): element p
 // at base[(g / count) * mstride + v * outer + p * inner], a row of A (outer = row stride, inner =
 // column stride) or a column of B (outer = column stride, inner = row stride). Writes its shift and
-// whether it is finite at g. With set.zero_diagonal its element p = v counts as +0.0f.
+// whether it is finite at g. With set.zero_diagonal its element p = v counts as +0.0f. One block
+// per vector, its threads adjacent positions: for sets with inner == 1 (column_scales_kernel
+// takes the others).
 __global__ void __launch_bounds__(kScaleThreads)
     vector_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
   if (skip_now(skip)) return;
@@ -87,13 +97,67 @@ __global__ void __launch_bounds__(kScaleThreads)
   }
 }
 
-// The digits of the fixed point of vector g's element p (VectorSet indexing) at
-// hi/lo[g * kp + p] (0 for p >= len, the padding, for a non-finite vector, as the reference: its
-// results are NaN whatever q holds, and for p = v with set.zero_diagonal): lo = ((q + 64) mod 128)
-// - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact), and with `sum` non-null also hi + lo
-// in [-128, 127] (an int8: the middle digit product of the three-product form,
-// exact_matmul_internal.cuh). The walk follows whichever side is contiguous (reads when inner == 1,
-// else the vectors).
+// vector_scales_kernel for a set with inner != 1: tiles of kColVectors vectors of one matrix, the
+// thread (x, y) takes vector x of the tile at positions y, y + kColRows, ... (a warp reads one
+// position of adjacent vectors), then row y = 0 merges the kColRows partial maxima and flags of
+// its vector. The elements, the +0.0f of a zero diagonal and the non-finite test are
+// vector_scales_kernel's; a max and an "or" are exact in any order, so the shift and the flag are
+// the same.
+__global__ void __launch_bounds__(kColVectors* kColRows)
+    column_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  __shared__ float amax[kColRows][kColVectors];
+  __shared__ int bad[kColRows][kColVectors];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const size_t tiles_v = (set.count + kColVectors - 1) / kColVectors;
+  for (size_t t = blockIdx.x; t < set.nb * tiles_v; t += gridDim.x) {
+    const size_t m = t / tiles_v, v = (t % tiles_v) * kColVectors + tx;
+    float mx = 0.0f;
+    int nonfinite = 0;
+    if (v < set.count) {
+      const float* vector = set.base + m * set.mstride + v * set.outer;
+      for (size_t p = ty; p < set.len; p += kColRows) {
+        const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
+        if (!isfinite(x)) nonfinite = 1;
+        else if (x > mx) mx = x;
+      }
+    }
+    amax[ty][tx] = mx;
+    bad[ty][tx] = nonfinite;
+    __syncthreads();
+    if (ty == 0 && v < set.count) {
+      for (int y = 1; y < kColRows; ++y) {
+        mx = fmaxf(mx, amax[y][tx]);  // a max of finite non-negative floats: exact in any order
+        nonfinite |= bad[y][tx];
+      }
+      const size_t g = m * set.count + v;
+      finite[g] = !nonfinite;
+      shift[g] = nonfinite ? 0 : math::fixed_point_shift(mx);
+    }
+    __syncthreads();  // amax/bad are rewritten by the next tile
+  }
+}
+
+// The digits of one element's fixed point q: lo = ((q + 64) mod 128) - 64 in [-64, 63],
+// hi = (q - lo) / 128 in [-64, 64] (exact), and hi + lo in [-128, 127] (an int8: the middle digit
+// product of the three-product form, exact_matmul_internal.cuh). q is 0 for p >= len (the
+// padding), for a non-finite vector (as the reference: its results are NaN whatever q holds) and
+// for p = v with set.zero_diagonal.
+struct ElementDigits {
+  int8_t hi, lo, sum;
+};
+__device__ __forceinline__ ElementDigits element_digits(const VectorSet& set, const float* vector, size_t v, size_t p,
+                                                        bool vector_finite, int shift) {
+  const bool zero = p >= set.len || !vector_finite || (set.zero_diagonal && p == v);
+  const int32_t q = zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift);
+  const int32_t l = ((q + 64) & 127) - 64;
+  const int32_t h = (q - l) / 128;
+  return {static_cast<int8_t>(h), static_cast<int8_t>(l), static_cast<int8_t>(h + l)};
+}
+
+// The digits of vector g's element p (VectorSet indexing) at hi/lo[g * kp + p], and with `sum`
+// non-null hi + lo at sum[g * kp + p], for a set with inner == 1: one thread per element, adjacent
+// threads adjacent positions of one vector (contiguous reads and writes).
 __global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
                                    int8_t* lo, int8_t* sum, SkipFlags skip) {
   if (skip_now(skip)) return;
@@ -102,23 +166,66 @@ __global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* sh
   for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t m = e / per_matrix, f = e % per_matrix;
-    size_t v, p;
-    if (set.inner == 1) {
-      v = f / kp;
-      p = f % kp;
-    } else {
-      p = f / set.count;
-      v = f % set.count;
-    }
+    const size_t v = f / kp, p = f % kp;
     const size_t g = m * set.count + v;
-    const bool zero = p >= set.len || !finite[g] || (set.zero_diagonal && p == v);
-    const int32_t q =
-        zero ? 0 : math::to_fixed_point(set.base[m * set.mstride + v * set.outer + p * set.inner], shift[g]);
-    const int32_t l = ((q + 64) & 127) - 64;
-    const int32_t h = (q - l) / 128;
-    hi[g * kp + p] = static_cast<int8_t>(h);
-    lo[g * kp + p] = static_cast<int8_t>(l);
-    if (sum != nullptr) sum[g * kp + p] = static_cast<int8_t>(h + l);
+    const ElementDigits d =
+        element_digits(set, set.base + m * set.mstride + v * set.outer, v, p, finite[g] != 0, shift[g]);
+    hi[g * kp + p] = d.hi;
+    lo[g * kp + p] = d.lo;
+    if (sum != nullptr) sum[g * kp + p] = d.sum;
+  }
+}
+
+// fixed_point_kernel for a set with inner != 1, through a shared tile of kColVectors vectors x
+// kColP positions of one matrix: the thread (x, y) converts vector x of the tile at positions
+// y, y + kColRows, ... (a warp reads one position of adjacent vectors), then warp y writes vectors
+// y, y + kColRows, ... of the tile, lane x positions 4x .. 4x + 3 as one 32-bit word per digit
+// array (a warp's store: 128 contiguous bytes). Each digit is element_digits of its element, as
+// in fixed_point_kernel; only the order of the stores differs. kp - p0 is a multiple of 4 (kp of
+// kPadK), and hi/lo/sum are 4-byte aligned (exact_matmul_internal.cuh), so the words are whole
+// and aligned. A row of the tile is kColP / 4 + 1 words: the byte stores of phase one (32 vectors,
+// one position) and the word loads of phase two (one vector, 32 words) meet 32 different banks.
+__global__ void __launch_bounds__(kColVectors* kColRows)
+    column_fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
+                              int8_t* lo, int8_t* sum, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  constexpr int kWords = kColP / 4 + 1;
+  __shared__ uint32_t tile[3][kColVectors][kWords];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const size_t tiles_v = (set.count + kColVectors - 1) / kColVectors, tiles_p = (kp + kColP - 1) / kColP;
+  const size_t per_matrix = tiles_v * tiles_p;
+  for (size_t t = blockIdx.x; t < set.nb * per_matrix; t += gridDim.x) {
+    const size_t m = t / per_matrix, rest = t % per_matrix;
+    const size_t v0 = (rest / tiles_p) * kColVectors, p0 = (rest % tiles_p) * kColP;
+    const int np = static_cast<int>(kp - p0 < static_cast<size_t>(kColP) ? kp - p0 : kColP);
+    const size_t v = v0 + tx;
+    if (v < set.count) {
+      const size_t g = m * set.count + v;
+      const bool vector_finite = finite[g] != 0;
+      const int s = shift[g];
+      const float* vector = set.base + m * set.mstride + v * set.outer;
+      // The tile's words as bytes (the lower position in the lower byte, as in memory); an int8's
+      // byte is its value mod 256.
+      unsigned char* row_hi = reinterpret_cast<unsigned char*>(tile[0][tx]);
+      unsigned char* row_lo = reinterpret_cast<unsigned char*>(tile[1][tx]);
+      unsigned char* row_sum = reinterpret_cast<unsigned char*>(tile[2][tx]);
+      for (int pl = ty; pl < np; pl += kColRows) {
+        const ElementDigits d = element_digits(set, vector, v, p0 + pl, vector_finite, s);
+        row_hi[pl] = static_cast<unsigned char>(d.hi);
+        row_lo[pl] = static_cast<unsigned char>(d.lo);
+        row_sum[pl] = static_cast<unsigned char>(d.sum);
+      }
+    }
+    __syncthreads();
+    if (4 * tx < np) {
+      for (int vl = ty; vl < kColVectors && v0 + vl < set.count; vl += kColRows) {
+        const size_t at = (m * set.count + v0 + vl) * kp + p0 + 4 * static_cast<size_t>(tx);
+        *reinterpret_cast<uint32_t*>(hi + at) = tile[0][vl][tx];
+        *reinterpret_cast<uint32_t*>(lo + at) = tile[1][vl][tx];
+        if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + at) = tile[2][vl][tx];
+      }
+    }
+    __syncthreads();  // the tile is rewritten by the next one
   }
 }
 
@@ -339,7 +446,12 @@ size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
 
 void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip) {
   if (set.nb * set.count == 0) return;
-  vector_scales_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, shift, finite, skip);
+  if (set.inner != 1) {
+    const size_t tiles = set.nb * ((set.count + kColVectors - 1) / kColVectors);
+    column_scales_kernel<<<grid_of(tiles, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, shift, finite, skip);
+  } else {
+    vector_scales_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, shift, finite, skip);
+  }
   RN_CUDA_CHECK_LAUNCH("exact matmul scales");
 }
 
@@ -347,8 +459,14 @@ void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const
                         int8_t* sum, cudaStream_t stream, SkipFlags skip) {
   const size_t total = set.nb * set.count * kp;
   if (total == 0) return;
-  fixed_point_kernel<<<grid_of(total, kElementThreads), kElementThreads, 0, stream>>>(set, kp, shift, finite, hi, lo,
-                                                                                       sum, skip);
+  if (set.inner != 1) {
+    const size_t tiles = set.nb * ((set.count + kColVectors - 1) / kColVectors) * ((kp + kColP - 1) / kColP);
+    column_fixed_point_kernel<<<grid_of(tiles, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, kp, shift, finite,
+                                                                                               hi, lo, sum, skip);
+  } else {
+    fixed_point_kernel<<<grid_of(total, kElementThreads), kElementThreads, 0, stream>>>(set, kp, shift, finite, hi,
+                                                                                         lo, sum, skip);
+  }
   RN_CUDA_CHECK_LAUNCH("exact matmul fixed point");
 }
 

@@ -40,6 +40,8 @@ void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStr
 
 // Per vector g, its fixed-point values' digits at [g * kp, g * kp + kp) (zero padded past len):
 // hi and lo (q = 128 hi + lo), and with `sum` non-null hi + lo, which fits an int8 ([-128, 127]).
+// kp is a multiple of kPadK and hi, lo, sum are 4-byte aligned (a set with inner != 1 stores its
+// digits four at a time).
 // The three-product form then gets every digit cross term from three int8 products:
 // HH = Σ hi·hi', LL = Σ lo·lo', SS = Σ (hi+lo)(hi'+lo'), and S = 2^14 HH + 2^7 (SS - HH - LL) + LL.
 void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,

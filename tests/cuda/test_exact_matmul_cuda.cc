@@ -2,7 +2,8 @@
 // (renaissance/math/exact_matmul.h), with each product kernel (tensor cores, integer units): the
 // same bits for mixed magnitudes, subnormals, zero and non-finite rows and columns, odd shapes
 // across tile edges, a k above 131071 with every digit at its bound, and a k above 2^19 where a
-// digit sum kept in int32 for the whole k would overflow.
+// digit sum kept in int32 for the whole k would overflow; and through exact_matmul_launch with
+// strided and transposed operand views.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,8 @@
 #include "renaissance/math/exact_matmul.h"
 #include "support/test_util.h"
 #if RENAISSANCE_WITH_CUDA
+#include <cuda_runtime.h>
+
 #include "backend_cuda/exact_matmul.h"
 #endif
 
@@ -104,6 +107,84 @@ TEST(ExactMatmulCuda, DigitSumsLongerThanOneInt32) {
   std::vector<float> c(1);
   cuda::exact_matmul_on_device(a.data(), b.data(), c.data(), 1, k, 1, cuda::ExactKernel::kTensorCores);
   EXPECT_EQ(c[0], 4.0f * static_cast<float>(k));  // 2^26 * k * 2^-24
+#endif
+}
+
+// exact_matmul_launch on operand views (DeviceMatrix strides) equals the reference on the matrices
+// they show: A as the transpose of a stored k x m matrix (its rows have a stride of m between
+// elements) with B's columns spaced 2 apart in rows of a longer stride (both vector sets strided
+// along k, the second with an element stride between vectors), then A's rows in a longer row
+// stride with B as the transpose of a stored n x k matrix (both contiguous along k). The elements
+// between the viewed ones are NaN: a read outside the view would turn results into NaN.
+TEST(ExactMatmulCuda, StridedViewsEqualTheReference) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {33, 7, 130}, {70, 257, 41}, {40, 128, 64}, {5, 300, 3}}) {
+    const size_t m = shape[0], k = shape[1], n = shape[2];
+    std::vector<float> a(m * k), b(k * n);  // the logical row-major operands
+    for (size_t e = 0; e < a.size(); ++e) {
+      const int scale = static_cast<int>(rng() % 170) - 140;
+      a[e] = (e % 11 == 0) ? 0.0f : std::ldexp(nd(rng), scale);
+    }
+    for (size_t e = 0; e < b.size(); ++e) b[e] = (e % 7 == 0) ? 0.0f : nd(rng) * 3.0f;
+    if (m > 2 && k > 1) {
+      for (size_t p = 0; p < k; ++p) a[k + p] = 0.0f;                // a zero row
+      a[2 * k + k / 2] = -std::numeric_limits<float>::infinity();  // a non-finite row
+    }
+    if (n > 2 && k > 1) b[(k - 1) * n + 2] = std::nanf("");  // a non-finite column
+    std::vector<float> expect(m * n);
+    ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), expect.data(), m, k, n));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const size_t lda = k + 5, ldb = 2 * n + 3;
+    std::vector<float> a_t(k * m), a_rows(m * lda, nan), b_spaced(k * ldb, nan), b_t(n * k);
+    for (size_t i = 0; i < m; ++i) {
+      for (size_t p = 0; p < k; ++p) a_t[p * m + i] = a_rows[i * lda + p] = a[i * k + p];
+    }
+    for (size_t p = 0; p < k; ++p) {
+      for (size_t j = 0; j < n; ++j) b_spaced[p * ldb + 2 * j] = b_t[j * k + p] = b[p * n + j];
+    }
+    struct View {
+      const std::vector<float>* a_host;
+      size_t a_row_stride, a_col_stride;
+      const std::vector<float>* b_host;
+      size_t b_row_stride, b_col_stride;
+      const char* what;
+    };
+    for (const View& view : {View{&a_t, 1, m, &b_spaced, ldb, 2, "A transposed, B spaced"},
+                             View{&a_rows, lda, 1, &b_t, 1, k, "A in a longer row stride, B transposed"}}) {
+      float *da = nullptr, *db = nullptr, *dc = nullptr;
+      void* scratch = nullptr;
+      ASSERT_EQ(cudaMalloc(&da, view.a_host->size() * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&db, view.b_host->size() * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dc, m * n * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&scratch, cuda::exact_matmul_scratch_bytes(m, k, n)), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(da, view.a_host->data(), view.a_host->size() * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(db, view.b_host->data(), view.b_host->size() * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      cuda::exact_matmul_launch({da, view.a_row_stride, view.a_col_stride}, {db, view.b_row_stride, view.b_col_stride},
+                                dc, m, k, n, scratch, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got(m * n, -1.0f);
+      ASSERT_EQ(cudaMemcpy(got.data(), dc, m * n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      cudaFree(da);
+      cudaFree(db);
+      cudaFree(dc);
+      cudaFree(scratch);
+      size_t differ = 0;
+      for (size_t e = 0; e < m * n; ++e) {
+        uint32_t x, y;
+        std::memcpy(&x, &expect[e], 4);
+        std::memcpy(&y, &got[e], 4);
+        if (x != y && differ++ < 5) {
+          ADD_FAILURE() << view.what << " element " << e << ": host " << expect[e] << " device " << got[e];
+        }
+      }
+      EXPECT_EQ(differ, 0u) << view.what << " " << m << "x" << k << "x" << n;
+    }
+  }
 #endif
 }
 

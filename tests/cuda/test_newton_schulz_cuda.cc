@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -304,6 +305,43 @@ TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
     cuda::newton_schulz_batch_on_device(k2.u.data(), k2.rows, k2.cols, out2.data(), cuda::NewtonSchulzMode::kExact);
     EXPECT_EQ(differing_bits(k2.reference, out2, "batched 1x300"), 0u);
   }
+#endif
+}
+
+// A batched class whose short side (36) is padded to 64 in the digit arrays, X's columns (100 per
+// matrix, a partial tile of 32) taken from three matrices at once, and an inf in the middle one:
+// X = u / inf has NaN columns in that matrix alone. Its neighbours in the batch equal their own
+// references bit for bit (a vector's scale or flag taken from another matrix would change them)
+// and the middle one comes out NaN where its reference does (NaN payloads are not compared).
+TEST(NewtonSchulzCuda, BatchedClassWithPaddedSidesAndANonFiniteMatrix) {
+  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
+#if RENAISSANCE_WITH_CUDA
+  ClassCase k({{36, 100}, {100, 36}, {36, 100}}, 91, 0.3f);
+  const size_t at = 36 * 100, size = 36 * 100;
+  k.u[at + 5 * 36 + 7] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(math::newton_schulz_reference(k.u.data() + at, 100, 36, k.reference.data() + at));
+  std::vector<float> out(k.u.size(), -3.0f);
+  EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
+                                                  cuda::NewtonSchulzMode::kExact));
+  for (const size_t m : {size_t{0}, size_t{2}}) {
+    const std::vector<float> want(k.reference.begin() + m * size, k.reference.begin() + (m + 1) * size);
+    const std::vector<float> got(out.begin() + m * size, out.begin() + (m + 1) * size);
+    EXPECT_EQ(differing_bits(want, got, "finite neighbour"), 0u) << "matrix " << m;
+  }
+  size_t nan_expected = 0, differ = 0;
+  for (size_t e = at; e < at + size; ++e) {
+    const bool want_nan = std::isnan(k.reference[e]);
+    nan_expected += want_nan;
+    uint32_t x, y;
+    std::memcpy(&x, &k.reference[e], 4);
+    std::memcpy(&y, &out[e], 4);
+    if (want_nan ? !std::isnan(out[e]) : x != y) {
+      if (differ++ < 5) ADD_FAILURE() << "non-finite matrix element " << e - at << ": host " << k.reference[e]
+                                      << " device " << out[e];
+    }
+  }
+  EXPECT_GT(nan_expected, 0u);  // the reference does flag the inf
+  EXPECT_EQ(differ, 0u);
 #endif
 }
 

@@ -39,12 +39,13 @@ RN_HD int fixed_point_shift(float amax) {
 
 // x * 2^shift rounded to the nearest integer, ties to even, with no dependence on the floating
 // point rounding mode. x * 2^shift is exact in double (a float times a power of two in range), and
-// for |y| >= 1/2 so is y + 1/2 (|y| < 2^14 and y has at most 24 significant bits).
+// for |y| >= 1/2 so is y + 1/2 (|y| < 2^14 and y has at most 24 significant bits). r is integral
+// and |r| <= 2^14, so its parity is that of its int64 value (two's complement: -3 & 1 == 1).
 RN_HD int32_t to_fixed_point(float x, int shift) {
   const double y = ldexp(static_cast<double>(x), shift);
   if (fabs(y) < 0.5) return 0;
   double r = floor(y + 0.5);
-  if (r - y == 0.5 && fmod(r, 2.0) != 0.0) r -= 1.0;  // a tie went up to an odd integer
+  if (r - y == 0.5 && (static_cast<int64_t>(r) & 1) != 0) r -= 1.0;  // a tie went up to an odd integer
   return static_cast<int32_t>(r);
 }
 
