@@ -4,8 +4,9 @@
 Each round runs every configuration (layout x kind x precision) on both builds, alternating which
 goes first, so drifts of a shared machine hit both sides; prints the fastest and the median ms per
 step and share_of_limit per (layout, kind, configuration, check, build), the new/base ratio of the
-medians, and writes every value to --json (default /tmp/ab_<backend>_<time>.json). On CUDA,
-bench_step times with CUDA events. bench/RESULTS.md has its runs.
+medians, and writes every value to --json (default /tmp/ab_<backend>_<time>.json) after every
+round. A run stopped by SIGTERM or SIGINT (a time limit) prints the table of the rounds it
+finished. On CUDA, bench_step times with CUDA events. bench/RESULTS.md has its runs.
 
     python3 bench/step_ab.py BASE/bench/bench_step NEW/bench/bench_step [options]
     python3 bench/step_ab.py ../base/build/bench/bench_step build/bench/bench_step --rounds 5
@@ -18,6 +19,8 @@ RESULTS.md: resnet50, 2 threads, adamw, --replays 10, every configuration.
 """
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,8 +53,19 @@ if unknown:
 if args.rounds < 1:
     sys.exit("step_ab: --rounds must be >= 1")
 builds = {"base": args.base, "new": args.new}
-res = {}
-for r in range(args.rounds):
+out = args.json or f"/tmp/ab_{args.backend}_{int(time.time())}.json"
+
+
+class Stopped(Exception):
+    pass
+
+
+def stop(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def run_round(r, res):
+    """One round: every configuration on both builds, the first build alternating by round."""
     order = list(builds) if r % 2 == 0 else list(reversed(list(builds)))
     for config in args.configs.split(","):
         prec, sr = CONFIGS[config]
@@ -78,24 +92,52 @@ for r in range(args.rounds):
             if rows == 0:
                 sys.exit(f"step_ab: {' '.join(cmd)} printed no result row")
             time.sleep(0.1)
-    print(f"round {r + 1} done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
-print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
-      f"{'med share':>9} {'new/base':>8}  n")
-ratios = []  # new/base of the medians, one per configuration
-for key in sorted(res):
-    ms = [x[0] for x in res[key]]
-    sh = [x[1] for x in res[key]]
-    ratio = ""
-    if key[4] == "new":
-        base = res.get(key[:4] + ("base",))
-        if base:
-            ratios.append(statistics.median(ms) / statistics.median([x[0] for x in base]))
-            ratio = f"{ratios[-1]:8.3f}"
-    print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} {statistics.median(ms):8.3f} "
-          f"{statistics.median(sh):9.3f} {ratio:>8}  {len(ms)}")
-# The last line, for scripts (gpu.sh's ab phase): the spread of the new/base ratios.
-print(f"new/base median ratios: max {max(ratios):.3f}, min {min(ratios):.3f} over {len(ratios)} rows")
-out = args.json or f"/tmp/ab_{args.backend}_{int(time.time())}.json"
-json.dump({" ".join(k): v for k, v in res.items()}, open(out, "w"))
+
+def save(res):
+    with open(out + ".tmp", "w") as f:
+        json.dump({" ".join(k): v for k, v in res.items()}, f)
+    os.replace(out + ".tmp", out)
+
+
+def report(res):
+    print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
+          f"{'med share':>9} {'new/base':>8}  n")
+    ratios = []  # new/base of the medians, one per configuration
+    for key in sorted(res):
+        ms = [x[0] for x in res[key]]
+        sh = [x[1] for x in res[key]]
+        ratio = ""
+        if key[4] == "new":
+            base = res.get(key[:4] + ("base",))
+            if base:
+                ratios.append(statistics.median(ms) / statistics.median([x[0] for x in base]))
+                ratio = f"{ratios[-1]:8.3f}"
+        print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} "
+              f"{statistics.median(ms):8.3f} {statistics.median(sh):9.3f} {ratio:>8}  {len(ms)}")
+    # The last line, for scripts (gpu.sh's ab phase): the spread of the new/base ratios.
+    if ratios:
+        print(f"new/base median ratios: max {max(ratios):.3f}, min {min(ratios):.3f} over {len(ratios)} rows")
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+done = {}  # the values of the finished rounds only: a cut round would weigh one build more
+finished = 0
+try:
+    for r in range(args.rounds):
+        this = {k: list(v) for k, v in done.items()}
+        run_round(r, this)
+        done, finished = this, r + 1
+        save(done)
+        print(f"round {r + 1} done {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+except Stopped as e:
+    print(f"step_ab: stopped by {e} during round {finished + 1}; the table holds the {finished} finished "
+          f"round(s)", flush=True)
+    if not done:
+        sys.exit(1)
+    report(done)
+    print(f"step_ab: every value in {out}", file=sys.stderr)
+    sys.exit(1)
+report(done)
 print(f"step_ab: every value in {out}", file=sys.stderr)
