@@ -297,10 +297,17 @@ def cpu_impls(kind, impls):
     return impls
 
 
-def run_bench_step(build, backend, layout, kinds, replays, threads=0, timing="both", max_grad_norm=0.0):
-    """Our rows keyed by (kind, check): plain kinds in one bench_step run, "+clip" kinds in a second
-    one with --max-grad-norm."""
-    found = {}
+def default_gpu_kinds():
+    """The GPU rows' kinds: every kind of the table but muon, and adamw+clip. Muon is left out: its
+    torch side (torch.optim.Muon + fused AdamW, torch >= 2.9) and its batched Newton-Schulz belong to
+    bench/bench_torch_muon.py."""
+    return [k for k in KIND_TABLE if k != "muon"] + ["adamw" + CLIP_SUFFIX]
+
+
+def bench_step_commands(build, backend, layout, kinds, replays, threads=0, timing="both", max_grad_norm=0.0):
+    """Our rows' bench_step command lines, as (clip, argv): the plain kinds in one run, the "+clip"
+    kinds in a second one with --max-grad-norm. bench/step_ab.py runs the same lines on two builds."""
+    cmds = []
     for clip in (False, True):
         names = [base_kind(k) for k in kinds if clipped(k) == clip]
         if not names:
@@ -309,9 +316,21 @@ def run_bench_step(build, backend, layout, kinds, replays, threads=0, timing="bo
         cmd = [os.path.join(build, "bench", "bench_step"), "--backend", backend, "--layouts", layout,
                "--kinds", ",".join(names), "--replays", str(replays), "--check", "both", "--threads", str(threads),
                "--timing", timing, "--weight-decay-mode", "l2"] + (["--max-grad-norm", str(max_grad_norm)] if clip else [])
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        for r in (json.loads(l) for l in out.splitlines() if l.startswith("{")):
-            found[(r["optimizer"] + (CLIP_SUFFIX if clip else ""), r["check_finite"])] = r
+        cmds.append((clip, cmd))
+    return cmds
+
+
+def bench_step_rows(stdout, clip):
+    """bench_step's JSON rows keyed by (kind, check), the kind with the "+clip" suffix for a clip run."""
+    return {(r["optimizer"] + (CLIP_SUFFIX if clip else ""), r["check_finite"]): r
+            for r in (json.loads(l) for l in stdout.splitlines() if l.startswith("{"))}
+
+
+def run_bench_step(build, backend, layout, kinds, replays, threads=0, timing="both", max_grad_norm=0.0):
+    """Our rows keyed by (kind, check)."""
+    found = {}
+    for clip, cmd in bench_step_commands(build, backend, layout, kinds, replays, threads, timing, max_grad_norm):
+        found.update(bench_step_rows(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout, clip))
     return found
 
 
@@ -351,10 +370,7 @@ def main():
     if not args.build:
         ap.error("--build is required unless --from-json is given")
     load_kind_table(args.build)
-    # muon is left out of the default list: its torch side (torch.optim.Muon + fused AdamW, torch >= 2.9)
-    # and its batched Newton-Schulz belong to Muon's own performance work.
-    kinds = (args.kinds.split(",") if args.kinds
-             else [k for k in KIND_TABLE if k != "muon"] + ["adamw" + CLIP_SUFFIX])
+    kinds = args.kinds.split(",") if args.kinds else default_gpu_kinds()
     unknown = [k for k in kinds if base_kind(k) not in KIND_TABLE]
     if unknown:
         ap.error(f"unknown kinds {unknown}; the table has {list(KIND_TABLE)}")

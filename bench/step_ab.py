@@ -16,6 +16,13 @@ finished. On CUDA, bench_step times with CUDA events. bench/RESULTS.md has its r
 Configurations: fp32 (no model copy), bf16 / fp16 (a model copy with model-dtype gradients,
 nearest rounding), bf16-sr / fp16-sr (stochastic rounding). The defaults are the CPU rows of
 RESULTS.md: resnet50, 2 threads, adamw, --replays 10, every configuration.
+
+--rows compare: instead of the configurations, our rows of bench/compare_torch.py, run with the
+very command lines that script builds (bench_step_commands): on cuda every kind of the table but
+muon plus adamw+clip, both timing methods (the "config" column says enqueued or synced), on
+resnet50, bert_base and gpt2_small; on cpu adamw and sgd_momentum on resnet50 and gpt2_small at
+--threads. The kind table comes from the new build's CLI (NEW/../cli/renaissance); the base needs
+only its bench_step.
 """
 import argparse
 import json
@@ -25,6 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_torch  # noqa: E402  (the compare rows' command lines; imports no torch)
 
 CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp16": ("fp16", False),
            "bf16-sr": ("bf16", True), "fp16-sr": ("fp16", True)}
@@ -36,8 +46,9 @@ ap.add_argument("new")
 ap.add_argument("legacy", nargs="*", metavar="ROUNDS KINDS CONFIGS", help=argparse.SUPPRESS)
 ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
 ap.add_argument("--rounds", type=int, default=5)
-ap.add_argument("--layouts", default="resnet50")
-ap.add_argument("--kinds", default="adamw")
+ap.add_argument("--rows", choices=["configs", "compare"], default="configs")
+ap.add_argument("--layouts", default=None, help="default: resnet50 (configs), compare_torch.py's (compare)")
+ap.add_argument("--kinds", default=None, help="default: adamw (configs), compare_torch.py's (compare)")
 ap.add_argument("--configs", default="bf16,fp16,bf16-sr,fp16-sr,fp32")
 ap.add_argument("--threads", type=int, default=2, help="CPU threads (cpu backend)")
 ap.add_argument("--replays", type=int, default=10)
@@ -53,6 +64,20 @@ if unknown:
 if args.rounds < 1:
     sys.exit("step_ab: --rounds must be >= 1")
 builds = {"base": args.base, "new": args.new}
+if args.rows == "compare":
+    compare_torch.load_kind_table(os.path.dirname(os.path.dirname(os.path.abspath(args.new))))
+    if args.backend == "cuda":
+        layouts = args.layouts or "resnet50,bert_base,gpt2_small"
+        kinds = args.kinds.split(",") if args.kinds else compare_torch.default_gpu_kinds()
+    else:
+        layouts = args.layouts or "resnet50,gpt2_small"
+        kinds = (args.kinds or "adamw,sgd_momentum").split(",")
+    unknown = [k for k in kinds if compare_torch.base_kind(k) not in compare_torch.KIND_TABLE]
+    if unknown:
+        sys.exit(f"step_ab: unknown kinds {unknown}; the table has {list(compare_torch.KIND_TABLE)}")
+else:
+    layouts = args.layouts or "resnet50"
+    kinds = (args.kinds or "adamw").split(",")
 out = args.json or f"/tmp/ab_{args.backend}_{int(time.time())}.json"
 
 
@@ -64,34 +89,67 @@ def stop(signum, frame):
     raise Stopped(signal.Signals(signum).name)
 
 
+def bench(cmd):
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"step_ab: {' '.join(cmd)} failed (rc {run.returncode}):\n{run.stderr[-2000:]}")
+    if not any(line.startswith("{") for line in run.stdout.splitlines()):
+        sys.exit(f"step_ab: {' '.join(cmd)} printed no result row")
+    time.sleep(0.1)
+    return run.stdout
+
+
+def check_name(row):
+    return "check" if row["check_finite"] else "nocheck"
+
+
+def run_config(config, b, res):
+    """One configuration (all layouts and kinds) on build b."""
+    prec, sr = CONFIGS[config]
+    cmd = [builds[b], "--backend", args.backend, "--layouts", layouts, "--kinds", ",".join(kinds),
+           "--replays", str(args.replays), "--precision", prec]
+    if args.backend == "cpu":
+        cmd += ["--threads", str(args.threads)]
+    if prec != "fp32":
+        cmd += ["--grad-dtype", "model"]
+    if sr:
+        cmd += ["--stochastic-rounding"]
+    for line in bench(cmd).splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            key = (d["layout"], d["optimizer"], config, check_name(d), b)
+            res.setdefault(key, []).append((d["ms_per_step"], d["share_of_limit"]))
+
+
+COMPARE_MAX_GRAD_NORM = 1.0  # compare_torch.py's --max-grad-norm default: the +clip rows
+
+
+def run_compare(layout, b, res):
+    """compare_torch.py's rows of one layout on build b."""
+    build = os.path.dirname(os.path.dirname(os.path.abspath(builds[b])))
+    cuda = args.backend == "cuda"
+    for clip, cmd in compare_torch.bench_step_commands(
+            build, args.backend, layout, kinds, args.replays, 0 if cuda else args.threads,
+            "both" if cuda else "enqueued", COMPARE_MAX_GRAD_NORM):
+        cmd[0] = builds[b]  # the path given, which may not be BUILD/bench/bench_step
+        for (kind, _), d in compare_torch.bench_step_rows(bench(cmd), clip).items():
+            for method, field in (("enqueued", "ms_per_step"), ("synced", "ms_per_step_synced")):
+                if d.get(field) is not None and (cuda or method == "enqueued"):
+                    key = (layout, kind, method, check_name(d), b)
+                    res.setdefault(key, []).append((d[field], d["share_of_limit"]))
+
+
 def run_round(r, res):
-    """One round: every configuration on both builds, the first build alternating by round."""
+    """One round: every row on both builds, the first build alternating by round."""
     order = list(builds) if r % 2 == 0 else list(reversed(list(builds)))
-    for config in args.configs.split(","):
-        prec, sr = CONFIGS[config]
-        for b in order:
-            cmd = [builds[b], "--backend", args.backend, "--layouts", args.layouts, "--kinds", args.kinds,
-                   "--replays", str(args.replays), "--precision", prec]
-            if args.backend == "cpu":
-                cmd += ["--threads", str(args.threads)]
-            if prec != "fp32":
-                cmd += ["--grad-dtype", "model"]
-            if sr:
-                cmd += ["--stochastic-rounding"]
-            run = subprocess.run(cmd, capture_output=True, text=True)
-            if run.returncode != 0:
-                sys.exit(f"step_ab: {' '.join(cmd)} failed (rc {run.returncode}):\n{run.stderr[-2000:]}")
-            rows = 0
-            for line in run.stdout.splitlines():
-                if not line.startswith("{"):
-                    continue
-                d = json.loads(line)
-                key = (d["layout"], d["optimizer"], config, "check" if d["check_finite"] else "nocheck", b)
-                res.setdefault(key, []).append((d["ms_per_step"], d["share_of_limit"]))
-                rows += 1
-            if rows == 0:
-                sys.exit(f"step_ab: {' '.join(cmd)} printed no result row")
-            time.sleep(0.1)
+    if args.rows == "compare":
+        for layout in layouts.split(","):
+            for b in order:
+                run_compare(layout, b, res)
+    else:
+        for config in args.configs.split(","):
+            for b in order:
+                run_config(config, b, res)
 
 
 def save(res):

@@ -85,7 +85,12 @@
 #                this build's bench_step in AB_ROUNDS (default 3) interleaved rounds. ARGs: cuda
 #                and/or cpu (default cuda), or build: only build the base (e.g. in the background
 #                of the build phase, whose longest nvcc compiles leave most cores idle). AB_LAYOUTS (resnet50,gpt2_small), AB_KINDS
-#                (adamw,sgd_momentum,lars), AB_CONFIGS (fp32,bf16), AB_THREADS (cpu; 16).
+#                (adamw,sgd_momentum,lars), AB_CONFIGS (fp32,bf16), AB_THREADS (cpu; 16). AB_ROWS=compare:
+#                instead, the rows of bench/compare_torch.py with its command lines (every kind but
+#                muon and adamw+clip, resnet50, bert_base and gpt2_small, both timing methods on cuda;
+#                adamw and sgd_momentum on cpu), AB_LAYOUTS / AB_KINDS narrowing them. The base's CLI
+#                is not built: the kind table comes from this build's. A cut run prints the finished
+#                rounds (bench/step_ab.py saves its JSON after every round).
 #   golden       re-records audit/golden/fingerprints.json and conformance/REPORT.md
 #                (scripts/record_golden.sh on $BUILD) and copies both to $OUT (review, commit).
 #   cli          the CLI on the CUDA backend: every testdata/replay and testdata/recorded case
@@ -633,10 +638,17 @@ phase_ab() {
   for b in "${backends[@]}"; do
     log=$BUILD/gpu-ab-$b.txt
     echo "== A/B on $b: base $base_tar, new $BUILD"
+    local rows=()
+    if [ "${AB_ROWS:-configs}" = compare ]; then  # compare_torch.py's own rows and replays
+      rows=(--rows compare --replays "$([ "$b" = cuda ] && echo 100 || echo 5)")
+      [ -n "${AB_LAYOUTS:-}" ] && rows+=(--layouts "$AB_LAYOUTS")
+      [ -n "${AB_KINDS:-}" ] && rows+=(--kinds "$AB_KINDS")
+    else
+      rows=(--layouts "${AB_LAYOUTS:-resnet50,gpt2_small}" --kinds "${AB_KINDS:-adamw,sgd_momentum,lars}"
+            --configs "${AB_CONFIGS:-fp32,bf16}" --replays "$([ "$b" = cuda ] && echo 200 || echo 10)")
+    fi
     "$PY" "$ROOT/bench/step_ab.py" "$base/bench/bench_step" "$BUILD/bench/bench_step" --backend "$b" \
-      --rounds "${AB_ROUNDS:-3}" --layouts "${AB_LAYOUTS:-resnet50,gpt2_small}" \
-      --kinds "${AB_KINDS:-adamw,sgd_momentum,lars}" --configs "${AB_CONFIGS:-fp32,bf16}" \
-      --threads "${AB_THREADS:-16}" --replays "$([ "$b" = cuda ] && echo 200 || echo 10)" \
+      --rounds "${AB_ROUNDS:-3}" --threads "${AB_THREADS:-16}" "${rows[@]}" \
       --json "$OUT/ab-$b.json" 2>&1 | tee "$log" || rc=1
   done
   local worst=""
