@@ -24,7 +24,7 @@ namespace HWY_NAMESPACE {
 // the run, one vector at a time: four read streams per thread instead of one. A lone stream per
 // core leaves memory idle (its hardware prefetcher runs too few lines ahead); with four, the scan
 // of resnet50's 51 MB of bf16 G at 2 threads took 2.3 ms instead of 3.3 on the dev VM and 2.6
-// instead of 2.9 on the H200 host (medians, blocks of one chunk; bench/RESULTS.md).
+// instead of 2.9 on the H200 host (medians, blocks of one chunk; bench/JOURNAL.md).
 // The answer is an OR over elements, so the order of the walk cannot change it.
 // acc[k] = fold(acc[k], load(i)) over the vectors at i of quarter k, then the remaining whole
 // vectors into acc[0]; returns the first element not visited (the caller's scalar tail).

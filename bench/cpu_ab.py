@@ -28,7 +28,7 @@ the script checks that and exits 1 otherwise (the switches must never change a b
 
     python3 bench/cpu_ab.py --build build                      # the full A/B, <= 4 min on 16 cores
     python3 bench/cpu_ab.py --build build --layouts resnet50 --threads 2 --rounds 3   # a quick check
-    # the 2-thread target on a many-core host, about 2 min: see bench/RESULTS.md
+    # the 2-thread target on a many-core host, about 2 min: see bench/JOURNAL.md
     python3 bench/cpu_ab.py --build build --layouts bert_base,gpt2_small --threads 2 --rounds 15 \
         --variants default,static,avx2,spread
 """

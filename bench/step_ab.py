@@ -6,7 +6,7 @@ goes first, so drifts of a shared machine hit both sides; prints the fastest and
 step and share_of_limit per (layout, kind, configuration, check, build), the new/base ratio of the
 medians, and writes every value to --json (default /tmp/ab_<backend>_<time>.json) after every
 round. A run stopped by SIGTERM or SIGINT (a time limit) prints the table of the rounds it
-finished. On CUDA, bench_step times with CUDA events. bench/RESULTS.md has its runs.
+finished. On CUDA, bench_step times with CUDA events. bench/JOURNAL.md has its runs.
 
     python3 bench/step_ab.py BASE/bench/bench_step NEW/bench/bench_step [options]
     python3 bench/step_ab.py ../base/build/bench/bench_step build/bench/bench_step --rounds 5
@@ -14,8 +14,8 @@ finished. On CUDA, bench_step times with CUDA events. bench/RESULTS.md has its r
         --kinds adamw,sgd_momentum,lars --configs fp32,bf16 --rounds 3
 
 Configurations: fp32 (no model copy), bf16 / fp16 (a model copy with model-dtype gradients,
-nearest rounding), bf16-sr / fp16-sr (stochastic rounding). The defaults are the CPU rows of
-RESULTS.md: resnet50, 2 threads, adamw, --replays 10, every configuration.
+nearest rounding), bf16-sr / fp16-sr (stochastic rounding). The defaults are the CPU A/B rows of
+bench/JOURNAL.md: resnet50, 2 threads, adamw, --replays 10, every configuration.
 
 --rows compare: instead of the configurations, our rows of bench/compare_torch.py, run with the
 very command lines that script builds (bench_step_commands): on cuda every kind of the table but
@@ -42,7 +42,7 @@ CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp16": ("fp16", Fa
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("base")
 ap.add_argument("new")
-# The older positional form, BASE NEW [ROUNDS] [KINDS] [CONFIGS], as RESULTS.md's journal quotes it.
+# The older positional form, BASE NEW [ROUNDS] [KINDS] [CONFIGS], as bench/JOURNAL.md quotes it.
 ap.add_argument("legacy", nargs="*", metavar="ROUNDS KINDS CONFIGS", help=argparse.SUPPRESS)
 ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
 ap.add_argument("--rounds", type=int, default=5)

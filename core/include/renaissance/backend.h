@@ -40,7 +40,7 @@ struct CpuTuning {
   uint64_t chunk_elements = 16384;
   // RENAISSANCE_CPU_SCHEDULE. Dynamic by default: on the 16-core H200 host (a shared virtual
   // machine) static runs wait for the slowest thread; bench/cpu_ab.py measured dynamic 1.02-1.15x
-  // faster than static at 2 and 16 threads on resnet50, bert_base and gpt2_small (bench/RESULTS.md).
+  // faster than static at 2 and 16 threads on resnet50, bert_base and gpt2_small (bench/JOURNAL.md).
   CpuSchedule schedule = CpuSchedule::kDynamic;
   // RENAISSANCE_CPU_PREFETCH: software prefetch this many elements ahead in the element-wise
   // updates (0: off). 256 elements (1 KiB per array) by default: on the H200 host's Xeon,
