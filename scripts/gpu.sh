@@ -34,7 +34,11 @@
 #                (tests/python/*_cuda_smoke.py) and a run recorded on the GPU with None gradients
 #                (scripts/record_torch_case.py --device cuda --freeze-alternate) replayed by the
 #                CLI on the CPU, when $BUILD has the CLI. ARGs: test files or folders under
-#                tests/python, run instead of the whole folder (no smokes, no recording).
+#                tests/python, run instead of the whole folder (no smokes, no recording), or one
+#                ARG @I/N: part I of N of the folder's test files (every N-th from the I-th of the
+#                multi-process *dist* files, then of the others, each sorted, so the slow ones
+#                spread over the parts; the smokes and the recording run with part N). The whole folder takes ~640 s on the GPU host (its
+#                multi-process tests ~12 s each, ~1 s on the dev VM): two calls, @1/2 and @2/2.
 #                PYTEST_ARGS: extra pytest arguments (e.g. "-k cuda"). PYTHON_EXT=build: take
 #                the extension from $BUILD (built by the build phase) instead of pip, so the
 #                library is compiled once. PYTHON_CUDA=OFF: a dry run without a GPU (CPU
@@ -289,6 +293,9 @@ phase_python() {
   fi
   local install_s=$((SECONDS - t0))
   export PYTHONPATH=$PYSITE
+  # The multi-process tests run 2-3 ranks, each with its own OpenMP team: passive waits, as
+  # scripts/test.sh says why.
+  export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
   cd "$PYBUILD" || return 1  # outside the source tree: `import renaissance` is the installed one
   "$PY" -c 'import renaissance, torch; print("renaissance", renaissance.__version__, "with_cuda", renaissance.with_cuda,
 "torch", torch.__version__, "cuda available", torch.cuda.is_available())' || { result "import failed"; return 1; }
@@ -297,9 +304,23 @@ phase_python() {
     result "no CUDA: the package has no CUDA backend or torch sees no device (the CUDA tests would skip)"
     return 1
   fi
-  local files=() f
-  for f in "$@"; do files+=("$ROOT/tests/python/$f"); done
-  [ ${#files[@]} -eq 0 ] && files=("$ROOT/tests/python")
+  local files=() f part=0 parts=0 i=0 whole=0
+  if [ $# -eq 1 ] && [[ "$1" =~ ^@([0-9]+)/([0-9]+)$ ]]; then
+    part=${BASH_REMATCH[1]} parts=${BASH_REMATCH[2]}
+    if [ "$part" -lt 1 ] || [ "$part" -gt "$parts" ]; then result "no part $1 (parts are @1/N to @N/N)"; return 2; fi
+    # The multi-process files (*dist*) first, then the rest, each sorted: round-robin then
+    # balances the slow ones.
+    local ordered=("$ROOT"/tests/python/test_*dist*.py)
+    for f in "$ROOT"/tests/python/test_*.py; do [[ "$(basename "$f")" == *dist* ]] || ordered+=("$f"); done
+    for f in "${ordered[@]}"; do
+      [ $((i % parts + 1)) -eq "$part" ] && files+=("$f")
+      i=$((i + 1))
+    done
+    [ "$part" -eq "$parts" ] && whole=1
+  else
+    for f in "$@"; do files+=("$ROOT/tests/python/$f"); done
+    [ ${#files[@]} -eq 0 ] && files=("$ROOT/tests/python") && whole=1
+  fi
   echo "== pytest ${files[*]#"$ROOT/"}"
   # pytest gets SIGINT 60 s before the phase's limit (PHASE_LIMIT, from the parent): a cut run
   # still prints its counts and --durations (the slowest tests by name, where the time went);
@@ -313,7 +334,7 @@ phase_python() {
   [ "$rc" -eq 124 ] && echo "== pytest cut after $left s (SIGINT): the counts above are of the tests that ran"
   local summary
   summary=$(grep -E '(passed|failed|error|skipped)' "$PYBUILD/gpu-pytest-output.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
-  if [ $# -eq 0 ] && [ "${PYTHON_CUDA:-ON}" = ON ]; then
+  if [ "$whole" -eq 1 ] && [ "${PYTHON_CUDA:-ON}" = ON ]; then
     # Not collected by pytest (no test_ prefix): one-rank NCCL process groups on the GPU.
     for f in "$ROOT"/tests/python/*_cuda_smoke.py; do
       echo "== $(basename "$f")"
