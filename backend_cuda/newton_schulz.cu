@@ -497,6 +497,12 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
   const Entries entries{device_entries_, false};
   mark(phases, "normalise");
   launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
+  // An operand's vectors to fixed point: their scales (shift, finite), then the hi, lo and hi + lo
+  // int8 digit planes.
+  auto to_digits = [&](const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* const* digits) {
+    launch_vector_scales(set, shift, finite, stream, skip);
+    launch_fixed_point(set, kp, shift, finite, digits[0], digits[1], digits[2], stream, skip);
+  };
   // The three int8 products of one exact product, into HH, LL, SS.
   auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
     for (int d = 0; d < 3; ++d) p.enqueue(a[d], b[d], l.sums[d], stream, l.workspace);
@@ -513,9 +519,7 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
   for (int step = 0; step < steps; ++step) {
     // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a.
     mark(phases, "A: scales+digits");
-    launch_vector_scales(x_rows, l.right_shift, l.right_finite, stream, skip);
-    launch_fixed_point(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
-                       l.left_digits[2], stream, skip);
+    to_digits(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits);
     mark(phases, "A: int8 products");
     products(*gram_, l.left_digits, l.left_digits);
     mark(phases, "A: combine");
@@ -525,9 +529,7 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
     // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
     // written over A) and keeps diag(B) in diag_b.
     mark(phases, "B: scales+digits");
-    launch_vector_scales(off_rows, l.right_shift, l.right_finite, stream, skip);
-    launch_fixed_point(off_rows, kpr, l.right_shift, l.right_finite, l.left_digits[0], l.left_digits[1],
-                       l.left_digits[2], stream, skip);
+    to_digits(off_rows, kpr, l.right_shift, l.right_finite, l.left_digits);
     mark(phases, "B: int8 products");
     products(*square_, l.left_digits, l.left_digits);
     mark(phases, "B: combine");
@@ -536,12 +538,8 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
     // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
     // B_ii from diag_b.
     mark(phases, "Q: scales+digits");
-    launch_vector_scales(x_cols, l.left_shift, l.left_finite, stream, skip);
-    launch_fixed_point(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits[0], l.left_digits[1],
-                       l.left_digits[2], stream, skip);
-    launch_vector_scales(off_rows, l.right_shift, l.right_finite, stream, skip);
-    launch_fixed_point(off_rows, kpr, l.right_shift, l.right_finite, l.right_digits[0], l.right_digits[1],
-                       l.right_digits[2], stream, skip);
+    to_digits(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits);
+    to_digits(off_rows, kpr, l.right_shift, l.right_finite, l.right_digits);
     mark(phases, "Q: int8 products");
     products(*apply_, l.left_digits, l.right_digits);
     mark(phases, "Q: combine");
