@@ -916,6 +916,9 @@ mkdir -p "$OUT"
   # machine prints the same value for the same files.
   echo "sources $(source_digest)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+  # The host CPU and the matrix/dot-product extensions its CPU rows can use (AMX, AVX-512 VNNI/BF16).
+  echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores;" \
+    "$(grep -m1 '^flags' /proc/cpuinfo | grep -oE '(amx_[a-z0-9]+|avx512_vnni|avx512_bf16|avx_vnni)' | sort -u | tr '\n' ' ')"
   nvcc --version 2>&1 | tail -2
   cmake --version | head -1
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" 2>&1
