@@ -37,8 +37,9 @@
 #                tests/python, run instead of the whole folder (no smokes, no recording), or one
 #                ARG @I/N: part I of N of the folder's test files (every N-th from the I-th of the
 #                multi-process *dist* files, then of the others, each sorted, so the slow ones
-#                spread over the parts; the smokes and the recording run with part N). The whole folder takes ~640 s on the GPU host (its
-#                multi-process tests ~12 s each, ~1 s on the dev VM): two calls, @1/2 and @2/2.
+#                spread over the parts; the smokes and the recording run with part N). The whole
+#                folder takes ~640 s on the GPU host (its multi-process tests ~12 s each, ~1 s on
+#                the dev VM): two calls, @1/2 and @2/2.
 #                PYTEST_ARGS: extra pytest arguments (e.g. "-k cuda"). PYTHON_EXT=build: take
 #                the extension from $BUILD (built by the build phase) instead of pip, so the
 #                library is compiled once. PYTHON_CUDA=OFF: a dry run without a GPU (CPU
@@ -322,18 +323,23 @@ phase_python() {
     [ ${#files[@]} -eq 0 ] && files=("$ROOT/tests/python") && whole=1
   fi
   echo "== pytest ${files[*]#"$ROOT/"}"
-  # pytest gets SIGINT 60 s before the phase's limit (PHASE_LIMIT, from the parent): a cut run
-  # still prints its counts and --durations (the slowest tests by name, where the time went);
+  # pytest gets SIGINT before the phase's limit (PHASE_LIMIT, from the parent), leaving 45 s, or
+  # 150 s when the smokes and the recording follow (~40 s on the H100 machine): a cut
+  # run still prints its counts and --durations (the slowest tests by name, where the time went);
   # one file per line with its dots (no -q) says how far it came.
-  local left=$(( ${PHASE_LIMIT:-540} - (SECONDS - t0) - 60 ))
+  local left=$(( ${PHASE_LIMIT:-540} - (SECONDS - t0) - (whole ? 150 : 45) ))
   [ "$left" -lt 30 ] && left=30
   # shellcheck disable=SC2086  # PYTEST_ARGS is a list of arguments
   timeout -s INT -k 20 "$left" "$PY" -m pytest -rs -p no:cacheprovider --durations=25 "${files[@]}" ${PYTEST_ARGS:-} 2>&1 |
     tee "$PYBUILD/gpu-pytest-output.txt"
   rc=$?
-  [ "$rc" -eq 124 ] && echo "== pytest cut after $left s (SIGINT): the counts above are of the tests that ran"
-  local summary
+  local summary cut=""
   summary=$(grep -E '(passed|failed|error|skipped)' "$PYBUILD/gpu-pytest-output.txt" | tail -1 | tr -d '=' | sed 's/^ *//')
+  if [ "$rc" -eq 124 ]; then  # not the phase's own timeout (the parent reads 124 as that)
+    echo "== pytest cut after $left s (SIGINT): the counts above are of the tests that ran"
+    cut="CUT after $left s: "
+    rc=1
+  fi
   if [ "$whole" -eq 1 ] && [ "${PYTHON_CUDA:-ON}" = ON ]; then
     # Not collected by pytest (no test_ prefix): one-rank NCCL process groups on the GPU.
     for f in "$ROOT"/tests/python/*_cuda_smoke.py; do
@@ -355,7 +361,7 @@ phase_python() {
       extras+=("(no CLI in $BUILD: no cuda recording)")
     fi
   fi
-  result "install ${install_s} s; pytest: ${summary:-no summary}$([ ${#extras[@]} -gt 0 ] && echo "; $(join_by ';' "${extras[@]}")")"
+  result "install ${install_s} s; pytest: ${cut}${summary:-no summary}$([ ${#extras[@]} -gt 0 ] && echo "; $(join_by ';' "${extras[@]}")")"
   return "$rc"
 }
 
