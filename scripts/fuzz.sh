@@ -36,18 +36,16 @@ fi
 
 # -O1 -g: fast enough to fuzz, readable stacks. -fno-sanitize-recover: a UBSan finding aborts,
 # so libFuzzer reports it with the input instead of printing and carrying on.
-# RENAISSANCE_SIMD_TARGETS=native: the fuzzed code is the parsers; the CPU kernels that the
-# checkpoint target links are built for this machine's SIMD target only.
+# The fuzzed code is the parsers: the CPU kernels that the checkpoint target links are built for
+# this machine's SIMD target only (configure_sanitized's RENAISSANCE_SIMD_TARGETS=native).
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 source scripts/sanitized_build.sh
 configure_sanitized "$build" "$san" \
   -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DRENAISSANCE_BUILD_TESTS=OFF \
-  -DRENAISSANCE_BUILD_BENCH=OFF \
   -DRENAISSANCE_BUILD_CLI=OFF \
-  -DRENAISSANCE_BUILD_FUZZ=ON \
-  -DRENAISSANCE_SIMD_TARGETS=native
+  -DRENAISSANCE_BUILD_FUZZ=ON
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}"
 
 # One input at a time: no OpenMP pool. Leak checking stays on (libFuzzer's -detect_leaks).

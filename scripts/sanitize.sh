@@ -33,7 +33,6 @@ configure_sanitized "$build" "$san" \
   -DCMAKE_EXE_LINKER_FLAGS="$san" \
   -DCMAKE_SHARED_LINKER_FLAGS="$san" \
   -DRENAISSANCE_MPI=OFF \
-  -DRENAISSANCE_BUILD_BENCH=OFF \
   -DRENAISSANCE_SIMD_TARGETS="${SANITIZE_SIMD_TARGETS:-native}"
 
 # Reports go to files as well as failing the process, so a report from a process whose exit

@@ -119,21 +119,11 @@ endif()
 
 # The committed cases are what scripts/make_testdata.py writes: regenerate them (numpy only, no
 # torch) and compare byte for byte. numpy is a declared dependency (scripts/install-deps.sh): a
-# missing one makes this test fail rather than disappear. A pyenv shim may shadow the system
-# interpreter that has it, so try both.
-set(RN_PYTHON_NUMPY "")
-find_package(Python3 COMPONENTS Interpreter QUIET)
-foreach(py IN ITEMS ${Python3_EXECUTABLE} /usr/bin/python3)
-  if(NOT RN_PYTHON_NUMPY AND EXISTS "${py}")
-    execute_process(COMMAND ${py} -c "import numpy" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
-    if(rc EQUAL 0)
-      set(RN_PYTHON_NUMPY ${py})
-    endif()
-  endif()
-endforeach()
-if(RN_PYTHON_NUMPY)
+# missing one makes this test fail rather than disappear. RN_PYTHON_WITH_NUMPY: the interpreter
+# tests/CMakeLists.txt found.
+if(RN_PYTHON_WITH_NUMPY)
   add_test(NAME replay_testdata_regenerates
-           COMMAND ${RN_PYTHON_NUMPY} ${CMAKE_SOURCE_DIR}/scripts/make_testdata.py --check --out ${RN_TESTDATA_DIR}/replay)
+           COMMAND ${RN_PYTHON_WITH_NUMPY} ${CMAKE_SOURCE_DIR}/scripts/make_testdata.py --check --out ${RN_TESTDATA_DIR}/replay)
 else()
   message(WARNING "no python3 with numpy found (scripts/install-deps.sh installs it): replay_testdata_regenerates will fail")
   add_test(NAME replay_testdata_regenerates COMMAND ${CMAKE_COMMAND} -E false)

@@ -1,17 +1,23 @@
 // Shared by the mpirun test programs of tests/comm: the Task a rank test starts from (reference
-// hyperparameters of a kind, synthetic weights, a loss scale of 256) and the gradients of step t
-// by their source (the same on every rank, each rank's own stream, their simulated ordered sum).
+// hyperparameters of a kind, synthetic weights, a loss scale of 256), the gradients of step t
+// by their source (the same on every rank, each rank's own stream, their simulated ordered sum)
+// and the state-byte checks of one case.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "check_log.h"
 #include "renaissance/layout.h"
 #include "renaissance/sharded_step.h"
 #include "renaissance/task.h"
+
+// The amplitude of the synthetic gradients: 0.01 as scaled by the loss scale of 256.
+constexpr float kRankGradientAmplitude = 0.01f * 256.0f;
 
 struct RankTaskSpec {
   renaissance::OptimizerKind kind;
@@ -130,4 +136,38 @@ inline std::vector<char> rank_state_bytes(renaissance::Task& task, renaissance::
   const int64_t t = task.step_count();
   append(&t, sizeof(t));
   return out;
+}
+
+// The state bytes (rank_state_bytes) after run_steps_with_a_nan_at_step_1 of `task`, stepped
+// through a sharded step over comm when comm is given.
+inline std::vector<char> state_bytes_after_steps(std::unique_ptr<renaissance::Task> task,
+                                                 renaissance::Communicator* comm, renaissance::GradReduce mode,
+                                                 Grads grads, uint64_t seed, int steps, float amplitude, int ranks,
+                                                 size_t nan_id) {
+  RankRun driver(std::move(task), comm, mode);
+  run_steps_with_a_nan_at_step_1(driver, grads, seed, steps, amplitude, ranks, nan_id);
+  return rank_state_bytes(*driver.task, driver.sharded.get());
+}
+
+// The checks of one case on this rank, `run(layout, c, comm, mode, grads, ranks)` giving the state
+// bytes (rank_state_bytes) of a run over comm, or of the rank's own run without any sharding code
+// when comm is null: the run differs from one with another gradient (else the comparisons would
+// prove nothing); replicated == the one-device run; ordered == the one-process simulation of K
+// ranks.
+template <class Case>
+void check_state_bytes(CheckLog& check, const std::string& tag, const renaissance::Layout& layout, const Case& c,
+                       renaissance::Communicator& comm,
+                       std::vector<char> (*run)(const renaissance::Layout&, const Case&, renaissance::Communicator*,
+                                                renaissance::GradReduce, Grads, int)) {
+  using renaissance::GradReduce;
+  const int K = comm.size();
+  const std::vector<char> replicated = run(layout, c, &comm, GradReduce::kReplicated, Grads::kSame, 1);
+  const std::vector<char> plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame, 1);
+  const std::vector<char> other = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kOther, 1);
+  check(plain != other, tag + ": another gradient gives other state bytes");
+  check(replicated == plain, tag + " replicated: W, N, M, V, copy and t == the one-device run (" +
+                                 std::to_string(plain.size()) + " bytes)");
+  const std::vector<char> ordered = run(layout, c, &comm, GradReduce::kOrdered, Grads::kOwn, 1);
+  const std::vector<char> simulated = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSimulated, K);
+  check(ordered == simulated, tag + " ordered: the same bytes as --simulate-ranks " + std::to_string(K));
 }

@@ -36,7 +36,6 @@ namespace {
 constexpr uint64_t kSeed = 31;
 constexpr int kSteps = 4;
 constexpr int kGroups = 2;
-constexpr float kAmplitude = 0.01f * 256.0f;
 
 struct Case {
   OptimizerKind kind;
@@ -100,23 +99,16 @@ std::unique_ptr<Task> make_task(const Layout& layout, const Case& c, StateShard 
 // Four steps; a NaN at step 1 in the last tensor's gradient (group 1's; every rank's G, or the
 // simulated sum's) skips that step for both groups.
 std::vector<char> run(const Layout& layout, const Case& c, Communicator* comm, GradReduce mode, Grads grads,
-                      int ranks = 1) {
-  RankRun driver(make_task(layout, c, rank_shard(comm)), comm, mode);
-  run_steps_with_a_nan_at_step_1(driver, grads, kSeed, kSteps, kAmplitude, ranks, driver.task->num_params() - 1);
-  return rank_state_bytes(*driver.task, driver.sharded.get());
+                      int ranks) {
+  return state_bytes_after_steps(make_task(layout, c, rank_shard(comm)), comm, mode, grads, kSeed, kSteps,
+                                 kRankGradientAmplitude, ranks, layout.params.size() - 1);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -np K sharded_groups LAYOUT.json\n");
-    return 2;
-  }
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  auto [comm, layout, check] = start_rank_program(argc, argv, "sharded_groups");
   const int K = comm->size();
-  const Layout layout = load_layout_file(argv[1]);
-  CheckLog check{comm->rank() == 0};
   for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLamb, OptimizerKind::kLars, OptimizerKind::kMuon}) {
     for (bool apart : {false, true}) {
       if (apart && kind != OptimizerKind::kMuon) continue;
@@ -150,15 +142,7 @@ int main(int argc, char** argv) {
                               (c.clip ? " clip" : "") +
                               (c.precision.precision != Precision::kFp32 ? " bf16 stochastic" : "") + " K=" +
                               std::to_string(K) + " rank " + std::to_string(comm->rank());
-      const std::vector<char> replicated = run(layout, c, comm.get(), GradReduce::kReplicated, Grads::kSame);
-      const std::vector<char> plain = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSame);
-      const std::vector<char> other = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kOther);
-      check(plain != other, tag + ": another gradient gives other state bytes");
-      check(replicated == plain, tag + " replicated: W, N, M, V, copy and t == the one-device run (" +
-                                     std::to_string(plain.size()) + " bytes)");
-      const std::vector<char> ordered = run(layout, c, comm.get(), GradReduce::kOrdered, Grads::kOwn);
-      const std::vector<char> simulated = run(layout, c, nullptr, GradReduce::kReplicated, Grads::kSimulated, K);
-      check(ordered == simulated, tag + " ordered: the same bytes as --simulate-ranks " + std::to_string(K));
+      check_state_bytes(check, tag, layout, c, *comm, run);
     }
   }
   return check.verdict(*comm, "all sharded group runs match", "SHARDED GROUP RUNS FAILED");

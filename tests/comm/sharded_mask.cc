@@ -38,8 +38,7 @@ namespace {
 
 constexpr uint64_t kSeed = 11;
 constexpr int kSteps = 6;
-constexpr float kAmplitude = 0.01f * 256.0f;  // gradients as scaled by a loss scale of 256
-BackendKind g_backend = BackendKind::kCpu;     // every Task's (argv[2] == "cuda": CUDA)
+BackendKind g_backend = BackendKind::kCpu;  // every Task's (argv[2] == "cuda": CUDA)
 
 struct Case {
   OptimizerKind kind;
@@ -84,7 +83,7 @@ Result run(const Layout& layout, const Case& c, Communicator* comm, GradReduce m
   RankRun driver(make_task(layout, c, shard), comm, mode);
   Task* task = driver.task.get();
   for (int t = 0; t < kSteps; ++t) {
-    rank_gradients(*task, grads, kSeed, t, kAmplitude, driver.rank, ranks);
+    rank_gradients(*task, grads, kSeed, t, kRankGradientAmplitude, driver.rank, ranks);
     if (t == 3 || t == 5) {
       // A NaN in the largest even-numbered tensor: masked at step 3 (its G is never looked at, the
       // step applies), not at step 5 (the rank that owns the element must skip the step for all).

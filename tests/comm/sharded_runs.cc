@@ -96,15 +96,9 @@ std::string check_one_process_runs(CheckLog& check, const Layout& layout, Optimi
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -np K sharded_runs LAYOUT.json\n");
-    return 2;
-  }
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  auto [comm, layout, check] = start_rank_program(argc, argv, "sharded_runs");
   const int K = comm->size();
   const bool lead = comm->rank() == 0;
-  const Layout layout = load_layout_file(argv[1]);
-  CheckLog check{lead};
   for (const KindInfo& info : kKindTable) {
     for (bool clip : {false, true}) {
       const std::string tag = std::string(info.name) + (clip ? " clip" : "") + " K=" + std::to_string(K);

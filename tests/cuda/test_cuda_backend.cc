@@ -208,6 +208,25 @@ StepHook schedule_hook() {
   };
 }
 
+// TaskOptions on `kind`, all else their defaults.
+TaskOptions backend_task_options(BackendKind kind) {
+  TaskOptions options;
+  options.backend = kind;
+  return options;
+}
+
+// The nodes of the captured step on CUDA of Muon's reference configuration for `params`, the
+// Newton–Schulz of a shape class batched or not (BackendOptions::cuda_muon_batches).
+int muon_launches_per_step(const std::vector<ParamSpec>& params, bool batches) {
+  TaskOptions options;
+  options.backend = BackendKind::kCuda;
+  options.backend_options.cuda_muon_batches = batches;
+  Task task(params, options);
+  task.optimizer(reference_config(OptimizerKind::kMuon));
+  task.compile();
+  return task.backend().launches_per_step();
+}
+
 // ---- tests ----
 
 TEST(CudaBackend, AvailabilityIsReportedWithAReason) {
@@ -264,9 +283,7 @@ TEST(CudaBackend, SyntheticGradientsMatchCpu) {
   std::vector<std::vector<float>> grads[2];
   int b = 0;
   for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCuda}) {
-    TaskOptions options;
-    options.backend = kind;
-    Task task(params, options);
+    Task task(params, backend_task_options(kind));
     task.optimizer(reference_config(OptimizerKind::kAdamW));
     task.compile();
     task.synthesize_gradients(77, 5, 3.5f);
@@ -416,9 +433,7 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
   Snapshot result[2];
   int b = 0;
   for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCuda}) {
-    TaskOptions options;
-    options.backend = kind;
-    Task task(odd_params(), options);
+    Task task(odd_params(), backend_task_options(kind));
     start_adamw(task);
     for (int step = 0; step < 20; ++step) {
       task.set_lr(1e-3 * (1.0 + step));
@@ -465,19 +480,10 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
 // more nodes) and the step still runs.
 TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-  auto nodes_for = [](std::vector<ParamSpec> params) {
-    TaskOptions options;
-    options.backend = BackendKind::kCuda;
-    options.backend_options.cuda_muon_batches = false;
-    Task task(params, options);
-    task.optimizer(reference_config(OptimizerKind::kMuon));
-    task.compile();
-    return task.backend().launches_per_step();
-  };
   std::vector<ParamSpec> params = {{"a", {8, 12}, Role::kFcWeight}, {"b", {12}, Role::kFcBias}};
-  const int one = nodes_for(params);
+  const int one = muon_launches_per_step(params, false);
   params.push_back({"c", {6, 4}, Role::kDeepConv});
-  EXPECT_GT(nodes_for(params), one);
+  EXPECT_GT(muon_launches_per_step(params, false), one);
 }
 
 // ns_steps is the number of Newton–Schulz launches in the captured graph: setting it between
@@ -550,13 +556,7 @@ TEST(CudaBackend, MuonBatchLaunchesDoNotGrowWithMatricesOfOneClass) {
       params.push_back({"m" + std::to_string(i), i % 2 ? std::vector<int64_t>{32, 8} : std::vector<int64_t>{8, 32},
                         Role::kFcWeight});
     }
-    TaskOptions options;
-    options.backend = BackendKind::kCuda;
-    options.backend_options.cuda_muon_batches = true;
-    Task task(params, options);
-    task.optimizer(reference_config(OptimizerKind::kMuon));
-    task.compile();
-    return task.backend().launches_per_step();
+    return muon_launches_per_step(params, true);
   };
   const int two = nodes_for(2);
   EXPECT_GT(two, 0);
@@ -665,9 +665,7 @@ TEST(CudaBackend, TensorOfMoreThan2To31Elements) {
   int64_t skipped[2] = {0, 0};
   int b = 0;
   for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCuda}) {
-    TaskOptions options;
-    options.backend = kind;
-    Task task(params, options);
+    Task task(params, backend_task_options(kind));
     task.optimizer(reference_config(OptimizerKind::kSgd));
     try {
       task.compile();
@@ -706,9 +704,7 @@ TEST(CudaBackend, TensorOfMoreThan2To31Elements) {
 // program) and on CUDA with graphs on; AdamW twice on the CPU shows the two programs differ.
 TEST(CudaBackend, NewProgramAtAPreparedProgramsAddressGetsItsOwnGraph) {
   const auto run_two = [](BackendKind kind, OptimizerKind second) {
-    TaskOptions options;
-    options.backend = kind;
-    Task task(odd_params(), options);
+    Task task(odd_params(), backend_task_options(kind));
     start_adamw(task);
     std::optional<CompiledStep> program;
     program.emplace(compile_step(task.plan(), reference_config(OptimizerKind::kAdamW), true));

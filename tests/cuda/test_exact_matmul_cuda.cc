@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -31,6 +30,23 @@ const char* kernel_name(cuda::ExactKernel k) {
   return k == cuda::ExactKernel::kTensorCores ? "tensor cores" : "integer units";
 }
 
+// A seeded stream of N(0, 1) floats; `rng` is its engine, for the draws of other values.
+struct Normals {
+  std::mt19937 rng;
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+  explicit Normals(uint32_t seed) : rng(seed) {}
+  float operator()() { return nd(rng); }
+};
+
+// Normal values times 2^s, s drawn from [-140, 29] (subnormals up to 2^30), every 11th element
+// zero.
+void fill_mixed_magnitudes(std::vector<float>& a, Normals& normal) {
+  for (size_t e = 0; e < a.size(); ++e) {
+    const int scale = static_cast<int>(normal.rng() % 170) - 140;
+    a[e] = (e % 11 == 0) ? 0.0f : std::ldexp(normal(), scale);
+  }
+}
+
 void expect_device_equals_reference(const std::vector<float>& a, const std::vector<float>& b, size_t m, size_t k,
                                     size_t n) {
   std::vector<float> host(m * n);
@@ -38,16 +54,7 @@ void expect_device_equals_reference(const std::vector<float>& a, const std::vect
   for (const cuda::ExactKernel kernel : kKernels) {
     std::vector<float> device(m * n, -1.0f);
     cuda::exact_matmul_on_device(a.data(), b.data(), device.data(), m, k, n, kernel);
-    size_t differ = 0;
-    for (size_t e = 0; e < m * n; ++e) {
-      uint32_t x, y;
-      std::memcpy(&x, &host[e], 4);
-      std::memcpy(&y, &device[e], 4);
-      if (x != y && differ++ < 5) {
-        ADD_FAILURE() << kernel_name(kernel) << " element " << e << ": host " << host[e] << " device " << device[e];
-      }
-    }
-    EXPECT_EQ(differ, 0u) << kernel_name(kernel) << " " << m << "x" << k << "x" << n;
+    EXPECT_TRUE(testing_util::same_bits(host, device)) << kernel_name(kernel) << " " << m << "x" << k << "x" << n;
   }
 }
 #endif
@@ -55,17 +62,13 @@ void expect_device_equals_reference(const std::vector<float>& a, const std::vect
 TEST(ExactMatmulCuda, DeviceEqualsTheHostReferenceBitForBit) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
 #if RENAISSANCE_WITH_CUDA
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Normals normal(5);
   for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {3, 7, 2}, {33, 257, 65}, {128, 768, 128}, {5, 0, 3},
                             {70, 33, 41}, {17, 95, 130}}) {
     const size_t m = shape[0], k = shape[1], n = shape[2];
     std::vector<float> a(m * k), b(k * n);
-    for (size_t e = 0; e < a.size(); ++e) {
-      const int scale = static_cast<int>(rng() % 170) - 140;  // subnormals up to 2^30
-      a[e] = (e % 11 == 0) ? 0.0f : std::ldexp(nd(rng), scale);
-    }
-    for (float& x : b) x = nd(rng);
+    fill_mixed_magnitudes(a, normal);
+    for (float& x : b) x = normal();
     if (m > 2 && k > 0) {
       for (size_t p = 0; p < k; ++p) a[k + p] = 0.0f;  // a zero row
       a[2 * k] = std::numeric_limits<float>::infinity();  // a non-finite row
@@ -119,16 +122,12 @@ TEST(ExactMatmulCuda, DigitSumsLongerThanOneInt32) {
 TEST(ExactMatmulCuda, StridedViewsEqualTheReference) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
 #if RENAISSANCE_WITH_CUDA
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Normals normal(17);
   for (const auto& shape : {std::vector<size_t>{1, 1, 1}, {33, 7, 130}, {70, 257, 41}, {40, 128, 64}, {5, 300, 3}}) {
     const size_t m = shape[0], k = shape[1], n = shape[2];
     std::vector<float> a(m * k), b(k * n);  // the logical row-major operands
-    for (size_t e = 0; e < a.size(); ++e) {
-      const int scale = static_cast<int>(rng() % 170) - 140;
-      a[e] = (e % 11 == 0) ? 0.0f : std::ldexp(nd(rng), scale);
-    }
-    for (size_t e = 0; e < b.size(); ++e) b[e] = (e % 7 == 0) ? 0.0f : nd(rng) * 3.0f;
+    fill_mixed_magnitudes(a, normal);
+    for (size_t e = 0; e < b.size(); ++e) b[e] = (e % 7 == 0) ? 0.0f : normal() * 3.0f;
     if (m > 2 && k > 1) {
       for (size_t p = 0; p < k; ++p) a[k + p] = 0.0f;                // a zero row
       a[2 * k + k / 2] = -std::numeric_limits<float>::infinity();  // a non-finite row
@@ -173,16 +172,7 @@ TEST(ExactMatmulCuda, StridedViewsEqualTheReference) {
       cudaFree(db);
       cudaFree(dc);
       cudaFree(scratch);
-      size_t differ = 0;
-      for (size_t e = 0; e < m * n; ++e) {
-        uint32_t x, y;
-        std::memcpy(&x, &expect[e], 4);
-        std::memcpy(&y, &got[e], 4);
-        if (x != y && differ++ < 5) {
-          ADD_FAILURE() << view.what << " element " << e << ": host " << expect[e] << " device " << got[e];
-        }
-      }
-      EXPECT_EQ(differ, 0u) << view.what << " " << m << "x" << k << "x" << n;
+      EXPECT_TRUE(testing_util::same_bits(expect, got)) << view.what << " " << m << "x" << k << "x" << n;
     }
   }
 #endif

@@ -477,6 +477,15 @@ def aux_grads(step, seed=300):
     return ([torch.randn(*s, generator=g) for s in SHAPES + [CONV]], [torch.randn(*s, generator=g) for s in AUX_SHAPES])
 
 
+def step_on_aux_grads(opt, muon, aux, t):
+    """Step t of opt over aux_model()'s tensors: aux_grads(t) fed, then opt.step(). Returns them."""
+    gm, ga = aux_grads(t)
+    feed(muon, gm)
+    feed(aux, ga)
+    opt.step()
+    return gm, ga
+
+
 class AdamRef:
     """torch's AdamW (decoupled decay p *= 1 - lr * weight_decay first), float64 (the aux groups)."""
 
@@ -512,10 +521,7 @@ def test_muon_with_aux_adam_defaults_one_task_and_the_step():
     mref = Ref(muon, lr=0.02, weight_decay=0.0, momentum=0.95)
     aref = AdamRef(aux, 3e-4, (0.9, 0.95), 1e-10)
     for t in range(10):
-        gm, ga = aux_grads(t)
-        feed(muon, gm)
-        feed(aux, ga)
-        opt.step()
+        gm, ga = step_on_aux_grads(opt, muon, aux, t)
         mref.step(gm)
         aref.step(ga)
         step_lr = max(adjusted(0.02, tuple(p.shape), None) for p in muon)
@@ -648,10 +654,7 @@ def test_muon_with_aux_adam_state_dict_round_trip_and_the_packages_format():
     groups = lambda m, a: [dict(params=m, use_muon=True), dict(params=a, use_muon=False)]  # noqa: E731
     opt = rt.MuonWithAuxAdam(groups(muon, aux))
     for t in range(3):
-        gm, ga = aux_grads(t)
-        feed(muon, gm)
-        feed(aux, ga)
-        opt.step()
+        step_on_aux_grads(opt, muon, aux, t)
     sd = opt.state_dict()
     # The Muon package's format: the aux step a Python int, the buffers as tensors.
     pkg = {"state": {i: dict(st) for i, st in sd["state"].items()}, "param_groups": sd["param_groups"]}
@@ -829,11 +832,7 @@ def test_muon_with_aux_adam_fast_mode_changes_the_matrices_only():
         assert len(opt.backends) == 1  # both kinds in one Task, as in exact mode
         mref = Ref(muon, lr=0.02, weight_decay=0.0, momentum=0.95)
         for t in range(5):
-            gm, ga = aux_grads(t)
-            feed(muon, gm)
-            feed(aux, ga)
-            opt.step()
-            mref.step(gm)
+            mref.step(step_on_aux_grads(opt, muon, aux, t)[0])
         step_lr = max(adjusted(0.02, tuple(p.shape), None) for p in muon)
         if mode == "fast":
             assert worst(muon, mref.w) <= (rounding(muon) + FAST_TOL * step_lr) * 5

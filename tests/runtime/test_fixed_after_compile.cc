@@ -24,14 +24,21 @@ std::vector<ParamSpec> params() {
 }
 
 std::unique_ptr<Task> start(const OptimizerConfig& config) {
-  auto task = checkpoint_test::make_task(params(), config, BackendKind::kCpu, 1);
-  testing_util::set_all_weights(*task, testing_util::make_weights(params(), 3));
-  return task;
+  return testing_util::with_made_weights(checkpoint_test::make_task(params(), config, BackendKind::kCpu, 1), params(),
+                                         3);
 }
+void step(Task& task, int s) { testing_util::step_on_made_grads(task, params(), 7, s); }
 
-void step(Task& task, int s) {
-  testing_util::set_all_grads(task, testing_util::make_grads(params(), 7, static_cast<uint64_t>(s), 1.0));
-  task.step();
+// A configuration of `kind` (one that holds no momentum buffer; `name`, written out) given
+// momentum 0.9 is refused, the message naming every kind that reads momentum, in table order.
+void expect_momentum_refused(OptimizerKind kind, const std::string& name) {
+  OptimizerConfig c = default_config(kind);
+  c.momentum = 0.9;
+  checkpoint_test::expect_error(
+      [&] { c.validate(); },
+      name + " does not take momentum (0.9 given; the kinds that do: sgd_momentum, sgd_nesterov, lars, lars_nesterov, "
+             "muon)",
+      ErrorKind::kInvalidArgument);
 }
 
 // Every field that no family but Muon's reads, set on an AdamW configuration.
@@ -83,13 +90,8 @@ TEST(KindReads, AConfigurationRefusesAHyperparameterItsKindDoesNotRead) {
 // it would be ignored, so a configuration refuses them; the SGD builder, as torch.optim.SGD,
 // takes a dampening without momentum and drops it (torch ignores it there).
 TEST(KindReads, SgdWithoutMomentumTakesNeitherMomentumNorDampening) {
+  expect_momentum_refused(OptimizerKind::kSgd, "sgd");
   OptimizerConfig c = default_config(OptimizerKind::kSgd);
-  c.momentum = 0.9;
-  checkpoint_test::expect_error(
-      [&] { c.validate(); },
-      "sgd does not take momentum (0.9 given; the kinds that do: sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
-      ErrorKind::kInvalidArgument);
-  c = default_config(OptimizerKind::kSgd);
   c.dampening = 0.5;
   checkpoint_test::expect_error([&] { c.validate(); }, "sgd does not take dampening (0.5 given",
                                 ErrorKind::kInvalidArgument);
@@ -147,12 +149,7 @@ TEST(KindReads, AConfigurationRefusesAKindTableColumnItsKindDoesNotRead) {
   }
   EXPECT_EQ(refused, 27);  // 5 + 5 + 5 + 4 + 8 kinds that do not read the column
   // The message names every kind that reads it, in table order.
-  OptimizerConfig adam = default_config(OptimizerKind::kAdam);
-  adam.momentum = 0.9;
-  checkpoint_test::expect_error(
-      [&] { adam.validate(); },
-      "adam does not take momentum (0.9 given; the kinds that do: sgd_momentum, sgd_nesterov, lars, lars_nesterov, muon)",
-      ErrorKind::kInvalidArgument);
+  expect_momentum_refused(OptimizerKind::kAdam, "adam");
   // A configuration built from OptimizerConfig's member defaults (the kind set by hand) passes.
   for (const KindInfo& k : kKindTable) {
     OptimizerConfig c;

@@ -44,15 +44,10 @@ OptimizerConfig fast_config(MuonMode mode = MuonMode::kFast) {
 }
 
 std::unique_ptr<Task> start(const OptimizerConfig& config, int threads) {
-  auto task = checkpoint_test::make_task(fast_params(), config, BackendKind::kCpu, threads);
-  testing_util::set_all_weights(*task, testing_util::make_weights(fast_params(), 5));
-  return task;
+  return testing_util::with_made_weights(checkpoint_test::make_task(fast_params(), config, BackendKind::kCpu, threads),
+                                         fast_params(), 5);
 }
-
-void step(Task& task, int s) {
-  testing_util::set_all_grads(task, testing_util::make_grads(fast_params(), 13, static_cast<uint64_t>(s), 1.0));
-  task.step();
-}
+void step(Task& task, int s) { testing_util::step_on_made_grads(task, fast_params(), 13, s); }
 
 TEST(MuonFast, StepsAreWithinTheMeasuredBoundOfTheFloat64Oracle) {
   const std::vector<ParamSpec> params = fast_params();

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -202,6 +203,18 @@ inline void set_all_weights(Task& task, const std::vector<std::vector<float>>& w
 }
 inline void set_all_grads(Task& task, const std::vector<std::vector<float>>& g) {
   for (size_t id = 0; id < g.size(); ++id) task.set_grad(id, g[id].data());
+}
+
+// `task` with the weights make_weights(params, seed) in every tensor.
+inline std::unique_ptr<Task> with_made_weights(std::unique_ptr<Task> task, const std::vector<ParamSpec>& params,
+                                               uint64_t seed) {
+  set_all_weights(*task, make_weights(params, seed));
+  return task;
+}
+// Step s of `task` on the gradients make_grads(params, seed, s, 1.0) (no loss scale).
+inline void step_on_made_grads(Task& task, const std::vector<ParamSpec>& params, uint64_t seed, int s) {
+  set_all_grads(task, make_grads(params, seed, static_cast<uint64_t>(s), 1.0));
+  task.step();
 }
 
 // Hyperparameter group h's configuration for the group tests (test_hyper_groups.cc,
