@@ -122,6 +122,9 @@ TEST(MuonFast, SameBitsOnOneAndTwoThreadsAndRunToRun) {
   }
   EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*one), testing_util::read_state(*two)));
   EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*two), testing_util::read_state(*again)));
+  // The steps moved the state (equal bits of tasks that never stepped would prove nothing).
+  const auto unstepped = testing_util::read_state(*start(fast_config(), 1));
+  EXPECT_FALSE(testing_util::same_state(testing_util::read_state(*one), unstepped));
 }
 
 TEST(MuonFast, TheCompiledOrthogonalizeNodeCarriesTheMode) {
@@ -173,6 +176,8 @@ TEST(MuonFast, ACheckpointKeepsTheModeAndContinuesBitForBit) {
   EXPECT_EQ(resumed->config().muon_mode, 1.0);
   for (int s = 2; s < 4; ++s) step(*resumed, s);
   EXPECT_TRUE(testing_util::same_state(testing_util::read_state(*resumed), testing_util::read_state(*whole)));
+  // The two steps after the checkpoint moved the state: 2 steps and 4 differ.
+  EXPECT_FALSE(testing_util::same_state(testing_util::read_state(*first), testing_util::read_state(*whole)));
   // A task compiled for exact mode refuses the file (its compiled step is the other mode's).
   auto exact = checkpoint_test::make_task(fast_params(), fast_config(MuonMode::kExact), BackendKind::kCpu, 2);
   checkpoint_test::expect_error([&] { exact->load(path); },
