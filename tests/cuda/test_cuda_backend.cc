@@ -23,6 +23,7 @@
 #include "renaissance/math/synthetic_gradient.h"
 #include "renaissance/task.h"
 #include "support/test_util.h"
+#include "cuda/cuda_scenario.h"
 #if RENAISSANCE_WITH_CUDA
 #include "backend_cuda/cuda_backend.h"
 #endif
@@ -30,6 +31,7 @@
 namespace renaissance {
 namespace {
 
+using namespace cuda_scenario;
 using testing_util::same_bits;
 
 // ---- configurations: every kind, weight decay on, both SGD weight-decay modes ----
@@ -62,14 +64,6 @@ std::vector<NamedConfig> all_configs() {
 
 // ---- parameter sets ----
 
-std::vector<ParamSpec> odd_params() {
-  return {{"a", {3, 5}, Role::kDeepConv},      {"b", {7}, Role::kBnBias},         {"c", {0}, Role::kFcWeight},
-          {"d", {17}, Role::kBnWeight},        {"e", {1}, Role::kFcBias},         {"f", {4097}, Role::kFirstConv},
-          {"g", {1023}, Role::kDeepConv},      {"h", {0, 3}, Role::kBnBias},      {"i", {2, 4099}, Role::kFcWeight},
-          {"j", {12289}, Role::kDeepConv},     {"k", {}, Role::kDeepConv},        {"l", {65, 3}, Role::kBnWeight},
-          {"m", {3, 3, 3, 331}, Role::kDeepConv}};
-}
-
 std::vector<ParamSpec> tiny_params(int count) {
   std::vector<ParamSpec> params;
   for (int i = 0; i < count; ++i) {
@@ -96,98 +90,6 @@ std::vector<ParamSpec> load_layout(const std::string& name) {
   return params;
 }
 
-// ---- running a scenario and collecting the state ----
-
-struct Snapshot {
-  std::vector<float> w, m, v, n;
-  int64_t steps = 0;
-  int64_t skipped = 0;
-  std::string fingerprint;
-};
-
-// Called after the step's gradients are written and before step(): may change lr or the loss
-// scale or poison a gradient.
-using StepHook = std::function<void(Task&, int step)>;
-
-struct Scenario {
-  std::vector<ParamSpec> params;
-  OptimizerConfig config;
-  int steps = 3;
-  double loss_scale = 1024.0;
-  bool check_finite = true;
-  StepHook hook;
-  std::vector<OptimizerConfig> groups;  // non-empty: hyperparameter groups instead of `config`
-};
-
-// Weights: synthetic values of magnitude up to 1, except every 5th tensor, which starts at zero
-// (LARS then takes its η = 1 branch).
-void init_weights(Task& task) {
-  for (size_t id = 0; id < task.num_params(); ++id) {
-    const auto n = static_cast<size_t>(task.param(id).numel());
-    std::vector<float> w(n, 0.0f);
-    if (id % 5 != 3) {
-      for (size_t i = 0; i < n; ++i) w[i] = math::synthetic_gradient(99, 0, id, i, 1.0f);
-    }
-    task.set_weight(id, w.data());
-  }
-}
-
-void append(Task& task, Family family, std::vector<float>* out) {
-  if (!task.plan().has_family(family)) return;
-  for (size_t id = 0; id < task.num_params(); ++id) {
-    const size_t n = family == Family::kN ? 1 : static_cast<size_t>(task.param(id).numel());
-    if (n == 0) continue;
-    const size_t at = out->size();
-    out->resize(at + n);
-    task.read(family, id, out->data() + at);
-  }
-}
-
-Snapshot snapshot(Task& task) {
-  Snapshot s;
-  append(task, Family::kW, &s.w);
-  append(task, Family::kM, &s.m);
-  append(task, Family::kV, &s.v);
-  append(task, Family::kN, &s.n);
-  s.steps = task.step_count();
-  s.skipped = task.skipped_steps();
-  s.fingerprint = task.fingerprint();
-  return s;
-}
-
-Snapshot run(BackendKind kind, const Scenario& sc, const BackendOptions& backend_options = {}) {
-  TaskOptions options;
-  options.backend = kind;
-  options.backend_options = backend_options;
-  options.check_finite = sc.check_finite;
-  Task task(sc.params, options);
-  if (sc.groups.empty()) {
-    task.optimizer(sc.config);
-  } else {
-    task.optimizer_groups(sc.groups);
-  }
-  task.set_loss_scale(sc.loss_scale);
-  task.compile();
-  init_weights(task);
-  for (int step = 0; step < sc.steps; ++step) {
-    // Gradients as a backward pass under loss scaling would leave them: scaled up.
-    task.synthesize_gradients(2024, static_cast<uint64_t>(step), static_cast<float>(0.05 * sc.loss_scale));
-    if (sc.hook) sc.hook(task, step);
-    task.step();
-  }
-  return snapshot(task);
-}
-
-void expect_same(const Snapshot& cpu, const Snapshot& gpu) {
-  EXPECT_TRUE(same_bits(cpu.w, gpu.w)) << "W";
-  EXPECT_TRUE(same_bits(cpu.m, gpu.m)) << "M";
-  EXPECT_TRUE(same_bits(cpu.v, gpu.v)) << "V";
-  EXPECT_TRUE(same_bits(cpu.n, gpu.n)) << "N (LARS trust ratios)";
-  EXPECT_EQ(cpu.steps, gpu.steps);
-  EXPECT_EQ(cpu.skipped, gpu.skipped);
-  EXPECT_EQ(cpu.fingerprint, gpu.fingerprint);
-}
-
 // lr and loss scale change between steps; step 2 has a NaN and step 4 an Inf in one gradient.
 StepHook schedule_hook() {
   return [](Task& task, int step) {
@@ -206,25 +108,6 @@ StepHook schedule_hook() {
     if (step == 3) task.set_loss_scale(256.0);
     if (step == 5) task.set_lr(task.lr() * 3.0);
   };
-}
-
-// TaskOptions on `kind`, all else their defaults.
-TaskOptions backend_task_options(BackendKind kind) {
-  TaskOptions options;
-  options.backend = kind;
-  return options;
-}
-
-// The nodes of the captured step on CUDA of Muon's reference configuration for `params`, the
-// Newton–Schulz of a shape class batched or not (BackendOptions::cuda_muon_batches).
-int muon_launches_per_step(const std::vector<ParamSpec>& params, bool batches) {
-  TaskOptions options;
-  options.backend = BackendKind::kCuda;
-  options.backend_options.cuda_muon_batches = batches;
-  Task task(params, options);
-  task.optimizer(reference_config(OptimizerKind::kMuon));
-  task.compile();
-  return task.backend().launches_per_step();
 }
 
 // ---- tests ----
@@ -447,7 +330,8 @@ TEST(CudaBackend, BackToBackReplaysWithLrChanges) {
 
 // The captured step has the same number of nodes for 13, 400 and resnet50's 161 tensors. With a
 // gradient table exactly one more: the kernel that fills the chunk addresses (grad_chunks.cu).
-// Muon is left out: its Newton–Schulz is launched per matrix (MuonLaunchesGrowWithTheMatrices).
+// Muon is left out: its Newton–Schulz is launched per matrix (MuonLaunchesGrowWithTheMatrices in
+// test_cuda_muon.cc).
 TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
   for (const NamedConfig& nc : all_configs()) {
@@ -473,155 +357,6 @@ TEST(CudaBackend, LaunchCountDoesNotGrowWithTensorCount) {
     }
     EXPECT_EQ(launches[1][0], launches[0][0] + 1);
   }
-}
-
-// Muon's step with cuda_muon_batches off captures the Newton–Schulz launches of each non-empty
-// matrix: one more matrix, more nodes; a change of ns_steps is captured again (more steps,
-// more nodes) and the step still runs.
-TEST(CudaBackend, MuonLaunchesGrowWithTheMatrices) {
-  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-  std::vector<ParamSpec> params = {{"a", {8, 12}, Role::kFcWeight}, {"b", {12}, Role::kFcBias}};
-  const int one = muon_launches_per_step(params, false);
-  params.push_back({"c", {6, 4}, Role::kDeepConv});
-  EXPECT_GT(muon_launches_per_step(params, false), one);
-}
-
-// ns_steps is the number of Newton–Schulz launches in the captured graph: setting it between
-// steps captures the step again (fewer nodes for fewer steps) and keeps CPU == CUDA bit for bit,
-// with and without CUDA graphs.
-TEST(CudaBackend, MuonNsStepsChangeBetweenSteps) {
-  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-  Scenario sc;
-  sc.params = odd_params();
-  sc.config = reference_config(OptimizerKind::kMuon);
-  sc.steps = 4;
-  sc.hook = [](Task& task, int step) {
-    if (step != 2) return;
-    OptimizerConfig c = task.config();
-    c.ns_steps = 2;
-    const int before = task.backend().launches_per_step();
-    task.set_group_hyper(0, c);
-    task.step();  // captured again with 2 steps, then run
-    if (task.backend().kind() == BackendKind::kCuda && before > 0) {
-      EXPECT_LT(task.backend().launches_per_step(), before);
-    }
-  };
-  const Snapshot cpu = run(BackendKind::kCpu, sc);
-  expect_same(cpu, run(BackendKind::kCuda, sc));
-  BackendOptions no_graph;
-  no_graph.cuda_graph = false;
-  expect_same(cpu, run(BackendKind::kCuda, sc, no_graph));
-}
-
-// BackendOptions::cuda_muon_batches (the default): the Newton–Schulz of each shape class (both
-// orientations, several matrices, a second class, hyperparameter groups that split a class) runs
-// as cuBLASLt batches and gives the CPU's bits, with and without CUDA graphs, as does the path of
-// one matrix after another; the captured step's node count then depends on the classes, not on
-// the number of matrices in them.
-TEST(CudaBackend, MuonBatchesGiveTheCpuBits) {
-  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-  Scenario sc;
-  sc.params = {{"a", {16, 48}, Role::kFcWeight}, {"b", {48, 16}, Role::kFcWeight}, {"bias", {48}, Role::kFcBias},
-               {"c", {16, 48}, Role::kFcWeight}, {"d", {24, 24}, Role::kDeepConv}, {"e", {8, 3, 2, 2}, Role::kDeepConv},
-               {"f", {24, 24}, Role::kFcWeight}};
-  sc.config = reference_config(OptimizerKind::kMuon);
-  sc.steps = 3;
-  const Snapshot cpu = run(BackendKind::kCpu, sc);
-  BackendOptions batches;
-  batches.cuda_muon_batches = true;
-  expect_same(cpu, run(BackendKind::kCuda, sc, batches));
-  batches.cuda_graph = false;
-  expect_same(cpu, run(BackendKind::kCuda, sc, batches));
-  BackendOptions one_by_one;
-  one_by_one.cuda_muon_batches = false;
-  expect_same(cpu, run(BackendKind::kCuda, sc, one_by_one));
-  // Hyperparameter groups: "c" in group 1 is a class of its own (its block's coefficients).
-  sc.params[3].hyper_group = 1;
-  OptimizerConfig other = sc.config;
-  other.ns_a = 2.0;
-  other.ns_b = -1.5;
-  other.ns_c = 0.5;
-  other.ns_steps = 3;
-  sc.groups = {sc.config, other};
-  const Snapshot cpu_groups = run(BackendKind::kCpu, sc);
-  batches.cuda_graph = true;
-  expect_same(cpu_groups, run(BackendKind::kCuda, sc, batches));
-}
-
-TEST(CudaBackend, MuonBatchLaunchesDoNotGrowWithMatricesOfOneClass) {
-  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-  auto nodes_for = [](int matrices) {
-    std::vector<ParamSpec> params = {{"bias", {12}, Role::kFcBias}};
-    for (int i = 0; i < matrices; ++i) {
-      params.push_back({"m" + std::to_string(i), i % 2 ? std::vector<int64_t>{32, 8} : std::vector<int64_t>{8, 32},
-                        Role::kFcWeight});
-    }
-    return muon_launches_per_step(params, true);
-  };
-  const int two = nodes_for(2);
-  EXPECT_GT(two, 0);
-  EXPECT_EQ(nodes_for(7), two);
-}
-
-// cuda::phase_times (bench_step --muon-phases) runs the step's own kernels node by node on one
-// stream, outside the graph: two steps profiled leave the bits of two steps launched as the graph,
-// and the table has a row per node and per Newton–Schulz phase of each shape class, in the order
-// they run, each a finite time >= 0.
-TEST(CudaBackend, MuonPhaseTimesRunTheStepsKernelsAndNameEveryPhase) {
-  RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
-#if RENAISSANCE_WITH_CUDA
-  const std::vector<ParamSpec> params = {{"a", {16, 48}, Role::kFcWeight}, {"b", {48, 16}, Role::kFcWeight},
-                                         {"bias", {48}, Role::kFcBias}, {"d", {24, 24}, Role::kDeepConv}};
-  auto prepared = [&](Task& task) {
-    task.optimizer(reference_config(OptimizerKind::kMuon));
-    task.compile();
-    init_weights(task);
-    task.synthesize_gradients(2024, 0, 0.05f);
-    task.step();  // prepares the program step_program() names
-  };
-  TaskOptions options;
-  options.backend = BackendKind::kCuda;
-  options.backend_options.cuda_muon_batches = true;
-  Task graph(params, options), profiled(params, options);
-  prepared(graph);
-  prepared(profiled);
-  (void)graph.backend().timed_steps(graph.step_program(), 2);
-  const std::vector<cuda::PhaseTime> phases = cuda::phase_times(profiled.backend(), profiled.step_program(), 2, 0.0);
-  expect_same(snapshot(graph), snapshot(profiled));
-
-  std::vector<std::string> names;
-  for (const cuda::PhaseTime& p : phases) {
-    names.push_back(p.name);
-    EXPECT_TRUE(std::isfinite(p.ms) && p.ms >= 0.0) << p.name << ": " << p.ms;
-  }
-  auto at = [&](const std::string& name) {
-    const auto it = std::find(names.begin(), names.end(), name);
-    EXPECT_NE(it, names.end()) << "no row " << name;
-    return it - names.begin();
-  };
-  EXPECT_EQ(std::count(names.begin(), names.end(), "MUON_MOMENTUM [weight]"), 1);
-  const auto momentum = at("MUON_MOMENTUM [weight]");
-  const auto lr = at("MUON_ORTHOGONALIZE: adjusted lr");
-  const auto update = at("UPDATE_MUON [weight]");
-  EXPECT_LT(momentum, lr);
-  const std::vector<std::string> exact = {"normalise",        "A: scales+digits", "A: int8 products", "A: combine",
-                                          "B: scales+digits", "B: int8 products", "B: combine",       "Q: scales+digits",
-                                          "Q: int8 products", "Q: combine",       "store"};
-  for (const std::string& cls : {std::string("ns 16x48 (2): "), std::string("ns 24x24 (1): ")}) {
-    auto previous = lr;
-    for (const std::string& phase : exact) {
-      const auto here = at(cls + phase);
-      EXPECT_GT(here, previous) << cls + phase;
-      EXPECT_LT(here, update) << cls + phase;
-      previous = here;
-    }
-  }
-  // The auxiliary AdamW of the bias-like tensor has a row of its own.
-  EXPECT_NE(std::find_if(names.begin(), names.end(),
-                         [](const std::string& n) { return n.find("bias-like") != std::string::npos; }),
-            names.end());
-  EXPECT_THROW(cuda::phase_times(profiled.backend(), profiled.step_program(), 0), Error);
-#endif
 }
 
 // The update kernels exist only for the (G encoding, copy format, rounding) combinations a step
