@@ -67,6 +67,7 @@ class CpuBackend final : public Backend {
     if (tuning_.prefetch_elements != d.prefetch_elements) os << ", prefetch " << tuning_.prefetch_elements;
     if (tuning_.first_touch != d.first_touch) os << (tuning_.first_touch ? ", first touch" : ", memset arena");
     if (tuning_.huge_pages != d.huge_pages) os << (tuning_.huge_pages ? ", huge pages" : ", no huge pages");
+    if (tuning_.amx_tiles != d.amx_tiles) os << (tuning_.amx_tiles ? ", amx tiles" : ", no amx tiles");
     os << ")";
     return os.str();
   }

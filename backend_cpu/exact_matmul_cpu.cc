@@ -379,16 +379,24 @@ float round_sum(int64_t sum, double row_scale, double col_scale) {
   return static_cast<float>(static_cast<double>(sum) * row_scale * col_scale);
 }
 
-constexpr size_t kBlockRows = 48, kBlockCols = 48;  // C per work item (int64 sums: 18 KiB)
+// C per work item: 48 x 48 for the SIMD lanes (int64 sums: 18 KiB), 64 x 64 for the tile unit
+// (2 x 2 tiles of 16 x 16 at a time, so a block is whole groups of them).
+constexpr size_t kLaneBlock = 48, kTileBlock = 128;
 
 // C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:
 // a and b are the same operand (C = M Mᵀ, or M M with M symmetric in its bits): only the blocks
 // on and above the diagonal are computed and each sum is written to (i, j) and (j, i), which the
 // reference gives the same bits (the same integer, shift_i + shift_j, the same finiteness).
-void product(const FixedPointOperand& a, const FixedPointOperand& b, float* c, size_t ldc, bool symmetric,
+void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, bool symmetric, ExactProductUnit unit,
              int threads) {
   const size_t m = a.count, n = b.count, kp = a.kp;
-  const size_t row_blocks = (m + kBlockRows - 1) / kBlockRows, col_blocks = (n + kBlockCols - 1) / kBlockCols;
+  const bool tiles = unit == ExactProductUnit::kBest && amx_int8_usable();
+  const size_t side = tiles ? kTileBlock : kLaneBlock;
+  if (tiles) {
+    amx_digits(a.q.data(), a.count, a.kp, false, a.tile_rows, threads);
+    amx_digits(b.q.data(), b.count, b.kp, true, b.tile_columns, threads);
+  }
+  const size_t row_blocks = (m + side - 1) / side, col_blocks = (n + side - 1) / side;
   std::vector<std::pair<size_t, size_t>> blocks;
   for (size_t bi = 0; bi < row_blocks; ++bi) {
     for (size_t bj = symmetric ? bi : 0; bj < col_blocks; ++bj) blocks.emplace_back(bi, bj);
@@ -400,14 +408,18 @@ void product(const FixedPointOperand& a, const FixedPointOperand& b, float* c, s
   for (size_t j = 0; j < n; ++j) col_scale[j] = pow2(-b.shift[j]);
 #pragma omp parallel num_threads(team)
   {
-    std::vector<int64_t> sums(kBlockRows * kBlockCols);
+    std::vector<int64_t> sums(side * side);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < static_cast<int64_t>(blocks.size()); ++w) {
-      const size_t i0 = blocks[w].first * kBlockRows, i1 = std::min(m, i0 + kBlockRows);
-      const size_t j0 = blocks[w].second * kBlockCols, j1 = std::min(n, j0 + kBlockCols);
-      HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), kBlockCols);
+      const size_t i0 = blocks[w].first * side, i1 = std::min(m, i0 + side);
+      const size_t j0 = blocks[w].second * side, j1 = std::min(n, j0 + side);
+      if (tiles) {
+        amx_dot_block(a.tile_rows, b.tile_columns, i0, i1, j0, j1, sums.data(), side);
+      } else {
+        HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), side);
+      }
       for (size_t i = i0; i < i1; ++i) {
-        const int64_t* row = sums.data() + (i - i0) * kBlockCols;
+        const int64_t* row = sums.data() + (i - i0) * side;
         for (size_t j = j0; j < j1; ++j) {
           const float v = round_sum(row[j - j0], row_scale[i], col_scale[j]);
           c[i * ldc + j] = a.finite[i] && b.finite[j] ? v : nan;
@@ -472,7 +484,7 @@ bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t
   threads = std::max(threads, 1);
   fix_rows(a, m, k, s.a, threads);
   fix_columns(b, k, n, s.b, threads);
-  product(s.a, s.b, c, n, false, threads);
+  product(s.a, s.b, c, n, false, s.unit, threads);
   return true;
 }
 
@@ -492,7 +504,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
   for (int step = 0; step < steps; ++step) {
     // A = X Xᵀ: the columns of Xᵀ are the rows of X, so one operand serves both sides.
     fix_rows(x, r, c, s.qx, threads);
-    product(s.qx, s.qx, s.gram.data(), r, true, threads);
+    product(s.qx, s.qx, s.gram.data(), r, true, s.unit, threads);
     const float* gram = s.gram.data();
     float* gram2 = s.gram2.data();
     float* poly = s.poly.data();
@@ -501,7 +513,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     // zero diagonal, P' = O O. O is symmetric in its bits as A is, so its columns are its rows.
     off_diagonal(gram, r, off, threads);
     fix_rows(off, r, r, s.qg, threads);
-    product(s.qg, s.qg, gram2, r, true, threads);
+    product(s.qg, s.qg, gram2, r, true, s.unit, threads);
     elementwise(r, threads, [&](size_t i) {
       const float d_i = gram[i * r + i];
       for (size_t j = 0; j < r; ++j) {
@@ -515,7 +527,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     off_diagonal(poly, r, off, threads);
     fix_rows(off, r, r, s.qp, threads);
     fix_columns(x, r, c, s.qxt, threads);
-    product(s.qp, s.qxt, s.q.data(), c, false, threads);
+    product(s.qp, s.qxt, s.q.data(), c, false, s.unit, threads);
     const float* q = s.q.data();
     elementwise(r, threads, [&](size_t i) {
       const float e_i = poly[i * r + i];

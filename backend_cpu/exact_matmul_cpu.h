@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend_cpu/exact_matmul_amx.h"
 #include "renaissance/math/newton_schulz.h"
 
 namespace renaissance {
@@ -32,11 +33,18 @@ struct FixedPointOperand {
   std::vector<uint32_t> amax_bits;
   std::vector<int32_t> lane_shift;
   std::vector<int16_t> staging;
+  // The digits of q for the tile unit, as rows (a left operand) and as columns (a right one).
+  AmxDigits tile_rows, tile_columns;
 };
+
+// Which unit sums exact mode's integer products; every unit gives the same integers, so the same
+// bits. kBest: the AMX tile unit where amx_int8_usable(), else the SIMD lanes (Highway).
+enum class ExactProductUnit { kBest, kSimdLanes };
 
 // Buffers reused across calls (so a Newton–Schulz step allocates nothing once they have grown).
 struct ExactMatmulScratch {
   FixedPointOperand a, b;
+  ExactProductUnit unit = ExactProductUnit::kBest;
 };
 
 // C = A B (row-major; A m x k, B k x n, C m x n) with exactly the bits of
@@ -64,6 +72,7 @@ struct NewtonSchulzMatrices {
 struct NewtonSchulzScratch : NewtonSchulzMatrices {
   std::vector<float> off;
   FixedPointOperand qx, qxt, qg, qp;
+  ExactProductUnit unit = ExactProductUnit::kBest;
 };
 
 // out (rows x cols, row-major) = math::newton_schulz_reference(u, rows, cols, out, coeff, steps,

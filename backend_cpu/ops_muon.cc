@@ -64,7 +64,7 @@ HWY_EXPORT(MuonMomentum);
 HWY_EXPORT(MuonUpdate);
 
 bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::NewtonSchulzCoefficients& coeff, int steps,
-                          float eps, int threads, int mode) {
+                          float eps, int threads, int mode, bool amx_tiles) {
   if (mode == 1) {
     thread_local NewtonSchulzFastScratch fast_scratch;
     newton_schulz_fast_cpu(u, rows, cols, u, coeff, steps, eps, &fast_scratch, threads);
@@ -73,6 +73,7 @@ bool orthogonalize_matrix(float* u, size_t rows, size_t cols, const math::Newton
   // The fast exact product (exact_matmul_cpu.h), the reference's bits. Its buffers are kept per
   // calling thread and reused from step to step (a first call pays their page faults).
   thread_local NewtonSchulzScratch scratch;
+  scratch.unit = amx_tiles ? ExactProductUnit::kBest : ExactProductUnit::kSimdLanes;
   return newton_schulz_exact_cpu(u, rows, cols, u, coeff, steps, eps, &scratch, threads);
 }
 
@@ -120,7 +121,7 @@ void run_MUON_ORTHOGONALIZE(const CpuContext& ctx, const GraphNode& node) {
     coeff.b = s[kNsB];
     coeff.c = s[kNsC];
     return orthogonalize_matrix(u + mat.start, static_cast<size_t>(mat.rows), static_cast<size_t>(mat.cols), coeff,
-                                static_cast<int>(s[kNsSteps]), s[kNsEps], threads, node.muon.mode);
+                                static_cast<int>(s[kNsSteps]), s[kNsEps], threads, node.muon.mode, ctx.tuning.amx_tiles);
   };
   int64_t small = 0;
   for (int64_t t = 0; t < count; ++t) small += is_small_matrix(matrices[t]) ? 1 : 0;

@@ -4,14 +4,17 @@
 //
 //   bench_exact_matmul --benchmark_filter='Fast/768/3072/768'
 //
-// Rows: Fast/m/k/n/threads and Reference/m/k/n (one iteration: it is slow), NewtonSchulz/rows/cols/
-// threads (5 steps, torch's coefficients). Threads 1, 2 and 16 (the GPU machine's host); the CPU
-// column times the calling thread only, so compare rows by their real time.
+// Rows: Fast/m/k/n/threads/unit and Reference/m/k/n (one iteration: it is slow),
+// NewtonSchulz/rows/cols/threads/unit (5 steps, torch's coefficients). unit 0: the best product unit
+// of this CPU (the AMX tiles where it has them), 1: the SIMD lanes; the label names the one that
+// ran. Threads 1, 2 and 16 (the GPU machine's host); the CPU column times the calling thread only,
+// so compare rows by their real time.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend_cpu/exact_matmul_cpu.h"
@@ -27,6 +30,15 @@ std::vector<float> normal(size_t count, unsigned seed) {
   return x;
 }
 
+renaissance::cpu::ExactProductUnit unit_of(const benchmark::State& state, int arg) {
+  return state.range(arg) == 0 ? renaissance::cpu::ExactProductUnit::kBest : renaissance::cpu::ExactProductUnit::kSimdLanes;
+}
+
+void set_label(benchmark::State& state, renaissance::cpu::ExactProductUnit unit) {
+  const bool tiles = unit == renaissance::cpu::ExactProductUnit::kBest && renaissance::cpu::amx_int8_usable();
+  state.SetLabel(tiles ? "amx tiles" : std::string("simd lanes, ") + renaissance::cpu::exact_matmul_target());
+}
+
 void set_gops(benchmark::State& state, double ops_per_iteration) {
   state.counters["GOPS"] = benchmark::Counter(ops_per_iteration * 1e-9 * static_cast<double>(state.iterations()),
                                               benchmark::Counter::kIsRate);
@@ -38,6 +50,8 @@ void Fast(benchmark::State& state) {
   const std::vector<float> a = normal(m * k, 1), b = normal(k * n, 2);
   std::vector<float> c(m * n);
   renaissance::cpu::ExactMatmulScratch scratch;
+  scratch.unit = unit_of(state, 4);
+  set_label(state, scratch.unit);
   for (auto _ : state) {
     renaissance::cpu::exact_matmul_cpu(a.data(), b.data(), c.data(), m, k, n, &scratch, threads);
     benchmark::DoNotOptimize(c.data());
@@ -64,6 +78,8 @@ void NewtonSchulz(benchmark::State& state) {
   const std::vector<float> u = normal(rows * cols, 3);
   std::vector<float> out(rows * cols);
   renaissance::cpu::NewtonSchulzScratch scratch;
+  scratch.unit = unit_of(state, 3);
+  set_label(state, scratch.unit);
   for (auto _ : state) {
     renaissance::cpu::newton_schulz_exact_cpu(u.data(), rows, cols, out.data(), {}, 5, 1e-7f, &scratch, threads);
     benchmark::DoNotOptimize(out.data());
@@ -72,11 +88,10 @@ void NewtonSchulz(benchmark::State& state) {
   set_gops(state, 5.0 * 2.0 * (r * c * r + r * r * r + r * r * c));
 }
 
-BENCHMARK(Fast)->Args({768, 768, 768, 1})->Args({768, 768, 768, 2})->Args({768, 768, 768, 16})
-    ->Args({768, 3072, 768, 1})->Args({768, 3072, 768, 2})->Args({768, 3072, 768, 16})
+BENCHMARK(Fast)->ArgsProduct({{768}, {768, 3072}, {768}, {1, 2, 16}, {0, 1}})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(Reference)->Args({768, 768, 768})->Args({768, 3072, 768})->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(NewtonSchulz)->Args({768, 3072, 1})->Args({768, 3072, 2})->Args({768, 3072, 16})->Args({768, 768, 2})
+BENCHMARK(NewtonSchulz)->ArgsProduct({{768}, {3072}, {1, 2, 16}, {0, 1}})->Args({768, 768, 2, 0})->Args({768, 768, 2, 1})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

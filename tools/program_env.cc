@@ -56,6 +56,7 @@ CpuTuning cpu_tuning_from(const Lookup& lookup) {
   t.prefetch_elements = count_of(lookup, "RENAISSANCE_CPU_PREFETCH", t.prefetch_elements);
   t.first_touch = switch_of(lookup, "RENAISSANCE_CPU_FIRST_TOUCH", t.first_touch);
   t.huge_pages = switch_of(lookup, "RENAISSANCE_CPU_HUGEPAGES", t.huge_pages);
+  t.amx_tiles = switch_of(lookup, "RENAISSANCE_CPU_AMX", t.amx_tiles);
   // Retired switches: the backend has only the path each one's default chose.
   for (const char* name : {"RENAISSANCE_CPU_UNROLL", "RENAISSANCE_CPU_FUSE", "RENAISSANCE_CPU_STREAM_COPY"}) {
     if (const char* s = value_of(lookup, name)) {

@@ -9,6 +9,7 @@
 //   RENAISSANCE_CPU_PREFETCH=N       CpuTuning::prefetch_elements (0: off)
 //   RENAISSANCE_CPU_FIRST_TOUCH=0|1  CpuTuning::first_touch
 //   RENAISSANCE_CPU_HUGEPAGES=0|1    CpuTuning::huge_pages
+//   RENAISSANCE_CPU_AMX=0|1          CpuTuning::amx_tiles
 // A malformed value throws Error(kBackend) naming the variable, e.g.
 // "RENAISSANCE_CPU_CHUNK=x: expected a non-negative integer". The switches that measurements
 // retired (RENAISSANCE_CPU_UNROLL, RENAISSANCE_CPU_FUSE, RENAISSANCE_CPU_STREAM_COPY; the

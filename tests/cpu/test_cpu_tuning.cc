@@ -28,6 +28,7 @@ CpuTuning everything_changed() {
   t.prefetch_elements = 100;
   t.first_touch = false;
   t.huge_pages = false;
+  t.amx_tiles = false;
   return t;
 }
 
@@ -40,14 +41,14 @@ std::string described(const CpuTuning& tuning) {
 
 TEST(CpuTuning, DefaultsAreNamedNowhere) {
   const std::string d = described(CpuTuning{});
-  for (const char* word : {"chunk", "static", "dynamic", "prefetch", "touch", "memset", "huge"}) {
+  for (const char* word : {"chunk", "static", "dynamic", "prefetch", "touch", "memset", "huge", "amx"}) {
     EXPECT_EQ(d.find(word), std::string::npos) << word << " in " << d;
   }
 }
 
 TEST(CpuTuning, OptionsGivenDirectlyTakeEffect) {
   const std::string d = described(everything_changed());
-  for (const char* part : {", chunk 64", ", static", ", prefetch 100", ", memset arena", ", no huge pages"}) {
+  for (const char* part : {", chunk 64", ", static", ", prefetch 100", ", memset arena", ", no huge pages", ", no amx tiles"}) {
     EXPECT_NE(d.find(part), std::string::npos) << part << " missing from " << d;
   }
   CpuTuning t;
@@ -96,13 +97,15 @@ TEST(CpuTuning, TheBackendReadsNoEnvironment) {
 
 // Same bits under other switches: every kind, fp32 and a bf16 model copy with bf16 gradients (the
 // fused update-and-copy path), on a layout whose tensors span many 64-element
-// chunks and end mid-vector.
+// chunks and end mid-vector, with one matrix for Muon (its exact products with and without the
+// AMX tile unit).
 class CpuTuningBits : public ::testing::TestWithParam<KindCase> {};
 
 std::string fingerprint(const KindCase& kc, const CpuTuning& tuning, bool bf16) {
   const std::vector<ParamSpec> params = {{"a", {3}, Role::kBnBias},      {"b", {16384 + 4099}, Role::kDeepConv},
                                          {"c", {1023}, Role::kBnWeight}, {"d", {4096 * 2 + 1}, Role::kFcWeight},
-                                         {"e", {17}, Role::kFcBias},     {"f", {777}, Role::kFirstConv}};
+                                         {"e", {17}, Role::kFcBias},     {"f", {777}, Role::kFirstConv},
+                                         {"m", {70, 150}, Role::kFcWeight}};
   TaskOptions options;
   options.backend = BackendKind::kCpu;
   options.backend_options.threads = 2;

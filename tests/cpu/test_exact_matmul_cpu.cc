@@ -1,8 +1,9 @@
 // The CPU's fast exact product and Newton–Schulz (backend_cpu/exact_matmul_cpu.h) against the host
 // references of renaissance/math (exact_matmul_reference, newton_schulz_reference), bit for bit:
-// every Highway target the build compiled, 1 and 2 threads, odd shapes and k tails, empty
-// dimensions, non-finite rows and columns, subnormals, and sums over k > 131071 with worst-case
-// digits that overflow int32 unless the kernel moves its sums to int64 in time.
+// every Highway target the build compiled, both product units (the SIMD lanes and, where the CPU
+// has it, the AMX tile unit), 1 and 2 threads, odd shapes and k tails, empty dimensions,
+// non-finite rows and columns, subnormals, and sums over k > 131071 with worst-case digits that
+// overflow int32 unless the kernels move their sums to int64 in time.
 #include <gtest/gtest.h>
 
 #include <hwy/targets.h>
@@ -67,16 +68,31 @@ std::string for_each_target(Fn&& fn) {
   return names.str();
 }
 
-// The product on every target and at 1 and 2 threads equals the reference's bits.
+// The product units to compare: the SIMD lanes always, the tile unit where this CPU has one.
+struct Unit {
+  cpu::ExactProductUnit unit;
+  const char* name;
+};
+std::vector<Unit> product_units() {
+  std::vector<Unit> units = {{cpu::ExactProductUnit::kSimdLanes, "simd lanes"}};
+  if (cpu::amx_int8_usable()) units.push_back({cpu::ExactProductUnit::kBest, "amx tiles"});
+  return units;
+}
+
+// The product on every target, every unit and at 1 and 2 threads equals the reference's bits.
 void expect_reference_bits(const std::vector<float>& a, const std::vector<float>& b, size_t m, size_t k, size_t n,
-                           const std::string& what) {
+                           const std::string& what, const std::vector<int>& thread_counts = {1, 2}) {
   std::vector<float> want(m * n, 1.0f);
   ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), want.data(), m, k, n));
   for_each_target([&](const char* target) {
-    for (int threads : {1, 2}) {
-      std::vector<float> got(m * n, 7.0f);
-      ASSERT_TRUE(cpu::exact_matmul_cpu(a.data(), b.data(), got.data(), m, k, n, nullptr, threads));
-      EXPECT_EQ(count_differences(got, want, what + " " + target + " threads " + std::to_string(threads)), 0);
+    for (const Unit& unit : product_units()) {
+      for (int threads : thread_counts) {
+        std::vector<float> got(m * n, 7.0f);
+        cpu::ExactMatmulScratch scratch;
+        scratch.unit = unit.unit;
+        ASSERT_TRUE(cpu::exact_matmul_cpu(a.data(), b.data(), got.data(), m, k, n, &scratch, threads));
+        EXPECT_EQ(count_differences(got, want, what + " " + target + " " + unit.name + " threads " + std::to_string(threads)), 0);
+      }
     }
   });
 }
@@ -131,11 +147,12 @@ TEST(ExactMatmulCpu, FixedPointFromBitsEqualsTheReferenceRounding) {
 TEST(ExactMatmulCpu, ShapesEqualTheReferenceOnEveryTargetAndThreadCount) {
   std::mt19937 rng(11);
   // (m, k, n): single elements, k below, at and above the vector widths and the 64 padding, k
-  // past the 960 chunk, C past the 48 x 48 blocks with partial register tiles on both edges.
+  // past the 960 chunk, C past the 48 x 48 blocks with partial register tiles on both edges, and
+  // past the tile unit's 64 x 64 blocks with a single 16-row tile and a partial one on the edges.
   const size_t shapes[][3] = {{1, 1, 1},   {1, 7, 1},    {3, 5, 2},    {4, 16, 3},   {5, 17, 4},
                               {2, 31, 7},  {7, 32, 5},   {6, 33, 9},   {9, 63, 11},  {8, 64, 12},
                               {13, 65, 6}, {3, 129, 50}, {50, 100, 3}, {49, 961, 52}, {97, 1000, 50},
-                              {1, 2000, 1}};
+                              {1, 2000, 1}, {70, 200, 130}};
   for (const auto& s : shapes) {
     const size_t m = s[0], k = s[1], n = s[2];
     const std::vector<float> a = spread(m * k, rng), b = spread(k * n, rng);
@@ -196,16 +213,27 @@ TEST(ExactMatmulCpu, LongSumsOfWorstCaseDigitsAreExact) {
     a[2 * k + p] = -big;
     if ((p / 37) % 2) b[p * n + 1] = -big;
   }
+  // The all-positive element by hand: 8192^2 * k * 2^-24 = 4k (exact in float).
   std::vector<float> want(m * n);
   ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), want.data(), m, k, n));
-  // The all-positive element by hand: 8192^2 * k * 2^-24 = 4k (exact in float).
   EXPECT_EQ(want[0], 4.0f * static_cast<float>(k));
-  for_each_target([&](const char* target) {
-    std::vector<float> got(m * n);
-    ASSERT_TRUE(cpu::exact_matmul_cpu(a.data(), b.data(), got.data(), m, k, n, nullptr, 2));
-    EXPECT_EQ(got[0], 4.0f * static_cast<float>(k)) << target;
-    EXPECT_EQ(count_differences(got, want, std::string("worst case ") + target), 0);
-  });
+  expect_reference_bits(a, b, m, k, n, "worst case", {2});
+}
+
+// The tile unit's worst digit sums: q = -8128 = 128 (-63) - 64 has the digit sum s = -127, so the
+// int32 sum of s_a s_b = 127^2 over k passes INT32_MAX after 133 144 terms; k = 2^18 + 70 needs
+// the kernel's int64 combination every 2^16 terms (the SIMD lanes see the same sums too).
+TEST(ExactMatmulCpu, LongSumsOfTheLargestDigitSumsAreExact) {
+  const size_t m = 3, k = (size_t{1} << 18) + 70, n = 2;
+  std::vector<float> a(m * k, -8128.0f), b(k * n, -8128.0f);  // q = -8128 at shift 0
+  for (size_t p = 0; p < k; ++p) {
+    if (p % 3 == 0) a[1 * k + p] = 8127.0f;  // q = 8127: hi = 63, lo = 63, s = 126
+    if ((p / 5) % 2) b[p * n + 1] = 8191.0f;   // q = 8191: hi = 64, lo = -1, s = 63
+  }
+  std::vector<float> want(m * n);
+  ASSERT_TRUE(math::exact_matmul_reference(a.data(), b.data(), want.data(), m, k, n));
+  EXPECT_EQ(want[0], static_cast<float>(8128.0 * 8128.0 * static_cast<double>(k)));
+  expect_reference_bits(a, b, m, k, n, "largest digit sums", {2});
 }
 
 TEST(ExactMatmulCpu, TooLongKIsRefusedAsTheReference) {
@@ -277,16 +305,21 @@ TEST(ExactMatmulCpu, NewtonSchulzEqualsTheReference) {
     ASSERT_TRUE(math::newton_schulz_reference(u.data(), rows, cols, want.data()));
     const std::string what = "ns " + std::to_string(rows) + "x" + std::to_string(cols);
     const std::string names = for_each_target([&](const char* target) {
-      cpu::NewtonSchulzScratch scratch;  // reused across the thread counts: stale contents change nothing
-      for (int threads : {1, 2}) {
-        std::vector<float> got(rows * cols, 5.0f);
-        ASSERT_TRUE(cpu::newton_schulz_exact_cpu(u.data(), rows, cols, got.data(), {}, 5, 1e-7f, &scratch, threads));
-        EXPECT_EQ(count_differences(got, want, what + " " + target + " threads " + std::to_string(threads)), 0);
+      for (const Unit& unit : product_units()) {
+        cpu::NewtonSchulzScratch scratch;  // reused across the thread counts: stale contents change nothing
+        scratch.unit = unit.unit;
+        for (int threads : {1, 2}) {
+          std::vector<float> got(rows * cols, 5.0f);
+          ASSERT_TRUE(cpu::newton_schulz_exact_cpu(u.data(), rows, cols, got.data(), {}, 5, 1e-7f, &scratch, threads));
+          EXPECT_EQ(count_differences(got, want, what + " " + target + " " + unit.name + " threads " + std::to_string(threads)),
+                    0);
+        }
       }
     });
     if (exercised.tellp() == 0) exercised << names;
   }
-  std::cout << "[exact matmul cpu] Highway targets exercised: " << exercised.str() << std::endl;
+  std::cout << "[exact matmul cpu] Highway targets exercised: " << exercised.str()
+            << "; AMX tile unit: " << (cpu::amx_int8_usable() ? "exercised" : "not on this CPU") << std::endl;
 }
 
 TEST(ExactMatmulCpu, NewtonSchulzOtherCoefficientsStepsAndEdgeInputsEqualTheReference) {

@@ -42,6 +42,7 @@ TEST(ProgramEnv, UnsetAndEmptyVariablesGiveTheDefaults) {
     EXPECT_EQ(t.prefetch_elements, d.prefetch_elements);
     EXPECT_EQ(t.first_touch, d.first_touch);
     EXPECT_EQ(t.huge_pages, d.huge_pages);
+    EXPECT_EQ(t.amx_tiles, d.amx_tiles);
   }
 }
 
@@ -50,12 +51,14 @@ TEST(ProgramEnv, EveryVariableSetsItsSwitch) {
                              {"RENAISSANCE_CPU_SCHEDULE", "static"},
                              {"RENAISSANCE_CPU_PREFETCH", "0"},
                              {"RENAISSANCE_CPU_FIRST_TOUCH", "0"},
-                             {"RENAISSANCE_CPU_HUGEPAGES", "0"}});
+                             {"RENAISSANCE_CPU_HUGEPAGES", "0"},
+                             {"RENAISSANCE_CPU_AMX", "0"}});
   EXPECT_EQ(t.chunk_elements, 64u);
   EXPECT_EQ(t.schedule, CpuSchedule::kStatic);
   EXPECT_EQ(t.prefetch_elements, 0u);
   EXPECT_FALSE(t.first_touch);
   EXPECT_FALSE(t.huge_pages);
+  EXPECT_FALSE(t.amx_tiles);
   EXPECT_EQ(parse({{"RENAISSANCE_CPU_SCHEDULE", "dynamic"}}).schedule, CpuSchedule::kDynamic);
   EXPECT_TRUE(parse({{"RENAISSANCE_CPU_FIRST_TOUCH", "1"}}).first_touch);
 }
@@ -73,6 +76,7 @@ TEST(ProgramEnv, MalformedValuesNameTheVariable) {
   EXPECT_EQ(refusal({{"RENAISSANCE_CPU_PREFETCH", "far"}}), "RENAISSANCE_CPU_PREFETCH=far: expected a non-negative integer");
   EXPECT_EQ(refusal({{"RENAISSANCE_CPU_FIRST_TOUCH", "yes"}}), "RENAISSANCE_CPU_FIRST_TOUCH=yes: expected 0 or 1");
   EXPECT_EQ(refusal({{"RENAISSANCE_CPU_HUGEPAGES", "2"}}), "RENAISSANCE_CPU_HUGEPAGES=2: expected 0 or 1");
+  EXPECT_EQ(refusal({{"RENAISSANCE_CPU_AMX", "on"}}), "RENAISSANCE_CPU_AMX=on: expected 0 or 1");
 }
 
 // The switches that measurements retired are refused when set, even to their old defaults: the

@@ -53,6 +53,9 @@ struct CpuTuning {
   bool first_touch = true;
   // RENAISSANCE_CPU_HUGEPAGES: a 2 MiB-aligned arena with madvise(MADV_HUGEPAGE).
   bool huge_pages = true;
+  // RENAISSANCE_CPU_AMX: Muon's exact products on the AMX tile unit where the CPU and the OS offer
+  // it (off: the SIMD lanes). The same integers either way (backend_cpu/exact_matmul_amx.h).
+  bool amx_tiles = true;
 };
 
 // The rules of CpuTuning's values, stated once: the CPU backend refuses anything else, and the

@@ -1,0 +1,226 @@
+// Exact mode's integer dot products on the AMX tile unit (exact_matmul_amx.h). This file alone is
+// built with the AMX and AVX-512 instruction sets (backend_cpu/CMakeLists.txt); nothing in it runs
+// unless amx_int8_usable() said yes, and every CPU with AMX-INT8 has AVX-512 (checked too).
+#include "backend_cpu/exact_matmul_amx.h"
+
+#include <stdexcept>
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace renaissance {
+namespace cpu {
+namespace {
+
+constexpr size_t kTile = 16;          // rows (and int32 columns) of a tile
+constexpr size_t kKBlock = 64;        // k per tile: 64 int8 in a row of the left operand's tile
+constexpr size_t kTileBytes = 1024;   // 16 rows of 64 bytes
+// k blocks summed in int32 before the int64 combination: 2^16 terms, each |digit product| <= 127^2
+// < 2^14, so a tile's int32 sums stay below 2^30.
+constexpr size_t kChunkBlocks = 1024;
+// The Karatsuba weights of the hi, s and lo digit products (exact_matmul_amx.h).
+constexpr int64_t kWeight[3] = {(int64_t{1} << 14) - 128, 128, 1 - 128};
+
+// The tile palette: eight 16 x 64-byte tiles (palette 1), the layout of ldtilecfg's 64 bytes.
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kTile;
+    config.bytes_per_row[t] = 64;
+  }
+  _tile_loadconfig(&config);
+}
+
+// q = 128 hi + lo with lo in [-64, 63]; s = hi + lo. For |q| <= 2^13: |hi| <= 64, |s| <= 127.
+inline void digits_of(int16_t q, int8_t& hi, int8_t& s, int8_t& lo) {
+  const int l = ((q + 64) & 127) - 64;
+  const int h = (q - l) / 128;  // exact: q - l is a multiple of 128
+  hi = static_cast<int8_t>(h);
+  s = static_cast<int8_t>(h + l);
+  lo = static_cast<int8_t>(l);
+}
+
+// k blocks per pass over a 64 x 64 block of C: the left and right tiles they need (4 x 4 KiB
+// each side) stay in L1 while every 2 x 2 group of C's tiles takes its turn.
+constexpr size_t kL1Blocks = 1024;
+
+// C tiles per side of a block (amx_dot_block).
+constexpr size_t kBlockTiles = 8;
+
+// acc tiles (MR x NR, 1 KiB each: acc[r][c] at acc + (r * kBlockTiles + c) * 256 int32) += the digit
+// products over k blocks [kb0, kb1) of the left tiles at a (row tile r's block kb at
+// a + (r * kblocks + kb) KiB) and the right tiles at b (the same for column tiles); first: start
+// from zero instead of acc. Tiles 0..3 hold C, 4, 5 the left tiles, 6, 7 the right ones.
+template <int MR, int NR>
+void dot_tiles(const int8_t* a, const int8_t* b, size_t kblocks, size_t kb0, size_t kb1, bool first, int32_t* acc) {
+  constexpr size_t ld = 16 * sizeof(int32_t);
+  constexpr size_t kAcc = 256;
+  if (first) {
+    _tile_zero(0);
+    if constexpr (NR == 2) _tile_zero(1);
+    if constexpr (MR == 2) _tile_zero(2);
+    if constexpr (MR == 2 && NR == 2) _tile_zero(3);
+  } else {
+    _tile_loadd(0, acc, ld);
+    if constexpr (NR == 2) _tile_loadd(1, acc + kAcc, ld);
+    if constexpr (MR == 2) _tile_loadd(2, acc + kBlockTiles * kAcc, ld);
+    if constexpr (MR == 2 && NR == 2) _tile_loadd(3, acc + (kBlockTiles + 1) * kAcc, ld);
+  }
+  const size_t row_step = kblocks * kTileBytes;
+  for (size_t kb = kb0; kb < kb1; ++kb) {
+    _tile_loadd(4, a + kb * kTileBytes, 64);
+    if constexpr (MR == 2) _tile_loadd(5, a + row_step + kb * kTileBytes, 64);
+    _tile_loadd(6, b + kb * kTileBytes, 64);
+    if constexpr (NR == 2) _tile_loadd(7, b + row_step + kb * kTileBytes, 64);
+    _tile_dpbssd(0, 4, 6);
+    if constexpr (NR == 2) _tile_dpbssd(1, 4, 7);
+    if constexpr (MR == 2) _tile_dpbssd(2, 5, 6);
+    if constexpr (MR == 2 && NR == 2) _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, acc, ld);
+  if constexpr (NR == 2) _tile_stored(1, acc + kAcc, ld);
+  if constexpr (MR == 2) _tile_stored(2, acc + kBlockTiles * kAcc, ld);
+  if constexpr (MR == 2 && NR == 2) _tile_stored(3, acc + (kBlockTiles + 1) * kAcc, ld);
+}
+
+void dot_tiles(int mr, int nr, const int8_t* a, const int8_t* b, size_t kblocks, size_t kb0, size_t kb1, bool first,
+               int32_t* acc) {
+  if (mr == 2 && nr == 2) dot_tiles<2, 2>(a, b, kblocks, kb0, kb1, first, acc);
+  if (mr == 2 && nr == 1) dot_tiles<2, 1>(a, b, kblocks, kb0, kb1, first, acc);
+  if (mr == 1 && nr == 2) dot_tiles<1, 2>(a, b, kblocks, kb0, kb1, first, acc);
+  if (mr == 1 && nr == 1) dot_tiles<1, 1>(a, b, kblocks, kb0, kb1, first, acc);
+}
+
+bool cpu_has_amx_int8() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+  return tile && int8 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+// Linux hands out the tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); the grant holds for the whole process.
+bool os_grants_tiles() {
+  constexpr long kReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
+
+bool amx_int8_usable() {
+  static const bool usable = cpu_has_amx_int8() && os_grants_tiles();
+  return usable;
+}
+
+void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigits& digits, int threads) {
+  digits.count = count;
+  digits.padded = (count + kTile - 1) / kTile * kTile;
+  digits.kp = kp;
+  for (auto& plane : digits.plane) plane.resize(digits.padded * kp);
+  const size_t kblocks = kp / kKBlock;
+  const int64_t tiles = static_cast<int64_t>(digits.padded / kTile);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t t = 0; t < tiles; ++t) {
+    for (size_t n = 0; n < kTile; ++n) {
+      const size_t v = t * kTile + n;
+      for (size_t b = 0; b < kblocks; ++b) {
+        // The 64 digits of vector v in k block b, then their place in tile (t, b): a row of the
+        // tile for a left operand, 16 words of 4 bytes down column n for a right one.
+        alignas(64) int8_t d[3][kKBlock];
+        if (v < count) {
+          const int16_t* src = q + v * kp + b * kKBlock;
+          for (size_t p = 0; p < kKBlock; ++p) digits_of(src[p], d[0][p], d[1][p], d[2][p]);
+        } else {
+          std::memset(d, 0, sizeof d);
+        }
+        const size_t tile = (t * kblocks + b) * kTileBytes;
+        for (int plane = 0; plane < 3; ++plane) {
+          int8_t* dst = digits.plane[plane].data() + tile;
+          if (!columns) {
+            std::memcpy(dst + n * 64, d[plane], kKBlock);
+          } else {
+            for (size_t w = 0; w < kKBlock / 4; ++w) std::memcpy(dst + w * 64 + n * 4, d[plane] + 4 * w, 4);
+          }
+        }
+      }
+    }
+  }
+}
+
+void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
+                   size_t ld) {
+  const size_t kblocks = a.kp / kKBlock;
+  const size_t rt0 = i0 / kTile, rows = (i1 + kTile - 1) / kTile - rt0;
+  const size_t ct0 = j0 / kTile, cols = (j1 + kTile - 1) / kTile - ct0;
+  if (rows > kBlockTiles || cols > kBlockTiles) throw std::logic_error("amx_dot_block: a block is at most 128 x 128");
+  // The int32 sums of the three digit products for C's (up to) 8 x 8 tiles.
+  thread_local std::vector<int32_t> acc_buffer(3 * kBlockTiles * kBlockTiles * 256);
+  int32_t* acc[3] = {acc_buffer.data(), acc_buffer.data() + kBlockTiles * kBlockTiles * 256,
+                     acc_buffer.data() + 2 * kBlockTiles * kBlockTiles * 256};
+  configure_tiles();
+  for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
+    const size_t kc1 = std::min(kblocks, kc0 + kChunkBlocks);
+    for (int d = 0; d < 3; ++d) {
+      const int8_t* ap = a.plane[d].data() + rt0 * kblocks * kTileBytes;
+      const int8_t* bp = b.plane[d].data() + ct0 * kblocks * kTileBytes;
+      for (size_t ks = kc0; ks < kc1; ks += kL1Blocks) {
+        const size_t ke = std::min(kc1, ks + kL1Blocks);
+        for (size_t r = 0; r < rows; r += 2) {
+          for (size_t c = 0; c < cols; c += 2) {
+            dot_tiles(static_cast<int>(std::min<size_t>(2, rows - r)), static_cast<int>(std::min<size_t>(2, cols - c)),
+                      ap + r * kblocks * kTileBytes, bp + c * kblocks * kTileBytes, kblocks, ks, ke, ks == kc0,
+                      acc[d] + (r * kBlockTiles + c) * 256);
+          }
+        }
+      }
+    }
+    for (size_t r = 0; r < rows * kTile; ++r) {
+      int64_t* row = sums + r * ld;
+      for (size_t c = 0; c < cols * kTile; ++c) {
+        const size_t at = ((r / kTile) * kBlockTiles + c / kTile) * 256 + (r % kTile) * 16 + c % kTile;
+        const int64_t v = kWeight[0] * acc[0][at] + kWeight[1] * acc[1][at] + kWeight[2] * acc[2][at];
+        row[c] = kc0 == 0 ? v : row[c] + v;
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace cpu
+}  // namespace renaissance
+
+#else  // no AMX kernel in this build
+
+namespace renaissance {
+namespace cpu {
+
+bool amx_int8_usable() { return false; }
+
+void amx_digits(const int16_t*, size_t, size_t, bool, AmxDigits&, int) {
+  throw std::logic_error("amx_digits: this build has no AMX kernel (amx_int8_usable() is false)");
+}
+
+void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t) {
+  throw std::logic_error("amx_dot_block: this build has no AMX kernel (amx_int8_usable() is false)");
+}
+
+}  // namespace cpu
+}  // namespace renaissance
+
+#endif

@@ -1,0 +1,60 @@
+// Exact mode's integer dot products on Intel AMX (the AMX-INT8 tile unit of Sapphire Rapids and
+// later Xeons): the same int64 sums as the Highway kernel of exact_matmul_cpu.cc, so the same bits,
+// at up to 30x its multiply-add rate. Each fixed-point integer q (|q| <= 2^13) is cut into int8
+// digits q = 128 hi + lo (lo in [-64, 63], hi in [-64, 64]); with s = hi + lo (in [-127, 127],
+// also an int8) the product of two integers is, Karatsuba's way, three digit products:
+//   q_a q_b = (2^14 - 2^7) hi_a hi_b + 2^7 s_a s_b + (1 - 2^7) lo_a lo_b.
+// Each digit product is summed by the tile unit in int32 (exact: a K chunk holds at most 2^16
+// terms of at most 127^2 < 2^14, so every partial sum is below 2^30), and the three sums are
+// combined in int64. Integer sums do not depend on their order, so the result is the Highway
+// kernel's integer whatever the tiling (docs/math.md, "Muon: the exact matrix product").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+namespace renaissance {
+namespace cpu {
+
+// Whether this process can run the tile unit: the CPU has AMX-TILE and AMX-INT8, the build has the
+// kernel (x86-64 with a compiler that knows AMX), and the kernel granted the process its tile data
+// (Linux's ARCH_REQ_XCOMP_PERM, asked once).
+bool amx_int8_usable();
+
+// The three digit planes (hi, s, lo) of one fixed-point operand, laid out for the tile unit in
+// 1 KiB tiles of 16 vectors x 64 k: tile (vector tile t, k block b) at plane[d] + (t * kblocks + b)
+// KiB, kblocks = kp / 64, `count` rounded up to 16 vectors (the padding 0). A left operand's tile
+// holds vector (row) n in its row n; a right operand's is in the tile unit's pair layout: its row r
+// holds columns n < 16 at bytes 4 n .. 4 n + 3, the digits of k = 64 b + 4 r .. 64 b + 4 r + 3.
+// Storage aligned to 64-byte lines: a tile row that crosses a line costs the unit a second load.
+template <class T>
+struct LineAlignedAllocator {
+  using value_type = T;
+  LineAlignedAllocator() = default;
+  template <class U>
+  LineAlignedAllocator(const LineAlignedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const LineAlignedAllocator&) const { return true; }
+  bool operator!=(const LineAlignedAllocator&) const { return false; }
+};
+
+struct AmxDigits {
+  size_t count = 0, padded = 0, kp = 0;
+  std::vector<int8_t, LineAlignedAllocator<int8_t>> plane[3];
+};
+
+// digits of the `count` vectors of q (vector v's kp int16 at q[v * kp], kp a multiple of 64) as
+// rows (columns = false) or columns of a right operand (columns = true).
+void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigits& digits, int threads);
+
+// sums[(i - i0) * ld + (j - j0)] = the integer dot product of row i of `a` and column j of `b`
+// for i in [i0, i1), j in [j0, j1) (i0, j0 multiples of 16; the results of the padding rows and
+// columns up to the next multiple of 16 are written too, so sums must hold them); overwritten.
+void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
+                   size_t ld);
+
+}  // namespace cpu
+}  // namespace renaissance
