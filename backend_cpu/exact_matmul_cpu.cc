@@ -408,7 +408,10 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
   for (size_t j = 0; j < n; ++j) col_scale[j] = pow2(-b.shift[j]);
 #pragma omp parallel num_threads(team)
   {
-    std::vector<int64_t> sums(side * side);
+    // Kept per thread: 128 KiB for the tile unit's blocks, which malloc would map and the kernel
+    // zero-fill afresh on every call.
+    thread_local std::vector<int64_t> sums;
+    sums.resize(side * side);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < static_cast<int64_t>(blocks.size()); ++w) {
       const size_t i0 = blocks[w].first * side, i1 = std::min(m, i0 + side);
