@@ -173,6 +173,10 @@ void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1,
   thread_local std::vector<int32_t> acc_buffer(3 * kBlockTiles * kBlockTiles * 256);
   int32_t* acc[3] = {acc_buffer.data(), acc_buffer.data() + kBlockTiles * kBlockTiles * 256,
                      acc_buffer.data() + 2 * kBlockTiles * kBlockTiles * 256};
+  if (kblocks == 0) {  // k = 0: every sum is 0
+    for (size_t r = 0; r < rows * kTile; ++r) std::fill(sums + r * ld, sums + r * ld + cols * kTile, int64_t{0});
+    return;
+  }
   configure_tiles();
   for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
     const size_t kc1 = std::min(kblocks, kc0 + kChunkBlocks);

@@ -218,6 +218,26 @@ void FixRowPerColumn(const float* HWY_RESTRICT x, size_t count, const int32_t* H
   for (; j < count; ++j) q[j] = static_cast<int16_t>(fixed_point_from_bits(x[j], shift[j]));
 }
 
+// out[j] = math::from_fixed_point(sums[j], shift_a, shift_b) for j < count, with row_scale =
+// 2^-shift_a and col_scale[j] = 2^-shift_b[j] (computed once): |sums[j]| < 2^53 converts to double
+// exactly, each product with a power of two stays inside double's normal range (|sum| 2^-322 at
+// the least), so it is exact and the whole equals ldexp; the one rounding is the demotion to float
+// (nearest, ties to even).
+void RoundSums(const int64_t* HWY_RESTRICT sums, size_t count, double row_scale, const double* HWY_RESTRICT col_scale,
+               float* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const hn::RebindToSigned<decltype(dd)> di;
+  const hn::Rebind<float, decltype(dd)> df;
+  const size_t lanes = hn::Lanes(dd);
+  const auto rs = hn::Set(dd, row_scale);
+  size_t j = 0;
+  for (; j + lanes <= count; j += lanes) {
+    const auto v = hn::Mul(hn::Mul(hn::ConvertTo(dd, hn::LoadU(di, sums + j)), rs), hn::LoadU(dd, col_scale + j));
+    hn::StoreU(hn::DemoteTo(df, v), df, out + j);
+  }
+  for (; j < count; ++j) out[j] = static_cast<float>(static_cast<double>(sums[j]) * row_scale * col_scale[j]);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
 }  // namespace renaissance
@@ -244,6 +264,7 @@ HWY_EXPORT(AbsMaxBits);
 HWY_EXPORT(AbsMaxBitsInto);
 HWY_EXPORT(FixRow);
 HWY_EXPORT(FixRowPerColumn);
+HWY_EXPORT(RoundSums);
 
 const char* exact_matmul_target() { return HWY_DYNAMIC_DISPATCH(DotTarget)(); }
 
@@ -371,13 +392,6 @@ double pow2(int e) {
   return d;
 }
 
-// math::from_fixed_point(sum, shift_a, shift_b) as static_cast<float>(double(sum) * 2^-shift_a *
-// 2^-shift_b): sum < 2^53 converts exactly, and each product with a power of two stays inside
-// double's normal range (|sum| 2^-322 at the least), so it is exact and the whole equals ldexp; the
-// one rounding is the conversion to float. The row and column factors are computed once.
-float round_sum(int64_t sum, double row_scale, double col_scale) {
-  return static_cast<float>(static_cast<double>(sum) * row_scale * col_scale);
-}
 
 // C per work item: 48 x 48 for the SIMD lanes (int64 sums: 18 KiB), 64 x 64 for the tile unit
 // (2 x 2 tiles of 16 x 16 at a time, so a block is whole groups of them).
@@ -406,6 +420,7 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
   std::vector<double> row_scale(m), col_scale(n);
   for (size_t i = 0; i < m; ++i) row_scale[i] = pow2(-a.shift[i]);
   for (size_t j = 0; j < n; ++j) col_scale[j] = pow2(-b.shift[j]);
+  const bool columns_finite = std::all_of(b.finite.begin(), b.finite.begin() + n, [](uint8_t f) { return f != 0; });
 #pragma omp parallel num_threads(team)
   {
     // Kept per thread: 128 KiB for the tile unit's blocks, which malloc would map and the kernel
@@ -422,10 +437,12 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
         HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), side);
       }
       for (size_t i = i0; i < i1; ++i) {
-        const int64_t* row = sums.data() + (i - i0) * side;
-        for (size_t j = j0; j < j1; ++j) {
-          const float v = round_sum(row[j - j0], row_scale[i], col_scale[j]);
-          c[i * ldc + j] = a.finite[i] && b.finite[j] ? v : nan;
+        float* out = c + i * ldc;
+        HWY_DYNAMIC_DISPATCH(RoundSums)(sums.data() + (i - i0) * side, j1 - j0, row_scale[i], col_scale.data() + j0, out + j0);
+        if (!a.finite[i]) {
+          std::fill(out + j0, out + j1, nan);
+        } else if (!columns_finite) {
+          for (size_t j = j0; j < j1; ++j) out[j] = b.finite[j] ? out[j] : nan;
         }
         if (symmetric) {
           for (size_t j = j0; j < j1; ++j) c[j * ldc + i] = c[i * ldc + j];
