@@ -137,9 +137,10 @@ void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigi
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t t = 0; t < tiles; ++t) {
-    for (size_t n = 0; n < kTile; ++n) {
-      const size_t v = t * kTile + n;
-      for (size_t b = 0; b < kblocks; ++b) {
+    // One tile at a time (its three planes, 3 KiB, stay in L1 while its 16 vectors fill them).
+    for (size_t b = 0; b < kblocks; ++b) {
+      for (size_t n = 0; n < kTile; ++n) {
+        const size_t v = t * kTile + n;
         // The 64 digits of vector v in k block b, then their place in tile (t, b): a row of the
         // tile for a left operand, 16 words of 4 bytes down column n for a right one.
         alignas(64) int8_t d[3][kKBlock];
