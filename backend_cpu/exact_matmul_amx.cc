@@ -164,6 +164,53 @@ void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigi
   }
 }
 
+void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t stride, AmxDigits& digits, int threads) {
+  digits.count = count;
+  digits.padded = (count + kTile - 1) / kTile * kTile;
+  digits.kp = (k + kKBlock - 1) / kKBlock * kKBlock;
+  for (auto& plane : digits.plane) plane.resize(digits.padded * digits.kp);
+  const size_t kblocks = digits.kp / kKBlock;
+  const int64_t tiles = static_cast<int64_t>(digits.padded / kTile);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
+  const __m256i c64 = _mm256_set1_epi16(64), c127 = _mm256_set1_epi16(127);
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t t = 0; t < tiles; ++t) {
+    // The columns of this tile that exist: lanes past `count` are zero digits.
+    const size_t live = std::min<size_t>(kTile, count - t * kTile);
+    const __mmask16 keep = static_cast<__mmask16>((1u << live) - 1u);
+    for (size_t b = 0; b < kblocks; ++b) {
+      int8_t* dst[3];
+      for (int plane = 0; plane < 3; ++plane) dst[plane] = digits.plane[plane].data() + (t * kblocks + b) * kTileBytes;
+      for (size_t w = 0; w < kKBlock / 4; ++w) {
+        // Tile row w: k = 64 b + 4 w + i for i < 4, byte 4 n + i for column n. The digits of the
+        // four k rows (16 columns each), then a 4 x 16 byte interleave per plane.
+        __m128i d[3][4];
+        for (size_t i = 0; i < 4; ++i) {
+          const size_t p = b * kKBlock + 4 * w + i;
+          const __m256i q = p < k ? _mm256_maskz_loadu_epi16(keep, rows + p * stride + t * kTile) : _mm256_setzero_si256();
+          // lo = ((q + 64) & 127) - 64, hi = (q - lo) >> 7 (exact: a multiple of 128), s = hi + lo.
+          const __m256i lo = _mm256_sub_epi16(_mm256_and_si256(_mm256_add_epi16(q, c64), c127), c64);
+          const __m256i hi = _mm256_srai_epi16(_mm256_sub_epi16(q, lo), 7);
+          d[0][i] = _mm256_cvtepi16_epi8(hi);
+          d[1][i] = _mm256_cvtepi16_epi8(_mm256_add_epi16(hi, lo));
+          d[2][i] = _mm256_cvtepi16_epi8(lo);
+        }
+        for (int plane = 0; plane < 3; ++plane) {
+          const __m128i t0 = _mm_unpacklo_epi8(d[plane][0], d[plane][1]);
+          const __m128i t1 = _mm_unpackhi_epi8(d[plane][0], d[plane][1]);
+          const __m128i t2 = _mm_unpacklo_epi8(d[plane][2], d[plane][3]);
+          const __m128i t3 = _mm_unpackhi_epi8(d[plane][2], d[plane][3]);
+          int8_t* row = dst[plane] + w * 64;
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(row), _mm_unpacklo_epi16(t0, t2));        // columns 0-3
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 16), _mm_unpackhi_epi16(t0, t2));   // 4-7
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 32), _mm_unpacklo_epi16(t1, t3));   // 8-11
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 48), _mm_unpackhi_epi16(t1, t3));   // 12-15
+        }
+      }
+    }
+  }
+}
+
 void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
                    size_t ld) {
   const size_t kblocks = a.kp / kKBlock;
@@ -219,6 +266,10 @@ bool amx_int8_usable() { return false; }
 
 void amx_digits(const int16_t*, size_t, size_t, bool, AmxDigits&, int) {
   throw std::logic_error("amx_digits: this build has no AMX kernel (amx_int8_usable() is false)");
+}
+
+void amx_digits_of_k_rows(const int16_t*, size_t, size_t, size_t, AmxDigits&, int) {
+  throw std::logic_error("amx_digits_of_k_rows: this build has no AMX kernel (amx_int8_usable() is false)");
 }
 
 void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t) {

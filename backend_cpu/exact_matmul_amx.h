@@ -50,6 +50,11 @@ struct AmxDigits {
 // rows (columns = false) or columns of a right operand (columns = true).
 void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigits& digits, int threads);
 
+// digits of a right operand given by its k rows: column j's q at k = p is rows[p * stride + j]
+// (p < k, j < count; stride >= count rounded up to 16, the entries past count are ignored), as
+// amx_digits(columns = true) of the same q laid out along k, without that transposition.
+void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t stride, AmxDigits& digits, int threads);
+
 // sums[(i - i0) * ld + (j - j0)] = the integer dot product of row i of `a` and column j of `b`
 // for i in [i0, i1), j in [j0, j1) (i0, j0 multiples of 16; the results of the padding rows and
 // columns up to the next multiple of 16 are written too, so sums must hold them); overwritten.

@@ -249,6 +249,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "backend_cpu/exact_matmul_cpu.h"
 #include "renaissance/math/exact_matmul.h"
@@ -328,6 +329,7 @@ constexpr int kZeroDigitsShift = -400;
 // right one).
 void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int threads) {
   resize(op, count, k);
+  op.along_k = true;
   const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count)));
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t v = 0; v < static_cast<int64_t>(count); ++v) {
@@ -339,11 +341,16 @@ void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int
   }
 }
 
-// The columns of x (k x count, row-major) as a right operand, stored contiguous along k: the
-// column maxima and the digits row by row (contiguous reads and writes), then a blocked
-// transposition of the int16 digits.
-void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, int threads) {
+// Whether a product with this unit runs on the tile unit.
+bool on_tiles(ExactProductUnit unit) { return unit == ExactProductUnit::kBest && amx_int8_usable(); }
+
+// The columns of x (k x count, row-major) as a right operand: the column maxima and the digits row
+// by row (contiguous reads and writes) into op.staging; then, for the SIMD lanes (along_k), a
+// blocked transposition of the int16 digits into op.q, contiguous along k. The tile unit takes
+// the staging rows as they are (amx_digits_of_k_rows).
+void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, int threads, bool along_k) {
   resize(op, count, k);
+  op.along_k = along_k;
   op.amax_bits.assign(count, 0u);
   op.lane_shift.resize(count);
   // The staging rows are a little longer than `count`, an odd number of 64-byte lines: the
@@ -351,6 +358,7 @@ void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, 
   // fall into the same few L1 sets (768 x 3072: 3x slower).
   const size_t stride = (count + 31) / 32 * 32 + 32;
   op.staging.resize(k * stride);
+  op.staging_stride = stride;
   constexpr size_t kBand = 256;  // columns per work item of the maxima
   const int64_t bands = static_cast<int64_t>((count + kBand - 1) / kBand);
   const int band_team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, bands)));
@@ -368,6 +376,7 @@ void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, 
   for (int64_t p = 0; p < static_cast<int64_t>(k); ++p) {
     HWY_DYNAMIC_DISPATCH(FixRowPerColumn)(x + p * count, count, op.lane_shift.data(), op.staging.data() + p * stride);
   }
+  if (!along_k) return;
   constexpr size_t kSide = 64;  // a 64 x 64 block of int16: 8 KiB read, 8 KiB written
   const int64_t col_blocks = static_cast<int64_t>((count + kSide - 1) / kSide);
   const int col_team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, col_blocks)));
@@ -404,11 +413,17 @@ constexpr size_t kLaneBlock = 48, kTileBlock = 128;
 void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, bool symmetric, ExactProductUnit unit,
              int threads) {
   const size_t m = a.count, n = b.count, kp = a.kp;
-  const bool tiles = unit == ExactProductUnit::kBest && amx_int8_usable();
+  const bool tiles = on_tiles(unit);
   const size_t side = tiles ? kTileBlock : kLaneBlock;
   if (tiles) {
     amx_digits(a.q.data(), a.count, a.kp, false, a.tile_rows, threads);
-    amx_digits(b.q.data(), b.count, b.kp, true, b.tile_columns, threads);
+    if (b.along_k) {
+      amx_digits(b.q.data(), b.count, b.kp, true, b.tile_columns, threads);
+    } else {
+      amx_digits_of_k_rows(b.staging.data(), b.k, b.count, b.staging_stride, b.tile_columns, threads);
+    }
+  } else if (!a.along_k || !b.along_k) {
+    throw std::logic_error("exact product: an operand's digits are not laid out along k for the SIMD lanes");
   }
   const size_t row_blocks = (m + side - 1) / side, col_blocks = (n + side - 1) / side;
   std::vector<std::pair<size_t, size_t>> blocks;
@@ -503,7 +518,7 @@ bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t
   ExactMatmulScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
   fix_rows(a, m, k, s.a, threads);
-  fix_columns(b, k, n, s.b, threads);
+  fix_columns(b, k, n, s.b, threads, !on_tiles(s.unit));
   product(s.a, s.b, c, n, false, s.unit, threads);
   return true;
 }
@@ -546,7 +561,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     // with a zero diagonal, then X = (a*X) + Q.
     off_diagonal(poly, r, off, threads);
     fix_rows(off, r, r, s.qp, threads);
-    fix_columns(x, r, c, s.qxt, threads);
+    fix_columns(x, r, c, s.qxt, threads, !on_tiles(s.unit));
     product(s.qp, s.qxt, s.q.data(), c, false, s.unit, threads);
     const float* q = s.q.data();
     elementwise(r, threads, [&](size_t i) {

@@ -29,10 +29,14 @@ struct FixedPointOperand {
   std::vector<int> shift;
   std::vector<uint8_t> finite;
   // Working buffers of a column operand: the largest |x| bits per column, the shift each lane
-  // applies, the digits in the input's (row-major) layout before their transposition.
+  // applies, the digits in the input's (row-major) layout before their transposition (rows
+  // staging_stride apart). along_k: q holds the digits along k (false: only staging does, for
+  // the tile unit, which lays them out from the rows).
   std::vector<uint32_t> amax_bits;
   std::vector<int32_t> lane_shift;
   std::vector<int16_t> staging;
+  size_t staging_stride = 0;
+  bool along_k = true;
   // The digits of q for the tile unit, as rows (a left operand) and as columns (a right one).
   AmxDigits tile_rows, tile_columns;
 };
