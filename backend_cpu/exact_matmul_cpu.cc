@@ -401,9 +401,8 @@ double pow2(int e) {
   return d;
 }
 
-
-// C per work item: 48 x 48 for the SIMD lanes (int64 sums: 18 KiB), 64 x 64 for the tile unit
-// (2 x 2 tiles of 16 x 16 at a time, so a block is whole groups of them).
+// C per work item: 48 x 48 for the SIMD lanes (int64 sums: 18 KiB), 128 x 128 for the tile unit
+// (whole 16 x 16 tiles, taken 2 x 2 at a time; a bigger block reads each operand fewer times).
 constexpr size_t kLaneBlock = 48, kTileBlock = 128;
 
 // C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:

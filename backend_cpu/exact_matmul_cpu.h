@@ -3,8 +3,9 @@
 // fast. Each operand is converted once to the reference's fixed point (same scales, same q, held
 // in int16 since |q| <= 2^13, both operands laid out contiguous along k), the integer dot
 // products are summed exactly in Highway int16 lanes widened into int32 and flushed into int64
-// (exact_matmul_cpu.cc proves the bound), and each sum is rounded once to fp32 as the reference
-// does. Integer sums do not depend on their order, so SIMD target, blocking and thread count
+// (exact_matmul_cpu.cc proves the bound) — or, on a CPU with AMX-INT8, cut into int8 digits and
+// summed by the tile unit (exact_matmul_amx.h) —, and each sum is rounded once to fp32 as the
+// reference does. Integer sums do not depend on their order, so SIMD target, blocking and thread count
 // change no bit (docs/math.md, "Muon: the exact matrix product").
 #pragma once
 
