@@ -76,7 +76,8 @@
 #                muon (bench/bench_torch_muon.py: Muon against torch.optim.Muon + fused AdamW and the
 #                batched bf16 GEMMs on gpt2_small, bert_base, resnet50; MUON_MODES picks ours, default
 #                exact,exact+batches,fast+batches; each of ours also split by phase, bench_step
-#                --muon-phases, in tables after the main one; then the CPU at 16 and 2 threads).
+#                --muon-phases, in tables after the main one; then the CPU at 16 and 2 threads, with
+#                RENAISSANCE_CPU_AMX=0 as well where the host has AMX-INT8).
 #   compare      the side-by-side benchmark against torch: bench/check_torch_lars.py, then
 #                bench/compare_torch.py (resnet50, bert_base, gpt2_small, every kind; the CPU rows)
 #                into $OUT/compare.json, RESULTS.md and results.png (re-rendered from the JSON if
@@ -560,12 +561,17 @@ phase_bench() {
       muon)
         # Muon's step beside torch.optim.Muon + fused AdamW and the batched bf16 GEMMs, one run
         # (bench/bench_torch_muon.py; its own table, then each of ours by phase: bench_step
-        # --muon-phases), then the CPU at 16 and 2 threads.
+        # --muon-phases), then the CPU at 16 and 2 threads: exact mode's products on the AMX tile
+        # unit (the default where the host has AMX-INT8) and, on such a host, on the SIMD lanes too.
         "$PY" bench/bench_torch_muon.py --layouts gpt2_small,bert_base,resnet50 --bench-step "$BUILD/bench/bench_step" \
           --muon-modes "${MUON_MODES:-exact,exact+batches,fast+batches}" --phases --json "$OUT/muon_gpu.json"
         for threads in 16 2; do
-          "$PY" bench/bench_torch_muon.py --device cpu --threads "$threads" --layouts gpt2_small --steps 3 --warmup 1 \
-            --bench-step "$BUILD/bench/bench_step" --json "$OUT/muon_cpu_$threads.json"
+          for amx in 1 0; do
+            if [ "$amx" = 0 ] && ! grep -qw amx_int8 /proc/cpuinfo; then continue; fi
+            echo "CPU, $threads threads, RENAISSANCE_CPU_AMX=$amx"
+            RENAISSANCE_CPU_AMX=$amx "$PY" bench/bench_torch_muon.py --device cpu --threads "$threads" --layouts gpt2_small \
+              --steps 3 --warmup 1 --bench-step "$BUILD/bench/bench_step" --json "$OUT/muon_cpu_${threads}_amx$amx.json"
+          done
         done ;;
       *) result "unknown bench set $s"; return 2 ;;
     esac
