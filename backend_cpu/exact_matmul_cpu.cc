@@ -458,8 +458,16 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
         } else if (!columns_finite) {
           for (size_t j = j0; j < j1; ++j) out[j] = b.finite[j] ? out[j] : nan;
         }
-        if (symmetric) {
-          for (size_t j = j0; j < j1; ++j) c[j * ldc + i] = c[i * ldc + j];
+      }
+      // The mirror image (j, i) of the block, 16 x 16 at a time so that the rows read and the
+      // rows written stay in L1 (column by column, every write was a cache line of its own).
+      if (symmetric) {
+        for (size_t jb = j0; jb < j1; jb += 16) {
+          for (size_t ib = i0; ib < i1; ib += 16) {
+            for (size_t j = jb; j < std::min(j1, jb + 16); ++j) {
+              for (size_t i = ib; i < std::min(i1, ib + 16); ++i) c[j * ldc + i] = c[i * ldc + j];
+            }
+          }
         }
       }
     }
