@@ -116,7 +116,7 @@ bool amx_int8_usable() {
   return usable;
 }
 
-void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigits& digits, int threads) {
+void amx_row_digits(const int16_t* q, size_t count, size_t kp, AmxDigits& digits, int threads) {
   digits.count = count;
   digits.padded = (count + kTile - 1) / kTile * kTile;
   digits.kp = kp;
@@ -126,28 +126,20 @@ void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigi
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t t = 0; t < tiles; ++t) {
-    // One tile at a time (its three planes, 3 KiB, stay in L1 while its 16 vectors fill them).
+    // One tile at a time (its three planes, 3 KiB, stay in L1 while its 16 rows fill them).
     for (size_t b = 0; b < kblocks; ++b) {
+      const size_t tile = (t * kblocks + b) * kTileBytes;
       for (size_t n = 0; n < kTile; ++n) {
-        const size_t v = t * kTile + n;
-        // The 64 digits of vector v in k block b, then their place in tile (t, b): a row of the
-        // tile for a left operand, 16 words of 4 bytes down column n for a right one.
+        const size_t v = t * kTile + n, at = tile + n * kKBlock;
+        if (v >= count) {
+          for (auto& plane : digits.plane) std::memset(plane.data() + at, 0, kKBlock);
+          continue;
+        }
+        // Into a local block first: written through the planes, the loop would not vectorise.
         alignas(64) int8_t d[3][kKBlock];
-        if (v < count) {
-          const int16_t* src = q + v * kp + b * kKBlock;
-          for (size_t p = 0; p < kKBlock; ++p) digits_of(src[p], d[0][p], d[1][p], d[2][p]);
-        } else {
-          std::memset(d, 0, sizeof d);
-        }
-        const size_t tile = (t * kblocks + b) * kTileBytes;
-        for (int plane = 0; plane < 3; ++plane) {
-          int8_t* dst = digits.plane[plane].data() + tile;
-          if (!columns) {
-            std::memcpy(dst + n * 64, d[plane], kKBlock);
-          } else {
-            for (size_t w = 0; w < kKBlock / 4; ++w) std::memcpy(dst + w * 64 + n * 4, d[plane] + 4 * w, 4);
-          }
-        }
+        const int16_t* src = q + v * kp + b * kKBlock;
+        for (size_t p = 0; p < kKBlock; ++p) digits_of(src[p], d[0][p], d[1][p], d[2][p]);
+        for (int plane = 0; plane < 3; ++plane) std::memcpy(digits.plane[plane].data() + at, d[plane], kKBlock);
       }
     }
   }
@@ -196,6 +188,46 @@ void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t st
           _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 48), _mm_unpackhi_epi16(t1, t3));   // 12-15
         }
       }
+    }
+  }
+}
+
+void amx_columns_from_rows(const AmxDigits& rows, AmxDigits& columns, int threads) {
+  columns.count = rows.count;
+  columns.padded = rows.padded;
+  columns.kp = rows.kp;
+  const int64_t tiles = static_cast<int64_t>(rows.padded / kTile * (rows.kp / kKBlock) * 3);
+  for (auto& plane : columns.plane) plane.resize(rows.padded * rows.kp);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tiles / 64 + 1)));
+#pragma omp parallel for schedule(static) num_threads(team)
+  for (int64_t e = 0; e < tiles; ++e) {
+    const int plane = static_cast<int>(e % 3);
+    const size_t at = static_cast<size_t>(e / 3) * kTileBytes;
+    // A row tile's row n holds vector n's 16 words (k = 4 w .. 4 w + 3 each); the column tile's
+    // row w holds word w of each vector n: a 16 x 16 transposition in three unpack stages.
+    const int8_t* in = rows.plane[plane].data() + at;
+    int8_t* out = columns.plane[plane].data() + at;
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(in + 64 * i);
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+      r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+      r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+      r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int h = 0; h < 16; h += 8) {
+      for (int i = 0; i < 4; ++i) {
+        t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + 4 + i], 0x88);
+        t[h + 4 + i] = _mm512_shuffle_i32x4(r[h + i], r[h + 4 + i], 0xdd);
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      _mm512_store_si512(out + 64 * i, _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88));
+      _mm512_store_si512(out + 64 * (8 + i), _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd));
     }
   }
 }
@@ -256,12 +288,16 @@ namespace cpu {
 
 bool amx_int8_usable() { return false; }
 
-void amx_digits(const int16_t*, size_t, size_t, bool, AmxDigits&, int) {
-  throw std::logic_error("amx_digits: this build has no AMX kernel (amx_int8_usable() is false)");
+void amx_row_digits(const int16_t*, size_t, size_t, AmxDigits&, int) {
+  throw std::logic_error("amx_row_digits: this build has no AMX kernel (amx_int8_usable() is false)");
 }
 
 void amx_digits_of_k_rows(const int16_t*, size_t, size_t, size_t, AmxDigits&, int) {
   throw std::logic_error("amx_digits_of_k_rows: this build has no AMX kernel (amx_int8_usable() is false)");
+}
+
+void amx_columns_from_rows(const AmxDigits&, AmxDigits&, int) {
+  throw std::logic_error("amx_columns_from_rows: this build has no AMX kernel (amx_int8_usable() is false)");
 }
 
 void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t) {

@@ -46,14 +46,17 @@ struct AmxDigits {
   std::vector<int8_t, LineAlignedAllocator<int8_t>> plane[3];
 };
 
-// digits of the `count` vectors of q (vector v's kp int16 at q[v * kp], kp a multiple of 64) as
-// rows (columns = false) or columns of a right operand (columns = true).
-void amx_digits(const int16_t* q, size_t count, size_t kp, bool columns, AmxDigits& digits, int threads);
+// digits of a left operand: the `count` rows of q (row v's kp int16 at q[v * kp], kp a multiple
+// of 64).
+void amx_row_digits(const int16_t* q, size_t count, size_t kp, AmxDigits& digits, int threads);
 
 // digits of a right operand given by its k rows: column j's q at k = p is rows[p * stride + j]
-// (p < k, j < count; stride >= count rounded up to 16, the entries past count are ignored), as
-// amx_digits(columns = true) of the same q laid out along k, without that transposition.
+// (p < k, j < count; stride >= count rounded up to 16, the entries past count are ignored).
 void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t stride, AmxDigits& digits, int threads);
+
+// The digits of a right operand whose columns are the vectors of `rows` (a left operand's digits):
+// C = M Mᵀ. Each tile is the 16 x 16 transposition of the 4-byte words of its row layout.
+void amx_columns_from_rows(const AmxDigits& rows, AmxDigits& columns, int threads);
 
 // sums[(i - i0) * ld + (j - j0)] = the integer dot product of row i of `a` and column j of `b`
 // for i in [i0, i1), j in [j0, j1) (i0, j0 multiples of 16; the results of the padding rows and

@@ -415,11 +415,13 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
   const bool tiles = on_tiles(unit);
   const size_t side = tiles ? kTileBlock : kLaneBlock;
   if (tiles) {
-    amx_digits(a.q.data(), a.count, a.kp, false, a.tile_rows, threads);
-    if (b.along_k) {
-      amx_digits(b.q.data(), b.count, b.kp, true, b.tile_columns, threads);
-    } else {
+    amx_row_digits(a.q.data(), a.count, a.kp, a.tile_rows, threads);
+    if (symmetric) {
+      amx_columns_from_rows(a.tile_rows, b.tile_columns, threads);
+    } else if (!b.along_k) {
       amx_digits_of_k_rows(b.staging.data(), b.k, b.count, b.staging_stride, b.tile_columns, threads);
+    } else {
+      throw std::logic_error("exact product: the tile unit's right operand is the left one or comes from its k rows");
     }
   } else if (!a.along_k || !b.along_k) {
     throw std::logic_error("exact product: an operand's digits are not laid out along k for the SIMD lanes");
