@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "renaissance/math/exact_matmul.h"
+
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -22,11 +24,8 @@ namespace {
 constexpr size_t kTile = 16;          // rows (and int32 columns) of a tile
 constexpr size_t kKBlock = 64;        // k per tile: 64 int8 in a row of the left operand's tile
 constexpr size_t kTileBytes = 1024;   // 16 rows of 64 bytes
-// k blocks summed in int32 before the int64 combination: 2^16 terms, each |digit product| <= 127^2
-// < 2^14, so a tile's int32 sums stay below 2^30.
-constexpr size_t kChunkBlocks = 1024;
-// The Karatsuba weights of the hi, s and lo digit products (exact_matmul_amx.h).
-constexpr int64_t kWeight[3] = {(int64_t{1} << 14) - 128, 128, 1 - 128};
+// k blocks summed in int32 before the int64 combination (math::kDigitSumMaxK).
+constexpr size_t kChunkBlocks = math::kDigitSumMaxK / kKBlock;
 
 // The tile palette: eight 16 x 64-byte tiles (palette 1), the layout of ldtilecfg's 64 bytes.
 struct TileConfig {
@@ -42,15 +41,6 @@ void configure_tiles() {
     config.bytes_per_row[t] = 64;
   }
   _tile_loadconfig(&config);
-}
-
-// q = 128 hi + lo with lo in [-64, 63]; s = hi + lo. For |q| <= 2^13: |hi| <= 64, |s| <= 127.
-inline void digits_of(int16_t q, int8_t& hi, int8_t& s, int8_t& lo) {
-  const int l = ((q + 64) & 127) - 64;
-  const int h = (q - l) / 128;  // exact: q - l is a multiple of 128
-  hi = static_cast<int8_t>(h);
-  s = static_cast<int8_t>(h + l);
-  lo = static_cast<int8_t>(l);
 }
 
 // C tiles per side of a block (amx_dot_block).
@@ -138,7 +128,12 @@ void amx_row_digits(const int16_t* q, size_t count, size_t kp, AmxDigits& digits
         // Into a local block first: written through the planes, the loop would not vectorise.
         alignas(64) int8_t d[3][kKBlock];
         const int16_t* src = q + v * kp + b * kKBlock;
-        for (size_t p = 0; p < kKBlock; ++p) digits_of(src[p], d[0][p], d[1][p], d[2][p]);
+        for (size_t p = 0; p < kKBlock; ++p) {
+          const math::FixedPointDigits digit = math::fixed_point_digits(src[p]);
+          d[0][p] = digit.hi;
+          d[1][p] = digit.sum;
+          d[2][p] = digit.lo;
+        }
         for (int plane = 0; plane < 3; ++plane) std::memcpy(digits.plane[plane].data() + at, d[plane], kKBlock);
       }
     }
@@ -169,7 +164,7 @@ void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t st
         for (size_t i = 0; i < 4; ++i) {
           const size_t p = b * kKBlock + 4 * w + i;
           const __m256i q = p < k ? _mm256_maskz_loadu_epi16(keep, rows + p * stride + t * kTile) : _mm256_setzero_si256();
-          // lo = ((q + 64) & 127) - 64, hi = (q - lo) >> 7 (exact: a multiple of 128), s = hi + lo.
+          // math::fixed_point_digits in int16 lanes (q - lo is a multiple of 128: >> 7 is exact).
           const __m256i lo = _mm256_sub_epi16(_mm256_and_si256(_mm256_add_epi16(q, c64), c127), c64);
           const __m256i hi = _mm256_srai_epi16(_mm256_sub_epi16(q, lo), 7);
           d[0][i] = _mm256_cvtepi16_epi8(hi);
@@ -269,7 +264,7 @@ void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1,
         const int32_t* ll = acc[2] + at;
         int64_t* out = sums + r * ld + ct * kTile;
         for (size_t e = 0; e < kTile; ++e) {
-          const int64_t v = kWeight[0] * hh[e] + kWeight[1] * ss[e] + kWeight[2] * ll[e];
+          const int64_t v = math::from_digit_sums(hh[e], ss[e], ll[e]);
           out[e] = kc0 == 0 ? v : out[e] + v;
         }
       }

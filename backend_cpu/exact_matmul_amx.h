@@ -1,13 +1,11 @@
 // Exact mode's integer dot products on Intel AMX (the AMX-INT8 tile unit of Sapphire Rapids and
 // later Xeons): the same int64 sums as the Highway kernel of exact_matmul_cpu.cc, so the same bits,
-// at up to 30x its multiply-add rate. Each fixed-point integer q (|q| <= 2^13) is cut into int8
-// digits q = 128 hi + lo (lo in [-64, 63], hi in [-64, 64]); with s = hi + lo (in [-127, 127],
-// also an int8) the product of two integers is, Karatsuba's way, three digit products:
-//   q_a q_b = (2^14 - 2^7) hi_a hi_b + 2^7 s_a s_b + (1 - 2^7) lo_a lo_b.
-// Each digit product is summed by the tile unit in int32 (exact: a K chunk holds at most 2^16
-// terms of at most 127^2 < 2^14, so every partial sum is below 2^30), and the three sums are
-// combined in int64. Integer sums do not depend on their order, so the result is the Highway
-// kernel's integer whatever the tiling (docs/math.md, "Muon: the exact matrix product").
+// at up to 30x its multiply-add rate. Each fixed-point integer q is cut into its int8 digits hi,
+// lo and hi + lo (math::fixed_point_digits); the tile unit sums the three digit products in int32
+// over k chunks of math::kDigitSumMaxK (exact), and the three sums give the integer dot product in
+// int64 (math::from_digit_sums, the three-product form CUDA's kernels use too). Integer sums do not
+// depend on their order, so the result is the Highway kernel's integer whatever the tiling
+// (docs/math.md, "Muon: the exact matrix product").
 #pragma once
 
 #include <cstddef>
@@ -23,7 +21,7 @@ namespace cpu {
 // (Linux's ARCH_REQ_XCOMP_PERM, asked once).
 bool amx_int8_usable();
 
-// The three digit planes (hi, s, lo) of one fixed-point operand, laid out for the tile unit in
+// The three digit planes (hi, hi + lo, lo) of one fixed-point operand, laid out for the tile unit in
 // 1 KiB tiles of 16 vectors x 64 k: tile (vector tile t, k block b) at plane[d] + (t * kblocks + b)
 // KiB, kblocks = kp / 64, `count` rounded up to 16 vectors (the padding 0). A left operand's tile
 // holds vector (row) n in its row n; a right operand's is in the tile unit's pair layout: its row r

@@ -138,21 +138,14 @@ __global__ void __launch_bounds__(kColVectors* kColRows)
   }
 }
 
-// The digits of one element's fixed point q: lo = ((q + 64) mod 128) - 64 in [-64, 63],
-// hi = (q - lo) / 128 in [-64, 64] (exact), and hi + lo in [-128, 127] (an int8: the middle digit
-// product of the three-product form, exact_matmul_internal.cuh). q is 0 for p >= len (the
+// The digits of one element's fixed point q (math::fixed_point_digits; hi + lo is the middle digit
+// of the three-product form, math::from_digit_sums). q is 0 for p >= len (the
 // padding), for a non-finite vector (as the reference: its results are NaN whatever q holds) and
 // for p = v with set.zero_diagonal.
-struct ElementDigits {
-  int8_t hi, lo, sum;
-};
-__device__ __forceinline__ ElementDigits element_digits(const VectorSet& set, const float* vector, size_t v, size_t p,
+__device__ __forceinline__ math::FixedPointDigits element_digits(const VectorSet& set, const float* vector, size_t v, size_t p,
                                                         bool vector_finite, int shift) {
   const bool zero = p >= set.len || !vector_finite || (set.zero_diagonal && p == v);
-  const int32_t q = zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift);
-  const int32_t l = ((q + 64) & 127) - 64;
-  const int32_t h = (q - l) / 128;
-  return {static_cast<int8_t>(h), static_cast<int8_t>(l), static_cast<int8_t>(h + l)};
+  return math::fixed_point_digits(zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift));
 }
 
 // The digits of vector g's element p (VectorSet indexing) at hi/lo[g * kp + p], and with `sum`
@@ -168,7 +161,7 @@ __global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* sh
     const size_t m = e / per_matrix, f = e % per_matrix;
     const size_t v = f / kp, p = f % kp;
     const size_t g = m * set.count + v;
-    const ElementDigits d =
+    const math::FixedPointDigits d =
         element_digits(set, set.base + m * set.mstride + v * set.outer, v, p, finite[g] != 0, shift[g]);
     hi[g * kp + p] = d.hi;
     lo[g * kp + p] = d.lo;
@@ -210,7 +203,7 @@ __global__ void __launch_bounds__(kColVectors* kColRows)
       unsigned char* row_lo = reinterpret_cast<unsigned char*>(tile[1][tx]);
       unsigned char* row_sum = reinterpret_cast<unsigned char*>(tile[2][tx]);
       for (int pl = ty; pl < np; pl += kColRows) {
-        const ElementDigits d = element_digits(set, vector, v, p0 + pl, vector_finite, s);
+        const math::FixedPointDigits d = element_digits(set, vector, v, p0 + pl, vector_finite, s);
         row_hi[pl] = static_cast<unsigned char>(d.hi);
         row_lo[pl] = static_cast<unsigned char>(d.lo);
         row_sum[pl] = static_cast<unsigned char>(d.sum);

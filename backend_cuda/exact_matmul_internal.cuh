@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend_cuda/exact_matmul.h"
+#include "renaissance/math/exact_matmul.h"
 
 namespace renaissance {
 namespace cuda {
@@ -39,16 +40,16 @@ struct VectorSet {
 void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip);
 
 // Per vector g, its fixed-point values' digits at [g * kp, g * kp + kp) (zero padded past len):
-// hi and lo (q = 128 hi + lo), and with `sum` non-null hi + lo, which fits an int8 ([-128, 127]).
+// hi and lo (math::fixed_point_digits), and with `sum` non-null hi + lo.
 // kp is a multiple of kPadK and hi, lo, sum are 4-byte aligned (a set with inner != 1 stores its
 // digits four at a time).
-// The three-product form then gets every digit cross term from three int8 products:
-// HH = Σ hi·hi', LL = Σ lo·lo', SS = Σ (hi+lo)(hi'+lo'), and S = 2^14 HH + 2^7 (SS - HH - LL) + LL.
+// The three-product form (math::from_digit_sums) then gets every digit cross term from three int8
+// products.
 void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,
                         int8_t* sum, cudaStream_t stream, SkipFlags skip);
 
-// The longest padded k whose three int32 digit sums cannot overflow: |SS| <= k * 2^14 < 2^31.
-constexpr size_t kDigitSumMaxK = size_t{1} << 16;
+// The longest padded k whose three int32 digit sums cannot overflow (the math's bound).
+using math::kDigitSumMaxK;
 
 // Upper bounds of the products one scratch serves: rows of A (m), columns of B (n), and the
 // digit counts of A (m * padded k) and B (n * padded k); matmul_bounds gives one product's.

@@ -219,8 +219,7 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t b = e / per, f = e % per, i = f / nj, j = f % nj;
     const size_t gi = b * ni + i, gj = b * nj + j;
-    const int64_t h = hh[e], l = ll[e];
-    const int64_t sum = h * 16384 + (static_cast<int64_t>(ss[e]) - h - l) * 128 + l;
+    const int64_t sum = math::from_digit_sums(hh[e], ss[e], ll[e]);
     const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
     if (kEpilogue == Epilogue::kStore) {
       out[e] = v;

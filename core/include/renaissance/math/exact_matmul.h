@@ -49,6 +49,27 @@ RN_HD int32_t to_fixed_point(float x, int shift) {
   return static_cast<int32_t>(r);
 }
 
+// The int8 digits of a fixed-point integer q (|q| <= 2^kFixedPointBits) for the integer units that
+// multiply int8 (CUDA's tensor cores, the CPU's AMX tiles): q = 128 hi + lo with
+// lo = ((q + 64) mod 128) - 64 in [-64, 63], hi = (q - lo) / 128 in [-64, 64] (exact), and
+// sum = hi + lo in [-127, 127] (q = 8127 gives 126, q = -8128 gives -127). Vector code that
+// restates this split names this function.
+struct FixedPointDigits {
+  int8_t hi, lo, sum;
+};
+RN_HD FixedPointDigits fixed_point_digits(int32_t q) {
+  const int32_t l = ((q + 64) & 127) - 64;
+  const int32_t h = (q - l) / 128;
+  return {static_cast<int8_t>(h), static_cast<int8_t>(l), static_cast<int8_t>(h + l)};
+}
+
+// The three-product form: with HH = Σ hi·hi', SS = Σ sum·sum' and LL = Σ lo·lo' over k, the integer
+// dot product Σ q·q' = 2^14 HH + 2^7 (SS - HH - LL) + LL (Karatsuba's: SS - HH - LL is the cross
+// terms Σ hi·lo' + lo·hi'). Exact in int64.
+RN_HD int64_t from_digit_sums(int64_t hh, int64_t ss, int64_t ll) { return hh * 16384 + (ss - hh - ll) * 128 + ll; }
+// The longest k whose three digit sums fit int32: |SS| <= k * 127^2 < 2^31 for k <= 2^16.
+constexpr size_t kDigitSumMaxK = size_t{1} << 16;
+
 // The exact integer sum of products, scaled back by 2^-(shift_a + shift_b), rounded once to fp32:
 // the sum is exact in double (|sum| < 2^53 for k <= kExactMatmulMaxK), the power-of-two scaling
 // too, so the one rounding is the conversion to float (nearest, ties to even).
