@@ -249,7 +249,6 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <stdexcept>
 
 #include "backend_cpu/exact_matmul_cpu.h"
 #include "renaissance/math/exact_matmul.h"
@@ -268,6 +267,8 @@ HWY_EXPORT(FixRowPerColumn);
 HWY_EXPORT(RoundSums);
 
 const char* exact_matmul_target() { return HWY_DYNAMIC_DISPATCH(DotTarget)(); }
+
+bool exact_products_on_tiles(ExactProductUnit unit) { return unit == ExactProductUnit::kBest && amx_int8_usable(); }
 
 void fixed_point_row(const float* x, size_t count, int shift, int16_t* q) {
   HWY_DYNAMIC_DISPATCH(FixRow)(x, count, shift, q);
@@ -329,7 +330,6 @@ constexpr int kZeroDigitsShift = -400;
 // right one).
 void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int threads) {
   resize(op, count, k);
-  op.along_k = true;
   const int team = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, count)));
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t v = 0; v < static_cast<int64_t>(count); ++v) {
@@ -341,16 +341,12 @@ void fix_rows(const float* x, size_t count, size_t k, FixedPointOperand& op, int
   }
 }
 
-// Whether a product with this unit runs on the tile unit.
-bool on_tiles(ExactProductUnit unit) { return unit == ExactProductUnit::kBest && amx_int8_usable(); }
-
 // The columns of x (k x count, row-major) as a right operand: the column maxima and the digits row
 // by row (contiguous reads and writes) into op.staging; then, for the SIMD lanes (along_k), a
 // blocked transposition of the int16 digits into op.q, contiguous along k. The tile unit takes
 // the staging rows as they are (amx_digits_of_k_rows).
 void fix_columns(const float* x, size_t k, size_t count, FixedPointOperand& op, int threads, bool along_k) {
   resize(op, count, k);
-  op.along_k = along_k;
   op.amax_bits.assign(count, 0u);
   op.lane_shift.resize(count);
   // The staging rows are a little longer than `count`, an odd number of 64-byte lines: the
@@ -405,26 +401,23 @@ double pow2(int e) {
 // (whole 16 x 16 tiles, taken 2 x 2 at a time; a bigger block reads each operand fewer times).
 constexpr size_t kLaneBlock = 48, kTileBlock = 128;
 
-// C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k). symmetric:
+// C (a.count x b.count, row stride ldc) from the fixed-point operands (a.k == b.k): a from fix_rows;
+// b from fix_columns with along_k = !exact_products_on_tiles(unit), or a itself when symmetric:
 // a and b are the same operand (C = M Mᵀ, or M M with M symmetric in its bits): only the blocks
 // on and above the diagonal are computed and each sum is written to (i, j) and (j, i), which the
 // reference gives the same bits (the same integer, shift_i + shift_j, the same finiteness).
 void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, bool symmetric, ExactProductUnit unit,
              int threads) {
   const size_t m = a.count, n = b.count, kp = a.kp;
-  const bool tiles = on_tiles(unit);
+  const bool tiles = exact_products_on_tiles(unit);
   const size_t side = tiles ? kTileBlock : kLaneBlock;
   if (tiles) {
     amx_row_digits(a.q.data(), a.count, a.kp, a.tile_rows, threads);
     if (symmetric) {
       amx_columns_from_rows(a.tile_rows, b.tile_columns, threads);
-    } else if (!b.along_k) {
-      amx_digits_of_k_rows(b.staging.data(), b.k, b.count, b.staging_stride, b.tile_columns, threads);
     } else {
-      throw std::logic_error("exact product: the tile unit's right operand is the left one or comes from its k rows");
+      amx_digits_of_k_rows(b.staging.data(), b.k, b.count, b.staging_stride, b.tile_columns, threads);
     }
-  } else if (!a.along_k || !b.along_k) {
-    throw std::logic_error("exact product: an operand's digits are not laid out along k for the SIMD lanes");
   }
   const size_t row_blocks = (m + side - 1) / side, col_blocks = (n + side - 1) / side;
   std::vector<std::pair<size_t, size_t>> blocks;
@@ -527,7 +520,7 @@ bool exact_matmul_cpu(const float* a, const float* b, float* c, size_t m, size_t
   ExactMatmulScratch& s = scratch != nullptr ? *scratch : local;
   threads = std::max(threads, 1);
   fix_rows(a, m, k, s.a, threads);
-  fix_columns(b, k, n, s.b, threads, !on_tiles(s.unit));
+  fix_columns(b, k, n, s.b, threads, !exact_products_on_tiles(s.unit));
   product(s.a, s.b, c, n, false, s.unit, threads);
   return true;
 }
@@ -570,7 +563,7 @@ bool newton_schulz_exact_cpu(const float* u, size_t rows, size_t cols, float* ou
     // with a zero diagonal, then X = (a*X) + Q.
     off_diagonal(poly, r, off, threads);
     fix_rows(off, r, r, s.qp, threads);
-    fix_columns(x, r, c, s.qxt, threads, !on_tiles(s.unit));
+    fix_columns(x, r, c, s.qxt, threads, !exact_products_on_tiles(s.unit));
     product(s.qp, s.qxt, s.q.data(), c, false, s.unit, threads);
     const float* q = s.q.data();
     elementwise(r, threads, [&](size_t i) {

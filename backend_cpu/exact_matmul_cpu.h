@@ -30,14 +30,12 @@ struct FixedPointOperand {
   std::vector<int> shift;
   std::vector<uint8_t> finite;
   // Working buffers of a column operand: the largest |x| bits per column, the shift each lane
-  // applies, the digits in the input's (row-major) layout before their transposition (rows
-  // staging_stride apart). along_k: q holds the digits along k (false: only staging does, for
-  // the tile unit, which lays them out from the rows).
+  // applies, the digits in the input's (row-major) layout, rows staging_stride apart (the SIMD
+  // lanes transpose them into q; the tile unit lays its digits out from these rows).
   std::vector<uint32_t> amax_bits;
   std::vector<int32_t> lane_shift;
   std::vector<int16_t> staging;
   size_t staging_stride = 0;
-  bool along_k = true;
   // The digits of q for the tile unit, as rows (a left operand) and as columns (a right one).
   AmxDigits tile_rows, tile_columns;
 };
@@ -45,6 +43,8 @@ struct FixedPointOperand {
 // Which unit sums exact mode's integer products; every unit gives the same integers, so the same
 // bits. kBest: the AMX tile unit where amx_int8_usable(), else the SIMD lanes (Highway).
 enum class ExactProductUnit { kBest, kSimdLanes };
+// Whether products asked of `unit` run on the tile unit in this process.
+bool exact_products_on_tiles(ExactProductUnit unit);
 
 // Buffers reused across calls (so a Newton–Schulz step allocates nothing once they have grown).
 struct ExactMatmulScratch {

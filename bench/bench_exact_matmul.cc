@@ -35,8 +35,7 @@ renaissance::cpu::ExactProductUnit unit_of(const benchmark::State& state, int ar
 }
 
 void set_label(benchmark::State& state, renaissance::cpu::ExactProductUnit unit) {
-  const bool tiles = unit == renaissance::cpu::ExactProductUnit::kBest && renaissance::cpu::amx_int8_usable();
-  state.SetLabel(tiles ? "amx tiles" : std::string("simd lanes, ") + renaissance::cpu::exact_matmul_target());
+  state.SetLabel(renaissance::cpu::exact_products_on_tiles(unit) ? "amx tiles" : std::string("simd lanes, ") + renaissance::cpu::exact_matmul_target());
 }
 
 void set_gops(benchmark::State& state, double ops_per_iteration) {

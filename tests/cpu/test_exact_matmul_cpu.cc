@@ -75,7 +75,9 @@ struct Unit {
 };
 std::vector<Unit> product_units() {
   std::vector<Unit> units = {{cpu::ExactProductUnit::kSimdLanes, "simd lanes"}};
-  if (cpu::amx_int8_usable()) units.push_back({cpu::ExactProductUnit::kBest, "amx tiles"});
+  if (cpu::exact_products_on_tiles(cpu::ExactProductUnit::kBest)) {
+    units.push_back({cpu::ExactProductUnit::kBest, "amx tiles"});
+  }
   return units;
 }
 
