@@ -602,7 +602,10 @@ if ratios:
         flag = "  > 1.03" if k[0] != "cpu" and x > 1.03 else ""
         print(f'  {k[0]:9} {k[2]:11} check={k[4]:5} {k[5]} grads={k[7]} mask={k[8]}: {x:.3f}{flag}')
 PY
-  result "$(join_by ' ' "${sets[@]}"): $(grep -c '^{' "$ROWS") rows (tables in the log)"
+  # (The muon set writes no bench_step rows: its results are bench_torch_muon.py's JSON files.)
+  local muon_files=""
+  [[ " ${sets[*]} " == *" muon "* ]] && muon_files=", $(find "$OUT" -maxdepth 1 -name 'muon_*.json' | wc -l) Muon JSON files"
+  result "$(join_by ' ' "${sets[@]}"): $(grep -c '^{' "$ROWS") bench_step rows$muon_files (tables in the log)"
 }
 
 phase_compare() {

@@ -463,6 +463,15 @@ void ShardedStep::reduce_gradients() {
   join();
 }
 
+ShardedStep::~ShardedStep() {
+  // Moving off the stream waits for the calls on it (NCCL); a failure there is the device's and
+  // shows again at its next use, so it is not thrown from here.
+  try {
+    comm_.order_on_stream(nullptr);
+  } catch (const std::exception&) {
+  }
+}
+
 void ShardedStep::bind() { stream_ordered_ = comm_.order_on_stream(task_.backend().stream()); }
 
 void ShardedStep::join() {

@@ -454,6 +454,11 @@ class NamedRank final : public Communicator {
   void reduce_scatter_sum_f32(const float*, float*, const std::vector<uint64_t>&) override { ADD_FAILURE(); }
   void all_reduce_max_i32(int32_t*, uint64_t) override { ADD_FAILURE(); }
   void barrier() override { ADD_FAILURE(); }
+  bool order_on_stream(void* stream) override {
+    if (stream == nullptr) ++releases;
+    return Communicator::order_on_stream(stream);
+  }
+  int releases = 0;  // order_on_stream(nullptr) calls: the step let go of a backend's stream
 
  private:
   int rank_, size_;
@@ -484,6 +489,21 @@ std::unique_ptr<Task> compiled_shard_task(OptimizerKind kind, const std::string&
   }
   task->compile();
   return task;
+}
+
+// A communicator outlives the steps it serves (a rank program runs many Tasks over one NCCL
+// communicator): a step that goes takes it off its backend's stream, or the next step's binding
+// would wait on the stream of a destroyed backend (a crash in cuStreamSynchronize on CUDA ranks).
+TEST(ShardedStep, ReleasesTheCommunicatorWhenItGoes) {
+  NamedRank comm(0, 1);
+  for (int run = 1; run <= 2; ++run) {
+    const std::unique_ptr<Task> task = compiled_shard_task(OptimizerKind::kAdamW, "plain");
+    {
+      ShardedStep step(*task, comm, GradReduce::kReplicated);
+      EXPECT_EQ(comm.releases, run - 1);
+    }
+    EXPECT_EQ(comm.releases, run);
+  }
 }
 
 // What a GPU rank runs (docs/distributed.md, rule A): at every rank of K = 1..8, for every kind

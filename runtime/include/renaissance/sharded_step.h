@@ -27,6 +27,11 @@ void synthesize_rank_sum(Task& task, uint64_t seed, uint64_t step, float amplitu
 class ShardedStep {
  public:
   ShardedStep(Task& task, Communicator& comm, GradReduce mode);
+  // Takes the communicator off the backend's stream (order_on_stream(nullptr)): the communicator
+  // may outlive the Task and serve the next step, and must not wait on a stream that is gone.
+  ~ShardedStep();
+  ShardedStep(const ShardedStep&) = delete;
+  ShardedStep& operator=(const ShardedStep&) = delete;
   const ShardLayout& layout() const { return layout_; }
   const RankShard& shard() const { return layout_.ranks[static_cast<size_t>(comm_.rank())]; }
   // One step: gradient reduction, the slice's check/norm partials, their all-gather, the
