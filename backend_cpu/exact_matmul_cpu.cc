@@ -130,41 +130,48 @@ const char* DotTarget() { return hwy::TargetName(HWY_TARGET); }
 // ---- The fixed-point conversion, vectorised: the bits algorithm of fixed_point_from_bits (below,
 // in HWY_ONCE) lane by lane, in int32 lanes, then narrowed to int16 (|q| <= 2^13 + 1 fits).
 
+// The loop of every row function below: vector(i) for i = 0, L, 2L, ... while a whole vector of
+// L = Lanes(d) lanes fits in [0, count), then scalar(i) for each element after the last one.
+template <class D, class Vector, class Scalar>
+HWY_INLINE void LanesThenTail(D d, size_t count, Vector vector, Scalar scalar) {
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= count; i += lanes) vector(i);
+  for (; i < count; ++i) scalar(i);
+}
+
+// |x| as float bits.
+HWY_INLINE uint32_t AbsBits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u & 0x7fffffffu;
+}
+
 // The largest |x| of x[0, count) as float bits (non-negative floats order as their bits; a NaN or
 // an inf has bits >= those of inf).
 uint32_t AbsMaxBits(const float* HWY_RESTRICT x, size_t count) {
   const hn::ScalableTag<uint32_t> du;
-  const size_t lanes = hn::Lanes(du);
+  const hn::Rebind<float, decltype(du)> df;
   const auto mask = hn::Set(du, 0x7fffffffu);
   auto amax = hn::Zero(du);
-  size_t p = 0;
-  for (; p + lanes <= count; p += lanes) {
-    amax = hn::Max(amax, hn::And(hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + p)), mask));
-  }
-  uint32_t m = hn::GetLane(hn::MaxOfLanes(du, amax));
-  for (; p < count; ++p) {
-    uint32_t u;
-    std::memcpy(&u, x + p, sizeof u);
-    m = std::max(m, u & 0x7fffffffu);
-  }
-  return m;
+  uint32_t tail = 0;
+  LanesThenTail(
+      du, count, [&](size_t p) { amax = hn::Max(amax, hn::And(hn::BitCast(du, hn::LoadU(df, x + p)), mask)); },
+      [&](size_t p) { tail = std::max(tail, AbsBits(x[p])); });
+  return std::max(hn::GetLane(hn::MaxOfLanes(du, amax)), tail);
 }
 
 // amax[j] = max(amax[j], |x[j]| as bits) for j < count (a row of a matrix whose columns are scaled).
 void AbsMaxBitsInto(const float* HWY_RESTRICT x, size_t count, uint32_t* HWY_RESTRICT amax) {
   const hn::ScalableTag<uint32_t> du;
-  const size_t lanes = hn::Lanes(du);
+  const hn::Rebind<float, decltype(du)> df;
   const auto mask = hn::Set(du, 0x7fffffffu);
-  size_t j = 0;
-  for (; j + lanes <= count; j += lanes) {
-    const auto v = hn::And(hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + j)), mask);
-    hn::StoreU(hn::Max(hn::LoadU(du, amax + j), v), du, amax + j);
-  }
-  for (; j < count; ++j) {
-    uint32_t u;
-    std::memcpy(&u, x + j, sizeof u);
-    amax[j] = std::max(amax[j], u & 0x7fffffffu);
-  }
+  LanesThenTail(
+      du, count,
+      [&](size_t j) {
+        hn::StoreU(hn::Max(hn::LoadU(du, amax + j), hn::And(hn::BitCast(du, hn::LoadU(df, x + j)), mask)), du, amax + j);
+      },
+      [&](size_t j) { amax[j] = std::max(amax[j], AbsBits(x[j])); });
 }
 
 template <class D, class VU, class VI>
@@ -194,13 +201,11 @@ void FixRow(const float* HWY_RESTRICT x, size_t count, int shift, int16_t* HWY_R
   const hn::ScalableTag<int32_t> di;
   const hn::RebindToUnsigned<decltype(di)> du;
   const hn::Rebind<int16_t, decltype(di)> d16;
-  const size_t lanes = hn::Lanes(di);
+  const hn::Rebind<float, decltype(di)> df;
   const auto vshift = hn::Set(di, shift);
-  size_t p = 0;
-  for (; p + lanes <= count; p += lanes) {
-    hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + p)), vshift), d16, q + p);
-  }
-  for (; p < count; ++p) q[p] = static_cast<int16_t>(fixed_point_from_bits(x[p], shift));
+  LanesThenTail(
+      di, count, [&](size_t p) { hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(df, x + p)), vshift), d16, q + p); },
+      [&](size_t p) { q[p] = static_cast<int16_t>(fixed_point_from_bits(x[p], shift)); });
 }
 
 // q[j] = fixed_point_from_bits(x[j], shift[j]) for j < count (a row whose columns are scaled).
@@ -209,13 +214,13 @@ void FixRowPerColumn(const float* HWY_RESTRICT x, size_t count, const int32_t* H
   const hn::ScalableTag<int32_t> di;
   const hn::RebindToUnsigned<decltype(di)> du;
   const hn::Rebind<int16_t, decltype(di)> d16;
-  const size_t lanes = hn::Lanes(di);
-  size_t j = 0;
-  for (; j + lanes <= count; j += lanes) {
-    hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(hn::Rebind<float, decltype(du)>(), x + j)), hn::LoadU(di, shift + j)), d16,
-               q + j);
-  }
-  for (; j < count; ++j) q[j] = static_cast<int16_t>(fixed_point_from_bits(x[j], shift[j]));
+  const hn::Rebind<float, decltype(di)> df;
+  LanesThenTail(
+      di, count,
+      [&](size_t j) {
+        hn::StoreU(FixLanes(di, hn::BitCast(du, hn::LoadU(df, x + j)), hn::LoadU(di, shift + j)), d16, q + j);
+      },
+      [&](size_t j) { q[j] = static_cast<int16_t>(fixed_point_from_bits(x[j], shift[j])); });
 }
 
 // out[j] = math::from_fixed_point(sums[j], shift_a, shift_b) for j < count, with row_scale =
@@ -228,14 +233,14 @@ void RoundSums(const int64_t* HWY_RESTRICT sums, size_t count, double row_scale,
   const hn::ScalableTag<double> dd;
   const hn::RebindToSigned<decltype(dd)> di;
   const hn::Rebind<float, decltype(dd)> df;
-  const size_t lanes = hn::Lanes(dd);
   const auto rs = hn::Set(dd, row_scale);
-  size_t j = 0;
-  for (; j + lanes <= count; j += lanes) {
-    const auto v = hn::Mul(hn::Mul(hn::ConvertTo(dd, hn::LoadU(di, sums + j)), rs), hn::LoadU(dd, col_scale + j));
-    hn::StoreU(hn::DemoteTo(df, v), df, out + j);
-  }
-  for (; j < count; ++j) out[j] = static_cast<float>(static_cast<double>(sums[j]) * row_scale * col_scale[j]);
+  LanesThenTail(
+      dd, count,
+      [&](size_t j) {
+        const auto v = hn::Mul(hn::Mul(hn::ConvertTo(dd, hn::LoadU(di, sums + j)), rs), hn::LoadU(dd, col_scale + j));
+        hn::StoreU(hn::DemoteTo(df, v), df, out + j);
+      },
+      [&](size_t j) { out[j] = static_cast<float>(static_cast<double>(sums[j]) * row_scale * col_scale[j]); });
 }
 
 }  // namespace HWY_NAMESPACE
