@@ -227,41 +227,93 @@ void amx_columns_from_rows(const AmxDigits& rows, AmxDigits& columns, int thread
   }
 }
 
-void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
-                   size_t ld) {
-  const size_t kblocks = a.kp / kKBlock;
-  const size_t rt0 = i0 / kTile, rows = (i1 + kTile - 1) / kTile - rt0;
-  const size_t ct0 = j0 / kTile, cols = (j1 + kTile - 1) / kTile - ct0;
-  if (rows > kBlockTiles || cols > kBlockTiles) throw std::logic_error("amx_dot_block: a block is at most 128 x 128");
-  // The int32 sums of the three digit products for C's (up to) 8 x 8 tiles.
-  thread_local std::vector<int32_t> acc_buffer(3 * kBlockTiles * kBlockTiles * 256);
-  int32_t* acc[3] = {acc_buffer.data(), acc_buffer.data() + kBlockTiles * kBlockTiles * 256,
-                     acc_buffer.data() + 2 * kBlockTiles * kBlockTiles * 256};
-  if (kblocks == 0) {  // k = 0: every sum is 0
-    for (size_t r = 0; r < rows * kTile; ++r) std::fill(sums + r * ld, sums + r * ld + cols * kTile, int64_t{0});
-    return;
-  }
-  configure_tiles();
-  for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
-    const size_t kc1 = std::min(kblocks, kc0 + kChunkBlocks);
+namespace {
+
+// The tiles of a C block of `rows` x `cols` tiles from row tile rt0 and column tile ct0.
+struct BlockTiles {
+  size_t rt0, rows, ct0, cols;
+};
+
+BlockTiles block_tiles(size_t i0, size_t i1, size_t j0, size_t j1) {
+  const BlockTiles t{i0 / kTile, (i1 + kTile - 1) / kTile - i0 / kTile, j0 / kTile, (j1 + kTile - 1) / kTile - j0 / kTile};
+  if (t.rows > kBlockTiles || t.cols > kBlockTiles) throw std::logic_error("amx_dot_block: a block is at most 128 x 128");
+  return t;
+}
+
+// The int32 sums of the three digit products over k blocks [kc0, kc1) for the block's tiles, in
+// this thread's buffer: digit product d's tile (r, c) at of(d) + (r * kBlockTiles + c) * 256.
+class DigitSums {
+ public:
+  const int32_t* of(int d) const { return buffer_.data() + static_cast<size_t>(d) * kBlockTiles * kBlockTiles * 256; }
+  void compute(const AmxDigits& a, const AmxDigits& b, const BlockTiles& t, size_t kblocks, size_t kc0, size_t kc1) {
     for (int d = 0; d < 3; ++d) {
-      const int8_t* ap = a.plane[d].data() + rt0 * kblocks * kTileBytes;
-      const int8_t* bp = b.plane[d].data() + ct0 * kblocks * kTileBytes;
-      for (size_t r = 0; r < rows; r += 2) {
-        for (size_t c = 0; c < cols; c += 2) {
-          dot_tiles(static_cast<int>(std::min<size_t>(2, rows - r)), static_cast<int>(std::min<size_t>(2, cols - c)),
+      const int8_t* ap = a.plane[d].data() + t.rt0 * kblocks * kTileBytes;
+      const int8_t* bp = b.plane[d].data() + t.ct0 * kblocks * kTileBytes;
+      int32_t* acc = buffer_.data() + static_cast<size_t>(d) * kBlockTiles * kBlockTiles * 256;
+      for (size_t r = 0; r < t.rows; r += 2) {
+        for (size_t c = 0; c < t.cols; c += 2) {
+          dot_tiles(static_cast<int>(std::min<size_t>(2, t.rows - r)), static_cast<int>(std::min<size_t>(2, t.cols - c)),
                     ap + r * kblocks * kTileBytes, bp + c * kblocks * kTileBytes, kblocks, kc0, kc1,
-                    acc[d] + (r * kBlockTiles + c) * 256);
+                    acc + (r * kBlockTiles + c) * 256);
         }
       }
     }
+  }
+  // Where C's row r (within the block) and column tile ct start in each digit product's sums.
+  static size_t at(size_t r, size_t ct) { return ((r / kTile) * kBlockTiles + ct) * 256 + (r % kTile) * kTile; }
+
+ private:
+  std::vector<int32_t> buffer_ = std::vector<int32_t>(3 * kBlockTiles * kBlockTiles * 256);
+};
+
+DigitSums& thread_digit_sums() {
+  thread_local DigitSums sums;
+  return sums;
+}
+
+// out[e] for e < n <= 16: the 16 integer dot products of the digit sums hh, ss, ll
+// (math::from_digit_sums in int64 lanes: h 2^14 + (s - h - l) 2^7 + l, shifts of two's complement
+// integers, exact), each converted to double (exact: |sum| < 2^53), times row_scale, times
+// col_scale[e] (powers of two: exact), demoted to float with round to nearest even: the arithmetic
+// of RoundSums (exact_matmul_cpu.cc) in the same order, so the same bits.
+inline void round_digit_sums(const int32_t* hh, const int32_t* ss, const int32_t* ll, double row_scale,
+                             const double* col_scale, size_t n, float* out) {
+  const __m512d rs = _mm512_set1_pd(row_scale);
+  for (size_t half = 0; half < kTile; half += 8) {
+    if (half >= n) break;
+    const __m512i h = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hh + half)));
+    const __m512i s = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ss + half)));
+    const __m512i l = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ll + half)));
+    const __m512i cross = _mm512_sub_epi64(_mm512_sub_epi64(s, h), l);
+    const __m512i v = _mm512_add_epi64(_mm512_add_epi64(_mm512_slli_epi64(h, 14), _mm512_slli_epi64(cross, 7)), l);
+    const __mmask8 valid = n - half >= 8 ? __mmask8{0xff} : static_cast<__mmask8>((1u << (n - half)) - 1u);
+    const __m512d cs = _mm512_maskz_loadu_pd(valid, col_scale + half);
+    const __m256 f = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi64_pd(v), rs), cs));
+    _mm256_mask_storeu_ps(out + half, valid, f);
+  }
+}
+
+}  // namespace
+
+void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
+                   size_t ld) {
+  const size_t kblocks = a.kp / kKBlock;
+  const BlockTiles t = block_tiles(i0, i1, j0, j1);
+  if (kblocks == 0) {  // k = 0: every sum is 0
+    for (size_t r = 0; r < t.rows * kTile; ++r) std::fill(sums + r * ld, sums + r * ld + t.cols * kTile, int64_t{0});
+    return;
+  }
+  DigitSums& acc = thread_digit_sums();
+  configure_tiles();
+  for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
+    acc.compute(a, b, t, kblocks, kc0, std::min(kblocks, kc0 + kChunkBlocks));
     // C's row r: 16 sums from each of its column tiles, weighted and added in int64.
-    for (size_t r = 0; r < rows * kTile; ++r) {
-      for (size_t ct = 0; ct < cols; ++ct) {
-        const size_t at = ((r / kTile) * kBlockTiles + ct) * 256 + (r % kTile) * kTile;
-        const int32_t* hh = acc[0] + at;
-        const int32_t* ss = acc[1] + at;
-        const int32_t* ll = acc[2] + at;
+    for (size_t r = 0; r < t.rows * kTile; ++r) {
+      for (size_t ct = 0; ct < t.cols; ++ct) {
+        const size_t at = DigitSums::at(r, ct);
+        const int32_t* hh = acc.of(0) + at;
+        const int32_t* ss = acc.of(1) + at;
+        const int32_t* ll = acc.of(2) + at;
         int64_t* out = sums + r * ld + ct * kTile;
         for (size_t e = 0; e < kTile; ++e) {
           const int64_t v = math::from_digit_sums(hh[e], ss[e], ll[e]);
@@ -271,6 +323,26 @@ void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1,
     }
   }
   _tile_release();
+}
+
+bool amx_rounds_in_one_pass(size_t kp) { return kp > 0 && kp <= math::kDigitSumMaxK; }
+
+void amx_dot_block_rounded(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1,
+                           const double* row_scale, const double* col_scale, float* c, size_t ldc) {
+  if (!amx_rounds_in_one_pass(a.kp)) throw std::logic_error("amx_dot_block_rounded: k must fit one int32 chunk");
+  const size_t kblocks = a.kp / kKBlock;
+  const BlockTiles t = block_tiles(i0, i1, j0, j1);
+  DigitSums& acc = thread_digit_sums();
+  configure_tiles();
+  acc.compute(a, b, t, kblocks, 0, kblocks);
+  _tile_release();
+  for (size_t i = i0; i < i1; ++i) {
+    for (size_t ct = 0; ct < t.cols; ++ct) {
+      const size_t j = j0 + ct * kTile, at = DigitSums::at(i - i0, ct);
+      round_digit_sums(acc.of(0) + at, acc.of(1) + at, acc.of(2) + at, row_scale[i], col_scale + j,
+                       std::min(kTile, j1 - j), c + i * ldc + j);
+    }
+  }
 }
 
 }  // namespace cpu
@@ -297,6 +369,13 @@ void amx_columns_from_rows(const AmxDigits&, AmxDigits&, int) {
 
 void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t) {
   throw std::logic_error("amx_dot_block: this build has no AMX kernel (amx_int8_usable() is false)");
+}
+
+bool amx_rounds_in_one_pass(size_t) { return false; }
+
+void amx_dot_block_rounded(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, const double*,
+                           const double*, float*, size_t) {
+  throw std::logic_error("amx_dot_block_rounded: this build has no AMX kernel");
 }
 
 }  // namespace cpu

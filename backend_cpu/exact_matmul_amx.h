@@ -62,5 +62,16 @@ void amx_columns_from_rows(const AmxDigits& rows, AmxDigits& columns, int thread
 void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
                    size_t ld);
 
+// Whether amx_dot_block_rounded takes operands of kp (padded) k: one int32 chunk of k
+// (0 < kp <= math::kDigitSumMaxK), every Newton–Schulz product of the usual layouts.
+bool amx_rounds_in_one_pass(size_t kp);
+
+// The same block rounded to fp32 in the pass that combines the digit sums, without the int64 sums
+// in memory: c[i * ldc + j] = float((double(sum) * row_scale[i]) * col_scale[j]) (nearest, ties to
+// even) for i in [i0, i1), j in [j0, j1) only, RoundSums' arithmetic (exact_matmul_cpu.cc), so the
+// same bits; row_scale and col_scale are indexed by i and j. Needs amx_rounds_in_one_pass(kp).
+void amx_dot_block_rounded(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1,
+                           const double* row_scale, const double* col_scale, float* c, size_t ldc);
+
 }  // namespace cpu
 }  // namespace renaissance
