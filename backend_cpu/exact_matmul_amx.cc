@@ -271,78 +271,52 @@ DigitSums& thread_digit_sums() {
   return sums;
 }
 
-// out[e] for e < n <= 16: the 16 integer dot products of the digit sums hh, ss, ll
-// (math::from_digit_sums in int64 lanes: h 2^14 + (s - h - l) 2^7 + l, shifts of two's complement
-// integers, exact), each converted to double (exact: |sum| < 2^53), times row_scale, times
-// col_scale[e] (powers of two: exact), demoted to float with round to nearest even: the arithmetic
-// of RoundSums (exact_matmul_cpu.cc) in the same order, so the same bits.
-inline void round_digit_sums(const int32_t* hh, const int32_t* ss, const int32_t* ll, double row_scale,
-                             const double* col_scale, size_t n, float* out) {
-  const __m512d rs = _mm512_set1_pd(row_scale);
-  for (size_t half = 0; half < kTile; half += 8) {
-    if (half >= n) break;
-    const __m512i h = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hh + half)));
-    const __m512i s = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ss + half)));
-    const __m512i l = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ll + half)));
-    const __m512i cross = _mm512_sub_epi64(_mm512_sub_epi64(s, h), l);
-    const __m512i v = _mm512_add_epi64(_mm512_add_epi64(_mm512_slli_epi64(h, 14), _mm512_slli_epi64(cross, 7)), l);
-    const __mmask8 valid = n - half >= 8 ? __mmask8{0xff} : static_cast<__mmask8>((1u << (n - half)) - 1u);
-    const __m512d cs = _mm512_maskz_loadu_pd(valid, col_scale + half);
-    const __m256 f = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi64_pd(v), rs), cs));
-    _mm256_mask_storeu_ps(out + half, valid, f);
-  }
-}
-
 }  // namespace
 
-void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
-                   size_t ld) {
+void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* block,
+                   size_t ld, AmxRowSink row, void* context) {
   const size_t kblocks = a.kp / kKBlock;
   const BlockTiles t = block_tiles(i0, i1, j0, j1);
-  if (kblocks == 0) {  // k = 0: every sum is 0
-    for (size_t r = 0; r < t.rows * kTile; ++r) std::fill(sums + r * ld, sums + r * ld + t.cols * kTile, int64_t{0});
-    return;
-  }
+  const size_t width = t.cols * kTile;
+  // C's row r of the block from the digit sums of one chunk: 16 sums from each column tile.
   DigitSums& acc = thread_digit_sums();
-  configure_tiles();
-  for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
-    acc.compute(a, b, t, kblocks, kc0, std::min(kblocks, kc0 + kChunkBlocks));
-    // C's row r: 16 sums from each of its column tiles, weighted and added in int64.
-    for (size_t r = 0; r < t.rows * kTile; ++r) {
-      for (size_t ct = 0; ct < t.cols; ++ct) {
-        const size_t at = DigitSums::at(r, ct);
-        const int32_t* hh = acc.of(0) + at;
-        const int32_t* ss = acc.of(1) + at;
-        const int32_t* ll = acc.of(2) + at;
-        int64_t* out = sums + r * ld + ct * kTile;
-        for (size_t e = 0; e < kTile; ++e) {
-          const int64_t v = math::from_digit_sums(hh[e], ss[e], ll[e]);
-          out[e] = kc0 == 0 ? v : out[e] + v;
-        }
+  auto combine_row = [&](size_t r, int64_t* out, bool add) {
+    for (size_t ct = 0; ct < t.cols; ++ct) {
+      const size_t at = DigitSums::at(r, ct);
+      const int32_t* hh = acc.of(0) + at;
+      const int32_t* ss = acc.of(1) + at;
+      const int32_t* ll = acc.of(2) + at;
+      int64_t* o = out + ct * kTile;
+      if (add) {
+        for (size_t e = 0; e < kTile; ++e) o[e] += math::from_digit_sums(hh[e], ss[e], ll[e]);
+      } else {
+        for (size_t e = 0; e < kTile; ++e) o[e] = math::from_digit_sums(hh[e], ss[e], ll[e]);
       }
     }
+  };
+  if (kblocks == 0) {  // k = 0: every sum is 0
+    std::fill(block, block + width, int64_t{0});
+    for (size_t i = i0; i < i1; ++i) row(context, i, block);
+    return;
   }
-  _tile_release();
-}
-
-bool amx_rounds_in_one_pass(size_t kp) { return kp > 0 && kp <= math::kDigitSumMaxK; }
-
-void amx_dot_block_rounded(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1,
-                           const double* row_scale, const double* col_scale, float* c, size_t ldc) {
-  if (!amx_rounds_in_one_pass(a.kp)) throw std::logic_error("amx_dot_block_rounded: k must fit one int32 chunk");
-  const size_t kblocks = a.kp / kKBlock;
-  const BlockTiles t = block_tiles(i0, i1, j0, j1);
-  DigitSums& acc = thread_digit_sums();
   configure_tiles();
-  acc.compute(a, b, t, kblocks, 0, kblocks);
-  _tile_release();
-  for (size_t i = i0; i < i1; ++i) {
-    for (size_t ct = 0; ct < t.cols; ++ct) {
-      const size_t j = j0 + ct * kTile, at = DigitSums::at(i - i0, ct);
-      round_digit_sums(acc.of(0) + at, acc.of(1) + at, acc.of(2) + at, row_scale[i], col_scale + j,
-                       std::min(kTile, j1 - j), c + i * ldc + j);
+  if (kblocks <= kChunkBlocks) {
+    // One chunk (every Newton–Schulz product of the built-in layouts): each row is combined as it
+    // is handed over, in the first row of `block`, which stays in L1.
+    acc.compute(a, b, t, kblocks, 0, kblocks);
+    _tile_release();
+    for (size_t i = i0; i < i1; ++i) {
+      combine_row(i - i0, block, false);
+      row(context, i, block);
     }
+    return;
   }
+  for (size_t kc0 = 0; kc0 < kblocks; kc0 += kChunkBlocks) {
+    acc.compute(a, b, t, kblocks, kc0, std::min(kblocks, kc0 + kChunkBlocks));
+    for (size_t r = 0; r < i1 - i0; ++r) combine_row(r, block + r * ld, kc0 != 0);
+  }
+  _tile_release();
+  for (size_t i = i0; i < i1; ++i) row(context, i, block + (i - i0) * ld);
 }
 
 }  // namespace cpu
@@ -367,15 +341,9 @@ void amx_columns_from_rows(const AmxDigits&, AmxDigits&, int) {
   throw std::logic_error("amx_columns_from_rows: this build has no AMX kernel (amx_int8_usable() is false)");
 }
 
-void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t) {
+void amx_dot_block(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, int64_t*, size_t, AmxRowSink,
+                   void*) {
   throw std::logic_error("amx_dot_block: this build has no AMX kernel (amx_int8_usable() is false)");
-}
-
-bool amx_rounds_in_one_pass(size_t) { return false; }
-
-void amx_dot_block_rounded(const AmxDigits&, const AmxDigits&, size_t, size_t, size_t, size_t, const double*,
-                           const double*, float*, size_t) {
-  throw std::logic_error("amx_dot_block_rounded: this build has no AMX kernel");
 }
 
 }  // namespace cpu

@@ -56,22 +56,18 @@ void amx_digits_of_k_rows(const int16_t* rows, size_t k, size_t count, size_t st
 // C = M Mᵀ. Each tile is the 16 x 16 transposition of the 4-byte words of its row layout.
 void amx_columns_from_rows(const AmxDigits& rows, AmxDigits& columns, int threads);
 
-// sums[(i - i0) * ld + (j - j0)] = the integer dot product of row i of `a` and column j of `b`
-// for i in [i0, i1), j in [j0, j1) (i0, j0 multiples of 16; the results of the padding rows and
-// columns up to the next multiple of 16 are written too, so sums must hold them); overwritten.
-void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* sums,
-                   size_t ld);
+// Receives row i of a block's integer dot products: sums[j - j0] for j in [j0, j1) (and the
+// padding columns up to the next multiple of 16).
+using AmxRowSink = void (*)(void* context, size_t i, const int64_t* sums);
 
-// Whether amx_dot_block_rounded takes operands of kp (padded) k: one int32 chunk of k
-// (0 < kp <= math::kDigitSumMaxK), every Newton–Schulz product of the usual layouts.
-bool amx_rounds_in_one_pass(size_t kp);
-
-// The same block rounded to fp32 in the pass that combines the digit sums, without the int64 sums
-// in memory: c[i * ldc + j] = float((double(sum) * row_scale[i]) * col_scale[j]) (nearest, ties to
-// even) for i in [i0, i1), j in [j0, j1) only, RoundSums' arithmetic (exact_matmul_cpu.cc), so the
-// same bits; row_scale and col_scale are indexed by i and j. Needs amx_rounds_in_one_pass(kp).
-void amx_dot_block_rounded(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1,
-                           const double* row_scale, const double* col_scale, float* c, size_t ldc);
+// The integer dot products of rows i in [i0, i1) of `a` and columns j in [j0, j1) of `b` (i0, j0
+// multiples of 16, a block of at most 128 x 128), handed to row(context, i, sums) in increasing i.
+// `block` (128 x 128 int64, rows ld apart) is the workspace: where k fits one int32 chunk (every
+// Newton–Schulz product of the built-in layouts) each row is combined from the digit sums into its
+// first row just before it is handed over, so no block of int64 sums goes through memory; a longer
+// k adds its chunks' sums in the whole block first.
+void amx_dot_block(const AmxDigits& a, const AmxDigits& b, size_t i0, size_t i1, size_t j0, size_t j1, int64_t* block,
+                   size_t ld, AmxRowSink row, void* context);
 
 }  // namespace cpu
 }  // namespace renaissance

@@ -435,8 +435,6 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
   for (size_t i = 0; i < m; ++i) row_scale[i] = pow2(-a.shift[i]);
   for (size_t j = 0; j < n; ++j) col_scale[j] = pow2(-b.shift[j]);
   const bool columns_finite = std::all_of(b.finite.begin(), b.finite.begin() + n, [](uint8_t f) { return f != 0; });
-  // The tile unit rounds its sums as it combines them where k fits one int32 chunk (the same bits).
-  const bool round_on_tiles = tiles && amx_rounds_in_one_pass(kp);
 #pragma omp parallel num_threads(team)
   {
     // Kept per thread: 128 KiB for the tile unit's blocks, which malloc would map and the kernel
@@ -447,24 +445,25 @@ void product(FixedPointOperand& a, FixedPointOperand& b, float* c, size_t ldc, b
     for (int64_t w = 0; w < static_cast<int64_t>(blocks.size()); ++w) {
       const size_t i0 = blocks[w].first * side, i1 = std::min(m, i0 + side);
       const size_t j0 = blocks[w].second * side, j1 = std::min(n, j0 + side);
-      if (round_on_tiles) {
-        amx_dot_block_rounded(a.tile_rows, b.tile_columns, i0, i1, j0, j1, row_scale.data(), col_scale.data(), c, ldc);
-      } else if (tiles) {
-        amx_dot_block(a.tile_rows, b.tile_columns, i0, i1, j0, j1, sums.data(), side);
-      } else {
-        HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), side);
-      }
-      for (size_t i = i0; i < i1; ++i) {
+      // Row i of C from its integer sums over [j0, j1): the one rounding, then NaN where an operand
+      // vector is not finite.
+      auto finish_row = [&](size_t i, const int64_t* row_sums) {
         float* out = c + i * ldc;
-        if (!round_on_tiles) {
-          HWY_DYNAMIC_DISPATCH(RoundSums)(sums.data() + (i - i0) * side, j1 - j0, row_scale[i], col_scale.data() + j0,
-                                          out + j0);
-        }
+        HWY_DYNAMIC_DISPATCH(RoundSums)(row_sums, j1 - j0, row_scale[i], col_scale.data() + j0, out + j0);
         if (!a.finite[i]) {
           std::fill(out + j0, out + j1, nan);
         } else if (!columns_finite) {
           for (size_t j = j0; j < j1; ++j) out[j] = b.finite[j] ? out[j] : nan;
         }
+      };
+      if (tiles) {
+        using FinishRow = decltype(finish_row);
+        amx_dot_block(a.tile_rows, b.tile_columns, i0, i1, j0, j1, sums.data(), side,
+                      [](void* f, size_t i, const int64_t* row_sums) { (*static_cast<FinishRow*>(f))(i, row_sums); },
+                      &finish_row);
+      } else {
+        HWY_DYNAMIC_DISPATCH(DotBlock)(a.q.data(), b.q.data(), kp, i0, i1, j0, j1, sums.data(), side);
+        for (size_t i = i0; i < i1; ++i) finish_row(i, sums.data() + (i - i0) * side);
       }
       // The mirror image (j, i) of the block, 16 x 16 at a time so that the rows read and the
       // rows written stay in L1 (column by column, every write was a cache line of its own).
