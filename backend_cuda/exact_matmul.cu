@@ -397,8 +397,7 @@ __global__ void __launch_bounds__(128)
         }
       }
       for_each_fragment_register([&](int a, int b, int r) {
-        sum[a][b][r] += static_cast<int64_t>(hh[a][b][r]) * 16384 + static_cast<int64_t>(mid[a][b][r]) * 128 +
-                        static_cast<int64_t>(ll[a][b][r]);
+        sum[a][b][r] += math::from_digit_cross_sums(hh[a][b][r], mid[a][b][r], ll[a][b][r]);
       });
     }
     for_each_fragment_register([&](int a, int b, int r) {

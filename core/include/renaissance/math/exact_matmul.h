@@ -63,10 +63,12 @@ RN_HD FixedPointDigits fixed_point_digits(int32_t q) {
   return {static_cast<int8_t>(h), static_cast<int8_t>(l), static_cast<int8_t>(h + l)};
 }
 
-// The three-product form: with HH = Σ hi·hi', SS = Σ sum·sum' and LL = Σ lo·lo' over k, the integer
-// dot product Σ q·q' = 2^14 HH + 2^7 (SS - HH - LL) + LL (Karatsuba's: SS - HH - LL is the cross
-// terms Σ hi·lo' + lo·hi'). Exact in int64.
-RN_HD int64_t from_digit_sums(int64_t hh, int64_t ss, int64_t ll) { return hh * 16384 + (ss - hh - ll) * 128 + ll; }
+// The integer dot product Σ q·q' over k from its digit sums HH = Σ hi·hi', X = Σ hi·lo' + lo·hi'
+// and LL = Σ lo·lo': 2^14 HH + 2^7 X + LL. Exact in int64.
+RN_HD int64_t from_digit_cross_sums(int64_t hh, int64_t cross, int64_t ll) { return hh * 16384 + cross * 128 + ll; }
+// The three-product form: with SS = Σ sum·sum' the cross terms are SS - HH - LL (Karatsuba's), so
+// three int8 products give the dot product.
+RN_HD int64_t from_digit_sums(int64_t hh, int64_t ss, int64_t ll) { return from_digit_cross_sums(hh, ss - hh - ll, ll); }
 // The longest k whose three digit sums fit int32: |SS| <= k * 127^2 < 2^31 for k <= 2^16.
 constexpr size_t kDigitSumMaxK = size_t{1} << 16;
 
