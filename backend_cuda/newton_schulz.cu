@@ -123,19 +123,52 @@ __device__ __forceinline__ void put(uint16_t* p, float v) { *p = math::f32_to_bf
 __device__ __forceinline__ float get(const float* p) { return *p; }
 __device__ __forceinline__ float get(const uint16_t* p) { return math::bf16_to_f32(*p); }
 
+// The element-wise kernels that move a whole matrix between its stored orientation and its
+// slice of a slab go tile by tile: a block of kTile x kTileRows threads moves one kTile x kTile
+// tile of X (r x c) of entry blockIdx.z (grid-stride over the entries). Where the entry is stored
+// transposed (c x r) the tile passes through shared memory, so that both the read of the stored
+// matrix and the write of the slab go along rows (coalesced) and only the shared tile is read
+// across; the padding column keeps that read free of bank conflicts. Each element's value is the
+// same whatever the order: one rounded operation, or none.
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+dim3 tile_grid(size_t nb, size_t r, size_t c) {
+  return dim3(static_cast<unsigned>((c + kTile - 1) / kTile), static_cast<unsigned>((r + kTile - 1) / kTile),
+              static_cast<unsigned>(std::min<size_t>(nb, 65535)));
+}
+
 // Entry b's X (r x c, slice b of the slab x) = its matrix / denoms[b]; the matrix's transpose when
 // it is stored c x r. T: float, or uint16_t for a bf16 slab (the fp32 quotient rounded once).
 template <class T>
-__global__ void load_x_kernel(const float* __restrict__ u, const Entries entries, size_t nb, size_t r, size_t c,
-                              const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
+__global__ void __launch_bounds__(kTile* kTileRows)
+    load_x_kernel(const float* __restrict__ u, const Entries entries, size_t nb, size_t r, size_t c,
+                  const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
-  const size_t per = r * c;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t b = e / per, f = e % per, i = f / c, j = f % c;
-    const float* m = u + entries.start(b);
-    const float v = entries.is_transposed(b) ? m[j * r + i] : m[i * c + j];
-    put(x + e, __fdiv_rn(v, denoms[b]));
+  __shared__ float tile[kTile][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
+  for (size_t b = blockIdx.z; b < nb; b += gridDim.z) {
+    const float* __restrict__ m = u + entries.start(b);
+    T* __restrict__ xb = x + b * r * c;
+    const float d = denoms[b];
+    if (entries.is_transposed(b)) {  // X_ij = m[j * r + i]: rows j0.. of m into the tile, tile[j - j0][i - i0]
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t j = j0 + k, i = i0 + tx;
+        if (j < c && i < r) tile[k][tx] = m[j * r + i];
+      }
+      __syncthreads();
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t i = i0 + k, j = j0 + tx;
+        if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(tile[tx][k], d));
+      }
+      __syncthreads();  // the tile is read before the next entry's overwrites it
+    } else {
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t i = i0 + k, j = j0 + tx;
+        if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(m[i * c + j], d));
+      }
+    }
   }
 }
 
@@ -172,17 +205,36 @@ __global__ void split_update_kernel(float* __restrict__ x, const float* __restri
   }
 }
 
-// Entry b's matrix = its X (widened from a bf16 slab), transposed back when it is stored c x r.
+// Entry b's matrix = its X (widened from a bf16 slab), transposed back when it is stored c x r;
+// tile by tile as load_x_kernel.
 template <class T>
-__global__ void store_out_kernel(const T* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
-                                 float* __restrict__ out, SkipFlags skip) {
+__global__ void __launch_bounds__(kTile* kTileRows)
+    store_out_kernel(const T* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
+                     float* __restrict__ out, SkipFlags skip) {
   if (skip_now(skip)) return;
-  const size_t per = r * c;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t b = e / per, f = e % per, i = f / c, j = f % c;
-    float* m = out + entries.start(b);
-    m[entries.is_transposed(b) ? j * r + i : f] = get(x + e);
+  __shared__ float tile[kTile][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
+  for (size_t b = blockIdx.z; b < nb; b += gridDim.z) {
+    float* __restrict__ m = out + entries.start(b);
+    const T* __restrict__ xb = x + b * r * c;
+    if (entries.is_transposed(b)) {  // m[j * r + i] = X_ij: rows i0.. of X into the tile, tile[i - i0][j - j0]
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t i = i0 + k, j = j0 + tx;
+        if (i < r && j < c) tile[k][tx] = get(xb + i * c + j);
+      }
+      __syncthreads();
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t j = j0 + k, i = i0 + tx;
+        if (j < c && i < r) m[j * r + i] = tile[tx][k];
+      }
+      __syncthreads();  // the tile is read before the next entry's overwrites it
+    } else {
+      for (int k = ty; k < kTile; k += kTileRows) {
+        const size_t i = i0 + k, j = j0 + tx;
+        if (i < r && j < c) m[i * c + j] = get(xb + i * c + j);
+      }
+    }
   }
 }
 
@@ -273,16 +325,14 @@ void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm tiles");
   norm_denominator_kernel<<<static_cast<unsigned>(nb), kNormLanes, 0, stream>>>(partials, tiles, eps, denoms, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm");
-  load_x_kernel<<<grid_of(nb * r * c, kElementThreads), kElementThreads, 0, stream>>>(u, entries, nb, r, c, denoms, x,
-                                                                                       skip);
+  load_x_kernel<<<tile_grid(nb, r, c), dim3(kTile, kTileRows), 0, stream>>>(u, entries, nb, r, c, denoms, x, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
 }
 
 template <class T>
 void launch_store(const T* x, Entries entries, size_t nb, size_t r, size_t c, float* out, cudaStream_t stream,
                   SkipFlags skip) {
-  store_out_kernel<<<grid_of(nb * r * c, kElementThreads), kElementThreads, 0, stream>>>(x, entries, nb, r, c, out,
-                                                                                          skip);
+  store_out_kernel<<<tile_grid(nb, r, c), dim3(kTile, kTileRows), 0, stream>>>(x, entries, nb, r, c, out, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz store");
 }
 
