@@ -141,7 +141,7 @@ RN_HD uint16_t f32_to_f16_sr(float x, uint32_t r) {
 // Every encoding (bf16, fp16, ...; never fp32) travels as a uint16_t holding its bits, a 1-byte
 // one in the low byte; in memory it takes encoding_bytes(p) bytes. Each backend's access layer
 // calls these (its vector paths restate them for the formats they vectorise), so a new encoding
-// is its functions above and one case in each switch below.
+// is its functions above, its codec and one case in with_codec and in encoding_bytes below.
 
 // Bytes of one encoding in memory: precision.h's bytes column, usable in device code.
 RN_HD constexpr uint32_t encoding_bytes(Precision p) {
@@ -152,29 +152,36 @@ RN_HD constexpr uint32_t encoding_bytes(Precision p) {
   }
   return 0;
 }
-RN_HD float encoded_to_f32(Precision p, uint16_t e) {
+// Each encoding's codec: its exact widening and its two roundings. with_codec is the one switch
+// over the encodings: it calls f with p's codec (fp32 has none: f is not called, and R{} returns).
+struct Bf16Codec {
+  RN_HD static float widen(uint16_t e) { return bf16_to_f32(e); }
+  RN_HD static uint16_t round_rne(float x) { return f32_to_bf16_rne(x); }
+  RN_HD static uint16_t round_sr(float x, uint32_t r) { return f32_to_bf16_sr(x, r); }
+};
+struct Fp16Codec {
+  RN_HD static float widen(uint16_t e) { return f16_to_f32(e); }
+  RN_HD static uint16_t round_rne(float x) { return f32_to_f16_rne(x); }
+  RN_HD static uint16_t round_sr(float x, uint32_t r) { return f32_to_f16_sr(x, r); }
+};
+template <class R, class F>
+RN_HD R with_codec(Precision p, F f) {
   switch (p) {
-    case Precision::kBf16: return bf16_to_f32(e);
-    case Precision::kFp16: return f16_to_f32(e);
+    case Precision::kBf16: return f(Bf16Codec{});
+    case Precision::kFp16: return f(Fp16Codec{});
     case Precision::kFp32: break;
   }
-  return 0.0f;
+  return R{};
+}
+
+RN_HD float encoded_to_f32(Precision p, uint16_t e) {
+  return with_codec<float>(p, [e](auto codec) { return codec.widen(e); });
 }
 RN_HD uint16_t f32_to_encoded_rne(Precision p, float x) {
-  switch (p) {
-    case Precision::kBf16: return f32_to_bf16_rne(x);
-    case Precision::kFp16: return f32_to_f16_rne(x);
-    case Precision::kFp32: break;
-  }
-  return 0;
+  return with_codec<uint16_t>(p, [x](auto codec) { return codec.round_rne(x); });
 }
 RN_HD uint16_t f32_to_encoded_sr(Precision p, float x, uint32_t r) {
-  switch (p) {
-    case Precision::kBf16: return f32_to_bf16_sr(x, r);
-    case Precision::kFp16: return f32_to_f16_sr(x, r);
-    case Precision::kFp32: break;
-  }
-  return 0;
+  return with_codec<uint16_t>(p, [x, r](auto codec) { return codec.round_sr(x, r); });
 }
 
 // Encoding i of memory at `base` holding encodings of p, in and out (unaligned access allowed).
