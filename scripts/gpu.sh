@@ -947,7 +947,9 @@ for spec in "$@"; do
   name=${spec%%:*}
   args=()
   [[ "$spec" == *:* ]] && IFS=',' read -ra args <<< "${spec#*:}"
-  log=$(echo "$spec" | tr ':,/' '---')
+  # Only letters, digits, '-', '_' and '.' in the name: the device tool brings back no file whose
+  # name holds another character (python:@1/2 logs as python-part1-2.log).
+  log=$(echo "$spec" | sed 's/@/part/g' | tr ':,/' '---' | tr -c 'A-Za-z0-9._\n-' '_')
   # A long ARG list (many test files) would make a file name past the file system's 255 bytes.
   [ ${#log} -gt 80 ] && log="$name-$(echo "$spec" | md5sum | cut -c1-8)"
   limit_var=TIMEOUT_${name^^}
