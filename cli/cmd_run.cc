@@ -453,8 +453,8 @@ GradReduce check_distributed_options(const RunOptions& o) {
   if (!o.grad_reduce.empty() && !parse_grad_reduce(o.grad_reduce, &grad_reduce)) {
     throw_invalid("--grad-reduce " + io::printable(o.grad_reduce) + ": expected replicated, ordered or fast");
   }
-  [[maybe_unused]] const bool distributed = !o.distributed.empty();  // unused without MPI
-  [[maybe_unused]] const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
+  const bool distributed = !o.distributed.empty();
+  const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   if (!distributed) refuse_copies_under_launcher();
   if (!distributed) return grad_reduce;
   if (!nccl && o.distributed != "mpi") {
@@ -594,7 +594,7 @@ void print_text_result(const RunOptions& o, const SyntheticRun& run, const Synth
 // The synthetic run of these choices over `layout`, on the ranks of `comm` (null: one process).
 void fill_run(const RunOptions& o, const RunSettingsChosen& c, const Layout& layout, GradReduce grad_reduce,
               Communicator* comm, SyntheticRun* run) {
-  [[maybe_unused]] const bool distributed = !o.distributed.empty();  // unused without MPI
+  const bool distributed = !o.distributed.empty();
   const bool nccl = o.distributed == "nccl";
   run->params = layout.params;
   run->config = c.config;
@@ -628,7 +628,8 @@ int cmd_run(const RunOptions& o) {
   if (!o.checkpoint.empty()) io::check_output_path(o.checkpoint, "--checkpoint");
   const RunSettingsChosen c = choose_run_settings(o);
   const GradReduce grad_reduce = check_distributed_options(o);
-  [[maybe_unused]] const bool distributed = !o.distributed.empty();  // unused without MPI
+  // Read only by the MPI and NCCL builds' branches below.
+  [[maybe_unused]] const bool distributed = !o.distributed.empty();
   [[maybe_unused]] const bool nccl = o.distributed == "nccl";  // CUDA ranks; mpi: CPU ranks
   std::unique_ptr<Communicator> comm;
 #if RENAISSANCE_WITH_NCCL
