@@ -28,7 +28,6 @@ namespace cuda {
 namespace {
 
 constexpr int kScaleThreads = 256;
-constexpr int kElementThreads = 256;
 // Sets with inner != 1 (columns of a row-major matrix): a block of kColVectors x kColRows threads
 // takes kColVectors adjacent vectors, lane = vector, so that a warp reads one position of 32
 // vectors (adjacent floats when outer == 1); the digits go through a shared tile of kColP
@@ -58,51 +57,12 @@ static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} <
               "the int32 digit sums cannot overflow");
 static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-// Vector g of nb * count vectors (matrix g / count of the set, its vector v = g % count): element p
-// at base[(g / count) * mstride + v * outer + p * inner], a row of A (outer = row stride, inner =
-// column stride) or a column of B (outer = column stride, inner = row stride). Writes its shift and
-// whether it is finite at g. With set.zero_diagonal its element p = v counts as +0.0f. One block
-// per vector, its threads adjacent positions: for sets with inner == 1 (column_scales_kernel
-// takes the others).
-__global__ void __launch_bounds__(kScaleThreads)
-    vector_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
-  if (skip_now(skip)) return;
-  __shared__ float amax[kScaleThreads];
-  __shared__ int bad[kScaleThreads];
-  for (size_t g = blockIdx.x; g < set.nb * set.count; g += gridDim.x) {
-    const size_t v = g % set.count;
-    const float* vector = set.base + (g / set.count) * set.mstride + v * set.outer;
-    float mx = 0.0f;
-    int nonfinite = 0;
-    for (size_t p = threadIdx.x; p < set.len; p += blockDim.x) {
-      const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
-      if (!isfinite(x)) nonfinite = 1;
-      else if (x > mx) mx = x;
-    }
-    amax[threadIdx.x] = mx;
-    bad[threadIdx.x] = nonfinite;
-    __syncthreads();
-    for (int s = kScaleThreads / 2; s > 0; s /= 2) {
-      if (threadIdx.x < s) {
-        amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);  // a max: exact in any order
-        bad[threadIdx.x] |= bad[threadIdx.x + s];
-      }
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      finite[g] = !bad[0];
-      shift[g] = bad[0] ? 0 : math::fixed_point_shift(amax[0]);
-    }
-    __syncthreads();  // amax/bad are rewritten by the next vector
-  }
-}
-
-// vector_scales_kernel for a set with inner != 1: tiles of kColVectors vectors of one matrix, the
-// thread (x, y) takes vector x of the tile at positions y, y + kColRows, ... (a warp reads one
-// position of adjacent vectors), then row y = 0 merges the kColRows partial maxima and flags of
-// its vector. The elements, the +0.0f of a zero diagonal and the non-finite test are
-// vector_scales_kernel's; a max and an "or" are exact in any order, so the shift and the flag are
-// the same.
+// The scales of a set with inner != 1 (columns of a row-major matrix): tiles of kColVectors
+// vectors of one matrix, the thread (x, y) takes vector x of the tile at positions y, y + kColRows,
+// ... (a warp reads one position of adjacent vectors), then row y = 0 merges the kColRows partial
+// maxima and flags of its vector. The elements, the +0.0f of a zero diagonal and the non-finite
+// test are row_digits_kernel's; a max and an "or" are exact in any order, so the shift and the
+// flag are the same.
 __global__ void __launch_bounds__(kColVectors* kColRows)
     column_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
   if (skip_now(skip)) return;
@@ -148,33 +108,67 @@ __device__ __forceinline__ math::FixedPointDigits element_digits(const VectorSet
   return math::fixed_point_digits(zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift));
 }
 
-// The digits of vector g's element p (VectorSet indexing) at hi/lo[g * kp + p], and with `sum`
-// non-null hi + lo at sum[g * kp + p], for a set with inner == 1: one thread per element, adjacent
-// threads adjacent positions of one vector (contiguous reads and writes).
-__global__ void fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
-                                   int8_t* lo, int8_t* sum, SkipFlags skip) {
+// A set with inner == 1 (rows of a row-major matrix), scales and digits in one pass: one block of
+// kScaleThreads threads per vector g = m * count + v (grid-stride over the nb * count vectors),
+// its threads adjacent positions. First the vector's largest magnitude and whether it is finite
+// (element p = v taken as +0.0f with set.zero_diagonal), a max and an "or" over the block (exact in
+// any order), hence its shift, written at g; then its digits from the same elements (read again,
+// from cache), each thread four adjacent positions as one 32-bit word per digit plane at
+// [g * kp + p] (kp and the planes' alignment: exact_matmul_internal.cuh), zeros past len.
+__global__ void __launch_bounds__(kScaleThreads)
+    row_digits_kernel(const VectorSet set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
+                      SkipFlags skip) {
   if (skip_now(skip)) return;
-  const size_t per_matrix = set.count * kp;
-  const size_t total = set.nb * per_matrix;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t m = e / per_matrix, f = e % per_matrix;
-    const size_t v = f / kp, p = f % kp;
-    const size_t g = m * set.count + v;
-    const math::FixedPointDigits d =
-        element_digits(set, set.base + m * set.mstride + v * set.outer, v, p, finite[g] != 0, shift[g]);
-    hi[g * kp + p] = d.hi;
-    lo[g * kp + p] = d.lo;
-    if (sum != nullptr) sum[g * kp + p] = d.sum;
+  __shared__ float amax[kScaleThreads];
+  __shared__ int bad[kScaleThreads];
+  for (size_t g = blockIdx.x; g < set.nb * set.count; g += gridDim.x) {
+    const size_t v = g % set.count;
+    const float* vector = set.base + (g / set.count) * set.mstride + v * set.outer;
+    float mx = 0.0f;
+    int nonfinite = 0;
+    for (size_t p = threadIdx.x; p < set.len; p += blockDim.x) {
+      const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p]);
+      if (!isfinite(x)) nonfinite = 1;
+      else if (x > mx) mx = x;
+    }
+    amax[threadIdx.x] = mx;
+    bad[threadIdx.x] = nonfinite;
+    __syncthreads();
+    for (int s = kScaleThreads / 2; s > 0; s /= 2) {
+      if (threadIdx.x < s) {
+        amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);  // a max: exact in any order
+        bad[threadIdx.x] |= bad[threadIdx.x + s];
+      }
+      __syncthreads();
+    }
+    const bool vector_finite = bad[0] == 0;
+    const int vector_shift = vector_finite ? math::fixed_point_shift(amax[0]) : 0;
+    if (threadIdx.x == 0) {
+      finite[g] = vector_finite;
+      shift[g] = vector_shift;
+    }
+    for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * static_cast<size_t>(blockDim.x)) {
+      uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
+      for (int q = 0; q < 4; ++q) {  // the lower position in the lower byte, as in memory
+        const math::FixedPointDigits d = element_digits(set, vector, v, p0 + q, vector_finite, vector_shift);
+        word_hi |= static_cast<uint32_t>(static_cast<uint8_t>(d.hi)) << (8 * q);
+        word_lo |= static_cast<uint32_t>(static_cast<uint8_t>(d.lo)) << (8 * q);
+        word_sum |= static_cast<uint32_t>(static_cast<uint8_t>(d.sum)) << (8 * q);
+      }
+      *reinterpret_cast<uint32_t*>(hi + g * kp + p0) = word_hi;
+      *reinterpret_cast<uint32_t*>(lo + g * kp + p0) = word_lo;
+      if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + g * kp + p0) = word_sum;
+    }
+    __syncthreads();  // amax/bad are rewritten by the next vector
   }
 }
 
-// fixed_point_kernel for a set with inner != 1, through a shared tile of kColVectors vectors x
+// The digits of a set with inner != 1, through a shared tile of kColVectors vectors x
 // kColP positions of one matrix: the thread (x, y) converts vector x of the tile at positions
 // y, y + kColRows, ... (a warp reads one position of adjacent vectors), then warp y writes vectors
 // y, y + kColRows, ... of the tile, lane x positions 4x .. 4x + 3 as one 32-bit word per digit
 // array (a warp's store: 128 contiguous bytes). Each digit is element_digits of its element, as
-// in fixed_point_kernel; only the order of the stores differs. kp - p0 is a multiple of 4 (kp of
+// in row_digits_kernel; only the order of the stores differs. kp - p0 is a multiple of 4 (kp of
 // kPadK), and hi/lo/sum are 4-byte aligned (exact_matmul_internal.cuh), so the words are whole
 // and aligned. A row of the tile is kColP / 4 + 1 words: the byte stores of phase one (32 vectors,
 // one position) and the word loads of phase two (one vector, 32 words) meet 32 different banks.
@@ -436,30 +430,22 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }
 
-void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip) {
+void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
+                   cudaStream_t stream, SkipFlags skip) {
   if (set.nb * set.count == 0) return;
   if (set.inner != 1) {
-    const size_t tiles = set.nb * ((set.count + kColVectors - 1) / kColVectors);
-    column_scales_kernel<<<grid_of(tiles, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, shift, finite, skip);
-  } else {
-    vector_scales_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, shift, finite, skip);
-  }
-  RN_CUDA_CHECK_LAUNCH("exact matmul scales");
-}
-
-void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,
-                        int8_t* sum, cudaStream_t stream, SkipFlags skip) {
-  const size_t total = set.nb * set.count * kp;
-  if (total == 0) return;
-  if (set.inner != 1) {
-    const size_t tiles = set.nb * ((set.count + kColVectors - 1) / kColVectors) * ((kp + kColP - 1) / kColP);
+    const size_t tiles_v = set.nb * ((set.count + kColVectors - 1) / kColVectors);
+    column_scales_kernel<<<grid_of(tiles_v, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, shift, finite, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul scales");
+    const size_t tiles = tiles_v * ((kp + kColP - 1) / kColP);
     column_fixed_point_kernel<<<grid_of(tiles, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, kp, shift, finite,
                                                                                                hi, lo, sum, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul fixed point");
   } else {
-    fixed_point_kernel<<<grid_of(total, kElementThreads), kElementThreads, 0, stream>>>(set, kp, shift, finite, hi,
-                                                                                         lo, sum, skip);
+    row_digits_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, kp, shift, finite, hi, lo,
+                                                                                      sum, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul scales and digits");
   }
-  RN_CUDA_CHECK_LAUNCH("exact matmul fixed point");
 }
 
 MatmulBounds matmul_bounds(size_t m, size_t k, size_t n) { return {m, n, m * padded_k(k), n * padded_k(k)}; }
@@ -496,10 +482,8 @@ void matmul_launch(DeviceMatrix a, DeviceMatrix b, float* c, size_t m, size_t k,
   int8_t* bl = reinterpret_cast<int8_t*>(take(n * kp));
   const VectorSet rows_of_a{a.data, 1, m, k, a.row_stride, a.col_stride, 0, a_zero_diagonal};
   const VectorSet cols_of_b{b.data, 1, n, k, b.col_stride, b.row_stride, 0, b_zero_diagonal};
-  launch_vector_scales(rows_of_a, row_shift, row_finite, stream, skip);
-  launch_vector_scales(cols_of_b, col_shift, col_finite, stream, skip);
-  launch_fixed_point(rows_of_a, kp, row_shift, row_finite, ah, al, nullptr, stream, skip);
-  launch_fixed_point(cols_of_b, kp, col_shift, col_finite, bh, bl, nullptr, stream, skip);
+  launch_digits(rows_of_a, kp, row_shift, row_finite, ah, al, nullptr, stream, skip);
+  launch_digits(cols_of_b, kp, col_shift, col_finite, bh, bl, nullptr, stream, skip);
   const Digits d{ah, al, bh, bl, row_shift, row_finite, col_shift, col_finite};
   const bool mma = kernel == ExactKernel::kTensorCores || (kernel == ExactKernel::kAuto && tensor_cores_available());
   if (kernel == ExactKernel::kTensorCores && !tensor_cores_available()) {

@@ -36,17 +36,14 @@ struct VectorSet {
   bool zero_diagonal;
 };
 
-// Per vector g = m * count + v: its shift and finiteness (exact_matmul.h's scale).
-void launch_vector_scales(const VectorSet& set, int* shift, int* finite, cudaStream_t stream, SkipFlags skip);
-
-// Per vector g, its fixed-point values' digits at [g * kp, g * kp + kp) (zero padded past len):
-// hi and lo (math::fixed_point_digits), and with `sum` non-null hi + lo.
-// kp is a multiple of kPadK and hi, lo, sum are 4-byte aligned (a set with inner != 1 stores its
-// digits four at a time).
+// Per vector g = m * count + v: its shift and finiteness at g (exact_matmul.h's scale), and its
+// fixed-point values' digits at [g * kp, g * kp + kp) (zero padded past len): hi and lo
+// (math::fixed_point_digits), and with `sum` non-null hi + lo. kp is a multiple of kPadK and hi,
+// lo, sum are 4-byte aligned (the digits are stored four at a time).
 // The three-product form (math::from_digit_sums) then gets every digit cross term from three int8
 // products.
-void launch_fixed_point(const VectorSet& set, size_t kp, const int* shift, const int* finite, int8_t* hi, int8_t* lo,
-                        int8_t* sum, cudaStream_t stream, SkipFlags skip);
+void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
+                   cudaStream_t stream, SkipFlags skip);
 
 // The longest padded k whose three int32 digit sums cannot overflow (the math's bound).
 using math::kDigitSumMaxK;

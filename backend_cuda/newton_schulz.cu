@@ -549,8 +549,7 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
   // An operand's vectors to fixed point: their scales (shift, finite), then the hi, lo and hi + lo
   // int8 digit planes.
   auto to_digits = [&](const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* const* digits) {
-    launch_vector_scales(set, shift, finite, stream, skip);
-    launch_fixed_point(set, kp, shift, finite, digits[0], digits[1], digits[2], stream, skip);
+    launch_digits(set, kp, shift, finite, digits[0], digits[1], digits[2], stream, skip);
   };
   // The three int8 products of one exact product, into HH, LL, SS.
   auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
