@@ -27,6 +27,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/exact_matmul_internal.cuh"
+#include "backend_cuda/lane_tree.cuh"
 #include "renaissance/error.h"
 #include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
@@ -49,48 +50,55 @@ struct Entries {
   __device__ bool is_transposed(size_t b) const { return table != nullptr ? table[b].transposed != 0 : transposed; }
 };
 
-// math::norm_lane_tree over the block's kNormLanes threads through shared memory (lane j adds
-// lane j + s, s = 128 ... 1); the root is left in lanes[0]. Every thread of the block calls it.
-__device__ __forceinline__ void lane_tree(double* lanes) {
-  const int j = threadIdx.x;
-  for (int s = kNormLanes / 2; s > 0; s >>= 1) {
-    if (j < s) lanes[j] = lanes[j] + lanes[j + s];
-    __syncthreads();
-  }
-}
-
 // One block of kNormLanes threads per tile of entry blockIdx.y's matrix (grid-stride over the
 // tiles): thread j is lane j and adds, in increasing element order, the squares (in double) of
-// elements r*kNormRound + 4j + q (rounds r, quad q) of the tile; the tree makes the tile's partial,
-// stored as the entry's partials[kNormComponents * t] (the layout math::tensor_sum_lane reads; the
-// other component is 0). The matrix's own (row-major) order, whatever its orientation.
+// elements r*kNormRound + 4j + q (rounds r, quad q) of the tile; block_lane_tree makes the tile's
+// partial, stored as the entry's partials[kNormComponents * t] (the layout math::tensor_sum_lane
+// reads; the other component is 0). The matrix's own (row-major) order, whatever its orientation.
+// A whole tile whose first element is 16-byte aligned loads its quads as float4s (the float4s j,
+// j + 256, ... of the tile), any other the same elements one by one, in the same order.
 __global__ void __launch_bounds__(kNormLanes)
     norm_tiles_kernel(const float* __restrict__ u_all, const Entries entries, int64_t count,
                       double* __restrict__ partials_all, SkipFlags skip) {
+  static_assert(math::kNormQuad == 4, "a lane's quad is one float4");
   if (skip_now(skip)) return;
-  __shared__ double lanes[kNormLanes];
+  __shared__ LaneScratch sh;
   const int j = threadIdx.x;
   const float* __restrict__ u = u_all + entries.start(blockIdx.y);
   const int64_t tiles = (count + math::kNormTile - 1) / math::kNormTile;
   double* __restrict__ partials = partials_all + static_cast<int64_t>(blockIdx.y) * tiles * math::kNormComponents;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, buf ^= 1) {
     const int64_t begin = t * math::kNormTile;
     const int length = static_cast<int>(count - begin < math::kNormTile ? count - begin : math::kNormTile);
+    const float* __restrict__ tu = u + begin;
     double acc = 0.0;
-    for (int r = 0; r < math::kNormRounds; ++r) {
-      for (int q = 0; q < math::kNormQuad; ++q) {
-        const int e = r * math::kNormRound + math::kNormQuad * j + q;  // norm_lane_of(e) == j
-        if (e < length) acc = acc + math::square_in_double(u[begin + e]);
+    if (length == math::kNormTile && (reinterpret_cast<uintptr_t>(tu) & 15) == 0) {
+      const float4* __restrict__ u4 = reinterpret_cast<const float4*>(tu);
+      float4 quads[math::kNormRounds];
+#pragma unroll
+      for (int r = 0; r < math::kNormRounds; ++r) quads[r] = u4[r * kNormLanes + j];
+#pragma unroll
+      for (int r = 0; r < math::kNormRounds; ++r) {
+        acc = acc + math::square_in_double(quads[r].x);
+        acc = acc + math::square_in_double(quads[r].y);
+        acc = acc + math::square_in_double(quads[r].z);
+        acc = acc + math::square_in_double(quads[r].w);
+      }
+    } else {
+      for (int r = 0; r < math::kNormRounds; ++r) {
+        for (int q = 0; q < math::kNormQuad; ++q) {
+          const int e = r * math::kNormRound + math::kNormQuad * j + q;  // norm_lane_of(e) == j
+          if (e < length) acc = acc + math::square_in_double(tu[e]);
+        }
       }
     }
-    lanes[j] = acc;
-    __syncthreads();
-    lane_tree(lanes);
+    double zero = 0.0;
+    block_lane_tree(sh, buf, acc, zero);
     if (j == 0) {
-      partials[math::kNormComponents * t] = lanes[0];
-      partials[math::kNormComponents * t + 1] = 0.0;
+      partials[math::kNormComponents * t] = acc;
+      partials[math::kNormComponents * t + 1] = zero;
     }
-    __syncthreads();  // lanes[0] is read before the next tile overwrites it
   }
 }
 
@@ -101,18 +109,15 @@ __global__ void __launch_bounds__(kNormLanes)
     norm_denominator_kernel(const double* __restrict__ partials_all, int64_t tiles, const float* __restrict__ eps,
                             float* __restrict__ denoms, SkipFlags skip) {
   if (skip_now(skip)) return;
-  __shared__ double lanes[kNormLanes];
+  __shared__ LaneScratch sh;
   const double* __restrict__ partials = partials_all + static_cast<int64_t>(blockIdx.x) * tiles * math::kNormComponents;
-  float* __restrict__ denom = denoms + blockIdx.x;
   double sums[math::kNormComponents];
   math::tensor_sum_lane(partials, tiles, static_cast<int>(threadIdx.x), sums);
-  lanes[threadIdx.x] = sums[0];
-  __syncthreads();
-  lane_tree(lanes);
+  block_lane_tree(sh, 0, sums[0], sums[1]);
   if (threadIdx.x == 0) {
-    const float norm = static_cast<float>(sqrt(lanes[0]));
+    const float norm = static_cast<float>(sqrt(sums[0]));
     const float e = *eps;
-    *denom = math::newton_schulz_denominator(norm, e);
+    denoms[blockIdx.x] = math::newton_schulz_denominator(norm, e);
   }
 }
 
