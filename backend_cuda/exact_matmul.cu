@@ -57,47 +57,6 @@ static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} <
               "the int32 digit sums cannot overflow");
 static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-// The scales of a set with inner != 1 (columns of a row-major matrix): tiles of kColVectors
-// vectors of one matrix, the thread (x, y) takes vector x of the tile at positions y, y + kColRows,
-// ... (a warp reads one position of adjacent vectors), then row y = 0 merges the kColRows partial
-// maxima and flags of its vector. The elements, the +0.0f of a zero diagonal and the non-finite
-// test are row_digits_kernel's; a max and an "or" are exact in any order, so the shift and the
-// flag are the same.
-__global__ void __launch_bounds__(kColVectors* kColRows)
-    column_scales_kernel(const VectorSet set, int* shift, int* finite, SkipFlags skip) {
-  if (skip_now(skip)) return;
-  __shared__ float amax[kColRows][kColVectors];
-  __shared__ int bad[kColRows][kColVectors];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const size_t tiles_v = (set.count + kColVectors - 1) / kColVectors;
-  for (size_t t = blockIdx.x; t < set.nb * tiles_v; t += gridDim.x) {
-    const size_t m = t / tiles_v, v = (t % tiles_v) * kColVectors + tx;
-    float mx = 0.0f;
-    int nonfinite = 0;
-    if (v < set.count) {
-      const float* vector = set.base + m * set.mstride + v * set.outer;
-      for (size_t p = ty; p < set.len; p += kColRows) {
-        const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
-        if (!isfinite(x)) nonfinite = 1;
-        else if (x > mx) mx = x;
-      }
-    }
-    amax[ty][tx] = mx;
-    bad[ty][tx] = nonfinite;
-    __syncthreads();
-    if (ty == 0 && v < set.count) {
-      for (int y = 1; y < kColRows; ++y) {
-        mx = fmaxf(mx, amax[y][tx]);  // a max of finite non-negative floats: exact in any order
-        nonfinite |= bad[y][tx];
-      }
-      const size_t g = m * set.count + v;
-      finite[g] = !nonfinite;
-      shift[g] = nonfinite ? 0 : math::fixed_point_shift(mx);
-    }
-    __syncthreads();  // amax/bad are rewritten by the next tile
-  }
-}
-
 // The digits of one element's fixed point q (math::fixed_point_digits; hi + lo is the middle digit
 // of the three-product form, math::from_digit_sums). q is 0 for p >= len (the
 // padding), for a non-finite vector (as the reference: its results are NaN whatever q holds) and
@@ -163,56 +122,91 @@ __global__ void __launch_bounds__(kScaleThreads)
   }
 }
 
-// The digits of a set with inner != 1, through a shared tile of kColVectors vectors x
-// kColP positions of one matrix: the thread (x, y) converts vector x of the tile at positions
-// y, y + kColRows, ... (a warp reads one position of adjacent vectors), then warp y writes vectors
-// y, y + kColRows, ... of the tile, lane x positions 4x .. 4x + 3 as one 32-bit word per digit
-// array (a warp's store: 128 contiguous bytes). Each digit is element_digits of its element, as
-// in row_digits_kernel; only the order of the stores differs. kp - p0 is a multiple of 4 (kp of
-// kPadK), and hi/lo/sum are 4-byte aligned (exact_matmul_internal.cuh), so the words are whole
-// and aligned. A row of the tile is kColP / 4 + 1 words: the byte stores of phase one (32 vectors,
-// one position) and the word loads of phase two (one vector, 32 words) meet 32 different banks.
+// A set with inner != 1 (columns of a row-major matrix), scales and digits in one kernel: one
+// block of kColVectors x kColRows threads per tile of kColVectors adjacent vectors of one matrix
+// (grid-stride over the tiles). First the scales: the thread (x, y) takes vector x of the tile at
+// positions y, y + kColRows, ... (a warp reads one position of adjacent vectors), then row y = 0
+// merges the kColRows partial maxima and flags of its vector and writes its shift and finiteness
+// (to g, and to shared memory for the digits). The elements, the +0.0f of a zero diagonal and the
+// non-finite test are row_digits_kernel's; a max and an "or" are exact in any order, so the shift
+// and the flag are the same. Then the digits, kColP positions at a time through a shared tile:
+// the thread (x, y) converts vector x at positions y, y + kColRows, ... of the piece (reading the
+// elements again, from cache), then warp y writes vectors y, y + kColRows, ... of the tile, lane x
+// positions 4x .. 4x + 3 as one 32-bit word per digit array (a warp's store: 128 contiguous
+// bytes). Each digit is element_digits of its element; only the order of the stores differs from
+// row_digits_kernel's. kp - p0 is a multiple of 4 (kp of kPadK), and hi/lo/sum are 4-byte aligned
+// (exact_matmul_internal.cuh), so the words are whole and aligned. A row of the tile is kColP / 4
+// + 1 words: the byte stores of phase one (32 vectors, one position) and the word loads of phase
+// two (one vector, 32 words) meet 32 different banks.
 __global__ void __launch_bounds__(kColVectors* kColRows)
-    column_fixed_point_kernel(const VectorSet set, size_t kp, const int* shift, const int* finite, int8_t* hi,
-                              int8_t* lo, int8_t* sum, SkipFlags skip) {
+    column_digits_kernel(const VectorSet set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
+                         SkipFlags skip) {
   if (skip_now(skip)) return;
   constexpr int kWords = kColP / 4 + 1;
+  __shared__ float amax[kColRows][kColVectors];
+  __shared__ int bad[kColRows][kColVectors];
+  __shared__ int tile_shift[kColVectors];
+  __shared__ int tile_finite[kColVectors];
   __shared__ uint32_t tile[3][kColVectors][kWords];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const size_t tiles_v = (set.count + kColVectors - 1) / kColVectors, tiles_p = (kp + kColP - 1) / kColP;
-  const size_t per_matrix = tiles_v * tiles_p;
-  for (size_t t = blockIdx.x; t < set.nb * per_matrix; t += gridDim.x) {
-    const size_t m = t / per_matrix, rest = t % per_matrix;
-    const size_t v0 = (rest / tiles_p) * kColVectors, p0 = (rest % tiles_p) * kColP;
-    const int np = static_cast<int>(kp - p0 < static_cast<size_t>(kColP) ? kp - p0 : kColP);
+  const size_t tiles_v = (set.count + kColVectors - 1) / kColVectors;
+  for (size_t t = blockIdx.x; t < set.nb * tiles_v; t += gridDim.x) {
+    const size_t m = t / tiles_v, v0 = (t % tiles_v) * kColVectors;
     const size_t v = v0 + tx;
+    const float* vector = set.base + m * set.mstride + v * set.outer;
+    float mx = 0.0f;
+    int nonfinite = 0;
     if (v < set.count) {
-      const size_t g = m * set.count + v;
-      const bool vector_finite = finite[g] != 0;
-      const int s = shift[g];
-      const float* vector = set.base + m * set.mstride + v * set.outer;
-      // The tile's words as bytes (the lower position in the lower byte, as in memory); an int8's
-      // byte is its value mod 256.
-      unsigned char* row_hi = reinterpret_cast<unsigned char*>(tile[0][tx]);
-      unsigned char* row_lo = reinterpret_cast<unsigned char*>(tile[1][tx]);
-      unsigned char* row_sum = reinterpret_cast<unsigned char*>(tile[2][tx]);
-      for (int pl = ty; pl < np; pl += kColRows) {
-        const math::FixedPointDigits d = element_digits(set, vector, v, p0 + pl, vector_finite, s);
-        row_hi[pl] = static_cast<unsigned char>(d.hi);
-        row_lo[pl] = static_cast<unsigned char>(d.lo);
-        row_sum[pl] = static_cast<unsigned char>(d.sum);
+      for (size_t p = ty; p < set.len; p += kColRows) {
+        const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
+        if (!isfinite(x)) nonfinite = 1;
+        else if (x > mx) mx = x;
       }
+    }
+    amax[ty][tx] = mx;
+    bad[ty][tx] = nonfinite;
+    __syncthreads();
+    if (ty == 0 && v < set.count) {
+      for (int y = 1; y < kColRows; ++y) {
+        mx = fmaxf(mx, amax[y][tx]);  // a max of finite non-negative floats: exact in any order
+        nonfinite |= bad[y][tx];
+      }
+      const size_t g = m * set.count + v;
+      const int vector_shift = nonfinite ? 0 : math::fixed_point_shift(mx);
+      finite[g] = !nonfinite;
+      shift[g] = vector_shift;
+      tile_finite[tx] = !nonfinite;
+      tile_shift[tx] = vector_shift;
     }
     __syncthreads();
-    if (4 * tx < np) {
-      for (int vl = ty; vl < kColVectors && v0 + vl < set.count; vl += kColRows) {
-        const size_t at = (m * set.count + v0 + vl) * kp + p0 + 4 * static_cast<size_t>(tx);
-        *reinterpret_cast<uint32_t*>(hi + at) = tile[0][vl][tx];
-        *reinterpret_cast<uint32_t*>(lo + at) = tile[1][vl][tx];
-        if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + at) = tile[2][vl][tx];
+    for (size_t p0 = 0; p0 < kp; p0 += kColP) {
+      const int np = static_cast<int>(kp - p0 < static_cast<size_t>(kColP) ? kp - p0 : kColP);
+      if (v < set.count) {
+        const bool vector_finite = tile_finite[tx] != 0;
+        const int vector_shift = tile_shift[tx];
+        // The tile's words as bytes (the lower position in the lower byte, as in memory); an
+        // int8's byte is its value mod 256.
+        unsigned char* row_hi = reinterpret_cast<unsigned char*>(tile[0][tx]);
+        unsigned char* row_lo = reinterpret_cast<unsigned char*>(tile[1][tx]);
+        unsigned char* row_sum = reinterpret_cast<unsigned char*>(tile[2][tx]);
+        for (int pl = ty; pl < np; pl += kColRows) {
+          const math::FixedPointDigits d = element_digits(set, vector, v, p0 + pl, vector_finite, vector_shift);
+          row_hi[pl] = static_cast<unsigned char>(d.hi);
+          row_lo[pl] = static_cast<unsigned char>(d.lo);
+          row_sum[pl] = static_cast<unsigned char>(d.sum);
+        }
       }
+      __syncthreads();
+      if (4 * tx < np) {
+        for (int vl = ty; vl < kColVectors && v0 + vl < set.count; vl += kColRows) {
+          const size_t at = (m * set.count + v0 + vl) * kp + p0 + 4 * static_cast<size_t>(tx);
+          *reinterpret_cast<uint32_t*>(hi + at) = tile[0][vl][tx];
+          *reinterpret_cast<uint32_t*>(lo + at) = tile[1][vl][tx];
+          if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + at) = tile[2][vl][tx];
+        }
+      }
+      __syncthreads();  // the tile is rewritten by the next piece
     }
-    __syncthreads();  // the tile is rewritten by the next one
   }
 }
 
@@ -435,12 +429,9 @@ void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int
   if (set.nb * set.count == 0) return;
   if (set.inner != 1) {
     const size_t tiles_v = set.nb * ((set.count + kColVectors - 1) / kColVectors);
-    column_scales_kernel<<<grid_of(tiles_v, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, shift, finite, skip);
-    RN_CUDA_CHECK_LAUNCH("exact matmul scales");
-    const size_t tiles = tiles_v * ((kp + kColP - 1) / kColP);
-    column_fixed_point_kernel<<<grid_of(tiles, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, kp, shift, finite,
-                                                                                               hi, lo, sum, skip);
-    RN_CUDA_CHECK_LAUNCH("exact matmul fixed point");
+    column_digits_kernel<<<grid_of(tiles_v, 1), dim3(kColVectors, kColRows), 0, stream>>>(set, kp, shift, finite, hi,
+                                                                                            lo, sum, skip);
+    RN_CUDA_CHECK_LAUNCH("exact matmul scales and digits");
   } else {
     row_digits_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, kp, shift, finite, hi, lo,
                                                                                       sum, skip);
