@@ -931,8 +931,11 @@ mkdir -p "$OUT"
   # machine prints the same value for the same files.
   echo "sources $(source_digest)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
-  # The host CPU and the matrix/dot-product extensions its CPU rows can use (AMX, AVX-512 VNNI/BF16).
-  echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores;" \
+  # The host CPU, its logical CPUs and how many share a core (a core's AMX tile unit serves both
+  # of its hyperthreads), and the matrix/dot-product extensions its CPU rows can use (AMX, AVX-512
+  # VNNI/BF16).
+  echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) logical CPUs," \
+    "$(lscpu 2>/dev/null | sed -n 's/^Thread(s) per core: *//p' | head -1) per core;" \
     "$(grep -m1 '^flags' /proc/cpuinfo | grep -oE '(amx_[a-z0-9]+|avx512_vnni|avx512_bf16|avx_vnni)' | sort -u | tr '\n' ' ')"
   nvcc --version 2>&1 | tail -2
   cmake --version | head -1
