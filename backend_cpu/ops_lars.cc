@@ -43,12 +43,11 @@ namespace cpu {
 HWY_EXPORT(LarsUpdate);
 HWY_EXPORT(LarsNesterovUpdate);
 
-// TileArgs::state = {M}, as LarsRule::operands reads it.
+// TileArgs::state = {M}, as LarsRule::operands reads it; the node's flag picks the Nesterov form.
 void run_UPDATE_LARS(const CpuContext& ctx, const GraphNode& node) {
-  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsUpdate), TileGrad::kRead, node.span(Family::kM));
-}
-void run_UPDATE_LARS_NESTEROV(const CpuContext& ctx, const GraphNode& node) {
-  run_tiles(ctx, node, &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate), TileGrad::kRead, node.span(Family::kM));
+  const TileFn update =
+      node.flags.nesterov ? &HWY_DYNAMIC_DISPATCH(LarsNesterovUpdate) : &HWY_DYNAMIC_DISPATCH(LarsUpdate);
+  run_tiles(ctx, node, update, TileGrad::kRead, node.span(Family::kM));
 }
 
 }  // namespace cpu

@@ -26,11 +26,13 @@ struct LarsRule {
 
 }  // namespace
 
+// The node's flag picks the Nesterov form.
 void launch_UPDATE_LARS(const CudaContext& ctx, const GraphNode& node) {
-  launch_tile_update<LarsRule<false>>(ctx, node, "lars update kernel", node.span(Family::kM));
-}
-void launch_UPDATE_LARS_NESTEROV(const CudaContext& ctx, const GraphNode& node) {
-  launch_tile_update<LarsRule<true>>(ctx, node, "lars_nesterov update kernel", node.span(Family::kM));
+  if (node.flags.nesterov) {
+    launch_tile_update<LarsRule<true>>(ctx, node, "lars update kernel (nesterov)", node.span(Family::kM));
+  } else {
+    launch_tile_update<LarsRule<false>>(ctx, node, "lars update kernel", node.span(Family::kM));
+  }
 }
 
 }  // namespace cuda

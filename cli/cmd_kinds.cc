@@ -47,6 +47,7 @@ int cmd_kinds(bool json) {
                       {"bias_correction", k.bias_correction},
                       {"needs_momentum", k.needs_momentum},
                       {"allows_l2", k.allows_l2},
+                      {"nesterov", k.nesterov},
                       {"weight_update", range_op_name(k.weight_update)},
                       {"bias_update", range_op_name(k.bias_update)},
                       {"bytes_per_param", k.bytes_per_param},

@@ -183,6 +183,7 @@ CompiledStep compile(const MemoryPlan& plan, const OptimizerConfig& config, bool
     // A normed weight group with only zero-size tensors has no tiles and nothing to update.
     if (normed && group == Group::kWeight && !has_weight_tiles) continue;
     node.range_op = group == Group::kWeight ? kind.weight_update : kind.bias_update;
+    node.flags.nesterov = kind.nesterov;
     // Every update op of the table writes the model copy when the plan has one (no op per
     // precision): the backends round the new master of each element into C as they store it.
     if (plan.has_model_copy()) {

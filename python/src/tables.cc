@@ -93,7 +93,7 @@ nb::list kinds() {
                         {"has_v", nb::cast(k.has_v)}, {"torch_m", nb::cast(torch_m_name(k.torch_m))},
                         {"bias_correction", nb::cast(k.bias_correction)},
                         {"needs_momentum", nb::cast(k.needs_momentum)}, {"allows_l2", nb::cast(k.allows_l2)},
-                        {"bytes_per_param", nb::cast(k.bytes_per_param)},
+                        {"nesterov", nb::cast(k.nesterov)}, {"bytes_per_param", nb::cast(k.bytes_per_param)},
                         {"hyperparameters", nb::cast(family_hyperparameters(k))}, {"defaults", hyper_dict(k.defaults)},
                         {"reference", hyper_dict(k.reference)}}));
   }

@@ -118,6 +118,9 @@ struct NodeFlags {
   // group reads kLr, kWeightDecay and kDecayFactor (coeff_set: CoeffSet::kAux). No other slot
   // the Adam rules read derives from lr or wd.
   bool aux = false;
+  // The update's momentum in its Nesterov form (KindInfo::nesterov): UPDATE_LARS picks its rule by
+  // it.
+  bool nesterov = false;
 };
 
 // What Muon's weight-group nodes read besides the families (empty spans on every other node):

@@ -77,6 +77,10 @@ struct KindInfo {
   bool bias_correction;  // ADVANCE_STEP also advances 1/(1-β1^t), 1/(1-β2^t)
   bool needs_momentum;   // momentum must be > 0
   bool allows_l2;        // weight_decay_mode l2 is accepted (torch.optim.SGD semantics)
+  // The weight update's momentum in its Nesterov form. The compiler hands it to the update nodes
+  // (NodeFlags::nesterov), where an op that has both forms picks its rule by it (UPDATE_LARS); the
+  // SGD kinds keep an op per form, and Muon's is a hyperparameter (its scalar block).
+  bool nesterov;
   RangeOp weight_update;  // the update op of the weight group
   RangeOp bias_update;    // ... and of the bias-like group (wd = 0 there for every kind)
   // Ideal memory traffic of one step per fp32 parameter without the non-finite check
@@ -91,31 +95,31 @@ struct KindInfo {
 // Columns:              lr     wd     mom  beta1 beta2  eps   tc
 inline constexpr KindInfo kKindTable[] = {
     {OptimizerKind::kSgd, "sgd", "SGD without momentum", KindFamily::kSgd,
-     false, false, TorchM::kMomentumBuffer, NormPass::kNone, false, false, true,
+     false, false, TorchM::kMomentumBuffer, NormPass::kNone, false, false, true, false,
      RangeOp::UPDATE_SGD, RangeOp::UPDATE_SGD, 12.0,
      {0.01, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001},
      {0.01, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
      {0.1, 1e-4, 0.0, 0.9, 0.999, 1e-8, 0.001}, 5e-4},
     {OptimizerKind::kSgdMomentum, "sgd_momentum", "SGD with heavy-ball momentum", KindFamily::kSgd,
-     true, false, TorchM::kMomentumBuffer, NormPass::kNone, false, true, true,
+     true, false, TorchM::kMomentumBuffer, NormPass::kNone, false, true, true, false,
      RangeOp::UPDATE_SGD_MOMENTUM, RangeOp::UPDATE_SGD_MOMENTUM, 20.0,
      {0.01, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.01, 0.05, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.1, 1e-4, 0.9, 0.9, 0.999, 1e-8, 0.001}, 5e-5},
     {OptimizerKind::kSgdNesterov, "sgd_nesterov", "SGD with Nesterov momentum", KindFamily::kSgd,
-     true, false, TorchM::kMomentumBuffer, NormPass::kNone, false, true, true,
+     true, false, TorchM::kMomentumBuffer, NormPass::kNone, false, true, true, true,
      RangeOp::UPDATE_SGD_NESTEROV, RangeOp::UPDATE_SGD_NESTEROV, 20.0,
      {0.01, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.01, 0.05, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.1, 1e-4, 0.9, 0.9, 0.999, 1e-8, 0.001}, 5e-5},
     {OptimizerKind::kAdam, "adam", "Adam with L2 weight decay (torch.optim.Adam)", KindFamily::kAdam,
-     true, true, TorchM::kExpAvg, NormPass::kNone, true, false, false,
+     true, true, TorchM::kExpAvg, NormPass::kNone, true, false, false, false,
      RangeOp::UPDATE_ADAM, RangeOp::UPDATE_ADAM, 28.0,
      {1e-3, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001},
      {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
      {1e-3, 0.0, 0.0, 0.9, 0.999, 1e-8, 0.001}, 2e-4},
     {OptimizerKind::kAdamW, "adamw", "Adam with decoupled weight decay (torch.optim.AdamW)", KindFamily::kAdam,
-     true, true, TorchM::kExpAvg, NormPass::kNone, true, false, false,
+     true, true, TorchM::kExpAvg, NormPass::kNone, true, false, false, false,
      RangeOp::UPDATE_ADAMW, RangeOp::UPDATE_ADAMW, 28.0,
      {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-8, 0.001},
      {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-8, 0.001},
@@ -123,21 +127,21 @@ inline constexpr KindInfo kKindTable[] = {
     // LARS adapts only the weight group; bias-like parameters get plain momentum with wd = 0.
     // Traffic: the momentum update (20 B) plus the norm pass over w and g (8 B).
     {OptimizerKind::kLars, "lars", "LARS: layer-wise trust ratio on momentum SGD", KindFamily::kLars,
-     true, false, TorchM::kMomentumBuffer, NormPass::kLarsTrustRatio, false, false, false,
+     true, false, TorchM::kMomentumBuffer, NormPass::kLarsTrustRatio, false, false, false, false,
      RangeOp::UPDATE_LARS, RangeOp::UPDATE_SGD_MOMENTUM, 28.0,
      {0.1, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.02, 1e-3, 0.9, 0.9, 0.999, 1e-8, 0.2},
      {0.5, 5e-5, 0.9, 0.9, 0.999, 1e-8, 0.001}, 1e-4},
     {OptimizerKind::kLarsNesterov, "lars_nesterov", "LARS with Nesterov momentum", KindFamily::kLars,
-     true, false, TorchM::kMomentumBuffer, NormPass::kLarsTrustRatio, false, true, false,
-     RangeOp::UPDATE_LARS_NESTEROV, RangeOp::UPDATE_SGD_NESTEROV, 28.0,
+     true, false, TorchM::kMomentumBuffer, NormPass::kLarsTrustRatio, false, true, false, true,
+     RangeOp::UPDATE_LARS, RangeOp::UPDATE_SGD_NESTEROV, 28.0,
      {0.1, 0.0, 0.9, 0.9, 0.999, 1e-8, 0.001},
      {0.02, 1e-3, 0.9, 0.9, 0.999, 1e-8, 0.2},
      {0.5, 5e-5, 0.9, 0.9, 0.999, 1e-8, 0.001}, 1e-4},
     // Lion reads lr, wd, beta1, beta2 (no eps); one state buffer: reads g, w, m, writes w, m.
     // The drift lr is small: a sign flips where c is within rounding of 0, moving w by 2*lr.
     {OptimizerKind::kLion, "lion", "Lion: sign of the interpolated momentum (timm Lion)", KindFamily::kLion,
-     true, false, TorchM::kExpAvg, NormPass::kNone, false, false, false,
+     true, false, TorchM::kExpAvg, NormPass::kNone, false, false, false, false,
      RangeOp::UPDATE_LION, RangeOp::UPDATE_LION, 20.0,
      {1e-4, 0.0, 0.0, 0.9, 0.99, 1e-8, 0.001},
      {1e-3, 0.1, 0.0, 0.9, 0.99, 1e-8, 0.001},
@@ -146,7 +150,7 @@ inline constexpr KindInfo kKindTable[] = {
     // bias-like group is one pass with r = 1 and wd = 0. Traffic: phase 1 reads g, w, m, v and
     // writes m, v (24 B), phase 2 reads w, m, v and writes w (16 B).
     {OptimizerKind::kLamb, "lamb", "LAMB: layer-wise trust ratio on bias-corrected Adam (timm Lamb)",
-     KindFamily::kLamb, true, true, TorchM::kExpAvg, NormPass::kLambTrustRatio, true, false, false,
+     KindFamily::kLamb, true, true, TorchM::kExpAvg, NormPass::kLambTrustRatio, true, false, false, false,
      RangeOp::UPDATE_LAMB, RangeOp::UPDATE_LAMB_BIAS, 40.0,
      {1e-3, 0.01, 0.0, 0.9, 0.999, 1e-6, 0.001},
      {2e-3, 0.05, 0.0, 0.9, 0.999, 1e-6, 0.001},
@@ -161,7 +165,7 @@ inline constexpr KindInfo kKindTable[] = {
     // reads g, m and writes m, U: 16 B; the update reads w, U and writes w: 12 B), not the
     // Newton–Schulz products. drift_lr: the conformance drift run (audit/matrix.cc).
     {OptimizerKind::kMuon, "muon", "Muon: Newton-Schulz orthogonalised momentum (exact), aux AdamW on bias-like",
-     KindFamily::kMuon, true, true, TorchM::kMomentumBufferInWeightGroup, NormPass::kMuonOrthogonalize, true, false, false,
+     KindFamily::kMuon, true, true, TorchM::kMomentumBufferInWeightGroup, NormPass::kMuonOrthogonalize, true, false, false, false,
      RangeOp::UPDATE_MUON, RangeOp::UPDATE_ADAMW, 28.0,
      {1e-3, 0.1, 0.95, 0.9, 0.95, 1e-10, 0.001},
      {0.02, 0.05, 0.95, 0.9, 0.95, 1e-10, 0.001},

@@ -15,7 +15,6 @@ namespace renaissance {
   X(UPDATE_ADAMW)              \
   X(NORM_TILE_PARTIALS)        \
   X(UPDATE_LARS)               \
-  X(UPDATE_LARS_NESTEROV)      \
   X(GRAD_NORM_PARTIALS)        \
   X(UPDATE_LION)               \
   X(UPDATE_LAMB)               \
