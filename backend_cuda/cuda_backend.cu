@@ -393,6 +393,16 @@ class CudaBackend final : public Backend {
     return nullptr;
   }
 
+  // The step's UPDATE_MUON node, or nullptr.
+  static const GraphNode* update_muon_node(const CompiledStep& step) {
+    for (const auto& graph : step.graphs) {
+      for (const GraphNode& node : graph) {
+        if (node.kind == NodeKind::kRange && node.range_op == RangeOp::UPDATE_MUON) return &node;
+      }
+    }
+    return nullptr;
+  }
+
   // Copies what MUON_ORTHOGONALIZE's launches are sized by from the arena (after every copy
   // queued before): the matrix table, each tensor's scalar block, each block's ns_steps; and
   // allocates a Newton–Schulz scratch when the plan's is smaller than the device needs. Records
@@ -407,6 +417,7 @@ class CudaBackend final : public Backend {
     h.blocks.clear();
     h.steps.clear();
     h.classes.clear();
+    h.update_fused = false;
     h.matrices_offset = 0;
     if (node == nullptr) return;
     h.matrices_offset = node->muon.matrices.offset;
@@ -437,7 +448,7 @@ class CudaBackend final : public Backend {
                                        h.blocks.empty() ? 0 : h.blocks[t]};
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
-      it->second.push_back({m.start, m.rows > m.cols ? 1 : 0});
+      it->second.push_back({m.start, m.rows > m.cols ? 1 : 0, static_cast<int32_t>(t)});
     }
     h.classes.clear();
     size_t need = 0;
@@ -450,6 +461,10 @@ class CudaBackend final : public Backend {
       need = std::max(need, cls.batch->scratch_bytes());
       h.classes.push_back(std::move(cls));
     }
+    const GraphNode* update = update_muon_node(step);
+    h.update_fused = update != nullptr && !h.classes.empty() &&
+                     std::all_of(h.classes.begin(), h.classes.end(), [](const MuonClass& c) { return c.batch->batched(); });
+    if (h.update_fused) h.update = *update;
     if (need > node->muon.scratch.count * sizeof(float) && need > h.scratch_bytes) {
       if (h.scratch != nullptr) RN_CUDA_CHECK(cudaFree(h.scratch));
       h.scratch = nullptr;

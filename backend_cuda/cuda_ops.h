@@ -51,6 +51,11 @@ struct MuonHost {
   std::vector<int32_t> blocks;         // each tensor's scalar block (empty: block 0 for all)
   std::vector<int> steps;              // ns_steps of each scalar block (kNsSteps), as launched
   std::vector<MuonClass> classes;      // the matrices by (shape class, block), in first-seen order
+  // Every class batched: MUON_ORTHOGONALIZE applies the update (the step's UPDATE_MUON node, kept
+  // here for its copy writer) as it takes each class's X out of the scratch, and UPDATE_MUON does
+  // nothing; otherwise MUON_ORTHOGONALIZE stores X into U and UPDATE_MUON walks its tiles.
+  bool update_fused = false;
+  GraphNode update{};
   void* scratch = nullptr;             // Newton–Schulz scratch when the arena's is too small
   size_t scratch_bytes = 0;
 };

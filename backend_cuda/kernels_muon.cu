@@ -9,6 +9,9 @@
 //   A skipped step or a masked tensor cancels the kernels.
 // - UPDATE_MUON: the tile walker (tile_walker.cuh) over the weight group's tiles, factor = N of the
 //   tile's tensor, w = (w*decay) - (lr_adj*U) (math::muon_update), the model copy from registers.
+//   Where every class is batched (MuonHost::update_fused) MUON_ORTHOGONALIZE applies this update
+//   itself as it takes each class's X out of the scratch (slab_tiles.cuh), element by element with
+//   the same operands, so U is neither written nor read again, and UPDATE_MUON launches nothing.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -17,6 +20,7 @@
 #include "backend_cuda/cuda_ops.h"
 #include "backend_cuda/elementwise.cuh"
 #include "backend_cuda/newton_schulz.h"
+#include "backend_cuda/slab_tiles.cuh"
 #include "backend_cuda/tile_walker.cuh"
 #include "renaissance/error.h"
 #include "renaissance/math/update_rules.h"
@@ -99,6 +103,33 @@ struct MuonUpdateRule {
   }
 };
 
+// slab_out_kernel's sink of the fused update: element e of W (its index in U) with X's value x as
+// U: MuonUpdateRule's operations, N and the scalar block of the entry's tensor, then the copy.
+template <class Copy>
+struct MuonUpdateFromSlab {
+  float* w;
+  const float* n;
+  const float* s;
+  const int32_t* blocks;
+  const NewtonSchulzEntry* entries;
+  Copy copy;
+  struct State {
+    float adjusted_lr;
+    Coeffs<float> c;
+  };
+  __device__ State entry(size_t b) const {
+    const int32_t t = entries[b].tensor;
+    return {n[t], load_coeffs(tensor_scalars(s, blocks, t), CoeffSet::kWeight)};
+  }
+  __device__ void put(const State& st, int64_t e, float x) const {
+    float v = w[e];
+    float u = x;
+    MuonUpdateRule::apply(v, u, MuonUpdateRule::factor(0.0f, st.adjusted_lr), st.c);
+    w[e] = v;
+    copy.one(static_cast<uint64_t>(e), v);
+  }
+};
+
 }  // namespace
 
 void launch_MUON_MOMENTUM(const CudaContext& ctx, const GraphNode& node) {
@@ -142,21 +173,43 @@ void launch_MUON_ORTHOGONALIZE(const CudaContext& ctx, const GraphNode& node) {
   RN_CUDA_CHECK_LAUNCH("muon adjusted lr kernel");
   float* u = ctx.at<float>(node.muon.update);
   const uint64_t arena_scratch_bytes = node.muon.scratch.count * sizeof(float);
-  for (const MuonClass& cls : host->classes) {
-    const float* bs = ctx.scalars.f32 + static_cast<int64_t>(cls.block) * kNumScalarF32;
-    const size_t need = cls.batch->scratch_bytes();
-    void* scratch = need <= arena_scratch_bytes ? static_cast<void*>(ctx.at<char>(node.muon.scratch)) : host->scratch;
-    if (need > arena_scratch_bytes && need > host->scratch_bytes) {
-      throw Error(ErrorKind::kBackend, "cuda backend: no Newton-Schulz scratch of " + std::to_string(need) +
-                                           " bytes for a class of " + std::to_string(cls.batch->size()) + " matrices");
+  auto each_class = [&](auto&& run) {
+    for (const MuonClass& cls : host->classes) {
+      const float* bs = ctx.scalars.f32 + static_cast<int64_t>(cls.block) * kNumScalarF32;
+      const size_t need = cls.batch->scratch_bytes();
+      void* scratch = need <= arena_scratch_bytes ? static_cast<void*>(ctx.at<char>(node.muon.scratch)) : host->scratch;
+      if (need > arena_scratch_bytes && need > host->scratch_bytes) {
+        throw Error(ErrorKind::kBackend, "cuda backend: no Newton-Schulz scratch of " + std::to_string(need) +
+                                             " bytes for a class of " + std::to_string(cls.batch->size()) + " matrices");
+      }
+      const SkipFlags skip{flag, mask != nullptr ? mask + cls.block : nullptr};
+      run(cls, NewtonSchulzScalars{bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps}, scratch, skip);
     }
-    const SkipFlags skip{flag, mask != nullptr ? mask + cls.block : nullptr};
-    cls.batch->enqueue(u, {bs + kNsA, bs + kNsB, bs + kNsC, bs + kNsEps}, cls.steps, scratch, ctx.stream, skip,
-                       ctx.phases);
+  };
+  if (!host->update_fused) {
+    each_class([&](const MuonClass& cls, const NewtonSchulzScalars& scalars, void* scratch, SkipFlags skip) {
+      cls.batch->enqueue(u, scalars, cls.steps, scratch, ctx.stream, skip, ctx.phases);
+    });
+    return;
   }
+  // UPDATE_MUON's work, class by class, straight from the slab: W and N as this node has them (an
+  // entry's tensor indexes this node's N and blocks, cut to the owned matrices on a shard), the
+  // copy writer of the UPDATE_MUON node.
+  with_copy(ctx, host->update, [&](auto copy) {
+    using Sink = MuonUpdateFromSlab<decltype(copy)>;
+    each_class([&](const MuonClass& cls, const NewtonSchulzScalars& scalars, void* scratch, SkipFlags skip) {
+      const NewtonSchulzSlab slab = cls.batch->enqueue_to_slab(u, scalars, cls.steps, scratch, ctx.stream, skip,
+                                                               ctx.phases);
+      cls.batch->mark(ctx.phases, "store + update");
+      const Sink sink{ctx.at<float>(node.span(Family::kW)), ctx.at<const float>(node.span(Family::kN)), ctx.scalars.f32,
+                      blocks, slab.entries, copy};
+      launch_slab_out(slab, sink, ctx.stream, skip);
+    });
+  });
 }
 
 void launch_UPDATE_MUON(const CudaContext& ctx, const GraphNode& node) {
+  if (ctx.muon != nullptr && ctx.muon->update_fused) return;  // done by MUON_ORTHOGONALIZE
   launch_tile_update<MuonUpdateRule>(ctx, node, "muon update kernel", node.muon.update);
 }
 

@@ -28,6 +28,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/exact_matmul_internal.cuh"
 #include "backend_cuda/lane_tree.cuh"
+#include "backend_cuda/slab_tiles.cuh"
 #include "renaissance/error.h"
 #include "renaissance/math/exact_matmul.h"
 #include "renaissance/math/norm_reduction.h"
@@ -41,15 +42,6 @@ namespace {
 using math::kNormLanes;
 constexpr int kElementThreads = 256;
 
-// The batch's matrices: entry b starts at start(b) elements into u and is stored c x r when
-// transposed(b) (else r x c); no table: one matrix at 0 with the launch's `transposed`.
-struct Entries {
-  const NewtonSchulzEntry* table;
-  bool transposed;
-  __device__ int64_t start(size_t b) const { return table != nullptr ? table[b].start : 0; }
-  __device__ bool is_transposed(size_t b) const { return table != nullptr ? table[b].transposed != 0 : transposed; }
-};
-
 // One block of kNormLanes threads per tile of entry blockIdx.y's matrix (grid-stride over the
 // tiles): thread j is lane j and adds, in increasing element order, the squares (in double) of
 // elements r*kNormRound + 4j + q (rounds r, quad q) of the tile; block_lane_tree makes the tile's
@@ -58,7 +50,7 @@ struct Entries {
 // A whole tile whose first element is 16-byte aligned loads its quads as float4s (the float4s j,
 // j + 256, ... of the tile), any other the same elements one by one, in the same order.
 __global__ void __launch_bounds__(kNormLanes)
-    norm_tiles_kernel(const float* __restrict__ u_all, const Entries entries, int64_t count,
+    norm_tiles_kernel(const float* __restrict__ u_all, const SlabEntries entries, int64_t count,
                       double* __restrict__ partials_all, SkipFlags skip) {
   static_assert(math::kNormQuad == 4, "a lane's quad is one float4");
   if (skip_now(skip)) return;
@@ -121,55 +113,42 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
-// A slab element: fp32 (exact mode) or the bits of a bf16 (fast mode), written rounded to nearest
-// even from fp32 and read widened exactly.
+// A slab element written: fp32 (exact mode) or the bits of a bf16 (fast mode), rounded to nearest
+// even from fp32 (slab_tiles.cuh reads it back).
 __device__ __forceinline__ void put(float* p, float v) { *p = v; }
 __device__ __forceinline__ void put(uint16_t* p, float v) { *p = math::f32_to_bf16_rne(v); }
-__device__ __forceinline__ float get(const float* p) { return *p; }
-__device__ __forceinline__ float get(const uint16_t* p) { return math::bf16_to_f32(*p); }
 
-// The element-wise kernels that move a whole matrix between its stored orientation and its
-// slice of a slab go tile by tile: a block of kTile x kTileRows threads moves one kTile x kTile
-// tile of X (r x c) of entry blockIdx.z (grid-stride over the entries). Where the entry is stored
-// transposed (c x r) the tile passes through shared memory, so that both the read of the stored
-// matrix and the write of the slab go along rows (coalesced) and only the shared tile is read
-// across; the padding column keeps that read free of bank conflicts. Each element's value is the
-// same whatever the order: one rounded operation, or none.
-constexpr int kTile = 32;
-constexpr int kTileRows = 8;
-
-dim3 tile_grid(size_t nb, size_t r, size_t c) {
-  return dim3(static_cast<unsigned>((c + kTile - 1) / kTile), static_cast<unsigned>((r + kTile - 1) / kTile),
-              static_cast<unsigned>(std::min<size_t>(nb, 65535)));
-}
-
+// load_x_kernel moves a matrix into its slice of the slab tile by tile, as slab_out_kernel
+// (slab_tiles.cuh) moves it back: through a padded shared tile where the entry is stored
+// transposed, so that both the read of the stored matrix and the write of the slab go along rows.
+// Each element's value is the same whatever the order: one rounded division, or none.
 // Entry b's X (r x c, slice b of the slab x) = its matrix / denoms[b]; the matrix's transpose when
 // it is stored c x r. T: float, or uint16_t for a bf16 slab (the fp32 quotient rounded once).
 template <class T>
-__global__ void __launch_bounds__(kTile* kTileRows)
-    load_x_kernel(const float* __restrict__ u, const Entries entries, size_t nb, size_t r, size_t c,
+__global__ void __launch_bounds__(kSlabTile* kSlabTileRows)
+    load_x_kernel(const float* __restrict__ u, const SlabEntries entries, size_t nb, size_t r, size_t c,
                   const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
-  __shared__ float tile[kTile][kTile + 1];
+  __shared__ float tile[kSlabTile][kSlabTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
+  const size_t i0 = static_cast<size_t>(blockIdx.y) * kSlabTile, j0 = static_cast<size_t>(blockIdx.x) * kSlabTile;
   for (size_t b = blockIdx.z; b < nb; b += gridDim.z) {
     const float* __restrict__ m = u + entries.start(b);
     T* __restrict__ xb = x + b * r * c;
     const float d = denoms[b];
     if (entries.is_transposed(b)) {  // X_ij = m[j * r + i]: rows j0.. of m into the tile, tile[j - j0][i - i0]
-      for (int k = ty; k < kTile; k += kTileRows) {
+      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
         const size_t j = j0 + k, i = i0 + tx;
         if (j < c && i < r) tile[k][tx] = m[j * r + i];
       }
       __syncthreads();
-      for (int k = ty; k < kTile; k += kTileRows) {
+      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
         const size_t i = i0 + k, j = j0 + tx;
         if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(tile[tx][k], d));
       }
       __syncthreads();  // the tile is read before the next entry's overwrites it
     } else {
-      for (int k = ty; k < kTile; k += kTileRows) {
+      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
         const size_t i = i0 + k, j = j0 + tx;
         if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(m[i * c + j], d));
       }
@@ -210,38 +189,12 @@ __global__ void split_update_kernel(float* __restrict__ x, const float* __restri
   }
 }
 
-// Entry b's matrix = its X (widened from a bf16 slab), transposed back when it is stored c x r;
-// tile by tile as load_x_kernel.
-template <class T>
-__global__ void __launch_bounds__(kTile* kTileRows)
-    store_out_kernel(const T* __restrict__ x, const Entries entries, size_t nb, size_t r, size_t c,
-                     float* __restrict__ out, SkipFlags skip) {
-  if (skip_now(skip)) return;
-  __shared__ float tile[kTile][kTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
-  for (size_t b = blockIdx.z; b < nb; b += gridDim.z) {
-    float* __restrict__ m = out + entries.start(b);
-    const T* __restrict__ xb = x + b * r * c;
-    if (entries.is_transposed(b)) {  // m[j * r + i] = X_ij: rows i0.. of X into the tile, tile[i - i0][j - j0]
-      for (int k = ty; k < kTile; k += kTileRows) {
-        const size_t i = i0 + k, j = j0 + tx;
-        if (i < r && j < c) tile[k][tx] = get(xb + i * c + j);
-      }
-      __syncthreads();
-      for (int k = ty; k < kTile; k += kTileRows) {
-        const size_t j = j0 + k, i = i0 + tx;
-        if (j < c && i < r) m[j * r + i] = tile[tx][k];
-      }
-      __syncthreads();  // the tile is read before the next entry's overwrites it
-    } else {
-      for (int k = ty; k < kTile; k += kTileRows) {
-        const size_t i = i0 + k, j = j0 + tx;
-        if (i < r && j < c) m[i * c + j] = get(xb + i * c + j);
-      }
-    }
-  }
-}
+// slab_out_kernel's sink of the store: element e of U = X's value.
+struct StoreToU {
+  float* u;
+  __device__ int entry(size_t) const { return 0; }
+  __device__ void put(int, int64_t e, float x) const { u[e] = x; }
+};
 
 // What a combining kernel does with the rounded product v of element e = (b, i, j); the diagonals
 // are nb vectors of r floats (entry b's at b * r), apart from the slabs, so that no thread reads an
@@ -322,7 +275,7 @@ struct Carver {
 // The start of an iteration for nb entries: each matrix's norm, then X = matrix / max(norm, eps)
 // (fp32, or rounded to a bf16 slab).
 template <class T>
-void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size_t c, const float* eps,
+void launch_normalise(const float* u, SlabEntries entries, size_t nb, size_t r, size_t c, const float* eps,
                       double* partials, float* denoms, T* x, cudaStream_t stream, SkipFlags skip) {
   const int64_t tiles = norm_tiles(r, c);
   const dim3 grid(grid_of(static_cast<size_t>(tiles), 1), static_cast<unsigned>(nb));
@@ -330,15 +283,8 @@ void launch_normalise(const float* u, Entries entries, size_t nb, size_t r, size
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm tiles");
   norm_denominator_kernel<<<static_cast<unsigned>(nb), kNormLanes, 0, stream>>>(partials, tiles, eps, denoms, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm");
-  load_x_kernel<<<tile_grid(nb, r, c), dim3(kTile, kTileRows), 0, stream>>>(u, entries, nb, r, c, denoms, x, skip);
+  load_x_kernel<<<slab_tile_grid(nb, r, c), dim3(kSlabTile, kSlabTileRows), 0, stream>>>(u, entries, nb, r, c, denoms, x, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
-}
-
-template <class T>
-void launch_store(const T* x, Entries entries, size_t nb, size_t r, size_t c, float* out, cudaStream_t stream,
-                  SkipFlags skip) {
-  store_out_kernel<<<tile_grid(nb, r, c), dim3(kTile, kTileRows), 0, stream>>>(x, entries, nb, r, c, out, skip);
-  RN_CUDA_CHECK_LAUNCH("newton-schulz store");
 }
 
 // The scratch of one matrix's r x c iteration (r <= c), in order: the norm's tile partials, the
@@ -429,7 +375,7 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
   if (steps < 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz: steps = " + std::to_string(steps));
   if (r == 0) return;
   const Layout l(r, c, scratch);
-  const Entries one{nullptr, transposed};
+  const SlabEntries one{nullptr, transposed};
   launch_normalise(u, one, 1, r, c, s.eps, l.partials, l.denom, l.x, stream, skip);
   for (int step = 0; step < steps; ++step) {
     // A = X X^T.
@@ -447,7 +393,9 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
                                                                                           skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz update");
   }
-  launch_store(l.x, one, 1, r, c, out, stream, skip);
+  slab_out_kernel<<<slab_tile_grid(1, r, c), dim3(kSlabTile, kSlabTileRows), 0, stream>>>(l.x, one, 1, r, c,
+                                                                                          StoreToU{out}, skip);
+  RN_CUDA_CHECK_LAUNCH("newton-schulz store");
 }
 
 NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchulzEntry> entries,
@@ -536,19 +484,30 @@ void NewtonSchulzBatch::enqueue(float* u, const NewtonSchulzScalars& s, int step
     }
     return;
   }
-  if (mode_ == NewtonSchulzMode::kFast) {
-    enqueue_fast(u, s, steps, scratch, stream, skip, phases);
-  } else {
-    enqueue_exact(u, s, steps, scratch, stream, skip, phases);
-  }
+  const NewtonSchulzSlab slab = enqueue_to_slab(u, s, steps, scratch, stream, skip, phases);
+  mark(phases, "store");
+  launch_slab_out(slab, StoreToU{u}, stream, skip);
 }
 
-void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
-                                      CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
+NewtonSchulzSlab NewtonSchulzBatch::enqueue_to_slab(const float* u, const NewtonSchulzScalars& s, int steps,
+                                                    void* scratch, CUstream_st* stream, SkipFlags skip,
+                                                    NewtonSchulzPhases* phases) const {
+  if (steps < 0) throw Error(ErrorKind::kInvalidArgument, "newton-schulz: steps = " + std::to_string(steps));
+  if (!batched()) throw Error(ErrorKind::kBackend, "newton-schulz: a class that is not batched has no slab");
+  const bool fast = mode_ == NewtonSchulzMode::kFast;
+  NewtonSchulzSlab slab{nullptr, fast, device_entries_, entries_.size(), r_, c_};
+  if (entries_.empty()) return slab;
+  slab.x = fast ? enqueue_fast(u, s, steps, scratch, stream, skip, phases)
+                : enqueue_exact(u, s, steps, scratch, stream, skip, phases);
+  return slab;
+}
+
+const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                                             CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
   const size_t nb = entries_.size(), r = r_, c = c_;
   const size_t kpr = padded_k(r), kpc = padded_k(c);
   const BatchLayout l(mode_, nb, r, c, scratch);
-  const Entries entries{device_entries_, false};
+  const SlabEntries entries{device_entries_, false};
   mark(phases, "normalise");
   launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
   // An operand's vectors to fixed point: their scales (shift, finite), then the hi, lo and hi + lo
@@ -599,15 +558,14 @@ void NewtonSchulzBatch::enqueue_exact(float* u, const NewtonSchulzScalars& s, in
     combine(combine_kernel<Epilogue::kUpdate>, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
             s.a, nullptr, l.diag_b, nullptr);
   }
-  mark(phases, "store");
-  launch_store(l.x, entries, nb, r, c, u, stream, skip);
+  return l.x;
 }
 
-void NewtonSchulzBatch::enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
-                                     CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
+const void* NewtonSchulzBatch::enqueue_fast(const float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                                            CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const {
   const size_t nb = entries_.size(), r = r_, c = c_;
   const BatchLayout l(mode_, nb, r, c, scratch);
-  const Entries entries{device_entries_, false};
+  const SlabEntries entries{device_entries_, false};
   const float* one = device_constants_;
   const float* zero = device_constants_ + 1;
   mark(phases, "normalise");
@@ -623,8 +581,7 @@ void NewtonSchulzBatch::enqueue_fast(float* u, const NewtonSchulzScalars& s, int
     apply_->enqueue(x, l.gram2h, next, stream, l.workspace, one, s.a, x);
     std::swap(x, next);
   }
-  mark(phases, "store");
-  launch_store(x, entries, nb, r, c, u, stream, skip);
+  return x;
 }
 
 bool newton_schulz_on_device(const float* u, size_t rows, size_t cols, float* out,

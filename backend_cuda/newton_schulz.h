@@ -46,11 +46,22 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
                           int steps, void* scratch, CUstream_st* stream, SkipFlags skip = {});
 
 // One matrix of a shape class: r x c (r <= c) or, transposed, c x r, at `start` elements into the
-// array the batch is enqueued on.
+// array the batch is enqueued on. `tensor`: the caller's index of the matrix (Muon: its row of the
+// matrix table, which picks its N and scalar block), carried for a sink of the slab.
 struct NewtonSchulzEntry {
   int64_t start;
   int32_t transposed;
-  int32_t unused = 0;
+  int32_t tensor = 0;
+};
+
+// Where a batch leaves its result when the caller takes it out itself (enqueue_to_slab): X of
+// entry b in slice b (r x c, row-major) of a slab of the scratch, fp32 or, in fast mode, bf16 bits;
+// `entries` is the device copy of the entry table. slab_tiles.cuh walks it.
+struct NewtonSchulzSlab {
+  const void* x;
+  bool bf16;
+  const NewtonSchulzEntry* entries;
+  size_t nb, r, c;
 };
 
 enum class NewtonSchulzMode { kExact, kFast };
@@ -102,12 +113,21 @@ class NewtonSchulzBatch {
   void enqueue(float* u, const NewtonSchulzScalars& scalars, int steps, void* scratch, CUstream_st* stream,
                SkipFlags skip = {}, NewtonSchulzPhases* phases = nullptr) const;
 
- private:
-  void enqueue_exact(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
-                     SkipFlags skip, NewtonSchulzPhases* phases) const;
-  void enqueue_fast(float* u, const NewtonSchulzScalars& s, int steps, void* scratch, CUstream_st* stream,
-                    SkipFlags skip, NewtonSchulzPhases* phases) const;
+  // The same up to the store (a batched class only, else Error(kBackend)): X of every entry stays
+  // in the returned slab of `scratch`, u is only read, and the caller launches its own use of the
+  // slab on `stream` before the scratch is used again (no "store" phase is marked).
+  NewtonSchulzSlab enqueue_to_slab(const float* u, const NewtonSchulzScalars& scalars, int steps, void* scratch,
+                                   CUstream_st* stream, SkipFlags skip = {}, NewtonSchulzPhases* phases = nullptr) const;
+
+  // Marks `phase` of this class on `phases` (nullptr: nothing), named as enqueue's phases are.
   void mark(NewtonSchulzPhases* phases, const char* phase) const;
+
+ private:
+  // The iteration of a batched class; returns the slab X ends in.
+  const void* enqueue_exact(const float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                            CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const;
+  const void* enqueue_fast(const float* u, const NewtonSchulzScalars& s, int steps, void* scratch,
+                           CUstream_st* stream, SkipFlags skip, NewtonSchulzPhases* phases) const;
 
   size_t r_, c_;
   NewtonSchulzMode mode_;

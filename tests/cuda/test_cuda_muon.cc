@@ -129,7 +129,8 @@ TEST(CudaBackend, MuonBatchLaunchesDoNotGrowWithMatricesOfOneClass) {
 // cuda::phase_times (bench_step --muon-phases) runs the step's own kernels node by node on one
 // stream, outside the graph: two steps profiled leave the bits of two steps launched as the graph,
 // and the table has a row per node and per Newton–Schulz phase of each shape class, in the order
-// they run, each a finite time >= 0.
+// they run, each a finite time >= 0. Every class is batched, so each ends in "store + update" (the
+// update applied as X leaves the scratch) and UPDATE_MUON's row, after them, launches nothing.
 TEST(CudaBackend, MuonPhaseTimesRunTheStepsKernelsAndNameEveryPhase) {
   RN_SKIP_IF_UNAVAILABLE(BackendKind::kCuda);
 #if RENAISSANCE_WITH_CUDA
@@ -169,7 +170,7 @@ TEST(CudaBackend, MuonPhaseTimesRunTheStepsKernelsAndNameEveryPhase) {
   EXPECT_LT(momentum, lr);
   const std::vector<std::string> exact = {"normalise",        "A: scales+digits", "A: int8 products", "A: combine",
                                           "B: scales+digits", "B: int8 products", "B: combine",       "Q: scales+digits",
-                                          "Q: int8 products", "Q: combine",       "store"};
+                                          "Q: int8 products", "Q: combine",       "store + update"};
   for (const std::string& cls : {std::string("ns 16x48 (2): "), std::string("ns 24x24 (1): ")}) {
     auto previous = lr;
     for (const std::string& phase : exact) {
