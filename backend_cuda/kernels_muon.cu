@@ -105,6 +105,8 @@ struct MuonUpdateRule {
 
 // slab_out_kernel's sink of the fused update: element e of W (its index in U) with X's value x as
 // U: MuonUpdateRule's operations, N and the scalar block of the entry's tensor, then the copy.
+// A thread's quads of a tile: all its W loads first, then the updates and stores (as the tile
+// walker batches them).
 template <class Copy>
 struct MuonUpdateFromSlab {
   float* w;
@@ -121,12 +123,32 @@ struct MuonUpdateFromSlab {
     const int32_t t = entries[b].tensor;
     return {n[t], load_coeffs(tensor_scalars(s, blocks, t), CoeffSet::kWeight)};
   }
+  __device__ bool quad_aligned(int64_t e) const { return e % 4 == 0 && aligned16(w + e); }
+  __device__ static void update(float& w, float x, const State& st) {
+    MuonUpdateRule::apply(w, x, MuonUpdateRule::factor(0.0f, st.adjusted_lr), st.c);
+  }
   __device__ void put(const State& st, int64_t e, float x) const {
     float v = w[e];
-    float u = x;
-    MuonUpdateRule::apply(v, u, MuonUpdateRule::factor(0.0f, st.adjusted_lr), st.c);
+    update(v, x, st);
     w[e] = v;
     copy.one(static_cast<uint64_t>(e), v);
+  }
+  __device__ void put_quads(const State& st, const SlabQuads& q) const {
+    float4 v[kSlabPasses];
+#pragma unroll
+    for (int k = 0; k < kSlabPasses; ++k) {
+      if (q.valid[k]) v[k] = *reinterpret_cast<const float4*>(w + q.e[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kSlabPasses; ++k) {
+      if (!q.valid[k]) continue;
+      update(v[k].x, q.x[k].x, st);
+      update(v[k].y, q.x[k].y, st);
+      update(v[k].z, q.x[k].z, st);
+      update(v[k].w, q.x[k].w, st);
+      *reinterpret_cast<float4*>(w + q.e[k]) = v[k];
+      copy.quad(static_cast<uint64_t>(q.e[k]), v[k]);
+    }
   }
 };
 

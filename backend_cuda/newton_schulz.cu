@@ -113,49 +113,6 @@ __global__ void __launch_bounds__(kNormLanes)
   }
 }
 
-// A slab element written: fp32 (exact mode) or the bits of a bf16 (fast mode), rounded to nearest
-// even from fp32 (slab_tiles.cuh reads it back).
-__device__ __forceinline__ void put(float* p, float v) { *p = v; }
-__device__ __forceinline__ void put(uint16_t* p, float v) { *p = math::f32_to_bf16_rne(v); }
-
-// load_x_kernel moves a matrix into its slice of the slab tile by tile, as slab_out_kernel
-// (slab_tiles.cuh) moves it back: through a padded shared tile where the entry is stored
-// transposed, so that both the read of the stored matrix and the write of the slab go along rows.
-// Each element's value is the same whatever the order: one rounded division, or none.
-// Entry b's X (r x c, slice b of the slab x) = its matrix / denoms[b]; the matrix's transpose when
-// it is stored c x r. T: float, or uint16_t for a bf16 slab (the fp32 quotient rounded once).
-template <class T>
-__global__ void __launch_bounds__(kSlabTile* kSlabTileRows)
-    load_x_kernel(const float* __restrict__ u, const SlabEntries entries, size_t nb, size_t r, size_t c,
-                  const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
-  if (skip_now(skip)) return;
-  __shared__ float tile[kSlabTile][kSlabTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const size_t i0 = static_cast<size_t>(blockIdx.y) * kSlabTile, j0 = static_cast<size_t>(blockIdx.x) * kSlabTile;
-  for (size_t b = blockIdx.z; b < nb; b += gridDim.z) {
-    const float* __restrict__ m = u + entries.start(b);
-    T* __restrict__ xb = x + b * r * c;
-    const float d = denoms[b];
-    if (entries.is_transposed(b)) {  // X_ij = m[j * r + i]: rows j0.. of m into the tile, tile[j - j0][i - i0]
-      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
-        const size_t j = j0 + k, i = i0 + tx;
-        if (j < c && i < r) tile[k][tx] = m[j * r + i];
-      }
-      __syncthreads();
-      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
-        const size_t i = i0 + k, j = j0 + tx;
-        if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(tile[tx][k], d));
-      }
-      __syncthreads();  // the tile is read before the next entry's overwrites it
-    } else {
-      for (int k = ty; k < kSlabTile; k += kSlabTileRows) {
-        const size_t i = i0 + k, j = j0 + tx;
-        if (i < r && j < c) put(xb + i * c + j, __fdiv_rn(m[i * c + j], d));
-      }
-    }
-  }
-}
-
 // One matrix (r x r): gram holds A, gram2 holds P' = O O (O: A with a zero diagonal) on entry and
 // B = (b * A) + (c * P) on exit, P_ij = newton_schulz_square_from_split(P'_ij, O_ij, A_ii, A_jj).
 // B goes to gram2, not over A: every thread reads the diagonal of A, which no thread writes here.
@@ -193,7 +150,14 @@ __global__ void split_update_kernel(float* __restrict__ x, const float* __restri
 struct StoreToU {
   float* u;
   __device__ int entry(size_t) const { return 0; }
+  __device__ bool quad_aligned(int64_t e) const { return aligned16(u + e); }
   __device__ void put(int, int64_t e, float x) const { u[e] = x; }
+  __device__ void put_quads(int, const SlabQuads& q) const {
+#pragma unroll
+    for (int k = 0; k < kSlabPasses; ++k) {
+      if (q.valid[k]) *reinterpret_cast<float4*>(u + q.e[k]) = q.x[k];
+    }
+  }
 };
 
 // What a combining kernel does with the rounded product v of element e = (b, i, j); the diagonals
@@ -283,7 +247,7 @@ void launch_normalise(const float* u, SlabEntries entries, size_t nb, size_t r, 
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm tiles");
   norm_denominator_kernel<<<static_cast<unsigned>(nb), kNormLanes, 0, stream>>>(partials, tiles, eps, denoms, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz norm");
-  load_x_kernel<<<slab_tile_grid(nb, r, c), dim3(kSlabTile, kSlabTileRows), 0, stream>>>(u, entries, nb, r, c, denoms, x, skip);
+  slab_in_kernel<<<slab_tile_grid(nb, r, c), slab_tile_block(), 0, stream>>>(u, entries, nb, r, c, denoms, x, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz normalise");
 }
 
@@ -393,8 +357,7 @@ void newton_schulz_device(const float* u, size_t rows, size_t cols, float* out, 
                                                                                           skip);
     RN_CUDA_CHECK_LAUNCH("newton-schulz update");
   }
-  slab_out_kernel<<<slab_tile_grid(1, r, c), dim3(kSlabTile, kSlabTileRows), 0, stream>>>(l.x, one, 1, r, c,
-                                                                                          StoreToU{out}, skip);
+  slab_out_kernel<<<slab_tile_grid(1, r, c), slab_tile_block(), 0, stream>>>(l.x, one, 1, r, c, StoreToU{out}, skip);
   RN_CUDA_CHECK_LAUNCH("newton-schulz store");
 }
 

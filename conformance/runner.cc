@@ -4,7 +4,7 @@
 //   - the out-of-bounds guard: every byte outside the step's writable set is unchanged;
 //   - the skip contract: a poisoned step is skipped, the others are not, t and the skip count;
 //   - W, M, V and the LARS trust ratios against the float64 oracle (relative L2 per tensor);
-//   - with CUDA: its whole arena equals the CPU's bit for bit (scratch excepted).
+//   - with CUDA: its whole arena equals the CPU's bit for bit (scratch and Muon's U excepted).
 #include "conformance/runner.h"
 #include "conformance/suite_state.h"
 
@@ -416,13 +416,16 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
 
     // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch,
     // the gradient table's chunk addresses (implementation details, not state; only CUDA writes
-    // them) and the gradient table itself (the gradients' addresses: host addresses on the CPU,
-    // device addresses on CUDA).
+    // them), the gradient table itself (the gradients' addresses: host addresses on the CPU,
+    // device addresses on CUDA) and Muon's U (the step's working value: MUON_MOMENTUM writes a tensor's U before anything of
+    // the same step reads it, so no step reads another's, and the CUDA backend, which
+    // applies the update as X leaves the Newton–Schulz scratch, never stores the orthogonalised
+    // U; the W it makes is compared).
     if (with_cuda) {
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
       std::vector<ByteRange> scratch;
-      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, S_GRAD_TABLE, T_MUON_SCRATCH}) {
+      for (Region r : {T_NORM_PARTIALS, T_GRAD_CHUNKS, S_GRAD_TABLE, T_MUON_SCRATCH, T_MUON_UPDATE}) {
         if (plan.region(r).allocated) scratch.push_back({plan.region(r).offset, region_end(plan.region(r))});
       }
       std::sort(scratch.begin(), scratch.end(), [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });
