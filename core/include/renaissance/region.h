@@ -167,9 +167,11 @@ enum Region : int {
   T_GRAD_CHUNKS,
   // Only with muon (PlanConfig::muon), after every other region (other kinds' plans keep their
   // bytes): the update U of the weight group (fp32, the weight group span's layout: element j of
-  // U pairs with element j of the weight group's W span), the matrix table (MuonMatrix per
-  // weight-group tensor, written once at compile()) and the Newton–Schulz scratch (fp32,
-  // muon_scratch_floats of the largest matrix).
+  // U pairs with element j of the weight group's W span; a step's working value, never state: the
+  // CPU leaves the orthogonalised update there; CUDA, where every shape class runs batched,
+  // applies it as it leaves the scratch and leaves MUON_MOMENTUM's value), the matrix table
+  // (MuonMatrix per weight-group tensor, written once at compile()) and the Newton–Schulz scratch
+  // (fp32, muon_scratch_floats of the largest matrix).
   T_MUON_UPDATE,
   T_MUON_MATRICES,
   T_MUON_SCRATCH,
