@@ -79,6 +79,42 @@ inline dim3 slab_tile_grid(size_t nb, size_t r, size_t c) {
 }
 inline dim3 slab_tile_block() { return dim3(kSlabLanes, kSlabRows); }
 
+// The shared tile a transposed entry passes through, padded by a column so that a read across it
+// (four rows, one column) spreads over the banks: a quad goes in along row k at columns 4 tx ..
+// 4 tx + 3 and comes out across, rows 4 tx .. 4 tx + 3 of column k.
+using SlabTileBuffer = float[kSlabTile][kSlabTile + 1];
+__device__ __forceinline__ void tile_put_row4(SlabTileBuffer& tile, int k, int tx, float4 v) {
+  tile[k][4 * tx] = v.x;
+  tile[k][4 * tx + 1] = v.y;
+  tile[k][4 * tx + 2] = v.z;
+  tile[k][4 * tx + 3] = v.w;
+}
+__device__ __forceinline__ float4 tile_get_column4(const SlabTileBuffer& tile, int tx, int k) {
+  return make_float4(tile[4 * tx][k], tile[4 * tx + 1][k], tile[4 * tx + 2][k], tile[4 * tx + 3][k]);
+}
+
+// Rows row0 + k (k < kSlabTile, those < rows) of a row-major source with `stride` elements a row,
+// positions pos .. pos + 3 of each (those < positions; pos = 4 tx past the tile's first), into
+// tile[k][4 tx + q]: a quad per row, or element by element where the rows are not aligned quads.
+template <class T>
+__device__ __forceinline__ void load_tile_rows(SlabTileBuffer& tile, const T* src, size_t stride, size_t row0,
+                                               size_t rows, size_t pos, size_t positions, bool quads) {
+  const int tx = threadIdx.x;
+#pragma unroll
+  for (int k = threadIdx.y; k < kSlabTile; k += kSlabRows) {
+    const size_t row = row0 + k;
+    if (row >= rows) continue;
+    const T* p = src + row * stride + pos;
+    if (quads) {
+      if (pos < positions) tile_put_row4(tile, k, tx, slab_get4(p));
+    } else {
+      for (int q = 0; q < 4; ++q) {
+        if (pos + q < positions) tile[k][4 * tx + q] = slab_get(p + q);
+      }
+    }
+  }
+}
+
 // The four quads of one thread in one pass over a tile, in stored-layout element indices.
 struct SlabQuads {
   int64_t e[kSlabPasses];   // the quad's first element (valid[k] only)
@@ -93,7 +129,7 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
     slab_in_kernel(const float* __restrict__ u, const SlabEntries entries, size_t nb, size_t r, size_t c,
                    const float* __restrict__ denoms, T* __restrict__ x, SkipFlags skip) {
   if (skip_now(skip)) return;
-  __shared__ float tile[kSlabTile][kSlabTile + 1];
+  __shared__ SlabTileBuffer tile;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const size_t i0 = static_cast<size_t>(blockIdx.y) * kSlabTile, j0 = static_cast<size_t>(blockIdx.x) * kSlabTile;
   const size_t jq = j0 + 4 * static_cast<size_t>(tx);  // this thread's columns of X: jq .. jq + 3
@@ -128,24 +164,7 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
       }
     } else {
       // Stored rows j = j0 + k (length r), positions iq .. iq + 3, into tile[k][4 tx + q].
-#pragma unroll
-      for (int k = ty; k < kSlabTile; k += kSlabRows) {
-        const size_t j = j0 + k;
-        if (j >= c) continue;
-        if (quads) {
-          if (iq < r) {
-            const float4 v = *reinterpret_cast<const float4*>(m + j * r + iq);
-            tile[k][4 * tx] = v.x;
-            tile[k][4 * tx + 1] = v.y;
-            tile[k][4 * tx + 2] = v.z;
-            tile[k][4 * tx + 3] = v.w;
-          }
-        } else {
-          for (int q = 0; q < 4; ++q) {
-            if (iq + q < r) tile[k][4 * tx + q] = m[j * r + iq + q];
-          }
-        }
-      }
+      load_tile_rows(tile, m, r, j0, c, iq, r, quads);
       __syncthreads();
       // X row i = i0 + k, columns jq .. jq + 3: X_ij = stored[j * r + i] = tile[j - j0][k].
 #pragma unroll
@@ -154,9 +173,8 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
         if (i >= r) continue;
         if (quads) {
           if (jq < c) {
-            slab_put4(xb + i * c + jq,
-                      make_float4(__fdiv_rn(tile[4 * tx][k], d), __fdiv_rn(tile[4 * tx + 1][k], d),
-                                  __fdiv_rn(tile[4 * tx + 2][k], d), __fdiv_rn(tile[4 * tx + 3][k], d)));
+            const float4 v = tile_get_column4(tile, tx, k);
+            slab_put4(xb + i * c + jq, make_float4(__fdiv_rn(v.x, d), __fdiv_rn(v.y, d), __fdiv_rn(v.z, d), __fdiv_rn(v.w, d)));
           }
         } else {
           for (int q = 0; q < 4; ++q) {
@@ -180,7 +198,7 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
     slab_out_kernel(const T* __restrict__ x, const SlabEntries entries, size_t nb, size_t r, size_t c, const Sink sink,
                     SkipFlags skip) {
   if (skip_now(skip)) return;
-  __shared__ float tile[kSlabTile][kSlabTile + 1];
+  __shared__ SlabTileBuffer tile;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const size_t i0 = static_cast<size_t>(blockIdx.y) * kSlabTile, j0 = static_cast<size_t>(blockIdx.x) * kSlabTile;
   const size_t jq = j0 + 4 * static_cast<size_t>(tx);
@@ -212,24 +230,7 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
       }
     } else {
       // X rows i = i0 + k, columns jq .. jq + 3, into tile[k][4 tx + q].
-#pragma unroll
-      for (int k = ty; k < kSlabTile; k += kSlabRows) {
-        const size_t i = i0 + k;
-        if (i >= r) continue;
-        if (quads) {
-          if (jq < c) {
-            const float4 v = slab_get4(xb + i * c + jq);
-            tile[k][4 * tx] = v.x;
-            tile[k][4 * tx + 1] = v.y;
-            tile[k][4 * tx + 2] = v.z;
-            tile[k][4 * tx + 3] = v.w;
-          }
-        } else {
-          for (int q = 0; q < 4; ++q) {
-            if (jq + q < c) tile[k][4 * tx + q] = slab_get(xb + i * c + jq + q);
-          }
-        }
-      }
+      load_tile_rows(tile, xb, c, i0, r, jq, c, quads);
       __syncthreads();
       // Stored row j = j0 + k (length r), positions iq .. iq + 3: X_ij = tile[i - i0][k].
 #pragma unroll
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kSlabLanes* kSlabRows)
         const size_t j = j0 + k;
         out.valid[p] = quads && j < c && iq < r;
         out.e[p] = m + static_cast<int64_t>(j * r + iq);
-        if (out.valid[p]) out.x[p] = make_float4(tile[4 * tx][k], tile[4 * tx + 1][k], tile[4 * tx + 2][k], tile[4 * tx + 3][k]);
+        if (out.valid[p]) out.x[p] = tile_get_column4(tile, tx, k);
       }
       if (quads) {
         sink.put_quads(state, out);
