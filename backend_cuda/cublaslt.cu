@@ -35,7 +35,8 @@ constexpr const char* kLibraryName = "libcublasLt.so." RN_STR(CUBLAS_VER_MAJOR);
   X(pref_destroy, cublasLtMatmulPreferenceDestroy)    \
   X(pref_set, cublasLtMatmulPreferenceSetAttribute)   \
   X(heuristic, cublasLtMatmulAlgoGetHeuristic)        \
-  X(matmul, cublasLtMatmul)
+  X(matmul, cublasLtMatmul)                           \
+  X(status_name, cublasLtGetStatusName)
 
 // The entry points resolved from the loaded library, typed by the header's prototypes.
 struct Api {
@@ -51,6 +52,12 @@ bool resolve(void* library, const char* name, F* out, std::string* error) {
   *out = reinterpret_cast<F>(dlsym(library, name));
   if (*out == nullptr) *error = std::string(kLibraryName) + " has no " + name;
   return *out != nullptr;
+}
+
+// A status as the library names it, with its number: "CUBLAS_STATUS_INVALID_VALUE (7)".
+std::string status_text(const Api& a, cublasStatus_t status) {
+  const char* name = a.status_name != nullptr ? a.status_name(status) : nullptr;
+  return std::string(name != nullptr ? name : "status") + " (" + std::to_string(static_cast<int>(status)) + ")";
 }
 
 // Loaded once per process; the handle is kept until exit (the library may be unloaded by then).
@@ -70,7 +77,7 @@ const Api& api() {
 #undef RN_RESOLVE
     const cublasStatus_t status = a.create(&a.handle);
     if (status != CUBLAS_STATUS_SUCCESS) {
-      a.error = std::string("cublasLtCreate failed with status ") + std::to_string(static_cast<int>(status));
+      a.error = "cublasLtCreate failed: " + status_text(a, status);
       a.handle = nullptr;
     }
   });
@@ -168,7 +175,7 @@ void LtMatmul::enqueue(const void* a, const void* b, void* d, CUstream_st* strea
   const cublasStatus_t status = x.matmul(x.handle, s.desc, al, a, s.a, b, s.b, be, cc, s.d, d, s.d, &s.algo, workspace,
                                          kLtWorkspaceBytes, stream);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw Error(ErrorKind::kBackend, "cuBLASLt matmul failed with status " + std::to_string(static_cast<int>(status)));
+    throw Error(ErrorKind::kBackend, "cuBLASLt matmul failed: " + status_text(x, status));
   }
 }
 
