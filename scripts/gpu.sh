@@ -17,7 +17,9 @@
 #                (space-separated). MPI / NCCL (AUTO, ON, OFF; default AUTO) and NCCL_ROOT (a
 #                non-system NCCL) pick the communicators; PYTHON_EXT=build also builds the Python
 #                extension here (see python; RENAISSANCE_BUILD_PYTHON makes MPI's AUTO mean OFF,
-#                so give MPI=ON for the dist phase in the same build).
+#                so give MPI=ON for the dist phase in the same build). Source files whose contents
+#                differ from the last whole build's are touched first, so that a re-synced tree
+#                with older file times is still rebuilt.
 #   test         ctest, the whole suite; ARGs are ctest labels, run as `ctest -L '^(A|B)$'`
 #                (labels: unit, conformance, cli, hostile, dist). CTEST_ARGS: extra ctest
 #                arguments (e.g. "-LE conformance" beside the conformance phase); CTEST_PARALLEL
@@ -156,6 +158,15 @@ lines = [l for l in sys.stdin.read().splitlines() if l.startswith("{")]
 print(json.loads(lines[-1])[sys.argv[1]] if lines else "")' "$1"; }
 join_by() { local IFS=$1; shift; echo "$*"; }
 
+# The source files (paths from $ROOT, sorted) and each one's SHA-256, as `sha256sum` prints them;
+# the digest: sha256 over those lines (path and content of each), in that order.
+source_hashes() {
+  (cd "$ROOT" && find core runtime backend_cpu backend_cuda audit comm cli python tools tests conformance bench fuzz \
+      -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.cmake' \
+      -o -name CMakeLists.txt \) -not -path '*/__pycache__/*' -print 2>/dev/null | LC_ALL=C sort | xargs sha256sum)
+}
+source_digest() { source_hashes | sha256sum | cut -c1-16; }
+
 phase_build() {
   local targets=("$@") cfg out rc
   [ ${#targets[@]} -eq 0 ] && read -ra targets <<< "${BUILD_TARGETS:-}"
@@ -176,6 +187,7 @@ phase_build() {
     result "configure failed (rc $rc): $(grep -m1 -E 'Error' <<< "$out")"
     return 1
   fi
+  freshen_sources
   local what
   what=$(grep -E 'Renaissance (CUDA backend|MPI communicator|NCCL communicator):' <<< "$out" |
          sed -E 's/.*Renaissance ([A-Za-z]+)[^:]*: /\1 /' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
@@ -187,7 +199,22 @@ phase_build() {
     result "ninja failed (rc $rc): $(grep -m1 -E 'error' "$BUILD/gpu-build-output.txt" | cut -c1-140)"
     return 1
   fi
+  [ ${#targets[@]} -eq 0 ] && source_hashes > "$BUILD/gpu-sources.sha256"
   result "$what; built ${targets[*]:-everything}"
+}
+
+# ninja rebuilds what is older than its sources, but the device tool's copy of the tree may give a
+# changed file an older time than the objects a previous call built from it (a warm machine, another
+# branch): the files whose contents differ from those of the last whole build
+# ($BUILD/gpu-sources.sha256) are touched, so that ninja rebuilds them whatever their times.
+freshen_sources() {
+  local manifest=$BUILD/gpu-sources.sha256 changed
+  [ -f "$manifest" ] || return 0
+  changed=$(cd "$ROOT" && sha256sum --check --quiet "$manifest" 2>/dev/null | sed -n 's/: FAILED$//p')
+  [ -z "$changed" ] && return 0
+  echo "== $(wc -l <<< "$changed") source files differ from the last whole build's; touched for ninja:"
+  echo "$changed" | head -20
+  (cd "$ROOT" && xargs -d '\n' touch <<< "$changed")
 }
 
 phase_test() {
@@ -270,7 +297,7 @@ phase_sanitize() {
 python_install() {
   if [ "${PYTHON_EXT:-pip}" = build ]; then
     need "$BUILD/build.ninja" "CMake build"
-    ninja -C "$BUILD" _core || { echo "no _core target? build with PYTHON_EXT=build"; return 1; }
+    freshen_sources; ninja -C "$BUILD" _core || { echo "no _core target? build with PYTHON_EXT=build"; return 1; }
     rm -rf "$PYSITE" && mkdir -p "$PYSITE/renaissance" &&
       cp "$ROOT"/python/renaissance/*.py "$PYSITE/renaissance/" &&
       cp "$BUILD"/python/_core*.so "$PYSITE/renaissance/" &&
@@ -785,7 +812,7 @@ phase_dist() {
     result "this build has no NCCL: build with MPI=ON NCCL=ON (NCCL_ROOT for a non-system NCCL)"
     return 1
   fi
-  ninja -C "$BUILD" renaissance_cli sharded_mask || { result "building the CLI and sharded_mask failed"; return 1; }
+  freshen_sources; ninja -C "$BUILD" renaissance_cli sharded_mask || { result "building the CLI and sharded_mask failed"; return 1; }
   [ ${#parts[@]} -eq 0 ] && parts=(checks mask perf)
   nvidia-smi -L
   local gpus
@@ -902,13 +929,6 @@ if [ "${1:-}" = --phase ]; then
 fi
 
 # ---- the parent: check every phase first, then run them in order ----
-# sha256 over the tracked kinds of source file (path and content), in a fixed order.
-source_digest() {
-  (cd "$ROOT" && find core runtime backend_cpu backend_cuda audit comm cli python tools tests conformance bench fuzz \
-      -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.cmake' \
-      -o -name CMakeLists.txt \) -not -path '*/__pycache__/*' -print 2>/dev/null | LC_ALL=C sort | xargs sha256sum |
-    sha256sum | cut -c1-16)
-}
 case ${1:-} in
   -h | --help) usage; exit 0 ;;
   --digest) source_digest; exit 0 ;;
