@@ -383,24 +383,27 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The step's MUON_ORTHOGONALIZE node, or nullptr.
-  static const GraphNode* muon_node(const CompiledStep& step) {
+  // The step's first node that `is` accepts, or nullptr.
+  template <class Pred>
+  static const GraphNode* first_node(const CompiledStep& step, Pred is) {
     for (const auto& graph : step.graphs) {
       for (const GraphNode& node : graph) {
-        if (node.kind == NodeKind::kCompute && node.compute_op == ComputeOp::MUON_ORTHOGONALIZE) return &node;
+        if (is(node)) return &node;
       }
     }
     return nullptr;
   }
-
+  // The step's MUON_ORTHOGONALIZE node, or nullptr.
+  static const GraphNode* muon_node(const CompiledStep& step) {
+    return first_node(step, [](const GraphNode& n) {
+      return n.kind == NodeKind::kCompute && n.compute_op == ComputeOp::MUON_ORTHOGONALIZE;
+    });
+  }
   // The step's UPDATE_MUON node, or nullptr.
   static const GraphNode* update_muon_node(const CompiledStep& step) {
-    for (const auto& graph : step.graphs) {
-      for (const GraphNode& node : graph) {
-        if (node.kind == NodeKind::kRange && node.range_op == RangeOp::UPDATE_MUON) return &node;
-      }
-    }
-    return nullptr;
+    return first_node(step, [](const GraphNode& n) {
+      return n.kind == NodeKind::kRange && n.range_op == RangeOp::UPDATE_MUON;
+    });
   }
 
   // Copies what MUON_ORTHOGONALIZE's launches are sized by from the arena (after every copy

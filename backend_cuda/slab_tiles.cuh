@@ -45,23 +45,21 @@ struct SlabEntries {
 };
 
 // Slab elements: fp32 (exact mode) or the bits of a bf16 (fast mode), written rounded to nearest
-// even from fp32 and read widened exactly; one at a time or as an aligned quad (the lower element
-// in the lower bits, as in memory).
+// even from fp32 and read widened exactly; one at a time or as an aligned quad (a float4 or a
+// ushort4, x the first element).
 __device__ __forceinline__ float slab_get(const float* p) { return *p; }
 __device__ __forceinline__ float slab_get(const uint16_t* p) { return math::bf16_to_f32(*p); }
 __device__ __forceinline__ void slab_put(float* p, float v) { *p = v; }
 __device__ __forceinline__ void slab_put(uint16_t* p, float v) { *p = math::f32_to_bf16_rne(v); }
 __device__ __forceinline__ float4 slab_get4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 slab_get4(const uint16_t* p) {
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
-  return make_float4(math::bf16_to_f32(static_cast<uint16_t>(w.x & 0xffffu)), math::bf16_to_f32(static_cast<uint16_t>(w.x >> 16)),
-                     math::bf16_to_f32(static_cast<uint16_t>(w.y & 0xffffu)), math::bf16_to_f32(static_cast<uint16_t>(w.y >> 16)));
+  const ushort4 h = *reinterpret_cast<const ushort4*>(p);
+  return make_float4(math::bf16_to_f32(h.x), math::bf16_to_f32(h.y), math::bf16_to_f32(h.z), math::bf16_to_f32(h.w));
 }
 __device__ __forceinline__ void slab_put4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 __device__ __forceinline__ void slab_put4(uint16_t* p, float4 v) {
-  const uint32_t a = math::f32_to_bf16_rne(v.x), b = math::f32_to_bf16_rne(v.y);
-  const uint32_t c = math::f32_to_bf16_rne(v.z), d = math::f32_to_bf16_rne(v.w);
-  *reinterpret_cast<uint2*>(p) = make_uint2(a | (b << 16), c | (d << 16));
+  *reinterpret_cast<ushort4*>(p) = make_ushort4(math::f32_to_bf16_rne(v.x), math::f32_to_bf16_rne(v.y),
+                                                math::f32_to_bf16_rne(v.z), math::f32_to_bf16_rne(v.w));
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
