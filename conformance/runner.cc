@@ -417,10 +417,10 @@ CellResult run_cell(const Cell& cell, bool with_cuda, const Sabotage& sabotage) 
     // CUDA against the CPU, bit for bit, over the whole arena except the reduction scratch,
     // the gradient table's chunk addresses (implementation details, not state; only CUDA writes
     // them), the gradient table itself (the gradients' addresses: host addresses on the CPU,
-    // device addresses on CUDA) and Muon's U (the step's working value: MUON_MOMENTUM writes a tensor's U before anything of
-    // the same step reads it, so no step reads another's, and the CUDA backend, which
-    // applies the update as X leaves the Newton–Schulz scratch, never stores the orthogonalised
-    // U; the W it makes is compared).
+    // device addresses on CUDA) and Muon's U: a step's working value (MUON_MOMENTUM writes a
+    // tensor's U before anything of the same step reads it, so no step reads another's) that the
+    // CUDA backend, applying the update as X leaves the Newton–Schulz scratch, never overwrites
+    // with the orthogonalised update; the W it makes is compared.
     if (with_cuda) {
       const uint8_t* a = lanes[0].after.get();
       const uint8_t* b = lanes[1].after.get();
