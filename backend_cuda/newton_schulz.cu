@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "backend_cuda/cuda_check.h"
@@ -178,9 +179,12 @@ enum class Epilogue {
 // at sj/fj[b * nj + j]; the sum S in int64, one rounding (math::from_fixed_point), a NaN for a
 // non-finite row or column, then the epilogue with its coefficients (device floats) and the
 // diagonals (diag_in read, diag_out written, at b * ni + i and b * nj + j; unused ones null).
-template <Epilogue kEpilogue>
+// Index: the type of e and of its split into (b, i, j); uint32_t where every e and every e plus the
+// grid's stride fit (the launcher's choice: 32-bit divisions are a fraction of 64-bit ones), else
+// size_t. The same elements and operations either way.
+template <Epilogue kEpilogue, class Index>
 __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
-                               const int32_t* __restrict__ ss, size_t nb, size_t ni, size_t nj,
+                               const int32_t* __restrict__ ss, Index nb, Index ni, Index nj,
                                const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
                                const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ k1,
                                const float* __restrict__ k2, const float* __restrict__ diag_in,
@@ -188,11 +192,11 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
   if (skip_now(skip)) return;
   const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
   const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
-  const size_t per = ni * nj;
-  for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t b = e / per, f = e % per, i = f / nj, j = f % nj;
-    const size_t gi = b * ni + i, gj = b * nj + j;
+  const Index per = ni * nj;
+  for (Index e = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
+       e += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index b = e / per, f = e % per, i = f / nj, j = f % nj;
+    const Index gi = b * ni + i, gj = b * nj + j;
     const int64_t sum = math::from_digit_sums(hh[e], ss[e], ll[e]);
     const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
     if (kEpilogue == Epilogue::kStore) {
@@ -482,10 +486,19 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
     for (int d = 0; d < 3; ++d) p.enqueue(a[d], b[d], l.sums[d], stream, l.workspace);
   };
-  auto combine = [&](auto kernel, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
+  auto combine = [&](auto epilogue, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
                      float* out, const float* k1, const float* k2, const float* diag_in, float* diag_out) {
-    kernel<<<grid_of(nb * ni * nj, kElementThreads), kElementThreads, 0, stream>>>(
-        l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
+    constexpr Epilogue kE = decltype(epilogue)::value;
+    const unsigned grid = grid_of(nb * ni * nj, kElementThreads);
+    // 32-bit indices when the last e plus one grid stride stays below 2^32.
+    if (nb * ni * nj + static_cast<size_t>(grid) * kElementThreads <= size_t{UINT32_MAX}) {
+      combine_kernel<kE, uint32_t><<<grid, kElementThreads, 0, stream>>>(
+          l.sums[0], l.sums[1], l.sums[2], static_cast<uint32_t>(nb), static_cast<uint32_t>(ni),
+          static_cast<uint32_t>(nj), si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
+    } else {
+      combine_kernel<kE, size_t><<<grid, kElementThreads, 0, stream>>>(
+          l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
+    }
     RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
   };
   const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c, false}, x_cols{l.x, nb, c, r, 1, c, r * c, false};
@@ -498,7 +511,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "A: int8 products");
     products(*gram_, l.left_digits, l.left_digits);
     mark(phases, "A: combine");
-    combine(combine_kernel<Epilogue::kStore>, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
+    combine(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
             l.gram, nullptr, nullptr, nullptr, l.diag_a);
     // B = (b*A) + (c*P), P from P' = O O: A is exactly symmetric (S_ij = S_ji, the same two
     // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
@@ -508,7 +521,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "B: int8 products");
     products(*square_, l.left_digits, l.left_digits);
     mark(phases, "B: combine");
-    combine(combine_kernel<Epilogue::kPolynomial>, r, r, l.right_shift, l.right_finite, l.right_shift,
+    combine(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, l.right_shift, l.right_finite, l.right_shift,
             l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
     // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
     // B_ii from diag_b.
@@ -518,7 +531,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "Q: int8 products");
     products(*apply_, l.left_digits, l.right_digits);
     mark(phases, "Q: combine");
-    combine(combine_kernel<Epilogue::kUpdate>, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
+    combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
             s.a, nullptr, l.diag_b, nullptr);
   }
   return l.x;
