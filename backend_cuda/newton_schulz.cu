@@ -173,46 +173,81 @@ enum class Epilogue {
                 // Q = newton_schulz_apply_from_split(v, B_ii, X_ij), X = (a*X) + Q over X in place (r x c)
 };
 
-// The exact products of a batch from its three int32 digit sums (the three-product form of
-// exact_matmul_internal.cuh): element e = (b, i, j) of nb matrices ni x nj, its sums at e (the
-// callers lay the products out so), its row scale and finiteness at si/fi[b * ni + i] and column's
-// at sj/fj[b * nj + j]; the sum S in int64, one rounding (math::from_fixed_point), a NaN for a
-// non-finite row or column, then the epilogue with its coefficients (device floats) and the
-// diagonals (diag_in read, diag_out written, at b * ni + i and b * nj + j; unused ones null).
-// Index: the type of e and of its split into (b, i, j); uint32_t where every e and every e plus the
-// grid's stride fit (the launcher's choice: 32-bit divisions are a fraction of 64-bit ones), else
-// size_t. The same elements and operations either way.
+// One element of an exact product of a batch from its three int32 digit sums (the three-product
+// form of exact_matmul_internal.cuh): row i, column j of its matrix, gi = b * ni + i and
+// gj = b * nj + j; its row scale and finiteness at si/fi[gi], its column's at sj/fj[gj]; the sum S
+// in int64, one rounding (math::from_fixed_point), a NaN for a non-finite row or column, then the
+// epilogue with its coefficients and the diagonals (diag_in read, diag_out written, at gi and gj;
+// unused ones null) over `old`, the element's value in `out` before (unused by kStore). Returns
+// the element's new value in `out`.
 template <Epilogue kEpilogue, class Index>
+__device__ __forceinline__ float combine_element(int32_t hh, int32_t ss, int32_t ll, float old, Index i, Index j,
+                                                 Index gi, Index gj, const int* __restrict__ si,
+                                                 const int* __restrict__ fi, const int* __restrict__ sj,
+                                                 const int* __restrict__ fj, float c1, float c2,
+                                                 const float* __restrict__ diag_in, float* __restrict__ diag_out) {
+  const int64_t sum = math::from_digit_sums(hh, ss, ll);
+  const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
+  if (kEpilogue == Epilogue::kStore) {
+    if (i == j) diag_out[gi] = v;
+    return v;
+  } else if (kEpilogue == Epilogue::kPolynomial) {
+    const float a_ij = old;
+    const float o_ij = i == j ? 0.0f : a_ij;
+    const float p = math::newton_schulz_square_from_split(v, o_ij, diag_in[gi], diag_in[gj], i == j);
+    const float b_ij = math::newton_schulz_polynomial(c1, c2, a_ij, p);
+    if (i == j) diag_out[gi] = b_ij;
+    return b_ij;
+  } else {
+    const float x_ij = old;
+    const float q = math::newton_schulz_apply_from_split(v, diag_in[gi], x_ij);
+    return math::newton_schulz_combine(c1, x_ij, q);
+  }
+}
+
+// combine_element over the nb matrices ni x nj of a batch, element e = (b, i, j) with its sums at e
+// (the callers lay the products out so), into out[e]. kWidth elements per thread and pass: 4 (nj a
+// multiple of 4, so that a quad lies in one row, and every array 16-byte aligned: one 16-byte
+// load per array and one store) or 1. Index: the type of e and of its split into (b, i, j);
+// uint32_t where every e and every e plus the grid's stride fit (the launcher's choice: 32-bit
+// divisions are a fraction of 64-bit ones), else size_t. The same elements and operations
+// whatever the width and index type.
+template <Epilogue kEpilogue, class Index, int kWidth>
 __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
                                const int32_t* __restrict__ ss, Index nb, Index ni, Index nj,
                                const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
                                const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ k1,
                                const float* __restrict__ k2, const float* __restrict__ diag_in,
                                float* __restrict__ diag_out, SkipFlags skip) {
+  static_assert(kWidth == 1 || kWidth == 4, "elements one by one or by quads");
   if (skip_now(skip)) return;
   const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
   const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
-  const Index per = ni * nj;
-  for (Index e = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; e < nb * per;
-       e += static_cast<Index>(gridDim.x) * blockDim.x) {
+  const Index per = ni * nj, groups = nb * per / kWidth;
+  for (Index t = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; t < groups;
+       t += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index e = t * kWidth;
     const Index b = e / per, f = e % per, i = f / nj, j = f % nj;
     const Index gi = b * ni + i, gj = b * nj + j;
-    const int64_t sum = math::from_digit_sums(hh[e], ss[e], ll[e]);
-    const float v = (fi[gi] && fj[gj]) ? math::from_fixed_point(sum, si[gi], sj[gj]) : __int_as_float(0x7fc00000);
-    if (kEpilogue == Epilogue::kStore) {
-      out[e] = v;
-      if (i == j) diag_out[gi] = v;
-    } else if (kEpilogue == Epilogue::kPolynomial) {
-      const float a_ij = out[e];
-      const float o_ij = i == j ? 0.0f : a_ij;
-      const float p = math::newton_schulz_square_from_split(v, o_ij, diag_in[gi], diag_in[gj], i == j);
-      const float b_ij = math::newton_schulz_polynomial(c1, c2, a_ij, p);
-      out[e] = b_ij;
-      if (i == j) diag_out[gi] = b_ij;
+    if (kWidth == 1) {
+      const float old = kEpilogue == Epilogue::kStore ? 0.0f : out[e];
+      out[e] = combine_element<kEpilogue>(hh[e], ss[e], ll[e], old, i, j, gi, gj, si, fi, sj, fj, c1, c2, diag_in,
+                                          diag_out);
     } else {
-      const float x_ij = out[e];
-      const float q = math::newton_schulz_apply_from_split(v, diag_in[gi], x_ij);
-      out[e] = math::newton_schulz_combine(c1, x_ij, q);
+      const int4 h = *reinterpret_cast<const int4*>(hh + e);
+      const int4 s = *reinterpret_cast<const int4*>(ss + e);
+      const int4 l = *reinterpret_cast<const int4*>(ll + e);
+      const float4 o = kEpilogue == Epilogue::kStore ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                                      : *reinterpret_cast<const float4*>(out + e);
+      float4 r;
+      r.x = combine_element<kEpilogue>(h.x, s.x, l.x, o.x, i, j, gi, gj, si, fi, sj, fj, c1, c2, diag_in, diag_out);
+      r.y = combine_element<kEpilogue>(h.y, s.y, l.y, o.y, i, j + 1, gi, gj + 1, si, fi, sj, fj, c1, c2, diag_in,
+                                       diag_out);
+      r.z = combine_element<kEpilogue>(h.z, s.z, l.z, o.z, i, j + 2, gi, gj + 2, si, fi, sj, fj, c1, c2, diag_in,
+                                       diag_out);
+      r.w = combine_element<kEpilogue>(h.w, s.w, l.w, o.w, i, j + 3, gi, gj + 3, si, fi, sj, fj, c1, c2, diag_in,
+                                       diag_out);
+      *reinterpret_cast<float4*>(out + e) = r;
     }
   }
 }
@@ -223,6 +258,12 @@ unsigned grid_of(size_t items, unsigned per_block) {
 }
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Whether every pointer is on a 16-byte boundary.
+template <class... P>
+bool aligned16_all(const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
 
 int64_t norm_tiles(size_t r, size_t c) {
   return static_cast<int64_t>((r * c + math::kNormTile - 1) / math::kNormTile);
@@ -489,15 +530,27 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   auto combine = [&](auto epilogue, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
                      float* out, const float* k1, const float* k2, const float* diag_in, float* diag_out) {
     constexpr Epilogue kE = decltype(epilogue)::value;
-    const unsigned grid = grid_of(nb * ni * nj, kElementThreads);
-    // 32-bit indices when the last e plus one grid stride stays below 2^32.
-    if (nb * ni * nj + static_cast<size_t>(grid) * kElementThreads <= size_t{UINT32_MAX}) {
-      combine_kernel<kE, uint32_t><<<grid, kElementThreads, 0, stream>>>(
-          l.sums[0], l.sums[1], l.sums[2], static_cast<uint32_t>(nb), static_cast<uint32_t>(ni),
-          static_cast<uint32_t>(nj), si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
+    // By quads where a quad lies in one row and every array is 16-byte aligned (the scratch's
+    // pieces are 256-byte aligned; out is one of them).
+    const bool quads = nj % 4 == 0 && aligned16_all(l.sums[0], l.sums[1], l.sums[2], out);
+    const size_t items = nb * ni * nj / (quads ? 4 : 1);
+    const unsigned grid = grid_of(items, kElementThreads);
+    // 32-bit indices when the last element plus one grid stride stays below 2^32.
+    const bool narrow = nb * ni * nj + 4 * static_cast<size_t>(grid) * kElementThreads <= size_t{UINT32_MAX};
+    const auto launch = [&](auto kernel, auto index) {
+      using Index = decltype(index);
+      kernel<<<grid, kElementThreads, 0, stream>>>(l.sums[0], l.sums[1], l.sums[2], static_cast<Index>(nb),
+                                                   static_cast<Index>(ni), static_cast<Index>(nj), si, fi, sj, fj,
+                                                   out, k1, k2, diag_in, diag_out, skip);
+    };
+    if (quads && narrow) {
+      launch(combine_kernel<kE, uint32_t, 4>, uint32_t{});
+    } else if (quads) {
+      launch(combine_kernel<kE, size_t, 4>, size_t{});
+    } else if (narrow) {
+      launch(combine_kernel<kE, uint32_t, 1>, uint32_t{});
     } else {
-      combine_kernel<kE, size_t><<<grid, kElementThreads, 0, stream>>>(
-          l.sums[0], l.sums[1], l.sums[2], nb, ni, nj, si, fi, sj, fj, out, k1, k2, diag_in, diag_out, skip);
+      launch(combine_kernel<kE, size_t, 1>, size_t{});
     }
     RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
   };
