@@ -28,8 +28,9 @@
 #                the Small tier by default; ARGs pick tiers (small big drift audit golden cuda
 #                targets selftest_guards, as in conformance/CMakeLists.txt). Fails on any skip.
 #   sanitize     compute-sanitizer on the CUDA tests of renaissance_tests: memcheck (the CUDA
-#                cases but the >2^31 tensor and the resnet50 layout) and racecheck (the kernels
-#                with shared memory); ARGs: memcheck, racecheck (default both).
+#                cases, Newton-Schulz's and the exact products' among them, but the >2^31 tensor
+#                and the resnet50 layout) and racecheck (the kernels with shared memory); ARGs:
+#                memcheck, racecheck (default both).
 #   python       `pip install .` with CUDA (no network, no build isolation; nanobind and
 #                scikit-build-core from the machine) into $BUILD-python/site, then pytest on the
 #                WHOLE tests/python directory, then the one-rank NCCL smoke scripts
@@ -271,14 +272,15 @@ phase_sanitize() {
   need "$tests" "renaissance_tests"
   command -v compute-sanitizer > /dev/null || { result "no compute-sanitizer on PATH"; return 1; }
   [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck)
-  local cuda='CudaBackend.*:AllKinds/CudaMatchesCpu.*' filter log
+  local cuda='CudaBackend.*:AllKinds/CudaMatchesCpu.*:NewtonSchulzCuda.*:ExactMatmulCuda.*' filter log
   for tool in "${tools[@]}"; do
     case $tool in
       # The >2^31 tensor and the resnet50 layout test sizes, not memory safety, and take minutes
       # under the sanitizer.
       memcheck) filter="$cuda:-CudaBackend.TensorOfMoreThan2To31Elements:AllKinds/CudaMatchesCpu.Resnet50Layout/*" ;;
-      # The kernels with shared memory: LARS norms and ratios, the check's block vote.
-      racecheck) filter='AllKinds/CudaMatchesCpu.OddSizes*/lars*:AllKinds/CudaMatchesCpu.HundredsOfTinyTensors/lars:CudaBackend.GraphReplayEqualsDirectExecution' ;;
+      # The kernels with shared memory: LARS norms and ratios, the check's block vote, Muon's
+      # norm tiles, slab tiles and column digits.
+      racecheck) filter='AllKinds/CudaMatchesCpu.OddSizes*/lars*:AllKinds/CudaMatchesCpu.HundredsOfTinyTensors/lars:CudaBackend.GraphReplayEqualsDirectExecution:CudaBackend.MuonBatchesGiveTheCpuBits:NewtonSchulzCuda.Batched*:ExactMatmulCuda.StridedViewsEqualTheReference' ;;
       *) result "unknown sanitizer tool $tool"; return 2 ;;
     esac
     log=$BUILD/gpu-$tool-output.txt
