@@ -564,8 +564,8 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "A: int8 products");
     products(*gram_, l.left_digits, l.left_digits);
     mark(phases, "A: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, l.right_shift, l.right_finite, l.right_shift, l.right_finite,
-            l.gram, nullptr, nullptr, nullptr, l.diag_a);
+    combine(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, l.right_shift, l.right_finite, l.right_shift,
+            l.right_finite, l.gram, nullptr, nullptr, nullptr, l.diag_a);
     // B = (b*A) + (c*P), P from P' = O O: A is exactly symmetric (S_ij = S_ji, the same two
     // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
     // written over A) and keeps diag(B) in diag_b.
@@ -574,8 +574,8 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "B: int8 products");
     products(*square_, l.left_digits, l.left_digits);
     mark(phases, "B: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, l.right_shift, l.right_finite, l.right_shift,
-            l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
+    combine(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, l.right_shift, l.right_finite,
+            l.right_shift, l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
     // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
     // B_ii from diag_b.
     mark(phases, "Q: scales+digits");
@@ -584,8 +584,8 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "Q: int8 products");
     products(*apply_, l.left_digits, l.right_digits);
     mark(phases, "Q: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
-            s.a, nullptr, l.diag_b, nullptr);
+    combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite, l.left_shift,
+            l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
   }
   return l.x;
 }
