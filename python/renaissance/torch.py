@@ -1290,12 +1290,6 @@ def _has_buffer(state, state_names):
     return bool(state) and any(state.get(key) is not None for fam, key in state_names.items() if fam != "step")
 
 
-def _arguments(names):
-    """A constructor's arguments from its locals(), for the base class's __init__ (the subclasses
-    keep torch's own signatures, which differ in defaults and keyword order)."""
-    return {k: v for k, v in names.items() if k not in ("self", "__class__")}
-
-
 def _step_tensor(count, p, on_device):
     """A parameter's `step` as torch keeps it: a float32 scalar, on the parameter's device when
     its group has fused or capturable set, else on the CPU."""
@@ -1321,7 +1315,7 @@ def _sparse_grad_text(cls, j, gi):
     where = "parameter %d of param_groups[%d]" % (j, gi)
     if issubclass(cls, Muon):  # torch's Muon refuses them too
         return "Muon does not support sparse gradients (renaissance.torch: %s)" % where
-    if issubclass(cls, _AdamFamily):
+    if issubclass(cls, Adam):
         return "%s does not support sparse gradients, please consider SparseAdam instead (renaissance.torch: %s)" % (
             cls.__name__, where)
     return ("%s: sparse gradients are not supported by renaissance.torch (%s); use torch.optim.SparseAdam or "
@@ -1495,18 +1489,24 @@ class SGD(_Base):
         return kind, _clip(group, hyper, "SGD")
 
 
-class _AdamFamily(_Base):
+class Adam(_Base):
+    """torch.optim.Adam: L2 weight decay, or with decoupled_weight_decay=True (a constructor
+    default or a group key, as torch >= 2.6 has it) AdamW's decoupled decay; each group runs the
+    kind its flag names (adam or adamw)."""
+
+    _implementation = "_multi_tensor_adam"
     _flags = ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused")
     _state_names = _torch_state("adam", amsgrad=True)  # max_exp_avg_sq: amsgrad groups only
     _required_keys = ("betas", "eps")
     # decoupled_weight_decay: torch >= 2.6 writes it into Adam's (False) and AdamW's (True) groups.
     _group_keys = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
                    "differentiable", "fused", "decoupled_weight_decay", "max_grad_norm")
-    _kind = None
 
-    def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach, capturable,
-                 differentiable, fused, max_grad_norm, threads, master_weights, stochastic_rounding, seed,
-                 process_group, grad_reduce):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False, max_grad_norm=None, threads=0,
+                 master_weights=True, stochastic_rounding=False, seed=0,
+                 process_group=None, grad_reduce="replicated"):
         # torch's constructor rules for Tensor hyperparameters (its texts): with foreach=True and
         # capturable=False torch's implementation cannot take them; the 1-element rule is checked
         # at every step (_number).
@@ -1517,53 +1517,36 @@ class _AdamFamily(_Base):
                 raise ValueError("betas[%d] as a Tensor is not supported for capturable=False and foreach=True" % i)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
-                        max_grad_norm=max_grad_norm)
+                        decoupled_weight_decay=decoupled_weight_decay, max_grad_norm=max_grad_norm)
         super().__init__(params, defaults, threads, master_weights, stochastic_rounding, seed,
                          process_group, grad_reduce)
 
     def _core_config(self, group):
         b1, b2 = _betas(group, tensor=True)
-        decoupled = group.get("decoupled_weight_decay")
-        if decoupled is not None and bool(decoupled) != (self._kind == "adamw"):
-            raise ValueError("%s: decoupled_weight_decay=%r is %s; this optimizer applies %s weight decay (use "
-                             "renaissance.torch.%s)" % (type(self).__name__, decoupled,
-                                                        "AdamW's" if decoupled else "Adam's (L2)",
-                                                        "decoupled" if self._kind == "adamw" else "L2",
-                                                        "AdamW" if decoupled else "Adam"))
         hyper = {"lr": _lr(group), "beta1": b1, "beta2": b2,
                  "eps": _at_least_zero("Invalid epsilon value", "eps", group["eps"]),
                  "weight_decay": _weight_decay(group)}
         if _amsgrad_value(group.get("amsgrad", False), type(self).__name__):
             hyper["amsgrad"] = True  # only when on: a run without it keeps its keys (Recorder, replay)
-        return self._kind, _clip(group, hyper, type(self).__name__)
+        kind = "adamw" if group.get("decoupled_weight_decay", self.defaults["decoupled_weight_decay"]) else "adam"
+        return kind, _clip(group, hyper, type(self).__name__)
 
 
-class Adam(_AdamFamily):
-    """torch.optim.Adam (L2 weight decay)."""
-
-    _implementation = "_multi_tensor_adam"
-    _kind = "adam"
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
-                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
-                 max_grad_norm=None, threads=0,
-                 master_weights=True, stochastic_rounding=False, seed=0,
-                 process_group=None, grad_reduce="replicated"):
-        super().__init__(**_arguments(locals()))
-
-
-class AdamW(_AdamFamily):
-    """torch.optim.AdamW (decoupled weight decay)."""
+class AdamW(Adam):
+    """torch.optim.AdamW: Adam with decoupled_weight_decay=True (torch's own definition)."""
 
     _implementation = "_multi_tensor_adamw"
-    _kind = "adamw"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
                  maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
                  max_grad_norm=None, threads=0,
                  master_weights=True, stochastic_rounding=False, seed=0,
                  process_group=None, grad_reduce="replicated"):
-        super().__init__(**_arguments(locals()))
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True, max_grad_norm=max_grad_norm, threads=threads,
+                         master_weights=master_weights, stochastic_rounding=stochastic_rounding, seed=seed,
+                         process_group=process_group, grad_reduce=grad_reduce)
 
 
 class LARS(_Base):

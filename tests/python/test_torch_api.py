@@ -323,6 +323,56 @@ def test_state_dict_round_trips_with_torch_bitwise(ours, theirs, kw):
             assert int(t2.state[p]["step"]) == 6
 
 
+def test_adam_decoupled_weight_decay_is_adamw():
+    """torch >= 2.6: Adam(decoupled_weight_decay=True) is AdamW, and AdamW is that Adam (a
+    subclass). After three steps: the parameters within float32 rounding of torch's AdamW (an
+    independent implementation), the bits of our AdamW, and not those of our L2 Adam (the flag is
+    read)."""
+    assert issubclass(rt.AdamW, rt.Adam)
+    kw = dict(lr=1e-2, weight_decay=0.1)
+    runs = {}
+    for name, make in [("adam_decoupled", lambda p: rt.Adam(p, decoupled_weight_decay=True, **kw)),
+                       ("adamw", lambda p: rt.AdamW(p, **kw)), ("adam_l2", lambda p: rt.Adam(p, **kw))]:
+        ps = params()
+        opt = make(ps)
+        for s in range(3):
+            feed(ps, s)
+            opt.step()
+        runs[name] = (ps, opt)
+    ps, opt = runs["adam_decoupled"]
+    assert opt.param_groups[0]["decoupled_weight_decay"] is True
+    assert opt._bindings[0].kind == "adamw"
+    assert all(same_bits(a, b) for a, b in zip(ps, runs["adamw"][0]))
+    assert not all(same_bits(a, b) for a, b in zip(ps, runs["adam_l2"][0]))
+    qs = params()
+    t = torch.optim.AdamW(qs, **kw)
+    train_torch(qs, t, 0, 3)
+    for p, q in zip(ps, qs):
+        assert float((p - q).norm() / q.norm()) <= 1e-5
+
+
+def test_adam_decoupled_weight_decay_per_group():
+    """The flag is a group key, as in torch: one Adam with an L2 group and a decoupled group steps
+    each as its own kind, the bits of two optimizers of one group each."""
+    ps = params()
+    opt = rt.Adam([{"params": ps[:2]}, {"params": ps[2:], "decoupled_weight_decay": True}], lr=1e-2,
+                  weight_decay=0.1)
+    assert [b.kind for b in opt._bindings] == ["adam", "adamw"]
+    alone = params()
+    l2 = rt.Adam(alone[:2], lr=1e-2, weight_decay=0.1)
+    dec = rt.AdamW(alone[2:], lr=1e-2, weight_decay=0.1)
+    for s in range(3):
+        feed(ps, s)
+        opt.step()
+        feed(alone, s)
+        l2.step()
+        dec.step()
+    assert all(same_bits(a, b) for a, b in zip(ps, alone))
+    with pytest.raises(ValueError, match="cannot change the optimizer of a param group from 'adam' to 'adamw'"):
+        opt.param_groups[0]["decoupled_weight_decay"] = True
+        opt.step()
+
+
 def test_state_dict_round_trip_ours_to_ours_and_save_load(tmp_path):
     ps = params()
     a = rt.AdamW(ps, lr=1e-2)
