@@ -5,13 +5,16 @@ Each round runs every configuration (layout x kind x precision) on both builds, 
 goes first, so drifts of a shared machine hit both sides; prints the fastest and the median ms per
 step and share_of_limit per (layout, kind, configuration, check, build), the new/base ratio of the
 medians, and writes every value to --json (default /tmp/ab_<backend>_<time>.json) after every
-round. A run stopped by SIGTERM or SIGINT (a time limit) prints the table of the rounds it
-finished. On CUDA, bench_step times with CUDA events. bench/JOURNAL.md has its runs.
+round. Beside each ratio, a 95 % bootstrap interval of it (the medians of 2000 resamples of each
+build's values, with a fixed seed): how far the host's spread alone could move that ratio. A run
+stopped by SIGTERM or SIGINT (a time limit) prints the table of the rounds it finished. On CUDA,
+bench_step times with CUDA events. bench/JOURNAL.md has its runs.
 
     python3 bench/step_ab.py BASE/bench/bench_step NEW/bench/bench_step [options]
     python3 bench/step_ab.py ../base/build/bench/bench_step build/bench/bench_step --rounds 5
     python3 bench/step_ab.py A B --backend cuda --layouts resnet50,gpt2_small \\
         --kinds adamw,sgd_momentum,lars --configs fp32,bf16 --rounds 3
+    python3 bench/step_ab.py --from-json ab1.json,ab2.json   # earlier runs' values pooled, no run
 
 Configurations: fp32 (no model copy), bf16 / fp16 (a model copy with model-dtype gradients,
 nearest rounding), bf16-sr / fp16-sr (stochastic rounding). The defaults are the CPU A/B rows of
@@ -27,6 +30,7 @@ only its bench_step.
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -40,8 +44,8 @@ CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp16": ("fp16", Fa
            "bf16-sr": ("bf16", True), "fp16-sr": ("fp16", True)}
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-ap.add_argument("base")
-ap.add_argument("new")
+ap.add_argument("base", nargs="?")
+ap.add_argument("new", nargs="?")
 # The older positional form, BASE NEW [ROUNDS] [KINDS] [CONFIGS], as bench/JOURNAL.md quotes it.
 ap.add_argument("legacy", nargs="*", metavar="ROUNDS KINDS CONFIGS", help=argparse.SUPPRESS)
 ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
@@ -53,7 +57,11 @@ ap.add_argument("--configs", default="bf16,fp16,bf16-sr,fp16-sr,fp32")
 ap.add_argument("--threads", type=int, default=2, help="CPU threads (cpu backend)")
 ap.add_argument("--replays", type=int, default=10)
 ap.add_argument("--json", default=None)
+ap.add_argument("--from-json", default=None, metavar="FILE[,FILE...]",
+                help="no run: the table of the values in these --json files (of one machine), pooled")
 args = ap.parse_args()
+if args.from_json is None and (args.base is None or args.new is None):
+    sys.exit("step_ab: give the base and the new bench_step (or --from-json)")
 if len(args.legacy) > 3:
     sys.exit("step_ab: at most ROUNDS KINDS CONFIGS after the two builds")
 for name, value in zip(["rounds", "kinds", "configs"], args.legacy):
@@ -64,7 +72,9 @@ if unknown:
 if args.rounds < 1:
     sys.exit("step_ab: --rounds must be >= 1")
 builds = {"base": args.base, "new": args.new}
-if args.rows == "compare":
+if args.from_json is not None:
+    pass  # nothing runs: report() of the pooled files, at the end
+elif args.rows == "compare":
     compare_torch.load_kind_table(os.path.dirname(os.path.dirname(os.path.abspath(args.new))))
     if args.backend == "cuda":
         layouts = args.layouts or "resnet50,bert_base,gpt2_small"
@@ -158,25 +168,48 @@ def save(res):
     os.replace(out + ".tmp", out)
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def ratio_interval(new, base):
+    """The 2.5th and 97.5th percentiles of median(new*) / median(base*) over resamples (with
+    replacement, each build's own count) of the two lists; seeded, so a table reprints the same."""
+    rng = random.Random(0)
+    ratios = sorted(statistics.median(rng.choices(new, k=len(new))) / statistics.median(rng.choices(base, k=len(base)))
+                    for _ in range(BOOTSTRAP_RESAMPLES))
+    return ratios[int(0.025 * BOOTSTRAP_RESAMPLES)], ratios[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+
+
 def report(res):
     print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
-          f"{'med share':>9} {'new/base':>8}  n")
+          f"{'med share':>9} {'new/base':>8} {'95% interval':>13}  n")
     ratios = []  # new/base of the medians, one per configuration
     for key in sorted(res):
         ms = [x[0] for x in res[key]]
         sh = [x[1] for x in res[key]]
-        ratio = ""
+        ratio = interval = ""
         if key[4] == "new":
             base = res.get(key[:4] + ("base",))
             if base:
-                ratios.append(statistics.median(ms) / statistics.median([x[0] for x in base]))
+                base_ms = [x[0] for x in base]
+                ratios.append(statistics.median(ms) / statistics.median(base_ms))
                 ratio = f"{ratios[-1]:8.3f}"
+                interval = "%.3f-%.3f" % ratio_interval(ms, base_ms)
         print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} "
-              f"{statistics.median(ms):8.3f} {statistics.median(sh):9.3f} {ratio:>8}  {len(ms)}")
+              f"{statistics.median(ms):8.3f} {statistics.median(sh):9.3f} {ratio:>8} {interval:>13}  {len(ms)}")
     # The last line, for scripts (gpu.sh's ab phase): the spread of the new/base ratios.
     if ratios:
         print(f"new/base median ratios: max {max(ratios):.3f}, min {min(ratios):.3f} over {len(ratios)} rows")
 
+
+if args.from_json is not None:
+    pooled = {}
+    for path in args.from_json.split(","):
+        with open(path) as f:
+            for key, values in json.load(f).items():
+                pooled.setdefault(tuple(key.split(" ")), []).extend(tuple(v) for v in values)
+    report(pooled)
+    sys.exit(0)
 
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)

@@ -2,8 +2,9 @@
 """bench/step_ab.py against stand-in builds: a bench_step that records its command line and prints
 rows whose ms_per_step says which build ran (base 2 ms, new 3 ms; synced 4 and 6), and a CLI that
 prints a small kind table. Checks the compare rows' command lines (compare_torch.py's own, base and
-new alternating first by round), the new/base ratio of the medians, and that SIGTERM leaves the
-table and the JSON of the finished rounds only. Standard library only (ctest runs it with python3).
+new alternating first by round), the new/base ratio of the medians and its bootstrap interval, the
+pooling of earlier runs' JSON files, and that SIGTERM leaves the table and the JSON of the finished
+rounds only. Standard library only (ctest runs it with python3).
 """
 import json
 import os
@@ -100,6 +101,32 @@ class StepAbTest(unittest.TestCase):
         # (adamw, sgd_momentum, adamw+clip) x 2 checks x (enqueued, synced); synced is 6 / 4 ms.
         self.assertIn("over 12 rows", out)
         self.assertIn("resnet50     adamw+clip    synced   check    new      6.000    6.000", out)
+
+    def test_from_json_pools_the_files_and_prints_the_ratio_with_its_interval(self):
+        """Two runs' values of one row pooled: base 2 ms five times, new 3, 3, 3 (first file) and 2, 2
+        (second): the medians' ratio 1.5 over 5 values a build, and an interval from 1.0 (resamples
+        with three or more 2 ms values of new) to 1.5; no bench_step runs."""
+        files = []
+        for i, new in enumerate(([3.0, 3.0, 3.0], [2.0, 2.0])):
+            files.append(os.path.join(self.dir, "run%d.json" % i))
+            base = [2.0] * len(new)
+            with open(files[-1], "w") as f:
+                json.dump({"resnet50 adamw fp32 check base": [[x, 0.5] for x in base],
+                           "resnet50 adamw fp32 check new": [[x, 0.5] for x in new]}, f)
+        out = subprocess.run([sys.executable, STEP_AB, "--from-json", ",".join(files)], env=self.env,
+                             capture_output=True, text=True, check=True).stdout
+        self.assertFalse(os.path.exists(self.log), "bench_step ran")
+        row = [line for line in out.splitlines() if line.startswith("resnet50") and " new " in line][0]
+        self.assertEqual(row.split()[-3:], ["1.500", "1.000-1.500", "5"], row)
+        self.assertIn("new/base median ratios: max 1.500, min 1.500 over 1 rows", out)
+
+    def test_identical_values_give_an_interval_of_one_point(self):
+        cmd, env = self.step_ab("--configs", "fp32", "--rounds", "2")
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        rows = [line for line in out.splitlines() if line.startswith("resnet50") and " new " in line]
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            self.assertEqual(row.split()[-3:], ["1.500", "1.500-1.500", "2"], row)
 
     def test_sigterm_leaves_the_table_and_json_of_the_finished_rounds(self):
         cmd, env = self.step_ab("--configs", "fp32,bf16", "--rounds", "100", sleep="0.15")
