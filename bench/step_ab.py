@@ -184,6 +184,7 @@ def report(res):
     print(f"{'layout':12} {'kind':13} {'config':8} {'check':8} {'build':5} {'min ms':>8} {'med ms':>8} "
           f"{'med share':>9} {'new/base':>8} {'95% interval':>13}  n")
     ratios = []  # new/base of the medians, one per configuration
+    intervals = []  # their bootstrap intervals
     for key in sorted(res):
         ms = [x[0] for x in res[key]]
         sh = [x[1] for x in res[key]]
@@ -194,12 +195,16 @@ def report(res):
                 base_ms = [x[0] for x in base]
                 ratios.append(statistics.median(ms) / statistics.median(base_ms))
                 ratio = f"{ratios[-1]:8.3f}"
-                interval = "%.3f-%.3f" % ratio_interval(ms, base_ms)
+                intervals.append(ratio_interval(ms, base_ms))
+                interval = "%.3f-%.3f" % intervals[-1]
         print(f"{key[0]:12} {key[1]:13} {key[2]:8} {key[3]:8} {key[4]:5} {min(ms):8.3f} "
               f"{statistics.median(ms):8.3f} {statistics.median(sh):9.3f} {ratio:>8} {interval:>13}  {len(ms)}")
-    # The last line, for scripts (gpu.sh's ab phase): the spread of the new/base ratios.
+    # The last lines, for scripts (gpu.sh's ab phase): the spread of the new/base ratios and the
+    # outer ends of their intervals.
     if ratios:
         print(f"new/base median ratios: max {max(ratios):.3f}, min {min(ratios):.3f} over {len(ratios)} rows")
+        print(f"new/base 95% intervals: highest upper end {max(hi for _, hi in intervals):.3f}, "
+              f"lowest lower end {min(lo for lo, _ in intervals):.3f}")
 
 
 if args.from_json is not None:

@@ -99,7 +99,8 @@
 #                muon and adamw+clip, resnet50, bert_base and gpt2_small, both timing methods on cuda;
 #                adamw and sgd_momentum on cpu), AB_LAYOUTS / AB_KINDS narrowing them. The base's CLI
 #                is not built: the kind table comes from this build's. A cut run prints the finished
-#                rounds (bench/step_ab.py saves its JSON after every round).
+#                rounds (bench/step_ab.py saves its JSON after every round). The result line gives
+#                the ratios' spread and the outer ends of their 95 % bootstrap intervals.
 #   golden       re-records audit/golden/fingerprints.json and conformance/REPORT.md
 #                (scripts/record_golden.sh on $BUILD) and copies both to $OUT (review, commit).
 #   cli          the CLI on the CUDA backend: every testdata/replay and testdata/recorded case
@@ -719,6 +720,7 @@ phase_ab() {
   local worst=""
   for b in "${backends[@]}"; do
     worst+="${worst:+; }$b $(grep -h '^new/base median ratios' "$BUILD/gpu-ab-$b.txt")"
+    worst+=" ($(grep -h '^new/base 95% intervals' "$BUILD/gpu-ab-$b.txt" | sed 's/^new\/base //'))"
   done
   result "${worst:-no A/B rows}"
   return "$rc"

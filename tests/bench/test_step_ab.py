@@ -119,6 +119,7 @@ class StepAbTest(unittest.TestCase):
         row = [line for line in out.splitlines() if line.startswith("resnet50") and " new " in line][0]
         self.assertEqual(row.split()[-3:], ["1.500", "1.000-1.500", "5"], row)
         self.assertIn("new/base median ratios: max 1.500, min 1.500 over 1 rows", out)
+        self.assertIn("new/base 95% intervals: highest upper end 1.500, lowest lower end 1.000", out)
 
     def test_identical_values_give_an_interval_of_one_point(self):
         cmd, env = self.step_ab("--configs", "fp32", "--rounds", "2")
@@ -127,6 +128,7 @@ class StepAbTest(unittest.TestCase):
         self.assertEqual(len(rows), 2)
         for row in rows:
             self.assertEqual(row.split()[-3:], ["1.500", "1.500-1.500", "2"], row)
+        self.assertIn("new/base 95% intervals: highest upper end 1.500, lowest lower end 1.500", out)
 
     def test_sigterm_leaves_the_table_and_json_of_the_finished_rounds(self):
         cmd, env = self.step_ab("--configs", "fp32,bf16", "--rounds", "100", sleep="0.15")
