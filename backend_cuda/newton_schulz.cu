@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kNormLanes)
     const int length = static_cast<int>(count - begin < math::kNormTile ? count - begin : math::kNormTile);
     const float* __restrict__ tu = u + begin;
     double acc = 0.0;
-    if (length == math::kNormTile && (reinterpret_cast<uintptr_t>(tu) & 15) == 0) {
+    if (length == math::kNormTile && aligned16(tu)) {
       const float4* __restrict__ u4 = reinterpret_cast<const float4*>(tu);
       float4 quads[math::kNormRounds];
 #pragma unroll
@@ -258,12 +258,6 @@ unsigned grid_of(size_t items, unsigned per_block) {
 }
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Whether every pointer is on a 16-byte boundary.
-template <class... P>
-bool aligned16_all(const P*... p) {
-  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
-}
 
 int64_t norm_tiles(size_t r, size_t c) {
   return static_cast<int64_t>((r * c + math::kNormTile - 1) / math::kNormTile);
@@ -532,11 +526,12 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     constexpr Epilogue kE = decltype(epilogue)::value;
     // By quads where a quad lies in one row and every array is 16-byte aligned (the scratch's
     // pieces are 256-byte aligned; out is one of them).
-    const bool quads = nj % 4 == 0 && aligned16_all(l.sums[0], l.sums[1], l.sums[2], out);
-    const size_t items = nb * ni * nj / (quads ? 4 : 1);
-    const unsigned grid = grid_of(items, kElementThreads);
-    // 32-bit indices when the last element plus one grid stride stays below 2^32.
-    const bool narrow = nb * ni * nj + 4 * static_cast<size_t>(grid) * kElementThreads <= size_t{UINT32_MAX};
+    const bool quads = nj % 4 == 0 && aligned16(l.sums[0]) && aligned16(l.sums[1]) && aligned16(l.sums[2]) &&
+                       aligned16(out);
+    const size_t width = quads ? 4 : 1, elements = nb * ni * nj;
+    const unsigned grid = grid_of(elements / width, kElementThreads);
+    // 32-bit indices when the last element plus one grid stride (in elements) stays below 2^32.
+    const bool narrow = elements + width * grid * kElementThreads <= size_t{UINT32_MAX};
     const auto launch = [&](auto kernel, auto index) {
       using Index = decltype(index);
       kernel<<<grid, kElementThreads, 0, stream>>>(l.sums[0], l.sums[1], l.sums[2], static_cast<Index>(nb),

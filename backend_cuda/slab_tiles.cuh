@@ -62,7 +62,7 @@ __device__ __forceinline__ void slab_put4(uint16_t* p, float4 v) {
                                                 math::f32_to_bf16_rne(v.z), math::f32_to_bf16_rne(v.w));
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Whether entry b's rows split into aligned quads on both sides: X's rows (c) and the stored rows
 // (c, or r when transposed) a multiple of 4 and the stored matrix on a 16-byte boundary (the slab's
