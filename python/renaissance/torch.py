@@ -1528,8 +1528,7 @@ class Adam(_Base):
                  "weight_decay": _weight_decay(group)}
         if _amsgrad_value(group.get("amsgrad", False), type(self).__name__):
             hyper["amsgrad"] = True  # only when on: a run without it keeps its keys (Recorder, replay)
-        kind = "adamw" if group.get("decoupled_weight_decay", self.defaults["decoupled_weight_decay"]) else "adam"
-        return kind, _clip(group, hyper, type(self).__name__)
+        return "adamw" if group["decoupled_weight_decay"] else "adam", _clip(group, hyper, type(self).__name__)
 
 
 class AdamW(Adam):

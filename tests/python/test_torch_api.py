@@ -368,8 +368,8 @@ def test_adam_decoupled_weight_decay_per_group():
         l2.step()
         dec.step()
     assert all(same_bits(a, b) for a, b in zip(ps, alone))
+    opt.param_groups[0]["decoupled_weight_decay"] = True
     with pytest.raises(ValueError, match="cannot change the optimizer of a param group from 'adam' to 'adamw'"):
-        opt.param_groups[0]["decoupled_weight_decay"] = True
         opt.step()
 
 
