@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <unordered_set>
 
@@ -117,28 +118,82 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
   validate_param_specs(params);
   // A muon plan places the tensors marked "adamw" in the bias-like group (param.h).
   for (ParamSpec& p : params) p.role = planned_role(p, config_.muon);
+  check_hyperparameter_groups(params);
+  const RoleTotals roles = lay_out_tensors(params);
+  // The arena, region after region (place() appends at arena_bytes_): the families, the model
+  // copy, the scalar blocks, then the tables that only some plans hold, each after every region
+  // that plans without it hold, so that a plan without it is byte for byte the one before it.
+  place_families(roles);
+  if (config_.precision != Precision::kFp32) {
+    place(C_MODEL_COPY, family_elements_, family_elements_, precision_bytes(config_.precision));
+  }
+  const uint64_t f32_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF32;
+  const uint64_t f64_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF64;
+  place(S_SCALAR_FP32, f32_slots, f32_slots, sizeof(float));
+  place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
+  place(S_SCALAR_FP64, f64_slots, f64_slots, sizeof(double));
+  if (config_.has(Family::kN)) place_norm_tiles();
+  // Gradient-norm clipping's tile partials over the whole G family, for every kind: clipping
+  // is an option of the config, not of the plan (a few bytes per 64K parameters).
+  const uint64_t grad_tiles = math::grad_norm_tile_count(region_range(G_BN_BIAS, G_DEEP_CONV).count);
+  place(T_GRAD_NORM_PARTIALS, grad_tiles, grad_tiles, sizeof(double));
+  if (has_runs()) {
+    place(T_HYPER_ITEMS, hyper_items_.size(), hyper_items_.size(), sizeof(HyperItem));
+    place(T_TENSOR_BLOCKS, tensor_blocks_.size(), tensor_blocks_.size(), sizeof(int32_t));
+  }
+  if (config_.tensor_mask) {
+    const uint64_t slots = 2 * static_cast<uint64_t>(tensors_.size());
+    place(S_TENSOR_INT32, slots, slots, sizeof(int32_t));
+  }
+  if (config_.gradient_table) place(S_GRAD_TABLE, tensors_.size(), tensors_.size(), sizeof(uint64_t));
+  // The tensor tables a model copy's writer and a gradient-table reader look elements up in.
+  if (config_.precision != Precision::kFp32 || config_.gradient_table) {
+    plan_tensor_tables();
+    place(T_TENSOR_LIST, table_tensors_.size(), table_tensors_.size(), sizeof(CopyTensor));
+    place(T_TENSOR_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(int32_t));
+    if (config_.gradient_table) place(T_GRAD_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(uint64_t));
+  }
+  if (config_.muon) place_muon();
+}
+
+void MemoryPlan::check_hyperparameter_groups(const std::vector<ParamSpec>& params) {
   const int hyper = config_.hyper_groups;
   if (hyper < 1) throw_invalid("hyper_groups must be >= 1, got " + std::to_string(hyper));
-  const bool mask = config_.tensor_mask;
-  // With the mask every tensor is a run of its own (block = id): items never cross tensors.
-  const bool runs = hyper > 1 || mask;
-  // A Muon plan's weight-group tensors (its matrices) are runs of their own too, so that every
-  // matrix starts an item on the 64-element alignment: a sharded step's cut at a matrix start
-  // (rule M, docs/distributed.md) then splits no item, with groups as without.
-  const bool matrix_runs = runs && config_.muon;
-  if (mask && params.size() > static_cast<size_t>(INT32_MAX / kNumScalarF64)) throw_invalid("tensor_mask: too many parameters");
-  scalar_blocks_ = mask ? std::max<int>(1, static_cast<int>(params.size())) : hyper;
+  if (config_.tensor_mask && params.size() > static_cast<size_t>(INT32_MAX / kNumScalarF64)) {
+    throw_invalid("tensor_mask: too many parameters");
+  }
+  scalar_blocks_ = config_.tensor_mask ? std::max<int>(1, static_cast<int>(params.size())) : hyper;
   for (const ParamSpec& p : params) {
     if (p.hyper_group < 0 || p.hyper_group >= hyper) {
       throw_invalid("parameter '" + p.name + "' has hyperparameter group " + std::to_string(p.hyper_group) +
                     ", the task has " + std::to_string(hyper) + " (valid: 0.." + std::to_string(hyper - 1) + ")");
     }
   }
+}
 
-  // Tensor order inside a family: by role (Region order), then (with H > 1) hyperparameter group,
-  // then declaration order.
-  std::array<uint64_t, kNumRoles> role_elems{};
-  std::array<uint64_t, kNumRoles> role_tensors{};
+// With H > 1 or the mask, every (role, block) run starts on the region alignment and is cut into
+// work items: pads the run [run_start, cursor) to 64 elements and returns its padded end.
+uint64_t MemoryPlan::close_run(uint64_t run_start, uint64_t cursor, uint64_t group_first, int block, Group group) {
+  const uint64_t end = run_start + round_up(cursor - run_start, kPadElements);
+  for (uint64_t at = 0; at < end - run_start; at += kHyperItemElements) {
+    HyperItem item;
+    item.start = static_cast<int64_t>(run_start - group_first + at);
+    item.count = static_cast<int32_t>(std::min<uint64_t>(kHyperItemElements, end - run_start - at));
+    item.block = block;
+    hyper_items_.push_back(item);
+    ++hyper_item_count_[static_cast<int>(group)];
+  }
+  return end;
+}
+
+// Every tensor's place inside a family: by role (Region order), then (with runs) hyperparameter
+// group, then declaration order. With the mask every tensor is a run of its own (block = id), so
+// items never cross tensors; a Muon plan's weight-group tensors (its matrices) are runs of their
+// own too, so that every matrix starts an item on the 64-element alignment: a sharded step's cut
+// at a matrix start (rule M, docs/distributed.md) then splits no item, with groups as without.
+MemoryPlan::RoleTotals MemoryPlan::lay_out_tensors(const std::vector<ParamSpec>& params) {
+  const bool runs = has_runs();
+  const bool matrix_runs = runs && config_.muon;
   tensors_.resize(params.size());
   std::array<std::vector<size_t>, kNumRoles> by_role;
   for (size_t i = 0; i < params.size(); ++i) by_role[static_cast<int>(params[i].role)].push_back(i);
@@ -148,35 +203,21 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
                        [&](size_t a, size_t b) { return params[a].hyper_group < params[b].hyper_group; });
     }
   }
-
+  RoleTotals roles;
   uint64_t family_cursor = 0;  // elements from the family start
-  std::array<uint64_t, kNumRoles> role_padded{};
-  std::array<uint64_t, 2> group_start{};
+  std::array<uint64_t, 2> group_first{};
   std::array<int, 2> group_index{};
-  // With H > 1 every (role, group) run starts on the region alignment and is cut into work items.
-  auto close_run = [&](uint64_t run_start, uint64_t* cursor, int block, Group group) {
-    *cursor = run_start + round_up(*cursor - run_start, kPadElements);
-    const uint64_t first = run_start - group_start[static_cast<int>(group)];
-    for (uint64_t at = 0; at < *cursor - run_start; at += kHyperItemElements) {
-      HyperItem item;
-      item.start = static_cast<int64_t>(first + at);
-      item.count = static_cast<int32_t>(std::min<uint64_t>(kHyperItemElements, *cursor - run_start - at));
-      item.block = block;
-      hyper_items_.push_back(item);
-      ++hyper_item_count_[static_cast<int>(group)];
-    }
-  };
   for (int r = 0; r < kNumRoles; ++r) {
     const Group group = group_of(static_cast<Role>(r));
-    if (r == static_cast<int>(Role::kFcWeight)) group_start[1] = family_cursor;
+    const int g = static_cast<int>(group);
+    if (r == static_cast<int>(Role::kFcWeight)) group_first[1] = family_cursor;
     uint64_t cursor = family_cursor;
     uint64_t run_start = cursor;
     int run_block = -1;
     for (size_t id : by_role[r]) {
-      const int block = mask ? static_cast<int>(id) : params[id].hyper_group;
-      const bool own_run = matrix_runs && group == Group::kWeight;
-      if (runs && (block != run_block || own_run)) {
-        if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
+      const int block = config_.tensor_mask ? static_cast<int>(id) : params[id].hyper_group;
+      if (runs && (block != run_block || (matrix_runs && group == Group::kWeight))) {
+        if (run_block >= 0) cursor = close_run(run_start, cursor, group_first[g], run_block, group);
         run_start = cursor;
         run_block = block;
       }
@@ -184,15 +225,15 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
       t.spec = params[id];
       t.numel = params[id].numel();
       t.offset_in_family = cursor;
-      t.offset_in_group = cursor - group_start[static_cast<int>(group)];
-      t.index_in_group = group_index[static_cast<int>(group)]++;
+      t.offset_in_group = cursor - group_first[g];
+      t.index_in_group = group_index[g]++;
       cursor += static_cast<uint64_t>(t.numel);
-      role_elems[r] += static_cast<uint64_t>(t.numel);
+      roles.elems[r] += static_cast<uint64_t>(t.numel);
     }
-    if (run_block >= 0) close_run(run_start, &cursor, run_block, group);
-    role_tensors[r] = by_role[r].size();
-    role_padded[r] = round_up(cursor - family_cursor, kPadElements);
-    family_cursor += role_padded[r];
+    if (run_block >= 0) cursor = close_run(run_start, cursor, group_first[g], run_block, group);
+    roles.tensors[r] = by_role[r].size();
+    roles.padded[r] = round_up(cursor - family_cursor, kPadElements);
+    family_cursor += roles.padded[r];
   }
   if (runs) {
     tensor_blocks_.assign(static_cast<size_t>(group_index[1]), 0);
@@ -202,27 +243,56 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     }
   }
   group_tensor_count_ = group_index;
+  return roles;
+}
 
-  uint64_t offset = 0;
-  auto place = [&](Region region, uint64_t count, uint64_t used, uint32_t elem_size) {
-    RegionInfo& info = regions_[region];
-    info.offset = offset;
-    info.count = count;
-    info.used = used;
-    info.elem_size = elem_size;
-    info.allocated = true;
-    offset += round_up(count * elem_size, kRegionAlignBytes);
-  };
-  auto place_family = [&](Family family) {
-    for (int r = 0; r < kNumRoles; ++r) {
-      place(family_region(family, static_cast<Role>(r)), role_padded[r], role_elems[r], family_info(family).elem_bytes);
-    }
-  };
+void MemoryPlan::place(Region region, uint64_t count, uint64_t used, uint32_t elem_size) {
+  regions_[region] = RegionInfo{arena_bytes_, count, used, elem_size, true};
+  arena_bytes_ += round_up(count * elem_size, kRegionAlignBytes);
+}
+
+// The six role regions of a family, one after another, each aligned.
+void MemoryPlan::place_family(Family family, const RoleTotals& roles) {
+  for (int r = 0; r < kNumRoles; ++r) {
+    place(family_region(family, static_cast<Role>(r)), roles.padded[r], roles.elems[r], family_info(family).elem_bytes);
+  }
+}
+
+// Six role regions packed without alignment gaps from the arena's end, each `count` elements of
+// `bytes`: role r's region starts at the sum of the earlier roles' counts.
+void MemoryPlan::place_packed(Family family, const std::array<uint64_t, kNumRoles>& count,
+                              const std::array<uint64_t, kNumRoles>& used, uint32_t bytes) {
+  uint64_t cursor = arena_bytes_;
+  for (int r = 0; r < kNumRoles; ++r) {
+    regions_[family_region(family, static_cast<Role>(r))] = RegionInfo{cursor, count[r], used[r], bytes, true};
+    cursor += count[r] * bytes;
+  }
+  arena_bytes_ = round_up(cursor, kRegionAlignBytes);
+}
+
+// A family of optimizer state in a plan that holds a slice of it (MemoryPlan::state_sliced):
+// element e at base + bytes * e for e in [first, state_end_), stored compactly; base is computed
+// past W and G, so it does not wrap.
+void MemoryPlan::place_state_slice(Family family, const RoleTotals& roles) {
+  const uint64_t first = state_begin_ / kPadElements * kPadElements;
+  const uint32_t bytes = family_info(family).elem_bytes;
+  const uint64_t base = arena_bytes_ - first * bytes;
+  uint64_t start = 0;
+  for (int r = 0; r < kNumRoles; ++r) {
+    regions_[family_region(family, static_cast<Role>(r))] =
+        RegionInfo{base + start * bytes, roles.padded[r], roles.elems[r], bytes, true};
+    start += roles.padded[r];
+  }
+  arena_bytes_ += round_up(round_up(state_end_ - first, kPadElements) * bytes, kRegionAlignBytes);
+}
+
+// W, G and then the other families the config holds, in kFamilyTable's order.
+void MemoryPlan::place_families(const RoleTotals& roles) {
   if (!config_.has(Family::kW) || !config_.has(Family::kG)) throw_invalid("plan: every plan holds W and G");
   if (config_.has(Family::kVmax) && !config_.has(Family::kV)) {
     throw_invalid("plan: the VMAX family (amsgrad) needs the V family");
   }
-  place_family(Family::kW);
+  place_family(Family::kW, roles);
   if (config_.model_dtype_gradients) {
     if (config_.precision == Precision::kFp32) {
       throw_invalid("model-dtype gradients need a " + precision_names_text(true) +
@@ -230,152 +300,82 @@ MemoryPlan::MemoryPlan(std::vector<ParamSpec> params, PlanConfig config) : confi
     }
     // G in the model dtype, packed like C_MODEL_COPY: role r starts family-element-offset * the
     // encoding's bytes in.
-    const uint32_t elem = precision_bytes(config_.precision);
-    uint64_t cursor = offset;
-    for (int r = 0; r < kNumRoles; ++r) {
-      RegionInfo& info = regions_[family_region(Family::kG, static_cast<Role>(r))];
-      info.offset = cursor;
-      info.count = role_padded[r];
-      info.used = role_elems[r];
-      info.elem_size = elem;
-      info.allocated = true;
-      cursor += role_padded[r] * elem;
-    }
-    offset = round_up(cursor, kRegionAlignBytes);
+    place_packed(Family::kG, roles.padded, roles.elems, precision_bytes(config_.precision));
   } else {
-    place_family(Family::kG);
+    place_family(Family::kG, roles);
   }
-  set_state_slice(family_cursor);
-  auto place_state = [&](Family family) {
-    if (!state_sliced()) return place_family(family);
-    // The compact slice (MemoryPlan::state_sliced): element e of the family at base + bytes * e for
-    // e in [first, state_end_); `offset` is past W and G, so base does not wrap.
-    const uint64_t first = state_begin_ / kPadElements * kPadElements;
-    const uint32_t bytes = family_info(family).elem_bytes;
-    const uint64_t base = offset - first * bytes;
-    uint64_t start = 0;
-    for (int r = 0; r < kNumRoles; ++r) {
-      RegionInfo& info = regions_[family_region(family, static_cast<Role>(r))];
-      info = RegionInfo{base + start * bytes, role_padded[r], role_elems[r], bytes, true};
-      start += role_padded[r];
-    }
-    offset += round_up(round_up(state_end_ - first, kPadElements) * bytes, kRegionAlignBytes);
-  };
-  // One trust ratio per tensor, packed without per-role padding so that the weight group's
-  // ratios form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
-  auto place_per_tensor = [&](Family family) {
-    uint64_t cursor = offset;
-    for (int r = 0; r < kNumRoles; ++r) {
-      RegionInfo& info = regions_[family_region(family, static_cast<Role>(r))];
-      info.offset = cursor;
-      info.count = info.used = role_tensors[r];
-      info.elem_size = family_info(family).elem_bytes;
-      info.allocated = true;
-      cursor += role_tensors[r] * family_info(family).elem_bytes;
-    }
-    offset = round_up(cursor, kRegionAlignBytes);
-  };
-  // The families after W and G, in kFamilyTable's order.
+  set_state_slice(std::accumulate(roles.padded.begin(), roles.padded.end(), uint64_t{0}));
   for (Family family : kFamiliesInOrder) {
     const FamilyInfo& info = family_info(family);
     if (info.order < 2 || !config_.has(family)) continue;
     if (info.extent == FamilyExtent::kPerTensor) {
-      place_per_tensor(family);
-    } else if (info.optimizer_state) {
-      place_state(family);
+      // One element per tensor, packed without per-role padding so that the weight group's
+      // elements form one array indexed by TensorInfo::index_in_group (NormTile::tensor).
+      place_packed(family, roles.tensors, roles.tensors, info.elem_bytes);
+    } else if (info.optimizer_state && state_sliced()) {
+      place_state_slice(family, roles);
     } else {
-      place_family(family);
+      place_family(family, roles);
     }
   }
-  if (config_.precision != Precision::kFp32) {
-    place(C_MODEL_COPY, family_cursor, family_cursor, precision_bytes(config_.precision));
-  }
-  const uint64_t f32_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF32;
-  const uint64_t f64_slots = static_cast<uint64_t>(scalar_blocks_) * kNumScalarF64;
-  place(S_SCALAR_FP32, f32_slots, f32_slots, sizeof(float));
-  place(S_SCALAR_INT32, kNumScalarI32, kNumScalarI32, sizeof(int32_t));
-  place(S_SCALAR_FP64, f64_slots, f64_slots, sizeof(double));
+}
 
-  if (config_.has(Family::kN)) {
-    // The canonical norm tiles (math/norm_reduction.h) over the weight group's tensors.
-    std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
-    for (const TensorInfo& t : tensors_) {
-      if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
+std::vector<const TensorInfo*> MemoryPlan::weight_group_tensors() const {
+  std::vector<const TensorInfo*> weight(group_tensor_count_[1], nullptr);
+  for (const TensorInfo& t : tensors_) {
+    if (group_of(t.spec.role) == Group::kWeight) weight[t.index_in_group] = &t;
+  }
+  return weight;
+}
+
+// The canonical norm tiles (math/norm_reduction.h) over the weight group's tensors, and their
+// regions.
+void MemoryPlan::place_norm_tiles() {
+  const std::vector<const TensorInfo*> weight = weight_group_tensors();
+  for (size_t k = 0; k < weight.size(); ++k) {
+    const TensorInfo& t = *weight[k];
+    NormTensor lt;
+    lt.first_tile = static_cast<int64_t>(norm_tiles_.size());
+    for (int64_t start = 0; start < t.numel; start += math::kNormTile) {
+      NormTile tile;
+      tile.start = static_cast<int64_t>(t.offset_in_group) + start;
+      tile.length = static_cast<int32_t>(std::min<int64_t>(math::kNormTile, t.numel - start));
+      tile.tensor = static_cast<int32_t>(k);
+      norm_tiles_.push_back(tile);
     }
-    for (size_t k = 0; k < weight_tensors.size(); ++k) {
-      const TensorInfo& t = *weight_tensors[k];
-      NormTensor lt;
-      lt.first_tile = static_cast<int64_t>(norm_tiles_.size());
-      for (int64_t start = 0; start < t.numel; start += math::kNormTile) {
-        NormTile tile;
-        tile.start = static_cast<int64_t>(t.offset_in_group) + start;
-        tile.length = static_cast<int32_t>(std::min<int64_t>(math::kNormTile, t.numel - start));
-        tile.tensor = static_cast<int32_t>(k);
-        norm_tiles_.push_back(tile);
-      }
-      lt.tile_count = static_cast<int64_t>(norm_tiles_.size()) - lt.first_tile;
-      norm_tensors_.push_back(lt);
+    lt.tile_count = static_cast<int64_t>(norm_tiles_.size()) - lt.first_tile;
+    norm_tensors_.push_back(lt);
+  }
+  const uint64_t tiles = norm_tiles_.size();
+  const uint64_t partials = math::kNormComponents * tiles;
+  place(T_NORM_PARTIALS, partials, partials, sizeof(double));
+  place(T_NORM_TILES, tiles, tiles, sizeof(NormTile));
+  place(T_NORM_TENSORS, norm_tensors_.size(), norm_tensors_.size(), sizeof(NormTensor));
+}
+
+// Muon's regions after every other one (docs/design.md): U in the weight group span's layout,
+// the matrix table, the scratch of the largest matrix.
+void MemoryPlan::place_muon() {
+  if (!config_.has(Family::kN)) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
+  for (const TensorInfo* t : weight_group_tensors()) {
+    MuonMatrix m = muon_matrix(t->spec.shape, config_.muon_adjust_lr);
+    m.start = static_cast<int64_t>(t->offset_in_group);
+    const uint64_t longer = static_cast<uint64_t>(std::max(m.rows, m.cols));
+    if (t->numel > 0 && longer > math::kExactMatmulMaxK) {
+      throw_invalid("muon: parameter '" + t->spec.name + "' viewed as a " + std::to_string(m.rows) + " x " +
+                    std::to_string(m.cols) + " matrix is longer than the exact product's limit of " +
+                    std::to_string(math::kExactMatmulMaxK));
     }
-    const uint64_t tiles = norm_tiles_.size();
-    const uint64_t partials = math::kNormComponents * tiles;
-    place(T_NORM_PARTIALS, partials, partials, sizeof(double));
-    place(T_NORM_TILES, tiles, tiles, sizeof(NormTile));
-    place(T_NORM_TENSORS, norm_tensors_.size(), norm_tensors_.size(), sizeof(NormTensor));
-  }
-  // Gradient-norm clipping's tile partials over the whole G family, for every kind: clipping
-  // is an option of the config, not of the plan (a few bytes per 64K parameters).
-  const uint64_t g_count = region_range(G_BN_BIAS, G_DEEP_CONV).count;
-  const uint64_t grad_tiles = math::grad_norm_tile_count(g_count);
-  place(T_GRAD_NORM_PARTIALS, grad_tiles, grad_tiles, sizeof(double));
-  if (runs) {
-    place(T_HYPER_ITEMS, hyper_items_.size(), hyper_items_.size(), sizeof(HyperItem));
-    place(T_TENSOR_BLOCKS, tensor_blocks_.size(), tensor_blocks_.size(), sizeof(int32_t));
-  }
-  if (mask) {
-    const uint64_t slots = 2 * static_cast<uint64_t>(tensors_.size());
-    place(S_TENSOR_INT32, slots, slots, sizeof(int32_t));
-  }
-  if (config_.gradient_table) {
-    const uint64_t slots = tensors_.size();
-    place(S_GRAD_TABLE, slots, slots, sizeof(uint64_t));
-  }
-  // The tensor tables a model copy's writer and a gradient-table reader look elements up in,
-  // after every other region (a plan without either is byte for byte the one before them).
-  if (config_.precision != Precision::kFp32 || config_.gradient_table) {
-    plan_tensor_tables();
-    place(T_TENSOR_LIST, table_tensors_.size(), table_tensors_.size(), sizeof(CopyTensor));
-    place(T_TENSOR_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(int32_t));
-    if (config_.gradient_table) place(T_GRAD_CHUNKS, table_chunks_.size(), table_chunks_.size(), sizeof(uint64_t));
-  }
-  if (config_.muon) {
-    // Muon's regions after every other one (docs/design.md): U in the weight group span's
-    // layout, the matrix table, the scratch of the largest matrix.
-    if (!config_.has(Family::kN)) throw_invalid("plan: muon needs the N family (each matrix's adjusted lr)");
-    std::vector<const TensorInfo*> weight_tensors(group_tensor_count_[1], nullptr);
-    for (const TensorInfo& t : tensors_) {
-      if (group_of(t.spec.role) == Group::kWeight) weight_tensors[t.index_in_group] = &t;
+    if (t->numel > 0) {
+      muon_scratch_floats_ = std::max(muon_scratch_floats_, renaissance::muon_scratch_floats(
+                                                                static_cast<uint64_t>(m.rows), static_cast<uint64_t>(m.cols)));
     }
-    for (const TensorInfo* t : weight_tensors) {
-      MuonMatrix m = muon_matrix(t->spec.shape, config_.muon_adjust_lr);
-      m.start = static_cast<int64_t>(t->offset_in_group);
-      const uint64_t longer = static_cast<uint64_t>(std::max(m.rows, m.cols));
-      if (t->numel > 0 && longer > math::kExactMatmulMaxK) {
-        throw_invalid("muon: parameter '" + t->spec.name + "' viewed as a " + std::to_string(m.rows) + " x " +
-                      std::to_string(m.cols) + " matrix is longer than the exact product's limit of " +
-                      std::to_string(math::kExactMatmulMaxK));
-      }
-      if (t->numel > 0) {
-        muon_scratch_floats_ = std::max(muon_scratch_floats_, renaissance::muon_scratch_floats(
-                                                                  static_cast<uint64_t>(m.rows), static_cast<uint64_t>(m.cols)));
-      }
-      muon_matrices_.push_back(m);
-    }
-    const uint64_t u_count = group_span(Family::kW, Group::kWeight).count;
-    place(T_MUON_UPDATE, u_count, u_count, sizeof(float));
-    place(T_MUON_MATRICES, muon_matrices_.size(), muon_matrices_.size(), sizeof(MuonMatrix));
-    place(T_MUON_SCRATCH, muon_scratch_floats_, muon_scratch_floats_, sizeof(float));
+    muon_matrices_.push_back(m);
   }
-  arena_bytes_ = offset;
+  const uint64_t u_count = group_span(Family::kW, Group::kWeight).count;
+  place(T_MUON_UPDATE, u_count, u_count, sizeof(float));
+  place(T_MUON_MATRICES, muon_matrices_.size(), muon_matrices_.size(), sizeof(MuonMatrix));
+  place(T_MUON_SCRATCH, muon_scratch_floats_, muon_scratch_floats_, sizeof(float));
 }
 
 void MemoryPlan::plan_tensor_tables() {

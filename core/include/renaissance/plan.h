@@ -222,7 +222,25 @@ class MemoryPlan {
   std::string describe() const;
 
  private:
+  // The constructor's steps (plan.cc), in the order it takes them; place*() append regions at
+  // the arena's end, arena_bytes_.
+  struct RoleTotals {  // per role: tensor elements, tensors, elements with the runs' padding
+    std::array<uint64_t, kNumRoles> elems{}, tensors{}, padded{};
+  };
+  bool has_runs() const { return config_.hyper_groups > 1 || config_.tensor_mask; }
+  void check_hyperparameter_groups(const std::vector<ParamSpec>& params);
+  RoleTotals lay_out_tensors(const std::vector<ParamSpec>& params);
+  uint64_t close_run(uint64_t run_start, uint64_t cursor, uint64_t group_first, int block, Group group);
   void set_state_slice(uint64_t family_elements);
+  void place(Region region, uint64_t count, uint64_t used, uint32_t elem_size);
+  void place_family(Family family, const RoleTotals& roles);
+  void place_packed(Family family, const std::array<uint64_t, kNumRoles>& count,
+                    const std::array<uint64_t, kNumRoles>& used, uint32_t bytes);
+  void place_state_slice(Family family, const RoleTotals& roles);
+  void place_families(const RoleTotals& roles);
+  std::vector<const TensorInfo*> weight_group_tensors() const;  // by index_in_group
+  void place_norm_tiles();
+  void place_muon();
 
   PlanConfig config_;
   std::vector<TensorInfo> tensors_;
