@@ -495,7 +495,7 @@ uint64_t MemoryPlan::tensor_offset(Family family, size_t id) const {
   }
   const TensorInfo& t = tensors_.at(id);
   if (family_info(family).extent == FamilyExtent::kPerTensor) {
-    // One element per tensor: the regions are packed per group (see the constructor).
+    // One element per tensor: the regions are packed per group (place_families).
     const RegionInfo& first = regions_[family_region(family, group_of(t.spec.role) == Group::kWeight
                                                                  ? Role::kFcWeight
                                                                  : Role::kBnBias)];
