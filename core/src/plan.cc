@@ -258,31 +258,30 @@ void MemoryPlan::place_family(Family family, const RoleTotals& roles) {
   }
 }
 
-// Six role regions packed without alignment gaps from the arena's end, each `count` elements of
-// `bytes`: role r's region starts at the sum of the earlier roles' counts.
+// Six role regions of a family packed one after another from byte `at`, each `count` elements of
+// `bytes` (no alignment gap between roles); returns the byte after the last.
+uint64_t MemoryPlan::pack_roles(Family family, uint64_t at, const std::array<uint64_t, kNumRoles>& count,
+                                const std::array<uint64_t, kNumRoles>& used, uint32_t bytes) {
+  for (int r = 0; r < kNumRoles; ++r) {
+    regions_[family_region(family, static_cast<Role>(r))] = RegionInfo{at, count[r], used[r], bytes, true};
+    at += count[r] * bytes;
+  }
+  return at;
+}
+
+// The same at the arena's end, which moves past them to the next aligned byte.
 void MemoryPlan::place_packed(Family family, const std::array<uint64_t, kNumRoles>& count,
                               const std::array<uint64_t, kNumRoles>& used, uint32_t bytes) {
-  uint64_t cursor = arena_bytes_;
-  for (int r = 0; r < kNumRoles; ++r) {
-    regions_[family_region(family, static_cast<Role>(r))] = RegionInfo{cursor, count[r], used[r], bytes, true};
-    cursor += count[r] * bytes;
-  }
-  arena_bytes_ = round_up(cursor, kRegionAlignBytes);
+  arena_bytes_ = round_up(pack_roles(family, arena_bytes_, count, used, bytes), kRegionAlignBytes);
 }
 
 // A family of optimizer state in a plan that holds a slice of it (MemoryPlan::state_sliced):
-// element e at base + bytes * e for e in [first, state_end_), stored compactly; base is computed
-// past W and G, so it does not wrap.
+// element e at base + bytes * e for e in [first, state_end_), stored compactly from the arena's
+// end; base is computed past W and G, so it does not wrap.
 void MemoryPlan::place_state_slice(Family family, const RoleTotals& roles) {
   const uint64_t first = state_begin_ / kPadElements * kPadElements;
   const uint32_t bytes = family_info(family).elem_bytes;
-  const uint64_t base = arena_bytes_ - first * bytes;
-  uint64_t start = 0;
-  for (int r = 0; r < kNumRoles; ++r) {
-    regions_[family_region(family, static_cast<Role>(r))] =
-        RegionInfo{base + start * bytes, roles.padded[r], roles.elems[r], bytes, true};
-    start += roles.padded[r];
-  }
+  pack_roles(family, arena_bytes_ - first * bytes, roles.padded, roles.elems, bytes);
   arena_bytes_ += round_up(round_up(state_end_ - first, kPadElements) * bytes, kRegionAlignBytes);
 }
 

@@ -234,6 +234,8 @@ class MemoryPlan {
   void set_state_slice(uint64_t family_elements);
   void place(Region region, uint64_t count, uint64_t used, uint32_t elem_size);
   void place_family(Family family, const RoleTotals& roles);
+  uint64_t pack_roles(Family family, uint64_t at, const std::array<uint64_t, kNumRoles>& count,
+                      const std::array<uint64_t, kNumRoles>& used, uint32_t bytes);
   void place_packed(Family family, const std::array<uint64_t, kNumRoles>& count,
                     const std::array<uint64_t, kNumRoles>& used, uint32_t bytes);
   void place_state_slice(Family family, const RoleTotals& roles);
