@@ -27,7 +27,8 @@ namespace renaissance {
 namespace cuda {
 namespace {
 
-constexpr int kScaleThreads = 256;
+// Sets with inner == 1 (rows of a row-major matrix): one warp per vector, kRowWarps per block.
+constexpr int kRowWarps = 8;
 // Sets with inner != 1 (columns of a row-major matrix): a block of kColVectors x kColRows threads
 // takes kColVectors adjacent vectors, lane = vector, so that a warp reads one position of 32
 // vectors (adjacent floats when outer == 1); the digits go through a shared tile of kColP
@@ -67,46 +68,41 @@ __device__ __forceinline__ math::FixedPointDigits element_digits(const VectorSet
   return math::fixed_point_digits(zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift));
 }
 
-// A set with inner == 1 (rows of a row-major matrix), scales and digits in one pass: one block of
-// kScaleThreads threads per vector g = m * count + v (grid-stride over the nb * count vectors),
-// its threads adjacent positions. First the vector's largest magnitude and whether it is finite
-// (element p = v taken as +0.0f with set.zero_diagonal), a max and an "or" over the block (exact in
-// any order), hence its shift, written at g; then its digits from the same elements (read again,
-// from cache), each thread four adjacent positions as one 32-bit word per digit plane at
-// [g * kp + p] (kp and the planes' alignment: exact_matmul_internal.cuh), zeros past len.
-__global__ void __launch_bounds__(kScaleThreads)
+// A set with inner == 1 (rows of a row-major matrix), scales and digits in one pass: one warp
+// per vector g = m * count + v (kRowWarps warps per block, grid-stride over the nb * count
+// vectors), its lanes adjacent positions. First the vector's largest magnitude and whether it is
+// finite (element p = v taken as +0.0f with set.zero_diagonal), a max and an "or" over the warp's
+// lanes (exact in any order), hence its shift, written at g; then its digits from the same
+// elements (read again, from cache), each lane four adjacent positions as one 32-bit word per
+// digit plane at [g * kp + p] (kp and the planes' alignment: exact_matmul_internal.cuh), zeros
+// past len.
+__global__ void __launch_bounds__(32 * kRowWarps)
     row_digits_kernel(const VectorSet set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
                       SkipFlags skip) {
   if (skip_now(skip)) return;
-  __shared__ float amax[kScaleThreads];
-  __shared__ int bad[kScaleThreads];
-  for (size_t g = blockIdx.x; g < set.nb * set.count; g += gridDim.x) {
+  const int lane = threadIdx.x % 32;
+  const size_t vectors = set.nb * set.count, stride = static_cast<size_t>(gridDim.x) * kRowWarps;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32; g < vectors; g += stride) {
     const size_t v = g % set.count;
     const float* vector = set.base + (g / set.count) * set.mstride + v * set.outer;
     float mx = 0.0f;
     int nonfinite = 0;
-    for (size_t p = threadIdx.x; p < set.len; p += blockDim.x) {
+    for (size_t p = lane; p < set.len; p += 32) {
       const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p]);
       if (!isfinite(x)) nonfinite = 1;
       else if (x > mx) mx = x;
     }
-    amax[threadIdx.x] = mx;
-    bad[threadIdx.x] = nonfinite;
-    __syncthreads();
-    for (int s = kScaleThreads / 2; s > 0; s /= 2) {
-      if (threadIdx.x < s) {
-        amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);  // a max: exact in any order
-        bad[threadIdx.x] |= bad[threadIdx.x + s];
-      }
-      __syncthreads();
+    for (int o = 16; o > 0; o /= 2) {  // every lane of the warp has the same g: the whole warp takes part
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // a max: exact in any order
+      nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, o);
     }
-    const bool vector_finite = bad[0] == 0;
-    const int vector_shift = vector_finite ? math::fixed_point_shift(amax[0]) : 0;
-    if (threadIdx.x == 0) {
+    const bool vector_finite = nonfinite == 0;
+    const int vector_shift = vector_finite ? math::fixed_point_shift(mx) : 0;
+    if (lane == 0) {
       finite[g] = vector_finite;
       shift[g] = vector_shift;
     }
-    for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * static_cast<size_t>(blockDim.x)) {
+    for (size_t p0 = 4 * static_cast<size_t>(lane); p0 < kp; p0 += 4 * 32) {
       uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
       for (int q = 0; q < 4; ++q) {  // the lower position in the lower byte, as in memory
         const math::FixedPointDigits d = element_digits(set, vector, v, p0 + q, vector_finite, vector_shift);
@@ -118,7 +114,6 @@ __global__ void __launch_bounds__(kScaleThreads)
       *reinterpret_cast<uint32_t*>(lo + g * kp + p0) = word_lo;
       if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + g * kp + p0) = word_sum;
     }
-    __syncthreads();  // amax/bad are rewritten by the next vector
   }
 }
 
@@ -433,8 +428,8 @@ void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int
                                                                                             lo, sum, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul scales and digits");
   } else {
-    row_digits_kernel<<<grid_of(set.nb * set.count, 1), kScaleThreads, 0, stream>>>(set, kp, shift, finite, hi, lo,
-                                                                                      sum, skip);
+    row_digits_kernel<<<grid_of(set.nb * set.count, kRowWarps), 32 * kRowWarps, 0, stream>>>(set, kp, shift, finite,
+                                                                                               hi, lo, sum, skip);
     RN_CUDA_CHECK_LAUNCH("exact matmul scales and digits");
   }
 }
