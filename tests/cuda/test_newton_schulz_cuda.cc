@@ -273,6 +273,16 @@ TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
     EXPECT_EQ(differing_bits(k.reference, out, "batched 64x256"), 0u);
   }
   {
+    // Sides past one tile of the products and of the conversion kernels: 200 rows of X (the
+    // digits of each a warp's work), 700 columns (22 tiles of 32 vectors, the last partial), k of
+    // 704 and 224 digits.
+    const ClassCase k({{200, 700}, {700, 200}}, 23, 0.02f);
+    std::vector<float> out(k.u.size(), -3.0f);
+    EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
+                                                    cuda::NewtonSchulzMode::kExact));
+    EXPECT_EQ(differing_bits(k.reference, out, "batched 200x700"), 0u);
+  }
+  {
     // Square, several entries, huge and tiny scales side by side (each matrix its own norm).
     ClassCase k({{96, 96}, {96, 96}}, 31, 1e30f);
     const ClassCase tiny({{96, 96}}, 33, 1e-27f);
