@@ -265,23 +265,18 @@ TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
 #if RENAISSANCE_WITH_CUDA
   // Sides that are multiples of 4 take cuBLASLt's int8 products (the GPU machine has the library:
   // its absence would be a failure here, not a fallback); both orientations in one class.
-  {
-    const ClassCase k({{64, 256}, {256, 64}, {64, 256}}, 21, 0.02f);
+  auto expect_batched_bits = [](const ClassCase& k, const char* what) {
     std::vector<float> out(k.u.size(), -3.0f);
     EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
-                                                    cuda::NewtonSchulzMode::kExact));
-    EXPECT_EQ(differing_bits(k.reference, out, "batched 64x256"), 0u);
-  }
-  {
-    // Sides past one tile of the products and of the conversion kernels: 200 rows of X (the
-    // digits of each a warp's work), 700 columns (22 tiles of 32 vectors, the last partial), k of
-    // 704 and 224 digits.
-    const ClassCase k({{200, 700}, {700, 200}}, 23, 0.02f);
-    std::vector<float> out(k.u.size(), -3.0f);
-    EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
-                                                    cuda::NewtonSchulzMode::kExact));
-    EXPECT_EQ(differing_bits(k.reference, out, "batched 200x700"), 0u);
-  }
+                                                    cuda::NewtonSchulzMode::kExact))
+        << what;
+    EXPECT_EQ(differing_bits(k.reference, out, what), 0u);
+  };
+  expect_batched_bits(ClassCase({{64, 256}, {256, 64}, {64, 256}}, 21, 0.02f), "batched 64x256");
+  // Sides past one tile of the products and of the digit kernels: 200 rows of X (a warp each in
+  // the row kernel), 700 columns (22 tiles of 32 vectors in the column kernel, the last partial),
+  // k of 704 and 224 digits.
+  expect_batched_bits(ClassCase({{200, 700}, {700, 200}}, 23, 0.02f), "batched 200x700");
   {
     // Square, several entries, huge and tiny scales side by side (each matrix its own norm).
     ClassCase k({{96, 96}, {96, 96}}, 31, 1e30f);
@@ -290,10 +285,7 @@ TEST(NewtonSchulzCuda, BatchedClassesEqualTheReferenceBitForBit) {
     k.cols.push_back(96);
     k.u.insert(k.u.end(), tiny.u.begin(), tiny.u.end());
     k.reference.insert(k.reference.end(), tiny.reference.begin(), tiny.reference.end());
-    std::vector<float> out(k.u.size(), -3.0f);
-    EXPECT_TRUE(cuda::newton_schulz_batch_on_device(k.u.data(), k.rows, k.cols, out.data(),
-                                                    cuda::NewtonSchulzMode::kExact));
-    EXPECT_EQ(differing_bits(k.reference, out, "batched 96x96"), 0u);
+    expect_batched_bits(k, "batched 96x96");
   }
   {
     // Other coefficients and steps.
