@@ -312,9 +312,20 @@ struct Layout {
   }
 };
 
+// The three planes of a digit operand or of the int32 sums, one after another: each product's three
+// planes are then one strided batch of 3 * nb (plane d of entry b at d * nb + b), so that cuBLASLt
+// runs them as one product (a third fewer waves than three products of nb).
+template <class T>
+struct Planes {
+  T* base;
+  T* operator[](int d) const { return base + static_cast<size_t>(d) * per_plane; }
+  size_t per_plane;
+};
+
 // The scratch of a batch of nb entries. Exact: the norm, X, A/B, cuBLASLt's workspace, the
 // diagonals of A and of B (r per matrix), the scales and finiteness of the left (up to c vectors
-// per matrix) and right (r) operands, the three digit arrays of each, the three int32 sums. Fast:
+// per matrix) and right (r) operands, room for the three digit planes of each, for the three int32
+// sums of the largest product. Fast:
 // the norm, cuBLASLt's workspace and bf16 slabs of X, its next value, A and B (2 B per element).
 struct BatchLayout {
   double* partials;
@@ -322,9 +333,9 @@ struct BatchLayout {
   float *diag_a, *diag_b;  // exact mode: diag(A), written by the A combine; diag(B), by the B combine
   uint16_t *xh, *xh_next, *gramh, *gram2h;  // fast mode's bf16 slabs
   int *left_shift, *left_finite, *right_shift, *right_finite;
-  int8_t* left_digits[3];   // hi, lo, hi + lo
-  int8_t* right_digits[3];
-  int32_t* sums[3];         // HH, LL, SS
+  int8_t* left_digits;   // hi, lo, hi + lo planes (Planes)
+  int8_t* right_digits;
+  int32_t* sums;         // HH, LL, SS planes
   void* workspace;
   size_t total;
   BatchLayout(NewtonSchulzMode mode, size_t nb, size_t r, size_t c, void* scratch) {
@@ -343,7 +354,8 @@ struct BatchLayout {
       gramh = k.take<uint16_t>(nb * r * r);
       gram2h = k.take<uint16_t>(nb * r * r);
       left_shift = left_finite = right_shift = right_finite = nullptr;
-      for (int d = 0; d < 3; ++d) left_digits[d] = right_digits[d] = nullptr, sums[d] = nullptr;
+      left_digits = right_digits = nullptr;
+      sums = nullptr;
     } else {
       xh = xh_next = gramh = gram2h = nullptr;
       diag_a = k.take<float>(nb * r);
@@ -352,9 +364,9 @@ struct BatchLayout {
       left_finite = k.take<int>(nb * c);
       right_shift = k.take<int>(nb * r);
       right_finite = k.take<int>(nb * r);
-      for (int d = 0; d < 3; ++d) left_digits[d] = k.take<int8_t>(nb * std::max(r * kpc, c * kpr));
-      for (int d = 0; d < 3; ++d) right_digits[d] = k.take<int8_t>(nb * r * kpr);
-      for (int d = 0; d < 3; ++d) sums[d] = k.take<int32_t>(nb * r * c);
+      left_digits = k.take<int8_t>(3 * nb * std::max(r * kpc, c * kpr));
+      right_digits = k.take<int8_t>(3 * nb * r * kpr);
+      sums = k.take<int32_t>(3 * nb * r * c);
     }
     total = k.at;
   }
@@ -430,19 +442,21 @@ NewtonSchulzBatch::NewtonSchulzBatch(size_t r, size_t c, std::vector<NewtonSchul
       }
     } else if (padded_k(c) <= kDigitSumMaxK) {
       // Digit arrays hold one vector per row (k contiguous, padded to kp): the products read them
-      // as column-major kp x count, A transposed (cuBLASLt's int8 "TN" form).
+      // as column-major kp x count, A transposed (cuBLASLt's int8 "TN" form); the three digit
+      // planes of an operand follow one another, so each product is one batch of 3 * nb (Planes).
+      const int planes_batch = 3 * batch;
       const int64_t kpr = static_cast<int64_t>(padded_k(r)), kpc = static_cast<int64_t>(padded_k(c));
       const uint64_t ukpr = static_cast<uint64_t>(kpr), ukpc = static_cast<uint64_t>(kpc);
       gram_ = LtMatmul::plan(LtProduct::kInt8, {ukpc, r, kpc, ri * kpc, true}, {ukpc, r, kpc, ri * kpc, false},
-                             {r, r, ri, ri * ri}, batch, &why);  // A = X X^T from X's row digits
+                             {r, r, ri, ri * ri}, planes_batch, &why);  // A = X X^T from X's row digits
       if (gram_) {
         square_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, r, kpr, ri * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
-                                 {r, r, ri, ri * ri}, batch, &why);  // P' = O O (O symmetric: its row digits)
+                                 {r, r, ri, ri * ri}, planes_batch, &why);  // P' = O O (O symmetric: its row digits)
       }
       if (square_) {
         // Q'^T (c x r) = X^T O_B^T from X's column digits and O_B's row digits: row-major Q'.
         apply_ = LtMatmul::plan(LtProduct::kInt8, {ukpr, c, kpr, ci * kpr, true}, {ukpr, r, kpr, ri * kpr, false},
-                                {c, r, ci, ri * ci}, batch, &why);
+                                {c, r, ci, ri * ci}, planes_batch, &why);
       }
     } else {
       why = "k = " + std::to_string(c) + " is above the int32 bound of the three-product form";
@@ -512,21 +526,24 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   const SlabEntries entries{device_entries_, false};
   mark(phases, "normalise");
   launch_normalise(u, entries, nb, r, c, s.eps, l.partials, l.denoms, l.x, stream, skip);
+  // The digit planes of a vector set of `count` vectors per entry (padded length kp) in `base`.
+  auto planes = [&](int8_t* base, size_t count, size_t kp) { return Planes<int8_t>{base, nb * count * kp}; };
   // An operand's vectors to fixed point: their scales (shift, finite), then the hi, lo and hi + lo
   // int8 digit planes.
-  auto to_digits = [&](const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* const* digits) {
+  auto to_digits = [&](const VectorSet& set, size_t kp, int* shift, int* finite, Planes<int8_t> digits) {
     launch_digits(set, kp, shift, finite, digits[0], digits[1], digits[2], stream, skip);
   };
-  // The three int8 products of one exact product, into HH, LL, SS.
-  auto products = [&](const LtMatmul& p, int8_t* const* a, int8_t* const* b) {
-    for (int d = 0; d < 3; ++d) p.enqueue(a[d], b[d], l.sums[d], stream, l.workspace);
+  // The three int8 products of one exact product, HH, LL and SS, as one batch of 3 * nb (Planes).
+  auto products = [&](const LtMatmul& p, Planes<int8_t> a, Planes<int8_t> b) {
+    p.enqueue(a.base, b.base, l.sums, stream, l.workspace);
   };
   auto combine = [&](auto epilogue, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
                      float* out, const float* k1, const float* k2, const float* diag_in, float* diag_out) {
     constexpr Epilogue kE = decltype(epilogue)::value;
+    const Planes<int32_t> sums{l.sums, nb * ni * nj};
     // By quads where a quad lies in one row and every array is 16-byte aligned (the scratch's
     // pieces are 256-byte aligned; out is one of them).
-    const bool quads = nj % 4 == 0 && aligned16(l.sums[0]) && aligned16(l.sums[1]) && aligned16(l.sums[2]) &&
+    const bool quads = nj % 4 == 0 && aligned16(sums[0]) && aligned16(sums[1]) && aligned16(sums[2]) &&
                        aligned16(out);
     const size_t width = quads ? 4 : 1, elements = nb * ni * nj;
     const unsigned grid = grid_of(elements / width, kElementThreads);
@@ -534,7 +551,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     const bool narrow = elements + width * grid * kElementThreads <= size_t{UINT32_MAX};
     const auto launch = [&](auto kernel, auto index) {
       using Index = decltype(index);
-      kernel<<<grid, kElementThreads, 0, stream>>>(l.sums[0], l.sums[1], l.sums[2], static_cast<Index>(nb),
+      kernel<<<grid, kElementThreads, 0, stream>>>(sums[0], sums[1], sums[2], static_cast<Index>(nb),
                                                    static_cast<Index>(ni), static_cast<Index>(nj), si, fi, sj, fj,
                                                    out, k1, k2, diag_in, diag_out, skip);
     };
@@ -552,12 +569,14 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c, false}, x_cols{l.x, nb, c, r, 1, c, r * c, false};
   // The rows of A (then of B) with the diagonal taken as 0: the split's O (then O_B).
   const VectorSet off_rows{l.gram, nb, r, r, r, 1, r * r, true};
+  const Planes<int8_t> x_row_digits = planes(l.left_digits, r, kpc), off_row_digits = planes(l.left_digits, r, kpr),
+                       x_col_digits = planes(l.left_digits, c, kpr), off_b_row_digits = planes(l.right_digits, r, kpr);
   for (int step = 0; step < steps; ++step) {
     // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a.
     mark(phases, "A: scales+digits");
-    to_digits(x_rows, kpc, l.right_shift, l.right_finite, l.left_digits);
+    to_digits(x_rows, kpc, l.right_shift, l.right_finite, x_row_digits);
     mark(phases, "A: int8 products");
-    products(*gram_, l.left_digits, l.left_digits);
+    products(*gram_, x_row_digits, x_row_digits);
     mark(phases, "A: combine");
     combine(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, l.right_shift, l.right_finite, l.right_shift,
             l.right_finite, l.gram, nullptr, nullptr, nullptr, l.diag_a);
@@ -565,19 +584,19 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
     // written over A) and keeps diag(B) in diag_b.
     mark(phases, "B: scales+digits");
-    to_digits(off_rows, kpr, l.right_shift, l.right_finite, l.left_digits);
+    to_digits(off_rows, kpr, l.right_shift, l.right_finite, off_row_digits);
     mark(phases, "B: int8 products");
-    products(*square_, l.left_digits, l.left_digits);
+    products(*square_, off_row_digits, off_row_digits);
     mark(phases, "B: combine");
     combine(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, l.right_shift, l.right_finite,
             l.right_shift, l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
     // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
     // B_ii from diag_b.
     mark(phases, "Q: scales+digits");
-    to_digits(x_cols, kpr, l.left_shift, l.left_finite, l.left_digits);
-    to_digits(off_rows, kpr, l.right_shift, l.right_finite, l.right_digits);
+    to_digits(x_cols, kpr, l.left_shift, l.left_finite, x_col_digits);
+    to_digits(off_rows, kpr, l.right_shift, l.right_finite, off_b_row_digits);
     mark(phases, "Q: int8 products");
-    products(*apply_, l.left_digits, l.right_digits);
+    products(*apply_, x_col_digits, off_b_row_digits);
     mark(phases, "Q: combine");
     combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite, l.left_shift,
             l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
