@@ -314,8 +314,7 @@ struct Layout {
 
 // The three planes of a digit operand or of the int32 sums, one after another: each product's three
 // planes are then one strided batch of 3 * nb (plane d of entry b at d * nb + b): one cuBLASLt
-// product, which fills the GPU better than three of nb (bench/RESULTS.md: 5.2 against 7.4 ms of
-// gpt2_small's int8 products on an H100).
+// product, which fills the GPU better than three of nb (measured: bench/RESULTS.md).
 template <class T>
 struct Planes {
   T* base;
