@@ -252,6 +252,81 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
   }
 }
 
+// Q's combine fused with the next step's conversion of X's rows (A's operand): one block per row
+// g = b * r + i of X (grid-stride over the nb * r rows). First each element, X_ij =
+// combine_element<kUpdate> exactly as combine_kernel forms it, written over x, with the row's
+// largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
+// row_digits_kernel's shift and flag); then, after the block's barrier, the row read back (from
+// cache) and its digits written as row_digits_kernel writes them: one 32-bit word of four
+// positions per plane at [g * kp + p], zeros past c and for a non-finite row. The row's shift and
+// flag go to row_shift / row_finite at g, which may be si / fi: each block reads only its own
+// row's entry there, before the barrier, and writes it after.
+constexpr int kFusedThreads = 256;
+__global__ void __launch_bounds__(kFusedThreads)
+    update_and_row_digits_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
+                                 const int32_t* __restrict__ ss, size_t nb, size_t r, size_t c, size_t kp,
+                                 const int* si, const int* fi, const int* __restrict__ sj,
+                                 const int* __restrict__ fj, float* x, const float* __restrict__ k1,
+                                 const float* __restrict__ diag_in, int* row_shift, int* row_finite, int8_t* dh,
+                                 int8_t* dl, int8_t* ds, SkipFlags skip) {
+  if (skip_now(skip)) return;
+  constexpr int kWarps = kFusedThreads / 32;
+  __shared__ float warp_max[kWarps];
+  __shared__ int warp_bad[kWarps];
+  const float c1 = *k1;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (size_t g = blockIdx.x; g < nb * r; g += gridDim.x) {
+    const size_t b = g / r, i = g % r;
+    float* row = x + g * c;
+    const size_t e0 = g * c;
+    float mx = 0.0f;
+    int bad = 0;
+    for (size_t j = threadIdx.x; j < c; j += kFusedThreads) {
+      const float v = combine_element<Epilogue::kUpdate, size_t>(hh[e0 + j], ss[e0 + j], ll[e0 + j], row[j], i, j, g,
+                                                                  b * c + j, si, fi, sj, fj, c1, 0.0f, diag_in,
+                                                                  nullptr);
+      row[j] = v;
+      const float a = fabsf(v);
+      if (!isfinite(a)) bad = 1;
+      else if (a > mx) mx = a;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // a max: exact in any order
+      bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    }
+    if (lane == 0) {
+      warp_max[warp] = mx;
+      warp_bad[warp] = bad;
+    }
+    __syncthreads();  // the row's elements and the warps' partials are visible to the block
+    for (int w = 0; w < kWarps; ++w) {
+      mx = fmaxf(mx, warp_max[w]);
+      bad |= warp_bad[w];
+    }
+    const bool finite = bad == 0;
+    const int shift = finite ? math::fixed_point_shift(mx) : 0;
+    if (threadIdx.x == 0) {
+      row_shift[g] = shift;
+      row_finite[g] = finite;
+    }
+    for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * kFusedThreads) {
+      uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
+      for (int q = 0; q < 4; ++q) {  // the lower position in the lower byte, as in memory
+        const size_t p = p0 + q;
+        const math::FixedPointDigits d =
+            math::fixed_point_digits(p < c && finite ? math::to_fixed_point(row[p], shift) : 0);
+        word_hi |= static_cast<uint32_t>(static_cast<uint8_t>(d.hi)) << (8 * q);
+        word_lo |= static_cast<uint32_t>(static_cast<uint8_t>(d.lo)) << (8 * q);
+        word_sum |= static_cast<uint32_t>(static_cast<uint8_t>(d.sum)) << (8 * q);
+      }
+      *reinterpret_cast<uint32_t*>(dh + g * kp + p0) = word_hi;
+      *reinterpret_cast<uint32_t*>(dl + g * kp + p0) = word_lo;
+      *reinterpret_cast<uint32_t*>(ds + g * kp + p0) = word_sum;
+    }
+    __syncthreads();  // warp_max / warp_bad are written again for the next row
+  }
+}
+
 unsigned grid_of(size_t items, unsigned per_block) {
   const size_t blocks = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, size_t{1} << 20)));
@@ -574,7 +649,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   for (int step = 0; step < steps; ++step) {
     // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a.
     mark(phases, "A: scales+digits");
-    to_digits(x_rows, kpc, l.right_shift, l.right_finite, x_row_digits);
+    if (step == 0) to_digits(x_rows, kpc, l.right_shift, l.right_finite, x_row_digits);  // later: Q's combine
     mark(phases, "A: int8 products");
     products(*gram_, x_row_digits, x_row_digits);
     mark(phases, "A: combine");
@@ -598,8 +673,16 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     mark(phases, "Q: int8 products");
     products(*apply_, x_col_digits, off_b_row_digits);
     mark(phases, "Q: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite, l.left_shift,
-            l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
+    if (step + 1 == steps) {
+      combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite,
+              l.left_shift, l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
+    } else {  // with the next step's A operand: X's row scales (over O_B's) and digits
+      const Planes<int32_t> sums{l.sums, nb * r * c};
+      update_and_row_digits_kernel<<<grid_of(nb * r, 1), kFusedThreads, 0, stream>>>(
+          sums[0], sums[1], sums[2], nb, r, c, kpc, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
+          s.a, l.diag_b, l.right_shift, l.right_finite, x_row_digits[0], x_row_digits[1], x_row_digits[2], skip);
+      RN_CUDA_CHECK_LAUNCH("newton-schulz combine with the next row digits");
+    }
   }
   return l.x;
 }
