@@ -103,16 +103,9 @@ __global__ void __launch_bounds__(32 * kRowWarps)
       shift[g] = vector_shift;
     }
     for (size_t p0 = 4 * static_cast<size_t>(lane); p0 < kp; p0 += 4 * 32) {
-      uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
-      for (int q = 0; q < 4; ++q) {  // the lower position in the lower byte, as in memory
-        const math::FixedPointDigits d = element_digits(set, vector, v, p0 + q, vector_finite, vector_shift);
-        word_hi |= static_cast<uint32_t>(static_cast<uint8_t>(d.hi)) << (8 * q);
-        word_lo |= static_cast<uint32_t>(static_cast<uint8_t>(d.lo)) << (8 * q);
-        word_sum |= static_cast<uint32_t>(static_cast<uint8_t>(d.sum)) << (8 * q);
-      }
-      *reinterpret_cast<uint32_t*>(hi + g * kp + p0) = word_hi;
-      *reinterpret_cast<uint32_t*>(lo + g * kp + p0) = word_lo;
-      if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + g * kp + p0) = word_sum;
+      store_digit_quad(hi, lo, sum, g * kp + p0, [&](int q) {
+        return element_digits(set, vector, v, p0 + q, vector_finite, vector_shift);
+      });
     }
   }
 }

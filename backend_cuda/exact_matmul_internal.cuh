@@ -45,6 +45,23 @@ struct VectorSet {
 void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
                    cudaStream_t stream, SkipFlags skip);
 
+// Stores the digits of four adjacent positions p0 .. p0 + 3 of a vector, digit(q) being position
+// p0 + q's, as one 32-bit word per plane at `at` (the lower position in the lower byte, as in
+// memory; `sum` null: not stored). `at` is 4-byte aligned where the planes are (kp of kPadK).
+template <class Digit>
+__device__ __forceinline__ void store_digit_quad(int8_t* hi, int8_t* lo, int8_t* sum, size_t at, Digit digit) {
+  uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
+  for (int q = 0; q < 4; ++q) {
+    const math::FixedPointDigits d = digit(q);
+    word_hi |= static_cast<uint32_t>(static_cast<uint8_t>(d.hi)) << (8 * q);
+    word_lo |= static_cast<uint32_t>(static_cast<uint8_t>(d.lo)) << (8 * q);
+    word_sum |= static_cast<uint32_t>(static_cast<uint8_t>(d.sum)) << (8 * q);
+  }
+  *reinterpret_cast<uint32_t*>(hi + at) = word_hi;
+  *reinterpret_cast<uint32_t*>(lo + at) = word_lo;
+  if (sum != nullptr) *reinterpret_cast<uint32_t*>(sum + at) = word_sum;
+}
+
 // The longest padded k whose three int32 digit sums cannot overflow (the math's bound).
 using math::kDigitSumMaxK;
 

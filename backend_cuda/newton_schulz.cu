@@ -257,8 +257,8 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
 // combine_element<kUpdate> exactly as combine_kernel forms it, written over x, with the row's
 // largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
 // row_digits_kernel's shift and flag); then, after the block's barrier, the row read back (from
-// cache) and its digits written as row_digits_kernel writes them: one 32-bit word of four
-// positions per plane at [g * kp + p], zeros past c and for a non-finite row. The row's shift and
+// cache) and its digits stored as row_digits_kernel stores them (store_digit_quad at [g * kp + p]),
+// zeros past c and for a non-finite row. The row's shift and
 // flag go to row_shift / row_finite at g, which may be si / fi: each block reads only its own
 // row's entry there, before the barrier, and writes it after.
 constexpr int kFusedThreads = 256;
@@ -310,18 +310,10 @@ __global__ void __launch_bounds__(kFusedThreads)
       row_finite[g] = finite;
     }
     for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * kFusedThreads) {
-      uint32_t word_hi = 0, word_lo = 0, word_sum = 0;
-      for (int q = 0; q < 4; ++q) {  // the lower position in the lower byte, as in memory
+      store_digit_quad(dh, dl, ds, g * kp + p0, [&](int q) {
         const size_t p = p0 + q;
-        const math::FixedPointDigits d =
-            math::fixed_point_digits(p < c && finite ? math::to_fixed_point(row[p], shift) : 0);
-        word_hi |= static_cast<uint32_t>(static_cast<uint8_t>(d.hi)) << (8 * q);
-        word_lo |= static_cast<uint32_t>(static_cast<uint8_t>(d.lo)) << (8 * q);
-        word_sum |= static_cast<uint32_t>(static_cast<uint8_t>(d.sum)) << (8 * q);
-      }
-      *reinterpret_cast<uint32_t*>(dh + g * kp + p0) = word_hi;
-      *reinterpret_cast<uint32_t*>(dl + g * kp + p0) = word_lo;
-      *reinterpret_cast<uint32_t*>(ds + g * kp + p0) = word_sum;
+        return math::fixed_point_digits(p < c && finite ? math::to_fixed_point(row[p], shift) : 0);
+      });
     }
     __syncthreads();  // warp_max / warp_bad are written again for the next row
   }
