@@ -58,14 +58,11 @@ static_assert(static_cast<int64_t>(kFlushK) * (int64_t{2} << 12) < (int64_t{1} <
               "the int32 digit sums cannot overflow");
 static_assert(kFlushK % kPadK == 0, "a flush block is a whole number of k steps");
 
-// The digits of one element's fixed point q (math::fixed_point_digits; hi + lo is the middle digit
-// of the three-product form, math::from_digit_sums). q is 0 for p >= len (the
-// padding), for a non-finite vector (as the reference: its results are NaN whatever q holds) and
-// for p = v with set.zero_diagonal.
-__device__ __forceinline__ math::FixedPointDigits element_digits(const VectorSet& set, const float* vector, size_t v, size_t p,
-                                                        bool vector_finite, int shift) {
-  const bool zero = p >= set.len || !vector_finite || (set.zero_diagonal && p == v);
-  return math::fixed_point_digits(zero ? 0 : math::to_fixed_point(vector[p * set.inner], shift));
+// position_digits of the element at position p of `vector` (vector v of the set).
+__device__ __forceinline__ math::FixedPointDigits element_digits(const VectorSet& set, const float* vector, size_t v,
+                                                                 size_t p, bool vector_finite, int shift) {
+  return position_digits(p, set.len, vector_finite, set.zero_diagonal, v, shift,
+                         [&] { return vector[p * set.inner]; });
 }
 
 // A set with inner == 1 (rows of a row-major matrix), scales and digits in one pass: one warp
@@ -85,19 +82,11 @@ __global__ void __launch_bounds__(32 * kRowWarps)
   for (size_t g = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32; g < vectors; g += stride) {
     const size_t v = g % set.count;
     const float* vector = set.base + (g / set.count) * set.mstride + v * set.outer;
-    float mx = 0.0f;
-    int nonfinite = 0;
-    for (size_t p = lane; p < set.len; p += 32) {
-      const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p]);
-      if (!isfinite(x)) nonfinite = 1;
-      else if (x > mx) mx = x;
-    }
-    for (int o = 16; o > 0; o /= 2) {  // every lane of the warp has the same g: the whole warp takes part
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // a max: exact in any order
-      nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, o);
-    }
-    const bool vector_finite = nonfinite == 0;
-    const int vector_shift = vector_finite ? math::fixed_point_shift(mx) : 0;
+    VectorScale scale;
+    for (size_t p = lane; p < set.len; p += 32) scale.take(set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p]));
+    scale.merge_warp();  // every lane of the warp has the same g: the whole warp takes part
+    const bool vector_finite = scale.finite();
+    const int vector_shift = scale.shift();
     if (lane == 0) {
       finite[g] = vector_finite;
       shift[g] = vector_shift;
@@ -142,28 +131,22 @@ __global__ void __launch_bounds__(kColVectors* kColRows)
     const size_t m = t / tiles_v, v0 = (t % tiles_v) * kColVectors;
     const size_t v = v0 + tx;
     const float* vector = set.base + m * set.mstride + v * set.outer;
-    float mx = 0.0f;
-    int nonfinite = 0;
+    VectorScale scale;
     if (v < set.count) {
       for (size_t p = ty; p < set.len; p += kColRows) {
-        const float x = set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]);
-        if (!isfinite(x)) nonfinite = 1;
-        else if (x > mx) mx = x;
+        scale.take(set.zero_diagonal && p == v ? 0.0f : fabsf(vector[p * set.inner]));
       }
     }
-    amax[ty][tx] = mx;
-    bad[ty][tx] = nonfinite;
+    amax[ty][tx] = scale.max_magnitude;
+    bad[ty][tx] = scale.nonfinite;
     __syncthreads();
     if (ty == 0 && v < set.count) {
-      for (int y = 1; y < kColRows; ++y) {
-        mx = fmaxf(mx, amax[y][tx]);  // a max of finite non-negative floats: exact in any order
-        nonfinite |= bad[y][tx];
-      }
+      for (int y = 1; y < kColRows; ++y) scale.merge(amax[y][tx], bad[y][tx]);
       const size_t g = m * set.count + v;
-      const int vector_shift = nonfinite ? 0 : math::fixed_point_shift(mx);
-      finite[g] = !nonfinite;
+      const int vector_shift = scale.shift();
+      finite[g] = scale.finite();
       shift[g] = vector_shift;
-      tile_finite[tx] = !nonfinite;
+      tile_finite[tx] = scale.finite();
       tile_shift[tx] = vector_shift;
     }
     __syncthreads();

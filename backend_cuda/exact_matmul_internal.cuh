@@ -45,6 +45,50 @@ struct VectorSet {
 void launch_digits(const VectorSet& set, size_t kp, int* shift, int* finite, int8_t* hi, int8_t* lo, int8_t* sum,
                    cudaStream_t stream, SkipFlags skip);
 
+// A vector's scale as its elements come in, in any order and split over any threads: its largest
+// finite magnitude and whether any element is non-finite (a max and an "or": exact in any order,
+// so every split gives the same), hence its shift (exact_matmul.h's scale; 0 for a non-finite
+// vector, whose results are NaN whatever its digits hold).
+struct VectorScale {
+  float max_magnitude = 0.0f;
+  int nonfinite = 0;
+  // On locals, stored back: so the compiler makes selects. The same test on the members compiled to
+  // branches, which cost gpt2_small's exact step 1.0 ms of conversions (bench/JOURNAL.md).
+  __device__ __forceinline__ void take(float magnitude) {
+    float mx = max_magnitude;
+    int bad = nonfinite;
+    if (!isfinite(magnitude)) bad = 1;
+    else if (magnitude > mx) mx = magnitude;
+    max_magnitude = mx;
+    nonfinite = bad;
+  }
+  __device__ __forceinline__ void merge(float other_max, int other_nonfinite) {
+    max_magnitude = fmaxf(max_magnitude, other_max);
+    nonfinite |= other_nonfinite;
+  }
+  // The whole warp's scale in every lane (every lane must take part); each shuffle next to its use.
+  __device__ __forceinline__ void merge_warp() {
+    for (int o = 16; o > 0; o /= 2) {
+      max_magnitude = fmaxf(max_magnitude, __shfl_xor_sync(0xffffffffu, max_magnitude, o));
+      nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, o);
+    }
+  }
+  __device__ __forceinline__ bool finite() const { return nonfinite == 0; }
+  __device__ __forceinline__ int shift() const { return finite() ? math::fixed_point_shift(max_magnitude) : 0; }
+};
+
+// The digits of position p of a vector of `len` elements (math::fixed_point_digits of its fixed
+// point q; hi + lo is the middle digit of the three-product form, math::from_digit_sums): q is 0
+// past len (the padding), for a non-finite vector (as the reference: its results are NaN whatever
+// q holds) and, with zero_diagonal, at p = diagonal; else element() at `shift`, read only then.
+template <class Element>
+__device__ __forceinline__ math::FixedPointDigits position_digits(size_t p, size_t len, bool vector_finite,
+                                                                  bool zero_diagonal, size_t diagonal, int shift,
+                                                                  Element element) {
+  const bool zero = p >= len || !vector_finite || (zero_diagonal && p == diagonal);
+  return math::fixed_point_digits(zero ? 0 : math::to_fixed_point(element(), shift));
+}
+
 // Stores the digits of four adjacent positions p0 .. p0 + 3 of a vector, digit(q) being position
 // p0 + q's, as one 32-bit word per plane at `at` (the lower position in the lower byte, as in
 // memory; `sum` null: not stored). `at` is 4-byte aligned where the planes are (kp of kPadK).

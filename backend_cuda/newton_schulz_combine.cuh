@@ -136,32 +136,23 @@ __global__ void __launch_bounds__(kFusedThreads)
     const size_t b = g / r, i = g % r;
     float* row = x + g * c;
     const size_t e0 = g * c;
-    float mx = 0.0f;
-    int bad = 0;
+    VectorScale scale;
     for (size_t j = threadIdx.x; j < c; j += kFusedThreads) {
       const float v = combine_element<Epilogue::kUpdate, size_t>(hh[e0 + j], ss[e0 + j], ll[e0 + j], row[j], i, j, g,
                                                                   b * c + j, si, fi, sj, fj, c1, 0.0f, diag_in,
                                                                   nullptr);
       row[j] = v;
-      const float a = fabsf(v);
-      if (!isfinite(a)) bad = 1;
-      else if (a > mx) mx = a;
+      scale.take(fabsf(v));
     }
-    for (int o = 16; o > 0; o /= 2) {
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // a max: exact in any order
-      bad |= __shfl_xor_sync(0xffffffffu, bad, o);
-    }
+    scale.merge_warp();
     if (lane == 0) {
-      warp_max[warp] = mx;
-      warp_bad[warp] = bad;
+      warp_max[warp] = scale.max_magnitude;
+      warp_bad[warp] = scale.nonfinite;
     }
     __syncthreads();  // the row's elements and the warps' partials are visible to the block
-    for (int w = 0; w < kWarps; ++w) {
-      mx = fmaxf(mx, warp_max[w]);
-      bad |= warp_bad[w];
-    }
-    const bool finite = bad == 0;
-    const int shift = finite ? math::fixed_point_shift(mx) : 0;
+    for (int w = 0; w < kWarps; ++w) scale.merge(warp_max[w], warp_bad[w]);
+    const bool finite = scale.finite();
+    const int shift = scale.shift();
     if (threadIdx.x == 0) {
       row_shift[g] = shift;
       row_finite[g] = finite;
@@ -169,7 +160,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * kFusedThreads) {
       store_digit_quad(dh, dl, ds, g * kp + p0, [&](int q) {
         const size_t p = p0 + q;
-        return math::fixed_point_digits(p < c && finite ? math::to_fixed_point(row[p], shift) : 0);
+        return position_digits(p, c, finite, false, 0, shift, [&] { return row[p]; });
       });
     }
     __syncthreads();  // warp_max / warp_bad are written again for the next row
