@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Whether a CUDA change leaves the machine code as it was: compiles backend_cuda's sources of a git
+# revision and of the working tree, each copied to one temporary path (so that the anonymous
+# namespaces get the same names), to sm_90 cubins with the release build's code flags, and compares
+# the SASS of every kernel (cuobjdump -sass). A comparison `a > b` emitted as `b < a` (the same
+# predicate) and register-reuse hints are not counted as differences; anything else is. For
+# refactors that must not change bits or speed when no GPU is at hand.
+#
+#   scripts/same_sass.sh REV [FILE.cu ...]      (default: every backend_cuda/*.cu)
+#
+# Needs nvcc and cuobjdump (CUOBJDUMP=path; the CUDA toolkit's, or PyPI's nvidia-cuda-cuobjdump
+# wheel). Exit status 0: every kernel the same; 1: some differ (their names and diff counts printed).
+set -euo pipefail
+
+rev=${1:?usage: scripts/same_sass.sh REV [FILE.cu ...]}
+shift
+root=$(git rev-parse --show-toplevel)
+cuobjdump=${CUOBJDUMP:-cuobjdump}
+command -v "$cuobjdump" > /dev/null || { echo "same_sass: no cuobjdump (set CUOBJDUMP)" >&2; exit 2; }
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+  for f in "$root"/backend_cuda/*.cu; do files+=("$(basename "$f")"); done
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/old" "$tmp/new"
+git -C "$root" archive "$rev" backend_cuda core | tar -x -C "$tmp/old"
+cp -r "$root/backend_cuda" "$root/core" "$tmp/new/"
+
+# Each tree is compiled from $tmp/tree, the same path for both.
+sass() {  # sass TREE FILE -> its kernels' instructions, addresses and encodings stripped (none: empty)
+  rm -rf "$tmp/tree" && cp -r "$tmp/$1" "$tmp/tree"
+  nvcc -std=c++17 -O3 --fmad=false -arch=sm_90 -I"$tmp/tree" -I"$tmp/tree/core/include" \
+    -cubin "$tmp/tree/backend_cuda/$2" -o "$tmp/$1.cubin"
+  "$cuobjdump" -sass "$tmp/$1.cubin" | { grep -E 'Function :|/\*[0-9a-f]{4}\*/' || true; } |
+    sed -E 's@^\s*/\*[0-9a-f]{4}\*/\s*@@; s@\s*/\* 0x[0-9a-f]+ \*/\s*$@@; s@ +@ @g; s@\.reuse@@g' |
+    sed -E 's/FSETP\.LT\.AND (P[0-9]), PT, ([^,]+), ([^,]+), /FSETP.GT.AND \1, PT, \3, \2, /'
+}
+
+status=0
+for f in "${files[@]}"; do
+  sass old "$f" > "$tmp/old.sass"
+  sass new "$f" > "$tmp/new.sass"
+  differing=$(diff "$tmp/old.sass" "$tmp/new.sass" | grep -c '^[<>]' || true)
+  kernels=$(grep -c 'Function :' "$tmp/new.sass" || true)
+  if [ "$differing" -eq 0 ]; then
+    printf '%-28s %3d kernels, the same SASS\n' "$f" "$kernels"
+  else
+    printf '%-28s %3d kernels, %d lines differ, in:\n' "$f" "$kernels" "$differing"
+    for side in old new; do  # one file per kernel, named by its symbol
+      rm -rf "$tmp/$side.k" && mkdir "$tmp/$side.k"
+      awk -v d="$tmp/$side.k" '/Function :/ { out = d "/" $3 } out { print > out }' "$tmp/$side.sass"
+    done
+    for k in $(ls "$tmp/old.k" "$tmp/new.k" | grep -v ':$' | sort -u); do
+      cmp -s "$tmp/old.k/$k" "$tmp/new.k/$k" 2> /dev/null || echo "  $k"
+    done
+    status=1
+  fi
+done
+exit $status
