@@ -25,11 +25,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+. "$(dirname "$0")/cuda_commands.sh"
 build=$(cd "$build" && pwd)
-home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-[ -n "$home" ] || { echo "count_kernels: $build is not a configured CMake build" >&2; exit 1; }
+home=$(cuda_build_home "$build")
 [ -n "$source_dir" ] || source_dir=$home
-commands=$(cd "$build" && ninja -t commands renaissance_cuda)
 if [ ${#files[@]} -eq 0 ]; then
   for f in "$source_dir"/backend_cuda/*.cu; do files+=("$(basename "$f")"); done
 fi
@@ -43,10 +42,7 @@ else
 fi
 total=0
 for f in "${files[@]}"; do
-  line=$(grep -E -- "-c [^ ]*/backend_cuda/$f -o " <<<"$commands" | head -n 1)
-  [ -n "$line" ] || { echo "count_kernels: no compile command for $f in $build" >&2; exit 1; }
-  # The real command without the launcher and the dependency file, on the chosen tree.
-  cmd=$(sed -E -e 's/^ccache //' -e 's/ -MD -MT [^ ]+ -MF [^ ]+//' -e "s#$home#$source_dir#g" <<<"$line")
+  cmd=$(cuda_compile_command "$build" "$f" "$source_dir")  # the real command, on the chosen tree
   ptx_cmd=$(sed -E "s# -c ([^ ]+) -o [^ ]+# -ptx \\1 -o $tmp/k.ptx#" <<<"$cmd")
   (cd "$build" && eval "$ptx_cmd")
   n=$(grep -cE '^[[:space:]]*(\.(visible|weak|extern)[[:space:]]+)*\.entry[[:space:]]' "$tmp/k.ptx" || true)

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Whether a CUDA change leaves the machine code as it was: compiles backend_cuda's sources of a git
 # revision and of the working tree, each copied to one temporary path (so that the anonymous
-# namespaces get the same names), to sm_90 cubins with the release build's code flags, and compares
-# the SASS of every kernel (cuobjdump -sass). A comparison `a > b` emitted as `b < a` (the same
-# predicate) and register-reuse hints are not counted as differences; anything else is. For
-# refactors that must not change bits or speed when no GPU is at hand.
+# namespaces get the same names), with a configured build's compile commands (cuda_commands.sh) to
+# sm_90 cubins, and compares the SASS of every kernel (cuobjdump -sass). A comparison `a > b`
+# emitted as `b < a` (the same predicate) and register-reuse hints are not counted as differences;
+# anything else is. For refactors that must change neither bits nor speed when no GPU is at hand.
 #
-#   scripts/same_sass.sh REV [FILE.cu ...]      (default: every backend_cuda/*.cu)
+#   scripts/same_sass.sh BUILD_DIR REV [FILE.cu ...]      (default: every backend_cuda/*.cu)
 #
-# Needs nvcc and cuobjdump (CUOBJDUMP=path; the CUDA toolkit's, or PyPI's nvidia-cuda-cuobjdump
-# wheel). Exit status 0: every kernel the same; 1: some differ (their names and diff counts printed).
+# BUILD_DIR: configured with -DRENAISSANCE_CUDA=ON (its --generate-code flags are replaced by
+# -arch=sm_90). Needs cuobjdump (CUOBJDUMP=path; the CUDA toolkit's, or PyPI's
+# nvidia-cuda-cuobjdump wheel). Exit status 0: every kernel the same; 1: some differ (the files'
+# diff counts and the kernels' names printed); 2: a tool is missing.
 set -euo pipefail
 
-rev=${1:?usage: scripts/same_sass.sh REV [FILE.cu ...]}
-shift
+usage="usage: scripts/same_sass.sh BUILD_DIR REV [FILE.cu ...]"
+build=${1:?$usage}
+rev=${2:?$usage}
+shift 2
+. "$(dirname "$0")/cuda_commands.sh"
+build=$(cd "$build" && pwd)
 root=$(git rev-parse --show-toplevel)
 cuobjdump=${CUOBJDUMP:-cuobjdump}
 command -v "$cuobjdump" > /dev/null || { echo "same_sass: no cuobjdump (set CUOBJDUMP)" >&2; exit 2; }
@@ -31,8 +37,10 @@ cp -r "$root/backend_cuda" "$root/core" "$tmp/new/"
 # Each tree is compiled from $tmp/tree, the same path for both.
 sass() {  # sass TREE FILE -> its kernels' instructions, addresses and encodings stripped (none: empty)
   rm -rf "$tmp/tree" && cp -r "$tmp/$1" "$tmp/tree"
-  nvcc -std=c++17 -O3 --fmad=false -arch=sm_90 -I"$tmp/tree" -I"$tmp/tree/core/include" \
-    -cubin "$tmp/tree/backend_cuda/$2" -o "$tmp/$1.cubin"
+  local cmd
+  cmd=$(cuda_compile_command "$build" "$2" "$tmp/tree" |
+        sed -E -e 's# --generate-code=[^ ]+##g' -e "s# -c ([^ ]+) -o [^ ]+# -arch=sm_90 -cubin \1 -o $tmp/$1.cubin#")
+  (cd "$build" && eval "$cmd")
   "$cuobjdump" -sass "$tmp/$1.cubin" | { grep -E 'Function :|/\*[0-9a-f]{4}\*/' || true; } |
     sed -E 's@^\s*/\*[0-9a-f]{4}\*/\s*@@; s@\s*/\* 0x[0-9a-f]+ \*/\s*$@@; s@ +@ @g; s@\.reuse@@g' |
     sed -E 's/FSETP\.LT\.AND (P[0-9]), PT, ([^,]+), ([^,]+), /FSETP.GT.AND \1, PT, \3, \2, /'
