@@ -476,47 +476,59 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     }
     RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
   };
+  // A combine that also converts its result's rows into the next product's operand (their scales
+  // to row_shift / row_finite, their digits to `digits`; zero_diagonal: the split's O or O_B).
+  auto combine_to_rows = [&](auto epilogue, size_t ni, size_t nj, size_t kp, const int* si, const int* fi,
+                             const int* sj, const int* fj, float* out, const float* k1, const float* k2,
+                             const float* diag_in, float* diag_out, bool zero_diagonal, int* row_shift,
+                             int* row_finite, Planes<int8_t> digits) {
+    constexpr Epilogue kE = decltype(epilogue)::value;
+    const Planes<int32_t> sums{l.sums, nb * ni * nj};
+    combine_and_row_digits_kernel<kE><<<grid_of(nb * ni, 1), kFusedThreads, 0, stream>>>(
+        sums[0], sums[1], sums[2], nb, ni, nj, kp, si, fi, sj, fj, out, k1, k2, diag_in, diag_out, zero_diagonal,
+        row_shift, row_finite, digits[0], digits[1], digits[2], skip);
+    RN_CUDA_CHECK_LAUNCH("newton-schulz combine with the next operand's rows");
+  };
   const VectorSet x_rows{l.x, nb, r, c, c, 1, r * c, false}, x_cols{l.x, nb, c, r, 1, c, r * c, false};
-  // The rows of A (then of B) with the diagonal taken as 0: the split's O (then O_B).
-  const VectorSet off_rows{l.gram, nb, r, r, r, 1, r * r, true};
   const Planes<int8_t> x_row_digits = planes(l.left_digits, r, kpc), off_row_digits = planes(l.left_digits, r, kpr),
                        x_col_digits = planes(l.left_digits, c, kpr), off_b_row_digits = planes(l.right_digits, r, kpr);
+  // Where each operand's scales live: X's rows and O_B's rows in right_shift / right_finite, O's
+  // rows and X's columns in left_shift / left_finite. Each combine reads its operands' scales and
+  // writes the next operand's elsewhere, since every block reads the column scales sj.
   for (int step = 0; step < steps; ++step) {
-    // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a.
+    // A = X X^T: both operands are X's rows. The combine keeps diag(A) in diag_a and forms the
+    // split's O (A's rows, the diagonal taken as 0) for the next product.
     mark(phases, "A: scales+digits");
     if (step == 0) to_digits(x_rows, kpc, l.right_shift, l.right_finite, x_row_digits);  // later: Q's combine
     mark(phases, "A: int8 products");
     products(*gram_, x_row_digits, x_row_digits);
     mark(phases, "A: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, l.right_shift, l.right_finite, l.right_shift,
-            l.right_finite, l.gram, nullptr, nullptr, nullptr, l.diag_a);
+    combine_to_rows(std::integral_constant<Epilogue, Epilogue::kStore>{}, r, r, kpr, l.right_shift, l.right_finite,
+                    l.right_shift, l.right_finite, l.gram, nullptr, nullptr, nullptr, l.diag_a, true, l.left_shift,
+                    l.left_finite, off_row_digits);
     // B = (b*A) + (c*P), P from P' = O O: A is exactly symmetric (S_ij = S_ji, the same two
     // scales), so is O, and O's columns are its rows. The combine reads diag(A) from diag_a (B is
-    // written over A) and keeps diag(B) in diag_b.
-    mark(phases, "B: scales+digits");
-    to_digits(off_rows, kpr, l.right_shift, l.right_finite, off_row_digits);
+    // written over A), keeps diag(B) in diag_b and forms O_B (B's rows, the diagonal taken as 0).
     mark(phases, "B: int8 products");
     products(*square_, off_row_digits, off_row_digits);
     mark(phases, "B: combine");
-    combine(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, l.right_shift, l.right_finite,
-            l.right_shift, l.right_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b);
+    combine_to_rows(std::integral_constant<Epilogue, Epilogue::kPolynomial>{}, r, r, kpr, l.left_shift,
+                    l.left_finite, l.left_shift, l.left_finite, l.gram, s.b, s.c, l.diag_a, l.diag_b, true,
+                    l.right_shift, l.right_finite, off_b_row_digits);
     // X = (a*X) + Q, Q from Q' = O_B X: O_B's rows (left), X's columns (right); row i of Q takes
     // B_ii from diag_b.
     mark(phases, "Q: scales+digits");
     to_digits(x_cols, kpr, l.left_shift, l.left_finite, x_col_digits);
-    to_digits(off_rows, kpr, l.right_shift, l.right_finite, off_b_row_digits);
     mark(phases, "Q: int8 products");
     products(*apply_, x_col_digits, off_b_row_digits);
     mark(phases, "Q: combine");
     if (step + 1 == steps) {
       combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite,
               l.left_shift, l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
-    } else {  // with the next step's A operand: X's row scales (over O_B's) and digits
-      const Planes<int32_t> sums{l.sums, nb * r * c};
-      update_and_row_digits_kernel<<<grid_of(nb * r, 1), kFusedThreads, 0, stream>>>(
-          sums[0], sums[1], sums[2], nb, r, c, kpc, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x,
-          s.a, l.diag_b, l.right_shift, l.right_finite, x_row_digits[0], x_row_digits[1], x_row_digits[2], skip);
-      RN_CUDA_CHECK_LAUNCH("newton-schulz combine with the next row digits");
+    } else {  // with the next step's A operand: X's row scales (over O_B's, each row its own) and digits
+      combine_to_rows(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, kpc, l.right_shift,
+                      l.right_finite, l.left_shift, l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr, false,
+                      l.right_shift, l.right_finite, x_row_digits);
     }
   }
   return l.x;

@@ -109,40 +109,49 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
   }
 }
 
-// Q's combine fused with the next step's conversion of X's rows (A's operand): one block per row
-// g = b * r + i of X (grid-stride over the nb * r rows). First each element, X_ij =
-// combine_element<kUpdate> exactly as combine_kernel forms it, written over x, with the row's
-// largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
-// row_digits_kernel's shift and flag); then, after the block's barrier, the row read back (from
-// cache) and its digits stored as row_digits_kernel stores them (store_digit_quad at [g * kp + p]),
-// zeros past c and for a non-finite row. The row's shift and
-// flag go to row_shift / row_finite at g, which may be si / fi: each block reads only its own
-// row's entry there, before the barrier, and writes it after.
+// A combine fused with the conversion of its result's rows into the next product's operand: one
+// block per row g = b * ni + i of the result (grid-stride over the nb * ni rows). First each
+// element, combine_element<kEpilogue> exactly as combine_kernel forms it, written to out, with the
+// row's largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
+// row_digits_kernel's shift and flag); with zero_diagonal the element j = i is taken as +0.0f there
+// and in the digits (the split's O and O_B: VectorSet::zero_diagonal), though out keeps its value.
+// Then, after the block's barrier, the row read back (from cache) and its digits stored as
+// row_digits_kernel stores them (store_digit_quad at [g * kp + p]), zeros past nj and for a
+// non-finite row. One element per thread and pass (quads, as combine_kernel takes them, measured
+// slower here: the block's work is one row). The row's shift and flag go to row_shift / row_finite at g, which may be si / fi:
+// each block reads only its own row's entry there, before the barrier, and writes it after; they
+// must not be sj / fj, which every block reads.
 constexpr int kFusedThreads = 256;
+template <Epilogue kEpilogue>
 __global__ void __launch_bounds__(kFusedThreads)
-    update_and_row_digits_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
-                                 const int32_t* __restrict__ ss, size_t nb, size_t r, size_t c, size_t kp,
-                                 const int* si, const int* fi, const int* __restrict__ sj,
-                                 const int* __restrict__ fj, float* x, const float* __restrict__ k1,
-                                 const float* __restrict__ diag_in, int* row_shift, int* row_finite, int8_t* dh,
-                                 int8_t* dl, int8_t* ds, SkipFlags skip) {
+    combine_and_row_digits_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
+                                  const int32_t* __restrict__ ss, size_t nb, size_t ni, size_t nj, size_t kp,
+                                  const int* si, const int* fi, const int* __restrict__ sj,
+                                  const int* __restrict__ fj, float* out, const float* __restrict__ k1,
+                                  const float* __restrict__ k2, const float* __restrict__ diag_in,
+                                  float* __restrict__ diag_out, bool zero_diagonal, int* row_shift, int* row_finite,
+                                  int8_t* dh, int8_t* dl, int8_t* ds, SkipFlags skip) {
   if (skip_now(skip)) return;
   constexpr int kWarps = kFusedThreads / 32;
   __shared__ float warp_max[kWarps];
   __shared__ int warp_bad[kWarps];
-  const float c1 = *k1;
+  const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
+  const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (size_t g = blockIdx.x; g < nb * r; g += gridDim.x) {
-    const size_t b = g / r, i = g % r;
-    float* row = x + g * c;
-    const size_t e0 = g * c;
+  for (size_t g = blockIdx.x; g < nb * ni; g += gridDim.x) {
+    const size_t b = g / ni, i = g % ni;
+    float* row = out + g * nj;
+    const size_t e0 = g * nj;
     VectorScale scale;
-    for (size_t j = threadIdx.x; j < c; j += kFusedThreads) {
-      const float v = combine_element<Epilogue::kUpdate, size_t>(hh[e0 + j], ss[e0 + j], ll[e0 + j], row[j], i, j, g,
-                                                                  b * c + j, si, fi, sj, fj, c1, 0.0f, diag_in,
-                                                                  nullptr);
+    const auto element = [&](int32_t h, int32_t s, int32_t l, float old, size_t j) {
+      return combine_element<kEpilogue, size_t>(h, s, l, old, i, j, g, b * nj + j, si, fi, sj, fj, c1, c2, diag_in,
+                                                diag_out);
+    };
+    const auto note = [&](size_t j, float v) { scale.take(zero_diagonal && j == i ? 0.0f : fabsf(v)); };
+    for (size_t j = threadIdx.x; j < nj; j += kFusedThreads) {
+      const float v = element(hh[e0 + j], ss[e0 + j], ll[e0 + j], kEpilogue == Epilogue::kStore ? 0.0f : row[j], j);
       row[j] = v;
-      scale.take(fabsf(v));
+      note(j, v);
     }
     scale.merge_warp();
     if (lane == 0) {
@@ -160,7 +169,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     for (size_t p0 = 4 * static_cast<size_t>(threadIdx.x); p0 < kp; p0 += 4 * kFusedThreads) {
       store_digit_quad(dh, dl, ds, g * kp + p0, [&](int q) {
         const size_t p = p0 + q;
-        return position_digits(p, c, finite, false, 0, shift, [&] { return row[p]; });
+        return position_digits(p, nj, finite, zero_diagonal, i, shift, [&] { return row[p]; });
       });
     }
     __syncthreads();  // warp_max / warp_bad are written again for the next row
