@@ -118,9 +118,9 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
 // Then, after the block's barrier, the row read back (from cache) and its digits stored as
 // row_digits_kernel stores them (store_digit_quad at [g * kp + p]), zeros past nj and for a
 // non-finite row. One element per thread and pass (quads, as combine_kernel takes them, measured
-// slower here: the block's work is one row). The row's shift and flag go to row_shift / row_finite at g, which may be si / fi:
-// each block reads only its own row's entry there, before the barrier, and writes it after; they
-// must not be sj / fj, which every block reads.
+// slower here: the block's work is one row). The row's shift and flag go to row_shift /
+// row_finite at g, which may be si / fi: each block reads only its own row's entry there, before
+// the barrier, and writes it after; they must not be sj / fj, which every block reads.
 constexpr int kFusedThreads = 256;
 template <Epilogue kEpilogue>
 __global__ void __launch_bounds__(kFusedThreads)
