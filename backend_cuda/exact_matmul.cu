@@ -384,13 +384,6 @@ bool tensor_cores_available() {
   return cached;
 }
 
-unsigned grid_of(size_t items, unsigned per_block) {
-  const size_t blocks = (items + per_block - 1) / per_block;
-  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, size_t{1} << 20)));
-}
-
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 }  // namespace
 
 size_t padded_k(size_t k) { return (k + kPadK - 1) / kPadK * kPadK; }

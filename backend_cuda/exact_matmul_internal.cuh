@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -19,6 +20,16 @@ namespace cuda {
 // int8 products want leading dimensions that are multiples of 4).
 constexpr size_t kPadK = 32;
 size_t padded_k(size_t k);
+
+// Blocks for `items` work items, per_block per block, at least 1 and at most 2^20 (the exact-mode
+// kernels loop grid-stride, so any grid is correct).
+inline unsigned grid_of(size_t items, unsigned per_block) {
+  const size_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, size_t{1} << 20)));
+}
+
+// A scratch piece's size rounded up to 256 bytes, so that every piece starts 256-byte aligned.
+inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // nb matrices' vectors (rows of a left operand or columns of a right one), `count` per matrix, each
 // of `len` elements: vector v of matrix m has element p at base[m * mstride + v * outer + p * inner].

@@ -162,12 +162,6 @@ struct StoreToU {
   }
 };
 
-unsigned grid_of(size_t items, unsigned per_block) {
-  const size_t blocks = (items + per_block - 1) / per_block;
-  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, size_t{1} << 20)));
-}
-
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int64_t norm_tiles(size_t r, size_t c) {
   return static_cast<int64_t>((r * c + math::kNormTile - 1) / math::kNormTile);
