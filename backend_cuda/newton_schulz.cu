@@ -162,7 +162,6 @@ struct StoreToU {
   }
 };
 
-
 int64_t norm_tiles(size_t r, size_t c) {
   return static_cast<int64_t>((r * c + math::kNormTile - 1) / math::kNormTile);
 }
@@ -441,9 +440,10 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   auto products = [&](const LtMatmul& p, Planes<int8_t> a, Planes<int8_t> b) {
     p.enqueue(a.base, b.base, l.sums, stream, l.workspace);
   };
-  auto combine = [&](auto epilogue, size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
-                     float* out, const float* k1, const float* k2, const float* diag_in, float* diag_out) {
-    constexpr Epilogue kE = decltype(epilogue)::value;
+  // The last step's combine, X = (a*X) + Q, which forms no next operand: element-wise.
+  auto combine_update = [&](size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
+                            float* out, const float* k1, const float* diag_in) {
+    constexpr Epilogue kE = Epilogue::kUpdate;
     const Planes<int32_t> sums{l.sums, nb * ni * nj};
     // By quads where a quad lies in one row and every array is 16-byte aligned (the scratch's
     // pieces are 256-byte aligned; out is one of them).
@@ -457,7 +457,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
       using Index = decltype(index);
       kernel<<<grid, kElementThreads, 0, stream>>>(sums[0], sums[1], sums[2], static_cast<Index>(nb),
                                                    static_cast<Index>(ni), static_cast<Index>(nj), si, fi, sj, fj,
-                                                   out, k1, k2, diag_in, diag_out, skip);
+                                                   out, k1, nullptr, diag_in, nullptr, skip);
     };
     if (quads && narrow) {
       launch(combine_kernel<kE, uint32_t, 4>, uint32_t{});
@@ -517,8 +517,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
     products(*apply_, x_col_digits, off_b_row_digits);
     mark(phases, "Q: combine");
     if (step + 1 == steps) {
-      combine(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, l.right_shift, l.right_finite,
-              l.left_shift, l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr);
+      combine_update(r, c, l.right_shift, l.right_finite, l.left_shift, l.left_finite, l.x, s.a, l.diag_b);
     } else {  // with the next step's A operand: X's row scales (over O_B's, each row its own) and digits
       combine_to_rows(std::integral_constant<Epilogue, Epilogue::kUpdate>{}, r, c, kpc, l.right_shift,
                       l.right_finite, l.left_shift, l.left_finite, l.x, s.a, nullptr, l.diag_b, nullptr, false,

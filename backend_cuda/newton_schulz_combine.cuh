@@ -143,15 +143,12 @@ __global__ void __launch_bounds__(kFusedThreads)
     float* row = out + g * nj;
     const size_t e0 = g * nj;
     VectorScale scale;
-    const auto element = [&](int32_t h, int32_t s, int32_t l, float old, size_t j) {
-      return combine_element<kEpilogue, size_t>(h, s, l, old, i, j, g, b * nj + j, si, fi, sj, fj, c1, c2, diag_in,
-                                                diag_out);
-    };
-    const auto note = [&](size_t j, float v) { scale.take(zero_diagonal && j == i ? 0.0f : fabsf(v)); };
     for (size_t j = threadIdx.x; j < nj; j += kFusedThreads) {
-      const float v = element(hh[e0 + j], ss[e0 + j], ll[e0 + j], kEpilogue == Epilogue::kStore ? 0.0f : row[j], j);
+      const float v = combine_element<kEpilogue, size_t>(hh[e0 + j], ss[e0 + j], ll[e0 + j],
+                                                         kEpilogue == Epilogue::kStore ? 0.0f : row[j], i, j, g,
+                                                         b * nj + j, si, fi, sj, fj, c1, c2, diag_in, diag_out);
       row[j] = v;
-      note(j, v);
+      scale.take(zero_diagonal && j == i ? 0.0f : fabsf(v));
     }
     scale.merge_warp();
     if (lane == 0) {
