@@ -2,9 +2,11 @@
 # Whether a CUDA change leaves the machine code as it was: compiles backend_cuda's sources of a git
 # revision and of the working tree, each copied to one temporary path (so that the anonymous
 # namespaces get the same names), with a configured build's compile commands (cuda_commands.sh) to
-# sm_90 cubins, and compares the SASS of every kernel (cuobjdump -sass). A comparison `a > b`
-# emitted as `b < a` (the same predicate) and register-reuse hints are not counted as differences;
-# anything else is. For refactors that must change neither bits nor speed when no GPU is at hand.
+# sm_90 cubins, and compares the SASS of every kernel (cuobjdump -sass), kernel by kernel (their
+# order in the cubin is not compared). A comparison `a > b` emitted as `b < a`, an integer `a == b`
+# or `a != b` with its operands swapped (the same predicates) and register-reuse hints are not
+# counted as differences; anything else is. For refactors that must change neither bits nor speed
+# when no GPU is at hand.
 #
 #   scripts/same_sass.sh BUILD_DIR REV [FILE.cu ...]      (default: every backend_cuda/*.cu)
 #
@@ -43,26 +45,34 @@ sass() {  # sass TREE FILE -> its kernels' instructions, addresses and encodings
   (cd "$build" && eval "$cmd")
   "$cuobjdump" -sass "$tmp/$1.cubin" | { grep -E 'Function :|/\*[0-9a-f]{4}\*/' || true; } |
     sed -E 's@^\s*/\*[0-9a-f]{4}\*/\s*@@; s@\s*/\* 0x[0-9a-f]+ \*/\s*$@@; s@ +@ @g; s@\.reuse@@g' |
-    sed -E 's/FSETP\.LT\.AND (P[0-9]), PT, ([^,]+), ([^,]+), /FSETP.GT.AND \1, PT, \3, \2, /'
+    sed -E 's/FSETP\.LT\.AND (P[0-9]), PT, ([^,]+), ([^,]+), /FSETP.GT.AND \1, PT, \3, \2, /' |
+    awk -F', ' '/^ISETP\.(NE|EQ)[.A-Z0-9]*AND/ && $3 > $4 { t = $3; $3 = $4; $4 = t } { print }' OFS=', '
+}
+kernels_of() {  # kernels_of SASS DIR: one file per kernel in DIR, named by its symbol
+  rm -rf "$2" && mkdir "$2"
+  awk -v d="$2" '/Function :/ { out = d "/" $3 } out { print > out }' "$1"
 }
 
 status=0
 for f in "${files[@]}"; do
   sass old "$f" > "$tmp/old.sass"
   sass new "$f" > "$tmp/new.sass"
-  differing=$(diff "$tmp/old.sass" "$tmp/new.sass" | grep -c '^[<>]' || true)
-  kernels=$(grep -c 'Function :' "$tmp/new.sass" || true)
+  kernels_of "$tmp/old.sass" "$tmp/old.k"
+  kernels_of "$tmp/new.sass" "$tmp/new.k"
+  kernels=$(ls "$tmp/new.k" | wc -l)
+  differing=0
+  names=()
+  for k in $(ls "$tmp/old.k" "$tmp/new.k" | grep -v -e ':$' -e '^$' | sort -u); do
+    [ -e "$tmp/old.k/$k" ] || touch "$tmp/old.k/$k"  # a kernel on one side only: all its lines differ
+    [ -e "$tmp/new.k/$k" ] || touch "$tmp/new.k/$k"
+    n=$(diff "$tmp/old.k/$k" "$tmp/new.k/$k" | grep -c '^[<>]' || true)
+    [ "$n" -eq 0 ] || { differing=$((differing + n)); names+=("$k"); }
+  done
   if [ "$differing" -eq 0 ]; then
     printf '%-28s %3d kernels, the same SASS\n' "$f" "$kernels"
   else
     printf '%-28s %3d kernels, %d lines differ, in:\n' "$f" "$kernels" "$differing"
-    for side in old new; do  # one file per kernel, named by its symbol
-      rm -rf "$tmp/$side.k" && mkdir "$tmp/$side.k"
-      awk -v d="$tmp/$side.k" '/Function :/ { out = d "/" $3 } out { print > out }' "$tmp/$side.sass"
-    done
-    for k in $(ls "$tmp/old.k" "$tmp/new.k" | grep -v ':$' | sort -u); do
-      cmp -s "$tmp/old.k/$k" "$tmp/new.k/$k" 2> /dev/null || echo "  $k"
-    done
+    printf '  %s\n' "${names[@]}"
     status=1
   fi
 done
