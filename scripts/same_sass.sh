@@ -48,9 +48,10 @@ sass() {  # sass TREE FILE -> its kernels' instructions, addresses and encodings
     sed -E 's/FSETP\.LT\.AND (P[0-9]), PT, ([^,]+), ([^,]+), /FSETP.GT.AND \1, PT, \3, \2, /' |
     awk -F', ' '/^ISETP\.(NE|EQ)[.A-Z0-9]*AND/ && $3 > $4 { t = $3; $3 = $4; $4 = t } { print }' OFS=', '
 }
-kernels_of() {  # kernels_of SASS DIR: one file per kernel in DIR, named by its symbol
+kernels_of() {  # kernels_of SASS DIR: one file per kernel in DIR (k1, k2, ...), DIR/names: "FILE SYMBOL"
   rm -rf "$2" && mkdir "$2"
-  awk -v d="$2" '/Function :/ { out = d "/" $3 } out { print > out }' "$1"
+  awk -v d="$2" '/Function :/ { close(out); out = d "/k" ++n; print "k" n, $3 > (d "/names") } out { print > out }' "$1"
+  touch "$2/names"
 }
 
 status=0
@@ -59,15 +60,18 @@ for f in "${files[@]}"; do
   sass new "$f" > "$tmp/new.sass"
   kernels_of "$tmp/old.sass" "$tmp/old.k"
   kernels_of "$tmp/new.sass" "$tmp/new.k"
-  kernels=$(ls "$tmp/new.k" | wc -l)
+  kernels=$(wc -l < "$tmp/new.k/names")
+  declare -A old_file=() new_file=()
+  while read -r file symbol; do old_file[$symbol]=$tmp/old.k/$file; done < "$tmp/old.k/names"
+  while read -r file symbol; do new_file[$symbol]=$tmp/new.k/$file; done < "$tmp/new.k/names"
   differing=0
   names=()
-  for k in $(ls "$tmp/old.k" "$tmp/new.k" | grep -v -e ':$' -e '^$' | sort -u); do
-    [ -e "$tmp/old.k/$k" ] || touch "$tmp/old.k/$k"  # a kernel on one side only: all its lines differ
-    [ -e "$tmp/new.k/$k" ] || touch "$tmp/new.k/$k"
-    n=$(diff "$tmp/old.k/$k" "$tmp/new.k/$k" | grep -c '^[<>]' || true)
+  for k in $(cut -d' ' -f2 "$tmp/old.k/names" "$tmp/new.k/names" | sort -u); do
+    # A kernel on one side only: all its lines differ.
+    n=$(diff "${old_file[$k]:-/dev/null}" "${new_file[$k]:-/dev/null}" | grep -c '^[<>]' || true)
     [ "$n" -eq 0 ] || { differing=$((differing + n)); names+=("$k"); }
   done
+  unset old_file new_file
   if [ "$differing" -eq 0 ]; then
     printf '%-28s %3d kernels, the same SASS\n' "$f" "$kernels"
   else
