@@ -34,7 +34,7 @@ constexpr int kRowWarps = 8;
 // vectors (adjacent floats when outer == 1); the digits go through a shared tile of kColP
 // positions per vector and leave as one warp per vector, four digits per lane and 32-bit store.
 constexpr int kColVectors = 32;
-constexpr int kColRows = 8;
+constexpr int kColRows = 32;
 constexpr int kColP = 4 * kColVectors;
 static_assert(kPadK % 4 == 0 && kColP % 4 == 0, "a tile's positions are whole 32-bit words of digits");
 // The integer-unit product: a kTile x kTile tile of C per block of kTileThreads x kTileThreads
