@@ -33,6 +33,8 @@ constexpr int kRowWarps = 8;
 // takes kColVectors adjacent vectors, lane = vector, so that a warp reads one position of 32
 // vectors (adjacent floats when outer == 1); the digits go through a shared tile of kColP
 // positions per vector and leave as one warp per vector, four digits per lane and 32-bit store.
+// 32 rows measured fastest of 8, 16 and 32 on an H100 (bench/RESULTS.md); at 32, two blocks per SM
+// keep ~26 MB of 768-long tiles in flight, within L2, where a tile's second read (the digits) can hit.
 constexpr int kColVectors = 32;
 constexpr int kColRows = 32;
 constexpr int kColP = 4 * kColVectors;
