@@ -442,8 +442,7 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
   };
   // The last step's combine, X = (a*X) + Q, which forms no next operand: element-wise.
   auto combine_update = [&](size_t ni, size_t nj, const int* si, const int* fi, const int* sj, const int* fj,
-                            float* out, const float* k1, const float* diag_in) {
-    constexpr Epilogue kE = Epilogue::kUpdate;
+                            float* out, const float* a, const float* diag_b) {
     const Planes<int32_t> sums{l.sums, nb * ni * nj};
     // By quads where a quad lies in one row and every array is 16-byte aligned (the scratch's
     // pieces are 256-byte aligned; out is one of them).
@@ -457,16 +456,16 @@ const void* NewtonSchulzBatch::enqueue_exact(const float* u, const NewtonSchulzS
       using Index = decltype(index);
       kernel<<<grid, kElementThreads, 0, stream>>>(sums[0], sums[1], sums[2], static_cast<Index>(nb),
                                                    static_cast<Index>(ni), static_cast<Index>(nj), si, fi, sj, fj,
-                                                   out, k1, nullptr, diag_in, nullptr, skip);
+                                                   out, a, diag_b, skip);
     };
     if (quads && narrow) {
-      launch(combine_kernel<kE, uint32_t, 4>, uint32_t{});
+      launch(update_kernel<uint32_t, 4>, uint32_t{});
     } else if (quads) {
-      launch(combine_kernel<kE, size_t, 4>, size_t{});
+      launch(update_kernel<size_t, 4>, size_t{});
     } else if (narrow) {
-      launch(combine_kernel<kE, uint32_t, 1>, uint32_t{});
+      launch(update_kernel<uint32_t, 1>, uint32_t{});
     } else {
-      launch(combine_kernel<kE, size_t, 1>, size_t{});
+      launch(update_kernel<size_t, 1>, size_t{});
     }
     RN_CUDA_CHECK_LAUNCH("newton-schulz combine");
   };

@@ -62,24 +62,23 @@ __device__ __forceinline__ float combine_element(int32_t hh, int32_t ss, int32_t
   }
 }
 
-// combine_element over the nb matrices ni x nj of a batch, element e = (b, i, j) with its sums at e
-// (the callers lay the products out so), into out[e]. kWidth elements per thread and pass: 4 (nj a
-// multiple of 4, so that a quad lies in one row, and every array 16-byte aligned: one 16-byte
-// load per array and one store) or 1. Index: the type of e and of its split into (b, i, j);
-// uint32_t where every e and every e plus the grid's stride fit (the launcher's choice: 32-bit
-// divisions are a fraction of 64-bit ones), else size_t. The same elements and operations
-// whatever the width and index type.
-template <Epilogue kEpilogue, class Index, int kWidth>
-__global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
-                               const int32_t* __restrict__ ss, Index nb, Index ni, Index nj,
-                               const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
-                               const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ k1,
-                               const float* __restrict__ k2, const float* __restrict__ diag_in,
-                               float* __restrict__ diag_out, SkipFlags skip) {
+// The last step's combine, X = (a*X) + Q (combine_element<kUpdate>), over the nb matrices ni x nj
+// of a batch, element e = (b, i, j) with its sums at e (the callers lay the products out so), into
+// out[e]. kWidth elements per thread and pass: 4 (nj a multiple of 4, so that a quad lies in one
+// row, and every array 16-byte aligned: one 16-byte load per array and one store) or 1. Index: the
+// type of e and of its split into (b, i, j); uint32_t where every e and every e plus the grid's
+// stride fit (the launcher's choice: 32-bit divisions are a fraction of 64-bit ones), else size_t.
+// The same elements and operations whatever the width and index type.
+template <class Index, int kWidth>
+__global__ void update_kernel(const int32_t* __restrict__ hh, const int32_t* __restrict__ ll,
+                              const int32_t* __restrict__ ss, Index nb, Index ni, Index nj,
+                              const int* __restrict__ si, const int* __restrict__ fi, const int* __restrict__ sj,
+                              const int* __restrict__ fj, float* __restrict__ out, const float* __restrict__ a,
+                              const float* __restrict__ diag_b, SkipFlags skip) {
   static_assert(kWidth == 1 || kWidth == 4, "elements one by one or by quads");
+  constexpr Epilogue kE = Epilogue::kUpdate;
   if (skip_now(skip)) return;
-  const float c1 = kEpilogue == Epilogue::kStore ? 0.0f : *k1;
-  const float c2 = kEpilogue == Epilogue::kPolynomial ? *k2 : 0.0f;
+  const float c1 = *a;
   const Index per = ni * nj, groups = nb * per / kWidth;
   for (Index t = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; t < groups;
        t += static_cast<Index>(gridDim.x) * blockDim.x) {
@@ -87,23 +86,18 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
     const Index b = e / per, f = e % per, i = f / nj, j = f % nj;
     const Index gi = b * ni + i, gj = b * nj + j;
     if (kWidth == 1) {
-      const float old = kEpilogue == Epilogue::kStore ? 0.0f : out[e];
-      out[e] = combine_element<kEpilogue>(hh[e], ss[e], ll[e], old, i, j, gi, gj, si, fi, sj, fj, c1, c2, diag_in,
-                                          diag_out);
+      out[e] = combine_element<kE>(hh[e], ss[e], ll[e], out[e], i, j, gi, gj, si, fi, sj, fj, c1, 0.0f, diag_b,
+                                   nullptr);
     } else {
       const int4 h = *reinterpret_cast<const int4*>(hh + e);
       const int4 s = *reinterpret_cast<const int4*>(ss + e);
       const int4 l = *reinterpret_cast<const int4*>(ll + e);
-      const float4 o = kEpilogue == Epilogue::kStore ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                                                      : *reinterpret_cast<const float4*>(out + e);
+      const float4 o = *reinterpret_cast<const float4*>(out + e);
       float4 r;
-      r.x = combine_element<kEpilogue>(h.x, s.x, l.x, o.x, i, j, gi, gj, si, fi, sj, fj, c1, c2, diag_in, diag_out);
-      r.y = combine_element<kEpilogue>(h.y, s.y, l.y, o.y, i, j + 1, gi, gj + 1, si, fi, sj, fj, c1, c2, diag_in,
-                                       diag_out);
-      r.z = combine_element<kEpilogue>(h.z, s.z, l.z, o.z, i, j + 2, gi, gj + 2, si, fi, sj, fj, c1, c2, diag_in,
-                                       diag_out);
-      r.w = combine_element<kEpilogue>(h.w, s.w, l.w, o.w, i, j + 3, gi, gj + 3, si, fi, sj, fj, c1, c2, diag_in,
-                                       diag_out);
+      r.x = combine_element<kE>(h.x, s.x, l.x, o.x, i, j, gi, gj, si, fi, sj, fj, c1, 0.0f, diag_b, nullptr);
+      r.y = combine_element<kE>(h.y, s.y, l.y, o.y, i, j + 1, gi, gj + 1, si, fi, sj, fj, c1, 0.0f, diag_b, nullptr);
+      r.z = combine_element<kE>(h.z, s.z, l.z, o.z, i, j + 2, gi, gj + 2, si, fi, sj, fj, c1, 0.0f, diag_b, nullptr);
+      r.w = combine_element<kE>(h.w, s.w, l.w, o.w, i, j + 3, gi, gj + 3, si, fi, sj, fj, c1, 0.0f, diag_b, nullptr);
       *reinterpret_cast<float4*>(out + e) = r;
     }
   }
@@ -111,13 +105,13 @@ __global__ void combine_kernel(const int32_t* __restrict__ hh, const int32_t* __
 
 // A combine fused with the conversion of its result's rows into the next product's operand: one
 // block per row g = b * ni + i of the result (grid-stride over the nb * ni rows). First each
-// element, combine_element<kEpilogue> exactly as combine_kernel forms it, written to out, with the
+// element, combine_element<kEpilogue>, written to out, with the
 // row's largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
 // row_digits_kernel's shift and flag); with zero_diagonal the element j = i is taken as +0.0f there
 // and in the digits (the split's O and O_B: VectorSet::zero_diagonal), though out keeps its value.
 // Then, after the block's barrier, the row read back (from cache) and its digits stored as
 // row_digits_kernel stores them (store_digit_quad at [g * kp + p]), zeros past nj and for a
-// non-finite row. One element per thread and pass (quads, as combine_kernel takes them, measured
+// non-finite row. One element per thread and pass (quads, as update_kernel takes them, measured
 // slower here: the block's work is one row). The row's shift and flag go to row_shift /
 // row_finite at g, which may be si / fi: each block reads only its own row's entry there, before
 // the barrier, and writes it after; they must not be sj / fj, which every block reads.
