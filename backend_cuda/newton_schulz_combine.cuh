@@ -105,10 +105,10 @@ __global__ void update_kernel(const int32_t* __restrict__ hh, const int32_t* __r
 
 // A combine fused with the conversion of its result's rows into the next product's operand: one
 // block per row g = b * ni + i of the result (grid-stride over the nb * ni rows). First each
-// element, combine_element<kEpilogue>, written to out, with the
-// row's largest finite magnitude and non-finite flag (a max and an "or": exact in any order, so
-// row_digits_kernel's shift and flag); with zero_diagonal the element j = i is taken as +0.0f there
-// and in the digits (the split's O and O_B: VectorSet::zero_diagonal), though out keeps its value.
+// element, combine_element<kEpilogue>, written to out, with the row's largest finite magnitude and
+// non-finite flag (a max and an "or": exact in any order, so row_digits_kernel's shift and flag);
+// with zero_diagonal the element j = i is taken as +0.0f there and in the digits (the split's O and
+// O_B: VectorSet::zero_diagonal), though out keeps its value.
 // Then, after the block's barrier, the row read back (from cache) and its digits stored as
 // row_digits_kernel stores them (store_digit_quad at [g * kp + p]), zeros past nj and for a
 // non-finite row. One element per thread and pass (quads, as update_kernel takes them, measured
